@@ -1,0 +1,1 @@
+//! Flow keys, hashing, bounded flow tables with timeouts.

@@ -1,0 +1,11 @@
+//! Ports and traces: pcap/pcapng in and out, the synthetic generator.
+
+mod linktype;
+pub mod pcap_read;
+pub mod pcap_write;
+mod trace;
+
+pub use linktype::{link_from_pcap, pcap_linktype};
+pub use pcap_read::TraceError;
+pub use pcap_write::PcapWriter;
+pub use trace::{PcapHeader, Record, Trace};

@@ -1,0 +1,3 @@
+//! Writing pcap files that tcpdump and tshark read.
+
+pub struct PcapWriter;

@@ -1,0 +1,1 @@
+//! The NF library: the NF interface and one file per NF.

@@ -1,0 +1,1 @@
+//! Checksums (RFC 1071) and incremental updates (RFC 1624).

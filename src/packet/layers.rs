@@ -1,0 +1,283 @@
+//! Header offsets found by one walk over the headers, done only when an NF first asks.
+//! The walk reads just the bytes it needs (ethertypes, IP header lengths, next-header
+//! chains); the typed views in [`super::wire`] read fields at these offsets.
+
+use super::meta::LinkKind;
+
+/// What sits at the network layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum L3Kind {
+    /// Not decoded yet.
+    Unparsed,
+    /// A protocol we do not decode (the ethertype is in `ethertype`).
+    Other,
+    Arp,
+    Ipv4,
+    Ipv6,
+    /// Too short or inconsistent to decode: counted as malformed by NFs that need L3.
+    Malformed,
+}
+
+/// Offsets are from the start of the packet's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layers {
+    pub l3: L3Kind,
+    /// IP protocol / IPv6 final next header (after extension headers); 0 when not IP.
+    pub l4_proto: u8,
+    /// Number of 802.1Q / 802.1ad tags skipped.
+    pub vlans: u8,
+    pub flags: u8,
+    /// Ethertype after the tags (0 for raw IP).
+    pub ethertype: u16,
+    pub l3_off: u16,
+    /// Offset of the transport header; meaningful when [`Layers::has_l4`].
+    pub l4_off: u16,
+}
+
+impl Layers {
+    pub const UNPARSED: Layers = Layers {
+        l3: L3Kind::Unparsed,
+        l4_proto: 0,
+        vlans: 0,
+        flags: 0,
+        ethertype: 0,
+        l3_off: 0,
+        l4_off: 0,
+    };
+
+    /// The packet is an IP fragment other than the first: no transport header here.
+    pub const LATER_FRAGMENT: u8 = 1;
+    /// The packet is a fragment (first or later).
+    pub const FRAGMENT: u8 = 2;
+    /// The transport header is present in full (at least its fixed part).
+    pub const L4_COMPLETE: u8 = 4;
+    /// The packet has an Ethernet header (so MAC addresses can be read at offset 0).
+    pub const ETHERNET: u8 = 8;
+
+    #[inline]
+    pub fn is_unparsed(&self) -> bool {
+        self.l3 == L3Kind::Unparsed
+    }
+
+    #[inline]
+    pub fn has_ethernet(&self) -> bool {
+        self.flags & Self::ETHERNET != 0
+    }
+
+    /// A complete TCP/UDP/ICMP fixed header is present at `l4_off`.
+    #[inline]
+    pub fn has_l4(&self) -> bool {
+        self.flags & Self::L4_COMPLETE != 0
+    }
+
+    #[inline]
+    pub fn is_later_fragment(&self) -> bool {
+        self.flags & Self::LATER_FRAGMENT != 0
+    }
+
+    #[inline]
+    pub fn is_fragment(&self) -> bool {
+        self.flags & Self::FRAGMENT != 0
+    }
+
+    /// Walks the headers of `b`, starting at the given link layer.
+    pub fn parse(link: LinkKind, b: &[u8]) -> Layers {
+        let mut l = Layers {
+            l3: L3Kind::Malformed,
+            ..Layers::UNPARSED
+        };
+        let (mut off, mut et) = match link {
+            LinkKind::Ethernet => {
+                if b.len() < 14 {
+                    return l;
+                }
+                l.flags |= Self::ETHERNET;
+                (14usize, be16(b, 12))
+            }
+            LinkKind::LinuxSll => {
+                if b.len() < 16 {
+                    return l;
+                }
+                (16, be16(b, 14))
+            }
+            LinkKind::LinuxSll2 => {
+                if b.len() < 20 {
+                    return l;
+                }
+                (20, be16(b, 0))
+            }
+            LinkKind::RawIp => match b.first().map(|v| v >> 4) {
+                Some(4) => (0, 0x0800),
+                Some(6) => (0, 0x86dd),
+                _ => return l,
+            },
+        };
+        // 802.1Q, 802.1ad and the old QinQ 0x9100: skip up to a sane number of tags.
+        while matches!(et, 0x8100 | 0x88a8 | 0x9100) && l.vlans < 8 {
+            if b.len() < off + 4 {
+                return l;
+            }
+            et = be16(b, off + 2);
+            off += 4;
+            l.vlans += 1;
+        }
+        l.ethertype = if link == LinkKind::RawIp { 0 } else { et };
+        l.l3_off = off as u16;
+        match et {
+            0x0800 => parse_ipv4(&mut l, b, off),
+            0x86dd => parse_ipv6(&mut l, b, off),
+            0x0806 => {
+                l.l3 = if b.len() >= off + 28 { L3Kind::Arp } else { L3Kind::Malformed };
+            }
+            _ => l.l3 = L3Kind::Other,
+        }
+        l
+    }
+}
+
+#[inline]
+fn be16(b: &[u8], o: usize) -> u16 {
+    u16::from_be_bytes([b[o], b[o + 1]])
+}
+
+fn parse_ipv4(l: &mut Layers, b: &[u8], off: usize) {
+    if b.len() < off + 20 || b[off] >> 4 != 4 {
+        return;
+    }
+    let ihl = ((b[off] & 0x0f) as usize) * 4;
+    if ihl < 20 || b.len() < off + ihl {
+        return;
+    }
+    l.l3 = L3Kind::Ipv4;
+    l.l4_proto = b[off + 9];
+    let frag = be16(b, off + 6);
+    let (more, offset) = (frag & 0x2000 != 0, frag & 0x1fff);
+    if more || offset != 0 {
+        l.flags |= Layers::FRAGMENT;
+    }
+    if offset != 0 {
+        l.flags |= Layers::LATER_FRAGMENT;
+        return;
+    }
+    l.l4_off = (off + ihl) as u16;
+    mark_l4(l, b);
+}
+
+fn parse_ipv6(l: &mut Layers, b: &[u8], off: usize) {
+    if b.len() < off + 40 || b[off] >> 4 != 6 {
+        return;
+    }
+    l.l3 = L3Kind::Ipv6;
+    let mut next = b[off + 6];
+    let mut p = off + 40;
+    // Extension headers: hop-by-hop, routing, destination options, fragment, AH, mobility.
+    for _ in 0..16 {
+        match next {
+            0 | 43 | 60 | 135 | 139 | 140 => {
+                if b.len() < p + 8 {
+                    l.l4_proto = next;
+                    return;
+                }
+                next = b[p];
+                p += (b[p + 1] as usize + 1) * 8;
+            }
+            44 => {
+                if b.len() < p + 8 {
+                    l.l4_proto = next;
+                    return;
+                }
+                l.flags |= Layers::FRAGMENT;
+                let fo = be16(b, p + 2) >> 3;
+                next = b[p];
+                p += 8;
+                if fo != 0 {
+                    l.flags |= Layers::LATER_FRAGMENT;
+                    l.l4_proto = next;
+                    return;
+                }
+            }
+            51 => {
+                if b.len() < p + 8 {
+                    l.l4_proto = next;
+                    return;
+                }
+                next = b[p];
+                p += (b[p + 1] as usize + 2) * 4;
+            }
+            _ => break,
+        }
+    }
+    l.l4_proto = next;
+    if p > u16::MAX as usize {
+        return;
+    }
+    l.l4_off = p as u16;
+    mark_l4(l, b);
+}
+
+fn mark_l4(l: &mut Layers, b: &[u8]) {
+    let need = match l.l4_proto {
+        6 => 20,
+        17 => 8,
+        1 | 58 => 4,
+        132 => 12,
+        _ => return,
+    };
+    if b.len() >= l.l4_off as usize + need {
+        l.flags |= Layers::L4_COMPLETE;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Ethernet / 802.1Q vid 5 / IPv4 ihl=6 (one option word) / UDP 1234 -> 53
+    const VLAN_V4_OPT_UDP: [u8; 50] = [
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0x00, 0x00, 0x05, 0x08, 0x00, // eth + tag
+        0x46, 0, 0, 32, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 1, 1, 1, 0, // ipv4
+        0x04, 0xd2, 0x00, 0x35, 0, 8, 0, 0, // udp
+    ];
+
+    #[test]
+    fn vlan_ipv4_options_udp() {
+        let l = Layers::parse(LinkKind::Ethernet, &VLAN_V4_OPT_UDP);
+        assert_eq!(l.l3, L3Kind::Ipv4);
+        assert_eq!((l.vlans, l.ethertype, l.l3_off, l.l4_off, l.l4_proto), (1, 0x0800, 18, 42, 17));
+        assert!(l.has_l4() && l.has_ethernet() && !l.is_fragment());
+    }
+
+    #[test]
+    fn truncated_l4_is_not_complete() {
+        let l = Layers::parse(LinkKind::Ethernet, &VLAN_V4_OPT_UDP[..45]);
+        assert_eq!(l.l3, L3Kind::Ipv4);
+        assert!(!l.has_l4());
+    }
+
+    #[test]
+    fn short_frame_is_malformed() {
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &[0; 13]).l3, L3Kind::Malformed);
+        assert_eq!(Layers::parse(LinkKind::RawIp, &[]).l3, L3Kind::Malformed);
+    }
+
+    #[test]
+    fn ipv6_hop_by_hop_then_tcp() {
+        let mut p = vec![0x60, 0, 0, 0, 0, 28, 0, 64];
+        p.extend_from_slice(&[0; 32]);
+        p.extend_from_slice(&[6, 0, 0, 0, 0, 0, 0, 0]); // hop-by-hop, next = TCP, len 8
+        p.extend_from_slice(&[0; 20]);
+        let l = Layers::parse(LinkKind::RawIp, &p);
+        assert_eq!((l.l3, l.l4_proto, l.l4_off), (L3Kind::Ipv6, 6, 48));
+        assert!(l.has_l4());
+    }
+
+    #[test]
+    fn later_ipv4_fragment_has_no_l4() {
+        let mut p = VLAN_V4_OPT_UDP;
+        p[18 + 6] = 0x00;
+        p[18 + 7] = 0x10; // fragment offset 16*8
+        let l = Layers::parse(LinkKind::Ethernet, &p);
+        assert!(l.is_later_fragment() && !l.has_l4());
+    }
+}

@@ -1,0 +1,64 @@
+//! Per-packet metadata carried beside the bytes.
+
+use super::layers::Layers;
+
+/// The link layer the packet's bytes start with (from the capture's link type).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum LinkKind {
+    #[default]
+    Ethernet = 0,
+    /// Raw IP, version taken from the first nibble.
+    RawIp = 1,
+    /// Linux cooked capture v1 (16-byte header).
+    LinuxSll = 2,
+    /// Linux cooked capture v2 (20-byte header).
+    LinuxSll2 = 3,
+}
+
+/// Egress port value meaning "every port but the ingress one".
+pub const FLOOD: u16 = u16::MAX;
+/// Egress port value meaning "not decided by any NF".
+pub const NO_PORT: u16 = u16::MAX - 1;
+
+/// What the NF that last processed the packet decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Leave through this output of the NF (0 is the default output).
+    Out(u8),
+    /// Dropped, with the index of the reason in the NF's profile.
+    Drop(u8),
+}
+
+#[derive(Clone, Debug)]
+pub struct Meta {
+    /// Capture timestamp in nanoseconds since the epoch (shifted per replay loop).
+    pub ts_ns: u64,
+    /// Length on the wire as the capture recorded it (may exceed the bytes held).
+    pub wire_len: u32,
+    /// Cached flow hash; 0 means not computed yet.
+    pub flow_hash: u32,
+    /// Virtual ingress port.
+    pub in_port: u16,
+    /// Virtual egress port chosen by a switching NF, or [`FLOOD`] / [`NO_PORT`].
+    pub egress: u16,
+    pub link: LinkKind,
+    pub verdict: Verdict,
+    /// Header offsets, decoded on first use.
+    pub layers: Layers,
+}
+
+impl Default for Meta {
+    fn default() -> Self {
+        Meta {
+            ts_ns: 0,
+            wire_len: 0,
+            flow_hash: 0,
+            in_port: 0,
+            egress: NO_PORT,
+            link: LinkKind::Ethernet,
+            verdict: Verdict::Out(0),
+            layers: Layers::UNPARSED,
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Packet buffers, pools, batches, lazily decoded header offsets and zero-copy header views.
+
+mod batch;
+mod buf;
+pub mod checksum;
+mod fields;
+mod layers;
+mod meta;
+mod pool;
+pub mod wire;
+
+pub use batch::{Batch, MAX_BATCH};
+pub use buf::{Packet, HEADROOM};
+pub use fields::Fields;
+pub use layers::{L3Kind, Layers};
+pub use meta::{LinkKind, Meta, Verdict, FLOOD, NO_PORT};
+pub use pool::Pool;

@@ -1,0 +1,1 @@
+//! Zero-copy typed views over header bytes, one file per protocol.
