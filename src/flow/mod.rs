@@ -1,1 +1,8 @@
-//! Flow keys, hashing, bounded flow tables with timeouts.
+//! Flow keys, hashing, bounded tables with timeouts.
+
+mod timed_table;
+
+pub use timed_table::{Learned, TimedTable};
+
+/// Keyed hashing: seeded per process so traffic cannot be crafted to collide (unlike FxHash).
+pub type Hasher = foldhash::fast::RandomState;

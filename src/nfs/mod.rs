@@ -1,1 +1,16 @@
-//! The NF library: the NF interface and one file per NF.
+//! The NF library. Each NF is one file; [`registry`] maps config kinds to constructors.
+
+mod firewall;
+mod ipv4_switch;
+mod mac_switch;
+mod nf;
+mod params;
+pub mod registry;
+mod wire;
+
+pub use firewall::Firewall;
+pub use ipv4_switch::Ipv4Switch;
+pub use mac_switch::MacSwitch;
+pub use nf::{Context, Nf, Profile};
+pub use params::{ParamDoc, ParamError, Params};
+pub use wire::Wire;

@@ -1,0 +1,111 @@
+//! A bounded key → value table whose entries expire after an idle timeout.
+//! Capacity is reserved up front so inserts never allocate on the hot path; when full,
+//! new keys are refused (and counted by the caller) rather than growing the table.
+
+use hashbrown::HashMap;
+
+use super::Hasher;
+
+#[derive(Clone, Copy, Debug)]
+struct Slot<V> {
+    value: V,
+    seen_ns: u64,
+}
+
+/// What [`TimedTable::learn`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Learned {
+    Inserted,
+    Updated,
+    /// The table is full and the key is new: nothing stored.
+    Full,
+}
+
+pub struct TimedTable<K, V> {
+    map: HashMap<K, Slot<V>, Hasher>,
+    capacity: usize,
+    /// 0 means entries never expire.
+    timeout_ns: u64,
+}
+
+impl<K: std::hash::Hash + Eq + Copy, V: Copy> TimedTable<K, V> {
+    pub fn new(capacity: usize, timeout_ns: u64) -> Self {
+        TimedTable {
+            map: HashMap::with_capacity_and_hasher(capacity, Hasher::default()),
+            capacity,
+            timeout_ns,
+        }
+    }
+
+    #[inline]
+    fn expired(&self, seen_ns: u64, now_ns: u64) -> bool {
+        self.timeout_ns != 0 && now_ns.saturating_sub(seen_ns) > self.timeout_ns
+    }
+
+    /// Sets `key → value`, refreshing its idle timer.
+    #[inline]
+    pub fn learn(&mut self, key: K, value: V, now_ns: u64) -> Learned {
+        if let Some(s) = self.map.get_mut(&key) {
+            s.value = value;
+            s.seen_ns = now_ns;
+            return Learned::Updated;
+        }
+        if self.map.len() >= self.capacity {
+            return Learned::Full;
+        }
+        self.map.insert(key, Slot { value, seen_ns: now_ns });
+        Learned::Inserted
+    }
+
+    /// The live value for `key`; an expired entry is removed and reported as a miss.
+    #[inline]
+    pub fn get(&mut self, key: &K, now_ns: u64) -> Option<V> {
+        let s = *self.map.get(key)?;
+        if self.expired(s.seen_ns, now_ns) {
+            self.map.remove(key);
+            return None;
+        }
+        Some(s.value)
+    }
+
+    pub fn remove(&mut self, key: &K) -> Option<V> {
+        self.map.remove(key).map(|s| s.value)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learns_updates_expires() {
+        let mut t: TimedTable<u32, u16> = TimedTable::new(4, 100);
+        assert_eq!(t.learn(1, 7, 0), Learned::Inserted);
+        assert_eq!(t.get(&1, 100), Some(7));
+        assert_eq!(t.learn(1, 8, 150), Learned::Updated);
+        assert_eq!(t.get(&1, 250), Some(8));
+        assert_eq!(t.get(&1, 251), None);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn full_table_refuses_new_keys() {
+        let mut t: TimedTable<u32, u16> = TimedTable::new(1, 0);
+        assert_eq!(t.learn(1, 1, 0), Learned::Inserted);
+        assert_eq!(t.learn(2, 1, 0), Learned::Full);
+        assert_eq!(t.learn(1, 2, u64::MAX), Learned::Updated);
+        assert_eq!(t.get(&1, u64::MAX), Some(2));
+    }
+}

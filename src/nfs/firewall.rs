@@ -1,0 +1,248 @@
+//! Freeflow's stateless firewall: the IPv4 learning switch that first drops everything but
+//! TCP and UDP with a source or destination port in a list (default 80 and 443).
+//!
+//! The decision matches the BPF filter `ip and (tcp or udp) and (port P1 or port P2 …)`,
+//! VLAN tags aside: like tcpdump, later IP fragments carry no ports and do not match.
+
+use super::ipv4_switch::{be32, Ipv4Learning};
+use super::nf::{Context, Nf, Profile};
+use super::params::{ParamDoc, ParamError, Params};
+use crate::packet::{Batch, Fields, L3Kind};
+
+/// How much of the packet is decoded before deciding (the thesis' partial vs full decode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decode {
+    /// Only the offsets and the fields the rule needs.
+    Partial,
+    /// Every field of every header up to L4, as a non-lazy parser would.
+    Full,
+}
+
+pub struct Firewall {
+    profile: Profile,
+    /// One bit per port: membership is one load whatever the list's length.
+    allowed: Box<[u64; 1024]>,
+    learn: Ipv4Learning,
+    decode: Decode,
+    /// Folded into stats so the full decode's work cannot be optimised away.
+    full_sum: u64,
+}
+
+const NOT_IPV4: u8 = 0;
+const NOT_TCP_UDP: u8 = 1;
+const FRAGMENT: u8 = 2;
+const TRUNCATED: u8 = 3;
+const PORT_DENIED: u8 = 4;
+
+impl Firewall {
+    pub const PARAMS: &'static [ParamDoc] = &[
+        ParamDoc {
+            name: "allow_ports",
+            ty: "list of ports",
+            default: "[80, 443]",
+            doc: "TCP/UDP packets pass when their source or destination port is listed",
+        },
+        ParamDoc {
+            name: "decode",
+            ty: "\"partial\" | \"full\"",
+            default: "\"partial\"",
+            doc: "decode only what the rule needs, or every header field first (for comparison)",
+        },
+        Ipv4Learning::PARAMS[0],
+        Ipv4Learning::PARAMS[1],
+    ];
+
+    pub fn new(ports: &[u16], capacity: usize, timeout_ns: u64) -> Firewall {
+        let mut allowed = Box::new([0u64; 1024]);
+        for &p in ports {
+            allowed[p as usize >> 6] |= 1 << (p & 63);
+        }
+        Firewall {
+            profile: Profile {
+                reads: Fields::ETH_TYPE
+                    | Fields::VLAN
+                    | Fields::IP_SRC
+                    | Fields::IP_DST
+                    | Fields::IP_PROTO
+                    | Fields::IP_FRAG
+                    | Fields::L4_SRC
+                    | Fields::L4_DST
+                    | Fields::IN_PORT,
+                writes: Fields::EGRESS,
+                may_drop: true,
+                changes_length: false,
+                per_flow_state: true,
+                outputs: &["out"],
+                drop_reasons: &["not-ipv4", "not-tcp-udp", "fragment", "truncated", "port-denied"],
+            },
+            allowed,
+            learn: Ipv4Learning::new(capacity, timeout_ns),
+            decode: Decode::Partial,
+            full_sum: 0,
+        }
+    }
+
+    pub fn with_decode(mut self, d: Decode) -> Firewall {
+        self.decode = d;
+        self
+    }
+
+    pub fn from_params(p: &mut Params) -> Result<Firewall, ParamError> {
+        let ports = p.ports("allow_ports", &[80, 443])?;
+        let decode = match p.table_str("decode")? {
+            None | Some("partial") => Decode::Partial,
+            Some("full") => Decode::Full,
+            Some(o) => return Err(p.err(format!("`decode` = \"{o}\": use \"partial\" or \"full\""))),
+        };
+        let learn = Ipv4Learning::from_params(p)?;
+        let mut f = Firewall::new(&ports, 1, 0).with_decode(decode);
+        f.learn = learn;
+        Ok(f)
+    }
+
+    #[inline]
+    fn allows(&self, port: u16) -> bool {
+        self.allowed[port as usize >> 6] & (1 << (port & 63)) != 0
+    }
+}
+
+/// Every header field up to L4 — what a full decoder extracts before any rule runs.
+#[derive(Default)]
+struct FullDecode {
+    eth: [u64; 3],
+    ip: [u32; 10],
+    l4: [u32; 8],
+}
+
+fn full_decode(d: &[u8], l3: usize, l4: Option<usize>) -> FullDecode {
+    use super::mac_switch::mac_key;
+    let mut f = FullDecode::default();
+    f.eth = [mac_key(&d[0..6]), mac_key(&d[6..12]), u16::from_be_bytes([d[12], d[13]]) as u64];
+    let ip = &d[l3..];
+    let w = |o: usize| u16::from_be_bytes([ip[o], ip[o + 1]]) as u32;
+    f.ip = [
+        (ip[0] >> 4) as u32,
+        (ip[0] & 15) as u32,
+        ip[1] as u32,
+        w(2),
+        w(4),
+        w(6),
+        ip[8] as u32,
+        ip[9] as u32,
+        be32(ip, 12),
+        be32(ip, 16),
+    ];
+    if let Some(o) = l4 {
+        if d.len() >= o + 20 {
+            let t = &d[o..];
+            let w = |o: usize| u16::from_be_bytes([t[o], t[o + 1]]) as u32;
+            f.l4 = [w(0), w(2), be32(t, 4), be32(t, 8), t[12] as u32, t[13] as u32, w(14), w(16)];
+        } else if d.len() >= o + 8 {
+            let t = &d[o..];
+            let w = |o: usize| u16::from_be_bytes([t[o], t[o + 1]]) as u32;
+            f.l4 = [w(0), w(2), w(4), w(6), 0, 0, 0, 0];
+        }
+    }
+    f
+}
+
+impl Nf for Firewall {
+    fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    #[inline]
+    fn process(&mut self, batch: &mut Batch, _cx: &Context) {
+        for p in batch {
+            let l = p.layers();
+            if l.l3 != L3Kind::Ipv4 {
+                p.drop_with(NOT_IPV4);
+                continue;
+            }
+            if l.l4_proto != 6 && l.l4_proto != 17 {
+                p.drop_with(NOT_TCP_UDP);
+                continue;
+            }
+            if l.is_later_fragment() {
+                p.drop_with(FRAGMENT);
+                continue;
+            }
+            let (m, d) = p.split_mut();
+            let (o3, o4) = (l.l3_off as usize, l.l4_off as usize);
+            // The ports are all the rule needs, as for BPF: a cut-short header past them is fine.
+            if d.len() < o4 + 4 {
+                p.drop_with(TRUNCATED);
+                continue;
+            }
+            if self.decode == Decode::Full && l.has_ethernet() {
+                let f = full_decode(d, o3, Some(o4));
+                self.full_sum = self.full_sum.wrapping_add(
+                    f.eth.iter().sum::<u64>()
+                        + f.ip.iter().map(|&v| v as u64).sum::<u64>()
+                        + f.l4.iter().map(|&v| v as u64).sum::<u64>(),
+                );
+            }
+            let sport = u16::from_be_bytes([d[o4], d[o4 + 1]]);
+            let dport = u16::from_be_bytes([d[o4 + 2], d[o4 + 3]]);
+            if !(self.allows(sport) || self.allows(dport)) {
+                p.drop_with(PORT_DENIED);
+                continue;
+            }
+            self.learn.switch(m, be32(d, o3 + 12), be32(d, o3 + 16));
+        }
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let mut s = self.learn.stats();
+        if self.decode == Decode::Full {
+            s.push(("full_decode_checksum", self.full_sum));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ipv4_switch::tests::{step, v4};
+    use super::*;
+    use crate::packet::{Verdict, FLOOD};
+
+    #[test]
+    fn passes_listed_ports_either_way_and_drops_the_rest() {
+        let mut fw = Firewall::new(&[80, 443], 16, 0);
+        assert_eq!(step(&mut fw, v4(1, 2, 6, 5000, 80, 0)), (FLOOD, Verdict::Out(0)));
+        assert_eq!(step(&mut fw, v4(2, 1, 6, 443, 5000, 1)), (0, Verdict::Out(0)));
+        assert_eq!(step(&mut fw, v4(1, 2, 17, 80, 9, 2)).1, Verdict::Out(0));
+        assert_eq!(step(&mut fw, v4(1, 2, 6, 22, 5000, 0)).1, Verdict::Drop(PORT_DENIED));
+        assert_eq!(step(&mut fw, v4(1, 2, 1, 80, 80, 0)).1, Verdict::Drop(NOT_TCP_UDP));
+    }
+
+    #[test]
+    fn drops_happen_before_learning() {
+        let mut fw = Firewall::new(&[80], 16, 0);
+        // 10.0.0.7 is seen only in denied packets, so it is never learned.
+        step(&mut fw, v4(7, 2, 6, 22, 22, 3));
+        assert_eq!(step(&mut fw, v4(1, 7, 6, 80, 80, 0)).0, FLOOD);
+    }
+
+    #[test]
+    fn later_fragments_and_truncated_are_dropped() {
+        let mut fw = Firewall::new(&[80], 16, 0);
+        let mut p = v4(1, 2, 6, 80, 80, 0);
+        p.data_mut()[14 + 7] = 1; // fragment offset 8 bytes
+        assert_eq!(step(&mut fw, p).1, Verdict::Drop(FRAGMENT));
+        let p = v4(1, 2, 6, 80, 80, 0);
+        let short = crate::packet::Packet::from_bytes(&p.data()[..36]);
+        assert_eq!(step(&mut fw, short).1, Verdict::Drop(TRUNCATED));
+    }
+
+    #[test]
+    fn full_decode_decides_the_same() {
+        let mut a = Firewall::new(&[80, 443], 16, 0);
+        let mut b = Firewall::new(&[80, 443], 16, 0).with_decode(Decode::Full);
+        for (s, d, pr, sp, dp) in [(1, 2, 6, 80, 9), (2, 1, 17, 9, 9), (3, 1, 6, 443, 1)] {
+            assert_eq!(step(&mut a, v4(s, d, pr, sp, dp, 1)), step(&mut b, v4(s, d, pr, sp, dp, 1)));
+        }
+        assert_ne!(b.stats().last().unwrap().1, 0);
+    }
+}

@@ -1,0 +1,178 @@
+//! Freeflow's IPv4 learning switch: the MAC switch's logic keyed on IPv4 addresses.
+//! Packets that are not IPv4 are dropped (the thesis' program only handles IPv4).
+
+use super::nf::{Context, Nf, Profile};
+use super::params::{ParamDoc, ParamError, Params};
+use crate::flow::{Learned, TimedTable};
+use crate::packet::{Batch, Fields, L3Kind, Meta, FLOOD};
+
+/// The learning part, shared with the firewall.
+pub(crate) struct Ipv4Learning {
+    table: TimedTable<u32, u16>,
+    pub(crate) floods: u64,
+    pub(crate) table_full: u64,
+}
+
+impl Ipv4Learning {
+    pub(crate) const PARAMS: [ParamDoc; 2] = [
+        ParamDoc {
+            name: "timeout",
+            ty: "seconds",
+            default: "0 (never)",
+            doc: "idle time after which a learned address is forgotten (capture time)",
+        },
+        ParamDoc {
+            name: "capacity",
+            ty: "integer",
+            default: "65536",
+            doc: "most addresses remembered; new ones beyond it are not learned (counted)",
+        },
+    ];
+
+    pub(crate) fn new(capacity: usize, timeout_ns: u64) -> Self {
+        Ipv4Learning {
+            table: TimedTable::new(capacity, timeout_ns),
+            floods: 0,
+            table_full: 0,
+        }
+    }
+
+    pub(crate) fn from_params(p: &mut Params) -> Result<Self, ParamError> {
+        let timeout = p.seconds_ns("timeout", 0)?;
+        let cap = p.int("capacity", 65536, 1, 1 << 26)? as usize;
+        Ok(Self::new(cap, timeout))
+    }
+
+    /// Learns `src` on the ingress port and sets the egress port for `dst`.
+    #[inline]
+    pub(crate) fn switch(&mut self, m: &mut Meta, src: u32, dst: u32) {
+        if self.table.learn(src, m.in_port, m.ts_ns) == Learned::Full {
+            self.table_full += 1;
+        }
+        m.egress = match self.table.get(&dst, m.ts_ns) {
+            Some(port) => port,
+            None => {
+                self.floods += 1;
+                FLOOD
+            }
+        };
+    }
+
+    pub(crate) fn stats(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("entries", self.table.len() as u64),
+            ("floods", self.floods),
+            ("table_full", self.table_full),
+        ]
+    }
+}
+
+#[inline]
+pub(crate) fn be32(b: &[u8], o: usize) -> u32 {
+    u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+pub struct Ipv4Switch {
+    profile: Profile,
+    learn: Ipv4Learning,
+}
+
+const NOT_IPV4: u8 = 0;
+
+impl Ipv4Switch {
+    pub const PARAMS: &'static [ParamDoc] = &Ipv4Learning::PARAMS;
+
+    pub fn new(capacity: usize, timeout_ns: u64) -> Ipv4Switch {
+        Ipv4Switch {
+            profile: Profile {
+                reads: Fields::ETH_TYPE | Fields::VLAN | Fields::IP_SRC | Fields::IP_DST | Fields::IN_PORT,
+                writes: Fields::EGRESS,
+                may_drop: true,
+                changes_length: false,
+                per_flow_state: true,
+                outputs: &["out"],
+                drop_reasons: &["not-ipv4"],
+            },
+            learn: Ipv4Learning::new(capacity, timeout_ns),
+        }
+    }
+
+    pub fn from_params(p: &mut Params) -> Result<Ipv4Switch, ParamError> {
+        let learn = Ipv4Learning::from_params(p)?;
+        let mut s = Ipv4Switch::new(1, 0);
+        s.learn = learn;
+        Ok(s)
+    }
+}
+
+impl Nf for Ipv4Switch {
+    fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    #[inline]
+    fn process(&mut self, batch: &mut Batch, _cx: &Context) {
+        for p in batch {
+            let l = p.layers();
+            if l.l3 != L3Kind::Ipv4 {
+                p.drop_with(NOT_IPV4);
+                continue;
+            }
+            let (m, d) = p.split_mut();
+            let o = l.l3_off as usize;
+            self.learn.switch(m, be32(d, o + 12), be32(d, o + 16));
+        }
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        self.learn.stats()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::packet::{Packet, Verdict};
+
+    /// Ethernet / IPv4 (proto) / 4 bytes of ports; addresses 10.0.0.{src,dst}.
+    pub(crate) fn v4(src: u8, dst: u8, proto: u8, sport: u16, dport: u16, port: u16) -> Packet {
+        let mut b = vec![0u8; 14 + 20 + 20];
+        b[12..14].copy_from_slice(&[0x08, 0x00]);
+        b[14] = 0x45;
+        b[14 + 9] = proto;
+        b[14 + 12..14 + 16].copy_from_slice(&[10, 0, 0, src]);
+        b[14 + 16..14 + 20].copy_from_slice(&[10, 0, 0, dst]);
+        b[34..36].copy_from_slice(&sport.to_be_bytes());
+        b[36..38].copy_from_slice(&dport.to_be_bytes());
+        let mut p = Packet::from_bytes(&b);
+        p.meta_mut().in_port = port;
+        p
+    }
+
+    pub(crate) fn step(nf: &mut dyn Nf, p: Packet) -> (u16, Verdict) {
+        let mut b = Batch::new();
+        b.push(p);
+        nf.process(&mut b, &Context { ports: 5 });
+        let m = b.iter().next().unwrap().meta();
+        (m.egress, m.verdict)
+    }
+
+    #[test]
+    fn learns_addresses_and_floods_unknown() {
+        let mut sw = Ipv4Switch::new(16, 0);
+        assert_eq!(step(&mut sw, v4(1, 2, 6, 1, 2, 3)).0, FLOOD);
+        assert_eq!(step(&mut sw, v4(2, 1, 6, 1, 2, 4)).0, 3);
+        assert_eq!(step(&mut sw, v4(1, 2, 17, 1, 2, 0)).0, 4);
+        // Learned port equal to ingress port: forwarded back out of it.
+        assert_eq!(step(&mut sw, v4(9, 1, 1, 0, 0, 0)).0, 0);
+    }
+
+    #[test]
+    fn non_ipv4_is_dropped() {
+        let mut sw = Ipv4Switch::new(16, 0);
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(step(&mut sw, Packet::from_bytes(&arp)).1, Verdict::Drop(NOT_IPV4));
+        assert_eq!(sw.stats()[0], ("entries", 0));
+    }
+}

@@ -1,0 +1,45 @@
+//! The NF interface: a profile the planner and FastPath reason about, and batch processing.
+
+use crate::packet::{Batch, Fields};
+
+/// What an NF declares about itself. Parallel planning and header-action consolidation
+/// read this, and debug builds check that the NF writes only what it declared.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// Header fields (and metadata) the NF reads.
+    pub reads: Fields,
+    /// Header fields (and metadata) the NF may write.
+    pub writes: Fields,
+    /// Whether the NF may drop packets (its reasons are `drop_reasons`).
+    pub may_drop: bool,
+    /// Whether the NF adds or removes headers (changes the packet's length).
+    pub changes_length: bool,
+    /// Whether the NF keeps per-flow state that must see every packet of a flow, so it can
+    /// never be skipped (its per-packet state function must run on a consolidated path).
+    pub per_flow_state: bool,
+    /// Names of the NF's outputs; output 0 is the default.
+    pub outputs: &'static [&'static str],
+    /// Names of the reasons the NF drops packets for, indexed by `Verdict::Drop`.
+    pub drop_reasons: &'static [&'static str],
+}
+
+/// Per-call context from the runtime.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Context {
+    /// Number of virtual ports of the chain (ingress ports are drawn among them).
+    pub ports: u16,
+}
+
+/// A network function. The runtime hands it batches in which every packet's verdict is
+/// `Out(0)`; the NF changes verdicts to drop or pick another output, and may change bytes
+/// and metadata within its declared profile.
+pub trait Nf: Send {
+    fn profile(&self) -> &Profile;
+
+    fn process(&mut self, batch: &mut Batch, cx: &Context);
+
+    /// Counters of the NF's own (table sizes, learned entries, floods), for the summary.
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,57 @@
+//! NF kinds by config name, with their parameter docs, for `run`, `check` and `nfs`.
+
+use super::params::{ParamDoc, ParamError, Params};
+use super::{Firewall, Ipv4Switch, MacSwitch, Nf, Wire};
+
+pub struct Kind {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub params: &'static [ParamDoc],
+    pub build: fn(&mut Params) -> Result<Box<dyn Nf>, ParamError>,
+}
+
+pub const KINDS: &[Kind] = &[
+    Kind {
+        name: "wire",
+        summary: "Freeflow wire: a packet entering on port 2k leaves on 2k+1 and vice versa",
+        params: Wire::PARAMS,
+        build: |p| Ok(Box::new(Wire::from_params(p)?)),
+    },
+    Kind {
+        name: "mac_switch",
+        summary: "MAC learning switch: learn source MAC -> ingress port, forward by destination MAC, flood on miss",
+        params: MacSwitch::PARAMS,
+        build: |p| Ok(Box::new(MacSwitch::from_params(p)?)),
+    },
+    Kind {
+        name: "ipv4_switch",
+        summary: "IPv4 learning switch: learn source address -> ingress port, forward by destination address, flood on miss",
+        params: Ipv4Switch::PARAMS,
+        build: |p| Ok(Box::new(Ipv4Switch::from_params(p)?)),
+    },
+    Kind {
+        name: "firewall",
+        summary: "Stateless firewall: passes TCP/UDP with a source or destination port in the list, then switches like ipv4_switch",
+        params: Firewall::PARAMS,
+        build: |p| Ok(Box::new(Firewall::from_params(p)?)),
+    },
+];
+
+pub fn find(name: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+/// Builds an NF of `kind` named `nf` from its parameter table (without `name`/`kind`).
+pub fn build(nf: &str, kind: &str, table: &toml::Table) -> Result<Box<dyn Nf>, ParamError> {
+    let Some(k) = find(kind) else {
+        let names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
+        return Err(ParamError {
+            nf: nf.to_string(),
+            msg: format!("unknown kind `{kind}` (known: {})", names.join(", ")),
+        });
+    };
+    let mut p = Params::new(nf, table);
+    let built = (k.build)(&mut p)?;
+    p.finish(k.params)?;
+    Ok(built)
+}
