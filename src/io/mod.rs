@@ -1,5 +1,6 @@
 //! Ports and traces: pcap/pcapng in and out, the synthetic generator.
 
+pub mod gen;
 mod linktype;
 pub mod pcap_read;
 pub mod pcap_write;

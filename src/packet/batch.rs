@@ -37,12 +37,23 @@ impl Batch {
         self.pkts.len() >= MAX_BATCH
     }
 
-    /// Adds a packet; the caller keeps batches at most [`MAX_BATCH`] long so this never
+    /// Room for `n` packets: a node fed by several others may hold more than one batch.
+    pub fn with_capacity(n: usize) -> Batch {
+        Batch {
+            pkts: Vec::with_capacity(n),
+        }
+    }
+
+    /// Adds a packet; callers stay within the capacity they asked for, so this never
     /// reallocates.
     #[inline]
     pub fn push(&mut self, p: Packet) {
-        debug_assert!(self.pkts.len() < MAX_BATCH);
+        debug_assert!(self.pkts.len() < self.pkts.capacity(), "batch over capacity");
         self.pkts.push(p);
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.pkts.capacity()
     }
 
     #[inline]

@@ -1,1 +1,11 @@
-//! Executes a chain.
+//! Executes a chain: the config, the graph built from it, and the run-to-completion worker.
+
+mod chain;
+mod config;
+mod counters;
+mod worker;
+
+pub use chain::{Chain, Node, NodeKind, INPUT};
+pub use config::{ChainConfig, ConfigError};
+pub use counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
+pub use worker::{NoProgress, Progress, RunOptions, Runner};

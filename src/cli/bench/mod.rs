@@ -1,0 +1,97 @@
+//! `catena bench`: the papers' experiments, as tables, CSV/JSON and an SVG chart.
+//! Timings are medians over several runs; ratios are taken within the same run.
+
+mod chart;
+mod ops;
+mod steve;
+mod traces;
+mod tsc;
+
+use std::path::PathBuf;
+
+/// Reproduce an experiment and print its table; results go under --out.
+#[derive(clap::Args)]
+pub struct Args {
+    /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per operation).
+    name: String,
+    /// Runs per measurement; the median is reported.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    runs: u64,
+    /// Print the rows as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Folder for the CSV, JSON and SVG results.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Scale the generated traces' packet counts (e.g. 0.1 for a quick look).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Traces to use (default: smallflows,bigflows,4sics,merged). `merged` is
+    /// ../shared/datasets/bench/ndpi-ether-merged.pcap; a path to any pcap works too.
+    #[arg(long, value_delimiter = ',')]
+    traces: Vec<String>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    if !(a.scale > 0.0 && a.scale <= 10.0) {
+        anyhow::bail!("--scale {} must be in (0, 10]", a.scale);
+    }
+    std::fs::create_dir_all(&a.out).map_err(|e| anyhow::anyhow!("{}: {e}", a.out.display()))?;
+    match a.name.as_str() {
+        "steve" => steve::apps(&a),
+        "steve-decode" => steve::decode(&a),
+        "steve-ops" => ops::run(&a),
+        other => anyhow::bail!("unknown benchmark `{other}` (known: steve, steve-decode, steve-ops)"),
+    }
+}
+
+/// Median of the samples (mean of the middle two for an even count).
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Writes `name.csv` and `name.json` under the results folder.
+pub fn write_results<T: serde::Serialize>(
+    a: &Args,
+    name: &str,
+    header: &[&str],
+    rows: &[Vec<String>],
+    json: &T,
+) -> anyhow::Result<()> {
+    let mut csv = header.join(",") + "\n";
+    for r in rows {
+        csv += &(r.join(",") + "\n");
+    }
+    let p = a.out.join(format!("{name}.csv"));
+    std::fs::write(&p, csv).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+    let p = a.out.join(format!("{name}.json"));
+    std::fs::write(&p, serde_json::to_string_pretty(json)?).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+    Ok(())
+}
+
+/// Prints a table with right-aligned columns.
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let s: Vec<String> = cells.iter().enumerate().map(|(i, c)| format!("{:>1$}", c, w[i])).collect();
+        println!("{}", s.join("  "));
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+}

@@ -1,0 +1,220 @@
+//! Nanoseconds per primitive operation of a match-action pipeline, as the Steve thesis
+//! tabulated them: table match with goto, flow insert and remove, field decode, read and
+//! write, action-set write, output. Each op runs over a working set shaped like real
+//! traffic (4,096 distinct keys, real packet bytes) so caches behave as in a run.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use catena::flow::TimedTable;
+use catena::packet::{Batch, Layers, LinkKind, Packet};
+
+use super::{median, print_table, tsc, write_results, Args};
+
+#[derive(Serialize)]
+struct Row {
+    op: &'static str,
+    ns: f64,
+    cycles: f64,
+    iterations: u64,
+}
+
+const KEYS: usize = 4096;
+
+/// A TCP/IPv4 frame with the given addresses (ports 1234 → 80), header checksum valid.
+fn frame(i: u32) -> Packet {
+    let mut b = vec![0u8; 64];
+    b[0..6].copy_from_slice(&[2, 0, 0, 0, (i >> 8) as u8, i as u8]);
+    b[6..12].copy_from_slice(&[2, 0, 0, 1, (i >> 8) as u8, i as u8]);
+    b[12..14].copy_from_slice(&[8, 0]);
+    b[14..34].copy_from_slice(&[0x45, 0, 0, 50, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 1, 0, 0]);
+    b[30..34].copy_from_slice(&(0x0a01_0000 | i).to_be_bytes());
+    b[34..38].copy_from_slice(&[0x04, 0xd2, 0, 80]);
+    b[46] = 0x50;
+    let mut p = Packet::from_bytes(&b);
+    let sum = ip_checksum(&p.data()[14..34]);
+    p.data_mut()[24..26].copy_from_slice(&sum.to_be_bytes());
+    p
+}
+
+fn ip_checksum(h: &[u8]) -> u16 {
+    let mut s: u32 = 0;
+    for (k, w) in h.chunks(2).enumerate() {
+        if k != 5 {
+            s += u16::from_be_bytes([w[0], w[1]]) as u32;
+        }
+    }
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// Times `iters` calls of `f(i)`; returns (ns, cycles) per call.
+fn time(iters: u64, mut f: impl FnMut(usize)) -> (f64, f64) {
+    let (t0, c0) = (Instant::now(), tsc::now());
+    for i in 0..iters as usize {
+        f(i);
+    }
+    let (c1, t1) = (tsc::now(), t0.elapsed());
+    (t1.as_nanos() as f64 / iters as f64, (c1 - c0) as f64 / iters as f64)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct FiveTuple {
+    src: u32,
+    dst: u32,
+    sport: u16,
+    dport: u16,
+    proto: u8,
+}
+
+#[derive(Clone, Copy)]
+enum Action {
+    SetField {
+        #[allow(dead_code)]
+        field: u8,
+        #[allow(dead_code)]
+        value: u64,
+    },
+    Output(#[allow(dead_code)] u16),
+}
+
+pub fn run(a: &Args) -> anyhow::Result<i32> {
+    let iters: u64 = ((4_000_000.0 * a.scale) as u64).max(10_000);
+    let mut pkts: Vec<Packet> = (0..KEYS as u32).map(frame).collect();
+    let mut names: Vec<&'static str> = Vec::new();
+    let mut samples: Vec<Vec<(f64, f64)>> = Vec::new();
+    for run in 0..a.runs {
+        let mut results: Vec<(&'static str, (f64, f64))> = Vec::new();
+
+        results.push(("loop overhead", time(iters, |i| {
+            black_box(i & (KEYS - 1));
+        })));
+
+        // Stage-1 exact match on destination MAC, then goto the stage the entry names.
+        let mut t1: TimedTable<u64, u32> = TimedTable::new(KEYS, 0);
+        for (k, p) in pkts.iter().enumerate() {
+            let d = p.data();
+            let key = u64::from_be_bytes([0, 0, d[0], d[1], d[2], d[3], d[4], d[5]]);
+            t1.learn(key, (k % 4) as u32, 0);
+        }
+        let stages: [fn(u64) -> u64; 4] = [|x| x + 1, |x| x ^ 3, |x| x.rotate_left(5), |x| x.wrapping_mul(3)];
+        results.push(("table match + goto", time(iters, |i| {
+            let d = pkts[i & (KEYS - 1)].data();
+            let key = u64::from_be_bytes([0, 0, d[0], d[1], d[2], d[3], d[4], d[5]]);
+            let next = t1.get(&key, 0).unwrap_or(0) as usize;
+            black_box(stages[next & 3](key));
+        })));
+
+        // Flow insert then remove of fresh 5-tuples (table sized up front: no growth).
+        let n = (iters as usize).min(1 << 20);
+        let mut ft: TimedTable<FiveTuple, u32> = TimedTable::new(n, 0);
+        let key = |i: usize| FiveTuple {
+            src: 0x0a00_0000 | i as u32,
+            dst: 0x0a01_0000 ^ (i as u32).rotate_left(7),
+            sport: i as u16,
+            dport: 80,
+            proto: 6,
+        };
+        results.push(("flow insert", time(n as u64, |i| {
+            black_box(ft.learn(key(i), i as u32, 0));
+        })));
+        results.push(("flow remove", time(n as u64, |i| {
+            black_box(ft.remove(&key(i)));
+        })));
+
+        // Decode: the header walk alone (offsets for L2, L3, L4).
+        results.push(("field decode", time(iters, |i| {
+            black_box(Layers::parse(LinkKind::Ethernet, pkts[i & (KEYS - 1)].data()));
+        })));
+        for p in pkts.iter_mut() {
+            p.layers();
+        }
+        results.push(("field read", time(iters, |i| {
+            let p = &pkts[i & (KEYS - 1)];
+            let o = p.meta().layers.l3_off as usize + 12;
+            let d = p.data();
+            black_box(u32::from_be_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]]));
+        })));
+        // Write: decrement TTL with the RFC 1624 checksum update, as a router does.
+        results.push(("field write", time(iters, |i| {
+            let p = &mut pkts[i & (KEYS - 1)];
+            let o = p.meta().layers.l3_off as usize;
+            let d = p.data_mut();
+            let old = u16::from_be_bytes([d[o + 8], d[o + 9]]);
+            d[o + 8] = d[o + 8].wrapping_sub(1);
+            let new = u16::from_be_bytes([d[o + 8], d[o + 9]]);
+            let c = u16::from_be_bytes([d[o + 10], d[o + 11]]);
+            let mut s = (!c as u32) + (!old as u32) + new as u32;
+            s = (s & 0xffff) + (s >> 16);
+            s = (s & 0xffff) + (s >> 16);
+            d[o + 10..o + 12].copy_from_slice(&(!(s as u16)).to_be_bytes());
+        })));
+        // Action set: the pipeline accumulates set-field actions, applied at the end.
+        let mut set = [Action::Output(0); 8];
+        let mut len = 0usize;
+        results.push(("action-set write", time(iters, |i| {
+            set[len & 7] = Action::SetField {
+                field: (i & 15) as u8,
+                value: i as u64,
+            };
+            len += 1;
+            if len == 8 {
+                black_box(&set);
+                len = 0;
+            }
+        })));
+        let _ = matches!(set[0], Action::SetField { .. });
+        // Output: choose the egress port and hand the packet to the port's batch.
+        let mut out = Batch::with_capacity(catena::packet::MAX_BATCH);
+        let mut spare: Vec<Packet> = pkts.drain(..catena::packet::MAX_BATCH).collect();
+        results.push(("output", time(iters, |i| {
+            let mut p = spare.pop().expect("refilled below");
+            p.meta_mut().egress = (i & 3) as u16;
+            out.push(p);
+            if out.is_full() {
+                spare.extend(out.drain());
+            }
+        })));
+        spare.extend(out.drain());
+        pkts.extend(spare);
+
+        if run == 0 {
+            names = results.iter().map(|r| r.0).collect();
+            samples = vec![Vec::new(); names.len()];
+        }
+        for (k, (_, v)) in results.into_iter().enumerate() {
+            samples[k].push(v);
+        }
+    }
+    let rows: Vec<Row> = names
+        .iter()
+        .zip(samples)
+        .map(|(op, s)| {
+            let mut ns: Vec<f64> = s.iter().map(|x| x.0).collect();
+            let mut cy: Vec<f64> = s.iter().map(|x| x.1).collect();
+            Row {
+                op,
+                ns: median(&mut ns),
+                cycles: median(&mut cy),
+                iterations: iters,
+            }
+        })
+        .collect();
+    let header = ["op", "ns/op", "cycles/op"];
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| vec![r.op.to_string(), format!("{:.2}", r.ns), format!("{:.1}", r.cycles)])
+        .collect();
+    write_results(a, "steve-ops", &header, &body, &rows)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&rows)?);
+    } else {
+        print_table(&header, &body);
+        println!("(median of {} runs of {} iterations; working set {KEYS} packets/keys)", a.runs, iters);
+    }
+    Ok(0)
+}

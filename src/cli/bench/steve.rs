@@ -1,0 +1,138 @@
+//! The Steve thesis' tables: the four Freeflow apps on each trace, beside the copy floor;
+//! and the firewall with partial against full decodes.
+
+use serde::Serialize;
+
+use catena::io::Trace;
+use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
+
+use super::{chart, median, print_table, traces, tsc, write_results, Args};
+
+/// (app, chain file text). `copy-floor` has no NF: packets are only copied into buffers
+/// and released, which bounds what any app can reach.
+const APPS: &[(&str, &str)] = &[
+    ("copy-floor", "[input]\nports = 5\n"),
+    ("wire", "[input]\nports = 2\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n"),
+    ("mac_switch", "[input]\nports = 5\n[[nf]]\nname = \"sw\"\nkind = \"mac_switch\"\n"),
+    ("ipv4_switch", "[input]\nports = 5\n[[nf]]\nname = \"sw\"\nkind = \"ipv4_switch\"\n"),
+    ("firewall", "[input]\nports = 5\n[[nf]]\nname = \"fw\"\nkind = \"firewall\"\n"),
+];
+
+const DECODES: &[(&str, &str)] = &[
+    ("partial", "[input]\nports = 5\n[[nf]]\nname = \"fw\"\nkind = \"firewall\"\ndecode = \"partial\"\n"),
+    ("full", "[input]\nports = 5\n[[nf]]\nname = \"fw\"\nkind = \"firewall\"\ndecode = \"full\"\n"),
+];
+
+#[derive(Serialize, Clone)]
+pub struct Row {
+    pub app: String,
+    pub trace: String,
+    pub packets: u64,
+    pub mpps: f64,
+    pub data_rate_gbps: f64,
+    pub throughput_gbps: f64,
+    pub ns_per_packet: f64,
+    pub cycles_per_packet: f64,
+    /// Forwarded share of the input (the rest dropped by the app).
+    pub forwarded: f64,
+    pub runs: u64,
+}
+
+/// Runs `chain_text` over `trace` `runs` times and keeps the median run by Mpps.
+fn measure(app: &str, chain_text: &str, trace_name: &str, trace: &Trace, runs: u64, hz: f64) -> anyhow::Result<Row> {
+    let cfg = ChainConfig::parse(chain_text, app)?;
+    let mut samples = Vec::new();
+    let mut last = None;
+    for _ in 0..runs {
+        let chain = Chain::from_config(&cfg)?;
+        let mut r = Runner::new(chain, trace.max_packet_len());
+        let s = r.run(trace, &RunOptions::default(), &mut NoProgress)?;
+        samples.push(s.seconds);
+        last = Some(s);
+    }
+    let s = last.expect("runs >= 1");
+    let secs = median(&mut samples).max(1e-9);
+    let pk = s.packets_in as f64;
+    Ok(Row {
+        app: app.into(),
+        trace: trace_name.into(),
+        packets: s.packets_in,
+        mpps: pk / secs / 1e6,
+        data_rate_gbps: s.bytes_in as f64 * 8.0 / secs / 1e9,
+        throughput_gbps: s.bytes_out as f64 * 8.0 / secs / 1e9,
+        ns_per_packet: secs * 1e9 / pk.max(1.0),
+        cycles_per_packet: secs * hz / pk.max(1.0),
+        forwarded: s.packets_out as f64 / pk.max(1.0),
+        runs,
+    })
+}
+
+fn table<'a>(rows: &[Row], first: &'a str) -> (Vec<&'a str>, Vec<Vec<String>>) {
+    let header = vec![first, "trace", "packets", "Mpps", "data Gbps", "thru Gbps", "ns/pkt", "cycles/pkt", "fwd %"];
+    let body = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.app.clone(),
+                r.trace.clone(),
+                r.packets.to_string(),
+                format!("{:.2}", r.mpps),
+                format!("{:.2}", r.data_rate_gbps),
+                format!("{:.2}", r.throughput_gbps),
+                format!("{:.1}", r.ns_per_packet),
+                format!("{:.1}", r.cycles_per_packet),
+                format!("{:.1}", r.forwarded * 100.0),
+            ]
+        })
+        .collect();
+    (header, body)
+}
+
+fn run_grid(a: &Args, apps: &[(&str, &str)], name: &str, first: &str) -> anyhow::Result<Vec<Row>> {
+    let hz = tsc::hz();
+    let mut rows = Vec::new();
+    for t in traces::names(&a.traces) {
+        let trace = traces::load(&t, a.scale)?;
+        for (app, text) in apps {
+            rows.push(measure(app, text, &t, &trace, a.runs, hz)?);
+        }
+    }
+    let (header, body) = table(&rows, first);
+    write_results(a, name, &header, &body, &rows)?;
+    chart::bars(&a.out.join(format!("{name}.svg")), &format!("catena bench {name}: Mpps (median of {})", a.runs), &rows)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&rows)?);
+    } else {
+        print_table(&header, &body);
+    }
+    Ok(rows)
+}
+
+pub fn apps(a: &Args) -> anyhow::Result<i32> {
+    let rows = run_grid(a, APPS, "steve", "app")?;
+    if !a.json {
+        println!("\nwire vs copy floor (same run): ");
+        for t in traces::names(&a.traces) {
+            let get = |app: &str| rows.iter().find(|r| r.app == app && r.trace == t).map(|r| r.ns_per_packet);
+            if let (Some(w), Some(c)) = (get("wire"), get("copy-floor")) {
+                println!("  {t}: wire {w:.1} ns/pkt = {:.2}× the copy floor's {c:.1}", w / c);
+            }
+        }
+        println!("results in {}", a.out.display());
+    }
+    Ok(0)
+}
+
+pub fn decode(a: &Args) -> anyhow::Result<i32> {
+    let rows = run_grid(a, DECODES, "steve-decode", "decode")?;
+    if !a.json {
+        println!("\nfull / partial time per packet (same run):");
+        for t in traces::names(&a.traces) {
+            let get = |d: &str| rows.iter().find(|r| r.app == d && r.trace == t).map(|r| r.ns_per_packet);
+            if let (Some(p), Some(f)) = (get("partial"), get("full")) {
+                println!("  {t}: {:.2}×", f / p);
+            }
+        }
+    }
+    Ok(0)
+}

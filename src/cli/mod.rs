@@ -1,0 +1,54 @@
+//! Command-line interface: parses arguments, runs a subcommand, turns errors into one line.
+
+mod bench;
+mod check;
+mod gen;
+mod nfs;
+mod progress;
+mod run;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "catena",
+    version,
+    about = "A software data plane for network-function service chains",
+    long_about = "catena forwards packets from pcap traces (or generated traffic) through a chain of \
+network functions read from a TOML file, and reports what each NF did.\n\n\
+Start with `catena run examples/firewall.toml`, `catena check FILE` to see a chain's graph, \
+and `catena nfs` for the NF kinds and their parameters."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    Run(run::Args),
+    Check(check::Args),
+    Gen(gen::Args),
+    Nfs(nfs::Args),
+    Bench(bench::Args),
+}
+
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Run(a) => run::run(a),
+        Cmd::Check(a) => check::run(a),
+        Cmd::Gen(a) => gen::run(a),
+        Cmd::Nfs(a) => nfs::run(a),
+        Cmd::Bench(a) => bench::run(a),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: the chain of causes joined, no backtrace.
+            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("error: {}", msg.join(": ").replace('\n', " "));
+            1
+        }
+    }
+}

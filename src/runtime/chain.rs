@@ -1,0 +1,343 @@
+//! The chain as a graph of nodes: the input, NFs and sinks, checked to be a DAG in which
+//! every NF output leads somewhere and every NF is reachable from the input.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::config::{ChainConfig, ConfigError, DEFAULT_PORTS, DEFAULT_SEED};
+use crate::nfs::{registry, Nf};
+
+/// Name of the input node in edges.
+pub const INPUT: &str = "in";
+/// Name of the default sink, bound to `--output`.
+pub const DEFAULT_SINK: &str = "out";
+
+pub enum NodeKind {
+    Input,
+    Nf { kind: String, nf: Box<dyn Nf> },
+    Sink { path: Option<PathBuf> },
+}
+
+pub struct Node {
+    pub name: String,
+    pub kind: NodeKind,
+    /// Output names (NFs name theirs in the profile; the input has one, sinks none).
+    pub outputs: Vec<&'static str>,
+    /// Successor node for each output.
+    pub next: Vec<usize>,
+    pub drop_reasons: Vec<&'static str>,
+}
+
+impl Node {
+    pub fn kind_name(&self) -> &str {
+        match &self.kind {
+            NodeKind::Input => "input",
+            NodeKind::Nf { kind, .. } => kind,
+            NodeKind::Sink { .. } => "sink",
+        }
+    }
+}
+
+pub struct Chain {
+    pub name: String,
+    pub nodes: Vec<Node>,
+    /// NFs and sinks in an order where every node comes after all its predecessors.
+    pub order: Vec<usize>,
+    pub ports: u16,
+    pub seed: u64,
+    /// The trace named in the file, if any (resolved against the file's folder).
+    pub default_trace: Option<PathBuf>,
+}
+
+pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted"];
+
+impl Chain {
+    pub fn from_config(c: &ChainConfig) -> Result<Chain, ConfigError> {
+        let mut nodes = vec![Node {
+            name: INPUT.into(),
+            kind: NodeKind::Input,
+            outputs: vec!["out"],
+            next: vec![],
+            drop_reasons: INPUT_DROPS.to_vec(),
+        }];
+        let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
+        by_name.insert(INPUT.into(), 0);
+        for t in &c.nfs {
+            let name = str_key(c, t, "name", "each [[nf]] needs a `name`")?;
+            let kind = str_key(c, t, "kind", &format!("nf `{name}` needs a `kind`"))?;
+            check_name(c, &name, &by_name)?;
+            let mut params = t.clone();
+            params.remove("name");
+            params.remove("kind");
+            let nf = registry::build(&name, &kind, &params).map_err(|e| c.invalid(e.to_string()))?;
+            let prof = nf.profile();
+            by_name.insert(name.clone(), nodes.len());
+            nodes.push(Node {
+                name,
+                outputs: prof.outputs.to_vec(),
+                drop_reasons: prof.drop_reasons.to_vec(),
+                next: vec![],
+                kind: NodeKind::Nf { kind, nf },
+            });
+        }
+        let mut sinks: Vec<(String, Option<PathBuf>)> =
+            c.sinks.iter().map(|s| (s.name.clone(), s.path.as_deref().map(|p| c.resolve(p)))).collect();
+        if !sinks.iter().any(|(n, _)| n == DEFAULT_SINK) {
+            sinks.insert(0, (DEFAULT_SINK.into(), None));
+        }
+        for (name, path) in sinks {
+            check_name(c, &name, &by_name)?;
+            by_name.insert(name.clone(), nodes.len());
+            nodes.push(Node {
+                name,
+                kind: NodeKind::Sink { path },
+                outputs: vec![],
+                next: vec![],
+                drop_reasons: vec![],
+            });
+        }
+
+        let edges = match &c.edges {
+            Some(e) => parse_edges(c, e, &nodes, &by_name)?,
+            None => {
+                // A line in file order.
+                let mut line = vec![0];
+                line.extend(1..=c.nfs.len());
+                line.push(by_name[DEFAULT_SINK]);
+                line.windows(2).map(|w| (w[0], 0, w[1])).collect()
+            }
+        };
+        let mut next: Vec<Vec<Option<usize>>> = nodes.iter().map(|n| vec![None; n.outputs.len()]).collect();
+        for (from, out, to) in edges {
+            if let Some(prev) = next[from][out] {
+                return Err(c.invalid(format!(
+                    "output `{}` of `{}` has two edges (to `{}` and `{}`); use an NF with more outputs to split traffic",
+                    nodes[from].outputs[out], nodes[from].name, nodes[prev].name, nodes[to].name
+                )));
+            }
+            next[from][out] = Some(to);
+        }
+        for (i, n) in nodes.iter_mut().enumerate() {
+            let mut v = Vec::new();
+            for (o, t) in next[i].iter().enumerate() {
+                match t {
+                    Some(t) => v.push(*t),
+                    None => {
+                        return Err(c.invalid(format!(
+                            "output `{}` of `{}` goes nowhere: add an edge `{}{} -> NODE`",
+                            n.outputs[o],
+                            n.name,
+                            n.name,
+                            if n.outputs.len() > 1 { format!(":{}", n.outputs[o]) } else { String::new() }
+                        )))
+                    }
+                }
+            }
+            n.next = v;
+        }
+        let order = topo_order(c, &nodes)?;
+        Ok(Chain {
+            name: c.name.clone().unwrap_or_else(|| "chain".into()),
+            ports: c.input.ports.unwrap_or(DEFAULT_PORTS),
+            seed: c.input.seed.unwrap_or(DEFAULT_SEED),
+            default_trace: c.input.trace.as_deref().map(|t| c.resolve(t)),
+            nodes,
+            order,
+        })
+        .and_then(|ch| {
+            if ch.ports == 0 {
+                Err(c.invalid("[input] ports must be at least 1"))
+            } else {
+                Ok(ch)
+            }
+        })
+    }
+
+    /// Index of the node called `name`.
+    pub fn node(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// The graph and plan as `catena check` prints them.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "chain `{}`: {} NF(s), {} virtual port(s), ingress port drawn with seed {}\n",
+            self.name,
+            self.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Nf { .. })).count(),
+            self.ports,
+            self.seed
+        );
+        s.push_str("nodes:\n");
+        for n in &self.nodes {
+            match &n.kind {
+                NodeKind::Input => s.push_str(&format!("  {:<12} input\n", n.name)),
+                NodeKind::Sink { path } => s.push_str(&format!(
+                    "  {:<12} sink -> {}\n",
+                    n.name,
+                    path.as_ref().map_or("(--output, or discard)".into(), |p| p.display().to_string())
+                )),
+                NodeKind::Nf { kind, nf } => {
+                    let p = nf.profile();
+                    s.push_str(&format!(
+                        "  {:<12} {:<12} reads {}; writes {}; {}{}{}\n",
+                        n.name,
+                        kind,
+                        p.reads,
+                        p.writes,
+                        if p.may_drop { format!("drops ({})", p.drop_reasons.join(", ")) } else { "never drops".into() },
+                        if p.per_flow_state { "; per-flow state (sees every packet)" } else { "" },
+                        if p.changes_length { "; adds/removes headers" } else { "" },
+                    ))
+                }
+            }
+        }
+        s.push_str("edges:\n");
+        for n in &self.nodes {
+            for (o, t) in n.next.iter().enumerate() {
+                let out = if n.outputs.len() > 1 { format!(":{}", n.outputs[o]) } else { String::new() };
+                s.push_str(&format!("  {}{} -> {}\n", n.name, out, self.nodes[*t].name));
+            }
+        }
+        let order: Vec<&str> = std::iter::once(INPUT)
+            .chain(self.order.iter().map(|&i| self.nodes[i].name.as_str()))
+            .collect();
+        s.push_str(&format!(
+            "plan: one worker, run to completion, batches of {}: {}\n",
+            crate::packet::MAX_BATCH,
+            order.join(" → ")
+        ));
+        s
+    }
+}
+
+fn str_key(c: &ChainConfig, t: &toml::Table, key: &str, missing: &str) -> Result<String, ConfigError> {
+    match t.get(key) {
+        Some(toml::Value::String(s)) => Ok(s.clone()),
+        Some(v) => Err(c.invalid(format!("`{key}` must be a string, not {}", v.type_str()))),
+        None => Err(c.invalid(missing)),
+    }
+}
+
+fn check_name(c: &ChainConfig, name: &str, seen: &BTreeMap<String, usize>) -> Result<(), ConfigError> {
+    if name.is_empty() || !name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-') {
+        return Err(c.invalid(format!("bad node name `{name}`: use letters, digits, `_` and `-`")));
+    }
+    if seen.contains_key(name) {
+        return Err(c.invalid(format!("two nodes are named `{name}`")));
+    }
+    Ok(())
+}
+
+fn parse_edges(
+    c: &ChainConfig,
+    edges: &[String],
+    nodes: &[Node],
+    by_name: &BTreeMap<String, usize>,
+) -> Result<Vec<(usize, usize, usize)>, ConfigError> {
+    let names = || by_name.keys().cloned().collect::<Vec<_>>().join(", ");
+    let mut out = Vec::new();
+    for e in edges {
+        let hops: Vec<&str> = e.split("->").map(str::trim).collect();
+        if hops.len() < 2 || hops.iter().any(|h| h.is_empty()) {
+            return Err(c.invalid(format!("edge `{e}`: write it as `from -> to` or `from:output -> to`")));
+        }
+        for w in hops.windows(2) {
+            let (from, port) = match w[0].split_once(':') {
+                Some((f, p)) => (f.trim(), Some(p.trim())),
+                None => (w[0], None),
+            };
+            let to = w[1];
+            let &fi = by_name
+                .get(from)
+                .ok_or_else(|| c.invalid(format!("edge `{e}`: no node named `{from}` (nodes: {})", names())))?;
+            let &ti = by_name
+                .get(to)
+                .ok_or_else(|| c.invalid(format!("edge `{e}`: no node named `{to}` (nodes: {})", names())))?;
+            if to.contains(':') {
+                return Err(c.invalid(format!("edge `{e}`: an output name goes on the left of `->`")));
+            }
+            let fnode = &nodes[fi];
+            if fnode.outputs.is_empty() {
+                return Err(c.invalid(format!("edge `{e}`: `{from}` is a sink; nothing leaves it")));
+            }
+            if ti == 0 {
+                return Err(c.invalid(format!("edge `{e}`: nothing can go into the input `{INPUT}`")));
+            }
+            let o = match port {
+                None if fnode.outputs.len() == 1 => 0,
+                None => {
+                    return Err(c.invalid(format!(
+                        "edge `{e}`: `{from}` has outputs {}; name one as `{from}:OUTPUT`",
+                        fnode.outputs.join(", ")
+                    )))
+                }
+                Some(p) => fnode.outputs.iter().position(|o| *o == p).ok_or_else(|| {
+                    c.invalid(format!(
+                        "edge `{e}`: `{from}` has no output `{p}` (outputs: {})",
+                        fnode.outputs.join(", ")
+                    ))
+                })?,
+            };
+            out.push((fi, o, ti));
+        }
+    }
+    Ok(out)
+}
+
+/// Kahn's algorithm from the input; a leftover node is on a cycle or unreachable.
+fn topo_order(c: &ChainConfig, nodes: &[Node]) -> Result<Vec<usize>, ConfigError> {
+    let n = nodes.len();
+    let mut reach = vec![false; n];
+    let mut stack = vec![0];
+    while let Some(i) = stack.pop() {
+        if !std::mem::replace(&mut reach[i], true) {
+            stack.extend(nodes[i].next.iter().copied());
+        }
+    }
+    if let Some(i) = (0..n).find(|&i| !reach[i] && !matches!(nodes[i].kind, NodeKind::Sink { .. })) {
+        return Err(c.invalid(format!("`{}` is not reachable from `{INPUT}`", nodes[i].name)));
+    }
+    let mut indeg = vec![0usize; n];
+    for (i, node) in nodes.iter().enumerate() {
+        if reach[i] {
+            for &t in &node.next {
+                indeg[t] += 1;
+            }
+        }
+    }
+    let mut ready = vec![0];
+    let mut order = Vec::new();
+    while let Some(i) = ready.pop() {
+        if i != 0 {
+            order.push(i);
+        }
+        for &t in &nodes[i].next {
+            indeg[t] -= 1;
+            if indeg[t] == 0 {
+                ready.push(t);
+            }
+        }
+    }
+    if let Some(start) = (0..n).find(|&i| reach[i] && indeg[i] > 0) {
+        // Every blocked node has a blocked predecessor: walking back must repeat a node,
+        // and the nodes between the repeats are the cycle.
+        let mut path = vec![start];
+        let mut cur = start;
+        for _ in 0..=n {
+            let Some(pred) = (0..n).find(|&p| reach[p] && indeg[p] > 0 && nodes[p].next.contains(&cur)) else {
+                break;
+            };
+            cur = pred;
+            if let Some(p) = path.iter().position(|&x| x == cur) {
+                let mut cyc: Vec<&str> = path[p..].iter().map(|&i| nodes[i].name.as_str()).collect();
+                cyc.reverse();
+                cyc.push(cyc[0]);
+                return Err(c.invalid(format!("the edges form a cycle: {}", cyc.join(" -> "))));
+            }
+            path.push(cur);
+        }
+        return Err(c.invalid(format!("the edges form a cycle through `{}`", nodes[start].name)));
+    }
+    // Unreachable sinks are harmless but take no part in the run.
+    Ok(order.into_iter().filter(|&i| reach[i]).collect())
+}

@@ -1,0 +1,143 @@
+//! The chain file: TOML naming the input, the NFs with their parameters, the sinks and the
+//! edges between them.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {msg}")]
+    Read { path: String, msg: String },
+    #[error("{path}:{line}:{col}: {msg}")]
+    Syntax {
+        path: String,
+        line: usize,
+        col: usize,
+        msg: String,
+    },
+    #[error("{path}: {msg}")]
+    Invalid { path: String, msg: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChainConfig {
+    /// Shown in summaries; defaults to the file's stem.
+    pub name: Option<String>,
+    pub description: Option<String>,
+    /// `"a -> b"`, `"a:output -> b"`, or a path `"in -> fw -> out"`. Without it the NFs
+    /// form a line in file order: `in -> nf1 -> … -> out`.
+    pub edges: Option<Vec<String>>,
+    #[serde(default)]
+    pub input: InputConfig,
+    #[serde(default, rename = "nf")]
+    pub nfs: Vec<toml::Table>,
+    #[serde(default, rename = "sink")]
+    pub sinks: Vec<SinkConfig>,
+    /// Where the file was read from: relative paths in it are taken from its folder.
+    #[serde(skip)]
+    pub dir: PathBuf,
+    #[serde(skip)]
+    pub path: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputConfig {
+    /// Default trace when `--input` is not given (relative to the chain file).
+    pub trace: Option<String>,
+    /// Number of virtual ports; each packet's ingress port is drawn among them.
+    pub ports: Option<u16>,
+    /// Seed for the ingress port draw.
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkConfig {
+    pub name: String,
+    /// pcap file to write (relative to the chain file); `--output` sets it for `out`.
+    pub path: Option<String>,
+}
+
+pub const DEFAULT_PORTS: u16 = 5;
+pub const DEFAULT_SEED: u64 = 1;
+
+impl ChainConfig {
+    pub fn load(path: &Path) -> Result<ChainConfig, ConfigError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: p.clone(),
+            msg: e.to_string(),
+        })?;
+        let mut c = ChainConfig::parse(&text, &p)?;
+        c.dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(c)
+    }
+
+    pub fn parse(text: &str, path: &str) -> Result<ChainConfig, ConfigError> {
+        let mut c: ChainConfig = toml::from_str(text).map_err(|e| {
+            let (line, col) = e
+                .span()
+                .map(|s| line_col(text, s.start))
+                .unwrap_or((1, 1));
+            ConfigError::Syntax {
+                path: path.to_string(),
+                line,
+                col,
+                msg: e.message().replace('\n', " ").trim().to_string(),
+            }
+        })?;
+        c.path = path.to_string();
+        if c.name.is_none() {
+            c.name = Path::new(path)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned());
+        }
+        Ok(c)
+    }
+
+    pub fn invalid(&self, msg: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.clone(),
+            msg: msg.into(),
+        }
+    }
+
+    /// A path from the file, taken relative to the file's folder.
+    pub fn resolve(&self, p: &str) -> PathBuf {
+        let pb = PathBuf::from(p);
+        if pb.is_absolute() {
+            pb
+        } else {
+            self.dir.join(pb)
+        }
+    }
+}
+
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..at.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, col)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syntax_errors_name_line_and_column() {
+        let e = ChainConfig::parse("[input]\nports = \"five\"\n", "x.toml").unwrap_err();
+        let s = e.to_string();
+        assert!(s.starts_with("x.toml:2:9: "), "{s}");
+        assert!(!s.contains('\n'));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let e = ChainConfig::parse("[input]\nport = 5\n", "x.toml").unwrap_err();
+        assert!(e.to_string().contains("unknown field `port`"), "{e}");
+    }
+}

@@ -1,0 +1,158 @@
+//! Per-node counters kept during a run, and the summary built from them at the end.
+
+use serde::Serialize;
+
+/// Counters of one node. Invariant checked after every run: in = out + dropped.
+#[derive(Clone, Debug, Default)]
+pub struct NodeCounters {
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    /// Packets per output.
+    pub out: Vec<u64>,
+    /// Packets per drop reason.
+    pub drops: Vec<u64>,
+}
+
+impl NodeCounters {
+    pub fn new(outputs: usize, reasons: usize) -> NodeCounters {
+        NodeCounters {
+            out: vec![0; outputs],
+            drops: vec![0; reasons],
+            ..Default::default()
+        }
+    }
+
+    pub fn packets_out(&self) -> u64 {
+        self.out.iter().sum()
+    }
+
+    pub fn packets_dropped(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct NfSummary {
+    pub name: String,
+    pub kind: String,
+    pub packets_in: u64,
+    pub packets_out: u64,
+    pub packets_dropped: u64,
+    /// Drop count per reason (only reasons that occurred).
+    pub drops: Vec<(String, u64)>,
+    /// Packets per output, when the NF has more than one.
+    pub outputs: Vec<(String, u64)>,
+    /// The NF's own counters.
+    pub stats: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PortSummary {
+    pub port: u16,
+    /// Packets that entered on this virtual port.
+    pub rx: u64,
+    /// Packets sent out of this port (a flooded packet counts on every port it leaves by).
+    pub tx: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SinkSummary {
+    pub name: String,
+    pub packets: u64,
+    pub bytes: u64,
+    pub flooded: u64,
+    pub path: Option<String>,
+}
+
+/// What a run did. Field names are the `--json` keys.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub chain: String,
+    pub input: String,
+    pub loops: u64,
+    pub packets_in: u64,
+    /// Packets that reached a sink; a flooded packet counts once.
+    pub packets_out: u64,
+    pub packets_dropped: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub seconds: f64,
+    pub mpps: f64,
+    /// Offered load: input bytes per second, in Gbit/s.
+    pub data_rate_gbps: f64,
+    /// Forwarded bytes per second, in Gbit/s.
+    pub throughput_gbps: f64,
+    /// Drops before the first NF (oversize packets, pool exhaustion).
+    pub input_drops: Vec<(String, u64)>,
+    pub nfs: Vec<NfSummary>,
+    pub ports: Vec<PortSummary>,
+    pub sinks: Vec<SinkSummary>,
+    /// An input error that ended reading early (the packets before it were processed).
+    pub input_error: Option<String>,
+}
+
+impl Summary {
+    /// The human-readable report `catena run` prints.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "chain {} on {}{}\n",
+            self.chain,
+            self.input,
+            if self.loops > 1 { format!(" ×{}", self.loops) } else { String::new() }
+        ));
+        s.push_str(&format!(
+            "  packets in {}  out {}  dropped {}   bytes in {}  out {}\n",
+            self.packets_in, self.packets_out, self.packets_dropped, self.bytes_in, self.bytes_out
+        ));
+        s.push_str(&format!(
+            "  {:.3} s   {:.2} Mpps   data rate {:.2} Gbps   throughput {:.2} Gbps\n",
+            self.seconds, self.mpps, self.data_rate_gbps, self.throughput_gbps
+        ));
+        if self.input_drops.iter().any(|(_, n)| *n > 0) {
+            s.push_str(&format!("  input drops: {}\n", fmt_pairs(&self.input_drops)));
+        }
+        s.push_str(&format!(
+            "  {:<14} {:<12} {:>12} {:>12} {:>12}  drops by reason\n",
+            "nf", "kind", "in", "out", "dropped"
+        ));
+        for n in &self.nfs {
+            s.push_str(&format!(
+                "  {:<14} {:<12} {:>12} {:>12} {:>12}  {}\n",
+                n.name,
+                n.kind,
+                n.packets_in,
+                n.packets_out,
+                n.packets_dropped,
+                fmt_pairs(&n.drops)
+            ));
+            if n.outputs.len() > 1 {
+                s.push_str(&format!("  {:<14} outputs: {}\n", "", fmt_pairs(&n.outputs)));
+            }
+            if !n.stats.is_empty() {
+                s.push_str(&format!("  {:<14} {}\n", "", fmt_pairs(&n.stats)));
+            }
+        }
+        let ports: Vec<String> = self.ports.iter().map(|p| format!("{}: rx {} tx {}", p.port, p.rx, p.tx)).collect();
+        s.push_str(&format!("  ports  {}\n", ports.join("   ")));
+        for k in &self.sinks {
+            s.push_str(&format!(
+                "  sink {:<8} {} packets ({} flooded){}\n",
+                k.name,
+                k.packets,
+                k.flooded,
+                k.path.as_ref().map_or(String::new(), |p| format!(" -> {p}"))
+            ));
+        }
+        s
+    }
+}
+
+fn fmt_pairs(v: &[(String, u64)]) -> String {
+    let parts: Vec<String> = v.iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}

@@ -1,0 +1,407 @@
+//! The run-to-completion worker: one batch at a time from the input through every node in
+//! graph order to the sinks. Per packet it does no allocation, locking or system call:
+//! buffers come from a pool sized once, batches move between nodes by swapping vectors,
+//! and output goes through a large buffered writer.
+
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::chain::{Chain, NodeKind, INPUT_DROPS};
+use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
+use crate::io::{PcapWriter, Trace};
+use crate::nfs::Context;
+use crate::packet::{Batch, LinkKind, Meta, Pool, Verdict, FLOOD, MAX_BATCH, NO_PORT};
+
+const OVERSIZE: usize = 0;
+
+/// How the worker reports progress on long runs.
+pub trait Progress {
+    /// Called about every few thousand packets with the count so far.
+    fn update(&mut self, done: u64, total: u64);
+    fn finish(&mut self) {}
+}
+
+pub struct RunOptions {
+    /// Replays of the trace (timestamps shift by the trace's span each loop).
+    pub loops: u64,
+    /// Overrides the sink paths by sink name (`--output` sets `out`).
+    pub outputs: Vec<(String, PathBuf)>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            loops: 1,
+            outputs: Vec::new(),
+        }
+    }
+}
+
+type Writer = PcapWriter<BufWriter<std::fs::File>>;
+
+struct SinkState {
+    writer: Option<Writer>,
+    path: Option<PathBuf>,
+    write_error: Option<String>,
+    flooded: u64,
+}
+
+pub struct Runner {
+    chain: Chain,
+    pool: Pool,
+    inbox: Vec<Batch>,
+    spare: Batch,
+    counters: Vec<NodeCounters>,
+    sinks: Vec<Option<SinkState>>,
+    rx: Vec<u64>,
+    tx: Vec<u64>,
+    cx: Context,
+    rng: u64,
+    link: LinkKind,
+}
+
+impl Runner {
+    /// Prepares a run of `chain` over packets of at most `max_packet` bytes.
+    pub fn new(chain: Chain, max_packet: usize) -> Runner {
+        let n = chain.nodes.len();
+        let mut indeg = vec![0usize; n];
+        for node in &chain.nodes {
+            for &t in &node.next {
+                indeg[t] += 1;
+            }
+        }
+        // A node fed by k predecessors may receive k batches before it runs.
+        // A node fed by k predecessors may receive k batches before it runs. Batches are
+        // swapped between nodes, so all get the largest capacity any node needs.
+        let cap = MAX_BATCH * indeg.iter().copied().max().unwrap_or(1).max(1);
+        let inbox = (0..n).map(|_| Batch::with_capacity(cap)).collect();
+        let counters = chain
+            .nodes
+            .iter()
+            .map(|node| NodeCounters::new(node.outputs.len(), node.drop_reasons.len()))
+            .collect();
+        let ports = chain.ports as usize;
+        // Run to completion holds at most one batch per edge in flight.
+        let pool = Pool::new(MAX_BATCH * (n + 2) * 2, max_packet);
+        Runner {
+            rng: chain.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            cx: Context { ports: chain.ports },
+            chain,
+            pool,
+            inbox,
+            spare: Batch::with_capacity(cap),
+            link: LinkKind::Ethernet,
+            counters,
+            sinks: Vec::new(),
+            rx: vec![0; ports],
+            tx: vec![0; ports],
+        }
+    }
+
+    pub fn chain(&self) -> &Chain {
+        &self.chain
+    }
+
+    /// Opens the sinks' output files. Errors name the file.
+    fn open_sinks(&mut self, trace: &Trace, opts: &RunOptions) -> anyhow::Result<()> {
+        self.sinks = Vec::with_capacity(self.chain.nodes.len());
+        for node in &self.chain.nodes {
+            let NodeKind::Sink { path } = &node.kind else {
+                self.sinks.push(None);
+                continue;
+            };
+            let path = opts
+                .outputs
+                .iter()
+                .find(|(n, _)| *n == node.name)
+                .map(|(_, p)| p.clone())
+                .or_else(|| path.clone());
+            let writer = match &path {
+                Some(p) => Some(
+                    PcapWriter::create(p, trace.header())
+                        .map_err(|e| anyhow::anyhow!("{}: cannot create output: {e}", p.display()))?,
+                ),
+                None => None,
+            };
+            self.sinks.push(Some(SinkState {
+                writer,
+                path,
+                write_error: None,
+                flooded: 0,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Runs the whole trace (`opts.loops` times) through the chain.
+    pub fn run(&mut self, trace: &Trace, opts: &RunOptions, progress: &mut dyn Progress) -> anyhow::Result<Summary> {
+        self.open_sinks(trace, opts)?;
+        self.link = trace.link();
+        let (bytes, recs) = trace.raw();
+        let total = recs.len() as u64 * opts.loops;
+        let span = trace.span_ns();
+        let start = Instant::now();
+        let mut done = 0u64;
+        let mut next_report = 0u64;
+        for lp in 0..opts.loops {
+            let shift = span.wrapping_mul(lp);
+            for chunk in recs.chunks(MAX_BATCH) {
+                self.ingest(bytes, chunk, shift);
+                self.drain();
+                done += chunk.len() as u64;
+                if done >= next_report {
+                    progress.update(done, total);
+                    next_report = done + 65_536;
+                }
+            }
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        progress.finish();
+        self.summary(trace, opts, seconds)
+    }
+
+    /// Copies one chunk of records into pool buffers, as a NIC would, and queues them at
+    /// the input's successor.
+    #[inline]
+    fn ingest(&mut self, bytes: &[u8], chunk: &[crate::io::Record], shift: u64) {
+        let first = self.chain.nodes[0].next[0];
+        let max = self.pool.max_packet();
+        let c = &mut self.counters[0];
+        for r in chunk {
+            c.packets_in += 1;
+            c.bytes_in += r.caplen as u64;
+            if r.caplen as usize > max {
+                c.drops[OVERSIZE] += 1;
+                continue;
+            }
+            let Some(mut p) = self.pool.alloc_raw() else {
+                c.drops[1] += 1;
+                continue;
+            };
+            // Lemire's multiply-shift maps the xorshift draw onto 0..ports without a divide.
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            let in_port = (((self.rng >> 32) * self.cx.ports as u64) >> 32) as u16;
+            self.rx[in_port as usize] += 1;
+            let off = r.off as usize;
+            p.set_bytes(&bytes[off..off + r.caplen as usize]);
+            *p.meta_mut() = Meta {
+                ts_ns: r.ts_ns.wrapping_add(shift),
+                wire_len: r.wire_len,
+                in_port,
+                egress: NO_PORT,
+                link: self.link,
+                ..Meta::default()
+            };
+            c.out[0] += 1;
+            self.inbox[first].push(p);
+        }
+    }
+}
+
+impl Runner {
+    /// Runs every node that has packets waiting, in graph order, until all reach a sink
+    /// or are dropped.
+    #[inline]
+    fn drain(&mut self) {
+        let Runner {
+            chain,
+            pool,
+            inbox,
+            spare,
+            counters,
+            sinks,
+            tx,
+            cx,
+            ..
+        } = self;
+        for &n in &chain.order {
+            if inbox[n].is_empty() {
+                continue;
+            }
+            std::mem::swap(spare, &mut inbox[n]);
+            let node = &mut chain.nodes[n];
+            let c = &mut counters[n];
+            c.packets_in += spare.len() as u64;
+            match &mut node.kind {
+                NodeKind::Nf { nf, .. } => {
+                    nf.process(spare, cx);
+                    if let [t] = node.next[..] {
+                        let mut dropped = 0;
+                        for p in spare.iter() {
+                            if let Verdict::Drop(r) = p.meta().verdict {
+                                c.drops[r as usize] += 1;
+                                dropped += 1;
+                            }
+                        }
+                        c.out[0] += (spare.len() - dropped) as u64;
+                        if dropped == 0 && inbox[t].is_empty() {
+                            // The common case: the whole batch moves on by a pointer swap.
+                            std::mem::swap(spare, &mut inbox[t]);
+                        } else {
+                            for p in spare.drain() {
+                                match p.meta().verdict {
+                                    Verdict::Out(_) => inbox[t].push(p),
+                                    Verdict::Drop(_) => pool.free(p),
+                                }
+                            }
+                        }
+                    } else {
+                        for mut p in spare.drain() {
+                            match p.meta().verdict {
+                                Verdict::Out(o) => {
+                                    let o = (o as usize).min(node.next.len() - 1);
+                                    c.out[o] += 1;
+                                    p.forward(0);
+                                    inbox[node.next[o]].push(p);
+                                }
+                                Verdict::Drop(r) => {
+                                    c.drops[r as usize] += 1;
+                                    pool.free(p);
+                                }
+                            }
+                        }
+                    }
+                }
+                NodeKind::Sink { .. } => {
+                    let Some(s) = sinks[n].as_mut() else {
+                        continue;
+                    };
+                    for p in spare.drain() {
+                        let m = p.meta();
+                        c.bytes_in += p.len() as u64;
+                        match m.egress {
+                            FLOOD => {
+                                s.flooded += 1;
+                                for (port, t) in tx.iter_mut().enumerate() {
+                                    *t += (port != m.in_port as usize) as u64;
+                                }
+                            }
+                            NO_PORT => {}
+                            e => {
+                                if let Some(t) = tx.get_mut(e as usize) {
+                                    *t += 1;
+                                }
+                            }
+                        }
+                        if let Some(w) = s.writer.as_mut() {
+                            if let Err(e) = w.write_packet(m.ts_ns, m.wire_len, p.data()) {
+                                s.write_error = Some(e.to_string());
+                                s.writer = None;
+                            }
+                        }
+                        pool.free(p);
+                    }
+                }
+                NodeKind::Input => {}
+            }
+        }
+    }
+
+    fn summary(&mut self, trace: &Trace, opts: &RunOptions, seconds: f64) -> anyhow::Result<Summary> {
+        let nodes = &self.chain.nodes;
+        let mut nfs = Vec::new();
+        let mut sinks = Vec::new();
+        let mut dropped = 0u64;
+        let mut out = 0u64;
+        let mut bytes_out = 0u64;
+        for (i, node) in nodes.iter().enumerate() {
+            let c = &self.counters[i];
+            dropped += c.packets_dropped();
+            let pairs = |names: &[&str], v: &[u64]| -> Vec<(String, u64)> {
+                names.iter().zip(v).map(|(k, n)| (k.to_string(), *n)).collect()
+            };
+            match &node.kind {
+                NodeKind::Input => {}
+                NodeKind::Nf { kind, nf } => {
+                    if c.packets_in != c.packets_out() + c.packets_dropped() {
+                        anyhow::bail!(
+                            "internal error: NF `{}` lost packets: in {}, out {}, dropped {}",
+                            node.name,
+                            c.packets_in,
+                            c.packets_out(),
+                            c.packets_dropped()
+                        );
+                    }
+                    nfs.push(NfSummary {
+                        name: node.name.clone(),
+                        kind: kind.clone(),
+                        packets_in: c.packets_in,
+                        packets_out: c.packets_out(),
+                        packets_dropped: c.packets_dropped(),
+                        drops: pairs(&node.drop_reasons, &c.drops),
+                        outputs: pairs(&node.outputs, &c.out),
+                        stats: nf.stats().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                    })
+                }
+                NodeKind::Sink { .. } => {
+                    let Some(s) = self.sinks[i].take() else { continue };
+                    out += c.packets_in;
+                    bytes_out += c.bytes_in;
+                    if let Some(w) = s.writer {
+                        w.finish().map_err(|e| {
+                            anyhow::anyhow!("{}: writing failed: {e}", s.path.as_ref().map_or(String::new(), |p| p.display().to_string()))
+                        })?;
+                    }
+                    if let Some(e) = s.write_error {
+                        anyhow::bail!(
+                            "{}: writing failed: {e}",
+                            s.path.as_ref().map_or(String::new(), |p| p.display().to_string())
+                        );
+                    }
+                    sinks.push(SinkSummary {
+                        name: node.name.clone(),
+                        packets: c.packets_in,
+                        bytes: c.bytes_in,
+                        flooded: s.flooded,
+                        path: s.path.map(|p| p.display().to_string()),
+                    });
+                }
+            }
+        }
+        let input = &self.counters[0];
+        if input.packets_in != out + dropped || self.pool.available() != self.pool.size() {
+            anyhow::bail!(
+                "internal error: conservation violated: in {}, out {out}, dropped {dropped}, buffers held {}",
+                input.packets_in,
+                self.pool.size() - self.pool.available()
+            );
+        }
+        let secs = seconds.max(1e-9);
+        Ok(Summary {
+            chain: self.chain.name.clone(),
+            input: String::new(),
+            loops: opts.loops,
+            packets_in: input.packets_in,
+            packets_out: out,
+            packets_dropped: dropped,
+            bytes_in: input.bytes_in,
+            bytes_out,
+            seconds,
+            mpps: input.packets_in as f64 / secs / 1e6,
+            data_rate_gbps: input.bytes_in as f64 * 8.0 / secs / 1e9,
+            throughput_gbps: bytes_out as f64 * 8.0 / secs / 1e9,
+            input_drops: INPUT_DROPS.iter().zip(&input.drops).map(|(k, n)| (k.to_string(), *n)).collect(),
+            nfs,
+            ports: (0..self.chain.ports)
+                .map(|p| PortSummary {
+                    port: p,
+                    rx: self.rx[p as usize],
+                    tx: self.tx[p as usize],
+                })
+                .collect(),
+            sinks,
+            input_error: trace.error().map(|e| e.to_string()),
+        })
+    }
+}
+
+/// No progress output (tests, benchmarks).
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn update(&mut self, _: u64, _: u64) {}
+}
+
