@@ -329,9 +329,13 @@ fn topo_order(c: &ChainConfig, nodes: &[Node]) -> Result<Vec<usize>, ConfigError
             };
             cur = pred;
             if let Some(p) = path.iter().position(|&x| x == cur) {
-                let mut cyc: Vec<&str> = path[p..].iter().map(|&i| nodes[i].name.as_str()).collect();
-                cyc.reverse();
-                cyc.push(cyc[0]);
+                let mut idx: Vec<usize> = path[p..].to_vec();
+                idx.reverse();
+                // Start at the node defined first so the message is stable.
+                let first = idx.iter().enumerate().min_by_key(|(_, &i)| i).map_or(0, |(k, _)| k);
+                idx.rotate_left(first);
+                idx.push(idx[0]);
+                let cyc: Vec<&str> = idx.iter().map(|&i| nodes[i].name.as_str()).collect();
                 return Err(c.invalid(format!("the edges form a cycle: {}", cyc.join(" -> "))));
             }
             path.push(cur);

@@ -1,0 +1,64 @@
+//! Shared by the integration tests: dataset paths, running chains, external oracles.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use catena::io::Trace;
+use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Summary};
+
+pub fn datasets() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets"))
+}
+
+pub fn dataset(rel: &str) -> PathBuf {
+    let p = datasets().join(rel);
+    assert!(p.exists(), "missing dataset {} (the repo must sit beside shared/)", p.display());
+    p
+}
+
+/// Every capture file under the datasets folder.
+pub fn all_captures() -> Vec<PathBuf> {
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(d) else { return };
+        let mut v: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+        v.sort();
+        for p in v {
+            if p.is_dir() {
+                walk(&p, out);
+            } else if matches!(p.extension().and_then(|e| e.to_str()), Some("pcap" | "pcapng" | "cap")) {
+                out.push(p);
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(&datasets(), &mut v);
+    v
+}
+
+/// Fails with an install hint rather than skipping: CI installs the oracles.
+pub fn require(tool: &str) {
+    let ok = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().map(|o| o.status.success());
+    assert!(ok.unwrap_or(false), "`{tool}` is needed by this test: apt-get install {tool} (see .ci/run)");
+}
+
+pub fn run_chain(text: &str, trace: &Trace, output: Option<&Path>) -> Summary {
+    let cfg = ChainConfig::parse(text, "test.toml").expect("config");
+    let chain = Chain::from_config(&cfg).expect("chain");
+    let mut r = Runner::new(chain, trace.max_packet_len());
+    let mut opts = RunOptions::default();
+    if let Some(o) = output {
+        opts.outputs.push(("out".into(), o.to_path_buf()));
+    }
+    r.run(trace, &opts, &mut NoProgress).expect("run")
+}
+
+/// (timestamp µs, bytes) of every packet, for comparing captures across formats.
+pub fn packets(p: &Path) -> Vec<(u64, Vec<u8>)> {
+    let t = Trace::open(p).unwrap_or_else(|e| panic!("{e}"));
+    (0..t.len()).map(|i| (t.record(i).ts_ns / 1000, t.packet(i).to_vec())).collect()
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
