@@ -153,6 +153,47 @@ impl Chain {
         })
     }
 
+    /// A line `in -> nfs… -> out` built from NFs made in code (embedding, tests).
+    pub fn linear(name: &str, ports: u16, seed: u64, nfs: Vec<(String, Box<dyn Nf>)>) -> Chain {
+        let mut nodes = vec![Node {
+            name: INPUT.into(),
+            kind: NodeKind::Input,
+            outputs: vec!["out"],
+            next: vec![1],
+            drop_reasons: INPUT_DROPS.to_vec(),
+        }];
+        let count = nfs.len();
+        for (i, (n, nf)) in nfs.into_iter().enumerate() {
+            let p = nf.profile();
+            nodes.push(Node {
+                name: n,
+                outputs: p.outputs.to_vec(),
+                drop_reasons: p.drop_reasons.to_vec(),
+                // Every output of an NF in a line leads to the next node.
+                next: vec![i + 2; p.outputs.len()],
+                kind: NodeKind::Nf {
+                    kind: "custom".into(),
+                    nf,
+                },
+            });
+        }
+        nodes.push(Node {
+            name: DEFAULT_SINK.into(),
+            kind: NodeKind::Sink { path: None },
+            outputs: vec![],
+            next: vec![],
+            drop_reasons: vec![],
+        });
+        Chain {
+            name: name.into(),
+            order: (1..=count + 1).collect(),
+            nodes,
+            ports: ports.max(1),
+            seed,
+            default_trace: None,
+        }
+    }
+
     /// Index of the node called `name`.
     pub fn node(&self, name: &str) -> Option<usize> {
         self.nodes.iter().position(|n| n.name == name)

@@ -3,6 +3,7 @@
 mod chain;
 mod config;
 mod counters;
+mod profile_check;
 mod worker;
 
 pub use chain::{Chain, Node, NodeKind, INPUT};

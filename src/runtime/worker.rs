@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::chain::{Chain, NodeKind, INPUT_DROPS};
+use super::profile_check::Snapshot;
 use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
 use crate::io::{PcapWriter, Trace};
 use crate::nfs::Context;
@@ -59,6 +60,8 @@ pub struct Runner {
     cx: Context,
     rng: u64,
     link: LinkKind,
+    check: Option<Snapshot>,
+    violation: Option<String>,
 }
 
 impl Runner {
@@ -92,11 +95,20 @@ impl Runner {
             inbox,
             spare: Batch::with_capacity(cap),
             link: LinkKind::Ethernet,
+            check: cfg!(debug_assertions).then(|| Snapshot::new(cap)),
+            violation: None,
             counters,
             sinks: Vec::new(),
             rx: vec![0; ports],
             tx: vec![0; ports],
         }
+    }
+
+    /// Checks after every NF call that the NF wrote only what its profile declares
+    /// (on by default in debug builds). A violation ends the run with an error naming it.
+    pub fn check_profiles(&mut self, on: bool) {
+        let cap = self.spare.capacity();
+        self.check = on.then(|| Snapshot::new(cap));
     }
 
     pub fn chain(&self) -> &Chain {
@@ -149,6 +161,9 @@ impl Runner {
             for chunk in recs.chunks(MAX_BATCH) {
                 self.ingest(bytes, chunk, shift);
                 self.drain();
+                if let Some(v) = self.violation.take() {
+                    anyhow::bail!("{v}");
+                }
                 done += chunk.len() as u64;
                 if done >= next_report {
                     progress.update(done, total);
@@ -215,6 +230,8 @@ impl Runner {
             sinks,
             tx,
             cx,
+            check,
+            violation,
             ..
         } = self;
         for &n in &chain.order {
@@ -226,8 +243,22 @@ impl Runner {
             let c = &mut counters[n];
             c.packets_in += spare.len() as u64;
             match &mut node.kind {
-                NodeKind::Nf { nf, .. } => {
+                NodeKind::Nf { nf, kind } => {
+                    if let Some(snap) = check.as_mut() {
+                        snap.take(spare);
+                    }
                     nf.process(spare, cx);
+                    if let Some(snap) = check.as_ref() {
+                        let p = nf.profile();
+                        let bad = snap.undeclared(spare, p.writes, p.changes_length);
+                        if !bad.is_empty() && violation.is_none() {
+                            *violation = Some(format!(
+                                "NF `{}` ({kind}) wrote {} without declaring it in its profile",
+                                node.name,
+                                bad.join(", ")
+                            ));
+                        }
+                    }
                     if let [t] = node.next[..] {
                         let mut dropped = 0;
                         for p in spare.iter() {
@@ -405,3 +436,64 @@ impl Progress for NoProgress {
     fn update(&mut self, _: u64, _: u64) {}
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nfs::{Nf, Profile};
+    use crate::packet::Fields;
+
+    /// Decrements the TTL but declares only the egress port.
+    struct Rogue(Profile);
+
+    impl Nf for Rogue {
+        fn profile(&self) -> &Profile {
+            &self.0
+        }
+        fn process(&mut self, b: &mut Batch, _: &Context) {
+            for p in b {
+                let o = p.layers().l3_off as usize;
+                p.data_mut()[o + 8] -= 1;
+            }
+        }
+    }
+
+    fn rogue(writes: Fields) -> Box<dyn Nf> {
+        Box::new(Rogue(Profile {
+            reads: Fields::NONE,
+            writes,
+            may_drop: false,
+            changes_length: false,
+            per_flow_state: false,
+            outputs: &["out"],
+            drop_reasons: &[],
+        }))
+    }
+
+    fn trace() -> Trace {
+        let mut f = vec![0u8; 60];
+        f[12] = 8;
+        f[14] = 0x45;
+        f[22] = 64;
+        let h = crate::io::PcapHeader::new(1, false);
+        Trace::from_packets(LinkKind::Ethernet, h, (0..40).map(|i| (i, &f[..])))
+    }
+
+    #[test]
+    fn undeclared_write_is_caught() {
+        let chain = Chain::linear("t", 1, 1, vec![("bad".into(), rogue(Fields::EGRESS))]);
+        let mut r = Runner::new(chain, 60);
+        r.check_profiles(true);
+        let e = r.run(&trace(), &RunOptions::default(), &mut NoProgress).unwrap_err();
+        assert_eq!(e.to_string(), "NF `bad` (custom) wrote ip.ttl without declaring it in its profile");
+    }
+
+    #[test]
+    fn declared_write_passes_and_counts_balance() {
+        let chain = Chain::linear("t", 1, 1, vec![("ok".into(), rogue(Fields::IP_TTL))]);
+        let mut r = Runner::new(chain, 60);
+        r.check_profiles(true);
+        let s = r.run(&trace(), &RunOptions::default(), &mut NoProgress).unwrap();
+        assert_eq!((s.packets_in, s.packets_out, s.packets_dropped), (40, 40, 0));
+    }
+}
