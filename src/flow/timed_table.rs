@@ -42,19 +42,21 @@ impl<K: std::hash::Hash + Eq + Copy, V: Copy> TimedTable<K, V> {
         self.timeout_ns != 0 && now_ns.saturating_sub(seen_ns) > self.timeout_ns
     }
 
-    /// Sets `key → value`, refreshing its idle timer.
+    /// Sets `key → value`, refreshing its idle timer. One hash and probe either way.
     #[inline]
     pub fn learn(&mut self, key: K, value: V, now_ns: u64) -> Learned {
-        if let Some(s) = self.map.get_mut(&key) {
-            s.value = value;
-            s.seen_ns = now_ns;
-            return Learned::Updated;
+        let full = self.map.len() >= self.capacity;
+        match self.map.entry(key) {
+            hashbrown::hash_map::Entry::Occupied(mut e) => {
+                *e.get_mut() = Slot { value, seen_ns: now_ns };
+                Learned::Updated
+            }
+            hashbrown::hash_map::Entry::Vacant(_) if full => Learned::Full,
+            hashbrown::hash_map::Entry::Vacant(e) => {
+                e.insert(Slot { value, seen_ns: now_ns });
+                Learned::Inserted
+            }
         }
-        if self.map.len() >= self.capacity {
-            return Learned::Full;
-        }
-        self.map.insert(key, Slot { value, seen_ns: now_ns });
-        Learned::Inserted
     }
 
     /// The live value for `key`; an expired entry is removed and reported as a miss.

@@ -82,7 +82,28 @@ impl Layers {
     }
 
     /// Walks the headers of `b`, starting at the given link layer.
+    #[inline]
     pub fn parse(link: LinkKind, b: &[u8]) -> Layers {
+        // Most traffic is untagged Ethernet / IPv4 without options or fragmentation:
+        // decide it with a few byte compares, leaving the full walk out of line.
+        if link == LinkKind::Ethernet && b.len() >= 34 && b[12] == 0x08 && b[13] == 0 && b[14] == 0x45 && be16(b, 20) & 0x3fff == 0 {
+            let mut l = Layers {
+                l3: L3Kind::Ipv4,
+                l4_proto: b[23],
+                vlans: 0,
+                flags: Self::ETHERNET,
+                ethertype: 0x0800,
+                l3_off: 14,
+                l4_off: 34,
+            };
+            mark_l4(&mut l, b);
+            return l;
+        }
+        Self::parse_walk(link, b)
+    }
+
+    #[inline(never)]
+    fn parse_walk(link: LinkKind, b: &[u8]) -> Layers {
         let mut l = Layers {
             l3: L3Kind::Malformed,
             ..Layers::UNPARSED
@@ -216,6 +237,7 @@ fn parse_ipv6(l: &mut Layers, b: &[u8], off: usize) {
     mark_l4(l, b);
 }
 
+#[inline]
 fn mark_l4(l: &mut Layers, b: &[u8]) {
     let need = match l.l4_proto {
         6 => 20,

@@ -12,7 +12,7 @@ use super::profile_check::Snapshot;
 use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
 use crate::io::{PcapWriter, Trace};
 use crate::nfs::Context;
-use crate::packet::{Batch, LinkKind, Meta, Pool, Verdict, FLOOD, MAX_BATCH, NO_PORT};
+use crate::packet::{Batch, LinkKind, Pool, Verdict, FLOOD, MAX_BATCH, NO_PORT};
 
 const OVERSIZE: usize = 0;
 
@@ -201,15 +201,14 @@ impl Runner {
             let in_port = (((self.rng >> 32) * self.cx.ports as u64) >> 32) as u16;
             self.rx[in_port as usize] += 1;
             let off = r.off as usize;
+            // set_bytes resets the decoded offsets, flow hash and verdict; the rest is here.
             p.set_bytes(&bytes[off..off + r.caplen as usize]);
-            *p.meta_mut() = Meta {
-                ts_ns: r.ts_ns.wrapping_add(shift),
-                wire_len: r.wire_len,
-                in_port,
-                egress: NO_PORT,
-                link: self.link,
-                ..Meta::default()
-            };
+            let m = p.meta_mut();
+            m.ts_ns = r.ts_ns.wrapping_add(shift);
+            m.wire_len = r.wire_len;
+            m.in_port = in_port;
+            m.egress = NO_PORT;
+            m.link = self.link;
             c.out[0] += 1;
             self.inbox[first].push(p);
         }
