@@ -1,16 +1,813 @@
 //! Reading pcap and pcapng files into a [`Trace`](super::Trace).
+//!
+//! The file is memory-mapped and indexed once: each [`Record`] points at the packet's bytes
+//! in the map, so nothing is copied and nothing is allocated per packet besides the record
+//! vector.
+//!
+//! pcap-parser parses the pcap file header, the pcap record headers and the pcapng section
+//! and interface blocks. The pcapng block framing and the fixed fields of packet blocks
+//! (EPB, SPB, OPB) are decoded here, because pcap-parser's packet-block parsers allocate a
+//! `Vec` of options for every packet that carries options, know no OPB, and its
+//! `if_tsresol`/`if_tsoffset` helpers mishandle power-of-2 resolutions and big-endian
+//! offsets.
+//!
+//! Error policy: problems in the file header (and, for pcapng, anything before the first
+//! packet decides the link type) make [`Trace::open`] return `Err`; a problem at a later
+//! record ends the trace there, keeps the records before it, and is reported by
+//! [`Trace::error`].
+//!
+//! Caplen rule: a record whose caplen exceeds `max(snaplen, 262144)` (snaplen of the file
+//! or of the pcapng interface; 262144 is libpcap's largest usual snaplen and covers files
+//! written with snaplen 0) is absurd, as is anything above 256 MiB.
 
-use std::path::Path;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
 
+use pcap_parser::pcapng::{
+    parse_interfacedescriptionblock_be, parse_interfacedescriptionblock_le,
+    parse_sectionheaderblock,
+};
+use pcap_parser::{
+    parse_pcap_frame, parse_pcap_frame_be, parse_pcap_frame_modified, parse_pcap_header,
+};
+
+use super::linktype::{describe_linktype, link_from_pcap, SUPPORTED_LINKS};
+use super::trace::{Backing, PcapHeader, Record, Trace};
+use crate::packet::LinkKind;
+
+/// Largest snaplen or caplen believed: more is a corrupt file, not a capture.
+pub const MAX_SNAPLEN: u32 = 256 << 20;
+/// libpcap's usual maximum snaplen; a caplen up to this is fine whatever the header says.
+pub const DEFAULT_SNAPLEN: u32 = 262_144;
+
+const PCAP_HEADER_LEN: usize = 24;
+const SHB_MIN_LEN: usize = 28;
+
+const SHB_TYPE: u32 = 0x0A0D_0D0A;
+const IDB_TYPE: u32 = 0x0000_0001;
+const OPB_TYPE: u32 = 0x0000_0002;
+const SPB_TYPE: u32 = 0x0000_0003;
+const EPB_TYPE: u32 = 0x0000_0006;
+const BOM: u32 = 0x1A2B_3C4D;
+
+/// Why a trace could not be read (completely). Each renders as one line naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("{0}")]
-    Other(String),
+    #[error("{}: cannot read: {source}", .path.display())]
+    Open { path: PathBuf, source: io::Error },
+    #[error("{}: empty file (0 bytes), not a pcap or pcapng capture", .path.display())]
+    Empty { path: PathBuf },
+    #[error("{}: file is {len} bytes, too short for a {format} header ({need} bytes)", .path.display())]
+    TooShort {
+        path: PathBuf,
+        len: u64,
+        format: &'static str,
+        need: usize,
+    },
+    #[error(
+        "{}: not a pcap or pcapng file: bad magic {magic} (expected a1b2c3d4 or a1b23c4d, either byte order, or pcapng 0a0d0d0a)",
+        .path.display()
+    )]
+    BadMagic { path: PathBuf, magic: String },
+    #[error("{}: unsupported {format} version {major}.{minor} (expected {expected})", .path.display())]
+    Version {
+        path: PathBuf,
+        format: &'static str,
+        major: u16,
+        minor: u16,
+        expected: &'static str,
+    },
+    #[error("{}: absurd snaplen {snaplen} in the file header (more than 256 MiB)", .path.display())]
+    Snaplen { path: PathBuf, snaplen: u32 },
+    #[error("{}: unsupported link type {link}; supported: {SUPPORTED_LINKS}", .path.display())]
+    LinkType {
+        path: PathBuf,
+        /// The raw number.
+        linktype: u32,
+        /// The number and, where known, its name.
+        link: String,
+    },
+    /// A problem in the pcapng blocks before the first packet.
+    #[error("{}: pcapng block at byte offset {offset}: {problem}", .path.display())]
+    Block {
+        path: PathBuf,
+        offset: u64,
+        problem: RecordProblem,
+    },
+    /// A problem at a record: the records before it were read.
+    #[error("{}: record {record} at byte offset {offset}: {problem}", .path.display())]
+    Record {
+        path: PathBuf,
+        /// 1-based number of the record (packet) that could not be read, as tshark counts.
+        record: u64,
+        offset: u64,
+        problem: RecordProblem,
+    },
 }
 
-impl super::Trace {
-    /// Opens a pcap or pcapng file (memory-mapped).
-    pub fn open(path: &Path) -> Result<super::Trace, TraceError> {
-        Err(TraceError::Other(format!("{}: not implemented yet", path.display())))
+/// What was wrong with one record or pcapng block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordProblem {
+    TruncatedHeader { have: u64, need: u64 },
+    CaplenAbsurd { caplen: u32, limit: u32 },
+    PastEnd { caplen: u32, have: u64 },
+    BlockLength { len: u32, min: u32 },
+    BlockPastEnd { len: u32, have: u64 },
+    BlockTrailer { len: u32, trailer: u32 },
+    BlockCaplen { caplen: u32, len: u32 },
+    Unparsable { what: &'static str },
+    BadByteOrder { bom: u32 },
+    Version { major: u16, minor: u16 },
+    NoSection,
+    NoInterface { id: u32 },
+    TsResol { id: u32, value: u8 },
+    LinkType { id: u32, link: String },
+    MixedLinks { id: u32, link: String, first: String },
+}
+
+impl fmt::Display for RecordProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use RecordProblem::*;
+        match self {
+            TruncatedHeader { have, need } => write!(
+                f,
+                "truncated record header: {have} of {need} bytes before the end of the file"
+            ),
+            CaplenAbsurd { caplen, limit } => write!(
+                f,
+                "absurd caplen {caplen} (more than {limit} = max(snaplen, 262144), capped at 256 MiB)"
+            ),
+            PastEnd { caplen, have } => write!(
+                f,
+                "caplen {caplen} runs past the end of the file (only {have} bytes left)"
+            ),
+            BlockLength { len, min } => write!(
+                f,
+                "bad block length {len} (must be a multiple of 4 and at least {min})"
+            ),
+            BlockPastEnd { len, have } => write!(
+                f,
+                "block length {len} runs past the end of the file (only {have} bytes left)"
+            ),
+            BlockTrailer { len, trailer } => write!(
+                f,
+                "inconsistent block length: trailing length {trailer} differs from leading length {len}"
+            ),
+            BlockCaplen { caplen, len } => write!(
+                f,
+                "caplen {caplen} does not fit in its block of length {len}"
+            ),
+            Unparsable { what } => write!(f, "malformed {what}"),
+            BadByteOrder { bom } => write!(f, "bad byte-order magic {bom:08x} in section header"),
+            Version { major, minor } => {
+                write!(f, "unsupported pcapng version {major}.{minor} (expected 1.x)")
+            }
+            NoSection => write!(f, "block before any section header block"),
+            NoInterface { id } => write!(
+                f,
+                "packet on interface {id}, which no interface description block defined"
+            ),
+            TsResol { id, value } => {
+                write!(f, "interface {id}: unsupported if_tsresol {value:#04x}")
+            }
+            LinkType { id, link } => write!(
+                f,
+                "interface {id}: unsupported link type {link}; supported: {SUPPORTED_LINKS}"
+            ),
+            MixedLinks { id, link, first } => write!(
+                f,
+                "interface {id} has link type {link} but earlier packets are {first}; a trace has one link type"
+            ),
+        }
     }
+}
+
+impl TraceError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            TraceError::Open { path, .. }
+            | TraceError::Empty { path }
+            | TraceError::TooShort { path, .. }
+            | TraceError::BadMagic { path, .. }
+            | TraceError::Version { path, .. }
+            | TraceError::Snaplen { path, .. }
+            | TraceError::LinkType { path, .. }
+            | TraceError::Block { path, .. }
+            | TraceError::Record { path, .. } => path,
+        }
+    }
+}
+
+impl Trace {
+    /// Opens a pcap or pcapng file (memory-mapped). See the module docs for which errors
+    /// are `Err` and which end the trace early with [`Trace::error`] set.
+    pub fn open(path: &Path) -> Result<Trace, TraceError> {
+        let backing = map_file(path)?;
+        let parsed = parse(path, backing.bytes())?;
+        Ok(Trace {
+            backing,
+            records: parsed.records,
+            link: parsed.link,
+            header: parsed.header,
+            error: parsed.error,
+        })
+    }
+
+    /// Indexes a capture already in memory (tests, stdin). `name` is used in messages.
+    pub fn from_bytes(name: &Path, bytes: Vec<u8>) -> Result<Trace, TraceError> {
+        let backing = Backing::Owned(bytes);
+        let parsed = parse(name, backing.bytes())?;
+        Ok(Trace {
+            backing,
+            records: parsed.records,
+            link: parsed.link,
+            header: parsed.header,
+            error: parsed.error,
+        })
+    }
+}
+
+fn map_file(path: &Path) -> Result<Backing, TraceError> {
+    let open_err = |source| TraceError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = File::open(path).map_err(open_err)?;
+    let meta = file.metadata().map_err(open_err)?;
+    if meta.is_dir() {
+        return Err(open_err(io::Error::other("is a directory")));
+    }
+    if meta.is_file() {
+        if meta.len() == 0 {
+            return Err(TraceError::Empty {
+                path: path.to_owned(),
+            });
+        }
+        // SAFETY: the map is read-only; as with every mmap reader, another process
+        // truncating the file while we hold the map is outside what we defend against.
+        if let Ok(map) = unsafe { memmap2::Mmap::map(&file) } {
+            #[cfg(unix)]
+            let _ = map.advise(memmap2::Advice::Sequential);
+            return Ok(Backing::Mmap(map));
+        }
+    }
+    // Pipes and other files that cannot be mapped are read into memory instead.
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(open_err)?;
+    if bytes.is_empty() {
+        return Err(TraceError::Empty {
+            path: path.to_owned(),
+        });
+    }
+    Ok(Backing::Owned(bytes))
+}
+
+struct Parsed {
+    records: Vec<Record>,
+    link: LinkKind,
+    header: PcapHeader,
+    error: Option<TraceError>,
+}
+
+fn parse(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
+    if data.is_empty() {
+        return Err(TraceError::Empty {
+            path: path.to_owned(),
+        });
+    }
+    if data.len() >= 4 && u32::from_le_bytes([data[0], data[1], data[2], data[3]]) == SHB_TYPE {
+        return parse_pcapng(path, data);
+    }
+    parse_pcap(path, data)
+}
+
+fn caplen_limit(snaplen: u32) -> u32 {
+    snaplen.max(DEFAULT_SNAPLEN).min(MAX_SNAPLEN)
+}
+
+fn too_short(path: &Path, data: &[u8], format: &'static str, need: usize) -> TraceError {
+    TraceError::TooShort {
+        path: path.to_owned(),
+        len: data.len() as u64,
+        format,
+        need,
+    }
+}
+
+fn parse_pcap(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
+    if data.len() < 4 {
+        return Err(too_short(path, data, "pcap", PCAP_HEADER_LEN));
+    }
+    let magic = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
+    let known = matches!(
+        magic,
+        0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 | 0xa1b2_cd34
+    );
+    if !known {
+        return Err(TraceError::BadMagic {
+            path: path.to_owned(),
+            magic: format!(
+                "{:02x}{:02x}{:02x}{:02x}",
+                data[0], data[1], data[2], data[3]
+            ),
+        });
+    }
+    if data.len() < PCAP_HEADER_LEN {
+        return Err(too_short(path, data, "pcap", PCAP_HEADER_LEN));
+    }
+    let hdr = match parse_pcap_header(data) {
+        Ok((_, h)) => h,
+        // Unreachable with a known magic and 24 bytes, but never panic on input.
+        Err(_) => {
+            return Err(TraceError::BadMagic {
+                path: path.to_owned(),
+                magic: format!("{magic:08x}"),
+            })
+        }
+    };
+    if hdr.version_major != 2 {
+        return Err(TraceError::Version {
+            path: path.to_owned(),
+            format: "pcap",
+            major: hdr.version_major,
+            minor: hdr.version_minor,
+            expected: "2.x",
+        });
+    }
+    if hdr.snaplen > MAX_SNAPLEN {
+        return Err(TraceError::Snaplen {
+            path: path.to_owned(),
+            snaplen: hdr.snaplen,
+        });
+    }
+    let linktype = hdr.network.0 as u32;
+    let link = link_from_pcap(linktype).ok_or_else(|| TraceError::LinkType {
+        path: path.to_owned(),
+        linktype,
+        link: describe_linktype(linktype),
+    })?;
+    let nanos = hdr.is_nanosecond_precision();
+    let header = PcapHeader {
+        version_major: hdr.version_major,
+        version_minor: hdr.version_minor,
+        thiszone: hdr.thiszone,
+        sigfigs: hdr.sigfigs,
+        snaplen: hdr.snaplen,
+        linktype,
+        nanos,
+    };
+    let big_endian = hdr.is_bigendian();
+    // Kuznetzov's "modified" pcap has 8 more bytes (ifindex, protocol, type) per record.
+    let modified = hdr.is_modified_format();
+    let rec_hdr_len: usize = if modified { 24 } else { 16 };
+    let frac_ns: u64 = if nanos { 1 } else { 1000 };
+    let limit = caplen_limit(hdr.snaplen);
+
+    // A rough guess (records of a few hundred bytes) that avoids most regrowth.
+    let mut records = Vec::with_capacity(data.len() / 512);
+    let mut error = None;
+    let mut off = PCAP_HEADER_LEN;
+    while off < data.len() {
+        let rest = &data[off..];
+        let problem = if rest.len() < rec_hdr_len {
+            Some(RecordProblem::TruncatedHeader {
+                have: rest.len() as u64,
+                need: rec_hdr_len as u64,
+            })
+        } else {
+            let parsed = if modified {
+                parse_pcap_frame_modified(rest)
+            } else if big_endian {
+                parse_pcap_frame_be(rest)
+            } else {
+                parse_pcap_frame(rest)
+            };
+            let raw_caplen = read_u32(rest, 8, big_endian);
+            if raw_caplen > limit {
+                Some(RecordProblem::CaplenAbsurd {
+                    caplen: raw_caplen,
+                    limit,
+                })
+            } else {
+                match parsed {
+                    Ok((_, b)) => {
+                        records.push(Record {
+                            off: (off + rec_hdr_len) as u64,
+                            caplen: b.caplen,
+                            wire_len: b.origlen,
+                            ts_ns: b.ts_sec as u64 * 1_000_000_000 + b.ts_usec as u64 * frac_ns,
+                        });
+                        off += rec_hdr_len + b.caplen as usize;
+                        None
+                    }
+                    Err(_) => Some(RecordProblem::PastEnd {
+                        caplen: raw_caplen,
+                        have: (rest.len() - rec_hdr_len) as u64,
+                    }),
+                }
+            }
+        };
+        if let Some(problem) = problem {
+            error = Some(TraceError::Record {
+                path: path.to_owned(),
+                record: records.len() as u64 + 1,
+                offset: off as u64,
+                problem,
+            });
+            break;
+        }
+    }
+    Ok(Parsed {
+        records,
+        link,
+        header,
+        error,
+    })
+}
+
+#[inline]
+fn read_u32(b: &[u8], at: usize, big_endian: bool) -> u32 {
+    // Callers have checked the length; a short slice reads as 0 rather than panicking.
+    let Some(x) = b.get(at..at + 4) else { return 0 };
+    let x = [x[0], x[1], x[2], x[3]];
+    if big_endian {
+        u32::from_be_bytes(x)
+    } else {
+        u32::from_le_bytes(x)
+    }
+}
+
+#[inline]
+fn read_u16(b: &[u8], at: usize, big_endian: bool) -> u16 {
+    let Some(x) = b.get(at..at + 2) else { return 0 };
+    let x = [x[0], x[1]];
+    if big_endian {
+        u16::from_be_bytes(x)
+    } else {
+        u16::from_le_bytes(x)
+    }
+}
+
+/// Timestamp units of one pcapng interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TsRes {
+    /// Units of 10^-n s.
+    Pow10(u32),
+    /// Units of 2^-n s.
+    Pow2(u32),
+}
+
+impl TsRes {
+    fn from_option(v: u8) -> Option<TsRes> {
+        let n = (v & 0x7f) as u32;
+        if v & 0x80 == 0 {
+            (n <= 19).then_some(TsRes::Pow10(n))
+        } else {
+            (n <= 63).then_some(TsRes::Pow2(n))
+        }
+    }
+
+    /// Finer than a microsecond: the output pcap then needs nanosecond timestamps.
+    fn finer_than_us(self) -> bool {
+        match self {
+            TsRes::Pow10(n) => n > 6,
+            TsRes::Pow2(n) => n >= 20, // 2^20 > 10^6
+        }
+    }
+
+    fn to_ns(self, ts: u64) -> u128 {
+        let ts = ts as u128;
+        match self {
+            TsRes::Pow10(n) if n <= 9 => ts * 10u128.pow(9 - n),
+            TsRes::Pow10(n) => ts / 10u128.pow(n - 9),
+            TsRes::Pow2(n) => (ts * 1_000_000_000) >> n,
+        }
+    }
+}
+
+struct Iface {
+    linktype: u32,
+    link: Option<LinkKind>,
+    snaplen: u32,
+    res: TsRes,
+    offset_ns: i128,
+}
+
+/// Decodes a pcapng file: sections, interfaces and packet blocks.
+fn parse_pcapng(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
+    if data.len() < SHB_MIN_LEN {
+        return Err(too_short(path, data, "pcapng section header", SHB_MIN_LEN));
+    }
+    let mut records: Vec<Record> = Vec::with_capacity(data.len() / 512);
+    let mut ifaces: Vec<Iface> = Vec::new();
+    let mut in_section = false;
+    let mut big_endian = false;
+    // Decided by the first packet: (raw linktype, kind).
+    let mut link: Option<(u32, LinkKind)> = None;
+    let mut first_idb_link: Option<u32> = None;
+    let mut nanos = false;
+    let mut snaplen = 0u32;
+    let mut max_caplen = 0u32;
+
+    let mut off = 0usize;
+    let mut error: Option<(u64, RecordProblem)> = None;
+    while off < data.len() {
+        match pcapng_block(
+            data,
+            off,
+            &mut big_endian,
+            &mut in_section,
+            &mut ifaces,
+            &mut first_idb_link,
+        ) {
+            Err(problem) => {
+                error = Some((off as u64, problem));
+                break;
+            }
+            Ok((len, None)) => off += len,
+            Ok((len, Some(pkt))) => {
+                let iface = &ifaces[pkt.iface];
+                let Some(kind) = iface.link else {
+                    let problem = RecordProblem::LinkType {
+                        id: pkt.iface as u32,
+                        link: describe_linktype(iface.linktype),
+                    };
+                    if records.is_empty() {
+                        return Err(TraceError::LinkType {
+                            path: path.to_owned(),
+                            linktype: iface.linktype,
+                            link: describe_linktype(iface.linktype),
+                        });
+                    }
+                    error = Some((off as u64, problem));
+                    break;
+                };
+                match link {
+                    None => link = Some((iface.linktype, kind)),
+                    Some((first, k)) if k != kind => {
+                        error = Some((
+                            off as u64,
+                            RecordProblem::MixedLinks {
+                                id: pkt.iface as u32,
+                                link: describe_linktype(iface.linktype),
+                                first: describe_linktype(first),
+                            },
+                        ));
+                        break;
+                    }
+                    Some(_) => {}
+                }
+                let limit = caplen_limit(iface.snaplen);
+                if pkt.caplen > limit {
+                    error = Some((
+                        off as u64,
+                        RecordProblem::CaplenAbsurd {
+                            caplen: pkt.caplen,
+                            limit,
+                        },
+                    ));
+                    break;
+                }
+                nanos |= iface.res.finer_than_us();
+                snaplen = snaplen.max(iface.snaplen);
+                max_caplen = max_caplen.max(pkt.caplen);
+                let ns = iface.res.to_ns(pkt.ts) as i128 + iface.offset_ns;
+                records.push(Record {
+                    off: pkt.data_off as u64,
+                    caplen: pkt.caplen,
+                    wire_len: pkt.wire_len,
+                    ts_ns: ns.clamp(0, u64::MAX as i128) as u64,
+                });
+                off += len;
+            }
+        }
+    }
+
+    // No packet: the trace still gets a link, from the first interface or Ethernet.
+    let (linktype, kind) = match link {
+        Some(l) => l,
+        None => {
+            let lt = first_idb_link.unwrap_or(1);
+            match link_from_pcap(lt) {
+                Some(k) => (lt, k),
+                None if error.is_none() => {
+                    return Err(TraceError::LinkType {
+                        path: path.to_owned(),
+                        linktype: lt,
+                        link: describe_linktype(lt),
+                    })
+                }
+                None => (lt, LinkKind::Ethernet),
+            }
+        }
+    };
+    // Errors before the first packet are file-header errors.
+    if records.is_empty() {
+        if let Some((offset, problem)) = error {
+            return Err(TraceError::Block {
+                path: path.to_owned(),
+                offset,
+                problem,
+            });
+        }
+    }
+    if snaplen == 0 {
+        snaplen = DEFAULT_SNAPLEN;
+    }
+    let header = PcapHeader {
+        snaplen: snaplen.max(max_caplen),
+        ..PcapHeader::new(linktype, nanos)
+    };
+    let error = error.map(|(offset, problem)| TraceError::Record {
+        path: path.to_owned(),
+        record: records.len() as u64 + 1,
+        offset,
+        problem,
+    });
+    Ok(Parsed {
+        records,
+        link: kind,
+        header,
+        error,
+    })
+}
+
+struct NgPacket {
+    iface: usize,
+    data_off: usize,
+    caplen: u32,
+    wire_len: u32,
+    ts: u64,
+}
+
+/// Reads the block at `off`: its total length, and the packet if it is one.
+fn pcapng_block(
+    data: &[u8],
+    off: usize,
+    big_endian: &mut bool,
+    in_section: &mut bool,
+    ifaces: &mut Vec<Iface>,
+    first_idb_link: &mut Option<u32>,
+) -> Result<(usize, Option<NgPacket>), RecordProblem> {
+    let rest = &data[off..];
+    if rest.len() < 12 {
+        return Err(RecordProblem::TruncatedHeader {
+            have: rest.len() as u64,
+            need: 12,
+        });
+    }
+    let raw_type = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+    if raw_type == SHB_TYPE {
+        // A new section: its byte order comes from its byte-order magic.
+        let bom = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        *big_endian = match bom {
+            BOM => false,
+            b if b == BOM.swap_bytes() => true,
+            _ => return Err(RecordProblem::BadByteOrder { bom }),
+        };
+        ifaces.clear();
+        *in_section = true;
+    } else if !*in_section {
+        return Err(RecordProblem::NoSection);
+    }
+    let be = *big_endian;
+    let btype = if be { raw_type.swap_bytes() } else { raw_type };
+    let len = read_u32(rest, 4, be);
+    let min = match btype {
+        SHB_TYPE => SHB_MIN_LEN as u32,
+        IDB_TYPE => 20,
+        EPB_TYPE | OPB_TYPE => 32,
+        SPB_TYPE => 16,
+        _ => 12,
+    };
+    if len % 4 != 0 || len < min {
+        return Err(RecordProblem::BlockLength { len, min });
+    }
+    if len as usize > rest.len() {
+        return Err(RecordProblem::BlockPastEnd {
+            len,
+            have: rest.len() as u64,
+        });
+    }
+    let block = &rest[..len as usize];
+    let trailer = read_u32(block, len as usize - 4, be);
+    if trailer != len {
+        return Err(RecordProblem::BlockTrailer { len, trailer });
+    }
+    let body = &block[8..len as usize - 4];
+    let pkt = match btype {
+        SHB_TYPE => {
+            let shb = parse_sectionheaderblock(block)
+                .map_err(|_| RecordProblem::Unparsable {
+                    what: "section header block",
+                })?
+                .1;
+            if shb.major_version != 1 {
+                return Err(RecordProblem::Version {
+                    major: shb.major_version,
+                    minor: shb.minor_version,
+                });
+            }
+            None
+        }
+        IDB_TYPE => {
+            let parsed = if be {
+                parse_interfacedescriptionblock_be(block)
+            } else {
+                parse_interfacedescriptionblock_le(block)
+            };
+            let idb = parsed
+                .map_err(|_| RecordProblem::Unparsable {
+                    what: "interface description block",
+                })?
+                .1;
+            let id = ifaces.len() as u32;
+            let linktype = idb.linktype.0 as u32;
+            let mut res = TsRes::Pow10(6);
+            let mut offset_ns = 0i128;
+            for opt in &idb.options {
+                let v = opt.value();
+                match opt.code.0 {
+                    9 if opt.len >= 1 && !v.is_empty() => {
+                        res = TsRes::from_option(v[0])
+                            .ok_or(RecordProblem::TsResol { id, value: v[0] })?;
+                    }
+                    14 if opt.len == 8 && v.len() >= 8 => {
+                        let b = [v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]];
+                        let secs = if be {
+                            i64::from_be_bytes(b)
+                        } else {
+                            i64::from_le_bytes(b)
+                        };
+                        offset_ns = secs as i128 * 1_000_000_000;
+                    }
+                    _ => {}
+                }
+            }
+            first_idb_link.get_or_insert(linktype);
+            ifaces.push(Iface {
+                linktype,
+                link: link_from_pcap(linktype),
+                snaplen: idb.snaplen,
+                res,
+                offset_ns,
+            });
+            None
+        }
+        EPB_TYPE | OPB_TYPE => {
+            // EPB: if_id u32, ts_hi, ts_lo, caplen, origlen; OPB: if_id u16, drops u16, same.
+            let (iface, caplen, wire_len) = if btype == EPB_TYPE {
+                (
+                    read_u32(body, 0, be),
+                    read_u32(body, 12, be),
+                    read_u32(body, 16, be),
+                )
+            } else {
+                (
+                    read_u16(body, 0, be) as u32,
+                    read_u32(body, 12, be),
+                    read_u32(body, 16, be),
+                )
+            };
+            let ts = (read_u32(body, 4, be) as u64) << 32 | read_u32(body, 8, be) as u64;
+            if caplen as u64 > (body.len() - 20) as u64 {
+                return Err(RecordProblem::BlockCaplen { caplen, len });
+            }
+            if iface as usize >= ifaces.len() {
+                return Err(RecordProblem::NoInterface { id: iface });
+            }
+            Some(NgPacket {
+                iface: iface as usize,
+                data_off: off + 28,
+                caplen,
+                wire_len,
+                ts,
+            })
+        }
+        SPB_TYPE => {
+            // SPB: original length, then data padded to 32 bits; interface 0, no timestamp.
+            let wire_len = read_u32(body, 0, be);
+            let Some(iface) = ifaces.first() else {
+                return Err(RecordProblem::NoInterface { id: 0 });
+            };
+            let room = (body.len() - 4) as u32;
+            let mut caplen = wire_len.min(room);
+            if iface.snaplen != 0 {
+                caplen = caplen.min(iface.snaplen);
+            }
+            Some(NgPacket {
+                iface: 0,
+                data_off: off + 12,
+                caplen,
+                wire_len,
+                ts: 0,
+            })
+        }
+        // Name resolution, statistics, secrets, custom and unknown blocks carry no packets.
+        _ => None,
+    };
+    Ok((len as usize, pkt))
 }

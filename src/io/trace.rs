@@ -48,7 +48,7 @@ pub(crate) enum Backing {
 
 impl Backing {
     #[inline]
-    fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         match self {
             Backing::Mmap(m) => m,
             Backing::Owned(v) => v,
