@@ -8,9 +8,8 @@ use catena::packet::wire::{
 };
 use etherparse::{
     IpDscp, IpEcn, IpFragOffset, IpHeaders, IpNumber, Ipv4Header, Ipv4Options, Ipv6Extensions,
-    Ipv6FlowLabel, Ipv6Header, Ipv6RawExtHeader, LinkExtSlice, LinkSlice, NetSlice,
-    PacketBuilder, SingleVlanHeader, SlicedPacket, TcpHeader, TransportSlice, VlanHeader, VlanId,
-    VlanPcp,
+    Ipv6FlowLabel, Ipv6Header, Ipv6RawExtHeader, LinkExtSlice, LinkSlice, NetSlice, PacketBuilder,
+    SingleVlanHeader, SlicedPacket, TcpHeader, TransportSlice, VlanHeader, VlanId, VlanPcp,
 };
 use proptest::prelude::*;
 
@@ -27,8 +26,22 @@ struct Spec {
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
-    (0u8..3, any::<bool>(), 0u8..3, any::<[u8; 32]>(), any::<[u8; 32]>(), proptest::collection::vec(any::<u8>(), 0..200))
-        .prop_map(|(vlans, v6, l4, e, a, payload)| Spec { vlans, v6, l4, e, a, payload })
+    (
+        0u8..3,
+        any::<bool>(),
+        0u8..3,
+        any::<[u8; 32]>(),
+        any::<[u8; 32]>(),
+        proptest::collection::vec(any::<u8>(), 0..200),
+    )
+        .prop_map(|(vlans, v6, l4, e, a, payload)| Spec {
+            vlans,
+            v6,
+            l4,
+            e,
+            a,
+            payload,
+        })
 }
 
 fn u16at(e: &[u8], i: usize) -> u16 {
@@ -62,10 +75,12 @@ fn build(s: &Spec) -> Vec<u8> {
         // Extension headers for the walker: hop-by-hop and/or destination options.
         if e[20] & 1 != 0 {
             let n = 6 + 8 * usize::from(e[21] % 3);
-            exts.hop_by_hop_options = Some(Ipv6RawExtHeader::new_raw(IpNumber(0), &a[..n]).unwrap());
+            exts.hop_by_hop_options =
+                Some(Ipv6RawExtHeader::new_raw(IpNumber(0), &a[..n]).unwrap());
         }
         if e[20] & 2 != 0 {
-            exts.destination_options = Some(Ipv6RawExtHeader::new_raw(IpNumber(0), &a[8..14]).unwrap());
+            exts.destination_options =
+                Some(Ipv6RawExtHeader::new_raw(IpNumber(0), &a[8..14]).unwrap());
         }
         let mut srcip = [0u8; 16];
         srcip.copy_from_slice(&a[0..16]);
@@ -133,12 +148,24 @@ fn build(s: &Spec) -> Vec<u8> {
             t.set_options_raw(&a[..4 * usize::from(e[30] % 9)]).unwrap();
             net.tcp_header(t).write(&mut out, &s.payload).unwrap();
         }
-        (1, _) => net.udp(u16at(e, 14), u16at(e, 16)).write(&mut out, &s.payload).unwrap(),
-        (_, false) => net.icmpv4_echo_request(u16at(e, 14), u16at(e, 16)).write(&mut out, &s.payload).unwrap(),
-        (_, true) => net.icmpv6_echo_request(u16at(e, 14), u16at(e, 16)).write(&mut out, &s.payload).unwrap(),
+        (1, _) => net
+            .udp(u16at(e, 14), u16at(e, 16))
+            .write(&mut out, &s.payload)
+            .unwrap(),
+        (_, false) => net
+            .icmpv4_echo_request(u16at(e, 14), u16at(e, 16))
+            .write(&mut out, &s.payload)
+            .unwrap(),
+        (_, true) => net
+            .icmpv6_echo_request(u16at(e, 14), u16at(e, 16))
+            .write(&mut out, &s.payload)
+            .unwrap(),
     }
     out
 }
+
+/// IPv4 source and destination for the pseudo header.
+type V4Pair = ([u8; 4], [u8; 4]);
 
 /// Parses `p` with our views and etherparse and compares every field; returns the number of
 /// fields compared.
@@ -146,27 +173,36 @@ fn compare(p: &[u8]) -> Result<usize, TestCaseError> {
     let sp = SlicedPacket::from_ethernet(p).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
     let mut n = 0;
     let eth = Ethernet::new_checked(p).map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let Some(LinkSlice::Ethernet2(ee)) = &sp.link else { return Err(TestCaseError::fail("no eth")) };
+    let Some(LinkSlice::Ethernet2(ee)) = &sp.link else {
+        return Err(TestCaseError::fail("no eth"));
+    };
     prop_assert_eq!(eth.src(), ee.source());
     prop_assert_eq!(eth.dst(), ee.destination());
     prop_assert_eq!(eth.ethertype(), ee.ether_type().0);
     n += 3;
-    let l2 = eth.l2_info().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let l2 = eth
+        .l2_info()
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
     prop_assert_eq!(l2.tags().len(), sp.link_exts.len());
     let mut vlans = eth.vlans();
     for (tag, ext) in l2.tags().iter().zip(sp.link_exts.iter()) {
-        let LinkExtSlice::Vlan(v) = ext else { return Err(TestCaseError::fail("macsec?")) };
+        let LinkExtSlice::Vlan(v) = ext else {
+            return Err(TestCaseError::fail("macsec?"));
+        };
         let (tpid, view) = vlans.next().unwrap();
         prop_assert!(ethertype::is_vlan(tag.tpid) && tpid == tag.tpid);
         prop_assert_eq!(tag.pcp(), v.priority_code_point().value());
         prop_assert_eq!(tag.dei(), v.drop_eligible_indicator());
         prop_assert_eq!(tag.vid(), v.vlan_identifier().value());
-        prop_assert_eq!((view.pcp(), view.dei(), view.vid()), (tag.pcp(), tag.dei(), tag.vid()));
+        prop_assert_eq!(
+            (view.pcp(), view.dei(), view.vid()),
+            (tag.pcp(), tag.dei(), tag.vid())
+        );
         prop_assert_eq!(view.ethertype(), v.ether_type().0);
         n += 5;
     }
     let l3 = &p[l2.l3_offset..];
-    let (l4, proto, pseudo_src_dst): (&[u8], u8, Option<([u8; 16], [u8; 16])>) = match &sp.net {
+    let (l4, proto, v4): (&[u8], u8, Option<V4Pair>) = match &sp.net {
         Some(NetSlice::Ipv4(s)) => {
             prop_assert_eq!(l2.ethertype, ethertype::IPV4);
             let h = s.header();
@@ -194,13 +230,13 @@ fn compare(p: &[u8]) -> Result<usize, TestCaseError> {
                 prop_assert!(sp.transport.is_none());
                 return Ok(n);
             }
-            let mut a = [0u8; 16];
-            a[..4].copy_from_slice(&ip.src());
-            let mut b = [0u8; 16];
-            b[..4].copy_from_slice(&ip.dst());
             // Re-slice from `l3`: `ip.payload()` borrows the local view.
             let end = usize::from(ip.total_len()).min(l3.len());
-            (&l3[ip.header_len()..end], ip.protocol(), Some((a, b)))
+            (
+                &l3[ip.header_len()..end],
+                ip.protocol(),
+                Some((ip.src(), ip.dst())),
+            )
         }
         Some(NetSlice::Ipv6(s)) => {
             prop_assert_eq!(l2.ethertype, ethertype::IPV6);
@@ -214,7 +250,9 @@ fn compare(p: &[u8]) -> Result<usize, TestCaseError> {
             prop_assert_eq!(ip.hop_limit(), h.hop_limit());
             prop_assert_eq!(ip.src(), h.source());
             prop_assert_eq!(ip.dst_addr(), h.destination_addr());
-            let w = ip.walk_ext().map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let w = ip
+                .walk_ext()
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(w.next_header, s.payload().ip_number.0);
             prop_assert_eq!(&l3[w.offset..], s.payload().payload);
             prop_assert!(w.has_transport());
@@ -227,7 +265,6 @@ fn compare(p: &[u8]) -> Result<usize, TestCaseError> {
         Some(NetSlice::Ipv6(s)) => Some((s.header().source(), s.header().destination())),
         _ => None,
     };
-    let v4 = pseudo_src_dst.map(|(a, b)| ([a[0], a[1], a[2], a[3]], [b[0], b[1], b[2], b[3]]));
     match &sp.transport {
         Some(TransportSlice::Tcp(t)) => {
             prop_assert_eq!(proto, ip_proto::TCP);
@@ -238,8 +275,28 @@ fn compare(p: &[u8]) -> Result<usize, TestCaseError> {
             prop_assert_eq!(v.ack(), t.acknowledgment_number());
             prop_assert_eq!(v.data_offset(), t.data_offset());
             prop_assert_eq!(
-                [v.fin(), v.syn(), v.rst(), v.psh(), v.ack_flag(), v.urg(), v.ece(), v.cwr(), v.ns()],
-                [t.fin(), t.syn(), t.rst(), t.psh(), t.ack(), t.urg(), t.ece(), t.cwr(), t.ns()]
+                [
+                    v.fin(),
+                    v.syn(),
+                    v.rst(),
+                    v.psh(),
+                    v.ack_flag(),
+                    v.urg(),
+                    v.ece(),
+                    v.cwr(),
+                    v.ns()
+                ],
+                [
+                    t.fin(),
+                    t.syn(),
+                    t.rst(),
+                    t.psh(),
+                    t.ack(),
+                    t.urg(),
+                    t.ece(),
+                    t.cwr(),
+                    t.ns()
+                ]
             );
             prop_assert_eq!(v.window(), t.window_size());
             prop_assert_eq!(v.checksum(), t.checksum());
@@ -295,7 +352,11 @@ fn compare(p: &[u8]) -> Result<usize, TestCaseError> {
             prop_assert!(v.verify_checksum(&s, &d));
             n += 7;
         }
-        other => return Err(TestCaseError::fail(format!("unexpected transport {other:?}"))),
+        other => {
+            return Err(TestCaseError::fail(format!(
+                "unexpected transport {other:?}"
+            )))
+        }
     }
     Ok(n)
 }
@@ -423,15 +484,38 @@ fn poke_all(b: &[u8], nh: u8, off: usize) {
         let _ = (a.op(), a.sha(), a.spa(), a.tha(), a.tpa());
     }
     if let Ok(ip) = Ipv4::new_checked(b) {
-        let _ = (ip.options(), ip.payload(), ip.verify_checksum(), ip.pseudo_sum());
-        let _ = (ip.dscp(), ip.ecn(), ip.flags(), ip.frag_offset(), ip.src_addr(), ip.is_truncated());
+        let _ = (
+            ip.options(),
+            ip.payload(),
+            ip.verify_checksum(),
+            ip.pseudo_sum(),
+        );
+        let _ = (
+            ip.dscp(),
+            ip.ecn(),
+            ip.flags(),
+            ip.frag_offset(),
+            ip.src_addr(),
+            ip.is_truncated(),
+        );
     }
     if let Ok(ip) = Ipv6::new_checked(b) {
-        let _ = (ip.payload(), ip.walk_ext(), ip.flow_label(), ip.traffic_class(), ip.pseudo_sum(6, 9));
+        let _ = (
+            ip.payload(),
+            ip.walk_ext(),
+            ip.flow_label(),
+            ip.traffic_class(),
+            ip.pseudo_sum(6, 9),
+        );
     }
     let _ = ipv6::walk_ext(b, nh, off);
     if let Ok(t) = Tcp::new_checked(b) {
-        let _ = (t.options(), t.payload(), t.flags(), t.verify_checksum_v4([0; 4], [0; 4]));
+        let _ = (
+            t.options(),
+            t.payload(),
+            t.flags(),
+            t.verify_checksum_v4([0; 4], [0; 4]),
+        );
     }
     if let Ok(u) = Udp::new_checked(b) {
         let _ = (u.payload(), u.verify_checksum_v6(&[0; 16], &[1; 16]));
@@ -440,7 +524,11 @@ fn poke_all(b: &[u8], nh: u8, off: usize) {
         let _ = (i.payload(), i.echo_ident(), i.verify_checksum());
     }
     if let Ok(i) = Icmpv6::new_checked(b) {
-        let _ = (i.payload(), i.echo_seq(), i.verify_checksum(&[0; 16], &[0; 16]));
+        let _ = (
+            i.payload(),
+            i.echo_seq(),
+            i.verify_checksum(&[0; 16], &[0; 16]),
+        );
     }
     // The mutating paths too.
     let mut m = b.to_vec();
@@ -467,7 +555,14 @@ fn poke_all(b: &[u8], nh: u8, off: usize) {
 #[test]
 fn tcp_checksum_survives_ipv4_fragment_flag() {
     // A first fragment still carries the full TCP header; our views read it regardless.
-    let s = Spec { vlans: 1, v6: false, l4: 0, e: [0; 32], a: [7; 32], payload: vec![1, 2, 3] };
+    let s = Spec {
+        vlans: 1,
+        v6: false,
+        l4: 0,
+        e: [0; 32],
+        a: [7; 32],
+        payload: vec![1, 2, 3],
+    };
     let p = build(&s);
     let l2 = Ethernet::new_checked(&p[..]).unwrap().l2_info().unwrap();
     let ip = Ipv4::new_checked(&p[l2.l3_offset..]).unwrap();
