@@ -312,6 +312,27 @@ mod tests {
     }
 
     #[test]
+    fn old_qinq_tpid_and_untagged() {
+        let mut b = QINQ;
+        b[12] = 0x91;
+        b[13] = 0x00;
+        let info = Ethernet::new_checked(&b[..]).unwrap().l2_info().unwrap();
+        assert_eq!(
+            (info.n_tags, info.tags()[0].tpid, info.ethertype),
+            (2, 0x9100, 0x0800)
+        );
+        b[12] = 0x86;
+        b[13] = 0xdd;
+        let e = Ethernet::new_checked(&b[..]).unwrap();
+        let info = e.l2_info().unwrap();
+        assert_eq!(
+            (info.n_tags, info.ethertype, info.l3_offset),
+            (0, 0x86dd, 14)
+        );
+        assert_eq!(e.vlans().count(), 0);
+    }
+
+    #[test]
     fn setters_round_trip() {
         let mut b = QINQ;
         let mut e = Ethernet::new_checked(&mut b[..]).unwrap();

@@ -390,6 +390,38 @@ mod tests {
     }
 
     #[test]
+    fn walk_skips_every_listed_type() {
+        // routing (43) -> mobility (135) -> HIP (139) -> shim6 (140) -> hop-by-hop (0)
+        // -> ESP (50, not skippable: the walk stops there).
+        let chain = [
+            ip_proto::MOBILITY,
+            ip_proto::HIP,
+            ip_proto::SHIM6,
+            0,
+            ip_proto::ESP,
+        ];
+        let mut b = Vec::new();
+        for (i, next) in chain.iter().enumerate() {
+            let words = i % 2; // alternate 8- and 16-byte headers
+            b.push(*next);
+            b.push(words as u8);
+            b.extend(std::iter::repeat_n(0xaa, 6 + 8 * words));
+        }
+        let w = walk_ext(&b, ip_proto::IPV6_ROUTE, 0).unwrap();
+        assert_eq!(
+            w,
+            ExtWalk {
+                next_header: ip_proto::ESP,
+                offset: b.len(),
+                frag: None
+            }
+        );
+        // No next header (59) and unknown values stop the walk in place.
+        assert_eq!(walk_ext(&b, ip_proto::IPV6_NONXT, 3).unwrap().offset, 3);
+        assert_eq!(walk_ext(&b, 253, 0).unwrap().next_header, 253);
+    }
+
+    #[test]
     fn walk_is_bounded() {
         let b = [0u8; 8 * 20]; // 20 hop-by-hop headers each pointing at another
         assert_eq!(walk_ext(&b, 0, 0), Err(WireError::TooManyHeaders));
