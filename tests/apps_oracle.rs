@@ -51,12 +51,25 @@ fn firewall_vs_tcpdump(ports: &[u16]) {
             .arg(&src)
             .arg("-w")
             .arg(&theirs)
-            .arg(bpf(ports, trace.link() == catena::packet::LinkKind::Ethernet))
+            .arg(bpf(
+                ports,
+                trace.link() == catena::packet::LinkKind::Ethernet,
+            ))
             .output()
             .unwrap();
-        assert!(st.status.success(), "tcpdump: {}", String::from_utf8_lossy(&st.stderr));
+        assert!(
+            st.status.success(),
+            "tcpdump: {}",
+            String::from_utf8_lossy(&st.stderr)
+        );
         let (a, b) = (packets(&ours), packets(&theirs));
-        assert_eq!(a.len(), b.len(), "{rel}: catena passed {} packets, tcpdump {}", a.len(), b.len());
+        assert_eq!(
+            a.len(),
+            b.len(),
+            "{rel}: catena passed {} packets, tcpdump {}",
+            a.len(),
+            b.len()
+        );
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
             assert!(x == y, "{rel}: forwarded packet {i} differs from tcpdump's");
         }
@@ -81,14 +94,27 @@ fn firewall_other_port_lists_equal_tcpdump() {
 #[test]
 fn wire_output_is_byte_identical_to_input() {
     let dir = tempdir();
-    for rel in ["bench/ndpi-ether-merged.pcap", "ndpi/pcap/KakaoTalk_chat.pcap", "ndpi/pcap/ocs.pcap"] {
+    for rel in [
+        "bench/ndpi-ether-merged.pcap",
+        "ndpi/pcap/KakaoTalk_chat.pcap",
+        "ndpi/pcap/ocs.pcap",
+    ] {
         let src = dataset(rel);
         let out = dir.path().join("wire.pcap");
         let trace = Trace::open(&src).unwrap();
-        let s = run_chain("[input]\nports = 2\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n", &trace, Some(&out));
+        let s = run_chain(
+            "[input]\nports = 2\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n",
+            &trace,
+            Some(&out),
+        );
         assert_eq!(s.packets_out, trace.len() as u64);
         let (a, b) = (std::fs::read(&src).unwrap(), std::fs::read(&out).unwrap());
-        assert!(a == b, "{rel}: wire output differs from input ({} vs {} bytes)", b.len(), a.len());
+        assert!(
+            a == b,
+            "{rel}: wire output differs from input ({} vs {} bytes)",
+            b.len(),
+            a.len()
+        );
         // Each port sends exactly what the other received.
         assert_eq!(s.ports[0].tx, s.ports[1].rx);
         assert_eq!(s.ports[1].tx, s.ports[0].rx);
@@ -102,27 +128,49 @@ fn catena_pcap_reads_back_in_tcpdump() {
     let src = dataset("ndpi/pcap/1kxun.pcap");
     let out = dir.path().join("o.pcap");
     let trace = Trace::open(&src).unwrap();
-    let s = run_chain("[[nf]]\nname = \"s\"\nkind = \"mac_switch\"\n", &trace, Some(&out));
-    assert_eq!(s.packets_out, trace.len() as u64, "a MAC switch forwards every Ethernet frame");
+    let s = run_chain(
+        "[[nf]]\nname = \"s\"\nkind = \"mac_switch\"\n",
+        &trace,
+        Some(&out),
+    );
+    assert_eq!(
+        s.packets_out,
+        trace.len() as u64,
+        "a MAC switch forwards every Ethernet frame"
+    );
     let dump = |p: &std::path::Path| {
-        let o = Command::new("tcpdump").arg("-r").arg(p).args(["-nn", "-tt", "-xx"]).output().unwrap();
+        let o = Command::new("tcpdump")
+            .arg("-r")
+            .arg(p)
+            .args(["-nn", "-tt", "-xx"])
+            .output()
+            .unwrap();
         assert!(o.status.success());
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     let (a, b) = (dump(&src), dump(&out));
-    assert_eq!(a.lines().filter(|l| !l.starts_with('\t')).count(), trace.len());
+    assert_eq!(
+        a.lines().filter(|l| !l.starts_with('\t')).count(),
+        trace.len()
+    );
     assert!(a == b, "tcpdump reads different packets back");
 }
 
 #[test]
 fn every_capture_runs_through_a_chain_without_panic() {
-    let chain = "[[nf]]\nname = \"a\"\nkind = \"mac_switch\"\n[[nf]]\nname = \"b\"\nkind = \"firewall\"\n";
+    let chain =
+        "[[nf]]\nname = \"a\"\nkind = \"mac_switch\"\n[[nf]]\nname = \"b\"\nkind = \"firewall\"\n";
     let (mut ok, mut rejected, mut packets) = (0, 0, 0u64);
     for p in all_captures() {
         match Trace::open(&p) {
             Ok(t) => {
                 let s = run_chain(chain, &t, None);
-                assert_eq!(s.packets_in, s.packets_out + s.packets_dropped, "{}", p.display());
+                assert_eq!(
+                    s.packets_in,
+                    s.packets_out + s.packets_dropped,
+                    "{}",
+                    p.display()
+                );
                 packets += s.packets_in;
                 ok += 1;
             }

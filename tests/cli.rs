@@ -9,7 +9,10 @@ use std::process::{Command, Output};
 use common::*;
 
 fn catena(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_catena")).args(args).output().expect("run catena")
+    Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args(args)
+        .output()
+        .expect("run catena")
 }
 
 fn example(name: &str) -> String {
@@ -19,7 +22,10 @@ fn example(name: &str) -> String {
 /// A failed run: non-zero exit, exactly one line on stderr starting `error:`, no panic.
 fn one_line_error(o: &Output) -> String {
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success(), "expected failure, got success; stderr: {err}");
+    assert!(
+        !o.status.success(),
+        "expected failure, got success; stderr: {err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
     assert!(err.starts_with("error: "), "{err}");
@@ -54,7 +60,10 @@ fn run_json_has_the_documented_keys_and_balances() {
     assert_eq!(nf["kind"], "firewall");
     assert_eq!(nf["packets_in"].as_u64().unwrap(), n("packets_in"));
     assert_eq!(nf["packets_out"].as_u64().unwrap(), n("packets_out"));
-    assert_eq!(nf["packets_dropped"].as_u64().unwrap(), n("packets_dropped"));
+    assert_eq!(
+        nf["packets_dropped"].as_u64().unwrap(),
+        n("packets_dropped")
+    );
 }
 
 #[test]
@@ -64,16 +73,32 @@ fn flooded_packets_count_once() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["packets_out"], v["packets_in"]);
     let flooded = v["sinks"][0]["flooded"].as_u64().unwrap();
-    let tx: u64 = v["ports"].as_array().unwrap().iter().map(|p| p["tx"].as_u64().unwrap()).sum();
+    let tx: u64 = v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["tx"].as_u64().unwrap())
+        .sum();
     // A flood leaves by 4 of the 5 ports; a unicast by one.
-    assert_eq!(tx, v["packets_out"].as_u64().unwrap() - flooded + 4 * flooded);
+    assert_eq!(
+        tx,
+        v["packets_out"].as_u64().unwrap() - flooded + 4 * flooded
+    );
     assert!(flooded > 0);
 }
 
 #[test]
 fn loops_replay_from_memory() {
     let src = dataset("ndpi/pcap/1kxun.pcap");
-    let o = catena(&["run", &example("wire.toml"), "-i", src.to_str().unwrap(), "--loops", "3", "--json"]);
+    let o = catena(&[
+        "run",
+        &example("wire.toml"),
+        "-i",
+        src.to_str().unwrap(),
+        "--loops",
+        "3",
+        "--json",
+    ]);
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["packets_in"].as_u64().unwrap(), 3 * 1723);
@@ -97,16 +122,31 @@ fn bad_files_give_one_line_errors() {
     let d = tempdir();
     let cfg = example("wire.toml");
     let cases: Vec<(String, &str)> = vec![
-        (d.path().join("missing.pcap").to_str().unwrap().to_string(), "missing.pcap"),
+        (
+            d.path().join("missing.pcap").to_str().unwrap().to_string(),
+            "missing.pcap",
+        ),
         (write(&d.path().join("empty.pcap"), b""), "empty"),
-        (write(&d.path().join("magic.pcap"), b"GIF89a not a capture at all"), "magic"),
-        (write(&d.path().join("lt.pcap"), &pcap_header(105, 65535)), "link type 105"),
-        (write(&d.path().join("snap.pcap"), &pcap_header(1, u32::MAX)), "snaplen"),
+        (
+            write(&d.path().join("magic.pcap"), b"GIF89a not a capture at all"),
+            "magic",
+        ),
+        (
+            write(&d.path().join("lt.pcap"), &pcap_header(105, 65535)),
+            "link type 105",
+        ),
+        (
+            write(&d.path().join("snap.pcap"), &pcap_header(1, u32::MAX)),
+            "snaplen",
+        ),
     ];
     for (path, needle) in cases {
         let o = catena(&["run", &cfg, "-i", &path]);
         let e = one_line_error(&o);
-        assert!(e.to_lowercase().contains(&needle.to_lowercase()), "{needle}: {e}");
+        assert!(
+            e.to_lowercase().contains(&needle.to_lowercase()),
+            "{needle}: {e}"
+        );
     }
 }
 
@@ -117,7 +157,14 @@ fn truncated_file_keeps_the_good_packets() {
     // Cut in the middle of a record: everything before it must still come out.
     let cut = write(&d.path().join("cut.pcap"), &src[..src.len() / 2]);
     let out = d.path().join("out.pcap");
-    let o = catena(&["run", &example("wire.toml"), "-i", &cut, "-o", out.to_str().unwrap()]);
+    let o = catena(&[
+        "run",
+        &example("wire.toml"),
+        "-i",
+        &cut,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     let e = one_line_error(&o);
     assert!(e.contains("cut.pcap"), "{e}");
     let good = packets(&out);
@@ -134,7 +181,10 @@ fn bad_configs_give_one_line_errors() {
     let d = tempdir();
     let trace = dataset("ndpi/pcap/1kxun.pcap");
     for (text, needle) in [
-        ("[[nf]]\nname = \"x\"\nkind = \"nope\"\n", "unknown kind `nope`"),
+        (
+            "[[nf]]\nname = \"x\"\nkind = \"nope\"\n",
+            "unknown kind `nope`",
+        ),
         ("edges = [\"in -> x\"]\n", "no node named `x`"),
         ("[input]\nports = -1\n", "t.toml:2:9"),
     ] {
@@ -153,10 +203,20 @@ fn check_and_nfs_describe() {
     let o = catena(&["check", &example("firewall.toml")]);
     assert!(o.status.success());
     let s = String::from_utf8_lossy(&o.stdout);
-    assert!(s.contains("in -> fw") && s.contains("fw -> out") && s.contains("port-denied"), "{s}");
+    assert!(
+        s.contains("in -> fw") && s.contains("fw -> out") && s.contains("port-denied"),
+        "{s}"
+    );
     let o = catena(&["nfs"]);
     let s = String::from_utf8_lossy(&o.stdout);
-    for k in ["wire", "mac_switch", "ipv4_switch", "firewall", "allow_ports", "timeout"] {
+    for k in [
+        "wire",
+        "mac_switch",
+        "ipv4_switch",
+        "firewall",
+        "allow_ports",
+        "timeout",
+    ] {
         assert!(s.contains(k), "{k} missing from `catena nfs`");
     }
 }

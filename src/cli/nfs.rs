@@ -10,7 +10,10 @@ pub fn run(_: Args) -> anyhow::Result<i32> {
     for k in KINDS {
         println!("{}\n    {}", k.name, k.summary);
         for p in k.params {
-            println!("    {:<12} {:<20} default {:<12} {}", p.name, p.ty, p.default, p.doc);
+            println!(
+                "    {:<12} {:<20} default {:<12} {}",
+                p.name, p.ty, p.default, p.doc
+            );
         }
         println!();
     }

@@ -40,7 +40,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         .input
         .clone()
         .or_else(|| chain.default_trace.clone())
-        .with_context(|| format!("{}: no trace: pass --input FILE or set `[input] trace`", a.config.display()))?;
+        .with_context(|| {
+            format!(
+                "{}: no trace: pass --input FILE or set `[input] trace`",
+                a.config.display()
+            )
+        })?;
     let trace = Trace::open(&input)?;
     let mut opts = RunOptions {
         loops: a.loops,

@@ -48,12 +48,18 @@ impl<K: std::hash::Hash + Eq + Copy, V: Copy> TimedTable<K, V> {
         let full = self.map.len() >= self.capacity;
         match self.map.entry(key) {
             hashbrown::hash_map::Entry::Occupied(mut e) => {
-                *e.get_mut() = Slot { value, seen_ns: now_ns };
+                *e.get_mut() = Slot {
+                    value,
+                    seen_ns: now_ns,
+                };
                 Learned::Updated
             }
             hashbrown::hash_map::Entry::Vacant(_) if full => Learned::Full,
             hashbrown::hash_map::Entry::Vacant(e) => {
-                e.insert(Slot { value, seen_ns: now_ns });
+                e.insert(Slot {
+                    value,
+                    seen_ns: now_ns,
+                });
                 Learned::Inserted
             }
         }

@@ -110,21 +110,61 @@ pub enum TraceError {
 /// What was wrong with one record or pcapng block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordProblem {
-    TruncatedHeader { have: u64, need: u64 },
-    CaplenAbsurd { caplen: u32, limit: u32 },
-    PastEnd { caplen: u32, have: u64 },
-    BlockLength { len: u32, min: u32 },
-    BlockPastEnd { len: u32, have: u64 },
-    BlockTrailer { len: u32, trailer: u32 },
-    BlockCaplen { caplen: u32, len: u32 },
-    Unparsable { what: &'static str },
-    BadByteOrder { bom: u32 },
-    Version { major: u16, minor: u16 },
+    TruncatedHeader {
+        have: u64,
+        need: u64,
+    },
+    CaplenAbsurd {
+        caplen: u32,
+        limit: u32,
+    },
+    PastEnd {
+        caplen: u32,
+        have: u64,
+    },
+    BlockLength {
+        len: u32,
+        min: u32,
+    },
+    BlockPastEnd {
+        len: u32,
+        have: u64,
+    },
+    BlockTrailer {
+        len: u32,
+        trailer: u32,
+    },
+    BlockCaplen {
+        caplen: u32,
+        len: u32,
+    },
+    Unparsable {
+        what: &'static str,
+    },
+    BadByteOrder {
+        bom: u32,
+    },
+    Version {
+        major: u16,
+        minor: u16,
+    },
     NoSection,
-    NoInterface { id: u32 },
-    TsResol { id: u32, value: u8 },
-    LinkType { id: u32, link: String },
-    MixedLinks { id: u32, link: String, first: String },
+    NoInterface {
+        id: u32,
+    },
+    TsResol {
+        id: u32,
+        value: u8,
+    },
+    LinkType {
+        id: u32,
+        link: String,
+    },
+    MixedLinks {
+        id: u32,
+        link: String,
+        first: String,
+    },
 }
 
 impl fmt::Display for RecordProblem {

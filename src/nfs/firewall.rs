@@ -73,7 +73,13 @@ impl Firewall {
                 changes_length: false,
                 per_flow_state: true,
                 outputs: &["out"],
-                drop_reasons: &["not-ipv4", "not-tcp-udp", "fragment", "truncated", "port-denied"],
+                drop_reasons: &[
+                    "not-ipv4",
+                    "not-tcp-udp",
+                    "fragment",
+                    "truncated",
+                    "port-denied",
+                ],
             },
             allowed,
             learn: Ipv4Learning::new(capacity, timeout_ns),
@@ -92,7 +98,9 @@ impl Firewall {
         let decode = match p.table_str("decode")? {
             None | Some("partial") => Decode::Partial,
             Some("full") => Decode::Full,
-            Some(o) => return Err(p.err(format!("`decode` = \"{o}\": use \"partial\" or \"full\""))),
+            Some(o) => {
+                return Err(p.err(format!("`decode` = \"{o}\": use \"partial\" or \"full\"")))
+            }
         };
         let learn = Ipv4Learning::from_params(p)?;
         let mut f = Firewall::new(&ports, 1, 0).with_decode(decode);
@@ -117,7 +125,11 @@ struct FullDecode {
 fn full_decode(d: &[u8], l3: usize, l4: Option<usize>) -> FullDecode {
     use super::mac_switch::mac_key;
     let mut f = FullDecode::default();
-    f.eth = [mac_key(&d[0..6]), mac_key(&d[6..12]), u16::from_be_bytes([d[12], d[13]]) as u64];
+    f.eth = [
+        mac_key(&d[0..6]),
+        mac_key(&d[6..12]),
+        u16::from_be_bytes([d[12], d[13]]) as u64,
+    ];
     let ip = &d[l3..];
     let w = |o: usize| u16::from_be_bytes([ip[o], ip[o + 1]]) as u32;
     f.ip = [
@@ -136,7 +148,16 @@ fn full_decode(d: &[u8], l3: usize, l4: Option<usize>) -> FullDecode {
         if d.len() >= o + 20 {
             let t = &d[o..];
             let w = |o: usize| u16::from_be_bytes([t[o], t[o + 1]]) as u32;
-            f.l4 = [w(0), w(2), be32(t, 4), be32(t, 8), t[12] as u32, t[13] as u32, w(14), w(16)];
+            f.l4 = [
+                w(0),
+                w(2),
+                be32(t, 4),
+                be32(t, 8),
+                t[12] as u32,
+                t[13] as u32,
+                w(14),
+                w(16),
+            ];
         } else if d.len() >= o + 8 {
             let t = &d[o..];
             let w = |o: usize| u16::from_be_bytes([t[o], t[o + 1]]) as u32;
@@ -210,11 +231,23 @@ mod tests {
     #[test]
     fn passes_listed_ports_either_way_and_drops_the_rest() {
         let mut fw = Firewall::new(&[80, 443], 16, 0);
-        assert_eq!(step(&mut fw, v4(1, 2, 6, 5000, 80, 0)), (FLOOD, Verdict::Out(0)));
-        assert_eq!(step(&mut fw, v4(2, 1, 6, 443, 5000, 1)), (0, Verdict::Out(0)));
+        assert_eq!(
+            step(&mut fw, v4(1, 2, 6, 5000, 80, 0)),
+            (FLOOD, Verdict::Out(0))
+        );
+        assert_eq!(
+            step(&mut fw, v4(2, 1, 6, 443, 5000, 1)),
+            (0, Verdict::Out(0))
+        );
         assert_eq!(step(&mut fw, v4(1, 2, 17, 80, 9, 2)).1, Verdict::Out(0));
-        assert_eq!(step(&mut fw, v4(1, 2, 6, 22, 5000, 0)).1, Verdict::Drop(PORT_DENIED));
-        assert_eq!(step(&mut fw, v4(1, 2, 1, 80, 80, 0)).1, Verdict::Drop(NOT_TCP_UDP));
+        assert_eq!(
+            step(&mut fw, v4(1, 2, 6, 22, 5000, 0)).1,
+            Verdict::Drop(PORT_DENIED)
+        );
+        assert_eq!(
+            step(&mut fw, v4(1, 2, 1, 80, 80, 0)).1,
+            Verdict::Drop(NOT_TCP_UDP)
+        );
     }
 
     #[test]
@@ -241,7 +274,10 @@ mod tests {
         let mut a = Firewall::new(&[80, 443], 16, 0);
         let mut b = Firewall::new(&[80, 443], 16, 0).with_decode(Decode::Full);
         for (s, d, pr, sp, dp) in [(1, 2, 6, 80, 9), (2, 1, 17, 9, 9), (3, 1, 6, 443, 1)] {
-            assert_eq!(step(&mut a, v4(s, d, pr, sp, dp, 1)), step(&mut b, v4(s, d, pr, sp, dp, 1)));
+            assert_eq!(
+                step(&mut a, v4(s, d, pr, sp, dp, 1)),
+                step(&mut b, v4(s, d, pr, sp, dp, 1))
+            );
         }
         assert_ne!(b.stats().last().unwrap().1, 0);
     }

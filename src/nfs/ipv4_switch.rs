@@ -85,7 +85,11 @@ impl Ipv4Switch {
     pub fn new(capacity: usize, timeout_ns: u64) -> Ipv4Switch {
         Ipv4Switch {
             profile: Profile {
-                reads: Fields::ETH_TYPE | Fields::VLAN | Fields::IP_SRC | Fields::IP_DST | Fields::IN_PORT,
+                reads: Fields::ETH_TYPE
+                    | Fields::VLAN
+                    | Fields::IP_SRC
+                    | Fields::IP_DST
+                    | Fields::IN_PORT,
                 writes: Fields::EGRESS,
                 may_drop: true,
                 changes_length: false,
@@ -172,7 +176,10 @@ pub(crate) mod tests {
         let mut sw = Ipv4Switch::new(16, 0);
         let mut arp = vec![0u8; 42];
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
-        assert_eq!(step(&mut sw, Packet::from_bytes(&arp)).1, Verdict::Drop(NOT_IPV4));
+        assert_eq!(
+            step(&mut sw, Packet::from_bytes(&arp)).1,
+            Verdict::Drop(NOT_IPV4)
+        );
         assert_eq!(sw.stats()[0], ("entries", 0));
     }
 }

@@ -127,7 +127,10 @@ mod tests {
     fn learn_forward_flood_and_timeout() {
         let mut sw = MacSwitch::new(16, 10_000_000_000);
         // A (port 1) -> B: B unknown, flood; A learned on 1.
-        assert_eq!(step(&mut sw, frame(0xb, 0xa, 1, 0)), (FLOOD, Verdict::Out(0)));
+        assert_eq!(
+            step(&mut sw, frame(0xb, 0xa, 1, 0)),
+            (FLOOD, Verdict::Out(0))
+        );
         // B (port 2) -> A: A known on 1.
         assert_eq!(step(&mut sw, frame(0xa, 0xb, 2, 1)).0, 1);
         // A -> B now goes to 2.

@@ -73,7 +73,10 @@ mod tests {
             b.push(p);
         }
         w.process(&mut b, &Context { ports: 3 });
-        let got: Vec<_> = b.iter().map(|p| (p.meta().egress, p.meta().verdict)).collect();
+        let got: Vec<_> = b
+            .iter()
+            .map(|p| (p.meta().egress, p.meta().verdict))
+            .collect();
         assert_eq!(got[0], (1, Verdict::Out(0)));
         assert_eq!(got[1], (0, Verdict::Out(0)));
         assert_eq!(got[2].1, Verdict::Drop(NO_PEER));

@@ -69,7 +69,8 @@ impl Chain {
             let mut params = t.clone();
             params.remove("name");
             params.remove("kind");
-            let nf = registry::build(&name, &kind, &params).map_err(|e| c.invalid(e.to_string()))?;
+            let nf =
+                registry::build(&name, &kind, &params).map_err(|e| c.invalid(e.to_string()))?;
             let prof = nf.profile();
             by_name.insert(name.clone(), nodes.len());
             nodes.push(Node {
@@ -80,8 +81,11 @@ impl Chain {
                 kind: NodeKind::Nf { kind, nf },
             });
         }
-        let mut sinks: Vec<(String, Option<PathBuf>)> =
-            c.sinks.iter().map(|s| (s.name.clone(), s.path.as_deref().map(|p| c.resolve(p)))).collect();
+        let mut sinks: Vec<(String, Option<PathBuf>)> = c
+            .sinks
+            .iter()
+            .map(|s| (s.name.clone(), s.path.as_deref().map(|p| c.resolve(p))))
+            .collect();
         if !sinks.iter().any(|(n, _)| n == DEFAULT_SINK) {
             sinks.insert(0, (DEFAULT_SINK.into(), None));
         }
@@ -107,7 +111,8 @@ impl Chain {
                 line.windows(2).map(|w| (w[0], 0, w[1])).collect()
             }
         };
-        let mut next: Vec<Vec<Option<usize>>> = nodes.iter().map(|n| vec![None; n.outputs.len()]).collect();
+        let mut next: Vec<Vec<Option<usize>>> =
+            nodes.iter().map(|n| vec![None; n.outputs.len()]).collect();
         for (from, out, to) in edges {
             if let Some(prev) = next[from][out] {
                 return Err(c.invalid(format!(
@@ -128,7 +133,11 @@ impl Chain {
                             n.outputs[o],
                             n.name,
                             n.name,
-                            if n.outputs.len() > 1 { format!(":{}", n.outputs[o]) } else { String::new() }
+                            if n.outputs.len() > 1 {
+                                format!(":{}", n.outputs[o])
+                            } else {
+                                String::new()
+                            }
                         )))
                     }
                 }
@@ -204,7 +213,10 @@ impl Chain {
         let mut s = format!(
             "chain `{}`: {} NF(s), {} virtual port(s), ingress port drawn with seed {}\n",
             self.name,
-            self.nodes.iter().filter(|n| matches!(n.kind, NodeKind::Nf { .. })).count(),
+            self.nodes
+                .iter()
+                .filter(|n| matches!(n.kind, NodeKind::Nf { .. }))
+                .count(),
             self.ports,
             self.seed
         );
@@ -215,7 +227,8 @@ impl Chain {
                 NodeKind::Sink { path } => s.push_str(&format!(
                     "  {:<12} sink -> {}\n",
                     n.name,
-                    path.as_ref().map_or("(--output, or discard)".into(), |p| p.display().to_string())
+                    path.as_ref()
+                        .map_or("(--output, or discard)".into(), |p| p.display().to_string())
                 )),
                 NodeKind::Nf { kind, nf } => {
                     let p = nf.profile();
@@ -225,9 +238,21 @@ impl Chain {
                         kind,
                         p.reads,
                         p.writes,
-                        if p.may_drop { format!("drops ({})", p.drop_reasons.join(", ")) } else { "never drops".into() },
-                        if p.per_flow_state { "; per-flow state (sees every packet)" } else { "" },
-                        if p.changes_length { "; adds/removes headers" } else { "" },
+                        if p.may_drop {
+                            format!("drops ({})", p.drop_reasons.join(", "))
+                        } else {
+                            "never drops".into()
+                        },
+                        if p.per_flow_state {
+                            "; per-flow state (sees every packet)"
+                        } else {
+                            ""
+                        },
+                        if p.changes_length {
+                            "; adds/removes headers"
+                        } else {
+                            ""
+                        },
                     ))
                 }
             }
@@ -235,7 +260,11 @@ impl Chain {
         s.push_str("edges:\n");
         for n in &self.nodes {
             for (o, t) in n.next.iter().enumerate() {
-                let out = if n.outputs.len() > 1 { format!(":{}", n.outputs[o]) } else { String::new() };
+                let out = if n.outputs.len() > 1 {
+                    format!(":{}", n.outputs[o])
+                } else {
+                    String::new()
+                };
                 s.push_str(&format!("  {}{} -> {}\n", n.name, out, self.nodes[*t].name));
             }
         }
@@ -251,7 +280,12 @@ impl Chain {
     }
 }
 
-fn str_key(c: &ChainConfig, t: &toml::Table, key: &str, missing: &str) -> Result<String, ConfigError> {
+fn str_key(
+    c: &ChainConfig,
+    t: &toml::Table,
+    key: &str,
+    missing: &str,
+) -> Result<String, ConfigError> {
     match t.get(key) {
         Some(toml::Value::String(s)) => Ok(s.clone()),
         Some(v) => Err(c.invalid(format!("`{key}` must be a string, not {}", v.type_str()))),
@@ -259,9 +293,19 @@ fn str_key(c: &ChainConfig, t: &toml::Table, key: &str, missing: &str) -> Result
     }
 }
 
-fn check_name(c: &ChainConfig, name: &str, seen: &BTreeMap<String, usize>) -> Result<(), ConfigError> {
-    if name.is_empty() || !name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-') {
-        return Err(c.invalid(format!("bad node name `{name}`: use letters, digits, `_` and `-`")));
+fn check_name(
+    c: &ChainConfig,
+    name: &str,
+    seen: &BTreeMap<String, usize>,
+) -> Result<(), ConfigError> {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+    {
+        return Err(c.invalid(format!(
+            "bad node name `{name}`: use letters, digits, `_` and `-`"
+        )));
     }
     if seen.contains_key(name) {
         return Err(c.invalid(format!("two nodes are named `{name}`")));
@@ -280,7 +324,9 @@ fn parse_edges(
     for e in edges {
         let hops: Vec<&str> = e.split("->").map(str::trim).collect();
         if hops.len() < 2 || hops.iter().any(|h| h.is_empty()) {
-            return Err(c.invalid(format!("edge `{e}`: write it as `from -> to` or `from:output -> to`")));
+            return Err(c.invalid(format!(
+                "edge `{e}`: write it as `from -> to` or `from:output -> to`"
+            )));
         }
         for w in hops.windows(2) {
             let (from, port) = match w[0].split_once(':') {
@@ -288,21 +334,31 @@ fn parse_edges(
                 None => (w[0], None),
             };
             let to = w[1];
-            let &fi = by_name
-                .get(from)
-                .ok_or_else(|| c.invalid(format!("edge `{e}`: no node named `{from}` (nodes: {})", names())))?;
-            let &ti = by_name
-                .get(to)
-                .ok_or_else(|| c.invalid(format!("edge `{e}`: no node named `{to}` (nodes: {})", names())))?;
+            let &fi = by_name.get(from).ok_or_else(|| {
+                c.invalid(format!(
+                    "edge `{e}`: no node named `{from}` (nodes: {})",
+                    names()
+                ))
+            })?;
+            let &ti = by_name.get(to).ok_or_else(|| {
+                c.invalid(format!(
+                    "edge `{e}`: no node named `{to}` (nodes: {})",
+                    names()
+                ))
+            })?;
             if to.contains(':') {
-                return Err(c.invalid(format!("edge `{e}`: an output name goes on the left of `->`")));
+                return Err(c.invalid(format!(
+                    "edge `{e}`: an output name goes on the left of `->`"
+                )));
             }
             let fnode = &nodes[fi];
             if fnode.outputs.is_empty() {
                 return Err(c.invalid(format!("edge `{e}`: `{from}` is a sink; nothing leaves it")));
             }
             if ti == 0 {
-                return Err(c.invalid(format!("edge `{e}`: nothing can go into the input `{INPUT}`")));
+                return Err(c.invalid(format!(
+                    "edge `{e}`: nothing can go into the input `{INPUT}`"
+                )));
             }
             let o = match port {
                 None if fnode.outputs.len() == 1 => 0,
@@ -335,8 +391,12 @@ fn topo_order(c: &ChainConfig, nodes: &[Node]) -> Result<Vec<usize>, ConfigError
             stack.extend(nodes[i].next.iter().copied());
         }
     }
-    if let Some(i) = (0..n).find(|&i| !reach[i] && !matches!(nodes[i].kind, NodeKind::Sink { .. })) {
-        return Err(c.invalid(format!("`{}` is not reachable from `{INPUT}`", nodes[i].name)));
+    if let Some(i) = (0..n).find(|&i| !reach[i] && !matches!(nodes[i].kind, NodeKind::Sink { .. }))
+    {
+        return Err(c.invalid(format!(
+            "`{}` is not reachable from `{INPUT}`",
+            nodes[i].name
+        )));
     }
     let mut indeg = vec![0usize; n];
     for (i, node) in nodes.iter().enumerate() {
@@ -365,7 +425,9 @@ fn topo_order(c: &ChainConfig, nodes: &[Node]) -> Result<Vec<usize>, ConfigError
         let mut path = vec![start];
         let mut cur = start;
         for _ in 0..=n {
-            let Some(pred) = (0..n).find(|&p| reach[p] && indeg[p] > 0 && nodes[p].next.contains(&cur)) else {
+            let Some(pred) =
+                (0..n).find(|&p| reach[p] && indeg[p] > 0 && nodes[p].next.contains(&cur))
+            else {
                 break;
             };
             cur = pred;
@@ -373,7 +435,11 @@ fn topo_order(c: &ChainConfig, nodes: &[Node]) -> Result<Vec<usize>, ConfigError
                 let mut idx: Vec<usize> = path[p..].to_vec();
                 idx.reverse();
                 // Start at the node defined first so the message is stable.
-                let first = idx.iter().enumerate().min_by_key(|(_, &i)| i).map_or(0, |(k, _)| k);
+                let first = idx
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, &i)| i)
+                    .map_or(0, |(k, _)| k);
                 idx.rotate_left(first);
                 idx.push(idx[0]);
                 let cyc: Vec<&str> = idx.iter().map(|&i| nodes[i].name.as_str()).collect();
@@ -381,7 +447,10 @@ fn topo_order(c: &ChainConfig, nodes: &[Node]) -> Result<Vec<usize>, ConfigError
             }
             path.push(cur);
         }
-        return Err(c.invalid(format!("the edges form a cycle through `{}`", nodes[start].name)));
+        return Err(c.invalid(format!(
+            "the edges form a cycle through `{}`",
+            nodes[start].name
+        )));
     }
     // Unreachable sinks are harmless but take no part in the run.
     Ok(order.into_iter().filter(|&i| reach[i]).collect())

@@ -78,10 +78,7 @@ impl ChainConfig {
 
     pub fn parse(text: &str, path: &str) -> Result<ChainConfig, ConfigError> {
         let mut c: ChainConfig = toml::from_str(text).map_err(|e| {
-            let (line, col) = e
-                .span()
-                .map(|s| line_col(text, s.start))
-                .unwrap_or((1, 1));
+            let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
             ConfigError::Syntax {
                 path: path.to_string(),
                 line,

@@ -99,7 +99,11 @@ impl Summary {
             "chain {} on {}{}\n",
             self.chain,
             self.input,
-            if self.loops > 1 { format!(" ×{}", self.loops) } else { String::new() }
+            if self.loops > 1 {
+                format!(" ×{}", self.loops)
+            } else {
+                String::new()
+            }
         ));
         s.push_str(&format!(
             "  packets in {}  out {}  dropped {}   bytes in {}  out {}\n",
@@ -110,7 +114,10 @@ impl Summary {
             self.seconds, self.mpps, self.data_rate_gbps, self.throughput_gbps
         ));
         if self.input_drops.iter().any(|(_, n)| *n > 0) {
-            s.push_str(&format!("  input drops: {}\n", fmt_pairs(&self.input_drops)));
+            s.push_str(&format!(
+                "  input drops: {}\n",
+                fmt_pairs(&self.input_drops)
+            ));
         }
         s.push_str(&format!(
             "  {:<14} {:<12} {:>12} {:>12} {:>12}  drops by reason\n",
@@ -127,13 +134,21 @@ impl Summary {
                 fmt_pairs(&n.drops)
             ));
             if n.outputs.len() > 1 {
-                s.push_str(&format!("  {:<14} outputs: {}\n", "", fmt_pairs(&n.outputs)));
+                s.push_str(&format!(
+                    "  {:<14} outputs: {}\n",
+                    "",
+                    fmt_pairs(&n.outputs)
+                ));
             }
             if !n.stats.is_empty() {
                 s.push_str(&format!("  {:<14} {}\n", "", fmt_pairs(&n.stats)));
             }
         }
-        let ports: Vec<String> = self.ports.iter().map(|p| format!("{}: rx {} tx {}", p.port, p.rx, p.tx)).collect();
+        let ports: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("{}: rx {} tx {}", p.port, p.rx, p.tx))
+            .collect();
         s.push_str(&format!("  ports  {}\n", ports.join("   ")));
         for k in &self.sinks {
             s.push_str(&format!(
@@ -141,7 +156,9 @@ impl Summary {
                 k.name,
                 k.packets,
                 k.flooded,
-                k.path.as_ref().map_or(String::new(), |p| format!(" -> {p}"))
+                k.path
+                    .as_ref()
+                    .map_or(String::new(), |p| format!(" -> {p}"))
             ));
         }
         s
@@ -149,7 +166,11 @@ impl Summary {
 }
 
 fn fmt_pairs(v: &[(String, u64)]) -> String {
-    let parts: Vec<String> = v.iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+    let parts: Vec<String> = v
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
     if parts.is_empty() {
         "-".into()
     } else {

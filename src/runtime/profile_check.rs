@@ -42,7 +42,12 @@ impl Snapshot {
     /// The fields written to packets of `b` since [`take`](Self::take) that `declared`
     /// does not cover, as names; empty when the NF kept to its profile. Only checked when
     /// the NF neither dropped nor reordered: a dropped packet's bytes do not matter.
-    pub fn undeclared(&self, b: &Batch, declared: Fields, may_change_length: bool) -> Vec<&'static str> {
+    pub fn undeclared(
+        &self,
+        b: &Batch,
+        declared: Fields,
+        may_change_length: bool,
+    ) -> Vec<&'static str> {
         let mut bad = Fields::NONE;
         for (i, p) in b.iter().enumerate() {
             let before = &self.bytes[i][..self.lens[i].min(SPAN)];
@@ -82,7 +87,11 @@ fn field_at(l: &Layers, p: &Packet, o: usize) -> Fields {
         };
     }
     if o < l3 {
-        return if l3 >= 2 && o >= l3 - 2 { Fields::ETH_TYPE } else { Fields::VLAN };
+        return if l3 >= 2 && o >= l3 - 2 {
+            Fields::ETH_TYPE
+        } else {
+            Fields::VLAN
+        };
     }
     let l4 = l.l4_off as usize;
     let in_l3 = o - l3;

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::chain::{Chain, NodeKind, INPUT_DROPS};
-use super::profile_check::Snapshot;
 use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
+use super::profile_check::Snapshot;
 use crate::io::{PcapWriter, Trace};
 use crate::nfs::Context;
 use crate::packet::{Batch, LinkKind, Pool, Verdict, FLOOD, MAX_BATCH, NO_PORT};
@@ -129,13 +129,13 @@ impl Runner {
                 .find(|(n, _)| *n == node.name)
                 .map(|(_, p)| p.clone())
                 .or_else(|| path.clone());
-            let writer = match &path {
-                Some(p) => Some(
-                    PcapWriter::create(p, trace.header())
-                        .map_err(|e| anyhow::anyhow!("{}: cannot create output: {e}", p.display()))?,
-                ),
-                None => None,
-            };
+            let writer =
+                match &path {
+                    Some(p) => Some(PcapWriter::create(p, trace.header()).map_err(|e| {
+                        anyhow::anyhow!("{}: cannot create output: {e}", p.display())
+                    })?),
+                    None => None,
+                };
             self.sinks.push(Some(SinkState {
                 writer,
                 path,
@@ -147,7 +147,12 @@ impl Runner {
     }
 
     /// Runs the whole trace (`opts.loops` times) through the chain.
-    pub fn run(&mut self, trace: &Trace, opts: &RunOptions, progress: &mut dyn Progress) -> anyhow::Result<Summary> {
+    pub fn run(
+        &mut self,
+        trace: &Trace,
+        opts: &RunOptions,
+        progress: &mut dyn Progress,
+    ) -> anyhow::Result<Summary> {
         self.open_sinks(trace, opts)?;
         self.link = trace.link();
         let (bytes, recs) = trace.raw();
@@ -330,7 +335,12 @@ impl Runner {
         }
     }
 
-    fn summary(&mut self, trace: &Trace, opts: &RunOptions, seconds: f64) -> anyhow::Result<Summary> {
+    fn summary(
+        &mut self,
+        trace: &Trace,
+        opts: &RunOptions,
+        seconds: f64,
+    ) -> anyhow::Result<Summary> {
         let nodes = &self.chain.nodes;
         let mut nfs = Vec::new();
         let mut sinks = Vec::new();
@@ -341,7 +351,11 @@ impl Runner {
             let c = &self.counters[i];
             dropped += c.packets_dropped();
             let pairs = |names: &[&str], v: &[u64]| -> Vec<(String, u64)> {
-                names.iter().zip(v).map(|(k, n)| (k.to_string(), *n)).collect()
+                names
+                    .iter()
+                    .zip(v)
+                    .map(|(k, n)| (k.to_string(), *n))
+                    .collect()
             };
             match &node.kind {
                 NodeKind::Input => {}
@@ -363,22 +377,35 @@ impl Runner {
                         packets_dropped: c.packets_dropped(),
                         drops: pairs(&node.drop_reasons, &c.drops),
                         outputs: pairs(&node.outputs, &c.out),
-                        stats: nf.stats().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                        stats: nf
+                            .stats()
+                            .into_iter()
+                            .map(|(k, v)| (k.to_string(), v))
+                            .collect(),
                     })
                 }
                 NodeKind::Sink { .. } => {
-                    let Some(s) = self.sinks[i].take() else { continue };
+                    let Some(s) = self.sinks[i].take() else {
+                        continue;
+                    };
                     out += c.packets_in;
                     bytes_out += c.bytes_in;
                     if let Some(w) = s.writer {
                         w.finish().map_err(|e| {
-                            anyhow::anyhow!("{}: writing failed: {e}", s.path.as_ref().map_or(String::new(), |p| p.display().to_string()))
+                            anyhow::anyhow!(
+                                "{}: writing failed: {e}",
+                                s.path
+                                    .as_ref()
+                                    .map_or(String::new(), |p| p.display().to_string())
+                            )
                         })?;
                     }
                     if let Some(e) = s.write_error {
                         anyhow::bail!(
                             "{}: writing failed: {e}",
-                            s.path.as_ref().map_or(String::new(), |p| p.display().to_string())
+                            s.path
+                                .as_ref()
+                                .map_or(String::new(), |p| p.display().to_string())
                         );
                     }
                     sinks.push(SinkSummary {
@@ -413,7 +440,11 @@ impl Runner {
             mpps: input.packets_in as f64 / secs / 1e6,
             data_rate_gbps: input.bytes_in as f64 * 8.0 / secs / 1e9,
             throughput_gbps: bytes_out as f64 * 8.0 / secs / 1e9,
-            input_drops: INPUT_DROPS.iter().zip(&input.drops).map(|(k, n)| (k.to_string(), *n)).collect(),
+            input_drops: INPUT_DROPS
+                .iter()
+                .zip(&input.drops)
+                .map(|(k, n)| (k.to_string(), *n))
+                .collect(),
             nfs,
             ports: (0..self.chain.ports)
                 .map(|p| PortSummary {
@@ -434,7 +465,6 @@ pub struct NoProgress;
 impl Progress for NoProgress {
     fn update(&mut self, _: u64, _: u64) {}
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -483,8 +513,13 @@ mod tests {
         let chain = Chain::linear("t", 1, 1, vec![("bad".into(), rogue(Fields::EGRESS))]);
         let mut r = Runner::new(chain, 60);
         r.check_profiles(true);
-        let e = r.run(&trace(), &RunOptions::default(), &mut NoProgress).unwrap_err();
-        assert_eq!(e.to_string(), "NF `bad` (custom) wrote ip.ttl without declaring it in its profile");
+        let e = r
+            .run(&trace(), &RunOptions::default(), &mut NoProgress)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "NF `bad` (custom) wrote ip.ttl without declaring it in its profile"
+        );
     }
 
     #[test]
@@ -492,7 +527,12 @@ mod tests {
         let chain = Chain::linear("t", 1, 1, vec![("ok".into(), rogue(Fields::IP_TTL))]);
         let mut r = Runner::new(chain, 60);
         r.check_profiles(true);
-        let s = r.run(&trace(), &RunOptions::default(), &mut NoProgress).unwrap();
-        assert_eq!((s.packets_in, s.packets_out, s.packets_dropped), (40, 40, 0));
+        let s = r
+            .run(&trace(), &RunOptions::default(), &mut NoProgress)
+            .unwrap();
+        assert_eq!(
+            (s.packets_in, s.packets_out, s.packets_dropped),
+            (40, 40, 0)
+        );
     }
 }

@@ -13,7 +13,11 @@ pub fn datasets() -> PathBuf {
 
 pub fn dataset(rel: &str) -> PathBuf {
     let p = datasets().join(rel);
-    assert!(p.exists(), "missing dataset {} (the repo must sit beside shared/)", p.display());
+    assert!(
+        p.exists(),
+        "missing dataset {} (the repo must sit beside shared/)",
+        p.display()
+    );
     p
 }
 
@@ -26,7 +30,10 @@ pub fn all_captures() -> Vec<PathBuf> {
         for p in v {
             if p.is_dir() {
                 walk(&p, out);
-            } else if matches!(p.extension().and_then(|e| e.to_str()), Some("pcap" | "pcapng" | "cap")) {
+            } else if matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("pcap" | "pcapng" | "cap")
+            ) {
                 out.push(p);
             }
         }
@@ -38,8 +45,15 @@ pub fn all_captures() -> Vec<PathBuf> {
 
 /// Fails with an install hint rather than skipping: CI installs the oracles.
 pub fn require(tool: &str) {
-    let ok = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().map(|o| o.status.success());
-    assert!(ok.unwrap_or(false), "`{tool}` is needed by this test: apt-get install {tool} (see .ci/run)");
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .map(|o| o.status.success());
+    assert!(
+        ok.unwrap_or(false),
+        "`{tool}` is needed by this test: apt-get install {tool} (see .ci/run)"
+    );
 }
 
 pub fn run_chain(text: &str, trace: &Trace, output: Option<&Path>) -> Summary {
@@ -56,7 +70,9 @@ pub fn run_chain(text: &str, trace: &Trace, output: Option<&Path>) -> Summary {
 /// (timestamp µs, bytes) of every packet, for comparing captures across formats.
 pub fn packets(p: &Path) -> Vec<(u64, Vec<u8>)> {
     let t = Trace::open(p).unwrap_or_else(|e| panic!("{e}"));
-    (0..t.len()).map(|i| (t.record(i).ts_ns / 1000, t.packet(i).to_vec())).collect()
+    (0..t.len())
+        .map(|i| (t.record(i).ts_ns / 1000, t.packet(i).to_vec()))
+        .collect()
 }
 
 pub fn tempdir() -> tempfile::TempDir {

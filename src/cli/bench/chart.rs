@@ -19,7 +19,9 @@ pub fn bars(path: &Path, title: &str, rows: &[Row]) -> anyhow::Result<()> {
     let (bw, gap, h, top, left) = (18.0, 30.0, 300.0, 40.0, 50.0);
     let group = bw * apps.len() as f64 + gap;
     let width = left + group * traces.len() as f64 + 160.0;
-    let colors = ["#888", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"];
+    let colors = [
+        "#888", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    ];
     let mut s = format!(
         "<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{}' font-family='sans-serif' font-size='11'>\n<text x='{left}' y='20' font-size='14'>{title}</text>\n",
         h + top + 60.0
@@ -27,7 +29,9 @@ pub fn bars(path: &Path, title: &str, rows: &[Row]) -> anyhow::Result<()> {
     for (ti, t) in traces.iter().enumerate() {
         let x0 = left + ti as f64 * group;
         for (ai, a) in apps.iter().enumerate() {
-            let Some(r) = rows.iter().find(|r| r.trace == *t && r.app == *a) else { continue };
+            let Some(r) = rows.iter().find(|r| r.trace == *t && r.app == *a) else {
+                continue;
+            };
             let bh = r.mpps / max * h;
             let x = x0 + ai as f64 * bw;
             s += &format!(
@@ -56,6 +60,11 @@ pub fn bars(path: &Path, title: &str, rows: &[Row]) -> anyhow::Result<()> {
             y + 9.0
         );
     }
-    s += &format!("<line x1='{left}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n</svg>\n", top + h, width - 160.0, top + h);
+    s += &format!(
+        "<line x1='{left}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n</svg>\n",
+        top + h,
+        width - 160.0,
+        top + h
+    );
     std::fs::write(path, s).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }

@@ -41,7 +41,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "steve" => steve::apps(&a),
         "steve-decode" => steve::decode(&a),
         "steve-ops" => ops::run(&a),
-        other => anyhow::bail!("unknown benchmark `{other}` (known: steve, steve-decode, steve-ops)"),
+        other => {
+            anyhow::bail!("unknown benchmark `{other}` (known: steve, steve-decode, steve-ops)")
+        }
     }
 }
 
@@ -74,7 +76,8 @@ pub fn write_results<T: serde::Serialize>(
     let p = a.out.join(format!("{name}.csv"));
     std::fs::write(&p, csv).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
     let p = a.out.join(format!("{name}.json"));
-    std::fs::write(&p, serde_json::to_string_pretty(json)?).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+    std::fs::write(&p, serde_json::to_string_pretty(json)?)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
     Ok(())
 }
 
@@ -87,7 +90,11 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
         }
     }
     let line = |cells: Vec<&str>| {
-        let s: Vec<String> = cells.iter().enumerate().map(|(i, c)| format!("{:>1$}", c, w[i])).collect();
+        let s: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{:>1$}", c, w[i]))
+            .collect();
         println!("{}", s.join("  "));
     };
     line(header.to_vec());

@@ -29,7 +29,9 @@ fn frame(i: u32) -> Packet {
     b[0..6].copy_from_slice(&[2, 0, 0, 0, (i >> 8) as u8, i as u8]);
     b[6..12].copy_from_slice(&[2, 0, 0, 1, (i >> 8) as u8, i as u8]);
     b[12..14].copy_from_slice(&[8, 0]);
-    b[14..34].copy_from_slice(&[0x45, 0, 0, 50, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 1, 0, 0]);
+    b[14..34].copy_from_slice(&[
+        0x45, 0, 0, 50, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 1, 0, 0,
+    ]);
     b[30..34].copy_from_slice(&(0x0a01_0000 | i).to_be_bytes());
     b[34..38].copy_from_slice(&[0x04, 0xd2, 0, 80]);
     b[46] = 0x50;
@@ -59,7 +61,10 @@ fn time(iters: u64, mut f: impl FnMut(usize)) -> (f64, f64) {
         f(i);
     }
     let (c1, t1) = (tsc::now(), t0.elapsed());
-    (t1.as_nanos() as f64 / iters as f64, (c1 - c0) as f64 / iters as f64)
+    (
+        t1.as_nanos() as f64 / iters as f64,
+        (c1 - c0) as f64 / iters as f64,
+    )
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,9 +95,12 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     for run in 0..a.runs {
         let mut results: Vec<(&'static str, (f64, f64))> = Vec::new();
 
-        results.push(("loop overhead", time(iters, |i| {
-            black_box(i & (KEYS - 1));
-        })));
+        results.push((
+            "loop overhead",
+            time(iters, |i| {
+                black_box(i & (KEYS - 1));
+            }),
+        ));
 
         // Stage-1 exact match on destination MAC, then goto the stage the entry names.
         let mut t1: TimedTable<u64, u32> = TimedTable::new(KEYS, 0);
@@ -101,13 +109,21 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             let key = u64::from_be_bytes([0, 0, d[0], d[1], d[2], d[3], d[4], d[5]]);
             t1.learn(key, (k % 4) as u32, 0);
         }
-        let stages: [fn(u64) -> u64; 4] = [|x| x + 1, |x| x ^ 3, |x| x.rotate_left(5), |x| x.wrapping_mul(3)];
-        results.push(("table match + goto", time(iters, |i| {
-            let d = pkts[i & (KEYS - 1)].data();
-            let key = u64::from_be_bytes([0, 0, d[0], d[1], d[2], d[3], d[4], d[5]]);
-            let next = t1.get(&key, 0).unwrap_or(0) as usize;
-            black_box(stages[next & 3](key));
-        })));
+        let stages: [fn(u64) -> u64; 4] = [
+            |x| x + 1,
+            |x| x ^ 3,
+            |x| x.rotate_left(5),
+            |x| x.wrapping_mul(3),
+        ];
+        results.push((
+            "table match + goto",
+            time(iters, |i| {
+                let d = pkts[i & (KEYS - 1)].data();
+                let key = u64::from_be_bytes([0, 0, d[0], d[1], d[2], d[3], d[4], d[5]]);
+                let next = t1.get(&key, 0).unwrap_or(0) as usize;
+                black_box(stages[next & 3](key));
+            }),
+        ));
 
         // Flow insert then remove of fresh 5-tuples (table sized up front: no growth).
         let n = (iters as usize).min(1 << 20);
@@ -119,66 +135,90 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             dport: 80,
             proto: 6,
         };
-        results.push(("flow insert", time(n as u64, |i| {
-            black_box(ft.learn(key(i), i as u32, 0));
-        })));
-        results.push(("flow remove", time(n as u64, |i| {
-            black_box(ft.remove(&key(i)));
-        })));
+        results.push((
+            "flow insert",
+            time(n as u64, |i| {
+                black_box(ft.learn(key(i), i as u32, 0));
+            }),
+        ));
+        results.push((
+            "flow remove",
+            time(n as u64, |i| {
+                black_box(ft.remove(&key(i)));
+            }),
+        ));
 
         // Decode: the header walk alone (offsets for L2, L3, L4).
-        results.push(("field decode", time(iters, |i| {
-            black_box(Layers::parse(LinkKind::Ethernet, pkts[i & (KEYS - 1)].data()));
-        })));
+        results.push((
+            "field decode",
+            time(iters, |i| {
+                black_box(Layers::parse(
+                    LinkKind::Ethernet,
+                    pkts[i & (KEYS - 1)].data(),
+                ));
+            }),
+        ));
         for p in pkts.iter_mut() {
             p.layers();
         }
-        results.push(("field read", time(iters, |i| {
-            let p = &pkts[i & (KEYS - 1)];
-            let o = p.meta().layers.l3_off as usize + 12;
-            let d = p.data();
-            black_box(u32::from_be_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]]));
-        })));
+        results.push((
+            "field read",
+            time(iters, |i| {
+                let p = &pkts[i & (KEYS - 1)];
+                let o = p.meta().layers.l3_off as usize + 12;
+                let d = p.data();
+                black_box(u32::from_be_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]]));
+            }),
+        ));
         // Write: decrement TTL with the RFC 1624 checksum update, as a router does.
-        results.push(("field write", time(iters, |i| {
-            let p = &mut pkts[i & (KEYS - 1)];
-            let o = p.meta().layers.l3_off as usize;
-            let d = p.data_mut();
-            let old = u16::from_be_bytes([d[o + 8], d[o + 9]]);
-            d[o + 8] = d[o + 8].wrapping_sub(1);
-            let new = u16::from_be_bytes([d[o + 8], d[o + 9]]);
-            let c = u16::from_be_bytes([d[o + 10], d[o + 11]]);
-            let mut s = (!c as u32) + (!old as u32) + new as u32;
-            s = (s & 0xffff) + (s >> 16);
-            s = (s & 0xffff) + (s >> 16);
-            d[o + 10..o + 12].copy_from_slice(&(!(s as u16)).to_be_bytes());
-        })));
+        results.push((
+            "field write",
+            time(iters, |i| {
+                let p = &mut pkts[i & (KEYS - 1)];
+                let o = p.meta().layers.l3_off as usize;
+                let d = p.data_mut();
+                let old = u16::from_be_bytes([d[o + 8], d[o + 9]]);
+                d[o + 8] = d[o + 8].wrapping_sub(1);
+                let new = u16::from_be_bytes([d[o + 8], d[o + 9]]);
+                let c = u16::from_be_bytes([d[o + 10], d[o + 11]]);
+                let mut s = (!c as u32) + (!old as u32) + new as u32;
+                s = (s & 0xffff) + (s >> 16);
+                s = (s & 0xffff) + (s >> 16);
+                d[o + 10..o + 12].copy_from_slice(&(!(s as u16)).to_be_bytes());
+            }),
+        ));
         // Action set: the pipeline accumulates set-field actions, applied at the end.
         let mut set = [Action::Output(0); 8];
         let mut len = 0usize;
-        results.push(("action-set write", time(iters, |i| {
-            set[len & 7] = Action::SetField {
-                field: (i & 15) as u8,
-                value: i as u64,
-            };
-            len += 1;
-            if len == 8 {
-                black_box(&set);
-                len = 0;
-            }
-        })));
+        results.push((
+            "action-set write",
+            time(iters, |i| {
+                set[len & 7] = Action::SetField {
+                    field: (i & 15) as u8,
+                    value: i as u64,
+                };
+                len += 1;
+                if len == 8 {
+                    black_box(&set);
+                    len = 0;
+                }
+            }),
+        ));
         let _ = matches!(set[0], Action::SetField { .. });
         // Output: choose the egress port and hand the packet to the port's batch.
         let mut out = Batch::with_capacity(catena::packet::MAX_BATCH);
         let mut spare: Vec<Packet> = pkts.drain(..catena::packet::MAX_BATCH).collect();
-        results.push(("output", time(iters, |i| {
-            let mut p = spare.pop().expect("refilled below");
-            p.meta_mut().egress = (i & 3) as u16;
-            out.push(p);
-            if out.is_full() {
-                spare.extend(out.drain());
-            }
-        })));
+        results.push((
+            "output",
+            time(iters, |i| {
+                let mut p = spare.pop().expect("refilled below");
+                p.meta_mut().egress = (i & 3) as u16;
+                out.push(p);
+                if out.is_full() {
+                    spare.extend(out.drain());
+                }
+            }),
+        ));
         spare.extend(out.drain());
         pkts.extend(spare);
 
@@ -207,14 +247,23 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     let header = ["op", "ns/op", "cycles/op"];
     let body: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| vec![r.op.to_string(), format!("{:.2}", r.ns), format!("{:.1}", r.cycles)])
+        .map(|r| {
+            vec![
+                r.op.to_string(),
+                format!("{:.2}", r.ns),
+                format!("{:.1}", r.cycles),
+            ]
+        })
         .collect();
     write_results(a, "steve-ops", &header, &body, &rows)?;
     if a.json {
         println!("{}", serde_json::to_string(&rows)?);
     } else {
         print_table(&header, &body);
-        println!("(median of {} runs of {} iterations; working set {KEYS} packets/keys)", a.runs, iters);
+        println!(
+            "(median of {} runs of {} iterations; working set {KEYS} packets/keys)",
+            a.runs, iters
+        );
     }
     Ok(0)
 }

@@ -12,15 +12,33 @@ use super::{chart, median, print_table, traces, tsc, write_results, Args};
 /// and released, which bounds what any app can reach.
 const APPS: &[(&str, &str)] = &[
     ("copy-floor", "[input]\nports = 5\n"),
-    ("wire", "[input]\nports = 2\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n"),
-    ("mac_switch", "[input]\nports = 5\n[[nf]]\nname = \"sw\"\nkind = \"mac_switch\"\n"),
-    ("ipv4_switch", "[input]\nports = 5\n[[nf]]\nname = \"sw\"\nkind = \"ipv4_switch\"\n"),
-    ("firewall", "[input]\nports = 5\n[[nf]]\nname = \"fw\"\nkind = \"firewall\"\n"),
+    (
+        "wire",
+        "[input]\nports = 2\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+    ),
+    (
+        "mac_switch",
+        "[input]\nports = 5\n[[nf]]\nname = \"sw\"\nkind = \"mac_switch\"\n",
+    ),
+    (
+        "ipv4_switch",
+        "[input]\nports = 5\n[[nf]]\nname = \"sw\"\nkind = \"ipv4_switch\"\n",
+    ),
+    (
+        "firewall",
+        "[input]\nports = 5\n[[nf]]\nname = \"fw\"\nkind = \"firewall\"\n",
+    ),
 ];
 
 const DECODES: &[(&str, &str)] = &[
-    ("partial", "[input]\nports = 5\n[[nf]]\nname = \"fw\"\nkind = \"firewall\"\ndecode = \"partial\"\n"),
-    ("full", "[input]\nports = 5\n[[nf]]\nname = \"fw\"\nkind = \"firewall\"\ndecode = \"full\"\n"),
+    (
+        "partial",
+        "[input]\nports = 5\n[[nf]]\nname = \"fw\"\nkind = \"firewall\"\ndecode = \"partial\"\n",
+    ),
+    (
+        "full",
+        "[input]\nports = 5\n[[nf]]\nname = \"fw\"\nkind = \"firewall\"\ndecode = \"full\"\n",
+    ),
 ];
 
 #[derive(Serialize, Clone)]
@@ -39,7 +57,14 @@ pub struct Row {
 }
 
 /// Runs `chain_text` over `trace` `runs` times and keeps the median run by Mpps.
-fn measure(app: &str, chain_text: &str, trace_name: &str, trace: &Trace, runs: u64, hz: f64) -> anyhow::Result<Row> {
+fn measure(
+    app: &str,
+    chain_text: &str,
+    trace_name: &str,
+    trace: &Trace,
+    runs: u64,
+    hz: f64,
+) -> anyhow::Result<Row> {
     let cfg = ChainConfig::parse(chain_text, app)?;
     let mut samples = Vec::new();
     let mut last = None;
@@ -68,7 +93,17 @@ fn measure(app: &str, chain_text: &str, trace_name: &str, trace: &Trace, runs: u
 }
 
 fn table<'a>(rows: &[Row], first: &'a str) -> (Vec<&'a str>, Vec<Vec<String>>) {
-    let header = vec![first, "trace", "packets", "Mpps", "data Gbps", "thru Gbps", "ns/pkt", "cycles/pkt", "fwd %"];
+    let header = vec![
+        first,
+        "trace",
+        "packets",
+        "Mpps",
+        "data Gbps",
+        "thru Gbps",
+        "ns/pkt",
+        "cycles/pkt",
+        "fwd %",
+    ];
     let body = rows
         .iter()
         .map(|r| {
@@ -99,7 +134,11 @@ fn run_grid(a: &Args, apps: &[(&str, &str)], name: &str, first: &str) -> anyhow:
     }
     let (header, body) = table(&rows, first);
     write_results(a, name, &header, &body, &rows)?;
-    chart::bars(&a.out.join(format!("{name}.svg")), &format!("catena bench {name}: Mpps (median of {})", a.runs), &rows)?;
+    chart::bars(
+        &a.out.join(format!("{name}.svg")),
+        &format!("catena bench {name}: Mpps (median of {})", a.runs),
+        &rows,
+    )?;
     if a.json {
         println!("{}", serde_json::to_string(&rows)?);
     } else {
@@ -113,9 +152,16 @@ pub fn apps(a: &Args) -> anyhow::Result<i32> {
     if !a.json {
         println!("\nwire vs copy floor (same run): ");
         for t in traces::names(&a.traces) {
-            let get = |app: &str| rows.iter().find(|r| r.app == app && r.trace == t).map(|r| r.ns_per_packet);
+            let get = |app: &str| {
+                rows.iter()
+                    .find(|r| r.app == app && r.trace == t)
+                    .map(|r| r.ns_per_packet)
+            };
             if let (Some(w), Some(c)) = (get("wire"), get("copy-floor")) {
-                println!("  {t}: wire {w:.1} ns/pkt = {:.2}× the copy floor's {c:.1}", w / c);
+                println!(
+                    "  {t}: wire {w:.1} ns/pkt = {:.2}× the copy floor's {c:.1}",
+                    w / c
+                );
             }
         }
         println!("results in {}", a.out.display());
@@ -128,7 +174,11 @@ pub fn decode(a: &Args) -> anyhow::Result<i32> {
     if !a.json {
         println!("\nfull / partial time per packet (same run):");
         for t in traces::names(&a.traces) {
-            let get = |d: &str| rows.iter().find(|r| r.app == d && r.trace == t).map(|r| r.ns_per_packet);
+            let get = |d: &str| {
+                rows.iter()
+                    .find(|r| r.app == d && r.trace == t)
+                    .map(|r| r.ns_per_packet)
+            };
             if let (Some(p), Some(f)) = (get("partial"), get("full")) {
                 println!("  {t}: {:.2}×", f / p);
             }

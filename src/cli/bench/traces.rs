@@ -20,7 +20,11 @@ pub fn load(name: &str, scale: f64) -> anyhow::Result<Trace> {
         o.count = ((o.count as f64 * scale) as usize).max(1);
         return generate(&o).map_err(|e| anyhow::anyhow!("generating {name}: {e}"));
     }
-    let path = if name == "merged" { merged_path() } else { PathBuf::from(name) };
+    let path = if name == "merged" {
+        merged_path()
+    } else {
+        PathBuf::from(name)
+    };
     let t = Trace::open(&path)?;
     if let Some(e) = t.error() {
         anyhow::bail!("{e}");
