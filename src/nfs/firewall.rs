@@ -7,6 +7,7 @@
 use super::ipv4_switch::{be32, Ipv4Learning};
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
+use crate::packet::wire::{Ethernet, Ipv4, Tcp, Udp};
 use crate::packet::{Batch, Fields, L3Kind};
 
 /// How much of the packet is decoded before deciding (the thesis' partial vs full decode).
@@ -114,57 +115,60 @@ impl Firewall {
     }
 }
 
-/// Every header field up to L4 — what a full decoder extracts before any rule runs.
-#[derive(Default)]
-struct FullDecode {
-    eth: [u64; 3],
-    ip: [u32; 10],
-    l4: [u32; 8],
-}
-
-fn full_decode(d: &[u8], l3: usize, l4: Option<usize>) -> FullDecode {
-    use super::mac_switch::mac_key;
-    let mut f = FullDecode::default();
-    f.eth = [
-        mac_key(&d[0..6]),
-        mac_key(&d[6..12]),
-        u16::from_be_bytes([d[12], d[13]]) as u64,
-    ];
-    let ip = &d[l3..];
-    let w = |o: usize| u16::from_be_bytes([ip[o], ip[o + 1]]) as u32;
-    f.ip = [
-        (ip[0] >> 4) as u32,
-        (ip[0] & 15) as u32,
-        ip[1] as u32,
-        w(2),
-        w(4),
-        w(6),
-        ip[8] as u32,
-        ip[9] as u32,
-        be32(ip, 12),
-        be32(ip, 16),
-    ];
-    if let Some(o) = l4 {
-        if d.len() >= o + 20 {
-            let t = &d[o..];
-            let w = |o: usize| u16::from_be_bytes([t[o], t[o + 1]]) as u32;
-            f.l4 = [
-                w(0),
-                w(2),
-                be32(t, 4),
-                be32(t, 8),
-                t[12] as u32,
-                t[13] as u32,
-                w(14),
-                w(16),
-            ];
-        } else if d.len() >= o + 8 {
-            let t = &d[o..];
-            let w = |o: usize| u16::from_be_bytes([t[o], t[o + 1]]) as u32;
-            f.l4 = [w(0), w(2), w(4), w(6), 0, 0, 0, 0];
+/// What a non-lazy parser does before any rule runs: validate every header up to L4 with
+/// the checked views and extract each field. Returns a fold of the fields so the work
+/// cannot be optimised away.
+fn full_decode(d: &[u8]) -> u64 {
+    let Ok(eth) = Ethernet::new_checked(d) else {
+        return 0;
+    };
+    let Ok(l2) = eth.l2_info() else {
+        return 0;
+    };
+    let mut acc = u64::from_be_bytes([0, 0, d[0], d[1], d[2], d[3], d[4], d[5]])
+        ^ u64::from_be_bytes([0, 0, d[6], d[7], d[8], d[9], d[10], d[11]])
+        ^ l2.ethertype as u64;
+    let Some(ipb) = d.get(l2.l3_offset..) else {
+        return acc;
+    };
+    let Ok(ip) = Ipv4::new_checked(ipb) else {
+        return acc;
+    };
+    acc = acc
+        .wrapping_add(
+            ip.version() as u64 + ip.header_len() as u64 + ip.dscp() as u64 + ip.ecn() as u64,
+        )
+        .wrapping_add(ip.total_len() as u64 + ip.ident() as u64 + ip.flags() as u64)
+        .wrapping_add(ip.frag_offset() as u64 + ip.ttl() as u64 + ip.protocol() as u64)
+        .wrapping_add(ip.checksum() as u64 + ip.options().len() as u64)
+        .wrapping_add(u32::from_be_bytes(ip.src()) as u64 + u32::from_be_bytes(ip.dst()) as u64);
+    let l4 = &ipb[ip.header_len()..];
+    match ip.protocol() {
+        6 => {
+            if let Ok(t) = Tcp::new_checked(l4) {
+                acc = acc
+                    .wrapping_add(
+                        t.src_port() as u64 + t.dst_port() as u64 + t.seq() as u64 + t.ack() as u64,
+                    )
+                    .wrapping_add(t.header_len() as u64 + t.flags() as u64 + t.window() as u64)
+                    .wrapping_add(
+                        t.checksum() as u64 + t.urgent() as u64 + t.options().len() as u64,
+                    );
+            }
         }
+        17 => {
+            if let Ok(u) = Udp::new_checked(l4) {
+                acc = acc.wrapping_add(
+                    u.src_port() as u64
+                        + u.dst_port() as u64
+                        + u.len() as u64
+                        + u.checksum() as u64,
+                );
+            }
+        }
+        _ => {}
     }
-    f
+    acc
 }
 
 impl Nf for Firewall {
@@ -196,12 +200,7 @@ impl Nf for Firewall {
                 continue;
             }
             if self.decode == Decode::Full && l.has_ethernet() {
-                let f = full_decode(d, o3, Some(o4));
-                self.full_sum = self.full_sum.wrapping_add(
-                    f.eth.iter().sum::<u64>()
-                        + f.ip.iter().map(|&v| v as u64).sum::<u64>()
-                        + f.l4.iter().map(|&v| v as u64).sum::<u64>(),
-                );
+                self.full_sum = self.full_sum.wrapping_add(full_decode(d));
             }
             let sport = u16::from_be_bytes([d[o4], d[o4 + 1]]);
             let dport = u16::from_be_bytes([d[o4 + 2], d[o4 + 3]]);

@@ -9,7 +9,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use catena::flow::TimedTable;
-use catena::packet::{Batch, Layers, LinkKind, Packet};
+use catena::packet::wire::Ipv4;
+use catena::packet::{checksum, Batch, Layers, LinkKind, Packet};
 
 use super::{median, print_table, tsc, write_results, Args};
 
@@ -36,22 +37,9 @@ fn frame(i: u32) -> Packet {
     b[34..38].copy_from_slice(&[0x04, 0xd2, 0, 80]);
     b[46] = 0x50;
     let mut p = Packet::from_bytes(&b);
-    let sum = ip_checksum(&p.data()[14..34]);
+    let sum = checksum::checksum(&p.data()[14..34]);
     p.data_mut()[24..26].copy_from_slice(&sum.to_be_bytes());
     p
-}
-
-fn ip_checksum(h: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for (k, w) in h.chunks(2).enumerate() {
-        if k != 5 {
-            s += u16::from_be_bytes([w[0], w[1]]) as u32;
-        }
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
 }
 
 /// Times `iters` calls of `f(i)`; returns (ns, cycles) per call.
@@ -177,14 +165,9 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 let p = &mut pkts[i & (KEYS - 1)];
                 let o = p.meta().layers.l3_off as usize;
                 let d = p.data_mut();
-                let old = u16::from_be_bytes([d[o + 8], d[o + 9]]);
-                d[o + 8] = d[o + 8].wrapping_sub(1);
-                let new = u16::from_be_bytes([d[o + 8], d[o + 9]]);
-                let c = u16::from_be_bytes([d[o + 10], d[o + 11]]);
-                let mut s = (!c as u32) + (!old as u32) + new as u32;
-                s = (s & 0xffff) + (s >> 16);
-                s = (s & 0xffff) + (s >> 16);
-                d[o + 10..o + 12].copy_from_slice(&(!(s as u16)).to_be_bytes());
+                let mut ip = Ipv4::new_unchecked(&mut d[o..]);
+                let ttl = ip.ttl();
+                ip.set_ttl_update(ttl.wrapping_sub(1));
             }),
         ));
         // Action set: the pipeline accumulates set-field actions, applied at the end.
