@@ -1,7 +1,9 @@
 //! Flow keys, hashing, bounded tables with timeouts.
 
+mod key;
 mod timed_table;
 
+pub use key::FlowKey;
 pub use timed_table::{Learned, TimedTable};
 
 /// Keyed hashing: seeded per process so traffic cannot be crafted to collide (unlike FxHash).

@@ -76,6 +76,45 @@ impl<K: std::hash::Hash + Eq + Copy, V: Copy> TimedTable<K, V> {
         Some(s.value)
     }
 
+    /// The live value for `key`, mutable, with its idle timer refreshed.
+    #[inline]
+    pub fn get_mut(&mut self, key: &K, now_ns: u64) -> Option<&mut V> {
+        let timeout = self.timeout_ns;
+        let expired = match self.map.get(key) {
+            None => return None,
+            Some(s) => timeout != 0 && now_ns.saturating_sub(s.seen_ns) > timeout,
+        };
+        if expired {
+            self.map.remove(key);
+            return None;
+        }
+        let s = self.map.get_mut(key)?;
+        s.seen_ns = now_ns;
+        Some(&mut s.value)
+    }
+
+    /// Removes every entry idle for longer than the timeout, handing each to `gone`.
+    /// Callers run it once in a while (per batch or per second of capture time), not per
+    /// packet.
+    pub fn sweep(&mut self, now_ns: u64, mut gone: impl FnMut(K, V)) {
+        if self.timeout_ns == 0 {
+            return;
+        }
+        let t = self.timeout_ns;
+        self.map.retain(|k, s| {
+            let keep = now_ns.saturating_sub(s.seen_ns) <= t;
+            if !keep {
+                gone(*k, s.value);
+            }
+            keep
+        });
+    }
+
+    /// Every entry with the time it was last seen.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V, u64)> {
+        self.map.iter().map(|(k, s)| (k, &s.value, s.seen_ns))
+    }
+
     pub fn remove(&mut self, key: &K) -> Option<V> {
         self.map.remove(key).map(|s| s.value)
     }
@@ -106,6 +145,21 @@ mod tests {
         assert_eq!(t.get(&1, 250), Some(8));
         assert_eq!(t.get(&1, 251), None);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn sweep_hands_out_expired_entries() {
+        let mut t: TimedTable<u32, u16> = TimedTable::new(4, 10);
+        t.learn(1, 1, 0);
+        t.learn(2, 2, 5);
+        *t.get_mut(&2, 8).unwrap() = 9;
+        let mut gone = Vec::new();
+        t.sweep(15, |k, v| gone.push((k, v)));
+        assert_eq!(gone, vec![(1, 1)]);
+        assert_eq!(
+            t.iter().map(|(k, v, s)| (*k, *v, s)).collect::<Vec<_>>(),
+            vec![(2, 9, 8)]
+        );
     }
 
     #[test]
