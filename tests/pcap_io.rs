@@ -46,7 +46,11 @@ fn captures() -> Vec<(String, PathBuf)> {
     let mut v: Vec<_> = files
         .into_iter()
         .map(|p| {
-            let rel = p.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+            let rel = p
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
             (rel, p)
         })
         .collect();
@@ -140,7 +144,11 @@ fn every_dataset_capture_opens_and_matches_capinfos_counts() {
                     .iter()
                     .all(|r| r.off as usize + r.caplen as usize <= bytes.len()));
                 if let Some(e) = t.error() {
-                    partial.push(format!("{rel}: {} of {} packets: {e}", t.len(), row.packets));
+                    partial.push(format!(
+                        "{rel}: {} of {} packets: {e}",
+                        t.len(),
+                        row.packets
+                    ));
                 } else {
                     accepted += 1;
                     packets += t.len();
@@ -149,7 +157,9 @@ fn every_dataset_capture_opens_and_matches_capinfos_counts() {
                     }
                 }
             }
-            Err(e @ TraceError::LinkType { .. }) => unsupported.push(format!("{rel} ({}): {e}", row.link)),
+            Err(e @ TraceError::LinkType { .. }) => {
+                unsupported.push(format!("{rel} ({}): {e}", row.link))
+            }
             Err(e) => failed.push(format!("{rel}: {e}")),
         }
     }
@@ -170,7 +180,9 @@ fn every_dataset_capture_opens_and_matches_capinfos_counts() {
     // does not decode (BSD loopback, PPP, Cisco HDLC, PPI).
     for u in &unsupported {
         assert!(
-            ["(null)", "(ppp)", "(chdlc)", "(ppi)"].iter().any(|l| u.contains(l)),
+            ["(null)", "(ppp)", "(chdlc)", "(ppi)"]
+                .iter()
+                .any(|l| u.contains(l)),
             "rejected a supported link type: {u}"
         );
     }
@@ -188,8 +200,8 @@ fn pcap_round_trip_is_byte_identical() {
         "bench/ndpi-ether-merged.pcap",
         "ndpi/pcap/1kxun.pcap",
         "ndpi/pcap/443-curl.pcap",
-        "ndpi/pcap/KakaoTalk_chat.pcap",         // Linux SLL
-        "ndpi/pcap/bjnp.pcap",                   // raw IP
+        "ndpi/pcap/KakaoTalk_chat.pcap",            // Linux SLL
+        "ndpi/pcap/bjnp.pcap",                      // raw IP
         "ndpi/pcap/rsh-syslog-false-positive.pcap", // caplen < wire length
     ]
     .map(String::from)
@@ -215,7 +227,10 @@ fn pcap_round_trip_is_byte_identical() {
         assert!(!t.header().nanos);
         let out = dir.path().join("out.pcap");
         write_all(&t, t.header(), &out);
-        assert!(fs::read(&out).unwrap() == bytes, "{rel}: round trip differs");
+        assert!(
+            fs::read(&out).unwrap() == bytes,
+            "{rel}: round trip differs"
+        );
         n += 1;
     }
     assert!(n >= 10, "only {n} files round-tripped");
@@ -243,7 +258,10 @@ fn ns_pcap_round_trip_is_byte_identical() {
         assert_eq!(t.len(), Trace::open(&ds(rel)).unwrap().len());
         let out = dir.path().join("out.pcap");
         write_all(&t, t.header(), &out);
-        assert!(fs::read(&out).unwrap() == bytes, "{rel} as ns: round trip differs");
+        assert!(
+            fs::read(&out).unwrap() == bytes,
+            "{rel} as ns: round trip differs"
+        );
     }
 }
 
@@ -321,18 +339,27 @@ fn bad_file_headers_are_one_line_errors() {
     let d = dir.path();
     let p = d.join("missing.pcap");
     let m = err_msg(Trace::open(&p));
-    assert!(m.starts_with(&format!("{}: cannot read: ", p.display())), "{m}");
+    assert!(
+        m.starts_with(&format!("{}: cannot read: ", p.display())),
+        "{m}"
+    );
 
     let (p, r) = open_bytes(d, "empty.pcap", b"");
     assert_eq!(
         err_msg(r),
-        format!("{}: empty file (0 bytes), not a pcap or pcapng capture", p.display())
+        format!(
+            "{}: empty file (0 bytes), not a pcap or pcapng capture",
+            p.display()
+        )
     );
 
     let (p, r) = open_bytes(d, "ten.pcap", &le_header(65535, 1)[..10]);
     assert_eq!(
         err_msg(r),
-        format!("{}: file is 10 bytes, too short for a pcap header (24 bytes)", p.display())
+        format!(
+            "{}: file is 10 bytes, too short for a pcap header (24 bytes)",
+            p.display()
+        )
     );
 
     let mut bad = le_header(65535, 1);
@@ -350,7 +377,10 @@ fn bad_file_headers_are_one_line_errors() {
     let (p, r) = open_bytes(d, "snap.pcap", &le_header(0x2000_0000, 1));
     assert_eq!(
         err_msg(r),
-        format!("{}: absurd snaplen 536870912 in the file header (more than 256 MiB)", p.display())
+        format!(
+            "{}: absurd snaplen 536870912 in the file header (more than 256 MiB)",
+            p.display()
+        )
     );
     // snaplen 0 is what some writers emit: fine.
     let (_, r) = open_bytes(d, "snap0.pcap", &le_header(0, 1));
@@ -371,7 +401,10 @@ fn bad_file_headers_are_one_line_errors() {
     let (p, r) = open_bytes(d, "v1.pcap", &v1);
     assert_eq!(
         err_msg(r),
-        format!("{}: unsupported pcap version 1.4 (expected 2.x)", p.display())
+        format!(
+            "{}: unsupported pcap version 1.4 (expected 2.x)",
+            p.display()
+        )
     );
 }
 
@@ -615,7 +648,9 @@ fn generated_trace_writes_and_reads_back() {
     let t = Trace::from_packets(
         LinkKind::Ethernet,
         PcapHeader::new(1, true),
-        pkts.iter().enumerate().map(|(i, p)| (1_000_000_000 + i as u64 * 7, &p[..])),
+        pkts.iter()
+            .enumerate()
+            .map(|(i, p)| (1_000_000_000 + i as u64 * 7, &p[..])),
     );
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("gen.pcap");

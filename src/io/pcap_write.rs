@@ -110,9 +110,7 @@ mod tests {
         let h = PcapHeader::new(1, false);
         assert_eq!(
             header_bytes(&h),
-            [
-                0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 1, 0, 0, 0
-            ]
+            [0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 1, 0, 0, 0]
         );
         assert_eq!(
             &header_bytes(&PcapHeader::new(101, true))[..4],
@@ -123,7 +121,8 @@ mod tests {
     #[test]
     fn record_layout_and_read_back() {
         let mut w = PcapWriter::new(Vec::new(), PcapHeader::new(1, false)).unwrap();
-        w.write_packet(1_500_000_123_456_789, 60, &[0xaa; 14]).unwrap();
+        w.write_packet(1_500_000_123_456_789, 60, &[0xaa; 14])
+            .unwrap();
         assert_eq!(w.packets(), 1);
         let out = w.finish().unwrap();
         assert_eq!(out.len(), 24 + 16 + 14);

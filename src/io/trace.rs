@@ -139,7 +139,11 @@ impl Trace {
     }
 
     pub fn max_packet_len(&self) -> usize {
-        self.records.iter().map(|r| r.caplen as usize).max().unwrap_or(0)
+        self.records
+            .iter()
+            .map(|r| r.caplen as usize)
+            .max()
+            .unwrap_or(0)
     }
 
     pub fn total_bytes(&self) -> u64 {
