@@ -325,7 +325,7 @@ fn parse(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
 }
 
 fn caplen_limit(snaplen: u32) -> u32 {
-    snaplen.max(DEFAULT_SNAPLEN).min(MAX_SNAPLEN)
+    snaplen.clamp(DEFAULT_SNAPLEN, MAX_SNAPLEN)
 }
 
 fn too_short(path: &Path, data: &[u8], format: &'static str, need: usize) -> TraceError {
@@ -418,13 +418,8 @@ fn parse_pcap(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
                 need: rec_hdr_len as u64,
             })
         } else {
-            let parsed = if modified {
-                parse_pcap_frame_modified(rest)
-            } else if big_endian {
-                parse_pcap_frame_be(rest)
-            } else {
-                parse_pcap_frame(rest)
-            };
+            // The caplen is checked before pcap-parser reads the record, so a huge value
+            // is reported as absurd rather than as running past the end.
             let raw_caplen = read_u32(rest, 8, big_endian);
             if raw_caplen > limit {
                 Some(RecordProblem::CaplenAbsurd {
@@ -432,6 +427,13 @@ fn parse_pcap(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
                     limit,
                 })
             } else {
+                let parsed = if modified {
+                    parse_pcap_frame_modified(rest)
+                } else if big_endian {
+                    parse_pcap_frame_be(rest)
+                } else {
+                    parse_pcap_frame(rest)
+                };
                 match parsed {
                     Ok((_, b)) => {
                         records.push(Record {
@@ -443,6 +445,7 @@ fn parse_pcap(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
                         off += rec_hdr_len + b.caplen as usize;
                         None
                     }
+                    // Only a short read fails once the header is there: data past the end.
                     Err(_) => Some(RecordProblem::PastEnd {
                         caplen: raw_caplen,
                         have: (rest.len() - rec_hdr_len) as u64,
