@@ -16,6 +16,13 @@
 //! record ends the trace there, keeps the records before it, and is reported by
 //! [`Trace::error`].
 //!
+//! pcapng: sections may change byte order and restart interface numbering; blocks other
+//! than SHB, IDB, EPB, SPB and OPB are skipped. The trace's link type is that of the first
+//! packet's interface; interfaces no packet uses may have any link type, but a packet on an
+//! interface of another link kind ends the trace there. The pcap header chosen for a pcapng
+//! trace has ns timestamps if any used interface is finer than 1 µs, and the largest
+//! interface snaplen (262144 if they all say 0), raised to the largest caplen.
+//!
 //! Caplen rule: a record whose caplen exceeds `max(snaplen, 262144)` (snaplen of the file
 //! or of the pcapng interface; 262144 is libpcap's largest usual snaplen and covers files
 //! written with snaplen 0) is absurd, as is anything above 256 MiB.
