@@ -67,11 +67,7 @@ impl Batch {
 
     /// Keeps the packets for which `keep` is true, in order, handing the others to `gone`.
     #[inline]
-    pub fn retain_or(
-        &mut self,
-        mut keep: impl FnMut(&Packet) -> bool,
-        mut gone: impl FnMut(Packet),
-    ) {
+    pub fn retain_or(&mut self, mut keep: impl FnMut(&Packet) -> bool, mut gone: impl FnMut(Packet)) {
         let mut w = 0;
         for r in 0..self.pkts.len() {
             if keep(&self.pkts[r]) {

@@ -128,11 +128,7 @@ impl Layers {
             0x0800 => parse_ipv4(&mut l, b, off),
             0x86dd => parse_ipv6(&mut l, b, off),
             0x0806 => {
-                l.l3 = if b.len() >= off + 28 {
-                    L3Kind::Arp
-                } else {
-                    L3Kind::Malformed
-                };
+                l.l3 = if b.len() >= off + 28 { L3Kind::Arp } else { L3Kind::Malformed };
             }
             _ => l.l3 = L3Kind::Other,
         }
@@ -240,8 +236,7 @@ mod tests {
     // Ethernet / 802.1Q vid 5 / IPv4 ihl=6 (one option word) / UDP 1234 -> 53
     const VLAN_V4_OPT_UDP: [u8; 50] = [
         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0x00, 0x00, 0x05, 0x08, 0x00, // eth + tag
-        0x46, 0, 0, 32, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 1, 1, 1,
-        0, // ipv4
+        0x46, 0, 0, 32, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, 1, 1, 1, 0, // ipv4
         0x04, 0xd2, 0x00, 0x35, 0, 8, 0, 0, // udp
     ];
 
@@ -249,10 +244,7 @@ mod tests {
     fn vlan_ipv4_options_udp() {
         let l = Layers::parse(LinkKind::Ethernet, &VLAN_V4_OPT_UDP);
         assert_eq!(l.l3, L3Kind::Ipv4);
-        assert_eq!(
-            (l.vlans, l.ethertype, l.l3_off, l.l4_off, l.l4_proto),
-            (1, 0x0800, 18, 42, 17)
-        );
+        assert_eq!((l.vlans, l.ethertype, l.l3_off, l.l4_off, l.l4_proto), (1, 0x0800, 18, 42, 17));
         assert!(l.has_l4() && l.has_ethernet() && !l.is_fragment());
     }
 
@@ -265,10 +257,7 @@ mod tests {
 
     #[test]
     fn short_frame_is_malformed() {
-        assert_eq!(
-            Layers::parse(LinkKind::Ethernet, &[0; 13]).l3,
-            L3Kind::Malformed
-        );
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &[0; 13]).l3, L3Kind::Malformed);
         assert_eq!(Layers::parse(LinkKind::RawIp, &[]).l3, L3Kind::Malformed);
     }
 

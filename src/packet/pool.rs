@@ -47,10 +47,7 @@ impl Pool {
 
     #[inline]
     pub fn free(&mut self, p: Packet) {
-        debug_assert!(
-            self.free.len() < self.size,
-            "packet freed twice or from another pool"
-        );
+        debug_assert!(self.free.len() < self.size, "packet freed twice or from another pool");
         self.free.push(p);
     }
 
