@@ -679,3 +679,49 @@ fn open_time() {
     }
     println!("open {}: best of 10 {:?}", p.display(), best);
 }
+
+/// tshark's view: frame length, captured length, time to the ns.
+fn tshark_fields(path: &Path) -> String {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(path)
+        .args(["-T", "fields", "-e", "frame.len", "-e", "frame.cap_len"])
+        .args(["-e", "frame.time_epoch", "-e", "frame.protocols"])
+        .output()
+        .expect("run tshark");
+    assert!(
+        out.status.success(),
+        "tshark -r {} failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Our output is readable by tshark and it sees the same frames as in the original.
+#[test]
+fn converted_captures_look_the_same_to_tshark() {
+    require_tool("tshark");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pcap");
+    for rel in [
+        "ndpi/pcap/http2.pcapng",   // pcapng, Linux SLL
+        "ndpi/pcap/hls.pcapng",     // pcapng, raw IP
+        "retina/quic_retry.pcapng", // pcapng, Ethernet
+        // Not quic-v2.pcapng: its decryption-secrets block has no place in a pcap, so tshark
+        // decodes less of our copy (the frames themselves are equal, see the tcpdump test).
+        "ndpi/pcap/tls_heur__vmess-tcp.pcapng",
+        "ndpi/pcap/KakaoTalk_chat.pcap", // pcap
+    ] {
+        let path = ds(rel);
+        if !path.exists() {
+            panic!("{rel} missing from the datasets");
+        }
+        let t = Trace::open(&path).unwrap();
+        t.write_pcap(&out).unwrap();
+        let want = tshark_fields(&path);
+        let got = tshark_fields(&out);
+        assert_eq!(got.lines().count(), t.len(), "{rel}");
+        assert_eq!(got, want, "{rel}");
+    }
+}

@@ -34,7 +34,7 @@ pub fn pcap_linktype(link: LinkKind) -> u32 {
 /// message says what the capture is rather than only a number.
 pub fn linktype_name(linktype: u32) -> Option<&'static str> {
     Some(match linktype & 0x03FF_FFFF {
-        0 => "BSD loopback (NULL)",
+        0 => "BSD loopback, DLT_NULL",
         1 => "Ethernet",
         6 => "IEEE 802.5 Token Ring",
         8 => "SLIP",

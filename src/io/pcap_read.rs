@@ -16,6 +16,13 @@
 //! record ends the trace there, keeps the records before it, and is reported by
 //! [`Trace::error`].
 //!
+//! pcapng: sections may change byte order and restart interface numbering; blocks other
+//! than SHB, IDB, EPB, SPB and OPB are skipped. The trace's link type is that of the first
+//! packet's interface; interfaces no packet uses may have any link type, but a packet on an
+//! interface of another link kind ends the trace there. The pcap header chosen for a pcapng
+//! trace has ns timestamps if any used interface is finer than 1 µs, and the largest
+//! interface snaplen (262144 if they all say 0), raised to the largest caplen.
+//!
 //! Caplen rule: a record whose caplen exceeds `max(snaplen, 262144)` (snaplen of the file
 //! or of the pcapng interface; 262144 is libpcap's largest usual snaplen and covers files
 //! written with snaplen 0) is absurd, as is anything above 256 MiB.
@@ -59,7 +66,7 @@ pub enum TraceError {
     Open { path: PathBuf, source: io::Error },
     #[error("{}: empty file (0 bytes), not a pcap or pcapng capture", .path.display())]
     Empty { path: PathBuf },
-    #[error("{}: file is {len} bytes, too short for a {format} header ({need} bytes)", .path.display())]
+    #[error("{}: file is {len} bytes, too short for a {format} ({need} bytes)", .path.display())]
     TooShort {
         path: PathBuf,
         len: u64,
@@ -325,7 +332,7 @@ fn parse(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
 }
 
 fn caplen_limit(snaplen: u32) -> u32 {
-    snaplen.max(DEFAULT_SNAPLEN).min(MAX_SNAPLEN)
+    snaplen.clamp(DEFAULT_SNAPLEN, MAX_SNAPLEN)
 }
 
 fn too_short(path: &Path, data: &[u8], format: &'static str, need: usize) -> TraceError {
@@ -339,7 +346,7 @@ fn too_short(path: &Path, data: &[u8], format: &'static str, need: usize) -> Tra
 
 fn parse_pcap(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
     if data.len() < 4 {
-        return Err(too_short(path, data, "pcap", PCAP_HEADER_LEN));
+        return Err(too_short(path, data, "pcap header", PCAP_HEADER_LEN));
     }
     let magic = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
     let known = matches!(
@@ -356,7 +363,7 @@ fn parse_pcap(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
         });
     }
     if data.len() < PCAP_HEADER_LEN {
-        return Err(too_short(path, data, "pcap", PCAP_HEADER_LEN));
+        return Err(too_short(path, data, "pcap header", PCAP_HEADER_LEN));
     }
     let hdr = match parse_pcap_header(data) {
         Ok((_, h)) => h,
@@ -418,13 +425,8 @@ fn parse_pcap(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
                 need: rec_hdr_len as u64,
             })
         } else {
-            let parsed = if modified {
-                parse_pcap_frame_modified(rest)
-            } else if big_endian {
-                parse_pcap_frame_be(rest)
-            } else {
-                parse_pcap_frame(rest)
-            };
+            // The caplen is checked before pcap-parser reads the record, so a huge value
+            // is reported as absurd rather than as running past the end.
             let raw_caplen = read_u32(rest, 8, big_endian);
             if raw_caplen > limit {
                 Some(RecordProblem::CaplenAbsurd {
@@ -432,6 +434,13 @@ fn parse_pcap(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
                     limit,
                 })
             } else {
+                let parsed = if modified {
+                    parse_pcap_frame_modified(rest)
+                } else if big_endian {
+                    parse_pcap_frame_be(rest)
+                } else {
+                    parse_pcap_frame(rest)
+                };
                 match parsed {
                     Ok((_, b)) => {
                         records.push(Record {
@@ -443,6 +452,7 @@ fn parse_pcap(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
                         off += rec_hdr_len + b.caplen as usize;
                         None
                     }
+                    // Only a short read fails once the header is there: data past the end.
                     Err(_) => Some(RecordProblem::PastEnd {
                         caplen: raw_caplen,
                         have: (rest.len() - rec_hdr_len) as u64,
@@ -850,4 +860,317 @@ fn pcapng_block(
         _ => None,
     };
     Ok((len as usize, pkt))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(bytes: Vec<u8>) -> Result<Trace, TraceError> {
+        Trace::from_bytes(Path::new("t"), bytes)
+    }
+
+    /// Builds pcapng files block by block in either byte order.
+    struct Ng {
+        be: bool,
+        out: Vec<u8>,
+    }
+
+    impl Ng {
+        fn new(be: bool) -> Ng {
+            let mut ng = Ng {
+                be,
+                out: Vec::new(),
+            };
+            ng.shb();
+            ng
+        }
+        fn u16(&self, v: u16) -> [u8; 2] {
+            if self.be {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            }
+        }
+        fn u32(&self, v: u32) -> [u8; 4] {
+            if self.be {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            }
+        }
+        fn block(&mut self, ty: u32, body: &[u8]) -> &mut Ng {
+            let pad = (4 - body.len() % 4) % 4;
+            let len = (12 + body.len() + pad) as u32;
+            let (t, l) = (self.u32(ty), self.u32(len));
+            self.out.extend_from_slice(&t);
+            self.out.extend_from_slice(&l);
+            self.out.extend_from_slice(body);
+            self.out.extend(std::iter::repeat_n(0, pad));
+            self.out.extend_from_slice(&l);
+            self
+        }
+        fn shb(&mut self) -> &mut Ng {
+            let mut b = self.u32(BOM).to_vec();
+            b.extend(self.u16(1));
+            b.extend(self.u16(0));
+            b.extend([0xff; 8]); // section length unknown
+            self.block(SHB_TYPE, &b)
+        }
+        fn idb(&mut self, linktype: u16, snaplen: u32, opts: &[(u16, &[u8])]) -> &mut Ng {
+            let mut b = self.u16(linktype).to_vec();
+            b.extend(self.u16(0));
+            b.extend(self.u32(snaplen));
+            if !opts.is_empty() {
+                for (code, v) in opts {
+                    b.extend(self.u16(*code));
+                    b.extend(self.u16(v.len() as u16));
+                    b.extend_from_slice(v);
+                    b.extend(std::iter::repeat_n(0, (4 - v.len() % 4) % 4));
+                }
+                b.extend([0; 4]);
+            }
+            self.block(IDB_TYPE, &b)
+        }
+        fn epb(&mut self, ifid: u32, ts: u64, data: &[u8], wire: u32) -> &mut Ng {
+            let mut b = self.u32(ifid).to_vec();
+            b.extend(self.u32((ts >> 32) as u32));
+            b.extend(self.u32(ts as u32));
+            b.extend(self.u32(data.len() as u32));
+            b.extend(self.u32(wire));
+            b.extend_from_slice(data);
+            self.block(EPB_TYPE, &b)
+        }
+        fn opb(&mut self, ifid: u16, ts: u64, data: &[u8]) -> &mut Ng {
+            let mut b = self.u16(ifid).to_vec();
+            b.extend(self.u16(0));
+            b.extend(self.u32((ts >> 32) as u32));
+            b.extend(self.u32(ts as u32));
+            b.extend(self.u32(data.len() as u32));
+            b.extend(self.u32(data.len() as u32));
+            b.extend_from_slice(data);
+            self.block(OPB_TYPE, &b)
+        }
+        fn spb(&mut self, wire: u32, data: &[u8]) -> &mut Ng {
+            let mut b = self.u32(wire).to_vec();
+            b.extend_from_slice(data);
+            self.block(SPB_TYPE, &b)
+        }
+        fn bytes(&self) -> Vec<u8> {
+            self.out.clone()
+        }
+    }
+
+    #[test]
+    fn pcap_both_byte_orders_and_resolutions() {
+        // Big-endian µs pcap, raw IP, one 4-byte packet at 1.000002 s.
+        let mut be = vec![0xa1, 0xb2, 0xc3, 0xd4, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0];
+        be.extend([0, 0, 0xff, 0xff, 0, 0, 0, 101]);
+        be.extend([
+            0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 4, 0, 0, 0, 40, 0x45, 0, 0, 40,
+        ]);
+        let t = open(be).unwrap();
+        assert_eq!(t.link(), LinkKind::RawIp);
+        assert_eq!(t.header().linktype, 101);
+        assert!(!t.header().nanos);
+        assert_eq!(
+            t.record(0),
+            Record {
+                off: 40,
+                caplen: 4,
+                wire_len: 40,
+                ts_ns: 1_000_002_000
+            }
+        );
+        assert_eq!(t.packet(0), &[0x45, 0, 0, 40]);
+
+        // Little-endian ns pcap, Linux SLL2.
+        let mut le = vec![0x4d, 0x3c, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        le.extend([0, 0, 4, 0, 0x14, 1, 0, 0]);
+        le.extend([1, 0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0xee]);
+        let t = open(le).unwrap();
+        assert_eq!(t.link(), LinkKind::LinuxSll2);
+        assert!(t.header().nanos);
+        assert_eq!(t.record(0).ts_ns, 1_000_000_007);
+        assert!(t.error().is_none());
+    }
+
+    #[test]
+    fn pcapng_little_endian_resolutions_and_block_kinds() {
+        let mut ng = Ng::new(false);
+        ng.idb(1, 0, &[]) // default µs
+            .idb(1, 4, &[(9, &[9])]) // ns, snaplen 4
+            .block(0x4, &[0; 4]) // name resolution: skipped
+            .block(0x1234_5678, &[1, 2, 3]) // unknown: skipped
+            .epb(0, 5_000_001, &[1, 2, 3], 60)
+            .epb(1, 1_234_567_891, &[4; 5], 5)
+            .opb(0, 7, &[9, 9])
+            .spb(8, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        let t = open(ng.bytes()).unwrap();
+        assert!(t.error().is_none(), "{:?}", t.error());
+        assert_eq!(t.len(), 4);
+        assert_eq!(t.record(0).ts_ns, 5_000_001_000);
+        assert_eq!(t.record(0).wire_len, 60);
+        assert_eq!(t.packet(0), &[1, 2, 3]);
+        assert_eq!(t.record(1).ts_ns, 1_234_567_891);
+        assert_eq!(t.packet(1), &[4; 5]);
+        assert_eq!(t.record(2).ts_ns, 7_000);
+        assert_eq!(t.packet(2), &[9, 9]);
+        // SPB: interface 0's snaplen is 0, so the whole packet; no timestamp.
+        assert_eq!(t.packet(3), &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(t.record(3).ts_ns, 0);
+        let h = t.header();
+        assert!(h.nanos, "interface 1 has ns resolution");
+        assert_eq!((h.linktype, h.snaplen, h.version_major), (1, 8, 2));
+    }
+
+    #[test]
+    fn pcapng_big_endian_pow2_resolution_offset_and_sections() {
+        let mut ng = Ng::new(true);
+        let off = 1000i64.to_be_bytes();
+        ng.idb(113, 0, &[(9, &[0x80 | 20]), (14, &off)]);
+        ng.epb(0, (3 << 20) | (1 << 19), &[7; 16], 16);
+        ng.spb(3, &[1, 2, 3]);
+        // A second, little-endian section: interface ids start again.
+        let mut le = Ng::new(false);
+        le.idb(113, 65535, &[]).epb(0, 2, &[5], 1);
+        ng.out.extend(le.bytes());
+        let t = open(ng.bytes()).unwrap();
+        assert!(t.error().is_none(), "{:?}", t.error());
+        assert_eq!(t.link(), LinkKind::LinuxSll);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.record(0).ts_ns, 1_003_500_000_000);
+        assert_eq!(t.packet(0), &[7; 16]);
+        assert_eq!(t.packet(1), &[1, 2, 3]);
+        assert_eq!(t.record(2).ts_ns, 2_000);
+        assert_eq!(t.packet(2), &[5]);
+        assert!(t.header().nanos, "2^-20 s is finer than 1 µs");
+        assert_eq!(t.header().snaplen, 65535);
+        assert_eq!(t.header().linktype, 113);
+    }
+
+    #[test]
+    fn pcapng_link_types() {
+        // An unused interface of an unsupported type does not matter.
+        let mut ng = Ng::new(false);
+        ng.idb(105, 0, &[]).idb(1, 0, &[]).epb(1, 0, &[1], 1);
+        let t = open(ng.bytes()).unwrap();
+        assert_eq!((t.len(), t.link()), (1, LinkKind::Ethernet));
+
+        // The first packet on an unsupported interface: a file-level error.
+        let mut ng = Ng::new(false);
+        ng.idb(105, 0, &[]).epb(0, 0, &[1], 1);
+        assert_eq!(
+            open(ng.bytes()).err().unwrap().to_string(),
+            "t: unsupported link type 105 (IEEE 802.11); supported: Ethernet, raw IPv4/IPv6, \
+             Linux cooked (SLL, SLL2)"
+        );
+
+        // Two supported but different link types: the packets before the change are kept.
+        let mut ng = Ng::new(false);
+        ng.idb(1, 0, &[]).idb(101, 0, &[]);
+        ng.epb(0, 0, &[1], 1).epb(1, 0, &[2], 1);
+        let at = ng.out.len() - 36;
+        let t = open(ng.bytes()).unwrap();
+        assert_eq!(t.len(), 1);
+        assert_eq!(
+            t.error().unwrap().to_string(),
+            format!(
+                "t: record 2 at byte offset {at}: interface 1 has link type 101 (raw IP) but \
+                 earlier packets are 1 (Ethernet); a trace has one link type"
+            )
+        );
+
+        // Same kind under two numbers (raw IP 101 and 12) is one link.
+        let mut ng = Ng::new(false);
+        ng.idb(101, 0, &[]).idb(12, 0, &[]);
+        ng.epb(0, 0, &[1], 1).epb(1, 0, &[2], 1);
+        let t = open(ng.bytes()).unwrap();
+        assert_eq!((t.len(), t.header().linktype), (2, 101));
+
+        // No packets: the link of the first interface.
+        let mut ng = Ng::new(false);
+        ng.idb(276, 0, &[]);
+        let t = open(ng.bytes()).unwrap();
+        assert_eq!((t.len(), t.link()), (0, LinkKind::LinuxSll2));
+    }
+
+    #[test]
+    fn pcapng_structural_errors() {
+        let mut ng = Ng::new(false);
+        ng.idb(1, 0, &[]).epb(3, 0, &[1], 1);
+        assert_eq!(
+            open(ng.bytes()).err().unwrap().to_string(),
+            "t: pcapng block at byte offset 48: packet on interface 3, which no interface \
+             description block defined"
+        );
+
+        let mut ng = Ng::new(false);
+        ng.idb(1, 0, &[(9, &[20])]);
+        assert_eq!(
+            open(ng.bytes()).err().unwrap().to_string(),
+            "t: pcapng block at byte offset 28: interface 0: unsupported if_tsresol 0x14"
+        );
+
+        // EPB caplen larger than its block.
+        let mut ng = Ng::new(false);
+        ng.idb(1, 0, &[]).epb(0, 0, &[1], 1).epb(0, 0, &[1; 4], 4);
+        let at = ng.out.len() - 36;
+        ng.out[at + 20] = 9; // caplen byte
+        let t = open(ng.bytes()).unwrap();
+        assert_eq!(t.len(), 1);
+        assert_eq!(
+            t.error().unwrap().to_string(),
+            format!(
+                "t: record 2 at byte offset {at}: caplen 9 does not fit in its block of length 36"
+            )
+        );
+
+        // Bad byte-order magic.
+        let mut b = Ng::new(false).bytes();
+        b[8] = 0;
+        assert_eq!(
+            open(b).err().unwrap().to_string(),
+            "t: pcapng block at byte offset 0: bad byte-order magic 1a2b3c00 in section header"
+        );
+
+        // Too short for a section header.
+        assert_eq!(
+            open(vec![0x0a, 0x0d, 0x0d, 0x0a, 0, 0])
+                .err()
+                .unwrap()
+                .to_string(),
+            "t: file is 6 bytes, too short for a pcapng section header (28 bytes)"
+        );
+    }
+
+    #[test]
+    fn modified_pcap_records() {
+        // Kuznetzov's format: 24-byte record headers.
+        let mut b = vec![0x34, 0xcd, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        b.extend([0, 0, 1, 0, 1, 0, 0, 0]);
+        b.extend([2, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0]);
+        b.extend([0; 8]);
+        b.extend([0xab, 0xcd]);
+        let t = open(b).unwrap();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.packet(0), &[0xab, 0xcd]);
+        assert_eq!(t.record(0).ts_ns, 2_000_003_000);
+    }
+
+    #[test]
+    fn ts_resolution_conversion() {
+        assert_eq!(TsRes::from_option(6), Some(TsRes::Pow10(6)));
+        assert_eq!(TsRes::from_option(0x80 | 63), Some(TsRes::Pow2(63)));
+        assert_eq!(TsRes::from_option(20), None);
+        assert_eq!(TsRes::Pow10(12).to_ns(1_500), 1);
+        assert_eq!(TsRes::Pow10(0).to_ns(2), 2_000_000_000);
+        assert_eq!(TsRes::Pow2(1).to_ns(3), 1_500_000_000);
+        assert_eq!(
+            TsRes::Pow10(0).to_ns(u64::MAX),
+            u64::MAX as u128 * 1_000_000_000
+        );
+        assert!(!TsRes::Pow2(19).finer_than_us());
+        assert!(TsRes::Pow2(20).finer_than_us());
+    }
 }

@@ -133,6 +133,14 @@ impl Trace {
         (self.backing.bytes(), &self.records)
     }
 
+    /// Writes the trace as a little-endian pcap with its header (see [`super::PcapWriter`]).
+    pub fn write_pcap(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let mut w = super::PcapWriter::create(path, self.header)?;
+        w.write_trace(self)?;
+        w.finish()?;
+        Ok(())
+    }
+
     /// The error that ended reading before the end of the file, if any.
     pub fn error(&self) -> Option<&super::TraceError> {
         self.error.as_ref()
