@@ -62,6 +62,9 @@ pub struct Runner {
     link: LinkKind,
     check: Option<Snapshot>,
     violation: Option<String>,
+    /// Added to timestamps on this replay loop; taken off again when writing, so every
+    /// loop's output carries the capture's own times.
+    shift: u64,
 }
 
 impl Runner {
@@ -97,6 +100,7 @@ impl Runner {
             link: LinkKind::Ethernet,
             check: cfg!(debug_assertions).then(|| Snapshot::new(cap)),
             violation: None,
+            shift: 0,
             counters,
             sinks: Vec::new(),
             rx: vec![0; ports],
@@ -162,9 +166,9 @@ impl Runner {
         let mut done = 0u64;
         let mut next_report = 0u64;
         for lp in 0..opts.loops {
-            let shift = span.wrapping_mul(lp);
+            self.shift = span.wrapping_mul(lp);
             for chunk in recs.chunks(MAX_BATCH) {
-                self.ingest(bytes, chunk, shift);
+                self.ingest(bytes, chunk);
                 self.drain();
                 if let Some(v) = self.violation.take() {
                     anyhow::bail!("{v}");
@@ -184,7 +188,8 @@ impl Runner {
     /// Copies one chunk of records into pool buffers, as a NIC would, and queues them at
     /// the input's successor.
     #[inline]
-    fn ingest(&mut self, bytes: &[u8], chunk: &[crate::io::Record], shift: u64) {
+    fn ingest(&mut self, bytes: &[u8], chunk: &[crate::io::Record]) {
+        let shift = self.shift;
         let first = self.chain.nodes[0].next[0];
         let max = self.pool.max_packet();
         let c = &mut self.counters[0];
@@ -236,6 +241,7 @@ impl Runner {
             cx,
             check,
             violation,
+            shift,
             ..
         } = self;
         for &n in &chain.order {
@@ -322,7 +328,7 @@ impl Runner {
                             }
                         }
                         if let Some(w) = s.writer.as_mut() {
-                            if let Err(e) = w.write_packet(m.ts_ns, m.wire_len, p.data()) {
+                            if let Err(e) = w.write_packet(m.ts_ns.wrapping_sub(*shift), m.wire_len, p.data()) {
                                 s.write_error = Some(e.to_string());
                                 s.writer = None;
                             }
