@@ -501,12 +501,14 @@ impl Sizer {
     }
 
     /// The size of a packet that carries no data (SYN, SYN-ACK, last ACK): its natural
-    /// size, or the fixed size when every frame must have it.
+    /// size, or the fixed size when every frame must have it; trimmed (fewer options) when
+    /// the target mean is below it, which could not be reached otherwise.
     #[inline]
     fn control(&self, natural: usize) -> usize {
         match self {
             Sizer::Fixed(s) => *s,
-            _ => natural,
+            Sizer::Average { mean } => natural.min(*mean as usize),
+            Sizer::Mix { .. } => natural,
         }
     }
 }
@@ -830,7 +832,7 @@ fn schedule(rng: &mut Rng, n: usize, b: &[u32]) -> Vec<u64> {
     // Concurrency: about nf/25 flows live at once, more when flows are long (ICS polling
     // keeps every connection open); windows are budget × concurrency, capped by the trace.
     let mean_b = n as f64 / nf as f64;
-    let conc = (nf as f64 / 25.0 + mean_b / 10.0).clamp(4.0, nf as f64);
+    let conc = (nf as f64 / 25.0 + mean_b / 10.0).max(4.0).min(nf as f64);
     let nn = n as f64;
     let mut keys = Vec::with_capacity(n);
     for (f, &bf) in b.iter().enumerate() {
@@ -1065,7 +1067,7 @@ impl Writer {
         f.seq[d] = seq
             .wrapping_add(s.payload as u32)
             .wrapping_add(u32::from(syn || s.flags & FL_FIN != 0));
-        let tsval = (ts_ns / 1_000_000) as u32 + self.hosts[f.host[d] as usize].ts_off;
+        let tsval = ((ts_ns / 1_000_000) as u32).wrapping_add(self.hosts[f.host[d] as usize].ts_off);
         let tsecr = f.last_tsval[1 - d];
         f.last_tsval[d] = tsval;
         let olen = s.opts.len();
@@ -1196,7 +1198,9 @@ impl Writer {
             ip[10..12].copy_from_slice(&c.to_be_bytes());
             acc = sum_bytes(0, &ip[12..20]);
         }
-        if proto != PROTO_ICMP {
+        if proto == PROTO_ICMP {
+            acc = 0; // ICMPv4 has no pseudo-header
+        } else {
             // Pseudo-header: addresses (summed above), protocol, L4 length.
             acc += proto as u64 + seg_len as u64;
         }
