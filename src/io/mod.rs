@@ -2,6 +2,7 @@
 
 pub mod gen;
 mod linktype;
+pub mod gen;
 pub mod pcap_read;
 pub mod pcap_write;
 mod trace;

@@ -165,4 +165,21 @@ impl Trace {
         let max = self.records.iter().map(|r| r.ts_ns).max().unwrap_or(0);
         max - min + 1
     }
+
+    /// A trace over bytes and records built elsewhere (the generator writes every packet
+    /// straight into one buffer rather than copying it in here).
+    pub(crate) fn from_parts(
+        link: LinkKind,
+        header: PcapHeader,
+        bytes: Vec<u8>,
+        records: Vec<Record>,
+    ) -> Trace {
+        Trace {
+            backing: Backing::Owned(bytes),
+            records,
+            link,
+            header,
+            error: None,
+        }
+    }
 }
