@@ -61,15 +61,24 @@ fn parse_sizes(s: &str) -> anyhow::Result<Vec<(usize, f64)>> {
     s.split(',')
         .map(|part| {
             let (size, w) = part.split_once(':').unwrap_or((part, "1"));
-            let size: usize = size.trim().parse().with_context(|| format!("--sizes: bad size `{size}`"))?;
-            let w: f64 = w.trim().parse().with_context(|| format!("--sizes: bad weight `{w}`"))?;
+            let size: usize = size
+                .trim()
+                .parse()
+                .with_context(|| format!("--sizes: bad size `{size}`"))?;
+            let w: f64 = w
+                .trim()
+                .parse()
+                .with_context(|| format!("--sizes: bad weight `{w}`"))?;
             Ok((size, w))
         })
         .collect()
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let profile: Profile = a.profile.parse().map_err(|e: String| anyhow::anyhow!("{e}"))?;
+    let profile: Profile = a
+        .profile
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("{e}"))?;
     let mut o = GenOptions::profile(profile);
     o.seed = a.seed;
     if let Some(n) = a.count {
@@ -96,7 +105,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         w.write_packet(r.ts_ns, r.wire_len, trace.packet(i))
             .map_err(|e| anyhow::anyhow!("{}: {e}", a.output.display()))?;
     }
-    w.finish().map_err(|e| anyhow::anyhow!("{}: {e}", a.output.display()))?;
+    w.finish()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.output.display()))?;
     let avg = trace.total_bytes() as f64 / trace.len().max(1) as f64;
     eprintln!(
         "wrote {} packets ({:.1} B average, profile {profile}, seed {}) to {}",

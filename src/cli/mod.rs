@@ -46,8 +46,18 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(e) => {
             // One line: the chain of causes joined, no backtrace.
-            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("error: {}", msg.join(": ").replace('\n', " "));
+            // Causes already spelled out by the message above them are not repeated.
+            let mut msg = String::new();
+            for c in e.chain() {
+                let c = c.to_string();
+                if !msg.contains(&c) {
+                    if !msg.is_empty() {
+                        msg.push_str(": ");
+                    }
+                    msg.push_str(&c);
+                }
+            }
+            eprintln!("error: {}", msg.replace('\n', " "));
             1
         }
     }

@@ -111,7 +111,14 @@ impl PortMix {
                 (5222, 1.0),
                 (1935, 1.0),
             ],
-            udp: vec![(53, 6.0), (123, 1.0), (137, 1.0), (1900, 1.0), (5353, 1.0), (0, 2.0)],
+            udp: vec![
+                (53, 6.0),
+                (123, 1.0),
+                (137, 1.0),
+                (1900, 1.0),
+                (5353, 1.0),
+                (0, 2.0),
+            ],
         }
     }
 
@@ -219,7 +226,11 @@ impl GenOptions {
             ));
         }
         if self.hosts > 1 << 24 {
-            return Err(format!("hosts must be at most {}, got {}", 1 << 24, self.hosts));
+            return Err(format!(
+                "hosts must be at most {}, got {}",
+                1 << 24,
+                self.hosts
+            ));
         }
         let size_ok = |s: usize, what: &str| {
             if (MIN_FRAME..=MAX_FRAME).contains(&s) {
@@ -1067,7 +1078,8 @@ impl Writer {
         f.seq[d] = seq
             .wrapping_add(s.payload as u32)
             .wrapping_add(u32::from(syn || s.flags & FL_FIN != 0));
-        let tsval = ((ts_ns / 1_000_000) as u32).wrapping_add(self.hosts[f.host[d] as usize].ts_off);
+        let tsval =
+            ((ts_ns / 1_000_000) as u32).wrapping_add(self.hosts[f.host[d] as usize].ts_off);
         let tsecr = f.last_tsval[1 - d];
         f.last_tsval[d] = tsval;
         let olen = s.opts.len();

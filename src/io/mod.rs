@@ -2,7 +2,6 @@
 
 pub mod gen;
 mod linktype;
-pub mod gen;
 pub mod pcap_read;
 pub mod pcap_write;
 mod trace;
