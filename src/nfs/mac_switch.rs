@@ -16,10 +16,15 @@ pub struct MacSwitch {
 
 const NOT_ETHERNET: u8 = 0;
 
-/// A MAC address as the low 48 bits of a u64: one hash of 8 bytes instead of 6 single ones.
+/// The MAC address at `o` as the low 48 bits of a u64: one hash of 8 bytes instead of six
+/// single ones, read with one bounds check. Out of range reads 0 rather than panicking.
 #[inline]
-pub(crate) fn mac_key(b: &[u8]) -> u64 {
-    u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]])
+pub(crate) fn mac_key(b: &[u8], o: usize) -> u64 {
+    b.get(o..o + 6).map_or(0, |s| {
+        let mut k = [0u8; 8];
+        k[2..].copy_from_slice(s);
+        u64::from_be_bytes(k)
+    })
 }
 
 impl MacSwitch {
@@ -75,7 +80,7 @@ impl Nf for MacSwitch {
                 p.drop_with(NOT_ETHERNET);
                 continue;
             }
-            let (dst, src) = (mac_key(&d[0..6]), mac_key(&d[6..12]));
+            let (dst, src) = (mac_key(d, 0), mac_key(d, 6));
             if self.table.learn(src, m.in_port, m.ts_ns) == Learned::Full {
                 self.table_full += 1;
             }

@@ -167,9 +167,12 @@ impl Layers {
     }
 }
 
+/// Callers check the length first; out of range reads 0 rather than panicking.
 #[inline]
 fn be16(b: &[u8], o: usize) -> u16 {
-    u16::from_be_bytes([b[o], b[o + 1]])
+    b.get(o..o + 2)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u16::from_be_bytes)
 }
 
 fn parse_ipv4(l: &mut Layers, b: &[u8], off: usize) {
