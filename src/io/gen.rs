@@ -582,6 +582,8 @@ struct Flow {
     isn: [u32; 2],
     /// Next sequence number per side.
     seq: [u32; 2],
+    /// Last acknowledgment number each side sent.
+    acked: [u32; 2],
     ident: [u16; 2],
     last_tsval: [u32; 2],
     flow_label: u32,
@@ -808,6 +810,8 @@ fn make_flows(
             port: [cport, sport],
             isn,
             seq: isn,
+            // The peer's ISN: differs from anything acknowledged after the handshake.
+            acked: [isn[1], isn[0]],
             ident: [(r >> 16) as u16, (r >> 32) as u16],
             last_tsval: [0, 0],
             flow_label: (r >> 44) as u32 & 0xf_ffff,
@@ -990,7 +994,7 @@ impl Writer {
             let closer = f.closer as usize;
             if j < 2 {
                 let dir = if j == 0 { closer } else { 1 - closer };
-                let mut s = self.data_seg(f, dir, hdr);
+                let mut s = self.data_seg(f, dir, hdr, true);
                 s.flags |= FL_FIN;
                 s
             } else {
@@ -1019,32 +1023,45 @@ impl Writer {
             } else {
                 usize::MAX // chosen by size below
             };
-            self.data_seg(f, dir, hdr)
+            self.data_seg(f, dir, hdr, false)
         };
         self.write_tcp(f, seg, ts_ns);
     }
 
     /// A packet that may carry data: its size decides pure ACK or data; bulk data flows
-    /// mostly from the server, ACKs mostly from the client.
-    fn data_seg(&mut self, f: &Flow, dir: usize, hdr: usize) -> Seg {
-        let frame = self.draw().max(hdr);
+    /// mostly from the server, ACKs mostly from the client. A pure ACK is only sent by a
+    /// side with something new to acknowledge (no duplicate ACKs); if neither side has,
+    /// the packet carries a few bytes of data instead.
+    fn data_seg(&mut self, f: &Flow, dir: usize, hdr: usize, fin: bool) -> Seg {
+        let mut frame = self.draw().max(hdr);
         let mut opts = if f.ts_opt { Opts::Ts } else { Opts::None };
         if frame < hdr + opts.len() {
             opts = Opts::None;
         }
-        let payload = frame - hdr - opts.len();
+        let room = frame - hdr - opts.len();
+        // Small frames are pure ACKs padded to the Ethernet minimum, not a few data bytes.
+        let mut payload = if frame > MIN_FRAME { room } else { 0 };
+        let news = |d: usize| f.seq[1 - d] != f.acked[d];
         let dir = if dir != usize::MAX {
             dir
         } else if payload > 0 {
             usize::from(self.rng.chance(0.7))
         } else {
-            usize::from(self.rng.chance(0.3))
+            let d = usize::from(self.rng.chance(0.3));
+            if news(d) {
+                d
+            } else {
+                1 - d
+            }
         };
-        // Small frames are pure ACKs padded to the Ethernet minimum, not a few data bytes.
-        let (payload, flags) = if payload > 0 && frame > MIN_FRAME {
-            (payload, FL_PSH | FL_ACK)
+        if payload == 0 && !fin && !news(dir) {
+            payload = room.max(6);
+            frame = hdr + opts.len() + payload;
+        }
+        let flags = if payload > 0 {
+            FL_PSH | FL_ACK
         } else {
-            (0, FL_ACK)
+            FL_ACK
         };
         Seg {
             dir,
@@ -1060,6 +1077,7 @@ impl Writer {
         let seq = f.seq[d];
         let syn = s.flags & FL_SYN != 0;
         let ack = if s.flags & FL_ACK != 0 {
+            f.acked[d] = f.seq[1 - d];
             f.seq[1 - d]
         } else {
             0
