@@ -1261,3 +1261,91 @@ fn fill(p: &mut [u8], seed: u64) {
     let n = r.len();
     r.copy_from_slice(&splitmix64(&mut s).to_le_bytes()[..n]);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xoshiro_reference_stream() {
+        // splitmix64 from 0 gives the published first output; the stream must never change
+        // (traces are compared byte for byte across versions).
+        let mut x = 0u64;
+        assert_eq!(splitmix64(&mut x), 0xE220_A839_7B1D_CDAF);
+        let mut r = Rng::new(42);
+        let a: Vec<u64> = (0..3).map(|_| r.next_u64()).collect();
+        let mut r2 = Rng::new(42);
+        assert_eq!(a, (0..3).map(|_| r2.next_u64()).collect::<Vec<_>>());
+        assert_ne!(a[0], Rng::new(43).next_u64());
+        // xoshiro256** reference: state [1, 2, 3, 4] gives 11520, 0, 1509978240.
+        let mut r = Rng([1, 2, 3, 4]);
+        assert_eq!(
+            [r.next_u64(), r.next_u64(), r.next_u64()],
+            [11520, 0, 1_509_978_240]
+        );
+    }
+
+    #[test]
+    fn rfc1071_checksum() {
+        // RFC 1071 §3 example bytes sum to 0xddf2; the checksum is its complement.
+        let b = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(checksum(&b), !0xddf2);
+        // Odd length pads with a zero byte on the right.
+        assert_eq!(checksum(&[0x12]), !0x1200);
+        // A classic IPv4 header (checksum field zeroed) and its known checksum.
+        let ip = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8,
+            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        ];
+        assert_eq!(checksum(&ip), 0xb861);
+    }
+
+    #[test]
+    fn size_mix_hits_every_mean() {
+        for m in (60..=9000).step_by(7) {
+            let (q66, p) = mix_for(m as f64);
+            assert!(p.iter().all(|&x| (-1e-12..=1.0 + 1e-12).contains(&x)), "{m}: {p:?}");
+            assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{m}");
+            let mu_s = 60.0 + 6.0 * q66;
+            let mean = p[0] * mu_s + p[1] * MU_MID + p[2] * MU_L1 + p[3] * MU_L2;
+            assert!((mean - m as f64).abs() < 1e-6, "{m}: {mean}");
+        }
+    }
+
+    #[test]
+    fn budgets_sum_exactly_and_are_heavy_tailed() {
+        let mut r = Rng::new(7);
+        let b = budgets(&mut r, 791_615, 40_686);
+        assert_eq!(b.iter().map(|&x| x as u64).sum::<u64>(), 791_615);
+        assert!(b.iter().all(|&x| x >= 1));
+        let max = *b.iter().max().unwrap() as f64;
+        assert!(max > 50.0 * 791_615.0 / 40_686.0, "no elephant: {max}");
+        let mut r = Rng::new(7);
+        assert_eq!(budgets(&mut r, 5, 5), vec![1; 5]);
+    }
+
+    #[test]
+    fn hosts_are_distinct_and_private() {
+        let hs: Vec<Host> = (0..70_000).map(Host::new).collect();
+        let v4: HashSet<[u8; 4]> = hs.iter().map(|h| h.v4).collect();
+        let mac: HashSet<[u8; 6]> = hs.iter().map(|h| h.mac).collect();
+        assert_eq!(v4.len(), hs.len());
+        assert_eq!(mac.len(), hs.len());
+        assert!(hs.iter().all(|h| h.v4[0] == 10 && h.v4[3] != 0 && h.v4[3] != 255));
+        assert!(hs.iter().all(|h| h.mac[0] & 0x03 == 0x02)); // local, unicast
+    }
+
+    #[test]
+    fn schedule_keeps_every_packet_once() {
+        let mut r = Rng::new(3);
+        let b = budgets(&mut r, 10_000, 300);
+        let keys = schedule(&mut r, 10_000, &b);
+        assert_eq!(keys.len(), 10_000);
+        let mask = (1u64 << flow_bits(300)) - 1;
+        let mut per = vec![0u32; 300];
+        for k in &keys {
+            per[(k & mask) as usize] += 1;
+        }
+        assert_eq!(per, b);
+    }
+}
