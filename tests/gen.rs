@@ -68,16 +68,29 @@ fn check(t: &Trace) -> Stats {
                     "packet {i}: IPv4 checksum"
                 );
                 assert!(h.ttl() == 64 || h.ttl() == 128);
-                (h.source(), h.destination(), None, None, Some(h.identification()))
+                (
+                    h.source(),
+                    h.destination(),
+                    None,
+                    None,
+                    Some(h.identification()),
+                )
             }
             NetSlice::Ipv6(ip) => {
                 s.v6 += 1;
                 let h = ip.header();
-                ([0; 4], [0; 4], Some(h.source()), Some(h.destination()), None)
+                (
+                    [0; 4],
+                    [0; 4],
+                    Some(h.source()),
+                    Some(h.destination()),
+                    None,
+                )
             }
             NetSlice::Arp(_) => panic!("packet {i}: ARP"),
         };
-        let addr = |a4: [u8; 4], a6: Option<[u8; 16]>| a6.map(|a| a.to_vec()).unwrap_or(a4.to_vec());
+        let addr =
+            |a4: [u8; 4], a6: Option<[u8; 16]>| a6.map(|a| a.to_vec()).unwrap_or(a4.to_vec());
         let (sa, da) = (addr(src, src6), addr(dst, dst6));
         let (sport, dport, proto, seq_adv) = match sp.transport.as_ref().expect("no L4") {
             TransportSlice::Tcp(tcp) => {
@@ -95,7 +108,12 @@ fn check(t: &Trace) -> Stats {
                     assert!(tcp.psh() && tcp.ack(), "packet {i}: data without PSH-ACK");
                 }
                 let adv = tcp.payload().len() as u32 + u32::from(tcp.syn()) + u32::from(tcp.fin());
-                (tcp.source_port(), tcp.destination_port(), 6, Some((tcp.sequence_number(), adv, tcp.syn())))
+                (
+                    tcp.source_port(),
+                    tcp.destination_port(),
+                    6,
+                    Some((tcp.sequence_number(), adv, tcp.syn())),
+                )
             }
             TransportSlice::Udp(udp) => {
                 s.udp += 1;
@@ -172,9 +190,21 @@ fn assert_profile(s: &Stats, o: &GenOptions, mean: f64) {
         "mean {} vs {mean}",
         s.mean()
     );
-    assert!((s.share(s.tcp) - o.tcp_share).abs() <= 0.015, "tcp {}", s.share(s.tcp));
-    assert!((s.share(s.udp) - o.udp_share).abs() <= 0.015, "udp {}", s.share(s.udp));
-    assert!((s.share(s.web) - o.web_share).abs() <= 0.02, "web {}", s.share(s.web));
+    assert!(
+        (s.share(s.tcp) - o.tcp_share).abs() <= 0.015,
+        "tcp {}",
+        s.share(s.tcp)
+    );
+    assert!(
+        (s.share(s.udp) - o.udp_share).abs() <= 0.015,
+        "udp {}",
+        s.share(s.udp)
+    );
+    assert!(
+        (s.share(s.web) - o.web_share).abs() <= 0.02,
+        "web {}",
+        s.share(s.web)
+    );
     // Every flow with two packets or more is seen both ways (SYN/SYN-ACK, request/reply).
     assert_eq!(s.multi, s.both_ways, "one-way flows: {s:?}");
     assert!(s.both_ways > 0);
@@ -215,7 +245,10 @@ fn foursics_200k() {
     let ics = (0..t.len())
         .filter(|&i| {
             let p = t.packet(i);
-            let ports = [u16::from_be_bytes([p[34], p[35]]), u16::from_be_bytes([p[36], p[37]])];
+            let ports = [
+                u16::from_be_bytes([p[34], p[35]]),
+                u16::from_be_bytes([p[36], p[37]]),
+            ];
             ports.iter().any(|x| [502, 102, 20000, 44818].contains(x))
         })
         .count();
@@ -227,7 +260,10 @@ fn profile_names_parse() {
     assert_eq!("smallflows".parse::<Profile>(), Ok(Profile::SmallFlows));
     assert_eq!("bigflows".parse::<Profile>(), Ok(Profile::BigFlows));
     assert_eq!("4sics".parse::<Profile>(), Ok(Profile::FourSics));
-    assert!("tinyflows".parse::<Profile>().unwrap_err().contains("smallflows"));
+    assert!("tinyflows"
+        .parse::<Profile>()
+        .unwrap_err()
+        .contains("smallflows"));
     assert_eq!(GenOptions::profile(Profile::BigFlows).count, 791_615);
     assert_eq!(GenOptions::profile(Profile::FourSics).count, 2_274_747);
 }
@@ -256,7 +292,10 @@ fn fixed_sizes_are_exact() {
             ..GenOptions::profile(Profile::SmallFlows)
         };
         let t = generate(&o).unwrap();
-        assert!((0..t.len()).all(|i| t.packet(i).len() == size), "size {size}");
+        assert!(
+            (0..t.len()).all(|i| t.packet(i).len() == size),
+            "size {size}"
+        );
         check(&t);
     }
 }
@@ -274,7 +313,10 @@ fn mix_and_averages() {
     let big = (0..t.len()).filter(|&i| t.packet(i).len() == 1500).count();
     // SYN/SYN-ACK/last ACK keep natural sizes under a mix; the rest follow the weights.
     assert!(small + big > t.len() * 8 / 10);
-    assert!((small as f64 / big as f64 - 1.0).abs() < 0.1, "{small} {big}");
+    assert!(
+        (small as f64 / big as f64 - 1.0).abs() < 0.1,
+        "{small} {big}"
+    );
     assert!(s.mean() > 600.0 && s.mean() < 800.0);
     // Handshakes keep natural sizes, so jumbo means need few flows to be reachable.
     for (mean, flows) in [
@@ -318,7 +360,11 @@ fn ipv6_and_quic_shares() {
     };
     let s = check(&generate(&o).unwrap());
     assert!((s.share(s.v6) - 0.3).abs() < 0.03, "v6 {}", s.share(s.v6));
-    assert!((s.share(s.web) - 0.7).abs() < 0.02, "web {}", s.share(s.web));
+    assert!(
+        (s.share(s.web) - 0.7).abs() < 0.02,
+        "web {}",
+        s.share(s.web)
+    );
     assert!((s.share(s.tcp) - 0.5).abs() < 0.015);
     assert!((s.share(s.icmp) - 0.1).abs() < 0.015);
     assert_eq!(s.multi, s.both_ways);
@@ -344,31 +390,129 @@ fn tiny_traces() {
 fn bad_options_are_refused_clearly() {
     let ok = GenOptions::profile(Profile::SmallFlows);
     let cases: Vec<(GenOptions, &str)> = vec![
-        (GenOptions { count: 0, ..ok.clone() }, "count"),
-        (GenOptions { flows: 0, ..ok.clone() }, "flows"),
-        (GenOptions { hosts: 1, ..ok.clone() }, "hosts"),
-        (GenOptions { sizes: SizeModel::Fixed(59), ..ok.clone() }, "59"),
-        (GenOptions { sizes: SizeModel::Fixed(9001), ..ok.clone() }, "9001"),
-        (GenOptions { sizes: SizeModel::Average(40), ..ok.clone() }, "average"),
-        (GenOptions { sizes: SizeModel::Mix(vec![]), ..ok.clone() }, "empty"),
-        (GenOptions { sizes: SizeModel::Mix(vec![(100, -1.0)]), ..ok.clone() }, "weight"),
-        (GenOptions { sizes: SizeModel::Mix(vec![(100, 0.0)]), ..ok.clone() }, "sum"),
-        (GenOptions { tcp_share: 1.2, ..ok.clone() }, "tcp_share"),
-        (GenOptions { udp_share: -0.1, ..ok.clone() }, "udp_share"),
-        (GenOptions { ipv6_share: f64::NAN, ..ok.clone() }, "ipv6_share"),
-        (GenOptions { tcp_share: 0.7, udp_share: 0.5, ..ok.clone() }, "exceed"),
-        (GenOptions { tcp_share: 0.3, udp_share: 0.1, web_share: 0.5, ..ok.clone() }, "web_share"),
-        (GenOptions { rate_pps: 0.0, ..ok.clone() }, "rate_pps"),
         (
             GenOptions {
-                ports: PortMix { tcp: vec![(80, 1.0)], udp: vec![] },
+                count: 0,
+                ..ok.clone()
+            },
+            "count",
+        ),
+        (
+            GenOptions {
+                flows: 0,
+                ..ok.clone()
+            },
+            "flows",
+        ),
+        (
+            GenOptions {
+                hosts: 1,
+                ..ok.clone()
+            },
+            "hosts",
+        ),
+        (
+            GenOptions {
+                sizes: SizeModel::Fixed(59),
+                ..ok.clone()
+            },
+            "59",
+        ),
+        (
+            GenOptions {
+                sizes: SizeModel::Fixed(9001),
+                ..ok.clone()
+            },
+            "9001",
+        ),
+        (
+            GenOptions {
+                sizes: SizeModel::Average(40),
+                ..ok.clone()
+            },
+            "average",
+        ),
+        (
+            GenOptions {
+                sizes: SizeModel::Mix(vec![]),
+                ..ok.clone()
+            },
+            "empty",
+        ),
+        (
+            GenOptions {
+                sizes: SizeModel::Mix(vec![(100, -1.0)]),
+                ..ok.clone()
+            },
+            "weight",
+        ),
+        (
+            GenOptions {
+                sizes: SizeModel::Mix(vec![(100, 0.0)]),
+                ..ok.clone()
+            },
+            "sum",
+        ),
+        (
+            GenOptions {
+                tcp_share: 1.2,
+                ..ok.clone()
+            },
+            "tcp_share",
+        ),
+        (
+            GenOptions {
+                udp_share: -0.1,
+                ..ok.clone()
+            },
+            "udp_share",
+        ),
+        (
+            GenOptions {
+                ipv6_share: f64::NAN,
+                ..ok.clone()
+            },
+            "ipv6_share",
+        ),
+        (
+            GenOptions {
+                tcp_share: 0.7,
+                udp_share: 0.5,
+                ..ok.clone()
+            },
+            "exceed",
+        ),
+        (
+            GenOptions {
+                tcp_share: 0.3,
+                udp_share: 0.1,
+                web_share: 0.5,
+                ..ok.clone()
+            },
+            "web_share",
+        ),
+        (
+            GenOptions {
+                rate_pps: 0.0,
+                ..ok.clone()
+            },
+            "rate_pps",
+        ),
+        (
+            GenOptions {
+                ports: PortMix {
+                    tcp: vec![(80, 1.0)],
+                    udp: vec![],
+                },
                 ..ok.clone()
             },
             "port",
         ),
     ];
     for (o, word) in cases {
-        let e = generate(&o).err().unwrap_or_else(|| panic!("accepted {o:?}"));
+        let e = generate(&o)
+            .err()
+            .unwrap_or_else(|| panic!("accepted {o:?}"));
         assert!(e.contains(word), "`{e}` should mention `{word}`");
     }
     assert!(ok.validate().is_ok());
@@ -444,6 +588,9 @@ fn dump_pcaps() {
             out.extend_from_slice(t.packet(i));
         }
         let path = format!("{dir}/gen-{p}.pcap");
-        std::fs::File::create(&path).unwrap().write_all(&out).unwrap();
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(&out)
+            .unwrap();
     }
 }

@@ -111,7 +111,14 @@ impl PortMix {
                 (5222, 1.0),
                 (1935, 1.0),
             ],
-            udp: vec![(53, 6.0), (123, 1.0), (137, 1.0), (1900, 1.0), (5353, 1.0), (0, 2.0)],
+            udp: vec![
+                (53, 6.0),
+                (123, 1.0),
+                (137, 1.0),
+                (1900, 1.0),
+                (5353, 1.0),
+                (0, 2.0),
+            ],
         }
     }
 
@@ -219,7 +226,11 @@ impl GenOptions {
             ));
         }
         if self.hosts > 1 << 24 {
-            return Err(format!("hosts must be at most {}, got {}", 1 << 24, self.hosts));
+            return Err(format!(
+                "hosts must be at most {}, got {}",
+                1 << 24,
+                self.hosts
+            ));
         }
         let size_ok = |s: usize, what: &str| {
             if (MIN_FRAME..=MAX_FRAME).contains(&s) {
@@ -527,17 +538,17 @@ struct Host {
 
 impl Host {
     fn new(i: usize) -> Host {
-        let i32_ = i as u32;
-        let b = i32_.to_be_bytes();
+        let idx = i as u32;
+        let b = idx.to_be_bytes();
         // Locally administered unicast (02:...), unique per index.
         let mac = [0x02, 0xca, b[0], b[1], b[2], b[3]];
         // 10.a.b.c with c in 1..=250 so no address ends in .0 or .255.
-        let a = i32_ / 250;
-        let v4 = [10, (a >> 8) as u8, a as u8, (i32_ % 250 + 1) as u8];
+        let a = idx / 250;
+        let v4 = [10, (a >> 8) as u8, a as u8, (idx % 250 + 1) as u8];
         // Unique local fd00:ca7e::/32.
         let mut v6 = [0u8; 16];
         v6[..4].copy_from_slice(&[0xfd, 0x00, 0xca, 0x7e]);
-        v6[12..].copy_from_slice(&(i32_ + 1).to_be_bytes());
+        v6[12..].copy_from_slice(&(idx + 1).to_be_bytes());
         let mut h = i as u64;
         let r = splitmix64(&mut h);
         Host {
@@ -1058,11 +1069,7 @@ impl Writer {
             payload = room.max(6);
             frame = hdr + opts.len() + payload;
         }
-        let flags = if payload > 0 {
-            FL_PSH | FL_ACK
-        } else {
-            FL_ACK
-        };
+        let flags = if payload > 0 { FL_PSH | FL_ACK } else { FL_ACK };
         Seg {
             dir,
             flags,
@@ -1085,7 +1092,8 @@ impl Writer {
         f.seq[d] = seq
             .wrapping_add(s.payload as u32)
             .wrapping_add(u32::from(syn || s.flags & FL_FIN != 0));
-        let tsval = ((ts_ns / 1_000_000) as u32).wrapping_add(self.hosts[f.host[d] as usize].ts_off);
+        let tsval =
+            ((ts_ns / 1_000_000) as u32).wrapping_add(self.hosts[f.host[d] as usize].ts_off);
         let tsecr = f.last_tsval[1 - d];
         f.last_tsval[d] = tsval;
         let olen = s.opts.len();
@@ -1304,7 +1312,10 @@ mod tests {
     fn size_mix_hits_every_mean() {
         for m in (60..=9000).step_by(7) {
             let (q66, p) = mix_for(m as f64);
-            assert!(p.iter().all(|&x| (-1e-12..=1.0 + 1e-12).contains(&x)), "{m}: {p:?}");
+            assert!(
+                p.iter().all(|&x| (-1e-12..=1.0 + 1e-12).contains(&x)),
+                "{m}: {p:?}"
+            );
             assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{m}");
             let mu_s = 60.0 + 6.0 * q66;
             let mean = p[0] * mu_s + p[1] * MU_MID + p[2] * MU_L1 + p[3] * MU_L2;
@@ -1331,7 +1342,9 @@ mod tests {
         let mac: HashSet<[u8; 6]> = hs.iter().map(|h| h.mac).collect();
         assert_eq!(v4.len(), hs.len());
         assert_eq!(mac.len(), hs.len());
-        assert!(hs.iter().all(|h| h.v4[0] == 10 && h.v4[3] != 0 && h.v4[3] != 255));
+        assert!(hs
+            .iter()
+            .all(|h| h.v4[0] == 10 && h.v4[3] != 0 && h.v4[3] != 255));
         assert!(hs.iter().all(|h| h.mac[0] & 0x03 == 0x02)); // local, unicast
     }
 

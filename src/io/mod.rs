@@ -1,7 +1,7 @@
 //! Ports and traces: pcap/pcapng in and out, the synthetic generator.
 
-mod linktype;
 pub mod gen;
+mod linktype;
 pub mod pcap_read;
 pub mod pcap_write;
 mod trace;
