@@ -36,6 +36,8 @@ use crate::packet::LinkKind;
 pub const MIN_FRAME: usize = 60;
 /// Largest frame we write: a jumbo frame.
 pub const MAX_FRAME: usize = 9000;
+/// Most hosts: every one gets its own 10.x.y.z address (250 per /24, no .0 or .255).
+pub const MAX_HOSTS: usize = 1 << 20;
 
 /// Shapes of the papers' traces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,10 +227,9 @@ impl GenOptions {
                 self.hosts
             ));
         }
-        if self.hosts > 1 << 24 {
+        if self.hosts > MAX_HOSTS {
             return Err(format!(
-                "hosts must be at most {}, got {}",
-                1 << 24,
+                "hosts must be at most {MAX_HOSTS}, got {}",
                 self.hosts
             ));
         }
@@ -639,13 +640,17 @@ pub fn generate(o: &GenOptions) -> Result<Trace, String> {
     };
     let mask = (1u64 << flow_bits(nf)) - 1;
     let gap_ns = 1e9 / o.rate_pps;
+    // Strictly increasing timestamps while the rate leaves room at µs resolution.
+    let min_step = if gap_ns >= 2000.0 { 1000 } else { 0 };
     let mut t_rel = 0.0f64;
+    let mut last = 0u64;
     for key in order {
         let f = &mut flows[(key & mask) as usize];
         // Exponential gaps: Poisson arrivals; µs resolution like classic pcap.
         t_rel += -w.rng.f64_open().ln() * gap_ns;
-        let ts_ns = EPOCH_NS + (t_rel as u64) / 1000 * 1000;
-        w.packet(f, ts_ns);
+        let ts = ((t_rel as u64) / 1000 * 1000).max(last + min_step);
+        last = ts;
+        w.packet(f, EPOCH_NS + ts);
     }
     let Writer { out, records, .. } = w;
     Ok(Trace::from_parts(
