@@ -935,14 +935,21 @@ impl Writer {
             PROTO_UDP => {
                 let dir = (k & 1) as usize;
                 let l3 = if f.v6 { 40 } else { 20 };
-                let frame = self.draw().max(ETH + l3 + 8);
+                let dns = matches!(f.port[1], 53 | 5353);
+                // DNS needs 17 payload bytes (header and a question): only IPv6 lacks them.
+                let min = ETH + l3 + 8 + if dns { 17 } else { 0 };
+                let frame = self.draw().max(min);
                 let payload = frame - ETH - l3 - 8;
                 let seed = self.rng.next_u64();
                 let (sp, dp) = (f.port[dir], f.port[1 - dir]);
-                self.emit(f, dir, ts_ns, frame, 8, payload, seed, |b, _| {
+                let id = f.txid.wrapping_add((k / 2) as u16);
+                self.emit(f, dir, ts_ns, frame, 8, payload, seed, |b, p| {
                     b[0..2].copy_from_slice(&sp.to_be_bytes());
                     b[2..4].copy_from_slice(&dp.to_be_bytes());
                     b[4..6].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+                    if dns {
+                        dns_message(p, id, dir == 1);
+                    }
                 });
             }
             _ => {
@@ -1261,6 +1268,60 @@ impl Writer {
     }
 }
 
+/// Turns a (pseudo-random) payload of any size >= 17 into a well-formed DNS message, so
+/// DNS dissectors and DPI see DNS: one question whose name takes the room, and past 271
+/// bytes an EDNS OPT record whose experimental option carries the rest.
+fn dns_message(p: &mut [u8], id: u16, response: bool) {
+    let n = p.len();
+    if n < 17 {
+        return;
+    }
+    let room = n - 16; // name + OPT record
+    let (name, opt) = if room <= 255 {
+        // A name cannot take exactly 2 bytes: root name and one trailing zero byte.
+        (if room == 2 { 1 } else { room }, 0)
+    } else if room - 255 < 15 {
+        (room - 15, 15) // the OPT record's fixed part needs 15 bytes
+    } else {
+        (255, room - 255)
+    };
+    let flags: u16 = if response { 0x8180 } else { 0x0100 };
+    p[0..2].copy_from_slice(&id.to_be_bytes());
+    p[2..4].copy_from_slice(&flags.to_be_bytes());
+    p[4..12].copy_from_slice(&[0, 1, 0, 0, 0, 0, 0, u8::from(opt > 0)]);
+    // Labels of lowercase letters; a leftover single byte would be a bad label, so the
+    // last label borrows it.
+    let q = &mut p[12..12 + name];
+    let mut i = 0;
+    let mut left = name - 1; // before the root byte
+    while left >= 2 {
+        let mut len = (left - 1).min(63);
+        if left - 1 - len == 1 {
+            len -= 1;
+        }
+        q[i] = len as u8;
+        for c in &mut q[i + 1..i + 1 + len] {
+            *c = b'a' + *c % 26;
+        }
+        i += 1 + len;
+        left -= 1 + len;
+    }
+    q[i] = 0; // root
+    let t = 12 + name;
+    p[t..t + 4].copy_from_slice(&[0, 1, 0, 1]); // A, IN
+    if room == 2 {
+        p[n - 1] = 0;
+    }
+    if opt > 0 {
+        let o = &mut p[t + 4..];
+        // OPT: root name, type 41, UDP size 4096, ext-rcode/version/flags 0, rdata.
+        o[0..11].copy_from_slice(&[0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 0]);
+        o[9..11].copy_from_slice(&((opt - 11) as u16).to_be_bytes());
+        o[11..13].copy_from_slice(&65001u16.to_be_bytes()); // local/experimental code
+        o[13..15].copy_from_slice(&((opt - 15) as u16).to_be_bytes());
+    }
+}
+
 /// Fills a payload with pseudo-random bytes from its own stream (so an echo reply can
 /// repeat its request's bytes).
 #[inline]
@@ -1351,6 +1412,34 @@ mod tests {
             .iter()
             .all(|h| h.v4[0] == 10 && h.v4[3] != 0 && h.v4[3] != 255));
         assert!(hs.iter().all(|h| h.mac[0] & 0x03 == 0x02)); // local, unicast
+    }
+
+    #[test]
+    fn dns_messages_fill_any_payload() {
+        for n in 17..3000 {
+            let mut p = vec![0xabu8; n];
+            dns_message(&mut p, 7, n % 2 == 0);
+            assert_eq!(&p[4..6], &[0, 1], "{n}: one question");
+            // Walk the name: labels of letters, then the root.
+            let mut i = 12;
+            while p[i] != 0 {
+                let len = p[i] as usize;
+                assert!(len <= 63 && p[i + 1..i + 1 + len].iter().all(u8::is_ascii_lowercase));
+                i += 1 + len;
+            }
+            assert!(i - 12 < 255, "{n}: name too long");
+            i += 5; // root, type, class
+            if p[11] == 1 {
+                assert_eq!(&p[i..i + 3], &[0, 0, 41], "{n}: OPT");
+                let rdlen = u16::from_be_bytes([p[i + 9], p[i + 10]]) as usize;
+                let olen = u16::from_be_bytes([p[i + 13], p[i + 14]]) as usize;
+                assert_eq!(rdlen, olen + 4);
+                i += 11 + rdlen;
+            } else if n == 18 {
+                i += 1; // root name and one trailing byte
+            }
+            assert_eq!(i, n, "{n}: message length");
+        }
     }
 
     #[test]
