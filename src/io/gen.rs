@@ -635,9 +635,14 @@ pub fn generate(o: &GenOptions) -> Result<Trace, String> {
     let mut flows = make_flows(&mut rng, o, &budgets, &classes, &v6);
     let order = schedule(&mut rng, n, &budgets);
 
+    // Expected bytes per packet, so the buffer is allocated once (the mean, not the
+    // largest size: a mix with rare jumbo frames must not reserve 9000 B a packet).
     let est = match &o.sizes {
         SizeModel::Fixed(s) | SizeModel::Average(s) => *s,
-        SizeModel::Mix(m) => m.iter().map(|x| x.0).max().unwrap_or(MAX_FRAME),
+        SizeModel::Mix(m) => {
+            let w: f64 = m.iter().map(|x| x.1).sum();
+            (m.iter().map(|x| x.0 as f64 * x.1).sum::<f64>() / w) as usize + 16
+        }
     };
     let mut w = Writer {
         rng,
@@ -720,10 +725,7 @@ fn classes(rng: &mut Rng, o: &GenOptions, b: &[u32]) -> Vec<Class> {
     let mut out = vec![Class::TcpWeb; b.len()];
     for i in idx {
         let need = b[i] as f64;
-        let fits: Vec<f64> = deficit
-            .iter()
-            .map(|&d| if d >= need { d } else { 0.0 })
-            .collect();
+        let fits = deficit.map(|d| if d >= need { d } else { 0.0 });
         let c = if fits.iter().any(|&x| x > 0.0) {
             pick_weighted(rng, &fits)
         } else {
