@@ -51,7 +51,8 @@ fn check(t: &Trace) -> Stats {
     let mut last_ts = 0;
     for i in 0..t.len() {
         let r = t.record(i);
-        assert!(r.ts_ns >= last_ts, "packet {i}: timestamp goes back");
+        // The profiles' rates leave room for strictly increasing µs timestamps.
+        assert!(r.ts_ns > last_ts, "packet {i}: timestamp does not increase");
         assert_eq!(r.ts_ns % 1000, 0, "packet {i}: not µs resolution");
         last_ts = r.ts_ns;
         let p = t.packet(i);
@@ -546,5 +547,71 @@ fn full_profiles_report() {
             _ => unreachable!(),
         };
         assert_profile(&s, &o, mean);
+    }
+}
+
+/// Writes a profile as pcap for outside tools (tshark, tcpdump):
+/// `GEN_PCAP_DIR=/tmp cargo test --test gen dump_pcaps -- --ignored`.
+#[test]
+#[ignore]
+fn dump_pcaps() {
+    use std::io::Write;
+    let dir = std::env::var("GEN_PCAP_DIR").unwrap_or_else(|_| "/tmp".into());
+    for (p, count) in [
+        (Profile::SmallFlows, 14_261),
+        (Profile::BigFlows, 50_000),
+        (Profile::FourSics, 50_000),
+    ] {
+        let o = GenOptions {
+            count,
+            ipv6_share: 0.1,
+            ..GenOptions::profile(p)
+        };
+        let t = generate(&o).unwrap();
+        let mut out = Vec::new();
+        // pcap 2.4 header: magic, version, zone, sigfigs, snaplen, Ethernet.
+        out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+        out.extend_from_slice(&2u16.to_le_bytes());
+        out.extend_from_slice(&4u16.to_le_bytes());
+        for v in [0u32, 0, 262_144, 1] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for i in 0..t.len() {
+            let r = t.record(i);
+            for v in [
+                (r.ts_ns / 1_000_000_000) as u32,
+                (r.ts_ns % 1_000_000_000 / 1000) as u32,
+                r.caplen,
+                r.wire_len,
+            ] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.extend_from_slice(t.packet(i));
+        }
+        let path = format!("{dir}/gen-{p}.pcap");
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(&out)
+            .unwrap();
+    }
+}
+
+#[test]
+fn timestamps_follow_the_rate() {
+    for rate in [50.0, 10_000.0, 400_000.0, 5_000_000.0] {
+        let o = GenOptions {
+            count: 50_000,
+            rate_pps: rate,
+            ..GenOptions::profile(Profile::FourSics)
+        };
+        let t = generate(&o).unwrap();
+        let r = t.records();
+        assert!(r.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns));
+        let span = (r[r.len() - 1].ts_ns - r[0].ts_ns) as f64 / 1e9;
+        let want = o.count as f64 / rate;
+        assert!(
+            (span / want - 1.0).abs() < 0.05,
+            "rate {rate}: span {span} s vs {want} s"
+        );
     }
 }

@@ -57,7 +57,6 @@ fn time(iters: u64, mut f: impl FnMut(usize)) -> (f64, f64) {
     )
 }
 
-
 #[derive(Clone, Copy)]
 enum Action {
     SetField {
