@@ -39,7 +39,7 @@ use std::collections::HashSet;
 use std::str::FromStr;
 
 use super::{PcapHeader, Record, Trace};
-use crate::packet::LinkKind;
+use crate::packet::{checksum, LinkKind};
 
 /// Smallest frame we write: the Ethernet minimum without FCS.
 pub const MIN_FRAME: usize = 60;
@@ -392,36 +392,6 @@ fn pick_weighted(rng: &mut Rng, w: &[f64]) -> usize {
     }
     // Rounding left x just above the last weight: take the last non-zero one.
     w.iter().rposition(|&v| v > 0.0).unwrap_or(0)
-}
-
-// ---------------------------------------------------------------------------------------
-// Checksums (RFC 1071), kept here so the generator does not depend on code in flux.
-
-/// Adds bytes as big-endian 32-bit words; folding the u64 later gives the 16-bit
-/// one's-complement sum (end-around carry makes word width irrelevant).
-#[inline]
-fn sum_bytes(mut acc: u64, b: &[u8]) -> u64 {
-    let mut chunks = b.chunks_exact(4);
-    for c in &mut chunks {
-        acc += u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as u64;
-    }
-    let r = chunks.remainder();
-    let mut last = [0u8; 4];
-    last[..r.len()].copy_from_slice(r);
-    acc + u32::from_be_bytes(last) as u64
-}
-
-#[inline]
-fn fold(mut acc: u64) -> u16 {
-    while acc >> 16 != 0 {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    !(acc as u16)
-}
-
-/// RFC 1071 checksum of `b` (the value to store in the checksum field, which must be 0).
-pub fn checksum(b: &[u8]) -> u16 {
-    fold(sum_bytes(0, b))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1230,7 +1200,7 @@ impl Writer {
             ip[7] = src.ttl;
             ip[8..24].copy_from_slice(&src.v6);
             ip[24..40].copy_from_slice(&dst.v6);
-            acc = sum_bytes(0, &ip[8..40]);
+            acc = checksum::sum(&ip[8..40]) as u64;
         } else {
             ip[0] = 0x45;
             ip[2..4].copy_from_slice(&((20 + seg_len) as u16).to_be_bytes());
@@ -1243,9 +1213,9 @@ impl Writer {
             ip[9] = proto;
             ip[12..16].copy_from_slice(&src.v4);
             ip[16..20].copy_from_slice(&dst.v4);
-            let c = checksum(ip);
+            let c = checksum::checksum(ip);
             ip[10..12].copy_from_slice(&c.to_be_bytes());
-            acc = sum_bytes(0, &ip[12..20]);
+            acc = checksum::sum(&ip[12..20]) as u64;
         }
         if proto == PROTO_ICMP {
             acc = 0; // ICMPv4 has no pseudo-header
@@ -1264,7 +1234,7 @@ impl Writer {
                 }
             }
         };
-        let mut c = fold(sum_bytes(acc, seg));
+        let mut c = !checksum::fold64(acc + checksum::sum(seg) as u64);
         if proto == PROTO_UDP && c == 0 {
             c = 0xffff; // 0 means "no checksum" in UDP
         }
@@ -1368,21 +1338,6 @@ mod tests {
             [r.next_u64(), r.next_u64(), r.next_u64()],
             [11520, 0, 1_509_978_240]
         );
-    }
-
-    #[test]
-    fn rfc1071_checksum() {
-        // RFC 1071 §3 example bytes sum to 0xddf2; the checksum is its complement.
-        let b = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
-        assert_eq!(checksum(&b), !0xddf2);
-        // Odd length pads with a zero byte on the right.
-        assert_eq!(checksum(&[0x12]), !0x1200);
-        // A classic IPv4 header (checksum field zeroed) and its known checksum.
-        let ip = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8,
-            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
-        ];
-        assert_eq!(checksum(&ip), 0xb861);
     }
 
     #[test]
