@@ -2,6 +2,7 @@
 
 mod bench;
 mod check;
+mod ctl;
 mod gen;
 mod nfs;
 mod progress;
@@ -30,6 +31,7 @@ enum Cmd {
     Check(check::Args),
     Gen(gen::Args),
     Nfs(nfs::Args),
+    Ctl(ctl::Args),
     Bench(bench::Args),
 }
 
@@ -40,6 +42,7 @@ pub fn main() -> i32 {
         Cmd::Check(a) => check::run(a),
         Cmd::Gen(a) => gen::run(a),
         Cmd::Nfs(a) => nfs::run(a),
+        Cmd::Ctl(a) => ctl::run(a),
         Cmd::Bench(a) => bench::run(a),
     };
     match r {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use catena::io::Trace;
-use catena::runtime::{Chain, ChainConfig, RunOptions, Runner};
+use catena::runtime::{control, Chain, ChainConfig, RunOptions, Runner};
 
 use super::progress::Bar;
 
@@ -25,6 +25,14 @@ pub struct Args {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Listen for live changes on this Unix socket: lines `NF COMMAND…`, applied between
+    /// batches (see `catena ctl`).
+    #[arg(long, value_name = "SOCKET")]
+    control: Option<PathBuf>,
+    /// Apply a change just before packet INDEX (0-based, across loops) enters the chain:
+    /// `--change "5000 fw allow_ports 53"`. Repeatable; exactly reproducible.
+    #[arg(long, value_name = "INDEX NF COMMAND")]
+    change: Vec<String>,
     /// Override the chain's number of virtual ingress ports.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     ports: Option<u16>,
@@ -54,7 +62,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(o) = a.output {
         opts.outputs.push(("out".into(), o));
     }
+    for c in &a.change {
+        opts.schedule.push(
+            c.parse()
+                .map_err(|e: String| anyhow::anyhow!("--change {e}"))?,
+        );
+    }
     let mut runner = Runner::new(chain, trace.max_packet_len());
+    // Kept alive for the run; dropping it removes the socket file.
+    let _server = match &a.control {
+        Some(path) => {
+            let (server, port) = control::serve(path)
+                .map_err(|e| anyhow::anyhow!("{}: cannot listen: {e}", path.display()))?;
+            runner.attach_control(port);
+            Some(server)
+        }
+        None => None,
+    };
     let mut bar = Bar::new(!a.json);
     let mut s = runner.run(&trace, &opts, &mut bar)?;
     s.input = input.display().to_string();

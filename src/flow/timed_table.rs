@@ -115,6 +115,11 @@ impl<K: std::hash::Hash + Eq + Copy, V: Copy> TimedTable<K, V> {
         self.map.iter().map(|(k, s)| (k, &s.value, s.seen_ns))
     }
 
+    /// Removes every entry, keeping the reserved capacity.
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+
     pub fn remove(&mut self, key: &K) -> Option<V> {
         self.map.remove(key).map(|s| s.value)
     }

@@ -212,6 +212,31 @@ impl Nf for Firewall {
         }
     }
 
+    /// `allow_ports P1 P2 …` replaces the port list (comma or space separated);
+    /// `flush` forgets every learned address.
+    fn control(&mut self, cmd: &str) -> Result<String, String> {
+        let mut words = cmd.split([' ', ',']).filter(|w| !w.is_empty());
+        match words.next() {
+            Some("allow_ports") => {
+                let ports = words
+                    .map(|w| {
+                        w.parse::<u16>()
+                            .map_err(|_| format!("`{w}` is not a port (0..=65535)"))
+                    })
+                    .collect::<Result<Vec<u16>, String>>()?;
+                self.allowed.fill(0);
+                for &p in &ports {
+                    self.allowed[p as usize >> 6] |= 1 << (p & 63);
+                }
+                Ok(format!("{} port(s) allowed", ports.len()))
+            }
+            Some("flush") => Ok(format!("forgot {} address(es)", self.learn.flush())),
+            _ => Err(format!(
+                "unknown command `{cmd}` (commands: allow_ports P…, flush)"
+            )),
+        }
+    }
+
     fn stats(&self) -> Vec<(&'static str, u64)> {
         let mut s = self.learn.stats();
         if self.decode == Decode::Full {

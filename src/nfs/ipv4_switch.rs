@@ -58,6 +58,13 @@ impl Ipv4Learning {
         };
     }
 
+    /// Forgets every learned address; returns how many there were.
+    pub(crate) fn flush(&mut self) -> usize {
+        let n = self.table.len();
+        self.table.clear();
+        n
+    }
+
     pub(crate) fn stats(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("entries", self.table.len() as u64),
@@ -129,6 +136,14 @@ impl Nf for Ipv4Switch {
             let (m, d) = p.split_mut();
             let o = l.l3_off as usize;
             self.learn.switch(m, be32(d, o + 12), be32(d, o + 16));
+        }
+    }
+
+    /// `flush` forgets every learned address.
+    fn control(&mut self, cmd: &str) -> Result<String, String> {
+        match cmd.trim() {
+            "flush" => Ok(format!("forgot {} address(es)", self.learn.flush())),
+            _ => Err(format!("unknown command `{cmd}` (commands: flush)")),
         }
     }
 

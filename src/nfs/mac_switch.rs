@@ -94,6 +94,18 @@ impl Nf for MacSwitch {
         }
     }
 
+    /// `flush` forgets every learned MAC.
+    fn control(&mut self, cmd: &str) -> Result<String, String> {
+        match cmd.trim() {
+            "flush" => {
+                let n = self.table.len();
+                self.table.clear();
+                Ok(format!("forgot {n} MAC(s)"))
+            }
+            _ => Err(format!("unknown command `{cmd}` (commands: flush)")),
+        }
+    }
+
     fn stats(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("entries", self.table.len() as u64),

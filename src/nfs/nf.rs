@@ -38,6 +38,15 @@ pub trait Nf: Send {
 
     fn process(&mut self, batch: &mut Batch, cx: &Context);
 
+    /// Applies a run-time command (new rules, a changed pool, backends added or removed).
+    /// The runtime calls it between batches, so a change is atomic: every packet is
+    /// processed wholly under the state before it or wholly under the state after it.
+    /// Returns a short reply for the operator, or why the command was refused.
+    fn control(&mut self, cmd: &str) -> Result<String, String> {
+        let _ = cmd;
+        Err("this NF takes no commands".into())
+    }
+
     /// Counters of the NF's own (table sizes, learned entries, floods), for the summary.
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()

@@ -2,6 +2,7 @@
 
 mod chain;
 mod config;
+pub mod control;
 mod counters;
 mod profile_check;
 mod worker;

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::chain::{Chain, NodeKind, INPUT_DROPS};
+use super::control::{Command, ControlPort, Scheduled};
 use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
 use super::profile_check::Snapshot;
 use crate::io::{PcapWriter, Trace};
@@ -28,6 +29,8 @@ pub struct RunOptions {
     pub loops: u64,
     /// Overrides the sink paths by sink name (`--output` sets `out`).
     pub outputs: Vec<(String, PathBuf)>,
+    /// Commands applied just before given packets enter the chain.
+    pub schedule: Vec<Scheduled>,
 }
 
 impl Default for RunOptions {
@@ -35,6 +38,7 @@ impl Default for RunOptions {
         RunOptions {
             loops: 1,
             outputs: Vec::new(),
+            schedule: Vec::new(),
         }
     }
 }
@@ -62,6 +66,7 @@ pub struct Runner {
     link: LinkKind,
     check: Option<Snapshot>,
     violation: Option<String>,
+    control: Option<ControlPort>,
     /// Added to timestamps on this replay loop; taken off again when writing, so every
     /// loop's output carries the capture's own times.
     shift: u64,
@@ -100,6 +105,7 @@ impl Runner {
             link: LinkKind::Ethernet,
             check: cfg!(debug_assertions).then(|| Snapshot::new(cap)),
             violation: None,
+            control: None,
             shift: 0,
             counters,
             sinks: Vec::new(),
@@ -165,24 +171,85 @@ impl Runner {
         let start = Instant::now();
         let mut done = 0u64;
         let mut next_report = 0u64;
+        let mut schedule = opts.schedule.clone();
+        schedule.sort_by_key(|c| c.at);
+        let mut next_change = 0;
         for lp in 0..opts.loops {
             self.shift = span.wrapping_mul(lp);
-            for chunk in recs.chunks(MAX_BATCH) {
-                self.ingest(bytes, chunk);
+            let mut pos = 0;
+            while pos < recs.len() {
+                // A batch ends where a scheduled change applies, so the change falls
+                // exactly between the packets it names.
+                while let Some(c) = schedule.get(next_change).filter(|c| c.at <= done) {
+                    self.apply(&c.nf, &c.cmd).map_err(|e| {
+                        anyhow::anyhow!("change at packet {}: `{} {}`: {e}", c.at, c.nf, c.cmd)
+                    })?;
+                    next_change += 1;
+                }
+                let mut end = (pos + MAX_BATCH).min(recs.len());
+                if let Some(c) = schedule.get(next_change) {
+                    end = end.min(pos + (c.at - done).max(1) as usize);
+                }
+                self.poll_control();
+                self.ingest(bytes, &recs[pos..end]);
                 self.drain();
                 if let Some(v) = self.violation.take() {
                     anyhow::bail!("{v}");
                 }
-                done += chunk.len() as u64;
+                done += (end - pos) as u64;
+                pos = end;
                 if done >= next_report {
                     progress.update(done, total);
                     next_report = done + 65_536;
                 }
             }
         }
+        if let Some(c) = schedule.get(next_change) {
+            anyhow::bail!(
+                "change at packet {} is past the end of the input ({done} packets)",
+                c.at
+            );
+        }
         let seconds = start.elapsed().as_secs_f64();
         progress.finish();
         self.summary(trace, opts, seconds)
+    }
+
+    /// Takes commands from a control socket to be applied between batches.
+    pub fn attach_control(&mut self, port: ControlPort) {
+        self.control = Some(port);
+    }
+
+    /// Applies `cmd` to the NF named `nf` now (between batches).
+    pub fn apply(&mut self, nf: &str, cmd: &str) -> Result<String, String> {
+        let names = |c: &Chain| {
+            c.nodes
+                .iter()
+                .filter(|n| matches!(n.kind, NodeKind::Nf { .. }))
+                .map(|n| n.name.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let Some(i) = self.chain.node(nf) else {
+            return Err(format!("no NF named `{nf}` (NFs: {})", names(&self.chain)));
+        };
+        if let NodeKind::Nf { nf, .. } = &mut self.chain.nodes[i].kind {
+            return nf.control(cmd);
+        }
+        Err(format!("`{nf}` is not an NF (NFs: {})", names(&self.chain)))
+    }
+
+    /// Drains pending control commands; when none are pending this is one atomic load.
+    #[inline]
+    fn poll_control(&mut self) {
+        let Some(port) = &self.control else { return };
+        let pending: Vec<Command> = port.rx.try_iter().collect();
+        for c in pending {
+            let r = self.apply(&c.nf, &c.cmd);
+            if let Some(reply) = c.reply {
+                let _ = reply.send(r);
+            }
+        }
     }
 
     /// Copies one chunk of records into pool buffers, as a NIC would, and queues them at
