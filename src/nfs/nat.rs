@@ -49,6 +49,9 @@ const ICMP: u8 = 1;
 const SEC: u64 = 1_000_000_000;
 /// Expired mappings are collected at most this often (capture time).
 const SWEEP_EVERY_NS: u64 = SEC;
+/// Mappings a sweep in progress examines per packet: bounds the per-packet cost whatever
+/// the number of live mappings or the gaps in capture time.
+const SWEEP_STEP: usize = 8;
 /// Bounds the free lists' memory: 12 bytes per (address, port) of the pool.
 const MAX_POOL: usize = 1 << 22;
 
@@ -110,6 +113,8 @@ struct Mapping {
     state: u8,
     /// Capture time after which the mapping is dead.
     deadline: u64,
+    /// Position in `Nat::live`.
+    pos: u32,
     ip_out: u16,
     l4_out: u16,
     ip_in: u16,
@@ -281,7 +286,13 @@ pub struct Nat {
     back: HashMap<u64, u32, Hasher>,
     slab: Vec<Mapping>,
     free_slots: Vec<u32>,
+    /// Slots of the live mappings, densely, so sweeps cost what is live.
+    live: Vec<u32>,
+    /// `live[..sweep_cursor]` is what the sweep in progress has still to examine.
+    sweep_cursor: usize,
     next_sweep: u64,
+    /// When a full sweep may next be forced by an empty pool or full table.
+    next_forced: u64,
     // Counters.
     created: u64,
     expired: u64,
@@ -405,7 +416,10 @@ impl Nat {
             back: HashMap::with_capacity_and_hasher(cap, Hasher::default()),
             slab: Vec::with_capacity(cap),
             free_slots: Vec::with_capacity(cap),
+            live: Vec::with_capacity(cap),
+            sweep_cursor: 0,
             next_sweep: 0,
+            next_forced: 0,
             created: 0,
             expired: 0,
             pool_exhausted: 0,
@@ -512,6 +526,10 @@ impl Nat {
         }
         m.state = 0;
         let m = *m;
+        self.live.swap_remove(m.pos as usize);
+        if let Some(&moved) = self.live.get(m.pos as usize) {
+            self.slab[moved as usize].pos = m.pos;
+        }
         self.out.remove(&m.out_key);
         self.back.remove(&pub_key(m.public, m.public_port, m.proto));
         self.pool.give(m.public, m.public_port, m.proto);
@@ -519,28 +537,47 @@ impl Nat {
         self.expired += 1;
     }
 
-    /// Frees every mapping idle past its timeout.
+    /// Frees every mapping idle past its timeout now (tests, pool changes; packets
+    /// trigger bounded sweeps on their own).
     pub fn sweep(&mut self, now: u64) {
-        self.next_sweep = now.saturating_add(SWEEP_EVERY_NS);
-        if self.out.is_empty() {
-            return;
-        }
-        for i in 0..self.slab.len() {
-            let m = &self.slab[i];
-            if m.state & LIVE != 0 && now > m.deadline {
-                self.release(i as u32);
+        self.sweep_cursor = self.live.len();
+        self.sweep_some(now, usize::MAX);
+    }
+
+    /// Examines up to `budget` mappings of the sweep in progress. It walks `live`
+    /// downwards, so the entry a release swaps in was already examined (or is new).
+    fn sweep_some(&mut self, now: u64, budget: usize) {
+        let mut n = budget;
+        while n > 0 {
+            self.sweep_cursor = self.sweep_cursor.min(self.live.len());
+            if self.sweep_cursor == 0 {
+                return;
+            }
+            self.sweep_cursor -= 1;
+            n -= 1;
+            let i = self.live[self.sweep_cursor];
+            if now > self.slab[i as usize].deadline {
+                self.release(i);
             }
         }
     }
 
+    /// Before refusing a new flow for want of room, reclaim what has expired (at most
+    /// once per second of capture time, so a flood cannot make every packet sweep).
+    #[cold]
+    fn reclaim(&mut self, now: u64) -> bool {
+        if now < self.next_forced {
+            return false;
+        }
+        self.next_forced = now.saturating_add(SWEEP_EVERY_NS);
+        let before = self.live.len();
+        self.sweep(now);
+        self.live.len() < before
+    }
+
     /// The live mapping for an outgoing flow, made if needed.
     #[inline]
-    fn outbound(
-        &mut self,
-        key: OutKey,
-        t: (u32, u32, u16, u16, u8),
-        now: u64,
-    ) -> Result<u32, u8> {
+    fn outbound(&mut self, key: OutKey, t: (u32, u32, u16, u16, u8), now: u64) -> Result<u32, u8> {
         if let Some(&i) = self.out.get(&key) {
             if now <= self.slab[i as usize].deadline {
                 return Ok(i);
@@ -552,6 +589,14 @@ impl Nat {
 
     #[inline(never)]
     fn create(&mut self, key: OutKey, t: (u32, u32, u16, u16, u8), now: u64) -> Result<u32, u8> {
+        let proto = t.4;
+        let room = |s: &Nat| {
+            (!s.free_slots.is_empty() || s.slab.len() < s.capacity)
+                && !s.pool.free[pool_index(proto)].is_empty()
+        };
+        if !room(self) {
+            self.reclaim(now);
+        }
         let (inside, remote, inside_port, remote_port, proto) = t;
         let slot = match self.free_slots.pop() {
             Some(s) => s,
@@ -594,6 +639,7 @@ impl Nat {
             proto,
             state: LIVE,
             deadline: now.saturating_add(self.timeout(proto, 0)),
+            pos: self.live.len() as u32,
             ip_out,
             l4_out,
             ip_in,
@@ -604,6 +650,7 @@ impl Nat {
         } else {
             self.slab.push(m);
         }
+        self.live.push(slot);
         self.out.insert(key, slot);
         self.back.insert(pub_key(public, public_port, proto), slot);
         self.created += 1;
@@ -894,7 +941,10 @@ fn parse_addrs(s: &str) -> Result<Vec<Ipv4Addr>, String> {
     let v: Result<Vec<_>, String> = s
         .split([',', ' '])
         .filter(|t| !t.is_empty())
-        .map(|t| t.parse().map_err(|_| format!("`{t}` is not an IPv4 address")))
+        .map(|t| {
+            t.parse()
+                .map_err(|_| format!("`{t}` is not an IPv4 address"))
+        })
         .collect();
     v
 }
@@ -921,9 +971,14 @@ impl Nf for Nat {
             let l = p.layers();
             let (m, d) = p.split_mut();
             let now = m.ts_ns;
-            // Capture time is the clock: collect expired mappings once per second of it.
-            if now >= self.next_sweep {
-                self.sweep(now);
+            // Capture time is the clock: a sweep starts once per second of it (when the
+            // last one is done) and advances a few mappings per packet.
+            if now >= self.next_sweep && self.sweep_cursor == 0 {
+                self.next_sweep = now.saturating_add(SWEEP_EVERY_NS);
+                self.sweep_cursor = self.live.len();
+            }
+            if self.sweep_cursor != 0 {
+                self.sweep_some(now, SWEEP_STEP);
             }
             let r = match l.l3 {
                 L3Kind::Ipv4 if l.is_later_fragment() => Err(FRAGMENT),
