@@ -634,3 +634,89 @@ public = "198.51.100.1"
     let n = String::from_utf8_lossy(&o.stdout).lines().count() as u64;
     assert!(n >= get("translated_out"), "{n}");
 }
+
+/// Nanoseconds per packet of `Nat::process` alone over `pkts` (bytes, capture time),
+/// replayed `loops` times with times shifted per loop as the runner does; packet bytes are
+/// restored between loops outside the timed part.
+fn time_nat(n: &mut Nat, pkts: &[(Vec<u8>, u64)], loops: u64) -> f64 {
+    let first = pkts.iter().map(|p| p.1).min().unwrap_or(0);
+    let span = pkts.iter().map(|p| p.1).max().unwrap_or(0) - first + 1;
+    // 32 buffers reused, as the runner's pool is: the bytes are copied in untimed.
+    let mut free: Vec<Packet> = (0..32).map(|_| Packet::from_bytes(&[0; 1600])).collect();
+    let mut batch = Batch::new();
+    let mut spent = std::time::Duration::ZERO;
+    let mut count = 0u64;
+    for l in 0..loops {
+        for chunk in pkts.chunks(32) {
+            for (b, ts) in chunk {
+                let mut p = free.pop().unwrap();
+                p.set_bytes(b);
+                p.meta_mut().ts_ns = ts + l * span;
+                batch.push(p);
+            }
+            let t = std::time::Instant::now();
+            n.process(&mut batch, &Context { ports: 2 });
+            spent += t.elapsed();
+            free.extend(batch.drain());
+            count += chunk.len() as u64;
+        }
+    }
+    spent.as_nanos() as f64 / count as f64
+}
+
+/// A measurement, not a test: `cargo test --release --test nat -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn ns_per_packet() {
+    let trace = Trace::open(&common::dataset("bench/ndpi-ether-merged.pcap")).unwrap();
+    let pkts: Vec<(Vec<u8>, u64)> = (0..trace.len())
+        .map(|i| (trace.packet(i).to_vec(), trace.record(i).ts_ns))
+        .collect();
+    let mut n = nat((1024, 65535));
+    let ns = time_nat(&mut n, &pkts, 20);
+    println!("merged trace: {ns:.1} ns/packet ({:.1} Mpps)", 1e3 / ns);
+    // 100k live UDP and TCP flows from inside, 1M packets in random flow order, replies
+    // included, all within one idle timeout.
+    let mut n = Nat::new(&NatConfig {
+        public: vec![PUB.into(), [198, 51, 100, 2].into()],
+        ..NatConfig::default()
+    })
+    .unwrap();
+    let flows = 100_000u32;
+    let mut rng = 99u64;
+    let mut rnd = || {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (rng >> 33) as u32
+    };
+    let mut pkts = Vec::new();
+    for f in 0..flows {
+        let src = [10, (f >> 16) as u8, (f >> 8) as u8, f as u8];
+        let p = if f % 2 == 0 {
+            udp(src, 1000 + (f % 50000) as u16, OUT, 53)
+        } else {
+            tcp(src, 1000 + (f % 50000) as u16, OUT, 443, "A")
+        };
+        pkts.push((p, u64::from(f)));
+    }
+    // Learn every flow once, then time hits: outgoing packets and the replies.
+    let mut replies = Vec::new();
+    for (p, ts) in &pkts {
+        let o = step(&mut n, p, *ts).unwrap();
+        replies.push(reply_to(&o));
+    }
+    let mut mix = Vec::new();
+    for k in 0..1_000_000u64 {
+        let f = rnd() % flows;
+        let b = if k % 2 == 0 {
+            &pkts[f as usize].0
+        } else {
+            &replies[f as usize]
+        };
+        mix.push((b.clone(), 1_000_000 + k * 100));
+    }
+    let ns = time_nat(&mut n, &mix, 3);
+    println!("100k flows: {ns:.1} ns/packet ({:.1} Mpps)", 1e3 / ns);
+    assert_eq!(stat(&n, "mappings"), u64::from(flows));
+}
