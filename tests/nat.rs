@@ -672,9 +672,18 @@ fn ns_per_packet() {
     let pkts: Vec<(Vec<u8>, u64)> = (0..trace.len())
         .map(|i| (trace.packet(i).to_vec(), trace.record(i).ts_ns))
         .collect();
-    let mut n = nat((1024, 65535));
-    let ns = time_nat(&mut n, &pkts, 20);
-    println!("merged trace: {ns:.1} ns/packet ({:.1} Mpps)", 1e3 / ns);
+    for cap in [1 << 14, 1 << 18] {
+        let mut n = Nat::new(&NatConfig {
+            capacity: cap,
+            ..NatConfig::default()
+        })
+        .unwrap();
+        let ns = time_nat(&mut n, &pkts, 20);
+        println!(
+            "merged trace, capacity {cap}: {ns:.1} ns/packet ({:.1} Mpps)",
+            1e3 / ns
+        );
+    }
     // 100k live UDP and TCP flows from inside, 1M packets in random flow order, replies
     // included, all within one idle timeout.
     let mut n = Nat::new(&NatConfig {

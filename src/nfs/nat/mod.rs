@@ -24,16 +24,18 @@
 //!   IPv4 protocols other than TCP, UDP and ICMP are dropped (`unsupported`), as MazuNAT's
 //!   classifiers drop them.
 
-use std::collections::VecDeque;
-use std::net::Ipv4Addr;
+mod index;
 
-use hashbrown::HashMap;
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+use std::net::Ipv4Addr;
 
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::Hasher;
 use crate::packet::checksum::{fold32, update16, update32};
-use crate::packet::{Batch, Fields, L3Kind, Layers};
+use crate::packet::{Batch, Fields, L3Kind, Layers, Packet, MAX_BATCH};
+use index::{prefetch, Index};
 
 const NO_MAPPING: u8 = 0;
 const POOL_EXHAUSTED: u8 = 1;
@@ -51,7 +53,7 @@ const SEC: u64 = 1_000_000_000;
 const SWEEP_EVERY_NS: u64 = SEC;
 /// Mappings a sweep in progress examines per packet: bounds the per-packet cost whatever
 /// the number of live mappings or the gaps in capture time.
-const SWEEP_STEP: usize = 8;
+const SWEEP_STEP: usize = 2;
 /// Bounds the free lists' memory: 12 bytes per (address, port) of the pool.
 const MAX_POOL: usize = 1 << 22;
 
@@ -99,8 +101,9 @@ impl Default for NatConfig {
 }
 
 /// One translation. Checksum deltas are one's-complement sums of (new − old) words,
-/// computed once so a packet's rewrite is a store and an add per checksum.
+/// computed once so a packet's rewrite is a store and an add per checksum. One cache line.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
 struct Mapping {
     out_key: OutKey,
     inside: u32,
@@ -282,8 +285,11 @@ pub struct Nat {
     icmp_timeout_ns: u64,
     capacity: usize,
     pool: Pool,
-    out: HashMap<OutKey, u32, Hasher>,
-    back: HashMap<u64, u32, Hasher>,
+    hasher: Hasher,
+    /// Inside 5-tuple → slot.
+    out: Index,
+    /// (public address, port, protocol) → slot.
+    back: Index,
     slab: Vec<Mapping>,
     free_slots: Vec<u32>,
     /// Slots of the live mappings, densely, so sweeps cost what is live.
@@ -412,8 +418,9 @@ impl Nat {
             icmp_timeout_ns: cfg.icmp_timeout_ns,
             capacity: cap,
             pool: Pool::new(&cfg.public, cfg.ports.0, cfg.ports.1, |_, _, _| false),
-            out: HashMap::with_capacity_and_hasher(cap, Hasher::default()),
-            back: HashMap::with_capacity_and_hasher(cap, Hasher::default()),
+            hasher: Hasher::default(),
+            out: Index::with_capacity(cap),
+            back: Index::with_capacity(cap),
             slab: Vec::with_capacity(cap),
             free_slots: Vec::with_capacity(cap),
             live: Vec::with_capacity(cap),
@@ -465,16 +472,17 @@ impl Nat {
     /// mapping ends; pairs only in the old pool are retired.
     pub fn set_pool(&mut self, public: &[Ipv4Addr], lo: u16, hi: u16) -> Result<(), String> {
         check_pool(public, lo, hi)?;
-        let back = &self.back;
-        self.pool = Pool::new(public, lo, hi, |a, p, proto| {
-            back.contains_key(&pub_key(a, p, proto))
+        let me = &*self;
+        let pool = Pool::new(public, lo, hi, |a, p, proto| {
+            me.back_find(a, p, proto).is_some()
         });
+        self.pool = pool;
         Ok(())
     }
 
     /// Live mappings.
     pub fn mappings(&self) -> usize {
-        self.out.len()
+        self.live.len()
     }
 
     /// Free public pairs for `proto` (6, 17 or 1).
@@ -492,8 +500,34 @@ impl Nat {
         now_ns: u64,
     ) -> Option<(Ipv4Addr, u16)> {
         let k = OutKey::new(src.0.into(), dst.0.into(), src.1, dst.1, proto);
-        let m = &self.slab[*self.out.get(&k)? as usize];
+        let m = &self.slab[self.out_find(k)? as usize];
         (now_ns <= m.deadline).then_some((m.public.into(), m.public_port))
+    }
+
+    #[inline]
+    fn out_tag(&self, k: OutKey) -> u32 {
+        tag(self.hasher.hash_one(k))
+    }
+
+    #[inline]
+    fn back_tag(&self, addr: u32, port: u16, proto: u8) -> u32 {
+        tag(self.hasher.hash_one(pub_key(addr, port, proto)))
+    }
+
+    #[inline]
+    fn out_find(&self, k: OutKey) -> Option<u32> {
+        let slab = &self.slab;
+        self.out
+            .find(self.out_tag(k), |s| slab[s as usize].out_key == k)
+    }
+
+    #[inline]
+    fn back_find(&self, addr: u32, port: u16, proto: u8) -> Option<u32> {
+        let slab = &self.slab;
+        self.back.find(self.back_tag(addr, port, proto), |s| {
+            let m = &slab[s as usize];
+            m.public == addr && m.public_port == port && m.proto == proto
+        })
     }
 
     #[inline]
@@ -530,8 +564,9 @@ impl Nat {
         if let Some(&moved) = self.live.get(m.pos as usize) {
             self.slab[moved as usize].pos = m.pos;
         }
-        self.out.remove(&m.out_key);
-        self.back.remove(&pub_key(m.public, m.public_port, m.proto));
+        self.out.remove(self.out_tag(m.out_key), i);
+        self.back
+            .remove(self.back_tag(m.public, m.public_port, m.proto), i);
         self.pool.give(m.public, m.public_port, m.proto);
         self.free_slots.push(i);
         self.expired += 1;
@@ -578,7 +613,7 @@ impl Nat {
     /// The live mapping for an outgoing flow, made if needed.
     #[inline]
     fn outbound(&mut self, key: OutKey, t: (u32, u32, u16, u16, u8), now: u64) -> Result<u32, u8> {
-        if let Some(&i) = self.out.get(&key) {
+        if let Some(i) = self.out_find(key) {
             if now <= self.slab[i as usize].deadline {
                 return Ok(i);
             }
@@ -651,8 +686,9 @@ impl Nat {
             self.slab.push(m);
         }
         self.live.push(slot);
-        self.out.insert(key, slot);
-        self.back.insert(pub_key(public, public_port, proto), slot);
+        self.out.insert(self.out_tag(key), slot);
+        self.back
+            .insert(self.back_tag(public, public_port, proto), slot);
         self.created += 1;
         Ok(slot)
     }
@@ -684,7 +720,7 @@ impl Nat {
     /// The live mapping whose public side is (`addr`, `port`) for `proto`.
     #[inline]
     fn inbound(&self, addr: u32, port: u16, proto: u8, now: u64) -> Option<u32> {
-        let i = *self.back.get(&pub_key(addr, port, proto))?;
+        let i = self.back_find(addr, port, proto)?;
         (now <= self.slab[i as usize].deadline).then_some(i)
     }
 
@@ -831,7 +867,7 @@ impl Nat {
         let i = if outgoing {
             let dport = if qp == ICMP { 0 } else { qs };
             let key = OutKey::new(qdst, qsrc, qd, dport, qp);
-            let i = *self.out.get(&key).ok_or(NO_MAPPING)?;
+            let i = self.out_find(key).ok_or(NO_MAPPING)?;
             (now <= self.slab[i as usize].deadline)
                 .then_some(i)
                 .ok_or(NO_MAPPING)?
@@ -960,14 +996,61 @@ fn parse_range(s: &str) -> Result<(u16, u16), String> {
     Ok((a, b))
 }
 
-impl Nf for Nat {
-    fn profile(&self) -> &Profile {
-        &self.profile
+impl Nat {
+    /// Which index a packet will be looked up in, and its tag: (1, tag) for `out`,
+    /// (2, tag) for `back`, (0, _) for none. Mirrors the decisions of `translate`.
+    #[inline]
+    fn probe(&self, l: &Layers, d: &[u8]) -> (u8, u32) {
+        if l.l3 != L3Kind::Ipv4 || !l.has_l4() || !matches!(l.l4_proto, TCP | UDP | ICMP) {
+            return (0, 0);
+        }
+        let (o3, o4, proto) = (l.l3_off as usize, l.l4_off as usize, l.l4_proto);
+        let (src, dst) = (be32(d, o3 + 12), be32(d, o3 + 16));
+        let (sport, dport) = match proto {
+            ICMP if d.len() >= o4 + 8 && matches!(d[o4], 0 | 8) => {
+                (be16(d, o4 + 4), be16(d, o4 + 4))
+            }
+            ICMP => return (0, 0),
+            _ => (be16(d, o4), be16(d, o4 + 2)),
+        };
+        if self.is_inside(src) {
+            let dport = if proto == ICMP { 0 } else { dport };
+            (1, self.out_tag(OutKey::new(src, dst, sport, dport, proto)))
+        } else {
+            (2, self.back_tag(dst, dport, proto))
+        }
     }
 
+    /// Three passes so that a batch's cache misses overlap instead of queueing: hash and
+    /// prefetch every index entry, then prefetch the mappings they name, then translate.
     #[inline]
-    fn process(&mut self, batch: &mut Batch, _cx: &Context) {
-        for p in batch {
+    fn process_chunk(&mut self, pkts: &mut [Packet]) {
+        let mut probes = [(0u8, 0u32); MAX_BATCH];
+        for (p, pr) in pkts.iter_mut().zip(probes.iter_mut()) {
+            let l = p.layers();
+            *pr = self.probe(&l, p.data());
+            match *pr {
+                (1, t) => self.out.prefetch(t),
+                (2, t) => self.back.prefetch(t),
+                _ => {}
+            }
+        }
+        for &(w, t) in &probes[..pkts.len()] {
+            let s = match w {
+                1 => self.out.find(t, |_| true),
+                2 => self.back.find(t, |_| true),
+                _ => None,
+            };
+            if let Some(s) = s {
+                prefetch(&self.slab[s as usize]);
+            }
+        }
+        // And the mappings the sweep in progress will examine during this chunk.
+        let c = self.sweep_cursor.min(self.live.len());
+        for &s in &self.live[c.saturating_sub(SWEEP_STEP * pkts.len())..c] {
+            prefetch(&self.slab[s as usize]);
+        }
+        for p in pkts.iter_mut() {
             let l = p.layers();
             let (m, d) = p.split_mut();
             let now = m.ts_ns;
@@ -994,10 +1077,30 @@ impl Nf for Nat {
             }
         }
     }
+}
+
+/// 32 bits of a 64-bit hash for the index (both halves mixed in).
+#[inline]
+fn tag(h: u64) -> u32 {
+    (h ^ (h >> 32)) as u32
+}
+
+impl Nf for Nat {
+    fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    #[inline]
+    fn process(&mut self, batch: &mut Batch, _cx: &Context) {
+        // A node fed by several others may get more than one batch's worth.
+        for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
+            self.process_chunk(chunk);
+        }
+    }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
         vec![
-            ("mappings", self.out.len() as u64),
+            ("mappings", self.live.len() as u64),
             ("created", self.created),
             ("expired", self.expired),
             ("pool_exhausted", self.pool_exhausted),
