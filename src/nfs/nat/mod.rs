@@ -1114,3 +1114,90 @@ impl Nf for Nat {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::checksum::{sum, update_bytes};
+
+    #[test]
+    fn presummed_delta_equals_rfc1624_per_word() {
+        let mut r = 3u64;
+        for _ in 0..10_000 {
+            r = r.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let (c, a, b, p, q) = (
+                (r >> 48) as u16,
+                (r >> 16) as u32,
+                r.rotate_left(7) as u32,
+                (r >> 3) as u16,
+                (r >> 29) as u16,
+            );
+            let d = delta(&[hi(a), lo(a), p], &[hi(b), lo(b), q]);
+            let step = update16(update_bytes(c, &a.to_be_bytes(), &b.to_be_bytes()), p, q);
+            // Equal as one's-complement values (0 and 0xffff are both zero).
+            assert_eq!(patch(c, d) % 0xffff, step % 0xffff, "c={c:#x}");
+        }
+        // A header that checksums right still does after a patched address change.
+        let mut h = [
+            0x45u8, 0, 0, 40, 0, 1, 0, 0, 64, 6, 0, 0, 10, 0, 0, 5, 93, 184, 216, 34,
+        ];
+        let c = !sum(&h);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        let (old, new) = (0x0a00_0005u32, 0xc633_6401u32);
+        let d = delta(&[hi(old), lo(old)], &[hi(new), lo(new)]);
+        h[12..16].copy_from_slice(&new.to_be_bytes());
+        let c2 = patch(c, d);
+        h[10..12].copy_from_slice(&c2.to_be_bytes());
+        assert_eq!(sum(&h), 0xffff);
+    }
+
+    #[test]
+    fn parses_prefixes_addresses_and_ranges() {
+        assert_eq!(
+            parse_prefixes("10.0.0.0/8, 192.168.0.0/16 1.2.3.4").unwrap(),
+            vec![
+                (Ipv4Addr::new(10, 0, 0, 0), 8),
+                (Ipv4Addr::new(192, 168, 0, 0), 16),
+                (Ipv4Addr::new(1, 2, 3, 4), 32)
+            ]
+        );
+        assert!(parse_prefixes("10.0.0.0/33").is_err());
+        assert!(parse_prefixes("ten/8").is_err());
+        assert!(parse_prefixes(" , ").is_err());
+        assert_eq!(parse_addrs("1.2.3.4,5.6.7.8").unwrap().len(), 2);
+        assert!(parse_addrs("1.2.3").is_err());
+        assert_eq!(parse_range("1024-65535"), Ok((1024, 65535)));
+        assert!(parse_range("0-10").is_err());
+        assert!(parse_range("10-9").is_err());
+        assert!(parse_range("80").is_err());
+        assert!(parse_range("1-70000").is_err());
+    }
+
+    #[test]
+    fn config_errors_are_one_line_and_name_the_key() {
+        let t: toml::Table = toml::from_str("inside = \"10.0.0.0/40\"").unwrap();
+        let mut p = Params::new("n", &t);
+        let e = Nat::from_params(&mut p).err().unwrap().to_string();
+        assert!(e.contains("`inside`") && !e.contains('\n'), "{e}");
+        let t: toml::Table = toml::from_str("ports = \"1-70000\"").unwrap();
+        assert!(Nat::from_params(&mut Params::new("n", &t)).is_err());
+        let t: toml::Table = toml::from_str("public = \"\"").unwrap();
+        assert!(Nat::from_params(&mut Params::new("n", &t)).is_err());
+        let t: toml::Table = toml::from_str("inside = [\"10.0.0.0/8\"]").unwrap();
+        assert!(Nat::from_params(&mut Params::new("n", &t)).is_err());
+    }
+
+    #[test]
+    fn inside_prefixes_match_by_mask() {
+        let n = Nat::new(&NatConfig::default()).unwrap();
+        for (a, inside) in [
+            ([10, 1, 2, 3], true),
+            ([172, 31, 0, 1], true),
+            ([172, 32, 0, 1], false),
+            ([192, 168, 9, 9], true),
+            ([8, 8, 8, 8], false),
+        ] {
+            assert_eq!(n.is_inside(u32::from_be_bytes(a)), inside, "{a:?}");
+        }
+    }
+}
