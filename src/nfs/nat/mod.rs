@@ -22,7 +22,21 @@
 //!   IPv4 only, and IPv6 needs no address sharing. Later IPv4 fragments carry no ports and
 //!   are dropped (`fragment`), as `IPRewriter` drops them; first fragments are translated.
 //!   IPv4 protocols other than TCP, UDP and ICMP are dropped (`unsupported`), as MazuNAT's
-//!   classifiers drop them.
+//!   classifiers drop them. There is no hairpinning: an inside packet to a public address
+//!   is translated and sent on like any other.
+//! - Timeouts default to RFC values rather than `IPRewriter`'s (24 h for TCP, 4 min after
+//!   FIN/RST): 7440 s for open TCP (RFC 5382), 4 s linger, 300 s UDP, 60 s ICMP.
+//! - `set_pool` changes the public addresses and ports between batches: live mappings keep
+//!   theirs until they end, new flows draw from the new pool.
+//!
+//! Config lists (`inside`, `public`) are comma/space separated strings, since NF
+//! parameters have no list-of-strings reader yet. Direction is by prefix, not by ingress
+//! port: replayed traces draw ingress ports at random, addresses are what they carry.
+//!
+//! Hot path: per batch, every packet's index entry is hashed and prefetched, then the
+//! mappings those name, then packets are translated, so a batch's cache misses overlap
+//! (see `index`). Nothing allocates per packet: the slab, both indexes and the free lists
+//! are sized from `capacity` and the pool up front.
 
 mod index;
 
