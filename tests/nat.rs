@@ -729,3 +729,50 @@ fn ns_per_packet() {
     println!("100k flows: {ns:.1} ns/packet ({:.1} Mpps)", 1e3 / ns);
     assert_eq!(stat(&n, "mappings"), u64::from(flows));
 }
+
+/// Every packet's verdict and bytes after `n`, fed in batches of `size`.
+fn outputs(n: &mut Nat, pkts: &[(Vec<u8>, u64)], size: usize) -> Vec<Result<Vec<u8>, u8>> {
+    let mut res = Vec::new();
+    for chunk in pkts.chunks(size) {
+        let mut b = Batch::with_capacity(size);
+        for (bytes, ts) in chunk {
+            let mut p = Packet::from_bytes(bytes);
+            p.meta_mut().ts_ns = *ts;
+            b.push(p);
+        }
+        n.process(&mut b, &Context { ports: 2 });
+        for p in b.iter() {
+            res.push(match p.meta().verdict {
+                Verdict::Out(_) => Ok(p.data().to_vec()),
+                Verdict::Drop(r) => Err(r),
+            });
+        }
+    }
+    res
+}
+
+#[test]
+fn batch_size_never_changes_the_output() {
+    // Sweeps advance per packet and prefetching is only a hint, so how packets are
+    // batched (which optimisations may change) cannot change ports or verdicts. A small
+    // pool and short timeouts make port reuse and exhaustion frequent.
+    let trace = Trace::open(&common::dataset("bench/ndpi-ether-merged.pcap")).unwrap();
+    let pkts: Vec<(Vec<u8>, u64)> = (0..trace.len())
+        .map(|i| (trace.packet(i).to_vec(), trace.record(i).ts_ns))
+        .collect();
+    let mk = || {
+        Nat::new(&NatConfig {
+            ports: (40000, 40200),
+            udp_timeout_ns: 2 * S,
+            tcp_timeout_ns: 30 * S,
+            ..NatConfig::default()
+        })
+        .unwrap()
+    };
+    let (mut a, mut b, mut c) = (mk(), mk(), mk());
+    let one = outputs(&mut a, &pkts, 1);
+    assert_eq!(one, outputs(&mut b, &pkts, 32));
+    assert_eq!(one, outputs(&mut c, &pkts, 70));
+    assert!(stat(&a, "pool_exhausted") > 0 || stat(&a, "expired") > 0);
+    assert_eq!(a.stats(), b.stats());
+}
