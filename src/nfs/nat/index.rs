@@ -1,0 +1,160 @@
+//! An open-addressing index from a flow's hash to its slot in the NAT's slab. hashbrown
+//! offers no way to prefetch a bucket, and with 100k flows every lookup is a cache miss:
+//! this index lets the NAT prefetch a whole batch's entries, then their mappings, so the
+//! misses overlap. Keys stay in the slab and are compared there; an entry is 32 bits of
+//! hash (which also picks the home position) and the slot, 8 bytes.
+
+const EMPTY: u64 = u64::MAX;
+
+pub(super) struct Index {
+    e: Box<[u64]>,
+    mask: usize,
+}
+
+impl Index {
+    /// Room for `n` entries at most half full, so linear probe runs stay short; callers
+    /// never insert more than `n`, so a probe always meets an empty entry.
+    pub(super) fn with_capacity(n: usize) -> Index {
+        let size = (n.max(4) * 2).next_power_of_two();
+        Index {
+            e: vec![EMPTY; size].into_boxed_slice(),
+            mask: size - 1,
+        }
+    }
+
+    #[inline]
+    fn home(&self, tag: u32) -> usize {
+        tag as usize & self.mask
+    }
+
+    #[inline]
+    pub(super) fn prefetch(&self, tag: u32) {
+        prefetch(&self.e[self.home(tag)]);
+    }
+
+    /// The first slot with hash `tag` for which `is` holds.
+    #[inline]
+    pub(super) fn find(&self, tag: u32, mut is: impl FnMut(u32) -> bool) -> Option<u32> {
+        let mut i = self.home(tag);
+        loop {
+            let e = self.e[i];
+            if e == EMPTY {
+                return None;
+            }
+            if (e >> 32) as u32 == tag && is(e as u32) {
+                return Some(e as u32);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Adds `slot` under `tag` (the caller knows its key is absent).
+    pub(super) fn insert(&mut self, tag: u32, slot: u32) {
+        let mut i = self.home(tag);
+        while self.e[i] != EMPTY {
+            i = (i + 1) & self.mask;
+        }
+        self.e[i] = u64::from(tag) << 32 | u64::from(slot);
+    }
+
+    /// Removes `slot` filed under `tag`, if there.
+    pub(super) fn remove(&mut self, tag: u32, slot: u32) {
+        let want = u64::from(tag) << 32 | u64::from(slot);
+        let mut i = self.home(tag);
+        loop {
+            let e = self.e[i];
+            if e == EMPTY {
+                return;
+            }
+            if e == want {
+                break;
+            }
+            i = (i + 1) & self.mask;
+        }
+        // Backward-shift deletion: later entries of the run move into the hole unless
+        // their home lies after it, so lookups stay correct without tombstones.
+        let mut j = i;
+        loop {
+            j = (j + 1) & self.mask;
+            let e = self.e[j];
+            if e == EMPTY {
+                break;
+            }
+            let h = self.home((e >> 32) as u32);
+            if j.wrapping_sub(h) & self.mask >= j.wrapping_sub(i) & self.mask {
+                self.e[i] = e;
+                i = j;
+            }
+        }
+        self.e[i] = EMPTY;
+    }
+}
+
+/// A hint to load `r`'s cache line; never faults.
+#[inline(always)]
+pub(super) fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch has no architectural effect; the address is a valid reference.
+    #[allow(unused_unsafe)]
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+            r as *const T as *const i8,
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_find_remove_with_collisions_and_wraparound() {
+        let mut ix = Index::with_capacity(8); // 16 entries
+                                              // Tags with the same home (15) wrap around the end.
+        let tags = [15u32, 31, 47, 63, 14, 30];
+        for (s, &t) in tags.iter().enumerate() {
+            ix.insert(t, s as u32);
+        }
+        for (s, &t) in tags.iter().enumerate() {
+            assert_eq!(ix.find(t, |_| true), Some(s as u32));
+        }
+        ix.remove(31, 1);
+        ix.remove(14, 4);
+        assert_eq!(ix.find(31, |_| true), None);
+        assert_eq!(ix.find(14, |_| true), None);
+        for &(t, s) in &[(15, 0), (47, 2), (63, 3), (30, 5)] {
+            assert_eq!(ix.find(t, |_| true), Some(s), "tag {t}");
+        }
+        // Same tag, different slots: the predicate picks.
+        ix.insert(47, 9);
+        assert_eq!(ix.find(47, |s| s == 9), Some(9));
+        ix.remove(47, 2);
+        assert_eq!(ix.find(47, |_| true), Some(9));
+    }
+
+    #[test]
+    fn matches_a_model_under_churn() {
+        let mut ix = Index::with_capacity(64);
+        let mut model = std::collections::HashMap::new();
+        let mut r = 1u64;
+        for step in 0..20_000u32 {
+            r = r
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let tag = (r >> 40) as u32 & 0xff; // many collisions
+            let slot = step;
+            if model.len() < 64 && r & 1 == 0 {
+                ix.insert(tag, slot);
+                model.insert(slot, tag);
+            } else if let Some((&s, &t)) = model.iter().next() {
+                ix.remove(t, s);
+                model.remove(&s);
+            }
+            for (&s, &t) in &model {
+                assert_eq!(ix.find(t, |x| x == s), Some(s));
+            }
+        }
+    }
+}

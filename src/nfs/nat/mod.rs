@@ -1,0 +1,1217 @@
+//! A source NAT with MazuNAT's semantics (Click's `conf/mazu-nat.click`: `IPRewriter` with
+//! the pattern `PUBLIC PORTS - -`, plus `ICMPPingRewriter` and `ICMPRewriter`, as that
+//! file suggests for ICMP).
+//!
+//! - Direction comes from addresses: a packet whose source lies in an `inside` prefix goes
+//!   out; any other packet comes in. Inside-to-inside packets pass untouched.
+//! - Outgoing TCP/UDP flows (keyed by their full 5-tuple, as `IPRewriter` keys them) and
+//!   ICMP echo sessions (keyed by the identifier) get a (public address, port) from a
+//!   per-protocol pool; source address and port (ICMP: identifier) are rewritten, every
+//!   checksum patched incrementally (RFC 1624; a UDP checksum of 0 stays 0).
+//! - An incoming packet is translated back only when it is the exact reply of a live
+//!   mapping (address- and port-dependent filtering, as `IPRewriter` matches the reply
+//!   5-tuple); otherwise it is dropped as `no-mapping`. ICMP errors quoting a mapped packet
+//!   are translated both ways, quoted header included (`ICMPRewriter`).
+//! - Each mapping holds its own public port, so a live mapping is never shared or reused;
+//!   freed ports go to the back of a FIFO free list, so a port is reused as late as possible.
+//! - Mappings expire after an idle timeout per protocol, on capture time; TCP mappings
+//!   switch to the short `tcp_linger` once a FIN was seen in both directions or any RST
+//!   (a SYN from inside reopens them). A sweep once per second of capture time frees
+//!   expired mappings; a lookup that finds an expired one treats it as gone at once.
+//! - Non-IPv4 packets (IPv6, ARP, …) pass untouched and are counted: MazuNAT translates
+//!   IPv4 only, and IPv6 needs no address sharing. Later IPv4 fragments carry no ports and
+//!   are dropped (`fragment`), as `IPRewriter` drops them; first fragments are translated.
+//!   IPv4 protocols other than TCP, UDP and ICMP are dropped (`unsupported`), as MazuNAT's
+//!   classifiers drop them. There is no hairpinning: an inside packet to a public address
+//!   is translated and sent on like any other.
+//! - Timeouts default to RFC values rather than `IPRewriter`'s (24 h for TCP, 4 min after
+//!   FIN/RST): 7440 s for open TCP (RFC 5382), 4 s linger, 300 s UDP, 60 s ICMP.
+//! - `set_pool` changes the public addresses and ports between batches: live mappings keep
+//!   theirs until they end, new flows draw from the new pool.
+//!
+//! Config lists (`inside`, `public`) are comma/space separated strings, since NF
+//! parameters have no list-of-strings reader yet. Direction is by prefix, not by ingress
+//! port: replayed traces draw ingress ports at random, addresses are what they carry.
+//!
+//! Hot path: per batch, every packet's index entry is hashed and prefetched, then the
+//! mappings those name, then packets are translated, so a batch's cache misses overlap
+//! (see `index`). Nothing allocates per packet: the slab, both indexes and the free lists
+//! are sized from `capacity` and the pool up front.
+
+mod index;
+
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+use std::net::Ipv4Addr;
+
+use super::nf::{Context, Nf, Profile};
+use super::params::{ParamDoc, ParamError, Params};
+use crate::flow::Hasher;
+use crate::packet::checksum::{fold32, update16, update32};
+use crate::packet::{Batch, Fields, L3Kind, Layers, Packet, MAX_BATCH};
+use index::{prefetch, Index};
+
+const NO_MAPPING: u8 = 0;
+const POOL_EXHAUSTED: u8 = 1;
+const TABLE_FULL: u8 = 2;
+const FRAGMENT: u8 = 3;
+const UNSUPPORTED: u8 = 4;
+const MALFORMED: u8 = 5;
+
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+const ICMP: u8 = 1;
+
+const SEC: u64 = 1_000_000_000;
+/// Expired mappings are collected at most this often (capture time).
+const SWEEP_EVERY_NS: u64 = SEC;
+/// Mappings a sweep in progress examines per packet: bounds the per-packet cost whatever
+/// the number of live mappings or the gaps in capture time.
+const SWEEP_STEP: usize = 2;
+/// Bounds the free lists' memory: 12 bytes per (address, port) of the pool.
+const MAX_POOL: usize = 1 << 22;
+
+// Mapping state bits.
+const LIVE: u8 = 1;
+const FIN_OUT: u8 = 2;
+const FIN_IN: u8 = 4;
+const RST: u8 = 8;
+
+/// Everything the NAT is configured with; `Default` is the documented defaults.
+#[derive(Clone, Debug)]
+pub struct NatConfig {
+    /// Inside prefixes (address, length).
+    pub inside: Vec<(Ipv4Addr, u8)>,
+    pub public: Vec<Ipv4Addr>,
+    pub ports: (u16, u16),
+    /// Idle timeouts in ns; 0 means never.
+    pub tcp_timeout_ns: u64,
+    pub tcp_linger_ns: u64,
+    pub udp_timeout_ns: u64,
+    pub icmp_timeout_ns: u64,
+    /// Most live mappings.
+    pub capacity: usize,
+}
+
+impl Default for NatConfig {
+    fn default() -> Self {
+        NatConfig {
+            inside: vec![
+                (Ipv4Addr::new(10, 0, 0, 0), 8),
+                (Ipv4Addr::new(172, 16, 0, 0), 12),
+                (Ipv4Addr::new(192, 168, 0, 0), 16),
+            ],
+            public: vec![Ipv4Addr::new(198, 51, 100, 1)],
+            ports: (1024, 65535),
+            // RFC 5382 REQ-5: an established TCP mapping lives at least 2 h 4 min.
+            tcp_timeout_ns: 7440 * SEC,
+            tcp_linger_ns: 4 * SEC,
+            // RFC 4787 REQ-5 asks for at least 2 min; 5 min is IPRewriter's default.
+            udp_timeout_ns: 300 * SEC,
+            icmp_timeout_ns: 60 * SEC,
+            capacity: 1 << 18,
+        }
+    }
+}
+
+/// One translation. Checksum deltas are one's-complement sums of (new − old) words,
+/// computed once so a packet's rewrite is a store and an add per checksum. One cache line.
+#[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
+struct Mapping {
+    out_key: OutKey,
+    inside: u32,
+    remote: u32,
+    public: u32,
+    inside_port: u16,
+    remote_port: u16,
+    public_port: u16,
+    proto: u8,
+    state: u8,
+    /// Capture time after which the mapping is dead.
+    deadline: u64,
+    /// Position in `Nat::live`.
+    pos: u32,
+    ip_out: u16,
+    l4_out: u16,
+    ip_in: u16,
+    l4_in: u16,
+}
+
+/// The inside-side 5-tuple (ICMP: identifier as source port, destination port 0), packed
+/// into two words so hashing is two writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct OutKey(u64, u64);
+
+impl OutKey {
+    #[inline]
+    fn new(src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> OutKey {
+        OutKey(
+            (src as u64) << 32 | dst as u64,
+            (sport as u64) << 24 | (dport as u64) << 8 | proto as u64,
+        )
+    }
+}
+
+/// (public address, public port, protocol) packed.
+#[inline]
+fn pub_key(addr: u32, port: u16, proto: u8) -> u64 {
+    (addr as u64) << 24 | (port as u64) << 8 | proto as u64
+}
+
+#[inline]
+fn pool_index(proto: u8) -> usize {
+    match proto {
+        TCP => 0,
+        UDP => 1,
+        _ => 2,
+    }
+}
+
+/// One's-complement sum of `new - old` over 16-bit words.
+#[inline]
+fn delta(old: &[u16], new: &[u16]) -> u16 {
+    let s: u32 = old.iter().map(|&o| u32::from(!o)).sum::<u32>()
+        + new.iter().map(|&n| u32::from(n)).sum::<u32>();
+    fold32(s)
+}
+
+/// The checksum after adding `d` to the covered data (RFC 1624 eqn. 3, pre-summed).
+#[inline]
+fn patch(c: u16, d: u16) -> u16 {
+    !fold32(u32::from(!c) + u32::from(d))
+}
+
+#[inline]
+fn hi(a: u32) -> u16 {
+    (a >> 16) as u16
+}
+
+#[inline]
+fn lo(a: u32) -> u16 {
+    a as u16
+}
+
+#[inline]
+fn be16(d: &[u8], o: usize) -> u16 {
+    u16::from_be_bytes([d[o], d[o + 1]])
+}
+
+#[inline]
+fn be32(d: &[u8], o: usize) -> u32 {
+    u32::from_be_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]])
+}
+
+#[inline]
+fn put16(d: &mut [u8], o: usize, v: u16) {
+    d[o..o + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+#[inline]
+fn put32(d: &mut [u8], o: usize, v: u32) {
+    d[o..o + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+/// The public (address, port) pairs still free, per protocol, oldest-freed first.
+struct Pool {
+    addrs: Vec<u32>,
+    lo: u16,
+    hi: u16,
+    /// Entries are `address index << 16 | port`. Capacity is the pool's size and every
+    /// pair is either here or held by one live mapping, so pushes never reallocate.
+    free: [VecDeque<u32>; 3],
+}
+
+impl Pool {
+    fn new(addrs: &[Ipv4Addr], lo: u16, hi: u16, live: impl Fn(u32, u16, u8) -> bool) -> Pool {
+        let n = addrs.len() * (usize::from(hi - lo) + 1);
+        let addrs: Vec<u32> = addrs.iter().map(|a| u32::from(*a)).collect();
+        let free = [TCP, UDP, ICMP].map(|proto| {
+            let mut q = VecDeque::with_capacity(n);
+            for (i, &a) in addrs.iter().enumerate() {
+                for p in lo..=hi {
+                    // A pair still held by a mapping from an earlier pool comes back when
+                    // that mapping ends.
+                    if !live(a, p, proto) {
+                        q.push_back((i as u32) << 16 | u32::from(p));
+                    }
+                }
+            }
+            q
+        });
+        Pool {
+            addrs,
+            lo,
+            hi,
+            free,
+        }
+    }
+
+    #[inline]
+    fn take(&mut self, proto: u8) -> Option<(u32, u16)> {
+        let e = self.free[pool_index(proto)].pop_front()?;
+        Some((self.addrs[(e >> 16) as usize], e as u16))
+    }
+
+    /// Returns a pair; pairs outside this pool (from a pool replaced by `set_pool`) are
+    /// forgotten.
+    fn give(&mut self, addr: u32, port: u16, proto: u8) {
+        if port < self.lo || port > self.hi {
+            return;
+        }
+        if let Some(i) = self.addrs.iter().position(|&a| a == addr) {
+            let q = &mut self.free[pool_index(proto)];
+            if q.len() < q.capacity() {
+                q.push_back((i as u32) << 16 | u32::from(port));
+            }
+        }
+    }
+
+    fn size(&self) -> usize {
+        self.addrs.len() * (usize::from(self.hi - self.lo) + 1)
+    }
+}
+
+fn check_pool(public: &[Ipv4Addr], lo: u16, hi: u16) -> Result<(), String> {
+    if public.is_empty() {
+        return Err("the public address list is empty".into());
+    }
+    if lo == 0 || lo > hi {
+        return Err(format!(
+            "port range {lo}-{hi} must be non-empty and not start at 0"
+        ));
+    }
+    let n = public.len() * (usize::from(hi - lo) + 1);
+    if n > MAX_POOL {
+        return Err(format!(
+            "{n} public (address, port) pairs is more than the {MAX_POOL} supported"
+        ));
+    }
+    Ok(())
+}
+
+pub struct Nat {
+    profile: Profile,
+    inside: Vec<(u32, u32)>,
+    tcp_timeout_ns: u64,
+    tcp_linger_ns: u64,
+    udp_timeout_ns: u64,
+    icmp_timeout_ns: u64,
+    capacity: usize,
+    pool: Pool,
+    hasher: Hasher,
+    /// Inside 5-tuple → slot.
+    out: Index,
+    /// (public address, port, protocol) → slot.
+    back: Index,
+    slab: Vec<Mapping>,
+    free_slots: Vec<u32>,
+    /// Slots of the live mappings, densely, so sweeps cost what is live.
+    live: Vec<u32>,
+    /// `live[..sweep_cursor]` is what the sweep in progress has still to examine.
+    sweep_cursor: usize,
+    next_sweep: u64,
+    /// When a full sweep may next be forced by an empty pool or full table.
+    next_forced: u64,
+    // Counters.
+    created: u64,
+    expired: u64,
+    pool_exhausted: u64,
+    table_full: u64,
+    translated_out: u64,
+    translated_in: u64,
+    icmp_errors: u64,
+    internal: u64,
+    not_ipv4: u64,
+}
+
+impl Nat {
+    pub const PARAMS: &'static [ParamDoc] = &[
+        ParamDoc {
+            name: "inside",
+            ty: "string of prefixes",
+            default: "\"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"",
+            doc: "source prefixes that are inside (comma/space separated); everything else is outside",
+        },
+        ParamDoc {
+            name: "public",
+            ty: "string of addresses",
+            default: "\"198.51.100.1\"",
+            doc: "public addresses new flows are translated to (comma/space separated)",
+        },
+        ParamDoc {
+            name: "ports",
+            ty: "\"LO-HI\"",
+            default: "\"1024-65535\"",
+            doc: "public port (and ICMP identifier) range, one pool per protocol",
+        },
+        ParamDoc {
+            name: "tcp_timeout",
+            ty: "seconds",
+            default: "7440",
+            doc: "idle timeout of open TCP mappings (RFC 5382); 0 = never",
+        },
+        ParamDoc {
+            name: "tcp_linger",
+            ty: "seconds",
+            default: "4",
+            doc: "idle timeout once FIN was seen both ways or any RST",
+        },
+        ParamDoc {
+            name: "udp_timeout",
+            ty: "seconds",
+            default: "300",
+            doc: "idle timeout of UDP mappings; 0 = never",
+        },
+        ParamDoc {
+            name: "icmp_timeout",
+            ty: "seconds",
+            default: "60",
+            doc: "idle timeout of ICMP echo mappings; 0 = never",
+        },
+        ParamDoc {
+            name: "capacity",
+            ty: "integer",
+            default: "262144",
+            doc: "most live mappings; new flows beyond it are dropped (table-full)",
+        },
+    ];
+
+    pub fn new(cfg: &NatConfig) -> Result<Nat, String> {
+        check_pool(&cfg.public, cfg.ports.0, cfg.ports.1)?;
+        let inside = cfg
+            .inside
+            .iter()
+            .map(|&(a, len)| {
+                let mask = if len == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - u32::from(len.min(32)))
+                };
+                (u32::from(a) & mask, mask)
+            })
+            .collect();
+        let cap = cfg.capacity.max(1);
+        Ok(Nat {
+            profile: Profile {
+                reads: Fields::ETH_TYPE
+                    | Fields::VLAN
+                    | Fields::IP_SRC
+                    | Fields::IP_DST
+                    | Fields::IP_PROTO
+                    | Fields::IP_FRAG
+                    | Fields::L4_SRC
+                    | Fields::L4_DST
+                    | Fields::TCP_FLAGS
+                    | Fields::ICMP
+                    | Fields::PAYLOAD,
+                // PAYLOAD: the header quoted inside ICMP errors.
+                writes: Fields::IP_SRC
+                    | Fields::IP_DST
+                    | Fields::L4_SRC
+                    | Fields::L4_DST
+                    | Fields::ICMP
+                    | Fields::PAYLOAD,
+                may_drop: true,
+                changes_length: false,
+                per_flow_state: true,
+                outputs: &["out"],
+                drop_reasons: &[
+                    "no-mapping",
+                    "pool-exhausted",
+                    "table-full",
+                    "fragment",
+                    "unsupported",
+                    "malformed",
+                ],
+            },
+            inside,
+            tcp_timeout_ns: cfg.tcp_timeout_ns,
+            tcp_linger_ns: cfg.tcp_linger_ns,
+            udp_timeout_ns: cfg.udp_timeout_ns,
+            icmp_timeout_ns: cfg.icmp_timeout_ns,
+            capacity: cap,
+            pool: Pool::new(&cfg.public, cfg.ports.0, cfg.ports.1, |_, _, _| false),
+            hasher: Hasher::default(),
+            out: Index::with_capacity(cap),
+            back: Index::with_capacity(cap),
+            slab: Vec::with_capacity(cap),
+            free_slots: Vec::with_capacity(cap),
+            live: Vec::with_capacity(cap),
+            sweep_cursor: 0,
+            next_sweep: 0,
+            next_forced: 0,
+            created: 0,
+            expired: 0,
+            pool_exhausted: 0,
+            table_full: 0,
+            translated_out: 0,
+            translated_in: 0,
+            icmp_errors: 0,
+            internal: 0,
+            not_ipv4: 0,
+        })
+    }
+
+    pub fn from_params(p: &mut Params) -> Result<Nat, ParamError> {
+        let d = NatConfig::default();
+        let inside = match p.table_str("inside")? {
+            None => d.inside.clone(),
+            Some(s) => parse_prefixes(s).map_err(|e| p.err(format!("`inside`: {e}")))?,
+        };
+        let public = match p.table_str("public")? {
+            None => d.public.clone(),
+            Some(s) => parse_addrs(s).map_err(|e| p.err(format!("`public`: {e}")))?,
+        };
+        let ports = match p.table_str("ports")? {
+            None => d.ports,
+            Some(s) => parse_range(s).map_err(|e| p.err(format!("`ports`: {e}")))?,
+        };
+        let cfg = NatConfig {
+            inside,
+            public,
+            ports,
+            tcp_timeout_ns: p.seconds_ns("tcp_timeout", d.tcp_timeout_ns)?,
+            tcp_linger_ns: p.seconds_ns("tcp_linger", d.tcp_linger_ns)?,
+            udp_timeout_ns: p.seconds_ns("udp_timeout", d.udp_timeout_ns)?,
+            icmp_timeout_ns: p.seconds_ns("icmp_timeout", d.icmp_timeout_ns)?,
+            capacity: p.int("capacity", d.capacity as i64, 1, 1 << 24)? as usize,
+        };
+        Nat::new(&cfg).map_err(|e| p.err(e))
+    }
+
+    /// Replaces the pool between batches. Mappings already made keep their public
+    /// (address, port) until they end; new flows take pairs from the new pool only. A pair
+    /// in both pools that a live mapping holds joins the new pool's free list when that
+    /// mapping ends; pairs only in the old pool are retired.
+    pub fn set_pool(&mut self, public: &[Ipv4Addr], lo: u16, hi: u16) -> Result<(), String> {
+        check_pool(public, lo, hi)?;
+        let me = &*self;
+        let pool = Pool::new(public, lo, hi, |a, p, proto| {
+            me.back_find(a, p, proto).is_some()
+        });
+        self.pool = pool;
+        Ok(())
+    }
+
+    /// Live mappings.
+    pub fn mappings(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Free public pairs for `proto` (6, 17 or 1).
+    pub fn free_ports(&self, proto: u8) -> usize {
+        self.pool.free[pool_index(proto)].len()
+    }
+
+    /// The public (address, port) of the live mapping for an inside 5-tuple (ICMP:
+    /// identifier as `sport`, `dport` 0), as of capture time `now_ns`.
+    pub fn lookup(
+        &self,
+        proto: u8,
+        src: (Ipv4Addr, u16),
+        dst: (Ipv4Addr, u16),
+        now_ns: u64,
+    ) -> Option<(Ipv4Addr, u16)> {
+        let k = OutKey::new(src.0.into(), dst.0.into(), src.1, dst.1, proto);
+        let m = &self.slab[self.out_find(k)? as usize];
+        (now_ns <= m.deadline).then_some((m.public.into(), m.public_port))
+    }
+
+    #[inline]
+    fn out_tag(&self, k: OutKey) -> u32 {
+        tag(self.hasher.hash_one(k))
+    }
+
+    #[inline]
+    fn back_tag(&self, addr: u32, port: u16, proto: u8) -> u32 {
+        tag(self.hasher.hash_one(pub_key(addr, port, proto)))
+    }
+
+    #[inline]
+    fn out_find(&self, k: OutKey) -> Option<u32> {
+        let slab = &self.slab;
+        self.out
+            .find(self.out_tag(k), |s| slab[s as usize].out_key == k)
+    }
+
+    #[inline]
+    fn back_find(&self, addr: u32, port: u16, proto: u8) -> Option<u32> {
+        let slab = &self.slab;
+        self.back.find(self.back_tag(addr, port, proto), |s| {
+            let m = &slab[s as usize];
+            m.public == addr && m.public_port == port && m.proto == proto
+        })
+    }
+
+    #[inline]
+    fn is_inside(&self, a: u32) -> bool {
+        self.inside.iter().any(|&(net, mask)| a & mask == net)
+    }
+
+    #[inline]
+    fn timeout(&self, proto: u8, state: u8) -> u64 {
+        let t = match proto {
+            TCP if state & RST != 0 || state & (FIN_OUT | FIN_IN) == FIN_OUT | FIN_IN => {
+                self.tcp_linger_ns
+            }
+            TCP => self.tcp_timeout_ns,
+            UDP => self.udp_timeout_ns,
+            _ => self.icmp_timeout_ns,
+        };
+        if t == 0 {
+            u64::MAX
+        } else {
+            t
+        }
+    }
+
+    /// Ends mapping `i`: its keys leave both tables and its pair returns to the pool.
+    fn release(&mut self, i: u32) {
+        let m = &mut self.slab[i as usize];
+        if m.state & LIVE == 0 {
+            return;
+        }
+        m.state = 0;
+        let m = *m;
+        self.live.swap_remove(m.pos as usize);
+        if let Some(&moved) = self.live.get(m.pos as usize) {
+            self.slab[moved as usize].pos = m.pos;
+        }
+        self.out.remove(self.out_tag(m.out_key), i);
+        self.back
+            .remove(self.back_tag(m.public, m.public_port, m.proto), i);
+        self.pool.give(m.public, m.public_port, m.proto);
+        self.free_slots.push(i);
+        self.expired += 1;
+    }
+
+    /// Frees every mapping idle past its timeout now (tests, pool changes; packets
+    /// trigger bounded sweeps on their own).
+    pub fn sweep(&mut self, now: u64) {
+        self.sweep_cursor = self.live.len();
+        self.sweep_some(now, usize::MAX);
+    }
+
+    /// Examines up to `budget` mappings of the sweep in progress. It walks `live`
+    /// downwards, so the entry a release swaps in was already examined (or is new).
+    fn sweep_some(&mut self, now: u64, budget: usize) {
+        let mut n = budget;
+        while n > 0 {
+            self.sweep_cursor = self.sweep_cursor.min(self.live.len());
+            if self.sweep_cursor == 0 {
+                return;
+            }
+            self.sweep_cursor -= 1;
+            n -= 1;
+            let i = self.live[self.sweep_cursor];
+            if now > self.slab[i as usize].deadline {
+                self.release(i);
+            }
+        }
+    }
+
+    /// Before refusing a new flow for want of room, reclaim what has expired (at most
+    /// once per second of capture time, so a flood cannot make every packet sweep).
+    #[cold]
+    fn reclaim(&mut self, now: u64) -> bool {
+        if now < self.next_forced {
+            return false;
+        }
+        self.next_forced = now.saturating_add(SWEEP_EVERY_NS);
+        let before = self.live.len();
+        self.sweep(now);
+        self.live.len() < before
+    }
+
+    /// The live mapping for an outgoing flow, made if needed.
+    #[inline]
+    fn outbound(&mut self, key: OutKey, t: (u32, u32, u16, u16, u8), now: u64) -> Result<u32, u8> {
+        if let Some(i) = self.out_find(key) {
+            if now <= self.slab[i as usize].deadline {
+                return Ok(i);
+            }
+            self.release(i);
+        }
+        self.create(key, t, now)
+    }
+
+    #[inline(never)]
+    fn create(&mut self, key: OutKey, t: (u32, u32, u16, u16, u8), now: u64) -> Result<u32, u8> {
+        let proto = t.4;
+        let room = |s: &Nat| {
+            (!s.free_slots.is_empty() || s.slab.len() < s.capacity)
+                && !s.pool.free[pool_index(proto)].is_empty()
+        };
+        if !room(self) {
+            self.reclaim(now);
+        }
+        let (inside, remote, inside_port, remote_port, proto) = t;
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None if self.slab.len() < self.capacity => self.slab.len() as u32,
+            None => {
+                self.table_full += 1;
+                return Err(TABLE_FULL);
+            }
+        };
+        let Some((public, public_port)) = self.pool.take(proto) else {
+            if (slot as usize) < self.slab.len() {
+                self.free_slots.push(slot);
+            }
+            self.pool_exhausted += 1;
+            return Err(POOL_EXHAUSTED);
+        };
+        let (ia, pa) = ([hi(inside), lo(inside)], [hi(public), lo(public)]);
+        let ip_out = delta(&ia, &pa);
+        let ip_in = delta(&pa, &ia);
+        // ICMP checksums cover no pseudo header: only the identifier changes.
+        let (l4_out, l4_in) = if proto == ICMP {
+            (
+                delta(&[inside_port], &[public_port]),
+                delta(&[public_port], &[inside_port]),
+            )
+        } else {
+            (
+                delta(&[ia[0], ia[1], inside_port], &[pa[0], pa[1], public_port]),
+                delta(&[pa[0], pa[1], public_port], &[ia[0], ia[1], inside_port]),
+            )
+        };
+        let m = Mapping {
+            out_key: key,
+            inside,
+            remote,
+            public,
+            inside_port,
+            remote_port,
+            public_port,
+            proto,
+            state: LIVE,
+            deadline: now.saturating_add(self.timeout(proto, 0)),
+            pos: self.live.len() as u32,
+            ip_out,
+            l4_out,
+            ip_in,
+            l4_in,
+        };
+        if (slot as usize) < self.slab.len() {
+            self.slab[slot as usize] = m;
+        } else {
+            self.slab.push(m);
+        }
+        self.live.push(slot);
+        self.out.insert(self.out_tag(key), slot);
+        self.back
+            .insert(self.back_tag(public, public_port, proto), slot);
+        self.created += 1;
+        Ok(slot)
+    }
+
+    /// Refreshes mapping `i` for a packet with TCP flags `flags` (0 when not TCP).
+    #[inline]
+    fn touch(&mut self, i: u32, now: u64, flags: u8, outgoing: bool) {
+        let m = &mut self.slab[i as usize];
+        let mut s = m.state;
+        if m.proto == TCP && flags & 0x07 != 0 {
+            if flags & 0x04 != 0 {
+                s |= RST;
+            }
+            if flags & 0x01 != 0 {
+                s |= if outgoing { FIN_OUT } else { FIN_IN };
+            }
+            // A new connection on the same 5-tuple while the old one lingers.
+            if outgoing && flags & 0x12 == 0x02 {
+                s = LIVE;
+            }
+        }
+        let proto = m.proto;
+        let t = self.timeout(proto, s);
+        let m = &mut self.slab[i as usize];
+        m.state = s;
+        m.deadline = now.saturating_add(t);
+    }
+
+    /// The live mapping whose public side is (`addr`, `port`) for `proto`.
+    #[inline]
+    fn inbound(&self, addr: u32, port: u16, proto: u8, now: u64) -> Option<u32> {
+        let i = self.back_find(addr, port, proto)?;
+        (now <= self.slab[i as usize].deadline).then_some(i)
+    }
+
+    /// Translates one IPv4 packet in place, or says why it is dropped.
+    #[inline]
+    fn translate(&mut self, l: &Layers, d: &mut [u8], now: u64) -> Result<(), u8> {
+        let o3 = l.l3_off as usize;
+        let src = be32(d, o3 + 12);
+        let dst = be32(d, o3 + 16);
+        let outgoing = self.is_inside(src);
+        if outgoing && self.is_inside(dst) {
+            self.internal += 1;
+            return Ok(());
+        }
+        let proto = l.l4_proto;
+        if !matches!(proto, TCP | UDP | ICMP) {
+            return Err(UNSUPPORTED);
+        }
+        if !l.has_l4() {
+            return Err(MALFORMED);
+        }
+        let o4 = l.l4_off as usize;
+        if proto == ICMP {
+            if d.len() < o4 + 8 {
+                return Err(MALFORMED);
+            }
+            return self.icmp(d, o3, o4, src, dst, outgoing, now);
+        }
+        let sport = be16(d, o4);
+        let dport = be16(d, o4 + 2);
+        let (flags, csum) = if proto == TCP {
+            (d[o4 + 13], o4 + 16)
+        } else {
+            (0, o4 + 6)
+        };
+        if outgoing {
+            let key = OutKey::new(src, dst, sport, dport, proto);
+            let i = self.outbound(key, (src, dst, sport, dport, proto), now)?;
+            self.touch(i, now, flags, true);
+            let m = &self.slab[i as usize];
+            put32(d, o3 + 12, m.public);
+            put16(d, o3 + 10, patch(be16(d, o3 + 10), m.ip_out));
+            put16(d, o4, m.public_port);
+            patch_l4(d, csum, proto, m.l4_out);
+            self.translated_out += 1;
+        } else {
+            let Some(i) = self.inbound(dst, dport, proto, now) else {
+                return Err(NO_MAPPING);
+            };
+            let m = &self.slab[i as usize];
+            if m.remote != src || m.remote_port != sport {
+                return Err(NO_MAPPING);
+            }
+            put32(d, o3 + 16, m.inside);
+            put16(d, o3 + 10, patch(be16(d, o3 + 10), m.ip_in));
+            put16(d, o4 + 2, m.inside_port);
+            patch_l4(d, csum, proto, m.l4_in);
+            self.touch(i, now, flags, false);
+            self.translated_in += 1;
+        }
+        Ok(())
+    }
+
+    /// ICMP: echo requests out and replies in (`ICMPPingRewriter`), errors quoting a
+    /// mapped packet either way (`ICMPRewriter`).
+    #[allow(clippy::too_many_arguments)]
+    fn icmp(
+        &mut self,
+        d: &mut [u8],
+        o3: usize,
+        o4: usize,
+        src: u32,
+        dst: u32,
+        outgoing: bool,
+        now: u64,
+    ) -> Result<(), u8> {
+        match (d[o4], outgoing) {
+            (8, true) => {
+                let id = be16(d, o4 + 4);
+                let key = OutKey::new(src, dst, id, 0, ICMP);
+                let i = self.outbound(key, (src, dst, id, 0, ICMP), now)?;
+                self.touch(i, now, 0, true);
+                let m = &self.slab[i as usize];
+                put32(d, o3 + 12, m.public);
+                put16(d, o3 + 10, patch(be16(d, o3 + 10), m.ip_out));
+                put16(d, o4 + 4, m.public_port);
+                put16(d, o4 + 2, patch(be16(d, o4 + 2), m.l4_out));
+                self.translated_out += 1;
+                Ok(())
+            }
+            (0, false) => {
+                let id = be16(d, o4 + 4);
+                let i = self.inbound(dst, id, ICMP, now).ok_or(NO_MAPPING)?;
+                let m = &self.slab[i as usize];
+                if m.remote != src {
+                    return Err(NO_MAPPING);
+                }
+                put32(d, o3 + 16, m.inside);
+                put16(d, o3 + 10, patch(be16(d, o3 + 10), m.ip_in));
+                put16(d, o4 + 4, m.inside_port);
+                put16(d, o4 + 2, patch(be16(d, o4 + 2), m.l4_in));
+                self.touch(i, now, 0, false);
+                self.translated_in += 1;
+                Ok(())
+            }
+            // Destination unreachable, source quench, redirect, time exceeded, parameter
+            // problem: they quote the offending packet's header.
+            (3 | 4 | 5 | 11 | 12, _) => self.icmp_error(d, o3, o4, outgoing, now),
+            (_, true) => Err(UNSUPPORTED),
+            (_, false) => Err(NO_MAPPING),
+        }
+    }
+
+    /// Translates an ICMP error whose quoted packet belongs to a live mapping: incoming,
+    /// the quoted packet went out translated (public source); outgoing, it came in
+    /// translated (inside destination). Errors never refresh a mapping.
+    #[inline(never)]
+    fn icmp_error(
+        &mut self,
+        d: &mut [u8],
+        o3: usize,
+        o4: usize,
+        outgoing: bool,
+        now: u64,
+    ) -> Result<(), u8> {
+        let q3 = o4 + 8;
+        if d.len() < q3 + 20 || d[q3] >> 4 != 4 {
+            return Err(MALFORMED);
+        }
+        let q4 = q3 + usize::from(d[q3] & 0x0f) * 4;
+        if q4 < q3 + 20 || d.len() < q4 + 8 {
+            return Err(MALFORMED);
+        }
+        if be16(d, q3 + 6) & 0x1fff != 0 {
+            return Err(UNSUPPORTED);
+        }
+        let qp = d[q3 + 9];
+        let (qsrc, qdst) = (be32(d, q3 + 12), be32(d, q3 + 16));
+        let (qs, qd) = match qp {
+            TCP | UDP => (be16(d, q4), be16(d, q4 + 2)),
+            ICMP if matches!(d[q4], 0 | 8) => (be16(d, q4 + 4), be16(d, q4 + 4)),
+            _ => return Err(UNSUPPORTED),
+        };
+        let i = if outgoing {
+            let dport = if qp == ICMP { 0 } else { qs };
+            let key = OutKey::new(qdst, qsrc, qd, dport, qp);
+            let i = self.out_find(key).ok_or(NO_MAPPING)?;
+            (now <= self.slab[i as usize].deadline)
+                .then_some(i)
+                .ok_or(NO_MAPPING)?
+        } else {
+            let i = self.inbound(qsrc, qs, qp, now).ok_or(NO_MAPPING)?;
+            let m = &self.slab[i as usize];
+            if m.remote != qdst || (qp != ICMP && m.remote_port != qd) {
+                return Err(NO_MAPPING);
+            }
+            i
+        };
+        let m = self.slab[i as usize];
+        // Which addresses and ports change: outer source or destination, quoted
+        // destination or source, to the public or inside side.
+        let (outer, qaddr, new_addr, new_port) = if outgoing {
+            (o3 + 12, q3 + 16, m.public, m.public_port)
+        } else {
+            (o3 + 16, q3 + 12, m.inside, m.inside_port)
+        };
+        let qport = match (qp, outgoing) {
+            (ICMP, _) => q4 + 4,
+            (_, true) => q4 + 2,
+            (_, false) => q4,
+        };
+        let old_outer = be32(d, outer);
+        put32(d, outer, new_addr);
+        put16(d, o3 + 10, update32(be16(d, o3 + 10), old_outer, new_addr));
+        // The ICMP checksum covers the quoted bytes: fold in every word that changes.
+        let mut ic = be16(d, o4 + 2);
+        let old_addr = be32(d, qaddr);
+        put32(d, qaddr, new_addr);
+        ic = update32(ic, old_addr, new_addr);
+        let qc = be16(d, q3 + 10);
+        let qc2 = update32(qc, old_addr, new_addr);
+        put16(d, q3 + 10, qc2);
+        ic = update16(ic, qc, qc2);
+        let old_port = be16(d, qport);
+        put16(d, qport, new_port);
+        ic = update16(ic, old_port, new_port);
+        // The quoted transport checksum, when quoted: UDP's always is, TCP's only when
+        // the router quoted more than 8 bytes. An ICMP echo's covers no addresses.
+        let qcsum = match qp {
+            TCP => q4 + 16,
+            UDP => q4 + 6,
+            _ => q4 + 2,
+        };
+        if d.len() >= qcsum + 2 {
+            let c = be16(d, qcsum);
+            if !(qp == UDP && c == 0) {
+                let mut c2 = update16(c, old_port, new_port);
+                if qp != ICMP {
+                    c2 = update32(c2, old_addr, new_addr);
+                }
+                if qp == UDP && c2 == 0 {
+                    c2 = 0xffff;
+                }
+                put16(d, qcsum, c2);
+                ic = update16(ic, c, c2);
+            }
+        }
+        put16(d, o4 + 2, ic);
+        self.icmp_errors += 1;
+        Ok(())
+    }
+}
+
+/// Patches a TCP or UDP checksum by `delta`; a UDP checksum of 0 (none) stays 0 and a
+/// computed 0 is sent as 0xffff (RFC 768).
+#[inline]
+fn patch_l4(d: &mut [u8], at: usize, proto: u8, delta: u16) {
+    let c = be16(d, at);
+    if proto == UDP {
+        if c != 0 {
+            let n = patch(c, delta);
+            put16(d, at, if n == 0 { 0xffff } else { n });
+        }
+    } else {
+        put16(d, at, patch(c, delta));
+    }
+}
+
+fn parse_prefixes(s: &str) -> Result<Vec<(Ipv4Addr, u8)>, String> {
+    let v: Result<Vec<_>, String> = s
+        .split([',', ' '])
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            let (a, len) = t.split_once('/').unwrap_or((t, "32"));
+            let a: Ipv4Addr = a
+                .parse()
+                .map_err(|_| format!("`{t}` is not an IPv4 prefix"))?;
+            let len: u8 = len
+                .parse()
+                .ok()
+                .filter(|l| *l <= 32)
+                .ok_or_else(|| format!("`{t}`: prefix length must be 0..=32"))?;
+            Ok((a, len))
+        })
+        .collect();
+    let v = v?;
+    if v.is_empty() {
+        return Err("no prefixes given".into());
+    }
+    Ok(v)
+}
+
+fn parse_addrs(s: &str) -> Result<Vec<Ipv4Addr>, String> {
+    let v: Result<Vec<_>, String> = s
+        .split([',', ' '])
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse()
+                .map_err(|_| format!("`{t}` is not an IPv4 address"))
+        })
+        .collect();
+    v
+}
+
+fn parse_range(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("`{s}` is not a port range like \"1024-65535\"");
+    let (a, b) = s.trim().split_once('-').ok_or_else(bad)?;
+    let a: u16 = a.trim().parse().map_err(|_| bad())?;
+    let b: u16 = b.trim().parse().map_err(|_| bad())?;
+    if a == 0 || a > b {
+        return Err(format!("`{s}`: need 1 <= LO <= HI"));
+    }
+    Ok((a, b))
+}
+
+impl Nat {
+    /// Which index a packet will be looked up in, and its tag: (1, tag) for `out`,
+    /// (2, tag) for `back`, (0, _) for none. Mirrors the decisions of `translate`.
+    #[inline]
+    fn probe(&self, l: &Layers, d: &[u8]) -> (u8, u32) {
+        if l.l3 != L3Kind::Ipv4 || !l.has_l4() || !matches!(l.l4_proto, TCP | UDP | ICMP) {
+            return (0, 0);
+        }
+        let (o3, o4, proto) = (l.l3_off as usize, l.l4_off as usize, l.l4_proto);
+        let (src, dst) = (be32(d, o3 + 12), be32(d, o3 + 16));
+        let (sport, dport) = match proto {
+            ICMP if d.len() >= o4 + 8 && matches!(d[o4], 0 | 8) => {
+                (be16(d, o4 + 4), be16(d, o4 + 4))
+            }
+            ICMP => return (0, 0),
+            _ => (be16(d, o4), be16(d, o4 + 2)),
+        };
+        if self.is_inside(src) {
+            let dport = if proto == ICMP { 0 } else { dport };
+            (1, self.out_tag(OutKey::new(src, dst, sport, dport, proto)))
+        } else {
+            (2, self.back_tag(dst, dport, proto))
+        }
+    }
+
+    /// Three passes so that a batch's cache misses overlap instead of queueing: hash and
+    /// prefetch every index entry, then prefetch the mappings they name, then translate.
+    #[inline]
+    fn process_chunk(&mut self, pkts: &mut [Packet]) {
+        let mut probes = [(0u8, 0u32); MAX_BATCH];
+        for (p, pr) in pkts.iter_mut().zip(probes.iter_mut()) {
+            let l = p.layers();
+            *pr = self.probe(&l, p.data());
+            match *pr {
+                (1, t) => self.out.prefetch(t),
+                (2, t) => self.back.prefetch(t),
+                _ => {}
+            }
+        }
+        for &(w, t) in &probes[..pkts.len()] {
+            let s = match w {
+                1 => self.out.find(t, |_| true),
+                2 => self.back.find(t, |_| true),
+                _ => None,
+            };
+            if let Some(s) = s {
+                prefetch(&self.slab[s as usize]);
+            }
+        }
+        // And the mappings the sweep in progress will examine during this chunk.
+        let c = self.sweep_cursor.min(self.live.len());
+        for &s in &self.live[c.saturating_sub(SWEEP_STEP * pkts.len())..c] {
+            prefetch(&self.slab[s as usize]);
+        }
+        for p in pkts.iter_mut() {
+            let l = p.layers();
+            let (m, d) = p.split_mut();
+            let now = m.ts_ns;
+            // Capture time is the clock: a sweep starts once per second of it (when the
+            // last one is done) and advances a few mappings per packet.
+            if now >= self.next_sweep && self.sweep_cursor == 0 {
+                self.next_sweep = now.saturating_add(SWEEP_EVERY_NS);
+                self.sweep_cursor = self.live.len();
+            }
+            if self.sweep_cursor != 0 {
+                self.sweep_some(now, SWEEP_STEP);
+            }
+            let r = match l.l3 {
+                L3Kind::Ipv4 if l.is_later_fragment() => Err(FRAGMENT),
+                L3Kind::Ipv4 => self.translate(&l, d, now),
+                L3Kind::Malformed => Err(MALFORMED),
+                _ => {
+                    self.not_ipv4 += 1;
+                    Ok(())
+                }
+            };
+            if let Err(r) = r {
+                p.drop_with(r);
+            }
+        }
+    }
+}
+
+/// 32 bits of a 64-bit hash for the index (both halves mixed in).
+#[inline]
+fn tag(h: u64) -> u32 {
+    (h ^ (h >> 32)) as u32
+}
+
+impl Nf for Nat {
+    fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    #[inline]
+    fn process(&mut self, batch: &mut Batch, _cx: &Context) {
+        // A node fed by several others may get more than one batch's worth.
+        for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
+            self.process_chunk(chunk);
+        }
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("mappings", self.live.len() as u64),
+            ("created", self.created),
+            ("expired", self.expired),
+            ("pool_exhausted", self.pool_exhausted),
+            ("table_full", self.table_full),
+            ("translated_out", self.translated_out),
+            ("translated_in", self.translated_in),
+            ("icmp_errors", self.icmp_errors),
+            ("internal", self.internal),
+            ("passed_not_ipv4", self.not_ipv4),
+            ("pool_size", self.pool.size() as u64),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::checksum::{sum, update_bytes};
+
+    #[test]
+    fn presummed_delta_equals_rfc1624_per_word() {
+        let mut r = 3u64;
+        for _ in 0..10_000 {
+            r = r.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let (c, a, b, p, q) = (
+                (r >> 48) as u16,
+                (r >> 16) as u32,
+                r.rotate_left(7) as u32,
+                (r >> 3) as u16,
+                (r >> 29) as u16,
+            );
+            let d = delta(&[hi(a), lo(a), p], &[hi(b), lo(b), q]);
+            let step = update16(update_bytes(c, &a.to_be_bytes(), &b.to_be_bytes()), p, q);
+            // Equal as one's-complement values (0 and 0xffff are both zero).
+            assert_eq!(patch(c, d) % 0xffff, step % 0xffff, "c={c:#x}");
+        }
+        // A header that checksums right still does after a patched address change.
+        let mut h = [
+            0x45u8, 0, 0, 40, 0, 1, 0, 0, 64, 6, 0, 0, 10, 0, 0, 5, 93, 184, 216, 34,
+        ];
+        let c = !sum(&h);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        let (old, new) = (0x0a00_0005u32, 0xc633_6401u32);
+        let d = delta(&[hi(old), lo(old)], &[hi(new), lo(new)]);
+        h[12..16].copy_from_slice(&new.to_be_bytes());
+        let c2 = patch(c, d);
+        h[10..12].copy_from_slice(&c2.to_be_bytes());
+        assert_eq!(sum(&h), 0xffff);
+    }
+
+    #[test]
+    fn parses_prefixes_addresses_and_ranges() {
+        assert_eq!(
+            parse_prefixes("10.0.0.0/8, 192.168.0.0/16 1.2.3.4").unwrap(),
+            vec![
+                (Ipv4Addr::new(10, 0, 0, 0), 8),
+                (Ipv4Addr::new(192, 168, 0, 0), 16),
+                (Ipv4Addr::new(1, 2, 3, 4), 32)
+            ]
+        );
+        assert!(parse_prefixes("10.0.0.0/33").is_err());
+        assert!(parse_prefixes("ten/8").is_err());
+        assert!(parse_prefixes(" , ").is_err());
+        assert_eq!(parse_addrs("1.2.3.4,5.6.7.8").unwrap().len(), 2);
+        assert!(parse_addrs("1.2.3").is_err());
+        assert_eq!(parse_range("1024-65535"), Ok((1024, 65535)));
+        assert!(parse_range("0-10").is_err());
+        assert!(parse_range("10-9").is_err());
+        assert!(parse_range("80").is_err());
+        assert!(parse_range("1-70000").is_err());
+    }
+
+    #[test]
+    fn config_errors_are_one_line_and_name_the_key() {
+        let t: toml::Table = toml::from_str("inside = \"10.0.0.0/40\"").unwrap();
+        let mut p = Params::new("n", &t);
+        let e = Nat::from_params(&mut p).err().unwrap().to_string();
+        assert!(e.contains("`inside`") && !e.contains('\n'), "{e}");
+        let t: toml::Table = toml::from_str("ports = \"1-70000\"").unwrap();
+        assert!(Nat::from_params(&mut Params::new("n", &t)).is_err());
+        let t: toml::Table = toml::from_str("public = \"\"").unwrap();
+        assert!(Nat::from_params(&mut Params::new("n", &t)).is_err());
+        let t: toml::Table = toml::from_str("inside = [\"10.0.0.0/8\"]").unwrap();
+        assert!(Nat::from_params(&mut Params::new("n", &t)).is_err());
+    }
+
+    #[test]
+    fn inside_prefixes_match_by_mask() {
+        let n = Nat::new(&NatConfig::default()).unwrap();
+        for (a, inside) in [
+            ([10, 1, 2, 3], true),
+            ([172, 31, 0, 1], true),
+            ([172, 32, 0, 1], false),
+            ([192, 168, 9, 9], true),
+            ([8, 8, 8, 8], false),
+        ] {
+            assert_eq!(n.is_inside(u32::from_be_bytes(a)), inside, "{a:?}");
+        }
+    }
+}
