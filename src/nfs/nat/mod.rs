@@ -1112,6 +1112,30 @@ impl Nf for Nat {
         }
     }
 
+    /// `pool ADDR[,ADDR…] LO-HI`: new flows take public addresses and ports from the new
+    /// pool; live mappings keep theirs until they end.
+    fn control(&mut self, cmd: &str) -> Result<String, String> {
+        let mut words = cmd.split_whitespace();
+        match words.next() {
+            Some("pool") => {
+                let rest: Vec<&str> = words.collect();
+                let Some((range, addrs)) = rest.split_last() else {
+                    return Err("usage: pool ADDR[,ADDR…] LO-HI".into());
+                };
+                let addrs = parse_addrs(&addrs.join(" "))?;
+                let (lo, hi) = parse_range(range)?;
+                self.set_pool(&addrs, lo, hi)?;
+                Ok(format!(
+                    "pool: {} address(es), ports {lo}-{hi}",
+                    addrs.len()
+                ))
+            }
+            _ => Err(format!(
+                "unknown command `{cmd}` (commands: pool ADDR… LO-HI)"
+            )),
+        }
+    }
+
     fn stats(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("mappings", self.live.len() as u64),
