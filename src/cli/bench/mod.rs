@@ -2,6 +2,7 @@
 //! Timings are medians over several runs; ratios are taken within the same run.
 
 mod chart;
+mod nfs;
 mod ops;
 mod steve;
 mod traces;
@@ -12,7 +13,8 @@ use std::path::PathBuf;
 /// Reproduce an experiment and print its table; results go under --out.
 #[derive(clap::Args)]
 pub struct Args {
-    /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per operation).
+    /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per
+    /// operation), nfs (filter, NAT, Maglev, monitor).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -41,8 +43,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "steve" => steve::apps(&a),
         "steve-decode" => steve::decode(&a),
         "steve-ops" => ops::run(&a),
+        "nfs" => nfs::run(&a),
         other => {
-            anyhow::bail!("unknown benchmark `{other}` (known: steve, steve-decode, steve-ops)")
+            anyhow::bail!("unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs)")
         }
     }
 }
