@@ -3,6 +3,7 @@
 mod firewall;
 mod ipv4_switch;
 mod mac_switch;
+mod maglev;
 mod nf;
 mod params;
 pub mod registry;
@@ -11,6 +12,7 @@ mod wire;
 pub use firewall::Firewall;
 pub use ipv4_switch::Ipv4Switch;
 pub use mac_switch::MacSwitch;
+pub use maglev::{Backend, Maglev};
 pub use nf::{Context, Nf, Profile};
 pub use params::{ParamDoc, ParamError, Params};
 pub use wire::Wire;

@@ -1,7 +1,7 @@
 //! NF kinds by config name, with their parameter docs, for `run`, `check` and `nfs`.
 
 use super::params::{ParamDoc, ParamError, Params};
-use super::{Firewall, Ipv4Switch, MacSwitch, Nf, Wire};
+use super::{Firewall, Ipv4Switch, MacSwitch, Maglev, Nf, Wire};
 
 pub struct Kind {
     pub name: &'static str,
@@ -34,6 +34,12 @@ pub const KINDS: &[Kind] = &[
         summary: "Stateless firewall: passes TCP/UDP with a source or destination port in the list, then switches like ipv4_switch",
         params: Firewall::PARAMS,
         build: |p| Ok(Box::new(Firewall::from_params(p)?)),
+    },
+    Kind {
+        name: "maglev",
+        summary: "Maglev load balancer: packets to the VIP go to a backend by consistent hashing, per-flow tracked; destination IP (and MAC) rewritten",
+        params: Maglev::PARAMS,
+        build: |p| Ok(Box::new(Maglev::from_params(p)?)),
     },
 ];
 
