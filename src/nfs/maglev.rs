@@ -128,11 +128,13 @@ fn offset_skip(name: &str, m: usize) -> (usize, usize) {
 /// weight) by the paper's Pseudocode 1: each backend walks its own permutation of the
 /// slots, `offset, offset + skip, …` (mod m), and in turn claims the next slot still free.
 /// A backend of weight w takes w turns per round, so shares follow the weights; weight 0
-/// takes none. Empty when no backend has a weight (every new flow then has no backend).
+/// takes none. Backends take turns in name order. Empty when no backend has a weight (every new flow then has no backend).
 pub fn populate(backends: &[(&str, u32)], m: usize) -> Vec<u16> {
-    let live: Vec<usize> = (0..backends.len().min(MAX_BACKENDS))
+    let mut live: Vec<usize> = (0..backends.len().min(MAX_BACKENDS))
         .filter(|&i| backends[i].1 > 0)
         .collect();
+    // Turns go in name order, so the table does not depend on the order of the list.
+    live.sort_by_key(|&i| backends[i].0);
     if live.is_empty() || m < 2 {
         return Vec::new();
     }
@@ -349,7 +351,12 @@ impl Maglev {
                 .map_err(|_| p.err(format!("`vip` = \"{s}\" is not an IP address")))?,
         };
         let backends = parse_backends(p)?;
-        let m = p.int("table_size", DEFAULT_TABLE_SIZE as i64, 2, MAX_TABLE_SIZE as i64)? as usize;
+        let m = p.int(
+            "table_size",
+            DEFAULT_TABLE_SIZE as i64,
+            2,
+            MAX_TABLE_SIZE as i64,
+        )? as usize;
         let capacity = p.int("capacity", 65536, 1, 1 << 26)? as usize;
         let timeout = p.seconds_ns("timeout", 60_000_000_000)?;
         let seed = p.int("seed", 0, 0, i64::MAX)? as u64;
@@ -501,7 +508,9 @@ fn parse_backends(p: &mut Params) -> Result<Vec<Backend>, ParamError> {
     let mut out = Vec::with_capacity(arr.len());
     for (n, e) in arr.iter().enumerate() {
         let Some(t) = e.as_table() else {
-            return Err(p.err(format!("`backends[{n}]` must be a table like {{ addr = \"10.1.0.1\" }}")));
+            return Err(p.err(format!(
+                "`backends[{n}]` must be a table like {{ addr = \"10.1.0.1\" }}"
+            )));
         };
         let s = |k: &str| -> Result<Option<&str>, ParamError> {
             match t.get(k) {
@@ -516,13 +525,17 @@ fn parse_backends(p: &mut Params) -> Result<Vec<Backend>, ParamError> {
         let Some(a) = s("addr")? else {
             return Err(p.err(format!("`backends[{n}]` needs an `addr`")));
         };
-        let addr: IpAddr = a
-            .parse()
-            .map_err(|_| p.err(format!("`backends[{n}].addr` = \"{a}\" is not an IP address")))?;
+        let addr: IpAddr = a.parse().map_err(|_| {
+            p.err(format!(
+                "`backends[{n}].addr` = \"{a}\" is not an IP address"
+            ))
+        })?;
         let mut b = Backend::new(addr);
         if let Some(m) = s("mac")? {
             b.mac = Some(parse_mac(m).ok_or_else(|| {
-                p.err(format!("`backends[{n}].mac` = \"{m}\" is not a MAC like 02:00:00:00:01:01"))
+                p.err(format!(
+                    "`backends[{n}].mac` = \"{m}\" is not a MAC like 02:00:00:00:01:01"
+                ))
             })?);
         }
         if let Some(name) = s("name")? {
@@ -674,7 +687,9 @@ mod tests {
     fn small_table_is_full_and_even() {
         let t = populate(&[("a", 1), ("b", 1), ("c", 1)], 7);
         assert_eq!(t.len(), 7);
-        let n: Vec<usize> = (0..3).map(|i| t.iter().filter(|&&x| x == i).count()).collect();
+        let n: Vec<usize> = (0..3)
+            .map(|i| t.iter().filter(|&&x| x == i).count())
+            .collect();
         assert!(n.iter().all(|&c| c == 2 || c == 3), "{n:?}");
         assert!(populate(&[("a", 0)], 7).is_empty());
     }
