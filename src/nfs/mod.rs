@@ -1,6 +1,7 @@
 //! The NF library. Each NF is one file; [`registry`] maps config kinds to constructors.
 
 mod firewall;
+mod flow_monitor;
 mod ipv4_switch;
 mod mac_switch;
 mod maglev;
@@ -10,6 +11,7 @@ pub mod registry;
 mod wire;
 
 pub use firewall::Firewall;
+pub use flow_monitor::{End, FlowMonitor, FlowRecord, FlowStats};
 pub use ipv4_switch::Ipv4Switch;
 pub use mac_switch::MacSwitch;
 pub use maglev::{Backend, Maglev};

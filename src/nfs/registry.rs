@@ -1,7 +1,7 @@
 //! NF kinds by config name, with their parameter docs, for `run`, `check` and `nfs`.
 
 use super::params::{ParamDoc, ParamError, Params};
-use super::{Firewall, Ipv4Switch, MacSwitch, Maglev, Nf, Wire};
+use super::{Firewall, FlowMonitor, Ipv4Switch, MacSwitch, Maglev, Nf, Wire};
 
 pub struct Kind {
     pub name: &'static str,
@@ -40,6 +40,12 @@ pub const KINDS: &[Kind] = &[
         summary: "Maglev load balancer: packets to the VIP go to a backend by consistent hashing, per-flow tracked; destination IP (and MAC) rewritten",
         params: Maglev::PARAMS,
         build: |p| Ok(Box::new(Maglev::from_params(p)?)),
+    },
+    Kind {
+        name: "flow_monitor",
+        summary: "Flow monitor: per-connection packets, bytes, first/last seen and TCP flags, exported on idle timeout and at the end; never drops",
+        params: FlowMonitor::PARAMS,
+        build: |p| Ok(Box::new(FlowMonitor::from_params(p)?)),
     },
 ];
 
