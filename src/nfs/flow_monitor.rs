@@ -204,6 +204,9 @@ pub struct FlowMonitor {
     /// 0: flows never expire (exported at the end only).
     timeout_ns: u64,
     last_sweep_ns: u64,
+    /// No entry was last seen before this (a lower bound, exact after a sweep): sweeps
+    /// that could not find anything are skipped, as their cost is the table's capacity.
+    min_last_ns: u64,
     sink: Option<Sink>,
     /// Reused by sweeps so exporting does not allocate once warmed up.
     expired: Vec<(FlowKey, FlowStats)>,
@@ -263,6 +266,7 @@ impl FlowMonitor {
             capacity,
             timeout_ns,
             last_sweep_ns: 0,
+            min_last_ns: u64::MAX,
             sink: None,
             expired: Vec::new(),
             exported: 0,
@@ -338,14 +342,21 @@ impl FlowMonitor {
             return;
         }
         let t = self.timeout_ns;
+        if now_ns.saturating_sub(self.min_last_ns) <= t {
+            return;
+        }
         let out = &mut self.expired;
+        let mut min_last = u64::MAX;
         self.table.retain(|k, s| {
             let keep = now_ns.saturating_sub(s.last_ns) <= t;
-            if !keep {
+            if keep {
+                min_last = min_last.min(s.last_ns);
+            } else {
                 out.push((*k, *s));
             }
             keep
         });
+        self.min_last_ns = min_last;
         self.export_expired(End::Idle);
     }
 }
@@ -399,6 +410,7 @@ impl Nf for FlowMonitor {
                         // Idle past the timeout but not swept yet: the old connection
                         // ends here and this packet starts a new record.
                         let old = std::mem::replace(s, fresh);
+                        self.min_last_ns = self.min_last_ns.min(now);
                         self.export(&c, &old, End::Idle);
                     } else {
                         s.packets[dir] += 1;
@@ -414,6 +426,7 @@ impl Nf for FlowMonitor {
                 }
                 Entry::Vacant(e) => {
                     e.insert(fresh);
+                    self.min_last_ns = self.min_last_ns.min(now);
                 }
             }
         }
