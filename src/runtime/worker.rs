@@ -514,7 +514,7 @@ mod tests {
     }
 
     fn trace() -> Trace {
-        let mut f = vec![0u8; 60];
+        let mut f = [0u8; 60];
         f[12] = 8;
         f[14] = 0x45;
         f[22] = 64;
