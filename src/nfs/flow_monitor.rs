@@ -207,6 +207,12 @@ pub struct FlowMonitor {
     /// No entry was last seen before this (a lower bound, exact after a sweep): sweeps
     /// that could not find anything are skipped, as their cost is the table's capacity.
     min_last_ns: u64,
+    /// Packets since the last sweep: a sweep scans the whole table, so besides a second of
+    /// capture time it waits for enough packets to amortise the scan (traces compress
+    /// years into few packets). Records do not depend on it: a packet of a flow idle past
+    /// the timeout always starts a new record.
+    since_sweep: u64,
+    sweep_every: u64,
     sink: Option<Sink>,
     /// Reused by sweeps so exporting does not allocate once warmed up.
     expired: Vec<(FlowKey, FlowStats)>,
@@ -267,6 +273,8 @@ impl FlowMonitor {
             timeout_ns,
             last_sweep_ns: 0,
             min_last_ns: u64::MAX,
+            since_sweep: 0,
+            sweep_every: (capacity as u64 / 4).max(1024),
             sink: None,
             expired: Vec::new(),
             exported: 0,
@@ -337,14 +345,17 @@ impl FlowMonitor {
         self.expired = v;
     }
 
-    fn sweep(&mut self, now_ns: u64) {
-        if self.timeout_ns == 0 {
-            return;
-        }
+    /// Exports idle flows; returns whether it ran.
+    fn sweep(&mut self, now_ns: u64) -> bool {
         let t = self.timeout_ns;
-        if now_ns.saturating_sub(self.min_last_ns) <= t {
-            return;
+        if t == 0
+            || now_ns.abs_diff(self.last_sweep_ns) < SECOND
+            || now_ns.saturating_sub(self.min_last_ns) <= t
+        {
+            return false;
         }
+        self.last_sweep_ns = now_ns;
+        self.since_sweep = 0;
         let out = &mut self.expired;
         let mut min_last = u64::MAX;
         self.table.retain(|k, s| {
@@ -358,6 +369,7 @@ impl FlowMonitor {
         });
         self.min_last_ns = min_last;
         self.export_expired(End::Idle);
+        true
     }
 }
 
@@ -371,8 +383,8 @@ impl Nf for FlowMonitor {
         // step back in time, so a jump either way counts.
         if let Some(p) = batch.iter().next() {
             let now = p.meta().ts_ns;
-            if now.abs_diff(self.last_sweep_ns) >= SECOND {
-                self.last_sweep_ns = now;
+            self.since_sweep += batch.len() as u64;
+            if self.since_sweep >= self.sweep_every {
                 self.sweep(now);
             }
         }
@@ -422,7 +434,13 @@ impl Nf for FlowMonitor {
                     }
                 }
                 Entry::Vacant(_) if full => {
-                    self.overflow_packets += 1;
+                    // Make room if idle flows hold it, else count the packet.
+                    if self.sweep(now) && self.table.len() < self.capacity {
+                        self.table.insert(c, fresh);
+                        self.min_last_ns = self.min_last_ns.min(now);
+                    } else {
+                        self.overflow_packets += 1;
+                    }
                 }
                 Entry::Vacant(e) => {
                     e.insert(fresh);
@@ -506,6 +524,7 @@ mod tests {
     #[test]
     fn idle_flows_are_exported_and_restart() {
         let mut m = FlowMonitor::new(16, 10 * SECOND);
+        m.sweep_every = 1;
         run(&mut m, vec![tcp(1, 2, 1, 2, 2, SECOND)]);
         run(&mut m, vec![tcp(1, 2, 1, 2, 2, 20 * SECOND)]);
         assert_eq!(m.exported, 1);

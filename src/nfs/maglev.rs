@@ -205,6 +205,11 @@ pub struct Maglev {
     hasher: FixedState,
     drop_others: bool,
     last_sweep_ns: u64,
+    /// Packets since the last sweep: a sweep scans the whole table, so it waits for
+    /// enough packets to amortise it (or for the table to fill), besides a second of
+    /// capture time (traces compress years into few packets).
+    since_sweep: u64,
+    sweep_every: u64,
     new_flows: u64,
     rehashed: u64,
     table_full: u64,
@@ -322,6 +327,8 @@ impl Maglev {
             hasher: FixedState::with_seed(0),
             drop_others: false,
             last_sweep_ns: 0,
+            since_sweep: 0,
+            sweep_every: (capacity as u64 / 4).max(1024),
             new_flows: 0,
             rehashed: 0,
             table_full: 0,
@@ -476,11 +483,26 @@ impl Maglev {
             return Some(i);
         }
         let i = slot(table, hasher, key)?;
+        let id = backends[i].id;
         self.new_flows += 1;
-        if conns.learn(*key, backends[i].id, now) == Learned::Full {
+        if conns.learn(*key, id, now) == Learned::Full
+            && !(self.sweep(now) && self.conns.learn(*key, id, now) != Learned::Full)
+        {
             self.table_full += 1;
         }
         Some(i)
+    }
+
+    /// Drops idle connections, at most once per second of capture time (any jump counts:
+    /// traces may step back). Returns whether it ran.
+    fn sweep(&mut self, now: u64) -> bool {
+        if now.abs_diff(self.last_sweep_ns) < 1_000_000_000 {
+            return false;
+        }
+        self.last_sweep_ns = now;
+        self.since_sweep = 0;
+        self.conns.sweep(now, |_, _| {});
+        true
     }
 }
 
@@ -569,13 +591,12 @@ impl Nf for Maglev {
     }
 
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
-        // Free the slots of idle connections about once per second of capture time (at
-        // batch granularity); traces may step back in time, so any jump of a second counts.
+        // Free the slots of idle connections (expired ones are also replaced when their
+        // flow is seen again, so sweeping only matters for room).
         if let Some(p) = batch.iter().next() {
-            let now = p.meta().ts_ns;
-            if now.abs_diff(self.last_sweep_ns) >= 1_000_000_000 {
-                self.last_sweep_ns = now;
-                self.conns.sweep(now, |_, _| {});
+            self.since_sweep += batch.len() as u64;
+            if self.since_sweep >= self.sweep_every {
+                self.sweep(p.meta().ts_ns);
             }
         }
         for p in batch {
