@@ -17,9 +17,12 @@ fn err(text: &str) -> String {
 #[test]
 fn unknown_nf_kind() {
     let e = err("[[nf]]\nname = \"x\"\nkind = \"router9000\"\n");
-    assert_eq!(
-        e,
-        "t.toml: nf `x`: unknown kind `router9000` (known: wire, mac_switch, ipv4_switch, firewall)"
+    // Prefix only: more kinds are appended to the list as NFs land.
+    assert!(
+        e.starts_with(
+            "t.toml: nf `x`: unknown kind `router9000` (known: wire, mac_switch, ipv4_switch, firewall"
+        ),
+        "{e}"
     );
 }
 
