@@ -272,3 +272,32 @@ fn bounded_table_counts_overflow_and_bad_params_are_errors() {
         assert!(e.contains(msg), "{extra}: {e}");
     }
 }
+
+/// The runner's profile check: the monitor writes nothing, and never drops.
+#[test]
+fn writes_nothing() {
+    use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
+    let trace = Trace::open(&common::dataset("bench/ndpi-ether-merged.pcap")).unwrap();
+    let cfg =
+        ChainConfig::parse("[[nf]]\nname = \"m\"\nkind = \"flow_monitor\"\n", "t.toml").unwrap();
+    let mut r = Runner::new(Chain::from_config(&cfg).unwrap(), trace.max_packet_len());
+    r.check_profiles(true);
+    let s = r
+        .run(&trace, &RunOptions::default(), &mut NoProgress)
+        .expect("no writes");
+    assert_eq!(s.packets_out, trace.len() as u64);
+}
+
+#[test]
+fn unwritable_records_are_counted_not_fatal() {
+    let trace = Trace::open(&common::dataset("ndpi/pcap/1kxun.pcap")).unwrap();
+    let s = common::run_chain(
+        "[[nf]]\nname = \"m\"\nkind = \"flow_monitor\"\nrecords = \"/nonexistent/dir/f.jsonl\"\n",
+        &trace,
+        None,
+    );
+    let stat = |k: &str| s.nfs[0].stats.iter().find(|(n, _)| n == k).unwrap().1;
+    assert!(stat("lost_records") > 0);
+    assert_eq!(stat("lost_records"), stat("exported"));
+    assert_eq!(s.packets_out, trace.len() as u64);
+}

@@ -422,3 +422,24 @@ backends = [
         eprintln!("{vip}: {rewritten} packets rewritten, per backend {per_backend:?}");
     }
 }
+
+/// The runner's profile check (on in debug builds) compares header bytes after every NF
+/// call: Maglev may only write what it declares (IP_DST, ETH_DST with MACs).
+#[test]
+fn writes_only_declared_fields() {
+    use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
+    let trace = Trace::open(&common::dataset("bench/ndpi-ether-merged.pcap")).unwrap();
+    for mac in ["", ", mac = \"02:00:00:00:01:01\""] {
+        // A VIP with TCP, one with UDP (mostly without checksums).
+        for vip in ["192.168.2.110", "10.35.60.100"] {
+            let text = format!(
+                "[[nf]]\nname = \"lb\"\nkind = \"maglev\"\nvip = \"{vip}\"\nbackends = [{{ addr = \"10.1.0.1\"{mac} }}, {{ addr = \"10.1.0.2\" }}]\n"
+            );
+            let cfg = ChainConfig::parse(&text, "t.toml").unwrap();
+            let mut r = Runner::new(Chain::from_config(&cfg).unwrap(), trace.max_packet_len());
+            r.check_profiles(true);
+            r.run(&trace, &RunOptions::default(), &mut NoProgress)
+                .expect("no undeclared writes");
+        }
+    }
+}
