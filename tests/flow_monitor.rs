@@ -20,6 +20,10 @@ struct Counts {
     frames: [u64; 2],
     bytes_lo: [u64; 2],
     bytes_hi: [u64; 2],
+    /// Rows (tshark) or records (catena) summed here.
+    rows: u32,
+    /// A, the side that sent first, is the key's second endpoint (in the last row).
+    a_second: bool,
 }
 
 fn key(proto: u8, a: (String, u16), b: (String, u16)) -> (Key, bool) {
@@ -34,6 +38,8 @@ fn key(proto: u8, a: (String, u16), b: (String, u16)) -> (Key, bool) {
 fn add(m: &mut BTreeMap<Key, Counts>, k: Key, swap: bool, ab: [u64; 3], ba: [u64; 3]) {
     let (f, r) = if swap { (ba, ab) } else { (ab, ba) };
     let c = m.entry(k).or_default();
+    c.rows += 1;
+    c.a_second = swap;
     for (i, d) in [f, r].iter().enumerate() {
         c.frames[i] += d[0];
         c.bytes_lo[i] += d[1];
@@ -146,7 +152,9 @@ fn compare(name: &str, trace: &Path) {
             Some(o) => {
                 let bytes_ok =
                     (0..2).all(|i| (t.bytes_lo[i]..=t.bytes_hi[i]).contains(&o.bytes_lo[i]));
-                if o.frames != t.frames || !bytes_ok {
+                // One conversation on both sides: A (the first sender) must agree too.
+                let a_ok = t.rows > 1 || o.a_second == t.a_second;
+                if o.frames != t.frames || !bytes_ok || !a_ok {
                     bad.push(format!("{k:?}: ours {o:?}, tshark {t:?}"));
                 }
             }
