@@ -22,7 +22,7 @@ use hashbrown::HashMap;
 
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
-use crate::flow::{FlowKey, Hasher};
+use crate::flow::{FlowKey, Hasher, WideKey};
 use crate::packet::{Batch, Fields};
 
 /// One connection's counters. Direction 0 is from the canonical key's source.
@@ -199,7 +199,7 @@ impl Sink {
 
 pub struct FlowMonitor {
     profile: Profile,
-    table: HashMap<FlowKey, FlowStats, Hasher>,
+    table: HashMap<WideKey, FlowStats, Hasher>,
     capacity: usize,
     /// 0: flows never expire (exported at the end only).
     timeout_ns: u64,
@@ -215,7 +215,7 @@ pub struct FlowMonitor {
     sweep_every: u64,
     sink: Option<Sink>,
     /// Reused by sweeps so exporting does not allocate once warmed up.
-    expired: Vec<(FlowKey, FlowStats)>,
+    expired: Vec<(WideKey, FlowStats)>,
     exported: u64,
     lost_records: u64,
     /// Packets of new flows that found the table full (not counted in any record).
@@ -318,7 +318,7 @@ impl FlowMonitor {
         let mut v: Vec<FlowRecord> = self
             .table
             .iter()
-            .map(|(k, s)| FlowRecord::new(k, s, End::Final))
+            .map(|(k, s)| FlowRecord::new(&k.0, s, End::Final))
             .collect();
         v.sort_by_key(|r| (r.first_ns, r.proto, r.a, r.a_port, r.b, r.b_port));
         v
@@ -339,7 +339,7 @@ impl FlowMonitor {
         let mut v = std::mem::take(&mut self.expired);
         v.sort_unstable_by_key(|(k, s)| (s.first_ns, *k));
         for (k, s) in &v {
-            self.export(k, s, end);
+            self.export(&k.0, s, end);
         }
         v.clear();
         self.expired = v;
@@ -403,8 +403,8 @@ impl Nf for FlowMonitor {
             } else {
                 0
             };
-            let c = key.canonical();
-            let dir = (c != key) as usize;
+            let c = WideKey(key.canonical());
+            let dir = (c.0 != key) as usize;
             let fresh = FlowStats {
                 first_ns: now,
                 last_ns: now,
@@ -423,7 +423,7 @@ impl Nf for FlowMonitor {
                         // ends here and this packet starts a new record.
                         let old = std::mem::replace(s, fresh);
                         self.min_last_ns = self.min_last_ns.min(now);
-                        self.export(&c, &old, End::Idle);
+                        self.export(&c.0, &old, End::Idle);
                     } else {
                         s.packets[dir] += 1;
                         s.bytes[dir] += len;

@@ -29,7 +29,7 @@ use foldhash::fast::FixedState;
 
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
-use crate::flow::{FlowKey, Learned, TimedTable};
+use crate::flow::{FlowKey, Learned, TimedTable, WideKey};
 use crate::packet::wire::{Ipv4, Tcp, Udp};
 use crate::packet::{checksum, Batch, Fields, L3Kind, Verdict};
 
@@ -201,7 +201,7 @@ pub struct Maglev {
     backends: Vec<Live>,
     known: Vec<Known>,
     /// Flow → stable backend id.
-    conns: TimedTable<FlowKey, u32>,
+    conns: TimedTable<WideKey, u32>,
     hasher: FixedState,
     drop_others: bool,
     last_sweep_ns: u64,
@@ -462,7 +462,7 @@ impl Maglev {
 
     /// The backend (index into `backends`) for a flow: its tracked one, else by the table.
     #[inline]
-    fn pick(&mut self, key: &FlowKey, now: u64) -> Option<usize> {
+    fn pick(&mut self, key: &WideKey, now: u64) -> Option<usize> {
         let Maglev {
             conns,
             known,
@@ -508,7 +508,7 @@ impl Maglev {
 
 /// The table's choice for a new flow.
 #[inline]
-fn slot(table: &[u16], hasher: &FixedState, key: &FlowKey) -> Option<usize> {
+fn slot(table: &[u16], hasher: &FixedState, key: &WideKey) -> Option<usize> {
     if table.is_empty() {
         return None;
     }
@@ -623,7 +623,7 @@ impl Nf for Maglev {
                 key.sport = 0;
                 key.dport = 0;
             }
-            let Some(i) = self.pick(&key, m.ts_ns) else {
+            let Some(i) = self.pick(&WideKey(key), m.ts_ns) else {
                 m.verdict = Verdict::Drop(NO_BACKEND);
                 continue;
             };
