@@ -29,7 +29,7 @@ use foldhash::fast::FixedState;
 
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
-use crate::flow::{FlowKey, Learned, TimedTable, WideKey};
+use crate::flow::{FlowKey, Hasher, Learned, WideKey};
 use crate::packet::wire::{Ipv4, Tcp, Udp};
 use crate::packet::{checksum, Batch, Fields, L3Kind, Verdict};
 
@@ -201,7 +201,7 @@ pub struct Maglev {
     backends: Vec<Live>,
     known: Vec<Known>,
     /// Flow → stable backend id.
-    conns: TimedTable<WideKey, u32>,
+    conns: Conns,
     hasher: FixedState,
     drop_others: bool,
     last_sweep_ns: u64,
@@ -323,7 +323,7 @@ impl Maglev {
             table: Vec::new(),
             backends: Vec::new(),
             known: Vec::new(),
-            conns: TimedTable::new(capacity.max(1), timeout_ns),
+            conns: Conns::new(capacity.max(1), timeout_ns),
             hasher: FixedState::with_seed(0),
             drop_others: false,
             last_sweep_ns: 0,
@@ -501,8 +501,67 @@ impl Maglev {
         }
         self.last_sweep_ns = now;
         self.since_sweep = 0;
-        self.conns.sweep(now, |_, _| {});
+        self.conns.sweep(now);
         true
+    }
+}
+
+/// The connection table: flow → (stable backend id, last seen). As `flow::TimedTable`,
+/// but a hit is one probe that also refreshes the entry (the hot path of every packet).
+struct Conns {
+    map: hashbrown::HashMap<WideKey, (u32, u64), Hasher>,
+    capacity: usize,
+    /// 0: connections never expire.
+    timeout_ns: u64,
+}
+
+impl Conns {
+    fn new(capacity: usize, timeout_ns: u64) -> Conns {
+        Conns {
+            map: hashbrown::HashMap::with_capacity_and_hasher(capacity, Hasher::default()),
+            capacity,
+            timeout_ns,
+        }
+    }
+
+    /// The live entry's backend id, its idle timer refreshed; an expired one is a miss
+    /// (and is overwritten by the `learn` that follows).
+    #[inline]
+    fn get_mut(&mut self, key: &WideKey, now: u64) -> Option<&mut u32> {
+        let t = self.timeout_ns;
+        let e = self.map.get_mut(key)?;
+        if t != 0 && now.saturating_sub(e.1) > t {
+            return None;
+        }
+        e.1 = e.1.max(now);
+        Some(&mut e.0)
+    }
+
+    #[inline]
+    fn learn(&mut self, key: WideKey, id: u32, now: u64) -> Learned {
+        let full = self.map.len() >= self.capacity;
+        match self.map.entry(key) {
+            hashbrown::hash_map::Entry::Occupied(mut e) => {
+                *e.get_mut() = (id, now);
+                Learned::Updated
+            }
+            hashbrown::hash_map::Entry::Vacant(_) if full => Learned::Full,
+            hashbrown::hash_map::Entry::Vacant(e) => {
+                e.insert((id, now));
+                Learned::Inserted
+            }
+        }
+    }
+
+    fn sweep(&mut self, now: u64) {
+        let t = self.timeout_ns;
+        if t != 0 {
+            self.map.retain(|_, e| now.saturating_sub(e.1) <= t);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
     }
 }
 
