@@ -1,8 +1,10 @@
 //! The NF library. Each NF is one file; [`registry`] maps config kinds to constructors.
 
 mod firewall;
+mod flow_monitor;
 mod ipv4_switch;
 mod mac_switch;
+mod maglev;
 mod nat;
 mod nf;
 mod params;
@@ -10,8 +12,10 @@ pub mod registry;
 mod wire;
 
 pub use firewall::Firewall;
+pub use flow_monitor::{End, FlowMonitor, FlowRecord, FlowStats};
 pub use ipv4_switch::Ipv4Switch;
 pub use mac_switch::MacSwitch;
+pub use maglev::{Backend, Maglev};
 pub use nat::{Nat, NatConfig};
 pub use nf::{Context, Nf, Profile};
 pub use params::{ParamDoc, ParamError, Params};

@@ -47,6 +47,10 @@ pub trait Nf: Send {
         Err("this NF takes no commands".into())
     }
 
+    /// Called once when the run's input ends, for NFs that report at the end (flow
+    /// records still open, buffered output to flush).
+    fn finish(&mut self) {}
+
     /// Counters of the NF's own (table sizes, learned entries, floods), for the summary.
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()

@@ -47,6 +47,11 @@ impl<'a> Params<'a> {
         self.table.get(key)
     }
 
+    /// The raw value, if present, for structured parameters (lists of tables).
+    pub fn value(&mut self, key: &'a str) -> Option<&'a toml::Value> {
+        self.raw(key)
+    }
+
     /// An integer in `lo..=hi`, or `default` when absent.
     pub fn int(&mut self, key: &'a str, default: i64, lo: i64, hi: i64) -> Result<i64, ParamError> {
         match self.raw(key) {

@@ -1,7 +1,7 @@
 //! NF kinds by config name, with their parameter docs, for `run`, `check` and `nfs`.
 
 use super::params::{ParamDoc, ParamError, Params};
-use super::{Firewall, Ipv4Switch, MacSwitch, Nat, Nf, Wire};
+use super::{Firewall, FlowMonitor, Ipv4Switch, MacSwitch, Maglev, Nat, Nf, Wire};
 
 pub struct Kind {
     pub name: &'static str,
@@ -40,6 +40,18 @@ pub const KINDS: &[Kind] = &[
         summary: "Source NAT with MazuNAT's semantics: inside flows get a public (address, port), exact replies are translated back, the rest dropped",
         params: Nat::PARAMS,
         build: |p| Ok(Box::new(Nat::from_params(p)?)),
+    },
+    Kind {
+        name: "maglev",
+        summary: "Maglev load balancer: packets to the VIP go to a backend by consistent hashing, per-flow tracked; destination IP (and MAC) rewritten",
+        params: Maglev::PARAMS,
+        build: |p| Ok(Box::new(Maglev::from_params(p)?)),
+    },
+    Kind {
+        name: "flow_monitor",
+        summary: "Flow monitor: per-connection packets, bytes, first/last seen and TCP flags, exported on idle timeout and at the end; never drops",
+        params: FlowMonitor::PARAMS,
+        build: |p| Ok(Box::new(FlowMonitor::from_params(p)?)),
     },
 ];
 

@@ -211,6 +211,12 @@ impl Runner {
             );
         }
         let seconds = start.elapsed().as_secs_f64();
+        // NFs that report at the end (flow records) do it now, before the summary.
+        for n in &mut self.chain.nodes {
+            if let NodeKind::Nf { nf, .. } = &mut n.kind {
+                nf.finish();
+            }
+        }
         progress.finish();
         self.summary(trace, opts, seconds)
     }

@@ -45,7 +45,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "steve-ops" => ops::run(&a),
         "nfs" => nfs::run(&a),
         other => {
-            anyhow::bail!("unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs)")
+            anyhow::bail!(
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs)"
+            )
         }
     }
 }

@@ -40,20 +40,31 @@ impl Rng {
 /// port or range; ordered, with a final catch-all left to the default action.
 fn random_rules(n: usize, seed: u64) -> Vec<String> {
     let mut r = Rng(seed | 1);
-    let services = [22u16, 25, 53, 80, 110, 123, 143, 443, 445, 993, 3306, 3389, 5060, 8080];
+    let services = [
+        22u16, 25, 53, 80, 110, 123, 143, 443, 445, 993, 3306, 3389, 5060, 8080,
+    ];
     (0..n)
         .map(|_| {
             let act = if r.below(3) == 0 { "deny" } else { "allow" };
             let proto = ["tcp", "udp", "tcp", "tcp"][r.below(4) as usize];
             let len = [8u64, 16, 16, 24, 24, 24, 32][r.below(7) as usize];
             let a = r.next() as u32 & (u32::MAX << (32 - len));
-            let net = format!("{}.{}.{}.{}/{len}", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
+            let net = format!(
+                "{}.{}.{}.{}/{len}",
+                a >> 24,
+                (a >> 16) & 255,
+                (a >> 8) & 255,
+                a & 255
+            );
             let dir = if r.below(2) == 0 { "src" } else { "dst" };
             let port = if r.below(4) == 0 {
                 let lo = 1024 + r.below(30000) as u16;
                 format!("dst portrange {lo}-{}", lo + r.below(1000) as u16)
             } else {
-                format!("dst port {}", services[r.below(services.len() as u64) as usize])
+                format!(
+                    "dst port {}",
+                    services[r.below(services.len() as u64) as usize]
+                )
             };
             format!("{act} {proto} {dir} net {net} and {port}")
         })
@@ -91,11 +102,21 @@ fn flow_trace(flows: usize, packets: usize, dst: [u8; 4]) -> Trace {
     Trace::from_packets(
         LinkKind::Ethernet,
         PcapHeader::new(1, false),
-        bytes.iter().enumerate().map(|(i, p)| (i as u64 * 1000, &p[..])),
+        bytes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i as u64 * 1000, &p[..])),
     )
 }
 
-fn measure(a: &Args, nf: &str, case: &str, trace_name: &str, trace: &Trace, chain: &str) -> anyhow::Result<Row> {
+fn measure(
+    a: &Args,
+    nf: &str,
+    case: &str,
+    trace_name: &str,
+    trace: &Trace,
+    chain: &str,
+) -> anyhow::Result<Row> {
     let cfg = ChainConfig::parse(chain, nf)?;
     let opts = RunOptions {
         loops: (2_000_000u64).div_ceil(trace.len().max(1) as u64),
@@ -131,24 +152,46 @@ const NAT: &str = "inside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"\npubli
 
 fn maglev(backends: usize, table: u64, vip: &str) -> String {
     let b: Vec<String> = (0..backends)
-        .map(|i| format!("{{ addr = \"10.200.{}.{}\", weight = 1 }}", i / 250, i % 250 + 1))
+        .map(|i| {
+            format!(
+                "{{ addr = \"10.200.{}.{}\", weight = 1 }}",
+                i / 250,
+                i % 250 + 1
+            )
+        })
         .collect();
-    format!("vip = \"{vip}\"\nbackends = [{}]\ntable_size = {table}\ncapacity = 1100000", b.join(", "))
+    format!(
+        "vip = \"{vip}\"\nbackends = [{}]\ntable_size = {table}\ncapacity = 1100000",
+        b.join(", ")
+    )
 }
 
 pub fn run(a: &Args) -> anyhow::Result<i32> {
     let mut rows = Vec::new();
     let rules100 = toml_list(&random_rules(100, 7));
     let per_trace: Vec<(&str, String)> = vec![
-        ("ip_filter", nf_chain("ip_filter", &format!("rules = {rules100}\ndefault = \"allow\""))),
+        (
+            "ip_filter",
+            nf_chain(
+                "ip_filter",
+                &format!("rules = {rules100}\ndefault = \"allow\""),
+            ),
+        ),
         ("nat", nf_chain("nat", NAT)),
         ("maglev", nf_chain("maglev", &maglev(10, 65537, "10.0.0.1"))),
-        ("flow_monitor", nf_chain("flow_monitor", "records = \"/dev/null\"")),
+        (
+            "flow_monitor",
+            nf_chain("flow_monitor", "records = \"/dev/null\""),
+        ),
     ];
     for t in traces::names(&a.traces) {
         let trace = traces::load(&t, a.scale)?;
         for (nf, chain) in &per_trace {
-            let case = if *nf == "ip_filter" { "100 rules" } else { "default" };
+            let case = if *nf == "ip_filter" {
+                "100 rules"
+            } else {
+                "default"
+            };
             rows.push(measure(a, nf, case, &t, &trace, chain)?);
         }
     }
@@ -156,18 +199,42 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     for n in [10usize, 100, 1000, 10_000] {
         let chain = nf_chain(
             "ip_filter",
-            &format!("rules = {}\ndefault = \"allow\"", toml_list(&random_rules(n, n as u64))),
+            &format!(
+                "rules = {}\ndefault = \"allow\"",
+                toml_list(&random_rules(n, n as u64))
+            ),
         );
-        rows.push(measure(a, "ip_filter", &format!("{n} rules"), "merged", &merged, &chain)?);
+        rows.push(measure(
+            a,
+            "ip_filter",
+            &format!("{n} rules"),
+            "merged",
+            &merged,
+            &chain,
+        )?);
     }
     for flows in [1_000usize, 100_000, 1_000_000] {
         let trace = flow_trace(flows, (2 * flows).max(2_000_000), [198, 18, 0, 1]);
-        rows.push(measure(a, "nat", &format!("{flows} flows"), "udp-flows", &trace, &nf_chain("nat", NAT))?);
+        rows.push(measure(
+            a,
+            "nat",
+            &format!("{flows} flows"),
+            "udp-flows",
+            &trace,
+            &nf_chain("nat", NAT),
+        )?);
     }
     let trace = flow_trace(100_000, 2_000_000, [203, 0, 113, 10]);
     for (n, m) in [(10usize, 65537u64), (1000, 100_003)] {
         let chain = nf_chain("maglev", &maglev(n, m, "203.0.113.10"));
-        rows.push(measure(a, "maglev", &format!("{n} backends, 100k flows"), "udp-flows", &trace, &chain)?);
+        rows.push(measure(
+            a,
+            "maglev",
+            &format!("{n} backends, 100k flows"),
+            "udp-flows",
+            &trace,
+            &chain,
+        )?);
     }
     let header = ["nf", "case", "trace", "packets", "Mpps", "ns/pkt", "fwd %"];
     let body: Vec<Vec<String>> = rows
@@ -189,7 +256,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string(&rows)?);
     } else {
         print_table(&header, &body);
-        println!("(median of {} runs; each run at least 2M packets, the runtime's copy included)", a.runs);
+        println!(
+            "(median of {} runs; each run at least 2M packets, the runtime's copy included)",
+            a.runs
+        );
     }
     Ok(0)
 }

@@ -1,0 +1,551 @@
+//! Flow monitor: per-connection packet and byte counts, first/last seen and the TCP flags
+//! seen, exported as flow records when a flow has been idle for `timeout` (capture time)
+//! and at the end of the run. It never drops and never writes packet bytes.
+//!
+//! A record is one connection, both directions (the table is keyed by
+//! [`FlowKey::canonical`]), with A the source of its first packet, as tshark's
+//! conversation tables show them. Bytes are frame lengths on the wire (the capture's
+//! original length), as tshark counts them. Packets that are not IP are not counted in any
+//! flow; later IP fragments carry no ports, so they form a flow of their own with ports 0.
+//!
+//! Records go to `records` (JSON lines, or CSV when the name ends in `.csv`), a path taken
+//! from the working directory, opened on the first record; writes are buffered and only
+//! happen when records are exported (at expiry sweeps, on a packet of an expired flow, and
+//! at the end), never per packet otherwise.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+use hashbrown::hash_map::Entry;
+use hashbrown::HashMap;
+
+use super::nf::{Context, Nf, Profile};
+use super::params::{ParamDoc, ParamError, Params};
+use crate::flow::{FlowKey, Hasher, WideKey};
+use crate::packet::{Batch, Fields};
+
+/// One connection's counters. Direction 0 is from the canonical key's source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowStats {
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+    /// OR of the TCP flags of every packet (FIN 0x01 … CWR 0x80, NS 0x100).
+    pub tcp_flags: u16,
+    /// The first packet went in direction 1 (from the canonical key's destination).
+    pub initiator_is_dst: bool,
+}
+
+/// Why a record was exported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// Idle for longer than the timeout.
+    Idle,
+    /// Still active when the run ended.
+    Final,
+}
+
+/// An exported record, oriented so that A is the connection's initiator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowRecord {
+    pub proto: u8,
+    pub a: std::net::IpAddr,
+    pub a_port: u16,
+    pub b: std::net::IpAddr,
+    pub b_port: u16,
+    pub packets_ab: u64,
+    pub bytes_ab: u64,
+    pub packets_ba: u64,
+    pub bytes_ba: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub tcp_flags: u16,
+    pub end: End,
+}
+
+impl FlowRecord {
+    pub fn new(key: &FlowKey, s: &FlowStats, end: End) -> FlowRecord {
+        let (k, f, r) = if s.initiator_is_dst {
+            (key.reversed(), 1, 0)
+        } else {
+            (*key, 0, 1)
+        };
+        FlowRecord {
+            proto: k.proto,
+            a: k.src_ip(),
+            a_port: k.sport,
+            b: k.dst_ip(),
+            b_port: k.dport,
+            packets_ab: s.packets[f],
+            bytes_ab: s.bytes[f],
+            packets_ba: s.packets[r],
+            bytes_ba: s.bytes[r],
+            first_ns: s.first_ns,
+            last_ns: s.last_ns,
+            tcp_flags: s.tcp_flags,
+            end,
+        }
+    }
+
+    pub const CSV_HEADER: &'static str = "proto,a,a_port,b,b_port,packets_ab,bytes_ab,packets_ba,bytes_ba,first_ns,last_ns,tcp_flags,end";
+
+    fn end_str(&self) -> &'static str {
+        match self.end {
+            End::Idle => "idle",
+            End::Final => "final",
+        }
+    }
+
+    pub fn write_json(&self, w: &mut impl Write) -> std::io::Result<()> {
+        writeln!(
+            w,
+            "{{\"proto\":{},\"a\":\"{}\",\"a_port\":{},\"b\":\"{}\",\"b_port\":{},\"packets_ab\":{},\"bytes_ab\":{},\"packets_ba\":{},\"bytes_ba\":{},\"first_ns\":{},\"last_ns\":{},\"tcp_flags\":{},\"end\":\"{}\"}}",
+            self.proto,
+            self.a,
+            self.a_port,
+            self.b,
+            self.b_port,
+            self.packets_ab,
+            self.bytes_ab,
+            self.packets_ba,
+            self.bytes_ba,
+            self.first_ns,
+            self.last_ns,
+            self.tcp_flags,
+            self.end_str()
+        )
+    }
+
+    pub fn write_csv(&self, w: &mut impl Write) -> std::io::Result<()> {
+        writeln!(
+            w,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            self.proto,
+            self.a,
+            self.a_port,
+            self.b,
+            self.b_port,
+            self.packets_ab,
+            self.bytes_ab,
+            self.packets_ba,
+            self.bytes_ba,
+            self.first_ns,
+            self.last_ns,
+            self.tcp_flags,
+            self.end_str()
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Json,
+    Csv,
+}
+
+/// The records file, opened on first use so `catena check` never creates it.
+struct Sink {
+    path: PathBuf,
+    format: Format,
+    w: Option<BufWriter<File>>,
+    /// Set on the first error; later records are counted as lost, not retried.
+    failed: bool,
+}
+
+impl Sink {
+    fn write(&mut self, r: &FlowRecord) -> bool {
+        if self.failed {
+            return false;
+        }
+        let res = (|| {
+            if self.w.is_none() {
+                let mut w = BufWriter::with_capacity(1 << 20, File::create(&self.path)?);
+                if self.format == Format::Csv {
+                    writeln!(w, "{}", FlowRecord::CSV_HEADER)?;
+                }
+                self.w = Some(w);
+            }
+            let w = self.w.as_mut().expect("opened above");
+            match self.format {
+                Format::Json => r.write_json(w),
+                Format::Csv => r.write_csv(w),
+            }
+        })();
+        self.check(res)
+    }
+
+    fn flush(&mut self) -> bool {
+        let res = match self.w.as_mut() {
+            Some(w) if !self.failed => w.flush(),
+            _ => Ok(()),
+        };
+        self.check(res)
+    }
+
+    fn check(&mut self, res: std::io::Result<()>) -> bool {
+        if let Err(e) = res {
+            // Once per run: the NF interface has no error path, and records must not be
+            // lost silently.
+            eprintln!("flow_monitor: {}: {e}", self.path.display());
+            self.failed = true;
+            self.w = None;
+            return false;
+        }
+        true
+    }
+}
+
+pub struct FlowMonitor {
+    profile: Profile,
+    table: HashMap<WideKey, FlowStats, Hasher>,
+    capacity: usize,
+    /// 0: flows never expire (exported at the end only).
+    timeout_ns: u64,
+    last_sweep_ns: u64,
+    /// No entry was last seen before this (a lower bound, exact after a sweep): sweeps
+    /// that could not find anything are skipped, as their cost is the table's capacity.
+    min_last_ns: u64,
+    /// Packets since the last sweep: a sweep scans the whole table, so besides a second of
+    /// capture time it waits for enough packets to amortise the scan (traces compress
+    /// years into few packets). Records do not depend on it: a packet of a flow idle past
+    /// the timeout always starts a new record.
+    since_sweep: u64,
+    sweep_every: u64,
+    sink: Option<Sink>,
+    /// Reused by sweeps so exporting does not allocate once warmed up.
+    expired: Vec<(WideKey, FlowStats)>,
+    exported: u64,
+    lost_records: u64,
+    /// Packets of new flows that found the table full (not counted in any record).
+    overflow_packets: u64,
+    not_ip: u64,
+}
+
+const SECOND: u64 = 1_000_000_000;
+
+impl FlowMonitor {
+    pub const PARAMS: &'static [ParamDoc] = &[
+        ParamDoc {
+            name: "records",
+            ty: "path",
+            default: "none (counters only)",
+            doc: "file for flow records: JSON lines, or CSV if it ends in .csv (relative to the working directory)",
+        },
+        ParamDoc {
+            name: "timeout",
+            ty: "seconds",
+            default: "60",
+            doc: "idle time (capture time) after which a flow is exported and forgotten; 0 = only at the end",
+        },
+        ParamDoc {
+            name: "capacity",
+            ty: "integer",
+            default: "65536",
+            doc: "most flows tracked at once; packets of new flows beyond it are counted, not tracked",
+        },
+    ];
+
+    pub fn new(capacity: usize, timeout_ns: u64) -> FlowMonitor {
+        let capacity = capacity.max(1);
+        FlowMonitor {
+            profile: Profile {
+                reads: Fields::ETH_TYPE
+                    | Fields::VLAN
+                    | Fields::IP_SRC
+                    | Fields::IP_DST
+                    | Fields::IP_PROTO
+                    | Fields::IP_FRAG
+                    | Fields::L4_SRC
+                    | Fields::L4_DST
+                    | Fields::TCP_FLAGS
+                    | Fields::ICMP,
+                writes: Fields::NONE,
+                may_drop: false,
+                changes_length: false,
+                per_flow_state: true,
+                outputs: &["out"],
+                drop_reasons: &[],
+            },
+            table: HashMap::with_capacity_and_hasher(capacity, Hasher::default()),
+            capacity,
+            timeout_ns,
+            last_sweep_ns: 0,
+            min_last_ns: u64::MAX,
+            since_sweep: 0,
+            sweep_every: (capacity as u64 / 4).max(1024),
+            sink: None,
+            expired: Vec::new(),
+            exported: 0,
+            lost_records: 0,
+            overflow_packets: 0,
+            not_ip: 0,
+        }
+    }
+
+    /// Writes records to `path` (CSV if it ends in `.csv`, else JSON lines).
+    pub fn with_records(mut self, path: impl Into<PathBuf>) -> FlowMonitor {
+        let path = path.into();
+        let csv = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+        self.sink = Some(Sink {
+            path,
+            format: if csv { Format::Csv } else { Format::Json },
+            w: None,
+            failed: false,
+        });
+        self
+    }
+
+    pub fn from_params(p: &mut Params) -> Result<FlowMonitor, ParamError> {
+        let records = p.table_str("records")?;
+        let timeout = p.seconds_ns("timeout", 60 * SECOND)?;
+        let cap = p.int("capacity", 65536, 1, 1 << 26)? as usize;
+        let mut m = FlowMonitor::new(cap, timeout);
+        if let Some(r) = records {
+            if r.is_empty() {
+                return Err(p.err("`records` must name a file"));
+            }
+            m = m.with_records(r);
+        }
+        Ok(m)
+    }
+
+    /// The flows being tracked, as records (oriented, not yet exported).
+    pub fn active(&self) -> Vec<FlowRecord> {
+        let mut v: Vec<FlowRecord> = self
+            .table
+            .iter()
+            .map(|(k, s)| FlowRecord::new(&k.0, s, End::Final))
+            .collect();
+        v.sort_by_key(|r| (r.first_ns, r.proto, r.a, r.a_port, r.b, r.b_port));
+        v
+    }
+
+    fn export(&mut self, key: &FlowKey, s: &FlowStats, end: End) {
+        self.exported += 1;
+        if let Some(sink) = self.sink.as_mut() {
+            if !sink.write(&FlowRecord::new(key, s, end)) {
+                self.lost_records += 1;
+            }
+        }
+    }
+
+    /// Exports the flows in `self.expired` in a stable order (first seen, then key), so
+    /// the file does not depend on the hash table's order.
+    fn export_expired(&mut self, end: End) {
+        let mut v = std::mem::take(&mut self.expired);
+        v.sort_unstable_by_key(|(k, s)| (s.first_ns, *k));
+        for (k, s) in &v {
+            self.export(&k.0, s, end);
+        }
+        v.clear();
+        self.expired = v;
+    }
+
+    /// Exports idle flows; returns whether it ran.
+    fn sweep(&mut self, now_ns: u64) -> bool {
+        let t = self.timeout_ns;
+        if t == 0
+            || now_ns.abs_diff(self.last_sweep_ns) < SECOND
+            || now_ns.saturating_sub(self.min_last_ns) <= t
+        {
+            return false;
+        }
+        self.last_sweep_ns = now_ns;
+        self.since_sweep = 0;
+        let out = &mut self.expired;
+        let mut min_last = u64::MAX;
+        self.table.retain(|k, s| {
+            let keep = now_ns.saturating_sub(s.last_ns) <= t;
+            if keep {
+                min_last = min_last.min(s.last_ns);
+            } else {
+                out.push((*k, *s));
+            }
+            keep
+        });
+        self.min_last_ns = min_last;
+        self.export_expired(End::Idle);
+        true
+    }
+}
+
+impl Nf for FlowMonitor {
+    fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    fn process(&mut self, batch: &mut Batch, _cx: &Context) {
+        // At most one sweep per second of capture time, at batch granularity; traces may
+        // step back in time, so a jump either way counts.
+        if let Some(p) = batch.iter().next() {
+            let now = p.meta().ts_ns;
+            self.since_sweep += batch.len() as u64;
+            if self.since_sweep >= self.sweep_every {
+                self.sweep(now);
+            }
+        }
+        for p in batch {
+            let l = p.layers();
+            let (m, d) = (p.meta(), p.data());
+            let Some(key) = FlowKey::from_packet(&l, d) else {
+                self.not_ip += 1;
+                continue;
+            };
+            let now = m.ts_ns;
+            let len = m.wire_len as u64;
+            let flags = if l.l4_proto == 6 && l.has_l4() {
+                let o = l.l4_off as usize + 12;
+                u16::from_be_bytes([d[o], d[o + 1]]) & 0x1ff
+            } else {
+                0
+            };
+            let c = WideKey(key.canonical());
+            let dir = (c.0 != key) as usize;
+            let fresh = FlowStats {
+                first_ns: now,
+                last_ns: now,
+                packets: [(dir == 0) as u64, (dir == 1) as u64],
+                bytes: [len * (dir == 0) as u64, len * (dir == 1) as u64],
+                tcp_flags: flags,
+                initiator_is_dst: dir == 1,
+            };
+            let timeout = self.timeout_ns;
+            let full = self.table.len() >= self.capacity;
+            match self.table.entry(c) {
+                Entry::Occupied(mut e) => {
+                    let s = e.get_mut();
+                    if timeout != 0 && now.saturating_sub(s.last_ns) > timeout {
+                        // Idle past the timeout but not swept yet: the old connection
+                        // ends here and this packet starts a new record.
+                        let old = std::mem::replace(s, fresh);
+                        self.min_last_ns = self.min_last_ns.min(now);
+                        self.export(&c.0, &old, End::Idle);
+                    } else {
+                        s.packets[dir] += 1;
+                        s.bytes[dir] += len;
+                        s.tcp_flags |= flags;
+                        // Traces are not always in time order: keep the span.
+                        s.first_ns = s.first_ns.min(now);
+                        s.last_ns = s.last_ns.max(now);
+                    }
+                }
+                Entry::Vacant(_) if full => {
+                    // Make room if idle flows hold it, else count the packet.
+                    if self.sweep(now) && self.table.len() < self.capacity {
+                        self.table.insert(c, fresh);
+                        self.min_last_ns = self.min_last_ns.min(now);
+                    } else {
+                        self.overflow_packets += 1;
+                    }
+                }
+                Entry::Vacant(e) => {
+                    e.insert(fresh);
+                    self.min_last_ns = self.min_last_ns.min(now);
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        self.expired.extend(self.table.drain());
+        self.export_expired(End::Final);
+        if let Some(s) = self.sink.as_mut() {
+            s.flush();
+        }
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("flows", self.table.len() as u64),
+            ("exported", self.exported),
+            ("lost_records", self.lost_records),
+            ("overflow_packets", self.overflow_packets),
+            ("not_ip", self.not_ip),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::Packet;
+
+    fn tcp(src: u8, dst: u8, sport: u16, dport: u16, flags: u8, ts: u64) -> Packet {
+        let mut b = vec![0u8; 14 + 20 + 20];
+        b[12] = 8;
+        b[14] = 0x45;
+        b[14 + 9] = 6;
+        b[26..30].copy_from_slice(&[10, 0, 0, src]);
+        b[30..34].copy_from_slice(&[10, 0, 0, dst]);
+        b[34..36].copy_from_slice(&sport.to_be_bytes());
+        b[36..38].copy_from_slice(&dport.to_be_bytes());
+        b[46] = 0x50;
+        b[47] = flags;
+        let mut p = Packet::from_bytes(&b);
+        p.meta_mut().ts_ns = ts;
+        p.meta_mut().wire_len = 100;
+        p
+    }
+
+    fn run(m: &mut FlowMonitor, pkts: Vec<Packet>) {
+        let mut b = Batch::new();
+        for p in pkts {
+            b.push(p);
+        }
+        m.process(&mut b, &Context { ports: 1 });
+    }
+
+    #[test]
+    fn both_directions_one_record_initiator_first() {
+        let mut m = FlowMonitor::new(16, 0);
+        run(
+            &mut m,
+            vec![
+                tcp(9, 1, 80, 5000, 0x12, 5),
+                tcp(1, 9, 5000, 80, 0x10, 6),
+                tcp(1, 9, 5000, 80, 0x01, 7),
+            ],
+        );
+        let r = m.active();
+        assert_eq!(r.len(), 1);
+        let r = &r[0];
+        assert_eq!(
+            (r.a.to_string(), r.a_port, r.b_port),
+            ("10.0.0.9".into(), 80, 5000)
+        );
+        assert_eq!((r.packets_ab, r.packets_ba, r.bytes_ba), (1, 2, 200));
+        assert_eq!((r.first_ns, r.last_ns, r.tcp_flags), (5, 7, 0x13));
+    }
+
+    #[test]
+    fn idle_flows_are_exported_and_restart() {
+        let mut m = FlowMonitor::new(16, 10 * SECOND);
+        m.sweep_every = 1;
+        run(&mut m, vec![tcp(1, 2, 1, 2, 2, SECOND)]);
+        run(&mut m, vec![tcp(1, 2, 1, 2, 2, 20 * SECOND)]);
+        assert_eq!(m.exported, 1);
+        assert_eq!(m.active()[0].first_ns, 20 * SECOND);
+        // A sweep a second later finds nothing idle; much later it exports the flow.
+        run(&mut m, vec![tcp(3, 4, 1, 2, 2, 40 * SECOND)]);
+        assert_eq!((m.exported, m.table.len()), (2, 1));
+    }
+
+    #[test]
+    fn full_table_counts_and_never_drops() {
+        let mut m = FlowMonitor::new(1, 0);
+        run(&mut m, vec![tcp(1, 2, 1, 2, 2, 1), tcp(3, 4, 1, 2, 2, 1)]);
+        assert_eq!((m.overflow_packets, m.table.len()), (1, 1));
+        let mut junk = Batch::new();
+        junk.push(Packet::from_bytes(&[0xff; 7]));
+        m.process(&mut junk, &Context { ports: 1 });
+        assert_eq!(m.not_ip, 1);
+        assert_eq!(
+            junk.iter().next().unwrap().meta().verdict,
+            crate::packet::Verdict::Out(0)
+        );
+    }
+}

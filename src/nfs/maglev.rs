@@ -1,0 +1,819 @@
+//! Maglev load balancer (Eisenbud et al., "Maglev: A Fast and Reliable Software Network
+//! Load Balancer", NSDI'16). Packets to the virtual IP (VIP) are spread over backends by
+//! consistent hashing: the 5-tuple picks a slot of a prime-sized lookup table that the
+//! paper's permutation algorithm fills almost evenly (weights give heavier backends more
+//! turns), and a connection table keeps each flow on its backend when the set changes.
+//! The chosen backend's address replaces the destination address (checksums patched per
+//! RFC 1624), and its MAC the destination MAC when configured.
+//!
+//! Choices, where the paper leaves them open:
+//! - Packets not addressed to the VIP pass untouched (`other = "pass"`, the default), or
+//!   are dropped as `not-vip` (`other = "drop"`). Replies from backends do not come back
+//!   through Maglev (direct server return), so nothing is rewritten on the way back.
+//! - IP fragments hash on the 3-tuple (ports zeroed), so every fragment of a datagram,
+//!   including the ones without a transport header, goes to the same backend.
+//! - The table hash of backend names (FNV-1a) and the flow hash (foldhash with the
+//!   configured `seed`) are fixed, not per process: every Maglev machine of a service
+//!   must send a flow to the same backend (paper §3.4), and runs must be reproducible.
+//! - On [`Maglev::set_backends`] tracked flows keep their backend if it is still in the
+//!   set (even with weight 0: weight 0 drains a backend, it takes no new flows); flows of
+//!   a removed backend are rehashed into the new table on their next packet (their
+//!   connections are lost anyway) and counted as `rehashed_flows`.
+//! - A full connection table refuses new flows (counted as `table_full`); they are still
+//!   balanced by the lookup table, which only moves them if the backend set changes.
+
+use std::hash::BuildHasher;
+use std::net::IpAddr;
+
+use foldhash::fast::FixedState;
+
+use super::nf::{Context, Nf, Profile};
+use super::params::{ParamDoc, ParamError, Params};
+use crate::flow::{FlowKey, Hasher, Learned, WideKey};
+use crate::packet::wire::{Ipv4, Tcp, Udp};
+use crate::packet::{checksum, Batch, Fields, L3Kind, Verdict};
+
+/// The paper's default: a prime a little above 65,536 for up to a few hundred backends.
+pub const DEFAULT_TABLE_SIZE: usize = 65537;
+/// Largest table accepted (a prime near 2^24), bounded so a typo cannot take gigabytes.
+pub const MAX_TABLE_SIZE: usize = 16_777_213;
+/// Backend indices are stored as `u16` to keep the lookup table small (cache friendly).
+pub const MAX_BACKENDS: usize = u16::MAX as usize;
+
+const EMPTY: u16 = u16::MAX;
+const GONE: u16 = u16::MAX;
+
+const NO_BACKEND: u8 = 0;
+const NOT_VIP: u8 = 1;
+const MALFORMED: u8 = 2;
+
+/// One backend as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backend {
+    pub addr: IpAddr,
+    /// Written as the destination MAC of packets sent to this backend, when set.
+    pub mac: Option<[u8; 6]>,
+    /// Relative share of the lookup table; 0 takes no new flows (draining).
+    pub weight: u32,
+    /// What the table hashes to place the backend (the address unless named), so a
+    /// backend keeps its slots across restarts and on every Maglev machine.
+    pub name: String,
+}
+
+impl Backend {
+    pub fn new(addr: IpAddr) -> Backend {
+        Backend {
+            addr,
+            mac: None,
+            weight: 1,
+            name: addr.to_string(),
+        }
+    }
+
+    pub fn with_weight(mut self, w: u32) -> Backend {
+        self.weight = w;
+        self
+    }
+
+    pub fn with_mac(mut self, mac: [u8; 6]) -> Backend {
+        self.mac = Some(mac);
+        self
+    }
+}
+
+/// Trial division: table sizes are at most [`MAX_TABLE_SIZE`], so this is cheap.
+pub fn is_prime(n: u64) -> bool {
+    if n < 2 {
+        return false;
+    }
+    if n % 2 == 0 {
+        return n == 2;
+    }
+    let mut d = 3;
+    while d * d <= n {
+        if n % d == 0 {
+            return false;
+        }
+        d += 2;
+    }
+    true
+}
+
+/// FNV-1a, 64 bit, from a chosen basis (the paper's h1 and h2 need two independent hashes).
+fn fnv1a(basis: u64, b: &[u8]) -> u64 {
+    let mut h = basis;
+    for &x in b {
+        h ^= x as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// splitmix64's finaliser: FNV's low bits are weak, and `skip` is taken modulo M-1.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The paper's `offset` and `skip` for a backend name in a table of `m` slots.
+fn offset_skip(name: &str, m: usize) -> (usize, usize) {
+    let h1 = mix(fnv1a(0xcbf2_9ce4_8422_2325, name.as_bytes()));
+    let h2 = mix(fnv1a(0x6c62_272e_07bb_0142, name.as_bytes()));
+    let m = m as u64;
+    ((h1 % m) as usize, (h2 % (m - 1) + 1) as usize)
+}
+
+/// Fills a lookup table of `m` slots (m prime, ≥ 2) with indices into `backends` (name,
+/// weight) by the paper's Pseudocode 1: each backend walks its own permutation of the
+/// slots, `offset, offset + skip, …` (mod m), and in turn claims the next slot still free.
+/// A backend of weight w takes w turns per round, so shares follow the weights; weight 0
+/// takes none. Backends take turns in name order. Empty when no backend has a weight (every new flow then has no backend).
+pub fn populate(backends: &[(&str, u32)], m: usize) -> Vec<u16> {
+    let mut live: Vec<usize> = (0..backends.len().min(MAX_BACKENDS))
+        .filter(|&i| backends[i].1 > 0)
+        .collect();
+    // Turns go in name order, so the table does not depend on the order of the list.
+    live.sort_by_key(|&i| backends[i].0);
+    if live.is_empty() || m < 2 {
+        return Vec::new();
+    }
+    // pos[i] is the backend's next candidate slot: permutation[i][next[i]] of the paper,
+    // stepped incrementally (skip < m, so one subtraction replaces the modulo).
+    let (mut pos, skip): (Vec<usize>, Vec<usize>) =
+        live.iter().map(|&i| offset_skip(backends[i].0, m)).unzip();
+    let mut entry = vec![EMPTY; m];
+    let mut filled = 0;
+    loop {
+        for (k, &i) in live.iter().enumerate() {
+            for _ in 0..backends[i].1 {
+                // Always terminates: the permutation visits every slot and one is free.
+                let mut c = pos[k];
+                while entry[c] != EMPTY {
+                    c += skip[k];
+                    if c >= m {
+                        c -= m;
+                    }
+                }
+                entry[c] = i as u16;
+                c += skip[k];
+                if c >= m {
+                    c -= m;
+                }
+                pos[k] = c;
+                filled += 1;
+                if filled == m {
+                    return entry;
+                }
+            }
+        }
+    }
+}
+
+/// A backend of the current set, as the hot path needs it.
+#[derive(Clone, Copy, Debug)]
+struct Live {
+    /// IPv4 addresses in the first 4 bytes.
+    addr: [u8; 16],
+    mac: Option<[u8; 6]>,
+    /// Stable id (index into `known`).
+    id: u32,
+}
+
+/// Every backend address ever configured, so counters and tracked flows survive changes
+/// of the set. Bounded by the distinct addresses configured.
+struct Known {
+    addr: IpAddr,
+    /// Leaked once per distinct address: `stats` takes static names.
+    label: &'static str,
+    packets: u64,
+    /// Index in the current set, or GONE.
+    index: u16,
+}
+
+pub struct Maglev {
+    profile: Profile,
+    vip: [u8; 16],
+    v6: bool,
+    m: usize,
+    /// Slot → index into `backends`; empty when no backend takes new flows.
+    table: Vec<u16>,
+    backends: Vec<Live>,
+    known: Vec<Known>,
+    /// Flow → stable backend id.
+    conns: Conns,
+    hasher: FixedState,
+    drop_others: bool,
+    last_sweep_ns: u64,
+    /// Packets since the last sweep: a sweep scans the whole table, so it waits for
+    /// enough packets to amortise it (or for the table to fill), besides a second of
+    /// capture time (traces compress years into few packets).
+    since_sweep: u64,
+    sweep_every: u64,
+    new_flows: u64,
+    rehashed: u64,
+    table_full: u64,
+    passed: u64,
+}
+
+fn addr16(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v) => {
+            let mut b = [0; 16];
+            b[..4].copy_from_slice(&v.octets());
+            b
+        }
+        IpAddr::V6(v) => v.octets(),
+    }
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split([':', '-']);
+    for b in &mut mac {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+impl Maglev {
+    pub const PARAMS: &'static [ParamDoc] = &[
+        ParamDoc {
+            name: "vip",
+            ty: "IPv4 or IPv6 address",
+            default: "required",
+            doc: "virtual IP: packets to it are balanced over the backends",
+        },
+        ParamDoc {
+            name: "backends",
+            ty: "list of { addr, mac?, weight?, name? }",
+            default: "required",
+            doc: "backend addresses (same family as the VIP), optional destination MAC, weight (default 1, 0 = drain), name hashed into the table (default: the address)",
+        },
+        ParamDoc {
+            name: "table_size",
+            ty: "prime integer",
+            default: "65537",
+            doc: "lookup table slots M; should be well above 100 x backends",
+        },
+        ParamDoc {
+            name: "capacity",
+            ty: "integer",
+            default: "65536",
+            doc: "most tracked connections; new ones beyond it are hashed but not tracked (counted)",
+        },
+        ParamDoc {
+            name: "timeout",
+            ty: "seconds",
+            default: "60",
+            doc: "idle time after which a connection is forgotten (capture time; 0 = never)",
+        },
+        ParamDoc {
+            name: "seed",
+            ty: "integer",
+            default: "0",
+            doc: "flow hash key; all Maglev machines of a service must share it",
+        },
+        ParamDoc {
+            name: "other",
+            ty: "\"pass\" | \"drop\"",
+            default: "\"pass\"",
+            doc: "what happens to packets not addressed to the VIP",
+        },
+    ];
+
+    /// A balancer for `vip` over `backends`; errors are one line naming the problem.
+    pub fn new(
+        vip: IpAddr,
+        backends: &[Backend],
+        table_size: usize,
+        capacity: usize,
+        timeout_ns: u64,
+    ) -> Result<Maglev, String> {
+        if !(2..=MAX_TABLE_SIZE).contains(&table_size) || !is_prime(table_size as u64) {
+            return Err(format!(
+                "`table_size` = {table_size} must be a prime in 2..={MAX_TABLE_SIZE}"
+            ));
+        }
+        let mut lb = Maglev {
+            profile: Profile {
+                reads: Fields::ETH_TYPE
+                    | Fields::VLAN
+                    | Fields::IP_SRC
+                    | Fields::IP_DST
+                    | Fields::IP_PROTO
+                    | Fields::IP_FRAG
+                    | Fields::L4_SRC
+                    | Fields::L4_DST
+                    | Fields::ICMP,
+                writes: Fields::IP_DST,
+                may_drop: true,
+                changes_length: false,
+                per_flow_state: true,
+                outputs: &["out"],
+                drop_reasons: &["no-backend", "not-vip", "malformed"],
+            },
+            vip: addr16(vip),
+            v6: vip.is_ipv6(),
+            m: table_size,
+            table: Vec::new(),
+            backends: Vec::new(),
+            known: Vec::new(),
+            conns: Conns::new(capacity.max(1), timeout_ns),
+            hasher: FixedState::with_seed(0),
+            drop_others: false,
+            last_sweep_ns: 0,
+            since_sweep: 0,
+            sweep_every: (capacity as u64 / 4).max(1024),
+            new_flows: 0,
+            rehashed: 0,
+            table_full: 0,
+            passed: 0,
+        };
+        lb.set_backends(backends)?;
+        Ok(lb)
+    }
+
+    /// Keys the flow hash (every machine of a service must use the same seed).
+    pub fn with_seed(mut self, seed: u64) -> Maglev {
+        self.hasher = FixedState::with_seed(seed);
+        self
+    }
+
+    /// Drops packets not addressed to the VIP instead of passing them.
+    pub fn with_drop_others(mut self, drop: bool) -> Maglev {
+        self.drop_others = drop;
+        self
+    }
+
+    pub fn from_params(p: &mut Params) -> Result<Maglev, ParamError> {
+        let vip: IpAddr = match p.table_str("vip")? {
+            None => return Err(p.err("`vip` is required, e.g. vip = \"203.0.113.10\"")),
+            Some(s) => s
+                .parse()
+                .map_err(|_| p.err(format!("`vip` = \"{s}\" is not an IP address")))?,
+        };
+        let backends = parse_backends(p)?;
+        let m = p.int(
+            "table_size",
+            DEFAULT_TABLE_SIZE as i64,
+            2,
+            MAX_TABLE_SIZE as i64,
+        )? as usize;
+        let capacity = p.int("capacity", 65536, 1, 1 << 26)? as usize;
+        let timeout = p.seconds_ns("timeout", 60_000_000_000)?;
+        let seed = p.int("seed", 0, 0, i64::MAX)? as u64;
+        let drop = match p.table_str("other")? {
+            None | Some("pass") => false,
+            Some("drop") => true,
+            Some(o) => return Err(p.err(format!("`other` = \"{o}\": use \"pass\" or \"drop\""))),
+        };
+        if backends.is_empty() {
+            return Err(p.err("`backends` needs at least one backend"));
+        }
+        let lb = Maglev::new(vip, &backends, m, capacity, timeout).map_err(|e| p.err(e))?;
+        Ok(lb.with_seed(seed).with_drop_others(drop))
+    }
+
+    /// Replaces the backend set (live): the table is rebuilt, tracked flows stay on their
+    /// backend while it is in the set, and flows of removed backends are rehashed on their
+    /// next packet. On error nothing changes.
+    pub fn set_backends(&mut self, backends: &[Backend]) -> Result<(), String> {
+        if backends.len() > MAX_BACKENDS.min(self.m) {
+            return Err(format!(
+                "{} backends: at most {} (and no more than table_size)",
+                backends.len(),
+                MAX_BACKENDS.min(self.m)
+            ));
+        }
+        for (i, b) in backends.iter().enumerate() {
+            if b.addr.is_ipv6() != self.v6 {
+                return Err(format!(
+                    "backend {} is not of the VIP's address family",
+                    b.addr
+                ));
+            }
+            if backends[..i].iter().any(|o| o.addr == b.addr) {
+                return Err(format!("backend {} is listed twice", b.addr));
+            }
+            if backends[..i].iter().any(|o| o.name == b.name) {
+                return Err(format!("backend name `{}` is used twice", b.name));
+            }
+        }
+        for k in &mut self.known {
+            k.index = GONE;
+        }
+        self.backends.clear();
+        for (i, b) in backends.iter().enumerate() {
+            let id = match self.known.iter().position(|k| k.addr == b.addr) {
+                Some(id) => id,
+                None => {
+                    self.known.push(Known {
+                        addr: b.addr,
+                        label: Box::leak(format!("backend {} packets", b.addr).into_boxed_str()),
+                        packets: 0,
+                        index: GONE,
+                    });
+                    self.known.len() - 1
+                }
+            };
+            self.known[id].index = i as u16;
+            self.backends.push(Live {
+                addr: addr16(b.addr),
+                mac: b.mac,
+                id: id as u32,
+            });
+        }
+        let names: Vec<(&str, u32)> = backends
+            .iter()
+            .map(|b| (b.name.as_str(), b.weight))
+            .collect();
+        self.table = populate(&names, self.m);
+        self.profile.writes = if backends.iter().any(|b| b.mac.is_some()) {
+            Fields::IP_DST | Fields::ETH_DST
+        } else {
+            Fields::IP_DST
+        };
+        Ok(())
+    }
+
+    /// The backend address of every slot of the lookup table (empty if no backend takes
+    /// new flows), for inspecting balance and disruption.
+    pub fn table(&self) -> Vec<IpAddr> {
+        self.table
+            .iter()
+            .map(|&i| self.known[self.backends[i as usize].id as usize].addr)
+            .collect()
+    }
+
+    /// Connections currently tracked.
+    pub fn tracked(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Packets sent to each backend ever configured, by address.
+    pub fn packets_per_backend(&self) -> Vec<(IpAddr, u64)> {
+        self.known.iter().map(|k| (k.addr, k.packets)).collect()
+    }
+
+    /// The backend (index into `backends`) for a flow: its tracked one, else by the table.
+    #[inline]
+    fn pick(&mut self, key: &WideKey, now: u64) -> Option<usize> {
+        let Maglev {
+            conns,
+            known,
+            backends,
+            table,
+            hasher,
+            ..
+        } = self;
+        if let Some(id) = conns.get_mut(key, now) {
+            let i = known[*id as usize].index;
+            if i != GONE {
+                return Some(i as usize);
+            }
+            // Its backend was removed: rehash into the current table.
+            let i = slot(table, hasher, key)?;
+            *id = backends[i].id;
+            self.rehashed += 1;
+            return Some(i);
+        }
+        let i = slot(table, hasher, key)?;
+        let id = backends[i].id;
+        self.new_flows += 1;
+        if conns.learn(*key, id, now) == Learned::Full
+            && !(self.sweep(now) && self.conns.learn(*key, id, now) != Learned::Full)
+        {
+            self.table_full += 1;
+        }
+        Some(i)
+    }
+
+    /// Drops idle connections, at most once per second of capture time (any jump counts:
+    /// traces may step back). Returns whether it ran.
+    fn sweep(&mut self, now: u64) -> bool {
+        if now.abs_diff(self.last_sweep_ns) < 1_000_000_000 {
+            return false;
+        }
+        self.last_sweep_ns = now;
+        self.since_sweep = 0;
+        self.conns.sweep(now);
+        true
+    }
+}
+
+/// The connection table: flow → (stable backend id, last seen). As `flow::TimedTable`,
+/// but a hit is one probe that also refreshes the entry (the hot path of every packet).
+struct Conns {
+    map: hashbrown::HashMap<WideKey, (u32, u64), Hasher>,
+    capacity: usize,
+    /// 0: connections never expire.
+    timeout_ns: u64,
+}
+
+impl Conns {
+    fn new(capacity: usize, timeout_ns: u64) -> Conns {
+        Conns {
+            map: hashbrown::HashMap::with_capacity_and_hasher(capacity, Hasher::default()),
+            capacity,
+            timeout_ns,
+        }
+    }
+
+    /// The live entry's backend id, its idle timer refreshed; an expired one is a miss
+    /// (and is overwritten by the `learn` that follows).
+    #[inline]
+    fn get_mut(&mut self, key: &WideKey, now: u64) -> Option<&mut u32> {
+        let t = self.timeout_ns;
+        let e = self.map.get_mut(key)?;
+        if t != 0 && now.saturating_sub(e.1) > t {
+            return None;
+        }
+        e.1 = e.1.max(now);
+        Some(&mut e.0)
+    }
+
+    #[inline]
+    fn learn(&mut self, key: WideKey, id: u32, now: u64) -> Learned {
+        let full = self.map.len() >= self.capacity;
+        match self.map.entry(key) {
+            hashbrown::hash_map::Entry::Occupied(mut e) => {
+                *e.get_mut() = (id, now);
+                Learned::Updated
+            }
+            hashbrown::hash_map::Entry::Vacant(_) if full => Learned::Full,
+            hashbrown::hash_map::Entry::Vacant(e) => {
+                e.insert((id, now));
+                Learned::Inserted
+            }
+        }
+    }
+
+    fn sweep(&mut self, now: u64) {
+        let t = self.timeout_ns;
+        if t != 0 {
+            self.map.retain(|_, e| now.saturating_sub(e.1) <= t);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// The table's choice for a new flow.
+#[inline]
+fn slot(table: &[u16], hasher: &FixedState, key: &WideKey) -> Option<usize> {
+    if table.is_empty() {
+        return None;
+    }
+    // Lemire's multiply-shift maps the hash onto 0..M without a division.
+    let h = hasher.hash_one(key);
+    let s = ((h as u128 * table.len() as u128) >> 64) as usize;
+    Some(table[s] as usize)
+}
+
+fn parse_backends(p: &mut Params) -> Result<Vec<Backend>, ParamError> {
+    let Some(v) = p.value("backends") else {
+        return Err(p.err(
+            "`backends` is required, e.g. backends = [{ addr = \"10.1.0.1\" }, { addr = \"10.1.0.2\", weight = 2 }]",
+        ));
+    };
+    let Some(arr) = v.as_array() else {
+        return Err(p.err("`backends` must be a list of tables like { addr = \"10.1.0.1\" }"));
+    };
+    let mut out = Vec::with_capacity(arr.len());
+    for (n, e) in arr.iter().enumerate() {
+        let Some(t) = e.as_table() else {
+            return Err(p.err(format!(
+                "`backends[{n}]` must be a table like {{ addr = \"10.1.0.1\" }}"
+            )));
+        };
+        let s = |k: &str| -> Result<Option<&str>, ParamError> {
+            match t.get(k) {
+                None => Ok(None),
+                Some(toml::Value::String(s)) => Ok(Some(s.as_str())),
+                Some(v) => Err(p.err(format!(
+                    "`backends[{n}].{k}` must be a string, not {}",
+                    v.type_str()
+                ))),
+            }
+        };
+        let Some(a) = s("addr")? else {
+            return Err(p.err(format!("`backends[{n}]` needs an `addr`")));
+        };
+        let addr: IpAddr = a.parse().map_err(|_| {
+            p.err(format!(
+                "`backends[{n}].addr` = \"{a}\" is not an IP address"
+            ))
+        })?;
+        let mut b = Backend::new(addr);
+        if let Some(m) = s("mac")? {
+            b.mac = Some(parse_mac(m).ok_or_else(|| {
+                p.err(format!(
+                    "`backends[{n}].mac` = \"{m}\" is not a MAC like 02:00:00:00:01:01"
+                ))
+            })?);
+        }
+        if let Some(name) = s("name")? {
+            b.name = name.to_string();
+        }
+        match t.get("weight") {
+            None => {}
+            Some(toml::Value::Integer(w)) if (0..=65535).contains(w) => b.weight = *w as u32,
+            Some(v) => {
+                return Err(p.err(format!(
+                    "`backends[{n}].weight` = {v} must be an integer in 0..=65535"
+                )))
+            }
+        }
+        if let Some(k) = t
+            .keys()
+            .find(|k| !matches!(k.as_str(), "addr" | "mac" | "weight" | "name"))
+        {
+            return Err(p.err(format!(
+                "`backends[{n}]`: unknown key `{k}` (known: addr, mac, weight, name)"
+            )));
+        }
+        out.push(b);
+    }
+    Ok(out)
+}
+
+impl Nf for Maglev {
+    fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    fn process(&mut self, batch: &mut Batch, _cx: &Context) {
+        // Free the slots of idle connections (expired ones are also replaced when their
+        // flow is seen again, so sweeping only matters for room).
+        if let Some(p) = batch.iter().next() {
+            self.since_sweep += batch.len() as u64;
+            if self.since_sweep >= self.sweep_every {
+                self.sweep(p.meta().ts_ns);
+            }
+        }
+        for p in batch {
+            let l = p.layers();
+            let (m, d) = p.split_mut();
+            let o3 = l.l3_off as usize;
+            let to_vip = match l.l3 {
+                L3Kind::Ipv4 => !self.v6 && d.get(o3 + 16..o3 + 20) == Some(&self.vip[..4]),
+                L3Kind::Ipv6 => self.v6 && d.get(o3 + 24..o3 + 40) == Some(&self.vip[..]),
+                _ => false,
+            };
+            if !to_vip {
+                self.passed += 1;
+                if self.drop_others {
+                    m.verdict = Verdict::Drop(NOT_VIP);
+                }
+                continue;
+            }
+            let Some(mut key) = FlowKey::from_packet(&l, d) else {
+                m.verdict = Verdict::Drop(MALFORMED);
+                continue;
+            };
+            if l.is_fragment() {
+                key.sport = 0;
+                key.dport = 0;
+            }
+            let Some(i) = self.pick(&WideKey(key), m.ts_ns) else {
+                m.verdict = Verdict::Drop(NO_BACKEND);
+                continue;
+            };
+            let b = self.backends[i];
+            self.known[b.id as usize].packets += 1;
+            // A complete transport header (never in later fragments) has its checksum
+            // patched: it covers the destination address through the pseudo header.
+            let o4 = l.l4_off as usize;
+            let l4 = l.has_l4() && !l.is_later_fragment();
+            if self.v6 {
+                let mut old = [0u8; 16];
+                old.copy_from_slice(&d[o3 + 24..o3 + 40]);
+                d[o3 + 24..o3 + 40].copy_from_slice(&b.addr);
+                if l4 {
+                    let t = &mut d[o4..];
+                    match l.l4_proto {
+                        6 => Tcp::new_unchecked(t).update_pseudo_addr(&old, &b.addr),
+                        17 => Udp::new_unchecked(t).update_pseudo_addr(&old, &b.addr),
+                        58 => {
+                            let c = u16::from_be_bytes([t[2], t[3]]);
+                            let c = checksum::update_bytes(c, &old, &b.addr);
+                            t[2..4].copy_from_slice(&c.to_be_bytes());
+                        }
+                        _ => {}
+                    }
+                }
+            } else {
+                let new = [b.addr[0], b.addr[1], b.addr[2], b.addr[3]];
+                let old = [d[o3 + 16], d[o3 + 17], d[o3 + 18], d[o3 + 19]];
+                Ipv4::new_unchecked(&mut d[o3..]).set_dst_update(new);
+                if l4 {
+                    let t = &mut d[o4..];
+                    match l.l4_proto {
+                        6 => Tcp::new_unchecked(t).update_pseudo_addr(&old, &new),
+                        17 => Udp::new_unchecked(t).update_pseudo_addr(&old, &new),
+                        _ => {}
+                    }
+                }
+            }
+            if let Some(mac) = b.mac {
+                if l.has_ethernet() {
+                    d[..6].copy_from_slice(&mac);
+                }
+            }
+        }
+    }
+
+    /// `backends ADDR[:WEIGHT][@MAC] …` replaces the backend set: tracked flows stay on
+    /// their backend while it remains; flows of removed backends are rehashed.
+    fn control(&mut self, cmd: &str) -> Result<String, String> {
+        let mut words = cmd.split_whitespace();
+        if words.next() != Some("backends") {
+            return Err(format!(
+                "unknown command `{cmd}` (commands: backends ADDR[:WEIGHT][@MAC]…)"
+            ));
+        }
+        let mut set = Vec::new();
+        for w in words {
+            let (rest, mac) = match w.split_once('@') {
+                Some((r, m)) => (
+                    r,
+                    Some(parse_mac(m).ok_or_else(|| format!("`{m}` is not a MAC"))?),
+                ),
+                None => (w, None),
+            };
+            let (addr, weight) = match rest.rsplit_once(':') {
+                Some((a, wt)) if !a.contains(':') || a.starts_with('[') => (
+                    a.trim_matches(['[', ']']),
+                    wt.parse::<u32>()
+                        .map_err(|_| format!("`{wt}` is not a weight"))?,
+                ),
+                _ => (rest, 1),
+            };
+            let addr: IpAddr = addr
+                .parse()
+                .map_err(|_| format!("`{addr}` is not an IP address"))?;
+            set.push(Backend {
+                addr,
+                mac,
+                weight,
+                name: addr.to_string(),
+            });
+        }
+        if set.is_empty() {
+            return Err("give at least one backend".into());
+        }
+        self.set_backends(&set)?;
+        Ok(format!("{} backend(s)", set.len()))
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let mut s = vec![
+            ("backends", self.backends.len() as u64),
+            ("tracked_flows", self.conns.len() as u64),
+            ("new_flows", self.new_flows),
+            ("rehashed_flows", self.rehashed),
+            ("table_full", self.table_full),
+            ("not_vip", self.passed),
+        ];
+        s.extend(self.known.iter().map(|k| (k.label, k.packets)));
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn primes() {
+        let p: Vec<u64> = (0..30).filter(|&n| is_prime(n)).collect();
+        assert_eq!(p, [2, 3, 5, 7, 11, 13, 17, 19, 23, 29]);
+        assert!(is_prime(65537) && is_prime(MAX_TABLE_SIZE as u64) && !is_prime(65536));
+    }
+
+    #[test]
+    fn macs() {
+        assert_eq!(parse_mac("02:00:00:00:01:0f"), Some([2, 0, 0, 0, 1, 15]));
+        assert_eq!(parse_mac("02:00:00:00:01"), None);
+        assert_eq!(parse_mac("02:00:00:00:01:01:01"), None);
+        assert_eq!(parse_mac("02:00:00:00:01:xyz"), None);
+    }
+
+    #[test]
+    fn small_table_is_full_and_even() {
+        let t = populate(&[("a", 1), ("b", 1), ("c", 1)], 7);
+        assert_eq!(t.len(), 7);
+        let n: Vec<usize> = (0..3)
+            .map(|i| t.iter().filter(|&&x| x == i).count())
+            .collect();
+        assert!(n.iter().all(|&c| c == 2 || c == 3), "{n:?}");
+        assert!(populate(&[("a", 0)], 7).is_empty());
+    }
+}
