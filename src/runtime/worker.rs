@@ -328,9 +328,7 @@ impl Runner {
                             }
                         }
                         if let Some(w) = s.writer.as_mut() {
-                            if let Err(e) =
-                                w.write_packet(m.ts_ns.wrapping_sub(*shift), m.wire_len, p.data())
-                            {
+                            if let Err(e) = w.write_packet(m.ts_ns.wrapping_sub(*shift), m.wire_len, p.data()) {
                                 s.write_error = Some(e.to_string());
                                 s.writer = None;
                             }
