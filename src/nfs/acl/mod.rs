@@ -3,6 +3,7 @@
 pub mod classify;
 pub mod rule;
 
+pub use super::ip_filter::packet_key;
 pub use classify::{Classifier, Key};
 pub use rule::{Action, Rule};
 

@@ -129,6 +129,7 @@ impl Rule {
             toks,
             i: 0,
             variants: vec![Conj::default()],
+            listed: false,
         };
         let action = match p.next().unwrap_or("") {
             "allow" | "accept" | "pass" | "permit" => Action::Allow,
@@ -195,6 +196,8 @@ struct Parser {
     toks: Vec<String>,
     i: usize,
     variants: Vec<Conj>,
+    /// The current primitive joined values with `or`.
+    listed: bool,
 }
 
 const KEYWORDS: &[&str] = &[
@@ -260,6 +263,7 @@ impl Parser {
         match self.peek_at(1) {
             Some(t) if !KEYWORDS.contains(&t) => {
                 self.i += 1;
+                self.listed = true;
                 true
             }
             Some(_)
@@ -267,6 +271,7 @@ impl Parser {
                     && (0..again.len()).all(|k| self.peek_at(1 + k) == Some(again[k])) =>
             {
                 self.i += 1 + again.len();
+                self.listed = true;
                 true
             }
             _ => false,
@@ -282,18 +287,15 @@ impl Parser {
         if paren {
             self.i += 1;
         }
+        self.listed = false;
         let prims = self.prim(neg)?;
         if paren && self.next() != Some(")") {
             return Err("expected `)`".into());
         }
+        if neg && self.listed && !paren {
+            return Err("`not` negates one value: write `not (… or …)` for a list".into());
+        }
         for prim in prims {
-            let n = match &prim {
-                Prim::One(_, r) | Prim::Either(_, _, r) => r.len(),
-                Prim::None => 0,
-            };
-            if neg && n > 1 && !paren {
-                return Err("`not` negates one value: write `not (… or …)` for a list".into());
-            }
             self.add(prim, neg)?;
         }
         if matches!(self.peek(), Some("or" | "||")) {
@@ -442,9 +444,11 @@ impl Parser {
                         {
                             kw = k.to_string();
                             self.i += 2;
+                            self.listed = true;
                         }
                         Some(t) if kw == "proto" && !KEYWORDS.contains(&t) => {
                             self.i += 1;
+                            self.listed = true;
                         }
                         _ => break,
                     }
