@@ -19,6 +19,9 @@ use std::collections::HashMap;
 
 use super::rule::{Atom, Field, Rule, ALL_FIELDS, FIELDS};
 
+/// Words ANDed at a time: 256 entries, a few vector instructions per field.
+const CHUNK: usize = 4;
+
 /// The packet's values per field (None: absent). Built per packet on the stack.
 pub type Values = [Option<u128>; FIELDS];
 
@@ -33,8 +36,11 @@ struct Segments<T> {
     starts: Vec<T>,
     bms: Vec<u32>,
     absent: u32,
-    /// IPv4 only: for each /16 block, the segment holding its first address.
-    idx16: Vec<u32>,
+    /// IPv4 only: per /16, a bitmap id, or (with [`DEEPER`]) a block of `l2`.
+    l1: Vec<u32>,
+    /// IPv4 only: blocks of 256 entries per /24: a bitmap id, or (with [`DEEPER`]) the
+    /// segment holding the /24's first address, to search from.
+    l2: Vec<u32>,
 }
 
 pub struct Classifier {
@@ -104,7 +110,8 @@ impl Classifier {
             }
         }
         let n = entries.len();
-        let words = n.div_ceil(64);
+        // Padded to whole chunks so the AND below runs on fixed-size blocks (SIMD).
+        let words = n.div_ceil(64).div_ceil(CHUNK) * CHUNK;
         let mut b = Builder {
             words,
             pool: Vec::new(),
@@ -112,7 +119,7 @@ impl Classifier {
         };
         let mut ones = vec![0u64; words];
         for (i, w) in ones.iter_mut().enumerate() {
-            let bits = (n - i * 64).min(64);
+            let bits = n.saturating_sub(i * 64).min(64);
             *w = if bits == 64 { !0 } else { (1u64 << bits) - 1 };
         }
         b.intern(ones);
@@ -170,17 +177,13 @@ impl Classifier {
                 }
                 Field::Src4 | Field::Dst4 => {
                     let starts: Vec<u32> = starts.iter().map(|&s| s as u32).collect();
-                    let idx16 = (0..=65536u64)
-                        .map(|h| {
-                            let a = (h << 16).min(u32::MAX as u64 + 1);
-                            (starts.partition_point(|&s| (s as u64) <= a).max(1) - 1) as u32
-                        })
-                        .collect();
+                    let (l1, l2) = v4_index(&starts, &bms);
                     let s = Some(Segments {
                         starts,
                         bms,
                         absent,
-                        idx16,
+                        l1,
+                        l2,
                     });
                     if f == Field::Src4 {
                         c.src4 = s
@@ -193,7 +196,8 @@ impl Classifier {
                         starts,
                         bms,
                         absent,
-                        idx16: Vec::new(),
+                        l1: Vec::new(),
+                        l2: Vec::new(),
                     });
                     if f == Field::Src6 {
                         c.src6 = s
@@ -269,14 +273,21 @@ impl Classifier {
         if sl.is_empty() {
             return Some(self.entry_rule[0]);
         }
-        for i in 0..w {
-            let mut x = !0u64;
+        for c in (0..w).step_by(CHUNK) {
+            let mut x = [!0u64; CHUNK];
             for s in sl {
-                x &= s[i];
+                let b: &[u64; CHUNK] = s[c..c + CHUNK].try_into().unwrap_or(&[0; CHUNK]);
+                for j in 0..CHUNK {
+                    x[j] &= b[j];
+                }
             }
-            if x != 0 {
-                let e = i * 64 + x.trailing_zeros() as usize;
-                return self.entry_rule.get(e).copied();
+            if x.iter().any(|&v| v != 0) {
+                for (j, &v) in x.iter().enumerate() {
+                    if v != 0 {
+                        let e = (c + j) * 64 + v.trailing_zeros() as usize;
+                        return self.entry_rule.get(e).copied();
+                    }
+                }
             }
         }
         None
@@ -297,13 +308,51 @@ impl Segments<u32> {
     #[inline]
     fn lookup4(&self, v: Option<u32>) -> u32 {
         let Some(v) = v else { return self.absent };
-        let h = (v >> 16) as usize;
-        let (lo, hi) = (self.idx16[h] as usize, self.idx16[h + 1] as usize);
-        // Segments starting inside this /16 are few; search only among them.
-        let seg =
-            lo + self.starts[lo + 1..=hi.min(self.starts.len() - 1)].partition_point(|&s| s <= v);
+        let e = self.l1[(v >> 16) as usize];
+        if e & DEEPER == 0 {
+            return e;
+        }
+        let i = (e & !DEEPER) as usize * 256 + ((v >> 8) & 0xff) as usize;
+        let e = self.l2.get(i).copied().unwrap_or(0);
+        if e & DEEPER == 0 {
+            return e;
+        }
+        // Boundaries inside one /24: at most 256 segments to search.
+        let lo = (e & !DEEPER) as usize;
+        let end = self.starts.len().min(lo + 257);
+        let seg = lo + self.starts[(lo + 1).min(end)..end].partition_point(|&s| s <= v);
         self.bms[seg]
     }
+}
+
+/// Marks an index entry that points deeper instead of holding a bitmap id.
+const DEEPER: u32 = 1 << 31;
+
+/// The two-level IPv4 index: most /16s (and then /24s) hold one segment, so most lookups
+/// are one or two loads.
+fn v4_index(starts: &[u32], bms: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let seg = |a: u32| starts.partition_point(|&s| s <= a).max(1) - 1;
+    let mut l1 = Vec::with_capacity(65536);
+    let mut l2 = Vec::new();
+    for h in 0..65536u32 {
+        let a = h << 16;
+        let (lo, hi) = (seg(a), seg(a | 0xffff));
+        if lo == hi {
+            l1.push(bms[lo]);
+            continue;
+        }
+        l1.push(DEEPER | (l2.len() / 256) as u32);
+        for m in 0..256u32 {
+            let b = a | m << 8;
+            let (lo, hi) = (seg(b), seg(b | 0xff));
+            l2.push(if lo == hi {
+                bms[lo]
+            } else {
+                DEEPER | lo as u32
+            });
+        }
+    }
+    (l1, l2)
 }
 
 impl Segments<u128> {
