@@ -382,6 +382,59 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Any token soup parses or fails with a one-line reason; never a panic.
+    #[test]
+    fn parser_never_panics(toks in proptest::collection::vec(prop_oneof![
+        Just("allow"), Just("deny"), Just("not"), Just("!"), Just("and"), Just("or"),
+        Just("("), Just(")"), Just("tcp"), Just("udp"), Just("icmp"), Just("icmp6"),
+        Just("ip"), Just("ip6"), Just("proto"), Just("src"), Just("dst"), Just("host"),
+        Just("net"), Just("port"), Just("portrange"), Just("type"), Just("flags"),
+        Just("80"), Just("1-2"), Just("10.0.0.0/8"), Just("::1"), Just("syn,!ack"),
+        Just("echo-request"), Just("all"), Just("70000"), Just("x"), Just("#"),
+    ], 0..12)) {
+        let line = toks.join(" ");
+        if let Err(e) = Rule::parse(&line) {
+            prop_assert!(!e.contains('\n') && !e.is_empty());
+        }
+    }
+}
+
+#[test]
+fn every_capture_runs_through_an_acl_without_panic() {
+    let chain = chain(
+        &[
+            "deny src net 10.0.0.0/8 and not tcp flags syn",
+            "allow tcp dst port 80 or 443",
+            "allow icmp type echo-request or echo-reply",
+            "deny ip6 and not (port 53)",
+            "allow udp portrange 1000-2000",
+            "allow not ip",
+        ],
+        false,
+    );
+    let (mut ok, mut packets) = (0, 0u64);
+    for p in all_captures() {
+        if let Ok(t) = Trace::open(&p) {
+            let s = run_chain(&chain, &t, None);
+            assert_eq!(
+                s.packets_in,
+                s.packets_out + s.packets_dropped,
+                "{}",
+                p.display()
+            );
+            packets += s.packets_in;
+            ok += 1;
+        }
+    }
+    assert!(
+        ok > 1300 && packets > 200_000,
+        "{ok} captures, {packets} packets"
+    );
+}
+
 fn check_err(chain_text: &str, want: &str) {
     let cfg = catena::runtime::ChainConfig::parse(chain_text, "t.toml").expect("config");
     let err = match catena::runtime::Chain::from_config(&cfg) {

@@ -237,7 +237,7 @@ impl Classifier {
             }
         };
         if let Some(d) = &self.proto {
-            push(d.table[k.proto as usize]);
+            push(d.get(Some(u32::from(k.proto))));
         }
         if let Some(s) = &self.src4 {
             push(s.lookup4(k.src4));
