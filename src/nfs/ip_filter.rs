@@ -113,7 +113,8 @@ impl IpFilter {
         };
         let mut rules = Vec::new();
         if let Some(lines) = p.str_list("rules")? {
-            rules = parse_rules(lines).map_err(|(n, _, e)| p.err(format!("rule {n}: {e}")))?;
+            rules =
+                parse_rules(lines).map_err(|(_, item, e)| p.err(format!("rule {item}: {e}")))?;
         }
         if let Some(path) = p.table_str("rules_file")? {
             let text = std::fs::read_to_string(path)
