@@ -12,6 +12,16 @@
 //! - `host`/`net` test IP addresses only (tcpdump's bare `host` also tests ARP).
 //! - 802.1Q/802.1ad tags are looked through, as the firewall does.
 //! - Frames too short for their L2/IP header are dropped as `malformed` whatever the rules.
+//!   A transport header cut short by the snap length has no ports/type/flags (BPF would
+//!   reject the whole packet as soon as a rule reads past the end). An IPv6 packet whose
+//!   first header is a fragment header has the fragment's next header as protocol, so
+//!   `proto 44` does not match it (BPF matches both).
+//! - Live changes: [`IpFilter::set_rules`] / [`IpFilter::set_classifier`] swap the whole
+//!   rule set between batches; hit counters restart.
+//!
+//! A per-flow verdict cache was tried (4,096 direct-mapped slots keyed by the whole
+//! [`Key`]) and gave nothing measurable at 1,000 rules (its slots miss in cache as often
+//! as the bitmaps do), so classification runs for every packet.
 
 use std::sync::Mutex;
 
