@@ -9,8 +9,9 @@
 //! word, so high-priority matches are found early.
 //!
 //! Lookups: protocol, ICMP type, TCP flags and ports index a direct table (value ->
-//! bitmap id); IPv4 addresses use a /16 index into the sorted segment starts and a
-//! binary search inside one /16; IPv6 addresses a binary search. Fields no rule
+//! bitmap id); IPv4 addresses a two-level index (per /16, then per /24 where a /16 holds
+//! boundaries) ending in a bitmap id or, inside a /24 with boundaries, a short binary
+//! search; IPv6 addresses a binary search over the segment starts. Fields no rule
 //! constrains are skipped. Identical bitmaps are stored once. Memory is
 //! O(segments x entries / 8) bytes per field: 1,000 rules with distinct prefixes take
 //! well under 1 MiB.
