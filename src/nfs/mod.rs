@@ -1,7 +1,9 @@
 //! The NF library. Each NF is one file; [`registry`] maps config kinds to constructors.
 
+pub mod acl;
 mod firewall;
 mod flow_monitor;
+mod ip_filter;
 mod ipv4_switch;
 mod mac_switch;
 mod maglev;
@@ -13,6 +15,7 @@ mod wire;
 
 pub use firewall::Firewall;
 pub use flow_monitor::{End, FlowMonitor, FlowRecord, FlowStats};
+pub use ip_filter::IpFilter;
 pub use ipv4_switch::Ipv4Switch;
 pub use mac_switch::MacSwitch;
 pub use maglev::{Backend, Maglev};

@@ -109,6 +109,24 @@ impl<'a> Params<'a> {
             .collect()
     }
 
+    /// A list of strings, if present (e.g. ACL rules).
+    pub fn str_list(&mut self, key: &'a str) -> Result<Option<Vec<&'a str>>, ParamError> {
+        let Some(v) = self.raw(key) else {
+            return Ok(None);
+        };
+        let arr = v
+            .as_array()
+            .ok_or_else(|| self.err(format!("`{key}` must be a list of strings")))?;
+        arr.iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.as_str()
+                    .ok_or_else(|| self.err(format!("`{key}`: item {} is not a string", i + 1)))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
     /// Call last: any key not read by the NF is an error (a typo must not pass silently).
     pub fn finish(self, docs: &[ParamDoc]) -> Result<(), ParamError> {
         for k in self.table.keys() {

@@ -1,7 +1,7 @@
 //! NF kinds by config name, with their parameter docs, for `run`, `check` and `nfs`.
 
 use super::params::{ParamDoc, ParamError, Params};
-use super::{Firewall, FlowMonitor, Ipv4Switch, MacSwitch, Maglev, Nat, Nf, Wire};
+use super::{Firewall, FlowMonitor, IpFilter, Ipv4Switch, MacSwitch, Maglev, Nat, Nf, Wire};
 
 pub struct Kind {
     pub name: &'static str,
@@ -34,6 +34,12 @@ pub const KINDS: &[Kind] = &[
         summary: "Stateless firewall: passes TCP/UDP with a source or destination port in the list, then switches like ipv4_switch",
         params: Firewall::PARAMS,
         build: |p| Ok(Box::new(Firewall::from_params(p)?)),
+    },
+    Kind {
+        name: "ip_filter",
+        summary: "IP filter (ACL): ordered allow/deny rules in tcpdump-like syntax, first match wins, then a default",
+        params: IpFilter::PARAMS,
+        build: |p| Ok(Box::new(IpFilter::from_params(p)?)),
     },
     Kind {
         name: "nat",

@@ -1,0 +1,24 @@
+//! The IP filter's rule language ([`rule`]) and first-match classifier ([`classify`]).
+
+pub mod classify;
+pub mod rule;
+
+pub use super::ip_filter::packet_key;
+pub use classify::{Classifier, Key};
+pub use rule::{Action, Rule};
+
+/// Parses rule lines; blank and comment lines are skipped. Errors carry the rule number
+/// (counting rules only) and the 1-based line, with the reason.
+pub fn parse_rules<'a>(
+    lines: impl IntoIterator<Item = &'a str>,
+) -> Result<Vec<Rule>, (usize, usize, String)> {
+    let mut out = Vec::new();
+    for (i, l) in lines.into_iter().enumerate() {
+        match Rule::parse(l) {
+            Ok(Some(r)) => out.push(r),
+            Ok(None) => {}
+            Err(e) => return Err((out.len() + 1, i + 1, e)),
+        }
+    }
+    Ok(out)
+}
