@@ -36,6 +36,13 @@ enum Cmd {
 }
 
 pub fn main() -> i32 {
+    // `catena check x | head` should end quietly like other Unix tools, not panic in
+    // println! on the closed pipe.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Run(a) => run::run(a),

@@ -124,9 +124,13 @@ fn measure(
     };
     let mut secs = Vec::new();
     let mut last = None;
-    for _ in 0..a.runs {
+    // One untimed run first, as in `bench steve`.
+    for i in 0..=a.runs {
         let mut r = Runner::new(Chain::from_config(&cfg)?, trace.max_packet_len());
         let s = r.run(trace, &opts, &mut NoProgress)?;
+        if i == 0 {
+            continue;
+        }
         secs.push(s.seconds);
         last = Some(s);
     }
