@@ -4,9 +4,10 @@
 //! The decision matches the BPF filter `ip and (tcp or udp) and (port P1 or port P2 …)`,
 //! VLAN tags aside: like tcpdump, later IP fragments carry no ports and do not match.
 
-use super::ipv4_switch::{be32, Ipv4Learning};
+use super::ipv4_switch::Ipv4Learning;
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
+use crate::packet::bytes::be32;
 use crate::packet::wire::{Ethernet, Ipv4, Tcp, Udp};
 use crate::packet::{Batch, Fields, L3Kind};
 

@@ -29,6 +29,7 @@ use super::acl::rule::NOT_IP;
 use super::acl::{parse_rules, Action, Classifier, Key, Rule};
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
+use crate::packet::bytes::{be16, be32};
 use crate::packet::{Batch, Fields, L3Kind, Packet};
 
 const DENIED: u8 = 0;
@@ -142,16 +143,6 @@ impl IpFilter {
     pub fn hits(&self) -> &[u64] {
         &self.hits
     }
-}
-
-#[inline]
-fn be16(d: &[u8], o: usize) -> u16 {
-    u16::from_be_bytes([d[o], d[o + 1]])
-}
-
-#[inline]
-fn be32(d: &[u8], o: usize) -> u32 {
-    u32::from_be_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]])
 }
 
 #[inline]

@@ -4,6 +4,7 @@
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{Learned, TimedTable};
+use crate::packet::bytes::be32;
 use crate::packet::{Batch, Fields, L3Kind, Meta, FLOOD};
 
 /// The learning part, shared with the firewall.
@@ -72,15 +73,6 @@ impl Ipv4Learning {
             ("table_full", self.table_full),
         ]
     }
-}
-
-/// Big-endian u32 at `o`: one bounds check and one load (byte-by-byte indexing costs four).
-/// Callers have checked the length; out of range reads 0 rather than panicking.
-#[inline]
-pub(crate) fn be32(b: &[u8], o: usize) -> u32 {
-    b.get(o..o + 4)
-        .and_then(|s| s.try_into().ok())
-        .map_or(0, u32::from_be_bytes)
 }
 
 pub struct Ipv4Switch {

@@ -2,6 +2,7 @@
 //! The walk reads just the bytes it needs (ethertypes, IP header lengths, next-header
 //! chains); the typed views in [`super::wire`] read fields at these offsets.
 
+use super::bytes::be16;
 use super::meta::LinkKind;
 
 /// What sits at the network layer.
@@ -165,14 +166,6 @@ impl Layers {
         }
         l
     }
-}
-
-/// Callers check the length first; out of range reads 0 rather than panicking.
-#[inline]
-fn be16(b: &[u8], o: usize) -> u16 {
-    b.get(o..o + 2)
-        .and_then(|s| s.try_into().ok())
-        .map_or(0, u16::from_be_bytes)
 }
 
 fn parse_ipv4(l: &mut Layers, b: &[u8], off: usize) {

@@ -2,6 +2,7 @@
 
 mod batch;
 mod buf;
+pub mod bytes;
 pub mod checksum;
 mod fields;
 mod layers;

@@ -47,6 +47,7 @@ use std::net::Ipv4Addr;
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::Hasher;
+use crate::packet::bytes::{be16, be32, put16, put32};
 use crate::packet::checksum::{fold32, update16, update32};
 use crate::packet::{Batch, Fields, L3Kind, Layers, Packet, MAX_BATCH};
 use index::{prefetch, Index};
@@ -190,26 +191,6 @@ fn hi(a: u32) -> u16 {
 #[inline]
 fn lo(a: u32) -> u16 {
     a as u16
-}
-
-#[inline]
-fn be16(d: &[u8], o: usize) -> u16 {
-    u16::from_be_bytes([d[o], d[o + 1]])
-}
-
-#[inline]
-fn be32(d: &[u8], o: usize) -> u32 {
-    u32::from_be_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]])
-}
-
-#[inline]
-fn put16(d: &mut [u8], o: usize, v: u16) {
-    d[o..o + 2].copy_from_slice(&v.to_be_bytes());
-}
-
-#[inline]
-fn put32(d: &mut [u8], o: usize, v: u32) {
-    d[o..o + 4].copy_from_slice(&v.to_be_bytes());
 }
 
 /// The public (address, port) pairs still free, per protocol, oldest-freed first.
