@@ -31,6 +31,8 @@ pub struct Firewall {
 }
 
 const NOT_IPV4: u8 = 0;
+/// Headers cut short or inconsistent (too short for Ethernet, a bad IP header length).
+const MALFORMED: u8 = 5;
 const NOT_TCP_UDP: u8 = 1;
 const FRAGMENT: u8 = 2;
 const TRUNCATED: u8 = 3;
@@ -81,6 +83,7 @@ impl Firewall {
                     "fragment",
                     "truncated",
                     "port-denied",
+                    "malformed",
                 ],
             },
             allowed,
@@ -182,7 +185,11 @@ impl Nf for Firewall {
         for p in batch {
             let l = p.layers();
             if l.l3 != L3Kind::Ipv4 {
-                p.drop_with(NOT_IPV4);
+                p.drop_with(if l.l3 == L3Kind::Malformed {
+                    MALFORMED
+                } else {
+                    NOT_IPV4
+                });
                 continue;
             }
             if l.l4_proto != 6 && l.l4_proto != 17 {
@@ -292,6 +299,17 @@ mod tests {
         let p = v4(1, 2, 6, 80, 80, 0);
         let short = crate::packet::Packet::from_bytes(&p.data()[..36]);
         assert_eq!(step(&mut fw, short).1, Verdict::Drop(TRUNCATED));
+    }
+
+    #[test]
+    fn short_headers_are_malformed_not_silently_non_ip() {
+        let mut fw = Firewall::new(&[80], 16, 0);
+        let p = v4(1, 2, 6, 80, 80, 0);
+        // Ethernet says IPv4 but only 10 bytes of the IP header were captured.
+        let short = crate::packet::Packet::from_bytes(&p.data()[..24]);
+        assert_eq!(step(&mut fw, short).1, Verdict::Drop(MALFORMED));
+        let tiny = crate::packet::Packet::from_bytes(&[0u8; 8]);
+        assert_eq!(step(&mut fw, tiny).1, Verdict::Drop(MALFORMED));
     }
 
     #[test]

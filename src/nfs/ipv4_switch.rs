@@ -81,6 +81,8 @@ pub struct Ipv4Switch {
 }
 
 const NOT_IPV4: u8 = 0;
+/// Headers cut short or inconsistent (too short for Ethernet, a bad IP header length).
+const MALFORMED: u8 = 1;
 
 impl Ipv4Switch {
     pub const PARAMS: &'static [ParamDoc] = &Ipv4Learning::PARAMS;
@@ -98,7 +100,7 @@ impl Ipv4Switch {
                 changes_length: false,
                 per_flow_state: true,
                 outputs: &["out"],
-                drop_reasons: &["not-ipv4"],
+                drop_reasons: &["not-ipv4", "malformed"],
             },
             learn: Ipv4Learning::new(capacity, timeout_ns),
         }
@@ -122,7 +124,11 @@ impl Nf for Ipv4Switch {
         for p in batch {
             let l = p.layers();
             if l.l3 != L3Kind::Ipv4 {
-                p.drop_with(NOT_IPV4);
+                p.drop_with(if l.l3 == L3Kind::Malformed {
+                    MALFORMED
+                } else {
+                    NOT_IPV4
+                });
                 continue;
             }
             let (m, d) = p.split_mut();
