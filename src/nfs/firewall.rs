@@ -4,12 +4,12 @@
 //! The decision matches the BPF filter `ip and (tcp or udp) and (port P1 or port P2 …)`,
 //! VLAN tags aside: like tcpdump, later IP fragments carry no ports and do not match.
 
-use super::ipv4_switch::Ipv4Learning;
+use super::ipv4_switch::{ipv4_or_drop, Ipv4Learning};
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::bytes::be32;
 use crate::packet::wire::{Ethernet, Ipv4, Tcp, Udp};
-use crate::packet::{Batch, Fields, L3Kind};
+use crate::packet::{Batch, Fields};
 
 /// How much of the packet is decoded before deciding (the thesis' partial vs full decode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,15 +183,9 @@ impl Nf for Firewall {
     #[inline]
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
         for p in batch {
-            let l = p.layers();
-            if l.l3 != L3Kind::Ipv4 {
-                p.drop_with(if l.l3 == L3Kind::Malformed {
-                    MALFORMED
-                } else {
-                    NOT_IPV4
-                });
+            let Some(l) = ipv4_or_drop(p, NOT_IPV4, MALFORMED) else {
                 continue;
-            }
+            };
             if l.l4_proto != 6 && l.l4_proto != 17 {
                 p.drop_with(NOT_TCP_UDP);
                 continue;

@@ -5,7 +5,7 @@ use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{Learned, TimedTable};
 use crate::packet::bytes::be32;
-use crate::packet::{Batch, Fields, L3Kind, Meta, FLOOD};
+use crate::packet::{Batch, Fields, L3Kind, Layers, Meta, Packet, FLOOD};
 
 /// The learning part, shared with the firewall.
 pub(crate) struct Ipv4Learning {
@@ -75,6 +75,24 @@ impl Ipv4Learning {
     }
 }
 
+/// The packet's header offsets when it is IPv4; otherwise it is dropped with the NF's
+/// reason for non-IPv4 or for cut-short headers, and None is returned.
+#[inline]
+pub(crate) fn ipv4_or_drop(p: &mut Packet, not_ipv4: u8, malformed: u8) -> Option<Layers> {
+    let l = p.layers();
+    match l.l3 {
+        L3Kind::Ipv4 => Some(l),
+        L3Kind::Malformed => {
+            p.drop_with(malformed);
+            None
+        }
+        _ => {
+            p.drop_with(not_ipv4);
+            None
+        }
+    }
+}
+
 pub struct Ipv4Switch {
     profile: Profile,
     learn: Ipv4Learning,
@@ -122,15 +140,9 @@ impl Nf for Ipv4Switch {
     #[inline]
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
         for p in batch {
-            let l = p.layers();
-            if l.l3 != L3Kind::Ipv4 {
-                p.drop_with(if l.l3 == L3Kind::Malformed {
-                    MALFORMED
-                } else {
-                    NOT_IPV4
-                });
+            let Some(l) = ipv4_or_drop(p, NOT_IPV4, MALFORMED) else {
                 continue;
-            }
+            };
             let (m, d) = p.split_mut();
             let o = l.l3_off as usize;
             self.learn.switch(m, be32(d, o + 12), be32(d, o + 16));
