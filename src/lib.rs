@@ -10,3 +10,4 @@ pub mod io;
 pub mod nfs;
 pub mod packet;
 pub mod runtime;
+pub mod stack;

@@ -1,7 +1,9 @@
 //! NF kinds by config name, with their parameter docs, for `run`, `check` and `nfs`.
 
 use super::params::{ParamDoc, ParamError, Params};
-use super::{Firewall, FlowMonitor, IpFilter, Ipv4Switch, MacSwitch, Maglev, Nat, Nf, Wire};
+use super::{
+    Firewall, FlowMonitor, IpFilter, Ipv4Switch, MacSwitch, Maglev, Microbox, Nat, Nf, Wire,
+};
 
 pub struct Kind {
     pub name: &'static str,
@@ -58,6 +60,12 @@ pub const KINDS: &[Kind] = &[
         summary: "Flow monitor: per-connection packets, bytes, first/last seen and TCP flags, exported on idle timeout and at the end; never drops",
         params: FlowMonitor::PARAMS,
         build: |p| Ok(Box::new(FlowMonitor::from_params(p)?)),
+    },
+    Kind {
+        name: "microbox",
+        summary: "Consolidated TCP stack (Microboxes) with apps on its events: tcp_count, l4_lb, l7_lb, …; mode = \"per-nf\" gives each app its own stack",
+        params: Microbox::PARAMS,
+        build: |p| Ok(Box::new(Microbox::from_params(p)?)),
     },
 ];
 
