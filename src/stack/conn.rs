@@ -25,7 +25,12 @@ pub struct Conn {
     /// timeout or a new SYN.
     pub(crate) ended: bool,
     pub packets: [u64; 2],
+    /// Payload bytes per direction that were already held (retransmissions, overlaps).
+    pub duplicate_bytes: [u64; 2],
     pub(crate) splice: Option<Splice>,
+    /// Bytes were still waiting behind a hole when the flow ended (data the capture
+    /// lost), per direction.
+    pub(crate) hole_at_end: [bool; 2],
 }
 
 impl Conn {
@@ -40,7 +45,9 @@ impl Conn {
             midstream: false,
             ended: false,
             packets: [0; 2],
+            duplicate_bytes: [0; 2],
             splice: None,
+            hole_at_end: [false; 2],
         }
     }
 
@@ -54,8 +61,13 @@ impl Conn {
         self.streams[dir].gave_up()
     }
 
-    /// Bytes of `dir` are still waiting behind a hole.
+    /// Bytes of `dir` are still waiting behind a hole (or were, when the flow ended).
     pub fn has_hole(&self, dir: usize) -> bool {
-        self.streams[dir].has_hole()
+        self.streams[dir].has_hole() || self.hole_at_end[dir]
+    }
+
+    /// The bytestream of `dir` is known to miss bytes: it gave up, or ended with a hole.
+    pub fn incomplete(&self, dir: usize) -> bool {
+        self.gave_up(dir) || self.has_hole(dir)
     }
 }

@@ -206,7 +206,8 @@ impl Stack {
             return;
         }
         c.ended = true;
-        for s in &mut c.streams {
+        for (d, s) in c.streams.iter_mut().enumerate() {
+            c.hole_at_end[d] = s.has_hole();
             s.release(&mut self.rings);
         }
         match why {
@@ -420,6 +421,7 @@ impl Stack {
                 });
                 self.stats.bytes += o.delivered as u64;
                 self.stats.duplicate_bytes += o.duplicate as u64;
+                c.duplicate_bytes[dir] += o.duplicate as u64;
                 if o.gave_up {
                     self.stats.gave_up += 1;
                 }
