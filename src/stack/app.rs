@@ -5,8 +5,10 @@
 //!
 //! Delivery ([`dispatch`]): apps run in chain order; each sees the whole batch of events in
 //! the order they happened, so within a flow every app sees events in order. An event an
-//! app publishes is inserted right after the event it was handling, so the apps after it
-//! see it in place (before the flow's later events); an app never sees its own events.
+//! app publishes is inserted just before the event it was handling, so the apps after it
+//! see the result before the event it was drawn from (a DPI label, then the data that
+//! gave it: an IDS that subscribes on the label still gets that data); an app never sees
+//! its own events.
 
 use super::conn::{Conn, MAX_APPS};
 use super::event::{Bytes, Event, FlowId, Kind, Kinds, FROM_STACK, NO_PKT};
@@ -56,8 +58,8 @@ pub struct Ctx<'a> {
     batch: &'a mut [Packet],
     stack: &'a mut Stack,
     q: &'a mut Queue,
-    /// Where the next published event goes (just after the current one and the ones this
-    /// handler already published).
+    /// Where the next published event goes (just before the current one, after the ones
+    /// this handler already published).
     insert_at: usize,
     batch_no: u64,
     /// Number of events published by this handler (so the dispatcher skips past them).
@@ -122,7 +124,8 @@ impl Ctx<'_> {
     }
 
     /// Publishes an event about the same flow, direction and packet as `cause`, for the
-    /// apps after this one. False when the queue was full (counted).
+    /// apps after this one, who get it just before `cause`. False when the queue was full
+    /// (counted).
     pub fn publish(&mut self, cause: &Event, kind: Kind, info: u32, bytes: &[u8]) -> bool {
         debug_assert!(!kind.from_stack(), "apps publish app kinds only");
         let e = Event {
@@ -176,6 +179,7 @@ pub fn dispatch(
         let mut i = 0;
         while i < q.events.len() {
             let ev = q.events[i];
+            let at = i;
             i += 1;
             if !stack.wants(k, &ev) {
                 continue;
@@ -196,12 +200,12 @@ pub fn dispatch(
                 batch: pkts,
                 stack,
                 q,
-                insert_at: i,
+                insert_at: at,
                 batch_no,
                 inserted: 0,
             };
             app.on_event(&ev, &mut cx);
-            // What this app published is for the apps after it: skip past it.
+            // What this app published went before the event: skip past both.
             i += cx.inserted;
         }
     }

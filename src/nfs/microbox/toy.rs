@@ -73,6 +73,8 @@ impl App for Labeller {
 /// The last bytes of a flow's client stream, so a pattern split over segments is found.
 #[derive(Clone, Copy)]
 struct Tail {
+    /// The flow was labelled HTTP (the all-data mode gets other flows' data too).
+    http: bool,
     len: u8,
     b: [u8; 63],
 }
@@ -141,7 +143,14 @@ impl HttpWatch {
     fn tail(&mut self, f: u32) -> &mut Tail {
         let i = f as usize;
         if i >= self.tails.len() {
-            self.tails.resize(i + 1, Tail { len: 0, b: [0; 63] });
+            self.tails.resize(
+                i + 1,
+                Tail {
+                    http: false,
+                    len: 0,
+                    b: [0; 63],
+                },
+            );
         }
         &mut self.tails[i]
     }
@@ -166,18 +175,23 @@ impl App for HttpWatch {
     }
     fn on_event(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
         match ev.kind {
-            Kind::FlowStart => self.tail(ev.flow).len = 0,
+            Kind::FlowStart => {
+                let t = self.tail(ev.flow);
+                t.len = 0;
+                t.http = false;
+            }
             Kind::DpiResult if ev.info == HTTP => {
                 self.watched += 1;
+                self.tail(ev.flow).http = true;
                 cx.subscribe(ev.flow, Kind::Data);
             }
             Kind::DpiResult => {}
             Kind::Data => {
                 self.data_events += 1;
-                if ev.dir != 0 {
+                let t = *self.tail(ev.flow);
+                if ev.dir != 0 || !t.http {
                     return;
                 }
-                let t = *self.tail(ev.flow);
                 let b = cx.bytes(ev);
                 self.scratch.clear();
                 self.scratch.extend_from_slice(&t.b[..t.len as usize]);
@@ -195,6 +209,7 @@ impl App for HttpWatch {
                 let keep = (self.pattern.len() - 1).min(self.scratch.len());
                 let from = self.scratch.len() - keep;
                 let mut nt = Tail {
+                    http: true,
                     len: keep as u8,
                     b: [0; 63],
                 };
