@@ -122,6 +122,8 @@ fn agrees_with_ndpi_on_supported_protocols() {
     let (mut unmatched, mut unmatched_in_scope, mut unreadable) = (0, 0, Vec::new());
     let mut confusions: HashMap<(String, String), usize> = HashMap::new();
     let mut ours_on_unknown: BTreeMap<&'static str, usize> = BTreeMap::new();
+    // DPI_MISSES=QUIC lists the rows of that nDPI master protocol we disagree on.
+    let show = std::env::var("DPI_MISSES").unwrap_or_default();
     for (pcap, rows) in &by_pcap {
         let path = common::dataset("ndpi/pcap").join(pcap);
         let trace = match Trace::open(&path) {
@@ -161,6 +163,12 @@ fn agrees_with_ndpi_on_supported_protocols() {
                 s.by_port += usize::from(f.detected.is_none());
             } else {
                 let ours = f.label().map_or("-".to_string(), |p| p.name().to_string());
+                if r.label.split('.').next() == Some(show.as_str()) {
+                    println!(
+                        "miss: {pcap} {} {:?} {:?} nDPI {} ours {ours} ({} pkts)",
+                        r.proto, r.a, r.b, r.label, f.packets
+                    );
+                }
                 *confusions
                     .entry((r.label.split('.').next().unwrap().to_string(), ours))
                     .or_default() += 1;

@@ -85,7 +85,8 @@ fn dns(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     if message(msg) {
         return Verdict::Match(proto);
     }
-    if c.n == 0 {
+    // On its own port one odd message does not rule DNS out.
+    if c.n >= 3 {
         Verdict::No
     } else {
         Verdict::Maybe

@@ -168,8 +168,8 @@ fn tftp(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
 }
 
 fn hit(s: &mut Scratch) -> Verdict {
-    s.hits += 1;
-    if s.hits >= 3 {
+    s.tftp += 1;
+    if s.tftp >= 3 {
         Verdict::Match(AppProto::Tftp)
     } else {
         Verdict::Maybe

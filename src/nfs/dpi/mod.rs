@@ -86,8 +86,20 @@ pub(crate) struct Scratch {
     pub rtp_hits: u8,
     /// Mail/FTP: the server's greeting line code seen (e.g. 220), 0 if none.
     pub banner: u16,
-    /// STUN / generic counters of candidate packets.
-    pub hits: u8,
+    /// Candidate messages seen so far, per detector that needs several.
+    pub telnet: u8,
+    pub stun: u8,
+    pub tftp: u8,
+    /// One-bit memories: the `Scratch::*` flag constants.
+    pub flags: u8,
+}
+
+impl Scratch {
+    pub const OPENVPN_RESET: u8 = 1;
+    pub const UTP_SYN: u8 = 2;
+    /// A well-formed TLS record seen from the client / from the server.
+    pub const TLS_CLIENT: u8 = 4;
+    pub const TLS_SERVER: u8 = 8;
 }
 
 const HOST_MAX: usize = 64;

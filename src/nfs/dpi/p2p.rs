@@ -1,7 +1,7 @@
 //! Peer-to-peer and LAN discovery: BitTorrent (peer wire, DHT, uTP, UDP tracker),
 //! Gnutella, Valve's Source engine queries, Dropbox LAN sync.
 
-use super::{at, be32, find, starts, AppProto, Ctx, Detector, Scratch, Verdict};
+use super::{at, be32, find, le32, starts, AppProto, Ctx, Detector, Scratch, Verdict};
 
 pub(crate) const BITTORRENT: Detector = Detector {
     tcp: true,
@@ -58,10 +58,10 @@ fn bittorrent(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
         let (ty, ver, ext) = (at(d, 0) >> 4, at(d, 0) & 0xf, at(d, 1));
         if ver == 1 && ty <= 4 && ext <= 2 && d.len() >= 20 {
             if ty == 4 {
-                s.hits |= 0x40;
+                s.flags |= Scratch::UTP_SYN;
                 return Verdict::Maybe;
             }
-            if s.hits & 0x40 != 0 && !c.from_client {
+            if s.flags & Scratch::UTP_SYN != 0 && !c.from_client {
                 return Verdict::Match(AppProto::BitTorrent);
             }
             return Verdict::Maybe;
@@ -76,6 +76,15 @@ fn gnutella(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     }
     // Gnutella UDP: the "GND" header of the UDP connection service.
     if c.udp() && starts(d, b"GND") && d.len() >= 8 {
+        return Verdict::Match(AppProto::Gnutella);
+    }
+    // A descriptor header (GUID, type, TTL, hops, little-endian payload length) whose
+    // length is exactly the rest of the datagram.
+    if c.udp()
+        && d.len() >= 23
+        && le32(d, 19) as usize + 23 == d.len()
+        && u16::from(at(d, 17)) + u16::from(at(d, 18)) <= 16
+    {
         return Verdict::Match(AppProto::Gnutella);
     }
     first_no(c)

@@ -7,6 +7,8 @@ use AppProto::*;
 
 const TCP: &[(u16, AppProto)] = &[
     (80, Http),
+    (81, Http),
+    (8181, Http),
     (443, Tls),
     (53, Dns),
     (22, Ssh),
@@ -51,6 +53,12 @@ const TCP: &[(u16, AppProto)] = &[
     (2049, Nfs),
     (179, Bgp),
     (8009, Ajp),
+    (8010, Ajp),
+    (1434, MsSql),
+    (5800, Vnc),
+    (514, Syslog),
+    (1812, Radius),
+    (500, Ipsec),
     (427, Slp),
 ];
 

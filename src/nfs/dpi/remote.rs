@@ -86,13 +86,13 @@ fn rdp(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
 fn telnet(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
     // IAC followed by WILL/WONT/DO/DONT: option negotiation opens a Telnet session.
     if at(d, 0) == 0xff && matches!(at(d, 1), 0xfb..=0xfe) && d.len() >= 3 {
-        s.hits += 1;
-        if s.hits >= 2 || d.len() >= 6 && at(d, 3) == 0xff {
+        s.telnet += 1;
+        if s.telnet >= 2 || d.len() >= 6 && at(d, 3) == 0xff {
             return Verdict::Match(AppProto::Telnet);
         }
         return Verdict::Maybe;
     }
-    if s.hits > 0 {
+    if s.telnet > 0 {
         Verdict::Maybe
     } else {
         first_no(c)
@@ -128,10 +128,12 @@ fn openvpn(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
     }
     match (c.from_client, opcode) {
         (true, 1 | 7 | 10) => {
-            s.hits |= 0x80;
+            s.flags |= Scratch::OPENVPN_RESET;
             Verdict::Maybe
         }
-        (false, 2 | 8) if s.hits & 0x80 != 0 => Verdict::Match(AppProto::OpenVpn),
+        (false, 2 | 8) if s.flags & Scratch::OPENVPN_RESET != 0 => {
+            Verdict::Match(AppProto::OpenVpn)
+        }
         _ => first_no(c),
     }
 }

@@ -28,12 +28,25 @@ fn record(d: &[u8]) -> bool {
     matches!(at(d, 0), 0x14..=0x17) && at(d, 1) == 3 && at(d, 2) <= 4 && d.len() >= 5
 }
 
-fn tls(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
+fn tls(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
     if record(d) {
-        // ClientHello / ServerHello / Certificate open a handshake; other records
-        // (mid-stream pickup) are left to the port fallback, as nDPI does.
+        // ClientHello / ServerHello / Certificate open a handshake.
         if at(d, 0) == 0x16 && matches!(at(d, 5), 1 | 2 | 11) {
             return Verdict::Match(AppProto::Tls);
+        }
+        // Picked up mid-stream: well-formed records (sane length) both ways, as nDPI
+        // accepts application data.
+        if be16(d, 3) <= 16384 + 2048 && be16(d, 3) > 0 {
+            s.flags |= if c.from_client {
+                Scratch::TLS_CLIENT
+            } else {
+                Scratch::TLS_SERVER
+            };
+            if s.flags & (Scratch::TLS_CLIENT | Scratch::TLS_SERVER)
+                == Scratch::TLS_CLIENT | Scratch::TLS_SERVER
+            {
+                return Verdict::Match(AppProto::Tls);
+            }
         }
         return Verdict::Maybe;
     }
@@ -41,7 +54,9 @@ fn tls(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     if at(d, 0) & 0x80 != 0 && at(d, 2) == 1 && at(d, 3) == 3 && at(d, 4) <= 3 {
         return Verdict::Match(AppProto::Tls);
     }
-    if c.n == 0 && c.from_client {
+    // Like nDPI, keep probing a few chunks (the handshake may follow other bytes, and
+    // the port fallback stays open meanwhile).
+    if c.n >= 3 {
         Verdict::No
     } else {
         Verdict::Maybe
@@ -124,6 +139,8 @@ fn quic_version(v: u32) -> bool {
         || v & 0xffff_0000 == 0x5130_0000 // "Q0.."
         || v & 0xffff_0000 == 0x5430_0000 // "T0.."
         || v & 0xffff_fff0 == 0xface_b000
+        // Reserved versions that force version negotiation (RFC 9000 §15).
+        || v & 0x0f0f_0f0f == 0x0a0a_0a0a
 }
 
 fn quic(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
@@ -131,12 +148,25 @@ fn quic(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     if b0 & 0x80 != 0 && d.len() >= 7 && quic_version(be32(d, 1)) {
         return Verdict::Match(AppProto::Quic);
     }
+    // Version negotiation (version 0) listing a version we know.
+    if b0 & 0x80 != 0 && be32(d, 1) == 0 {
+        let dcid = at(d, 5) as usize;
+        let p = 6 + dcid;
+        let p = p + 1 + at(d, p) as usize;
+        if d.len() >= p + 4 && quic_version(be32(d, p)) {
+            return Verdict::Match(AppProto::Quic);
+        }
+    }
     // Google QUIC's public header: flags with the version bit, 8-byte connection id,
     // then the version "Q0xx".
     if b0 & 0x80 == 0 && b0 & 0x09 == 0x09 && at(d, 9) == b'Q' && at(d, 10) == b'0' {
         return Verdict::Match(AppProto::Quic);
     }
-    // Short-header packets carry nothing to recognise; only the port fallback names them.
+    // Short-header packets (and Google QUIC without the version bit) carry nothing to
+    // recognise: on 443 they are left to the port fallback, as nDPI does.
+    if c.port(443) && b0 & 0x80 == 0 {
+        return Verdict::Maybe;
+    }
     if c.n == 0 && c.from_client {
         Verdict::No
     } else {

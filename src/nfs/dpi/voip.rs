@@ -73,15 +73,15 @@ fn stun(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
         }
         // Classic STUN (RFC 3489): no magic cookie, so want two such messages.
         if len % 4 == 0 {
-            s.hits += 1;
-            return if s.hits >= 2 {
+            s.stun += 1;
+            return if s.stun >= 2 {
                 Verdict::Match(AppProto::Stun)
             } else {
                 Verdict::Maybe
             };
         }
     }
-    if c.n == 0 && s.hits == 0 {
+    if c.n == 0 && s.stun == 0 {
         Verdict::No
     } else if c.n > 4 {
         Verdict::No

@@ -88,7 +88,8 @@ fn http(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     if starts(d, b"RTSP/1.0 ") {
         return Verdict::Match(AppProto::Rtsp);
     }
-    if (c.n == 0 && c.from_client) || c.n >= 3 {
+    // A capture that starts mid-connection sees responses before the next request.
+    if c.n >= 6 {
         Verdict::No
     } else {
         Verdict::Maybe
