@@ -125,7 +125,11 @@ fn dnscrypt(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     {
         return Verdict::Match(AppProto::DnsCrypt);
     }
-    if c.n == 0 {
+    // Encrypted queries look random: the resolver's reply (its magic) decides.
+    if c.from_client && c.n == 0 && d.len() >= 64 {
+        return Verdict::Maybe;
+    }
+    if c.n >= 1 || !c.from_client {
         Verdict::No
     } else {
         Verdict::Maybe

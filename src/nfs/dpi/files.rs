@@ -42,7 +42,14 @@ fn nfs(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     } else {
         return first_no(c);
     };
-    if be32(m, 4) == 0 && be32(m, 8) == 2 && be32(m, 12) == 100_003 && m.len() >= 24 {
+    // Program: NFS, or the portmapper and mount daemon an NFS mount starts with (nDPI
+    // names all three NFS).
+    let prog = be32(m, 12);
+    if be32(m, 4) == 0
+        && be32(m, 8) == 2
+        && matches!(prog, 100_000 | 100_003 | 100_005)
+        && m.len() >= 24
+    {
         return Verdict::Match(AppProto::Nfs);
     }
     first_no(c)

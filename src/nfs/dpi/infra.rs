@@ -128,7 +128,13 @@ fn kerberos(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     if matches!(at(m, 0), 0x6a..=0x6d | 0x7e) && matches!(at(m, 1), 0x81..=0x84 | 0x10..=0x7f) {
         return Verdict::Match(AppProto::Kerberos);
     }
-    first_no(c)
+    // A request can span segments (the first one may be a middle piece): wait for the
+    // reply before ruling Kerberos out on its own port.
+    if c.n >= 2 {
+        Verdict::No
+    } else {
+        Verdict::Maybe
+    }
 }
 
 fn ldap(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {

@@ -100,6 +100,7 @@ impl Scratch {
     /// A well-formed TLS record seen from the client / from the server.
     pub const TLS_CLIENT: u8 = 4;
     pub const TLS_SERVER: u8 = 8;
+    pub const STUN_SEEN: u8 = 16;
 }
 
 const HOST_MAX: usize = 64;

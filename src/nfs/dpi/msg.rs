@@ -68,11 +68,13 @@ fn irc(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
 }
 
 fn xmpp(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
-    if (starts(d, b"<?xml") || starts(d, b"<stream:stream"))
-        && find(d, b"<stream:stream", 256).is_some()
-        && find(d, b"jabber", 512).is_some()
-    {
+    // The stream header, possibly after an XML declaration sent in its own segment.
+    let xml = starts(d, b"<?xml");
+    if (xml || starts(d, b"<stream:stream")) && find(d, b"<stream:stream", 256).is_some() {
         return Verdict::Match(AppProto::Xmpp);
+    }
+    if xml {
+        return Verdict::Maybe;
     }
     first_no(c)
 }

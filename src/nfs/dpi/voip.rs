@@ -12,7 +12,7 @@ pub(crate) const SIP: Detector = Detector {
 pub(crate) const STUN: Detector = Detector {
     tcp: true,
     udp: true,
-    names: &[AppProto::Stun],
+    names: &[AppProto::Stun, AppProto::Dtls],
     f: stun,
 };
 
@@ -66,16 +66,26 @@ fn stun_type(t: u16) -> bool {
 }
 
 fn stun(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
+    // WebRTC multiplexes DTLS on the STUN flow; nDPI then names the flow DTLS. So STUN
+    // stays tentative for a few packets in case a DTLS handshake follows.
+    if s.flags & Scratch::STUN_SEEN != 0 {
+        if matches!(at(d, 0), 20..=23) && matches!(be16(d, 1), 0xfeff | 0xfefd) {
+            return Verdict::Match(AppProto::Dtls);
+        }
+        return Verdict::Maybe;
+    }
     let len = be16(d, 2) as usize;
     if d.len() >= 20 && len + 20 == d.len() && stun_type(be16(d, 0)) {
         if be32(d, 4) == 0x2112_a442 {
-            return Verdict::Match(AppProto::Stun);
+            s.flags |= Scratch::STUN_SEEN;
+            return Verdict::Tentative(AppProto::Stun);
         }
         // Classic STUN (RFC 3489): no magic cookie, so want two such messages.
         if len % 4 == 0 {
             s.stun += 1;
             return if s.stun >= 2 {
-                Verdict::Match(AppProto::Stun)
+                s.flags |= Scratch::STUN_SEEN;
+                Verdict::Tentative(AppProto::Stun)
             } else {
                 Verdict::Maybe
             };
