@@ -100,8 +100,7 @@ fn mongodb(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     let len = le32(d, 0) as usize;
     let op = le32(d, 12);
     if d.len() >= 16
-        && len >= 16
-        && len <= 48 << 20
+        && (16..=48 << 20).contains(&len)
         && len >= d.len()
         && matches!(op, 1 | 2001..=2007 | 2010..=2013)
     {

@@ -136,9 +136,7 @@ fn mail(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
     if imap_command(d).is_some() {
         return tentative(s, IMAP);
     }
-    if c.n == 0 && s.banner != SEEN_220 {
-        Verdict::No
-    } else if c.n > 2 {
+    if (c.n == 0 && s.banner != SEEN_220) || c.n > 2 {
         Verdict::No
     } else {
         Verdict::Maybe

@@ -50,9 +50,7 @@ fn sip(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
             return Verdict::Match(AppProto::Sip);
         }
     }
-    if c.n == 0 && !c.port(5060) {
-        Verdict::No
-    } else if c.n > 3 {
+    if (c.n == 0 && !c.port(5060)) || c.n > 3 {
         Verdict::No
     } else {
         Verdict::Maybe
@@ -91,9 +89,7 @@ fn stun(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
             };
         }
     }
-    if c.n == 0 && s.stun == 0 {
-        Verdict::No
-    } else if c.n > 4 {
+    if (c.n == 0 && s.stun == 0) || c.n > 4 {
         Verdict::No
     } else {
         Verdict::Maybe
