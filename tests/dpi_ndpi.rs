@@ -122,7 +122,8 @@ fn agrees_with_ndpi_on_supported_protocols() {
     let (mut unmatched, mut unmatched_in_scope, mut unreadable) = (0, 0, Vec::new());
     let mut confusions: HashMap<(String, String), usize> = HashMap::new();
     let mut ours_on_unknown: BTreeMap<&'static str, usize> = BTreeMap::new();
-    // DPI_MISSES=QUIC lists the rows of that nDPI master protocol we disagree on.
+    // DPI_MISSES=QUIC lists the rows of that nDPI master protocol we disagree on;
+    // DPI_MISSES=Unknown:QUIC the flows nDPI left unknown that we call QUIC.
     let show = std::env::var("DPI_MISSES").unwrap_or_default();
     for (pcap, rows) in &by_pcap {
         let path = common::dataset("ndpi/pcap").join(pcap);
@@ -153,6 +154,12 @@ fn agrees_with_ndpi_on_supported_protocols() {
             if r.label == "Unknown" {
                 if let Some(p) = f.label() {
                     *ours_on_unknown.entry(p.name()).or_default() += 1;
+                    if show == format!("Unknown:{}", p.name()) {
+                        println!(
+                            "extra: {pcap} {} {:?} {:?} ({} pkts)",
+                            r.proto, r.a, r.b, f.packets
+                        );
+                    }
                 }
             }
             let Some(sc) = sc else { continue };

@@ -260,8 +260,14 @@ impl DpiFlow {
                 }
                 Verdict::No => {
                     self.done |= 1 << i;
-                    for p in d.names {
-                        self.excluded |= p.bit();
+                    // One chunk is thin evidence against a flow's own port (a capture
+                    // cut mid-stream, a fuzzed packet): like nDPI, which keeps its port
+                    // guess unless a dissector gave up after several packets, the
+                    // fallback stays open until the flow has shown two chunks.
+                    if self.chunks[0] + self.chunks[1] >= 2 {
+                        for p in d.names {
+                            self.excluded |= p.bit();
+                        }
                     }
                 }
                 Verdict::Maybe => {}

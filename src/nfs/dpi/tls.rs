@@ -139,13 +139,17 @@ fn quic_version(v: u32) -> bool {
         || v & 0xffff_0000 == 0x5130_0000 // "Q0.."
         || v & 0xffff_0000 == 0x5430_0000 // "T0.."
         || v & 0xffff_fff0 == 0xface_b000
-        // Reserved versions that force version negotiation (RFC 9000 §15).
-        || v & 0x0f0f_0f0f == 0x0a0a_0a0a
+}
+
+/// A reserved version that forces version negotiation (RFC 9000 §15): only believed in
+/// a client Initial, which is padded to at least 1200 bytes.
+fn quic_greased(v: u32, d: &[u8]) -> bool {
+    v & 0x0f0f_0f0f == 0x0a0a_0a0a && d.len() >= 1200 && at(d, 0) & 0x40 != 0
 }
 
 fn quic(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     let b0 = at(d, 0);
-    if b0 & 0x80 != 0 && d.len() >= 7 && quic_version(be32(d, 1)) {
+    if b0 & 0x80 != 0 && d.len() >= 7 && (quic_version(be32(d, 1)) || quic_greased(be32(d, 1), d)) {
         return Verdict::Match(AppProto::Quic);
     }
     // Version negotiation (version 0) listing a version we know.
