@@ -149,6 +149,12 @@ fn agrees_with_ndpi_on_supported_protocols() {
             let Some(f) = ours else {
                 unmatched += 1;
                 unmatched_in_scope += usize::from(sc.is_some());
+                if sc.is_some() {
+                    println!(
+                        "unmatched: {pcap} {} {:?} {:?} nDPI {}",
+                        r.proto, r.a, r.b, r.label
+                    );
+                }
                 continue;
             };
             if r.label == "Unknown" {
@@ -198,9 +204,14 @@ fn agrees_with_ndpi_on_supported_protocols() {
             s.by_port
         );
     }
+    let by_port: usize = scores.values().map(|s| s.by_port).sum();
     println!(
-        "| **all supported** | **{total}** | **{agreed}** | **{:.1}** | |",
+        "| **all supported** | **{total}** | **{agreed}** | **{:.1}** | {by_port} |",
         pct(agreed, total)
+    );
+    println!(
+        "\nagreement by payload alone (no port fallback): {:.1}%",
+        pct(agreed - by_port, total)
     );
     println!(
         "\nrows: {}; unmatched rows: {unmatched} ({unmatched_in_scope} in scope); unreadable captures: {}",

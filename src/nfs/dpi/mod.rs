@@ -101,6 +101,7 @@ impl Scratch {
     pub const TLS_CLIENT: u8 = 4;
     pub const TLS_SERVER: u8 = 8;
     pub const STUN_SEEN: u8 = 16;
+    pub const MQTT_PING: u8 = 32;
 }
 
 const HOST_MAX: usize = 64;

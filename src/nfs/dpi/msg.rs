@@ -38,7 +38,7 @@ fn first_no(c: &Ctx) -> Verdict {
     }
 }
 
-fn mqtt(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
+fn mqtt(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
     // CONNECT: type 1, remaining length (varint), then the protocol name.
     if at(d, 0) == 0x10 {
         let mut p = 1;
@@ -50,8 +50,19 @@ fn mqtt(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
             return Verdict::Match(AppProto::Mqtt);
         }
     }
-    // CONNACK answering a CONNECT we did not see is not enough on its own.
-    first_no(c)
+    // Picked up mid-session: a PINGREQ answered by a PINGRESP.
+    if d == [0xc0, 0] {
+        s.flags |= Scratch::MQTT_PING;
+        return Verdict::Maybe;
+    }
+    if d == [0xd0, 0] && s.flags & Scratch::MQTT_PING != 0 {
+        return Verdict::Match(AppProto::Mqtt);
+    }
+    if c.n >= 4 {
+        Verdict::No
+    } else {
+        Verdict::Maybe
+    }
 }
 
 fn irc(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {

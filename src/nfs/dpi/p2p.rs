@@ -40,7 +40,8 @@ fn first_no(c: &Ctx) -> Verdict {
 }
 
 fn bittorrent(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
-    if starts(d, b"\x13BitTorrent protocol") {
+    // Peer wire handshake; local service discovery multicast.
+    if starts(d, b"\x13BitTorrent protocol") || starts(d, b"BT-SEARCH * HTTP/1.1") {
         return Verdict::Match(AppProto::BitTorrent);
     }
     if c.udp() {

@@ -11,7 +11,7 @@ pub(crate) const SSH: Detector = Detector {
 
 pub(crate) const RDP: Detector = Detector {
     tcp: true,
-    udp: false,
+    udp: true,
     names: &[AppProto::Rdp],
     f: rdp,
 };
@@ -68,6 +68,14 @@ fn ssh(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
 }
 
 fn rdp(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
+    if c.udp() {
+        // RDP-UDP (MS-RDPEUDP) SYN: no acknowledged sequence yet (0xffffffff), the SYN
+        // flag set; on 3389, as nDPI checks.
+        if c.port(3389) && d.len() >= 16 && be32(d, 0) == 0xffff_ffff && be16(d, 6) & 1 != 0 {
+            return Verdict::Match(AppProto::Rdp);
+        }
+        return first_no(c);
+    }
     // TPKT + X.224 connection request/confirm with zero references, as nDPI checks;
     // port 102 (ISO-TSAP) carries the same framing for S7comm and is left to it.
     let tpkt = at(d, 0) == 3 && at(d, 1) == 0 && be16(d, 2) as usize == d.len();

@@ -98,12 +98,21 @@ fn http(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
 
 /// The Host header's value, when the request carries one.
 pub(crate) fn host(d: &[u8]) -> Option<&[u8]> {
+    header(d, b"host:")
+}
+
+fn has_header(d: &[u8], name: &[u8]) -> bool {
+    header(d, name).is_some()
+}
+
+/// The value of the header `name` (lower case, with the colon) in the first 4 KB.
+fn header<'a>(d: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
     let lim = d.len().min(4096);
     let mut i = 0;
     while let Some(p) = find(&d[i..lim], b"\n", lim) {
         let line = &d[i + p + 1..lim];
-        if starts_ci(line, b"host:") {
-            let v = &line[5..];
+        if starts_ci(line, name) {
+            let v = &line[name.len()..];
             let end = v
                 .iter()
                 .position(|&b| b == b'\r' || b == b'\n')
@@ -120,8 +129,11 @@ fn ssdp(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     if starts(d, b"M-SEARCH * HTTP/1.") || starts(d, b"NOTIFY * HTTP/1.") {
         return Verdict::Match(AppProto::Ssdp);
     }
-    // Unicast replies to an M-SEARCH on port 1900.
-    if starts(d, b"HTTP/1.1 200 OK") && c.port(1900) {
+    // Unicast replies to an M-SEARCH: from port 1900, or carrying the search-target /
+    // unique-service-name headers only SSDP replies have.
+    if starts(d, b"HTTP/1.1 200 OK")
+        && (c.port(1900) || has_header(d, b"usn:") || has_header(d, b"st:"))
+    {
         return Verdict::Match(AppProto::Ssdp);
     }
     if c.n == 0 {
