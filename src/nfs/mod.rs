@@ -1,6 +1,7 @@
 //! The NF library. Each NF is one file; [`registry`] maps config kinds to constructors.
 
 pub mod acl;
+pub mod dpi;
 mod firewall;
 mod flow_monitor;
 mod ip_filter;
@@ -14,6 +15,7 @@ mod params;
 pub mod registry;
 mod wire;
 
+pub use dpi::{AppProto, DpiFlow};
 pub use firewall::Firewall;
 pub use flow_monitor::{End, FlowMonitor, FlowRecord, FlowStats};
 pub use ip_filter::IpFilter;

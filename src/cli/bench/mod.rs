@@ -2,6 +2,7 @@
 //! Timings are medians over several runs; ratios are taken within the same run.
 
 mod chart;
+mod dpi;
 mod microboxes;
 mod nfs;
 mod ops;
@@ -16,7 +17,7 @@ use std::path::PathBuf;
 pub struct Args {
     /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per
     /// operation), nfs (filter, NAT, Maglev, monitor), microboxes (chain length,
-    /// consolidated vs per-NF TCP stacks).
+    /// consolidated vs per-NF TCP stacks), dpi (DPI engine next to ndpiReader).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -47,9 +48,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "steve-ops" => ops::run(&a),
         "nfs" => nfs::run(&a),
         "microboxes" => microboxes::run(&a),
+        "dpi" => dpi::run(&a),
         other => {
             anyhow::bail!(
-                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, microboxes)"
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, microboxes, dpi)"
             )
         }
     }
