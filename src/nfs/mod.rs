@@ -3,6 +3,7 @@
 pub mod acl;
 mod firewall;
 mod flow_monitor;
+pub mod ids;
 mod ip_filter;
 mod ipv4_switch;
 mod mac_switch;
