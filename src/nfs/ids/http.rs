@@ -104,6 +104,7 @@ pub struct HttpHalf {
     uri_norm: Vec<u8>,
     host_norm: Vec<u8>,
     header_norm: Vec<u8>,
+    logical: Vec<u8>,
     raw_body: Vec<u8>,
     body: Vec<u8>,
     scratch: Vec<u8>,
@@ -141,6 +142,7 @@ impl HttpHalf {
             uri_norm: Vec::with_capacity(limits.header),
             host_norm: Vec::with_capacity(256),
             header_norm: Vec::with_capacity(limits.header),
+            logical: Vec::with_capacity(limits.header),
             raw_body: Vec::with_capacity(limits.body),
             body: Vec::with_capacity(limits.body),
             scratch: Vec::with_capacity(limits.body),
@@ -175,7 +177,7 @@ impl HttpHalf {
             State::Start => {
                 let skip = data
                     .iter()
-                    .position(|&b| b != b'\r' && b != b'\n')
+                    .position(|&b| !is_space(b))
                     .unwrap_or(data.len());
                 if skip == data.len() {
                     return (skip, Event::Nothing);
@@ -201,6 +203,17 @@ impl HttpHalf {
     }
 
     fn feed_headers(&mut self, data: &[u8]) -> (usize, Event) {
+        if !self.request && self.lines == 0 && self.hdr.is_empty() && !data.is_empty() {
+            let n = data.len().min(5);
+            if !data[..n].eq_ignore_ascii_case(&b"HTTP/"[..n]) {
+                // No status line: an HTTP/0.9 response, all body until close.
+                self.messages += 1;
+                self.parse_head(false);
+                self.state = State::Body;
+                self.append_body(data);
+                return (data.len(), Event::Headers);
+            }
+        }
         let mut i = 0;
         while i < data.len() {
             let rest = &data[i..];
@@ -211,10 +224,11 @@ impl HttpHalf {
                 return (data.len(), Event::Nothing);
             };
             let seg = &rest[..=p];
+            let line_start = self.hdr.len() - self.line_len.min(self.hdr.len());
             self.keep(seg);
             i += p + 1;
-            let cr = if p > 0 { rest[p - 1] == b'\r' } else { self.prev_cr };
-            let content = (self.line_len + p).saturating_sub(cr as usize);
+            // A line of only whitespace ends the headers, as in libhtp.
+            let blank = trim_slice(&self.hdr[line_start..]).is_empty();
             self.line_len = 0;
             self.prev_cr = false;
             self.lines += 1;
@@ -224,15 +238,16 @@ impl HttpHalf {
                         self.state = State::NotHttp;
                         return (data.len(), Event::Nothing);
                     }
-                    // A response without a status line: HTTP/0.9, all body until close.
-                    let line = std::mem::take(&mut self.hdr);
-                    self.hdr = Vec::with_capacity(self.limits.header);
+                    // A response whose first line is not a status line: all body.
+                    let (hdr, raw) = (std::mem::take(&mut self.hdr), &mut self.raw_body);
+                    raw.clear();
+                    self.hdr = hdr;
                     self.parse_head(false);
-                    self.mode = BodyMode::Close;
                     self.state = State::Body;
                     self.messages += 1;
-                    self.append_body(&line);
-                    self.hdr = line;
+                    let kept = std::mem::take(&mut self.hdr);
+                    self.append_body(&kept);
+                    self.hdr = kept;
                     self.hdr.clear();
                     return (i, Event::Headers);
                 }
@@ -241,7 +256,7 @@ impl HttpHalf {
                     self.finish_headers();
                     return (i, Event::Headers);
                 }
-            } else if content == 0 {
+            } else if blank {
                 self.finish_headers();
                 return (i, Event::Headers);
             }
@@ -310,6 +325,7 @@ impl HttpHalf {
     }
 
     /// Reads the start line and headers in `hdr` and decides how the body is framed.
+    /// Folded lines (starting with a space or tab) continue the previous header.
     fn parse_head(&mut self, has_start: bool) {
         let h_len = self.hdr.len();
         let line_end = if has_start {
@@ -336,33 +352,51 @@ impl HttpHalf {
         let (mut clen, mut chunked) = (None::<u64>, false);
         let mut pos = line_end;
         while pos < h_len {
-            let end = memchr::memchr(b'\n', &self.hdr[pos..]).map_or(h_len, |p| pos + p + 1);
-            let line = (pos, trim_end(&self.hdr, pos, end));
-            pos = end;
-            let l = self.get(line);
-            if l.is_empty() {
+            // One logical line: this line plus its folded continuations.
+            self.logical.clear();
+            let mut first = true;
+            while pos < h_len {
+                let end = memchr::memchr(b'\n', &self.hdr[pos..]).map_or(h_len, |p| pos + p + 1);
+                let line = &self.hdr[pos..trim_end(&self.hdr, pos, end)];
+                if !first && !matches!(line.first(), Some(b' ' | b'\t')) {
+                    break;
+                }
+                if !first && trim_slice(line).is_empty() {
+                    break;
+                }
+                if !first {
+                    self.logical.push(b' ');
+                }
+                let room = self.logical.capacity() - self.logical.len();
+                self.logical.extend_from_slice(&line[..line.len().min(room)]);
+                first = false;
+                pos = end;
+            }
+            if trim_slice(&self.logical).is_empty() {
                 break;
             }
-            let Some(colon) = memchr::memchr(b':', l) else {
+            let Some(colon) = memchr::memchr(b':', &self.logical) else {
                 continue;
             };
-            let name = trim(line.0, line.0 + colon, &self.hdr);
-            let value = trim(line.0 + colon + 1, line.1, &self.hdr);
-            self.push_norm_header(name, value);
-            let n = self.get(name);
-            if n.eq_ignore_ascii_case(b"content-length") {
-                clen = parse_u64(self.get(value));
-            } else if n.eq_ignore_ascii_case(b"transfer-encoding") {
-                chunked |= contains_nocase(self.get(value), b"chunked");
-            } else if n.eq_ignore_ascii_case(b"content-encoding") {
+            let Some(value) = self.push_norm_header(colon) else {
+                continue;
+            };
+            let name = trim_slice(&self.logical[..colon]);
+            let is = |want: &[u8]| eq_nocase_nozero(name, want);
+            let v = &self.header_norm[value.0..value.1];
+            if is(b"content-length") {
+                clen = parse_u64(v);
+            } else if is(b"transfer-encoding") {
+                chunked |= contains_nocase_nozero(v, b"chunked");
+            } else if is(b"content-encoding") {
                 self.add_encodings(value);
-            } else if n.eq_ignore_ascii_case(b"cookie") || n.eq_ignore_ascii_case(b"set-cookie") {
+            } else if is(b"cookie") || is(b"set-cookie") {
                 self.cookie = value;
-            } else if n.eq_ignore_ascii_case(b"user-agent") {
+            } else if is(b"user-agent") {
                 self.user_agent = value;
-            } else if n.eq_ignore_ascii_case(b"content-type") {
+            } else if is(b"content-type") {
                 self.content_type = value;
-            } else if n.eq_ignore_ascii_case(b"host") {
+            } else if is(b"host") {
                 self.host_raw = value;
             }
         }
@@ -370,17 +404,17 @@ impl HttpHalf {
             self.normalise_request();
         }
         let proto = if self.request { self.third } else { self.first };
-        let http09 = self.get(proto).eq_ignore_ascii_case(b"HTTP/0.9");
+        // libhtp honours chunked coding in responses only from HTTP/1.1 servers.
+        let chunk_ok = self.request || self.get(proto) == b"HTTP/1.1";
+        let framed = (chunked && chunk_ok) || clen.is_some();
+        let code = parse_u64(self.get(self.second)).unwrap_or(200);
         let no_body = !self.request
-            && (self.no_body || {
-                let code = parse_u64(self.get(self.second)).unwrap_or(200);
-                (100..200).contains(&code) || code == 204 || code == 304
-            });
+            && (self.no_body || (!framed && ((100..200).contains(&code) || code == 204 || code == 304)));
         self.mode = if !has_start {
             BodyMode::Close
         } else if no_body {
             BodyMode::None
-        } else if chunked && !http09 {
+        } else if chunked && chunk_ok {
             BodyMode::Chunked(Chunk::Size)
         } else if let Some(n) = clen {
             if n == 0 {
@@ -395,27 +429,34 @@ impl HttpHalf {
         };
     }
 
-    fn push_norm_header(&mut self, name: Range, value: Range) {
-        let need = (name.1 - name.0) + (value.1 - value.0) + 4;
-        if self.header_norm.len() + need > self.header_norm.capacity() {
-            return;
-        }
+    /// Appends `name: value\r\n` of the logical line to the header buffer; returns the
+    /// value's range there (None when the buffer is full).
+    fn push_norm_header(&mut self, colon: usize) -> Option<Range> {
         let HttpHalf {
-            hdr, header_norm, ..
+            logical,
+            header_norm,
+            ..
         } = self;
-        header_norm.extend_from_slice(&hdr[name.0..name.1]);
+        let name = trim_slice(&logical[..colon]);
+        let value = trim_slice(&logical[colon + 1..]);
+        if header_norm.len() + name.len() + value.len() + 4 > header_norm.capacity() {
+            return None;
+        }
+        header_norm.extend_from_slice(name);
         header_norm.extend_from_slice(b": ");
-        header_norm.extend_from_slice(&hdr[value.0..value.1]);
+        let s = header_norm.len();
+        header_norm.extend_from_slice(value);
+        let e = header_norm.len();
         header_norm.extend_from_slice(b"\r\n");
+        Some((s, e))
     }
 
     fn add_encodings(&mut self, value: Range) {
-        let v = &self.hdr[value.0..value.1];
-        for tok in v.split(|&b| b == b',') {
-            let t = trim_slice(tok);
-            let e = if t.eq_ignore_ascii_case(b"gzip") || t.eq_ignore_ascii_case(b"x-gzip") {
+        let v = &self.header_norm[value.0..value.1];
+        for tok in v.split(|&b| b == b',' || is_space(b)) {
+            let e = if contains_nocase_nozero(tok, b"gzip") {
                 Enc::Gzip
-            } else if t.eq_ignore_ascii_case(b"deflate") {
+            } else if contains_nocase_nozero(tok, b"deflate") {
                 Enc::Deflate
             } else {
                 continue;
@@ -431,6 +472,7 @@ impl HttpHalf {
     fn normalise_request(&mut self) {
         let HttpHalf {
             hdr,
+            header_norm,
             uri_norm,
             host_norm,
             second,
@@ -453,7 +495,7 @@ impl HttpHalf {
             i += 1;
         }
         host_norm.clear();
-        let host = &hdr[host_raw.0..host_raw.1];
+        let host = &header_norm[host_raw.0..host_raw.1];
         let host = match host.iter().rposition(|&b| b == b':') {
             Some(p) if !host.starts_with(b"[") || host[..p].ends_with(b"]") => &host[..p],
             _ => host,
@@ -588,14 +630,14 @@ impl HttpHalf {
             Buf::HttpUri => &self.uri_norm,
             Buf::HttpUriRaw => self.get(self.second),
             Buf::HttpHost => &self.host_norm,
-            Buf::HttpHostRaw => self.get(self.host_raw),
+            Buf::HttpHostRaw => norm(&self.header_norm, self.host_raw),
             Buf::HttpMethod => self.method(),
             Buf::HttpProtocol => self.get(if self.request { self.third } else { self.first }),
             Buf::HttpHeader => &self.header_norm,
             Buf::HttpHeaderRaw => self.get(self.headers),
-            Buf::HttpCookie => self.get(self.cookie),
-            Buf::HttpUserAgent => self.get(self.user_agent),
-            Buf::HttpContentType => self.get(self.content_type),
+            Buf::HttpCookie => norm(&self.header_norm, self.cookie),
+            Buf::HttpUserAgent => norm(&self.header_norm, self.user_agent),
+            Buf::HttpContentType => norm(&self.header_norm, self.content_type),
             Buf::HttpRequestLine | Buf::HttpResponseLine => self.get(self.line),
             Buf::HttpStatCode => self.get(self.second),
             Buf::HttpStatMsg => self.get(self.third),
@@ -616,20 +658,18 @@ impl HttpHalf {
 /// as libhtp does.
 fn inflate_into(enc: Enc, input: &[u8], out: &mut Vec<u8>, z: &mut Decompress) {
     out.clear();
-    let (start, zlib) = match enc {
-        Enc::Gzip => match gzip_header_len(input) {
-            Some(Some(n)) => (n, false),
-            Some(None) => return, // header not complete yet
-            None => (usize::MAX, false),
-        },
-        Enc::Deflate => {
-            let zlib = input.len() >= 2
-                && input[0] & 0x0f == 8
-                && (u16::from(input[0]) << 8 | u16::from(input[1])) % 31 == 0;
-            (0, zlib)
-        }
+    // Like libhtp, the format is taken from the bytes (gzip magic, zlib header, else raw
+    // deflate), whatever the header named.
+    let _ = enc;
+    let zlib = input.len() >= 2
+        && input[0] & 0x0f == 8
+        && (u16::from(input[0]) << 8 | u16::from(input[1])) % 31 == 0;
+    let (start, zlib) = match gzip_header_len(input) {
+        Some(Some(n)) => (n, false),
+        Some(None) => return, // header not complete yet
+        None => (0, zlib),
     };
-    if start != usize::MAX {
+    {
         z.reset(zlib);
         let mut pos = start;
         loop {
@@ -726,16 +766,6 @@ fn trim_slice(b: &[u8]) -> &[u8] {
     &b[s..e.max(s)]
 }
 
-fn trim(mut s: usize, mut e: usize, h: &[u8]) -> Range {
-    while s < e && is_space(h[s]) {
-        s += 1;
-    }
-    while e > s && is_space(h[e - 1]) {
-        e -= 1;
-    }
-    (s, e)
-}
-
 fn trim_end(h: &[u8], s: usize, mut e: usize) -> usize {
     while e > s && matches!(h[e - 1], b'\r' | b'\n') {
         e -= 1;
@@ -743,6 +773,22 @@ fn trim_end(h: &[u8], s: usize, mut e: usize) -> usize {
     e
 }
 
-fn contains_nocase(h: &[u8], n: &[u8]) -> bool {
-    super::content::find(h, n, true).is_some()
+fn norm(h: &[u8], r: Range) -> &[u8] {
+    h.get(r.0..r.1).unwrap_or(&[])
+}
+
+/// Header names and values compare as libhtp does: ASCII case and NUL bytes ignored.
+fn eq_nocase_nozero(a: &[u8], want: &[u8]) -> bool {
+    let mut it = a.iter().filter(|&&b| b != 0);
+    want.iter().all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w))) && it.next().is_none()
+}
+
+fn contains_nocase_nozero(h: &[u8], n: &[u8]) -> bool {
+    if !h.contains(&0) {
+        return super::content::find(h, n, true).is_some();
+    }
+    (0..h.len()).any(|s| {
+        let mut it = h[s..].iter().filter(|&&b| b != 0);
+        h[s] != 0 && n.iter().all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
+    })
 }
