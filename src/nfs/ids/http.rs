@@ -404,8 +404,8 @@ impl HttpHalf {
             self.normalise_request();
         }
         let proto = if self.request { self.third } else { self.first };
-        // libhtp honours chunked coding in responses only from HTTP/1.1 servers.
-        let chunk_ok = self.request || self.get(proto) == b"HTTP/1.1";
+        // Given both framings, libhtp prefers Content-Length unless the server said HTTP/1.1.
+        let chunk_ok = self.request || clen.is_none() || self.get(proto) == b"HTTP/1.1";
         let framed = (chunked && chunk_ok) || clen.is_some();
         let code = parse_u64(self.get(self.second)).unwrap_or(200);
         let no_body = !self.request
