@@ -187,7 +187,9 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
         ));
     }
     let action = h[0].to_ascii_lowercase();
-    if !matches!(action.as_str(), "alert" | "drop" | "reject" | "pass") {
+    // pass silences other rules and drop/reject stop inspecting the flow even in IDS
+    // mode: neither is modelled, so only alert rules load.
+    if action != "alert" {
         return Err(skip("action", format!("`{}` is not supported", h[0])));
     }
     let proto = Proto::parse(h[1]).ok_or_else(|| skip("protocol", format!("`{}` is not supported", h[1])))?;
