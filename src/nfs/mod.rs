@@ -4,6 +4,7 @@ pub mod acl;
 pub mod dpi;
 mod firewall;
 mod flow_monitor;
+pub mod ids;
 mod ip_filter;
 mod ipv4_switch;
 mod mac_switch;
