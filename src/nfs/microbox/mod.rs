@@ -8,12 +8,16 @@
 //! The stack level is the highest any app needs, or `level` if set higher.
 //! See docs/microboxes.md.
 
+mod dpi_app;
+mod ids_app;
 mod l4_lb;
 mod l7_lb;
 mod rewrite;
 mod tcp_count;
 mod toy;
 
+pub use dpi_app::DpiApp;
+pub use ids_app::IdsApp;
 pub use l4_lb::L4Lb;
 pub use l7_lb::L7Lb;
 pub use tcp_count::TcpCount;
@@ -52,6 +56,18 @@ pub const APPS: &[AppKind] = &[
         build: |p| Ok(Box::new(L7Lb::from_params(p)?)),
     },
     AppKind {
+        name: "dpi",
+        summary: "DPI: labels each TCP flow's application protocol from its bytes and publishes the result",
+        params: DpiApp::PARAMS,
+        build: |p| Ok(Box::new(DpiApp::from_params(p)?)),
+    },
+    AppKind {
+        name: "ids",
+        summary: "IDS: Suricata/Snort stream and HTTP rules over the reassembled bytes; alerts as events",
+        params: IdsApp::PARAMS,
+        build: |p| Ok(Box::new(IdsApp::from_params(p)?)),
+    },
+    AppKind {
         name: "labeller",
         summary: "example: publishes a DPI result (HTTP or other) on a flow's first client data",
         params: Labeller::PARAMS,
@@ -86,7 +102,7 @@ impl Microbox {
             name: "apps",
             ty: "list of { kind, ... }",
             default: "required",
-            doc: "the apps on the stack, in order (tcp_count, l4_lb, l7_lb, labeller, http_watch), each with its own parameters",
+            doc: "the apps on the stack, in order (tcp_count, l4_lb, l7_lb, dpi, ids, labeller, http_watch), each with its own parameters",
         },
         ParamDoc {
             name: "mode",
