@@ -41,7 +41,11 @@ fn suricata_alerts(pcap: &Path, dir: &Path) -> BTreeMap<u32, u64> {
         .args(["-k", "none", "--set", "stream.midstream=true"])
         .output()
         .expect("suricata");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let eve = std::fs::read_to_string(dir.join("eve.json")).unwrap();
     let mut m = BTreeMap::new();
     for line in eve.lines() {
@@ -83,7 +87,10 @@ fn dpi_then_ids_equals_suricata_with_all_and_dynamic_subscriptions() {
         let trace = Trace::open(&pcap).unwrap();
         let dir = common::tempdir();
         let want = suricata_alerts(&pcap, dir.path());
-        assert!(!want.is_empty(), "{name}: suricata found nothing to compare");
+        assert!(
+            !want.is_empty(),
+            "{name}: suricata found nothing to compare"
+        );
         let (all, s_all) = ours(&trace, dir.path(), "");
         let (dynamic, s_dyn) = ours(&trace, dir.path(), "only = [\"HTTP\"],");
         assert_eq!(all, want, "{name}: all-data subscription vs suricata");

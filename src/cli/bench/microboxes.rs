@@ -184,8 +184,14 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "Microboxes: Mpps vs chain length, consolidated vs per-NF stacks",
         &bars,
     )?;
+    // The DPI -> IDS chain (all events vs dynamic subscriptions) runs before printing so
+    // `--json` stays one line per table.
+    let dpi_ids = super::dpi_ids::run(a)?;
     if a.json {
         println!("{}", serde_json::to_string(&rows)?);
+        for line in dpi_ids {
+            println!("{line}");
+        }
     } else {
         print_table(&header, &body);
         let at = |t: &str, m: &str, n: usize| find(&rows, "chain-length", t, m, n).unwrap_or(0.0);

@@ -3,6 +3,7 @@
 
 mod chart;
 mod dpi;
+mod dpi_ids;
 mod microboxes;
 mod nfs;
 mod ops;

@@ -368,7 +368,8 @@ impl HttpHalf {
                     self.logical.push(b' ');
                 }
                 let room = self.logical.capacity() - self.logical.len();
-                self.logical.extend_from_slice(&line[..line.len().min(room)]);
+                self.logical
+                    .extend_from_slice(&line[..line.len().min(room)]);
                 first = false;
                 pos = end;
             }
@@ -409,7 +410,8 @@ impl HttpHalf {
         let framed = (chunked && chunk_ok) || clen.is_some();
         let code = parse_u64(self.get(self.second)).unwrap_or(200);
         let no_body = !self.request
-            && (self.no_body || (!framed && ((100..200).contains(&code) || code == 204 || code == 304)));
+            && (self.no_body
+                || (!framed && ((100..200).contains(&code) || code == 204 || code == 304)));
         self.mode = if !has_start {
             BodyMode::Close
         } else if no_body {
@@ -780,7 +782,9 @@ fn norm(h: &[u8], r: Range) -> &[u8] {
 /// Header names and values compare as libhtp does: ASCII case and NUL bytes ignored.
 fn eq_nocase_nozero(a: &[u8], want: &[u8]) -> bool {
     let mut it = a.iter().filter(|&&b| b != 0);
-    want.iter().all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w))) && it.next().is_none()
+    want.iter()
+        .all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
+        && it.next().is_none()
 }
 
 fn contains_nocase_nozero(h: &[u8], n: &[u8]) -> bool {
@@ -789,6 +793,8 @@ fn contains_nocase_nozero(h: &[u8], n: &[u8]) -> bool {
     }
     (0..h.len()).any(|s| {
         let mut it = h[s..].iter().filter(|&&b| b != 0);
-        h[s] != 0 && n.iter().all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
+        h[s] != 0
+            && n.iter()
+                .all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
     })
 }

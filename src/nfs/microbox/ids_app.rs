@@ -79,8 +79,9 @@ impl IdsApp {
     pub fn from_params(p: &mut Params) -> Result<IdsApp, ParamError> {
         let text = match (p.table_str("rules")?, p.table_str("rules_file")?) {
             (Some(t), None) => t.to_string(),
-            (None, Some(f)) => std::fs::read_to_string(f)
-                .map_err(|e| p.err(format!("rules_file `{f}`: {e}")))?,
+            (None, Some(f)) => {
+                std::fs::read_to_string(f).map_err(|e| p.err(format!("rules_file `{f}`: {e}")))?
+            }
             (Some(_), Some(_)) => return Err(p.err("give `rules` or `rules_file`, not both")),
             (None, None) => return Err(p.err("the ids app needs `rules` or `rules_file`")),
         };
@@ -187,7 +188,8 @@ impl App for IdsApp {
                 let bytes = cx.bytes(ev);
                 fl.seen[usize::from(ev.dir)] += bytes.len() as u64;
                 self.alerts.clear();
-                self.ids.on_stream(&mut fl.state, &info, bytes, &mut self.alerts);
+                self.ids
+                    .on_stream(&mut fl.state, &info, bytes, &mut self.alerts);
                 let done = fl.seen[0] >= self.depth && fl.seen[1] >= self.depth;
                 for a in &self.alerts {
                     self.alerted += 1;
