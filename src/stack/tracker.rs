@@ -311,7 +311,10 @@ impl Stack {
         let f = match f {
             Some(f) => f,
             None => {
-                if !pure_syn && !self.cfg.midstream {
+                // A pickup starts on a segment with data (or a SYN-ACK): a bare ACK, FIN
+                // or RST of a connection we do not know is most often the tail of one that
+                // just closed.
+                if !pure_syn && (!self.cfg.midstream || (pay_len == 0 && !syn)) {
                     self.stats.untracked += 1;
                     q.push(ev);
                     return;
@@ -452,6 +455,10 @@ impl Stack {
                 EndReason::Closed
             };
             self.end(f, why, idx, q);
+            // The slot is free from the next batch on; stray segments after the close are
+            // not picked up (they carry no data).
+            self.table.remove(&wk);
+            self.retired.push(f);
         }
     }
 }
