@@ -263,10 +263,8 @@ fn dynamic_subscriptions_follow_published_labels() {
 
 /// Builds Ethernet/IPv4/TCP frames with valid checksums.
 fn tcp4(
-    src: [u8; 4],
-    sp: u16,
-    dst: [u8; 4],
-    dp: u16,
+    (src, sp): ([u8; 4], u16),
+    (dst, dp): ([u8; 4], u16),
     seq: u32,
     ack: u32,
     flags: u8,
@@ -327,27 +325,32 @@ fn l7_lb_splices_with_translated_numbers_per_tshark() {
         let c1 = c_isn + 1;
         let f1 = f_isn + 1;
         let rl = req.len() as u32;
-        frames.push(tcp4(cl, port, vip, 80, c_isn, 0, SYN, b""));
-        frames.push(tcp4(vip, 80, cl, port, f_isn, c1, SYN | ACK, b""));
-        frames.push(tcp4(cl, port, vip, 80, c1, f1, ACK, b""));
-        frames.push(tcp4(cl, port, vip, 80, c1, f1, PA, req));
+        frames.push(tcp4((cl, port), (vip, 80), c_isn, 0, SYN, b""));
+        frames.push(tcp4((vip, 80), (cl, port), f_isn, c1, SYN | ACK, b""));
+        frames.push(tcp4((cl, port), (vip, 80), c1, f1, ACK, b""));
+        frames.push(tcp4((cl, port), (vip, 80), c1, f1, PA, req));
         // The backend leg: the backend answers in its own numbering.
         let b1 = b_isn.wrapping_add(1);
-        frames.push(tcp4(be, 80, cl, port, b1, c1 + rl, PA, resp));
+        frames.push(tcp4((be, 80), (cl, port), b1, c1 + rl, PA, resp));
         // The client acks in the numbering it saw (the splicer's).
         let rs = resp.len() as u32;
-        frames.push(tcp4(cl, port, vip, 80, c1 + rl, f1 + rs, FA, b""));
+        frames.push(tcp4((cl, port), (vip, 80), c1 + rl, f1 + rs, FA, b""));
         frames.push(tcp4(
-            be,
-            80,
-            cl,
-            port,
+            (be, 80),
+            (cl, port),
             b1.wrapping_add(rs),
             c1 + rl + 1,
             FA,
             b"",
         ));
-        frames.push(tcp4(cl, port, vip, 80, c1 + rl + 1, f1 + rs + 1, ACK, b""));
+        frames.push(tcp4(
+            (cl, port),
+            (vip, 80),
+            c1 + rl + 1,
+            f1 + rs + 1,
+            ACK,
+            b"",
+        ));
     }
     let t = trace_of(&frames);
     let dir = common::tempdir();
@@ -499,8 +502,8 @@ fn l4_lb_pins_connections_per_tshark() {
 fn midstream_and_idle_timeout() {
     let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
     let frames = vec![
-        tcp4(a, 1000, b, 80, 5, 7, 0x18, b"no syn"),
-        tcp4(a, 1001, b, 80, 100, 0, 0x02, b""),
+        tcp4((a, 1000), (b, 80), 5, 7, 0x18, b"no syn"),
+        tcp4((a, 1001), (b, 80), 100, 0, 0x02, b""),
     ];
     let mut t = trace_of(&frames);
     let s = common::run_chain(
@@ -510,9 +513,9 @@ fn midstream_and_idle_timeout() {
     );
     assert_eq!((stat(&s, "flows"), stat(&s, "untracked")), (1, 1));
     // Same flow twice, 10 s apart, timeout 1 s: the first ends idle, the second is a pickup.
-    let frames = vec![
-        tcp4(a, 1000, b, 80, 5, 7, 0x18, b"one"),
-        tcp4(a, 1000, b, 80, 8, 7, 0x18, b"two"),
+    let frames = [
+        tcp4((a, 1000), (b, 80), 5, 7, 0x18, b"one"),
+        tcp4((a, 1000), (b, 80), 8, 7, 0x18, b"two"),
     ];
     t = Trace::from_packets(
         LinkKind::Ethernet,

@@ -32,6 +32,8 @@ pub struct Ooo {
 }
 
 pub struct RingPool {
+    // Boxed so lending one out moves a pointer, not the run list.
+    #[allow(clippy::vec_box)]
     free: Vec<Box<Ooo>>,
     made: usize,
     count: usize,
@@ -177,7 +179,7 @@ impl Stream {
             self.buffer(pool, s as u64, e as u64, payload, &mut o);
             return o;
         }
-        let (s, e) = (s as i64, e as u64);
+        let e = e as u64;
         o.duplicate = (self.next as i64 - s) as usize;
         // First wins: hand out the segment up to the first buffered run, then the run,
         // then the segment again after it, and so on.
