@@ -560,3 +560,86 @@ fn config_errors_are_one_line() {
         assert!(e.contains("mb"), "{e}");
     }
 }
+
+/// Ethernet/IPv6/TCP frame with a valid checksum.
+fn tcp6(
+    (src, sp): ([u8; 16], u16),
+    (dst, dp): ([u8; 16], u16),
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x86, 0xdd];
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[6, 64]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&sp.to_be_bytes());
+    f.extend_from_slice(&dp.to_be_bytes());
+    f.extend_from_slice(&seq.to_be_bytes());
+    f.extend_from_slice(&ack.to_be_bytes());
+    f.extend_from_slice(&[0x50, flags, 0x10, 0, 0, 0, 0, 0]);
+    f.extend_from_slice(payload);
+    let ps = checksum::pseudo_v6(&src, &dst, 6, (20 + payload.len()) as u32);
+    let c = !checksum::add(ps, checksum::sum(&f[54..]));
+    f[70..72].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// IPv6: a connection whose client sequence numbers wrap past 2^32, with a reordered
+/// segment and a retransmission, through the L4 balancer and a counter: stream bytes
+/// counted once, the close seen, destination rewritten with a valid checksum per tshark.
+#[test]
+fn ipv6_connection_across_the_sequence_wrap() {
+    common::require("tshark");
+    let c: [u8; 16] = "2001:db8::1"
+        .parse::<std::net::Ipv6Addr>()
+        .unwrap()
+        .octets();
+    let v: [u8; 16] = "2001:db8::80"
+        .parse::<std::net::Ipv6Addr>()
+        .unwrap()
+        .octets();
+    let (cl, vip) = ((c, 5000u16), (v, 80u16));
+    let isn = u32::MAX - 5;
+    let s_isn = 77u32;
+    let c1 = isn.wrapping_add(1);
+    let frames = [
+        tcp6(cl, vip, isn, 0, 0x02, b""),
+        tcp6(vip, cl, s_isn, c1, 0x12, b""),
+        tcp6(cl, vip, c1, s_isn + 1, 0x10, b""),
+        // 10 bytes from c1 (crossing 2^32 after 4), sent as 6..10 first, then 0..6,
+        // then 0..6 again.
+        tcp6(cl, vip, c1.wrapping_add(6), s_isn + 1, 0x18, b"GHIJ"),
+        tcp6(cl, vip, c1, s_isn + 1, 0x18, b"ABCDEF"),
+        tcp6(cl, vip, c1, s_isn + 1, 0x18, b"ABCDEF"),
+        tcp6(vip, cl, s_isn + 1, c1.wrapping_add(10), 0x19, b"ok"),
+        tcp6(cl, vip, c1.wrapping_add(10), s_isn + 4, 0x11, b""),
+        tcp6(vip, cl, s_isn + 4, c1.wrapping_add(11), 0x10, b""),
+    ];
+    let t = trace_of(&frames);
+    let dir = common::tempdir();
+    let out = dir.path().join("out.pcap");
+    let s = common::run_chain(
+        &microbox(
+            r#"apps = [{ kind = "tcp_count" }, { kind = "l4_lb", vip = "2001:db8::80", backends = ["2001:db8:1::1"] }]"#,
+        ),
+        &t,
+        Some(&out),
+    );
+    assert_eq!(stat(&s, "count_bytes"), 12);
+    assert_eq!(stat(&s, "duplicate_bytes"), 6);
+    assert_eq!((stat(&s, "flows"), stat(&s, "ended_closed")), (1, 1));
+    let rows = tshark_fields(&out, "", &["ipv6.dst", "tcp.checksum.status"]);
+    for (i, r) in rows.iter().enumerate() {
+        let to_backend = [0, 2, 3, 4, 5, 7].contains(&i);
+        let want = if to_backend {
+            "2001:db8:1::1"
+        } else {
+            "2001:db8::1"
+        };
+        assert_eq!((r[0].as_str(), r[1].as_str()), (want, "1"), "frame {i}");
+    }
+}

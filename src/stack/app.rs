@@ -117,6 +117,7 @@ impl Ctx<'_> {
 
     pub fn set_subscriptions(&mut self, f: FlowId, k: Kinds) {
         let app = self.app;
+        self.stack.per_flow[app] = true;
         if let Some(c) = self.stack.conn_mut(f) {
             c.subs[app] = k;
         }

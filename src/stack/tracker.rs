@@ -110,6 +110,9 @@ pub struct Stack {
     rings: RingPool,
     /// Every app's subscriptions for new flows and for events without a flow.
     pub(crate) initial: [Kinds; MAX_APPS],
+    /// Apps that changed a subscription for some flow: only theirs are read per flow
+    /// (the others' are `initial` for every flow, so delivery skips the flow lookup).
+    pub(crate) per_flow: [bool; MAX_APPS],
     next_sweep_ns: u64,
     pub stats: StackStats,
 }
@@ -124,6 +127,7 @@ impl Stack {
             retired: Vec::with_capacity(flows),
             rings: RingPool::new(cfg.rings, cfg.ring_bytes),
             initial: [Kinds::NONE; MAX_APPS],
+            per_flow: [false; MAX_APPS],
             next_sweep_ns: 0,
             stats: StackStats::default(),
             cfg,
@@ -157,6 +161,9 @@ impl Stack {
     pub(crate) fn wants(&self, app: usize, ev: &Event) -> bool {
         if ev.from as usize == app {
             return false;
+        }
+        if !self.per_flow[app] {
+            return self.initial[app].has(ev.kind);
         }
         match self.conns.get(ev.flow as usize) {
             Some(c) if ev.flow != NO_FLOW => c.subs[app].has(ev.kind),
