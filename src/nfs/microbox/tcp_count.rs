@@ -88,7 +88,9 @@ impl App for TcpCount {
         }
     }
 
-    #[inline]
+    // Inlined into the per-app delivery loop (`on_batch`): this is the hot path of the
+    // chain-length experiment.
+    #[inline(always)]
     fn on_event(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
         let d = ev.dir as usize & 1;
         match ev.kind {
