@@ -643,3 +643,35 @@ fn ipv6_connection_across_the_sequence_wrap() {
         assert_eq!((r[0].as_str(), r[1].as_str()), (want, "1"), "frame {i}");
     }
 }
+
+/// Every capture we have, through a microbox with every app kind: no panic, conservation
+/// (nothing is dropped by these apps), and the stack's bounds hold (tiny table and rings,
+/// so overflow paths run too).
+#[test]
+fn every_capture_runs_through_all_apps() {
+    let chain = microbox(
+        r#"flows = 64
+rings = 4
+ring_bytes = 4096
+timeout = 30
+apps = [
+  { kind = "labeller" },
+  { kind = "http_watch", pattern = "GET" },
+  { kind = "tcp_count" },
+  { kind = "l4_lb", vip = "192.168.1.1", backends = ["10.0.0.1", "10.0.0.2"] },
+  { kind = "l7_lb", vip = "10.0.0.254", backends = [{ name = "a", addr = "10.0.0.3" }] },
+]"#,
+    );
+    let mut totals = (0u64, 0u64, 0u64);
+    for p in common::all_captures() {
+        let Ok(t) = Trace::open(&p) else { continue };
+        let s = common::run_chain(&chain, &t, None);
+        assert_eq!(s.nfs[0].packets_in, t.len() as u64, "{}", p.display());
+        assert_eq!(s.nfs[0].packets_out, t.len() as u64, "{}", p.display());
+        totals.0 += stat(&s, "flows");
+        totals.1 += stat(&s, "table_full");
+        totals.2 += stat(&s, "stream_gave_up");
+    }
+    assert!(totals.0 > 5000, "{totals:?}");
+    assert!(totals.1 > 0 && totals.2 > 0, "bounds were exercised: {totals:?}");
+}
