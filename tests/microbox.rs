@@ -673,5 +673,8 @@ apps = [
         totals.2 += stat(&s, "stream_gave_up");
     }
     assert!(totals.0 > 5000, "{totals:?}");
-    assert!(totals.1 > 0 && totals.2 > 0, "bounds were exercised: {totals:?}");
+    assert!(
+        totals.1 > 0 && totals.2 > 0,
+        "bounds were exercised: {totals:?}"
+    );
 }

@@ -5,7 +5,8 @@
 //! - [`HttpWatch`] (the "IDS"): starts with no data subscription; subscribes to a flow's
 //!   data only when the labeller says HTTP, looks for a pattern in the client stream
 //!   (across segment boundaries), publishes an `IdsAlert` when found, and unsubscribes
-//!   once it has decided.
+//!   once it has decided. With `dynamic = false` it gets (and scans) every flow's data
+//!   and alerts only on HTTP flows: the "all events" baseline.
 
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::stack::{App, Ctx, Event, Kind, Kinds, Level};
@@ -189,9 +190,11 @@ impl App for HttpWatch {
             Kind::Data => {
                 self.data_events += 1;
                 let t = *self.tail(ev.flow);
-                if ev.dir != 0 || !t.http {
+                if ev.dir != 0 {
                     return;
                 }
+                // Without the dynamic subscription every flow's data is scanned (as an
+                // IDS that gets all events does); only HTTP flows may alert.
                 let b = cx.bytes(ev);
                 self.scratch.clear();
                 self.scratch.extend_from_slice(&t.b[..t.len as usize]);
@@ -200,7 +203,7 @@ impl App for HttpWatch {
                     .scratch
                     .windows(self.pattern.len())
                     .any(|w| w == self.pattern.as_slice());
-                if hit {
+                if hit && t.http {
                     self.alerts += 1;
                     cx.publish(ev, Kind::IdsAlert, self.sid, b"pattern in HTTP request");
                     cx.unsubscribe(ev.flow, Kind::Data);
@@ -209,7 +212,7 @@ impl App for HttpWatch {
                 let keep = (self.pattern.len() - 1).min(self.scratch.len());
                 let from = self.scratch.len() - keep;
                 let mut nt = Tail {
-                    http: true,
+                    http: t.http,
                     len: keep as u8,
                     b: [0; 63],
                 };
