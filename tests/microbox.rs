@@ -20,6 +20,22 @@ fn stat(s: &Summary, name: &str) -> u64 {
         .1
 }
 
+/// As `common::run_chain`, with the runner checking that the microbox writes only the
+/// fields its profile declares (the load balancers' addresses, the splicer's numbers).
+fn run_checked(text: &str, trace: &Trace, output: &std::path::Path) -> Summary {
+    use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
+    let cfg = ChainConfig::parse(text, "test.toml").expect("config");
+    let mut r = Runner::new(
+        Chain::from_config(&cfg).expect("chain"),
+        trace.max_packet_len(),
+    );
+    r.check_profiles(true);
+    let mut opts = RunOptions::default();
+    opts.outputs.push(("out".into(), output.to_path_buf()));
+    r.run(trace, &opts, &mut NoProgress)
+        .expect("run within the declared profile")
+}
+
 fn microbox(body: &str) -> String {
     format!("[input]\nports = 2\n[[nf]]\nname = \"mb\"\nkind = \"microbox\"\n{body}\n")
 }
@@ -355,7 +371,7 @@ fn l7_lb_splices_with_translated_numbers_per_tshark() {
     let t = trace_of(&frames);
     let dir = common::tempdir();
     let out = dir.path().join("out.pcap");
-    let s = common::run_chain(
+    let s = run_checked(
         &microbox(&format!(
             r#"apps = [{{ kind = "l7_lb", vip = "10.9.9.9", default = "web", backends = [
   {{ name = "web", addr = "10.1.0.3" }},
@@ -364,7 +380,7 @@ fn l7_lb_splices_with_translated_numbers_per_tshark() {
   rules = [{{ host = "img.example", backend = "img" }}, {{ prefix = "/api", backend = "api" }}] }}]"#
         )),
         &t,
-        Some(&out),
+        &out,
     );
     assert_eq!(s.packets_out, 16);
     assert_eq!(stat(&s, "l7_lb_bound"), 2);
@@ -457,12 +473,12 @@ fn l4_lb_pins_connections_per_tshark() {
     .unwrap();
     let dir = common::tempdir();
     let out = dir.path().join("out.pcap");
-    let s = common::run_chain(
+    let s = run_checked(
         &microbox(
             r#"apps = [{ kind = "l4_lb", vip = "192.0.2.1", backends = ["10.2.0.1", "10.2.0.2"] }]"#,
         ),
         &t,
-        Some(&out),
+        &out,
     );
     assert_eq!(s.packets_out, t.len() as u64);
     let rows = tshark_fields(
@@ -622,12 +638,12 @@ fn ipv6_connection_across_the_sequence_wrap() {
     let t = trace_of(&frames);
     let dir = common::tempdir();
     let out = dir.path().join("out.pcap");
-    let s = common::run_chain(
+    let s = run_checked(
         &microbox(
             r#"apps = [{ kind = "tcp_count" }, { kind = "l4_lb", vip = "2001:db8::80", backends = ["2001:db8:1::1"] }]"#,
         ),
         &t,
-        Some(&out),
+        &out,
     );
     assert_eq!(stat(&s, "count_bytes"), 12);
     assert_eq!(stat(&s, "duplicate_bytes"), 6);
