@@ -107,6 +107,8 @@ pub struct Stack {
     /// Slots whose flow ended in this batch: reused only from the next one, so events
     /// still queued never point at a newer flow.
     retired: Vec<FlowId>,
+    /// Scratch for one sweep (bounded, reserved up front).
+    expired: Vec<FlowId>,
     rings: RingPool,
     /// Every app's subscriptions for new flows and for events without a flow.
     pub(crate) initial: [Kinds; MAX_APPS],
@@ -125,6 +127,7 @@ impl Stack {
             conns: Vec::with_capacity(flows),
             free: Vec::with_capacity(flows),
             retired: Vec::with_capacity(flows),
+            expired: Vec::with_capacity(256),
             rings: RingPool::new(cfg.rings, cfg.ring_bytes),
             initial: [Kinds::NONE; MAX_APPS],
             per_flow: [false; MAX_APPS],
@@ -176,26 +179,38 @@ impl Stack {
         self.free.append(&mut self.retired);
     }
 
-    /// Ends idle connections (at most once per quarter timeout of capture time).
+    /// Ends idle connections (at most once per quarter timeout of capture time), as many
+    /// as the queue has room for; the rest wait for the next batch.
     pub fn sweep(&mut self, now: u64, q: &mut Queue) {
         if self.cfg.timeout_ns == 0 || self.cfg.level == Level::L3 || now < self.next_sweep_ns {
             return;
         }
-        self.next_sweep_ns = now + self.cfg.timeout_ns / 4;
         let t = self.cfg.timeout_ns;
-        let conns = &mut self.conns;
-        let mut gone: Vec<FlowId> = Vec::new();
+        let conns = &self.conns;
+        let mut room = q.room().min(self.expired.capacity());
+        let expired = &mut self.expired;
+        let mut more = false;
         self.table.retain(|_, f| {
-            let keep = now.saturating_sub(conns[*f as usize].last_ns) <= t;
-            if !keep {
-                gone.push(*f);
+            if now.saturating_sub(conns[*f as usize].last_ns) <= t {
+                return true;
             }
-            keep
+            if room == 0 {
+                more = true;
+                return true;
+            }
+            room -= 1;
+            expired.push(*f);
+            false
         });
-        for f in gone {
+        if !more {
+            self.next_sweep_ns = now + t / 4;
+        }
+        let mut gone = std::mem::take(&mut self.expired);
+        for f in gone.drain(..) {
             self.end(f, EndReason::Idle, NO_PKT, q);
             self.retired.push(f);
         }
+        self.expired = gone;
     }
 
     /// Ends every open connection (the run is over).
