@@ -694,3 +694,74 @@ apps = [
         "bounds were exercised: {totals:?}"
     );
 }
+
+/// An app's drop verdict: the watcher in IPS mode drops the packet that completed each
+/// match; the runner counts it under the app's name, and the counter after it in the
+/// chain still sees the stream (state and data events) but not that packet.
+#[test]
+fn app_drops_are_counted_under_its_name() {
+    let n = 40;
+    let t = generate_http(&HttpGenOptions {
+        connections: n,
+        response_bytes: 100,
+        ..Default::default()
+    })
+    .unwrap();
+    let s = common::run_chain(
+        &microbox(
+            r#"apps = [{ kind = "labeller" }, { kind = "http_watch", pattern = "catena-gen", drop = true }, { kind = "l4_lb", vip = "192.0.2.1", backends = ["10.2.0.1"] }]"#,
+        ),
+        &t,
+        None,
+    );
+    assert_eq!(stat(&s, "watch_alerts"), n as u64);
+    assert_eq!(s.nfs[0].packets_dropped, n as u64);
+    for (reason, count) in &s.nfs[0].drops {
+        let want = if reason == "http_watch" { n as u64 } else { 0 };
+        assert_eq!(*count, want, "{reason}");
+    }
+    assert_eq!(s.packets_out + s.packets_dropped, t.len() as u64);
+    // Connections to 192.0.2.1 are a quarter; their request packets were dropped before
+    // the balancer saw them.
+    let to_vip = (0..t.len())
+        .filter(|&i| {
+            let p = t.packet(i);
+            p[30..34] == [192, 0, 2, 1]
+        })
+        .count() as u64;
+    assert_eq!(stat(&s, "l4_lb_rewritten"), to_vip - (n as u64 / 4));
+}
+
+/// Port reuse and resets: a second connection on the same 4-tuple after a close is a new
+/// flow; a RST ends a flow as reset.
+#[test]
+fn port_reuse_and_reset() {
+    let (a, b) = (([10, 0, 0, 1], 1234u16), ([10, 0, 0, 2], 80u16));
+    let mut frames = Vec::new();
+    for isn in [100u32, 9000] {
+        frames.push(tcp4(a, b, isn, 0, 0x02, b""));
+        frames.push(tcp4(b, a, 7, isn + 1, 0x12, b""));
+        frames.push(tcp4(a, b, isn + 1, 8, 0x18, b"hi"));
+        frames.push(tcp4(a, b, isn + 3, 8, 0x11, b""));
+        frames.push(tcp4(b, a, 8, isn + 4, 0x11, b""));
+        frames.push(tcp4(a, b, isn + 4, 9, 0x10, b""));
+    }
+    frames.push(tcp4(a, b, 50_000, 0, 0x02, b""));
+    frames.push(tcp4(b, a, 0, 50_001, 0x14, b""));
+    let s = common::run_chain(
+        &microbox("apps = [{ kind = \"tcp_count\" }]"),
+        &trace_of(&frames),
+        None,
+    );
+    assert_eq!(
+        (
+            stat(&s, "flows"),
+            stat(&s, "ended_closed"),
+            stat(&s, "ended_reset")
+        ),
+        (3, 2, 1)
+    );
+    assert_eq!(stat(&s, "count_bytes"), 4);
+    // SYN-ACK, ACK with data, FIN, FIN, last ACK per connection; the reset one: RST.
+    assert_eq!(stat(&s, "count_state_changes"), 2 * 5 + 1);
+}

@@ -85,6 +85,8 @@ pub struct HttpWatch {
     sid: u32,
     /// `dynamic = false` subscribes to all data from the start (the "all events" case).
     dynamic: bool,
+    /// Drop the packet that completed the match (an IPS).
+    drop: bool,
     tails: Vec<Tail>,
     scratch: Vec<u8>,
     data_events: u64,
@@ -112,6 +114,12 @@ impl HttpWatch {
             default: "true",
             doc: "subscribe to data only for flows labelled HTTP (false: all data of all flows)",
         },
+        ParamDoc {
+            name: "drop",
+            ty: "bool",
+            default: "false",
+            doc: "drop the packet whose bytes completed the match",
+        },
     ];
 
     pub fn from_params(p: &mut Params) -> Result<HttpWatch, ParamError> {
@@ -129,11 +137,17 @@ impl HttpWatch {
             Some(toml::Value::Boolean(b)) => *b,
             Some(_) => return Err(p.err("`dynamic` must be true or false")),
         };
+        let drop = match p.value("drop") {
+            None => false,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(_) => return Err(p.err("`drop` must be true or false")),
+        };
         Ok(HttpWatch {
             scratch: Vec::with_capacity(64 + 65_536),
             pattern,
             sid,
             dynamic,
+            drop,
             tails: Vec::new(),
             data_events: 0,
             watched: 0,
@@ -166,6 +180,9 @@ impl App for HttpWatch {
     }
     fn kinds(&self) -> Kinds {
         Kinds::of(&[Kind::FlowStart, Kind::DpiResult, Kind::Data])
+    }
+    fn may_drop(&self) -> bool {
+        self.drop
     }
     fn initial(&self) -> Kinds {
         if self.dynamic {
@@ -205,6 +222,9 @@ impl App for HttpWatch {
                     .any(|w| w == self.pattern.as_slice());
                 if hit && t.http {
                     self.alerts += 1;
+                    if self.drop {
+                        cx.drop_packet(ev);
+                    }
                     cx.publish(ev, Kind::IdsAlert, self.sid, b"pattern in HTTP request");
                     cx.unsubscribe(ev.flow, Kind::Data);
                     return;
