@@ -7,17 +7,21 @@
 //!   writes as a hole of zeros at the file offset);
 //! - 4-tuples used by more than one connection in the capture (tcpflow names the later ones
 //!   `…c1`, `…c2` by its own rules, so the pairing would be guesswork);
-//! - IPv6 connections (tcpflow's file names for them are not parsed here);
+//! - IPv6 connections (tcpflow's file names for them are not parsed here).
+//!
 //! Connections ended by a RST are checked as a prefix: the stack ends the streams there
 //! (the endpoint that reset accepts nothing more), tcpflow keeps writing segments seen
 //! after it, so the stack's bytes must be the start of tcpflow's.
+//!
 //! A direction with retransmitted or overlapping bytes is compared too, but the overlap
 //! policies differ (the stack: first wins; tcpflow writes each segment at its offset, so
 //! the last wins): a mismatch there is counted as a policy difference, and the test fails
 //! on any mismatch in a direction without overlaps, or if policy differences are more than
 //! 1% of the directions compared.
-//! Both sides pick up connections without a SYN from their first segment (tcpflow always
-//! does; the stack with `midstream = true`).
+//!
+//! Both sides pick up connections whose SYN is not in the capture: tcpflow from their
+//! first segment, the stack (`midstream = true`) from their first segment with data, which
+//! starts the stream at the same byte.
 //!
 //! tcpflow 1.6 takes every captured byte after the TCP header as payload, Ethernet padding
 //! and trailers included (a 60-byte frame carrying a 40-byte RST adds 6 bytes to its

@@ -42,6 +42,13 @@ pub trait App: Send {
 
     fn on_event(&mut self, ev: &Event, cx: &mut Ctx<'_>);
 
+    /// Takes the batch's events: [`deliver`] hands the ones the app subscribed to to
+    /// [`App::on_event`]. Being a default method, it is compiled for each app type, so
+    /// the per-event call is direct (and inlined) — one virtual call per batch.
+    fn on_batch(&mut self, cx: &mut Ctx<'_>) {
+        deliver(self, cx)
+    }
+
     /// The run's input ended (after the stack's last FlowEnd events).
     fn finish(&mut self) {}
 
@@ -64,6 +71,8 @@ pub struct Ctx<'a> {
     batch_no: u64,
     /// Number of events published by this handler (so the dispatcher skips past them).
     inserted: usize,
+    /// Some app before this one may drop packets.
+    check_drops: bool,
 }
 
 impl Ctx<'_> {
@@ -108,6 +117,7 @@ impl Ctx<'_> {
 
     pub fn set_subscriptions(&mut self, f: FlowId, k: Kinds) {
         let app = self.app;
+        self.stack.per_flow[app] = true;
         if let Some(c) = self.stack.conn_mut(f) {
             c.subs[app] = k;
         }
@@ -175,39 +185,53 @@ pub fn dispatch(
 ) {
     debug_assert!(apps.len() <= MAX_APPS);
     let pkts = batch.as_mut_slice();
+    // Whether some app before this one may have dropped a packet.
+    let mut drops_before = false;
     for (k, app) in apps.iter_mut().enumerate() {
-        let mut i = 0;
-        while i < q.events.len() {
-            let ev = q.events[i];
-            let at = i;
-            i += 1;
-            if !stack.wants(k, &ev) {
-                continue;
-            }
-            // A packet an earlier app dropped does not reach the apps after it; stream
-            // and state events still do (the shared stack has seen the bytes).
-            if matches!(ev.kind, Kind::Packet | Kind::TcpPacket)
-                && ev.from == FROM_STACK
-                && pkts
-                    .get(ev.pkt as usize)
-                    .is_some_and(|p| matches!(p.meta().verdict, Verdict::Drop(_)))
-            {
-                continue;
-            }
-            let mut cx = Ctx {
-                app: k,
-                reason: (reason_base + k) as u8,
-                batch: pkts,
-                stack,
-                q,
-                insert_at: at,
-                batch_no,
-                inserted: 0,
-            };
-            app.on_event(&ev, &mut cx);
-            // What this app published went before the event: skip past both.
-            i += cx.inserted;
+        let mut cx = Ctx {
+            app: k,
+            reason: (reason_base + k) as u8,
+            batch: pkts,
+            stack,
+            q,
+            insert_at: 0,
+            batch_no,
+            inserted: 0,
+            check_drops: drops_before,
+        };
+        app.on_batch(&mut cx);
+        drops_before |= app.may_drop();
+    }
+}
+
+/// Hands app `cx.app` every queued event it subscribed to, in order.
+#[inline]
+pub fn deliver<A: App + ?Sized>(app: &mut A, cx: &mut Ctx<'_>) {
+    let mut i = 0;
+    while i < cx.q.events.len() {
+        let ev = cx.q.events[i];
+        let at = i;
+        i += 1;
+        if !cx.stack.wants(cx.app, &ev) {
+            continue;
         }
+        // A packet an earlier app dropped does not reach the apps after it; stream and
+        // state events still do (the shared stack has seen the bytes).
+        if cx.check_drops
+            && matches!(ev.kind, Kind::Packet | Kind::TcpPacket)
+            && ev.from == FROM_STACK
+            && cx
+                .batch
+                .get(ev.pkt as usize)
+                .is_some_and(|p| matches!(p.meta().verdict, Verdict::Drop(_)))
+        {
+            continue;
+        }
+        cx.insert_at = at;
+        cx.inserted = 0;
+        app.on_event(&ev, cx);
+        // What the app published went before the event: skip past both.
+        i += cx.inserted;
     }
 }
 

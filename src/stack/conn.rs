@@ -21,8 +21,7 @@ pub struct Conn {
     pub(crate) last_ns: u64,
     /// Picked up mid-stream (no SYN seen).
     pub midstream: bool,
-    /// FlowEnd was published; the entry stays only to absorb stray segments until the
-    /// timeout or a new SYN.
+    /// FlowEnd was published.
     pub(crate) ended: bool,
     pub packets: [u64; 2],
     /// Payload bytes per direction that were already held (retransmissions, overlaps).

@@ -168,6 +168,17 @@ pub struct Event {
     pub bytes: Bytes,
 }
 
+impl Event {
+    /// Number of bytes the event carries (without touching them).
+    #[inline]
+    pub fn byte_len(&self) -> usize {
+        match self.bytes {
+            Bytes::None => 0,
+            Bytes::InPacket { len, .. } | Bytes::Arena { len, .. } => len as usize,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

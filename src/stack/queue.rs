@@ -41,6 +41,11 @@ impl Queue {
             && self.arena.len() + 2 * self.reserve_bytes <= self.arena.capacity()
     }
 
+    /// Events that fit before the stack's reserve.
+    pub fn room(&self) -> usize {
+        (self.events.capacity() - self.reserve_events).saturating_sub(self.events.len())
+    }
+
     pub fn clear(&mut self) {
         self.events.clear();
         self.arena.clear();

@@ -23,8 +23,18 @@ pub const MAX_HOLES: usize = 16;
 
 /// Rings of one size, allocated on first need up to a fixed count and then recycled, so
 /// memory is bounded by `count × ring_bytes` and steady state allocates nothing.
+/// An out-of-order buffer: the ring and the list of runs it holds, lent as one piece so
+/// a direction that never sees reordering carries only a null pointer.
+pub struct Ooo {
+    ring: Box<[u8]>,
+    /// Buffered runs `[start, end)` in stream offsets, sorted, disjoint, all `> next`.
+    holes: [(u64, u64); MAX_HOLES],
+}
+
 pub struct RingPool {
-    free: Vec<Box<[u8]>>,
+    // Boxed so lending one out moves a pointer, not the run list.
+    #[allow(clippy::vec_box)]
+    free: Vec<Box<Ooo>>,
     made: usize,
     count: usize,
     ring_bytes: usize,
@@ -41,18 +51,21 @@ impl RingPool {
         }
     }
 
-    fn take(&mut self) -> Option<Box<[u8]>> {
+    fn take(&mut self) -> Option<Box<Ooo>> {
         if let Some(r) = self.free.pop() {
             return Some(r);
         }
         if self.made < self.count {
             self.made += 1;
-            return Some(vec![0u8; self.ring_bytes].into_boxed_slice());
+            return Some(Box::new(Ooo {
+                ring: vec![0u8; self.ring_bytes].into_boxed_slice(),
+                holes: [(0, 0); MAX_HOLES],
+            }));
         }
         None
     }
 
-    fn give(&mut self, r: Box<[u8]>) {
+    fn give(&mut self, r: Box<Ooo>) {
         self.free.push(r);
     }
 
@@ -96,9 +109,8 @@ pub struct Stream {
     gave_up: bool,
     /// Offset of the next byte to deliver (bytes delivered so far).
     next: u64,
-    ring: Option<Box<[u8]>>,
-    /// Buffered runs `[start, end)` in stream offsets, sorted, disjoint, all `> next`.
-    holes: [(u64, u64); MAX_HOLES],
+    /// Present while `runs > 0`.
+    ooo: Option<Box<Ooo>>,
     runs: u8,
 }
 
@@ -135,7 +147,7 @@ impl Stream {
 
     /// Returns the ring to the pool (flow end).
     pub fn release(&mut self, pool: &mut RingPool) {
-        if let Some(r) = self.ring.take() {
+        if let Some(r) = self.ooo.take() {
             pool.give(r);
         }
         self.runs = 0;
@@ -167,28 +179,30 @@ impl Stream {
             self.buffer(pool, s as u64, e as u64, payload, &mut o);
             return o;
         }
-        let (s, e) = (s as i64, e as u64);
+        let e = e as u64;
         o.duplicate = (self.next as i64 - s) as usize;
         // First wins: hand out the segment up to the first buffered run, then the run,
         // then the segment again after it, and so on.
         let mut cur = self.next;
         loop {
-            if self.runs > 0 && self.holes[0].0 <= cur {
-                let (_, re) = self.holes[0];
+            let first = match &self.ooo {
+                Some(o) if self.runs > 0 => Some(o.holes[0]),
+                _ => None,
+            };
+            if let Some((_, re)) = first.filter(|&(rs, _)| rs <= cur) {
                 if e > cur {
                     o.duplicate += (e.min(re) - cur) as usize;
                 }
                 self.emit_ring(cur, re, &mut out);
                 o.delivered += (re - cur) as usize;
                 cur = re;
-                self.holes.copy_within(1..self.runs as usize, 0);
+                let n = self.runs as usize;
+                if let Some(o) = self.ooo.as_deref_mut() {
+                    o.holes.copy_within(1..n, 0);
+                }
                 self.runs -= 1;
             } else if cur < e {
-                let lim = if self.runs > 0 {
-                    e.min(self.holes[0].0)
-                } else {
-                    e
-                };
+                let lim = first.map_or(e, |(rs, _)| e.min(rs));
                 out(Chunk::Segment {
                     off: (cur as i64 - s) as usize,
                     len: (lim - cur) as usize,
@@ -201,7 +215,7 @@ impl Stream {
         }
         self.next = cur;
         if self.runs == 0 {
-            if let Some(r) = self.ring.take() {
+            if let Some(r) = self.ooo.take() {
                 pool.give(r);
             }
         }
@@ -209,7 +223,7 @@ impl Stream {
     }
 
     fn emit_ring(&self, from: u64, to: u64, out: &mut impl FnMut(Chunk<'_>)) {
-        let Some(r) = self.ring.as_deref() else {
+        let Some(r) = self.ooo.as_deref().map(|o| &o.ring[..]) else {
             return;
         };
         let mask = r.len() as u64 - 1;
@@ -233,19 +247,21 @@ impl Stream {
         if e - self.next > pool.ring_bytes() as u64 {
             return self.give_up(pool, o);
         }
-        if self.ring.is_none() {
+        if self.ooo.is_none() {
             match pool.take() {
-                Some(r) => self.ring = Some(r),
+                Some(r) => self.ooo = Some(r),
                 None => return self.give_up(pool, o),
             }
         }
+        let runs = self.runs as usize;
+        let buf = self.ooo.as_deref_mut().expect("taken above");
         // Merge into the sorted run list first, so a list overflow gives up before any
         // byte is written.
         let mut merged = [(0u64, 0u64); MAX_HOLES + 1];
         let mut n = 0;
         let (mut ns, mut ne) = (s, e);
         let mut placed = false;
-        for &(rs, re) in &self.holes[..self.runs as usize] {
+        for &(rs, re) in &buf.holes[..runs] {
             if re < ns {
                 merged[n] = (rs, re);
                 n += 1;
@@ -270,11 +286,11 @@ impl Stream {
             return self.give_up(pool, o);
         }
         // Copy the bytes of [s, e) not already held.
-        let ring = self.ring.as_deref_mut().expect("ring taken above");
+        let ring = &mut buf.ring;
         let mask = ring.len() as u64 - 1;
         let mut cur = s;
         let mut i = 0;
-        let runs = &self.holes[..self.runs as usize];
+        let runs = &buf.holes[..runs];
         while cur < e {
             while i < runs.len() && runs[i].1 <= cur {
                 i += 1;
@@ -291,7 +307,7 @@ impl Stream {
             o.duplicate += (skip_to - lim) as usize;
             cur = skip_to.max(lim);
         }
-        self.holes[..n].copy_from_slice(&merged[..n]);
+        buf.holes[..n].copy_from_slice(&merged[..n]);
         self.runs = n as u8;
     }
 

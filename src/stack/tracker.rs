@@ -107,9 +107,14 @@ pub struct Stack {
     /// Slots whose flow ended in this batch: reused only from the next one, so events
     /// still queued never point at a newer flow.
     retired: Vec<FlowId>,
+    /// Scratch for one sweep (bounded, reserved up front).
+    expired: Vec<FlowId>,
     rings: RingPool,
     /// Every app's subscriptions for new flows and for events without a flow.
     pub(crate) initial: [Kinds; MAX_APPS],
+    /// Apps that changed a subscription for some flow: only theirs are read per flow
+    /// (the others' are `initial` for every flow, so delivery skips the flow lookup).
+    pub(crate) per_flow: [bool; MAX_APPS],
     next_sweep_ns: u64,
     pub stats: StackStats,
 }
@@ -122,8 +127,10 @@ impl Stack {
             conns: Vec::with_capacity(flows),
             free: Vec::with_capacity(flows),
             retired: Vec::with_capacity(flows),
+            expired: Vec::with_capacity(256),
             rings: RingPool::new(cfg.rings, cfg.ring_bytes),
             initial: [Kinds::NONE; MAX_APPS],
+            per_flow: [false; MAX_APPS],
             next_sweep_ns: 0,
             stats: StackStats::default(),
             cfg,
@@ -158,6 +165,9 @@ impl Stack {
         if ev.from as usize == app {
             return false;
         }
+        if !self.per_flow[app] {
+            return self.initial[app].has(ev.kind);
+        }
         match self.conns.get(ev.flow as usize) {
             Some(c) if ev.flow != NO_FLOW => c.subs[app].has(ev.kind),
             _ => self.initial[app].has(ev.kind),
@@ -169,26 +179,38 @@ impl Stack {
         self.free.append(&mut self.retired);
     }
 
-    /// Ends idle connections (at most once per quarter timeout of capture time).
+    /// Ends idle connections (at most once per quarter timeout of capture time), as many
+    /// as the queue has room for; the rest wait for the next batch.
     pub fn sweep(&mut self, now: u64, q: &mut Queue) {
         if self.cfg.timeout_ns == 0 || self.cfg.level == Level::L3 || now < self.next_sweep_ns {
             return;
         }
-        self.next_sweep_ns = now + self.cfg.timeout_ns / 4;
         let t = self.cfg.timeout_ns;
-        let conns = &mut self.conns;
-        let mut gone: Vec<FlowId> = Vec::new();
+        let conns = &self.conns;
+        let mut room = q.room().min(self.expired.capacity());
+        let expired = &mut self.expired;
+        let mut more = false;
         self.table.retain(|_, f| {
-            let keep = now.saturating_sub(conns[*f as usize].last_ns) <= t;
-            if !keep {
-                gone.push(*f);
+            if now.saturating_sub(conns[*f as usize].last_ns) <= t {
+                return true;
             }
-            keep
+            if room == 0 {
+                more = true;
+                return true;
+            }
+            room -= 1;
+            expired.push(*f);
+            false
         });
-        for f in gone {
+        if !more {
+            self.next_sweep_ns = now + t / 4;
+        }
+        let mut gone = std::mem::take(&mut self.expired);
+        for f in gone.drain(..) {
             self.end(f, EndReason::Idle, NO_PKT, q);
             self.retired.push(f);
         }
+        self.expired = gone;
     }
 
     /// Ends every open connection (the run is over).
@@ -311,7 +333,10 @@ impl Stack {
         let f = match f {
             Some(f) => f,
             None => {
-                if !pure_syn && !self.cfg.midstream {
+                // A pickup starts on a segment with data (or a SYN-ACK): a bare ACK, FIN
+                // or RST of a connection we do not know is most often the tail of one that
+                // just closed.
+                if !pure_syn && (!self.cfg.midstream || (pay_len == 0 && !syn)) {
                     self.stats.untracked += 1;
                     q.push(ev);
                     return;
@@ -452,6 +477,10 @@ impl Stack {
                 EndReason::Closed
             };
             self.end(f, why, idx, q);
+            // The slot is free from the next batch on; stray segments after the close are
+            // not picked up (they carry no data).
+            self.table.remove(&wk);
+            self.retired.push(f);
         }
     }
 }

@@ -323,6 +323,13 @@ impl App for L7Lb {
                         }
                     }
                 }
+                // Only a client connection's first request is read; a leg or a
+                // connection not to the VIP needs no data (and the latter no events).
+                match fl.role {
+                    0 => cx.set_subscriptions(ev.flow, Kinds::NONE),
+                    2 => cx.unsubscribe(ev.flow, Kind::Data),
+                    _ => {}
+                }
                 *self.flow(ev.flow) = fl;
             }
             Kind::TcpPacket => {

@@ -132,7 +132,7 @@ impl Microbox {
             name: "midstream",
             ty: "bool",
             default: "true",
-            doc: "track connections whose SYN was not seen, from their first packet",
+            doc: "track connections whose SYN was not seen, from their first segment with data",
         },
         ParamDoc {
             name: "ring_bytes",

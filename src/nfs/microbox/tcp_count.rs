@@ -1,13 +1,13 @@
-//! The minimal TCP NF of the chain-length experiment: per-flow packets and bytes per
-//! direction and state changes, kept in a table indexed by flow id. With `bytes = true`
-//! (the default) it counts reassembled stream bytes, so it needs the bytestream level.
+//! The minimal TCP NF of the chain-length experiment: per-flow stream bytes per direction
+//! and state changes, kept in a table indexed by flow id, and the flow's packets (which the
+//! stack counts) read when it ends. It subscribes to data, state changes and flow ends
+//! only — no per-packet event. With `bytes = false` it needs only the monitor level.
 
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::stack::{App, Ctx, Event, Kind, Kinds, Level};
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Flow {
-    packets: [u64; 2],
     bytes: [u64; 2],
     changes: u32,
 }
@@ -49,13 +49,20 @@ impl TcpCount {
         Ok(TcpCount::new(bytes))
     }
 
+    #[inline]
     fn flow(&mut self, f: u32) -> &mut Flow {
         let i = f as usize;
         if i >= self.flows.len() {
-            // Grows to the stack's flow bound at most, once.
-            self.flows.resize(i + 1, Flow::default());
+            self.grow(i);
         }
         &mut self.flows[i]
+    }
+
+    /// Grows to the stack's flow bound at most, once.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, i: usize) {
+        self.flows.resize((i + 1).max(1024), Flow::default());
     }
 }
 
@@ -73,12 +80,7 @@ impl App for TcpCount {
     }
 
     fn kinds(&self) -> Kinds {
-        let k = Kinds::of(&[
-            Kind::FlowStart,
-            Kind::TcpPacket,
-            Kind::StateChange,
-            Kind::FlowEnd,
-        ]);
+        let k = Kinds::of(&[Kind::StateChange, Kind::FlowEnd]);
         if self.bytes {
             k.with(Kind::Data)
         } else {
@@ -86,16 +88,14 @@ impl App for TcpCount {
         }
     }
 
+    // Inlined into the per-app delivery loop (`on_batch`): this is the hot path of the
+    // chain-length experiment.
+    #[inline(always)]
     fn on_event(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
         let d = ev.dir as usize & 1;
         match ev.kind {
-            Kind::FlowStart => *self.flow(ev.flow) = Flow::default(),
-            Kind::TcpPacket => {
-                self.packets += 1;
-                self.flow(ev.flow).packets[d] += 1;
-            }
             Kind::Data => {
-                let n = cx.bytes(ev).len() as u64;
+                let n = ev.byte_len() as u64;
                 self.stream_bytes += n;
                 self.flow(ev.flow).bytes[d] += n;
             }
@@ -103,7 +103,13 @@ impl App for TcpCount {
                 self.changes += 1;
                 self.flow(ev.flow).changes += 1;
             }
-            Kind::FlowEnd => self.ended += 1,
+            Kind::FlowEnd => {
+                self.ended += 1;
+                let p = cx.conn(ev.flow).map_or(0, |c| c.packets[0] + c.packets[1]);
+                self.packets += p;
+                // The slot starts clean for the next flow that gets it.
+                *self.flow(ev.flow) = Flow::default();
+            }
             _ => {}
         }
     }

@@ -5,7 +5,8 @@
 //! - [`HttpWatch`] (the "IDS"): starts with no data subscription; subscribes to a flow's
 //!   data only when the labeller says HTTP, looks for a pattern in the client stream
 //!   (across segment boundaries), publishes an `IdsAlert` when found, and unsubscribes
-//!   once it has decided.
+//!   once it has decided. With `dynamic = false` it gets (and scans) every flow's data
+//!   and alerts only on HTTP flows: the "all events" baseline.
 
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::stack::{App, Ctx, Event, Kind, Kinds, Level};
@@ -84,6 +85,8 @@ pub struct HttpWatch {
     sid: u32,
     /// `dynamic = false` subscribes to all data from the start (the "all events" case).
     dynamic: bool,
+    /// Drop the packet that completed the match (an IPS).
+    drop: bool,
     tails: Vec<Tail>,
     scratch: Vec<u8>,
     data_events: u64,
@@ -111,6 +114,12 @@ impl HttpWatch {
             default: "true",
             doc: "subscribe to data only for flows labelled HTTP (false: all data of all flows)",
         },
+        ParamDoc {
+            name: "drop",
+            ty: "bool",
+            default: "false",
+            doc: "drop the packet whose bytes completed the match",
+        },
     ];
 
     pub fn from_params(p: &mut Params) -> Result<HttpWatch, ParamError> {
@@ -128,11 +137,17 @@ impl HttpWatch {
             Some(toml::Value::Boolean(b)) => *b,
             Some(_) => return Err(p.err("`dynamic` must be true or false")),
         };
+        let drop = match p.value("drop") {
+            None => false,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(_) => return Err(p.err("`drop` must be true or false")),
+        };
         Ok(HttpWatch {
             scratch: Vec::with_capacity(64 + 65_536),
             pattern,
             sid,
             dynamic,
+            drop,
             tails: Vec::new(),
             data_events: 0,
             watched: 0,
@@ -166,6 +181,9 @@ impl App for HttpWatch {
     fn kinds(&self) -> Kinds {
         Kinds::of(&[Kind::FlowStart, Kind::DpiResult, Kind::Data])
     }
+    fn may_drop(&self) -> bool {
+        self.drop
+    }
     fn initial(&self) -> Kinds {
         if self.dynamic {
             Kinds::of(&[Kind::FlowStart, Kind::DpiResult])
@@ -189,9 +207,11 @@ impl App for HttpWatch {
             Kind::Data => {
                 self.data_events += 1;
                 let t = *self.tail(ev.flow);
-                if ev.dir != 0 || !t.http {
+                if ev.dir != 0 {
                     return;
                 }
+                // Without the dynamic subscription every flow's data is scanned (as an
+                // IDS that gets all events does); only HTTP flows may alert.
                 let b = cx.bytes(ev);
                 self.scratch.clear();
                 self.scratch.extend_from_slice(&t.b[..t.len as usize]);
@@ -200,8 +220,11 @@ impl App for HttpWatch {
                     .scratch
                     .windows(self.pattern.len())
                     .any(|w| w == self.pattern.as_slice());
-                if hit {
+                if hit && t.http {
                     self.alerts += 1;
+                    if self.drop {
+                        cx.drop_packet(ev);
+                    }
                     cx.publish(ev, Kind::IdsAlert, self.sid, b"pattern in HTTP request");
                     cx.unsubscribe(ev.flow, Kind::Data);
                     return;
@@ -209,7 +232,7 @@ impl App for HttpWatch {
                 let keep = (self.pattern.len() - 1).min(self.scratch.len());
                 let from = self.scratch.len() - keep;
                 let mut nt = Tail {
-                    http: true,
+                    http: t.http,
                     len: keep as u8,
                     b: [0; 63],
                 };
