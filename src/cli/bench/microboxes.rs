@@ -3,11 +3,10 @@
 //! stack per NF (the baseline: a chain of mOS-like instances), on generated HTTP traffic
 //! with 64 B and 8 KB responses (Microboxes, SIGCOMM'18, the chain-length figure).
 //!
-//! Rows are [`Case`]s: a group, a label and a chain. The `dpi-ids-toy` group runs the
-//! DPI → IDS pattern with the toy apps (labeller → http_watch) on the real merged trace,
-//! all data events vs dynamic subscriptions (the paper's Figure 7c); the real DPI and IDS
-//! apps replace the toy kinds in [`dpi_ids_cases`]. Side-by-side rows (suricata,
-//! ndpiReader) add a group of their own.
+//! Rows are [`Case`]s: a group, a label and a chain. Then the DPI → IDS chain with all
+//! data events vs dynamic subscriptions (the paper's Figure 7c; [`super::dpi_ids`]), and
+//! the real peers side by side: our DPI vs `ndpiReader -i` ([`super::dpi`]) and our IDS
+//! vs `suricata -r` ([`super::ids`]) on the same trace and rules.
 
 use serde::Serialize;
 
@@ -69,23 +68,6 @@ fn cases(traffic: &str) -> Vec<Case> {
     v
 }
 
-/// The DPI → IDS chain with all data events vs dynamic subscriptions.
-fn dpi_ids_cases() -> Vec<Case> {
-    ["all-events", "dynamic"]
-        .into_iter()
-        .map(|mode| Case {
-            group: "dpi-ids-toy",
-            traffic: "merged".into(),
-            mode,
-            nfs: 2,
-            chain: format!(
-                "[input]\nports = 2\n[[nf]]\nname = \"mb\"\nkind = \"microbox\"\napps = [{{ kind = \"labeller\" }}, {{ kind = \"http_watch\", pattern = \"catena-never-matches\", dynamic = {} }}]\n",
-                mode == "dynamic"
-            ),
-        })
-        .collect()
-}
-
 fn measure(a: &Args, c: &Case, trace: &Trace) -> anyhow::Result<(u64, f64, f64)> {
     let cfg = ChainConfig::parse(&c.chain, "microboxes")?;
     let opts = RunOptions {
@@ -131,22 +113,6 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 vs_per_nf: 0.0,
             });
         }
-    }
-    let merged = super::traces::load("merged", 1.0)?;
-    for c in dpi_ids_cases() {
-        let (packets, t, bytes) = measure(a, &c, &merged)?;
-        rows.push(Row {
-            group: c.group.into(),
-            traffic: c.traffic,
-            mode: c.mode.into(),
-            nfs: c.nfs,
-            packets,
-            mpps: packets as f64 / t / 1e6,
-            gbps: bytes * 8.0 / t / 1e9,
-            ns_per_packet: t * 1e9 / packets.max(1) as f64,
-            vs_one_nf: 0.0,
-            vs_per_nf: 0.0,
-        });
     }
     // Ratios within this run.
     let find = |rows: &[Row], g: &str, t: &str, m: &str, n: usize| {
@@ -219,12 +185,9 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "Microboxes: Mpps vs chain length, consolidated vs per-NF stacks",
         &bars,
     )?;
-    // The DPI -> IDS chain (all events vs dynamic subscriptions) runs before printing so
-    // `--json` stays one line per table.
-    let dpi_ids = super::dpi_ids::run(a)?;
     if a.json {
         println!("{}", serde_json::to_string(&rows)?);
-        for line in dpi_ids {
+        for line in super::dpi_ids::run(a)? {
             println!("{line}");
         }
     } else {
@@ -237,14 +200,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 at(t, "consolidated", 6) / at(t, "per-nf", 6).max(1e-12)
             );
         }
-        println!(
-            "dpi-ids-toy: dynamic subscriptions {:.2}x the throughput of all data events",
-            find(&rows, "dpi-ids-toy", "merged", "dynamic", 2).unwrap_or(0.0)
-                / find(&rows, "dpi-ids-toy", "merged", "all-events", 2)
-                    .unwrap_or(0.0)
-                    .max(1e-12)
-        );
         println!("(median of {} runs; each run at least 1M packets)", a.runs);
+        super::dpi_ids::run(a)?;
     }
     Ok(0)
 }
