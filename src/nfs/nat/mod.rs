@@ -35,10 +35,8 @@
 //!
 //! Hot path: per batch, every packet's index entry is hashed and prefetched, then the
 //! mappings those name, then packets are translated, so a batch's cache misses overlap
-//! (see `index`). Nothing allocates per packet: the slab, both indexes and the free lists
+//! (see `flow::Index`). Nothing allocates per packet: the slab, both indexes and the free lists
 //! are sized from `capacity` and the pool up front.
-
-mod index;
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
@@ -46,11 +44,10 @@ use std::net::Ipv4Addr;
 
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
-use crate::flow::Hasher;
+use crate::flow::{prefetch, Hasher, Index};
 use crate::packet::bytes::{be16, be32, put16, put32};
 use crate::packet::checksum::{fold32, update16, update32};
 use crate::packet::{Batch, Fields, L3Kind, Layers, Packet, MAX_BATCH};
-use index::{prefetch, Index};
 
 const NO_MAPPING: u8 = 0;
 const POOL_EXHAUSTED: u8 = 1;
