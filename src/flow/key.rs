@@ -19,6 +19,7 @@ impl FlowKey {
     /// The key of a packet whose headers were decoded into `l`; None for non-IP packets.
     /// Protocols without ports (and later fragments) get ports 0; ICMP echo uses the
     /// identifier as both ports so each ping session is its own flow.
+    #[inline]
     pub fn from_packet(l: &Layers, d: &[u8]) -> Option<FlowKey> {
         let o = l.l3_off as usize;
         let mut k = FlowKey {

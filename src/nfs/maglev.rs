@@ -524,8 +524,19 @@ impl Maglev {
         let (m, d) = p.split_mut();
         let o3 = l.l3_off as usize;
         let to_vip = match l.l3 {
-            L3Kind::Ipv4 => !self.v6 && d.get(o3 + 16..o3 + 20) == Some(&self.vip[..4]),
-            L3Kind::Ipv6 => self.v6 && d.get(o3 + 24..o3 + 40) == Some(&self.vip[..]),
+            // Fixed-size compares: a slice compare is a `memcmp` call.
+            L3Kind::Ipv4 => {
+                !self.v6
+                    && d.get(o3 + 16..o3 + 20)
+                        .and_then(|a| <[u8; 4]>::try_from(a).ok())
+                        == self.vip[..4].try_into().ok()
+            }
+            L3Kind::Ipv6 => {
+                self.v6
+                    && d.get(o3 + 24..o3 + 40)
+                        .and_then(|a| <[u8; 16]>::try_from(a).ok())
+                        == Some(self.vip)
+            }
             // Too short for its IP header: whether it is for the VIP is unknowable.
             L3Kind::Malformed => {
                 m.verdict = Verdict::Drop(MALFORMED);
@@ -932,7 +943,10 @@ mod tests {
         let mut c = Conns::new(1000, 10);
         for i in 0..1000u32 {
             let k = key(i);
-            assert_eq!(c.learn(c.tag(&k), k, i, u64::from(i % 7)), Learned::Inserted);
+            assert_eq!(
+                c.learn(c.tag(&k), k, i, u64::from(i % 7)),
+                Learned::Inserted
+            );
         }
         let k = key(5000);
         assert_eq!(c.learn(c.tag(&k), k, 1, 0), Learned::Full);
