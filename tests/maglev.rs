@@ -189,9 +189,20 @@ fn tracked_flows_keep_their_backend_when_the_set_changes() {
         on_removed > 300 && would_move > 500,
         "{on_removed} {would_move}"
     );
-    let stats: HashMap<&str, u64> = live.stats().into_iter().collect();
+    let stats: HashMap<String, u64> = live
+        .stats()
+        .into_iter()
+        .map(|(k, v)| (k.into_owned(), v))
+        .collect();
     assert_eq!(stats["rehashed_flows"], on_removed);
     assert_eq!(stats["tracked_flows"], 5000);
+    // Per-backend counters are named by address (made on demand, nothing leaked).
+    assert_eq!(
+        (1..=12)
+            .map(|i| stats[&format!("backend 10.1.0.{i} packets")])
+            .sum::<u64>(),
+        10_000
+    );
 
     // Per-backend packet counts cover every packet.
     let total: u64 = live.packets_per_backend().iter().map(|(_, n)| n).sum();

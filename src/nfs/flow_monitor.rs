@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
+use super::nf::{named, Stats};
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{FlowKey, Hasher, WideKey};
@@ -458,14 +459,14 @@ impl Nf for FlowMonitor {
         }
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        vec![
+    fn stats(&self) -> Stats {
+        named(&[
             ("flows", self.table.len() as u64),
             ("exported", self.exported),
             ("lost_records", self.lost_records),
             ("overflow_packets", self.overflow_packets),
             ("not_ip", self.not_ip),
-        ]
+        ])
     }
 }
 

@@ -27,6 +27,7 @@ use std::net::IpAddr;
 
 use foldhash::fast::FixedState;
 
+use super::nf::{named, Stats};
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{prefetch, FlowKey, Hasher, Index, Learned, WideKey};
@@ -184,8 +185,6 @@ struct Live {
 /// of the set. Bounded by the distinct addresses configured.
 struct Known {
     addr: IpAddr,
-    /// Leaked once per distinct address: `stats` takes static names.
-    label: &'static str,
     packets: u64,
     /// Index in the current set, or GONE.
     index: u16,
@@ -414,7 +413,6 @@ impl Maglev {
                 None => {
                     self.known.push(Known {
                         addr: b.addr,
-                        label: Box::leak(format!("backend {} packets", b.addr).into_boxed_str()),
                         packets: 0,
                         index: GONE,
                     });
@@ -892,16 +890,20 @@ impl Nf for Maglev {
         Ok(format!("{} backend(s)", set.len()))
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        let mut s = vec![
+    fn stats(&self) -> Stats {
+        let mut s: Stats = named(&[
             ("backends", self.backends.len() as u64),
             ("tracked_flows", self.conns.len() as u64),
             ("new_flows", self.new_flows),
             ("rehashed_flows", self.rehashed),
             ("table_full", self.table_full),
             ("not_vip", self.passed),
-        ];
-        s.extend(self.known.iter().map(|k| (k.label, k.packets)));
+        ]);
+        s.extend(
+            self.known
+                .iter()
+                .map(|k| (format!("backend {} packets", k.addr).into(), k.packets)),
+        );
         s
     }
 }

@@ -42,6 +42,7 @@ use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
 
+use super::nf::{named, Stats};
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{prefetch, Hasher, Index};
@@ -1114,8 +1115,8 @@ impl Nf for Nat {
         }
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        vec![
+    fn stats(&self) -> Stats {
+        named(&[
             ("mappings", self.live.len() as u64),
             ("created", self.created),
             ("expired", self.expired),
@@ -1127,7 +1128,7 @@ impl Nf for Nat {
             ("internal", self.internal),
             ("passed_not_ipv4", self.not_ipv4),
             ("pool_size", self.pool.size() as u64),
-        ]
+        ])
     }
 }
 
