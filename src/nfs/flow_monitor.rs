@@ -9,7 +9,7 @@
 //! flow; later IP fragments carry no ports, so they form a flow of their own with ports 0.
 //!
 //! Records go to `records` (JSON lines, or CSV when the name ends in `.csv`), a path taken
-//! from the working directory, opened on the first record; writes are buffered and only
+//! from the chain file's folder (like the input trace), opened on the first record; writes are buffered and only
 //! happen when records are exported (at expiry sweeps, on a packet of an expired flow, and
 //! at the end), never per packet otherwise.
 
@@ -232,7 +232,7 @@ impl FlowMonitor {
             name: "records",
             ty: "path",
             default: "none (counters only)",
-            doc: "file for flow records: JSON lines, or CSV if it ends in .csv (relative to the working directory)",
+            doc: "file for flow records: JSON lines, or CSV if it ends in .csv (relative to the chain file's folder)",
         },
         ParamDoc {
             name: "timeout",
@@ -301,14 +301,11 @@ impl FlowMonitor {
     }
 
     pub fn from_params(p: &mut Params) -> Result<FlowMonitor, ParamError> {
-        let records = p.table_str("records")?;
+        let records = p.path("records")?;
         let timeout = p.seconds_ns("timeout", 60 * SECOND)?;
         let cap = p.int("capacity", 65536, 1, 1 << 26)? as usize;
         let mut m = FlowMonitor::new(cap, timeout);
         if let Some(r) = records {
-            if r.is_empty() {
-                return Err(p.err("`records` must name a file"));
-            }
             m = m.with_records(r);
         }
         Ok(m)

@@ -57,7 +57,7 @@ impl IpFilter {
             name: "rules_file",
             ty: "path",
             default: "-",
-            doc: "a file of rules, one per line, `#` comments (path relative to the working directory); follows `rules`",
+            doc: "a file of rules, one per line, `#` comments (path relative to the chain file's folder); follows `rules`",
         },
         ParamDoc {
             name: "default",
@@ -126,8 +126,9 @@ impl IpFilter {
             rules =
                 parse_rules(lines).map_err(|(_, item, e)| p.err(format!("rule {item}: {e}")))?;
         }
-        if let Some(path) = p.table_str("rules_file")? {
-            let text = std::fs::read_to_string(path)
+        if let Some(file) = p.path("rules_file")? {
+            let path = file.display();
+            let text = std::fs::read_to_string(&file)
                 .map_err(|e| p.err(format!("rules_file `{path}`: {e}")))?;
             let base = rules.len();
             let more = parse_rules(text.lines()).map_err(|(n, line, e)| {
