@@ -454,3 +454,21 @@ fn writes_only_declared_fields() {
         }
     }
 }
+
+#[test]
+fn cut_short_headers_are_dropped_as_malformed() {
+    const MALFORMED: Verdict = Verdict::Drop(2);
+    let p = tcp_to_vip(1, b"payload");
+    let headers = 14 + 20 + 20;
+    let cuts: Vec<Vec<u8>> = (0..=headers).map(|c| p[..c].to_vec()).collect();
+    let mut lb = lb(&equal(3));
+    let out = process(&mut lb, &cuts);
+    for (c, (v, _)) in out.iter().enumerate().take(headers) {
+        assert_eq!(*v, MALFORMED, "cut at {c}");
+    }
+    assert_eq!(out[headers].0, Verdict::Out(0));
+    // A first fragment balances on addresses only, transport header or not.
+    let mut frag = p[..14 + 20 + 4].to_vec();
+    frag[14 + 6] = 0x20;
+    assert_eq!(process(&mut lb, &[frag])[0].0, Verdict::Out(0));
+}

@@ -21,6 +21,9 @@
 //!   connections are lost anyway) and counted as `rehashed_flows`.
 //! - A full connection table refuses new flows (counted as `table_full`); they are still
 //!   balanced by the lookup table, which only moves them if the backend set changes.
+//! - Frames too short for their L2/IP header, and packets to the VIP whose TCP/UDP header
+//!   is cut short (not by fragmentation), are dropped as `malformed`: they have no flow to
+//!   follow. First fragments hash on addresses, like the later ones.
 
 use std::hash::BuildHasher;
 use std::net::IpAddr;
