@@ -27,7 +27,8 @@
 //! - Timeouts default to RFC values rather than `IPRewriter`'s (24 h for TCP, 4 min after
 //!   FIN/RST): 7440 s for open TCP (RFC 5382), 4 s linger, 300 s UDP, 60 s ICMP.
 //! - `set_pool` changes the public addresses and ports between batches: live mappings keep
-//!   theirs until they end, new flows draw from the new pool.
+//!   theirs until they end (even outside the new pool; their replies are still translated
+//!   back), new flows draw from the new pool, skipping pairs live mappings still hold.
 //!
 //! Config lists (`inside`, `public`) are comma/space separated strings, since NF
 //! parameters have no list-of-strings reader yet. Direction is by prefix, not by ingress
