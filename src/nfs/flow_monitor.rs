@@ -11,9 +11,9 @@
 //! short for their L2/IP header pass uncounted in flows, counted as `malformed`.
 //!
 //! Records go to `records` (JSON lines, or CSV when the name ends in `.csv`), a path taken
-//! from the chain file's folder (like the input trace), opened on the first record; writes are buffered and only
-//! happen when records are exported (at expiry sweeps, on a packet of an expired flow, and
-//! at the end), never per packet otherwise.
+//! from the chain file's folder (like the input trace), opened on the first record;
+//! writes are buffered and only happen when records are exported (at expiry sweeps, on a
+//! packet of an expired flow, and at the end), never per packet otherwise.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
