@@ -25,6 +25,7 @@ pub use mac_switch::MacSwitch;
 pub use maglev::{Backend, Maglev};
 pub use microbox::Microbox;
 pub use nat::{Nat, NatConfig};
+pub use nf::{named, Stats};
 pub use nf::{Context, Nf, Profile};
 pub use params::{ParamDoc, ParamError, Params};
 pub use wire::Wire;

@@ -1,5 +1,7 @@
 //! NF kinds by config name, with their parameter docs, for `run`, `check` and `nfs`.
 
+use std::path::Path;
+
 use super::params::{ParamDoc, ParamError, Params};
 use super::{
     Firewall, FlowMonitor, IpFilter, Ipv4Switch, MacSwitch, Maglev, Microbox, Nat, Nf, Wire,
@@ -75,6 +77,16 @@ pub fn find(name: &str) -> Option<&'static Kind> {
 
 /// Builds an NF of `kind` named `nf` from its parameter table (without `name`/`kind`).
 pub fn build(nf: &str, kind: &str, table: &toml::Table) -> Result<Box<dyn Nf>, ParamError> {
+    build_in(nf, kind, table, Path::new(""))
+}
+
+/// As [`build`], with relative file parameters taken from `dir` (the chain file's folder).
+pub fn build_in(
+    nf: &str,
+    kind: &str,
+    table: &toml::Table,
+    dir: &Path,
+) -> Result<Box<dyn Nf>, ParamError> {
     let Some(k) = find(kind) else {
         let names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
         return Err(ParamError {
@@ -82,7 +94,7 @@ pub fn build(nf: &str, kind: &str, table: &toml::Table) -> Result<Box<dyn Nf>, P
             msg: format!("unknown kind `{kind}` (known: {})", names.join(", ")),
         });
     };
-    let mut p = Params::new(nf, table);
+    let mut p = Params::new(nf, table).in_dir(dir);
     let built = (k.build)(&mut p)?;
     p.finish(k.params)?;
     Ok(built)

@@ -36,6 +36,10 @@ pub struct Args {
     /// ../shared/datasets/bench/ndpi-ether-merged.pcap; a path to any pcap works too.
     #[arg(long, value_delimiter = ',')]
     traces: Vec<String>,
+    /// Only the rows whose "NF case" contains one of these (e.g. `maglev 10 backends`);
+    /// for profiling one case under callgrind. Default: every row.
+    #[arg(long)]
+    only: Vec<String>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
