@@ -354,7 +354,7 @@ impl Nf for Microbox {
         }
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
+    fn stats(&self) -> crate::nfs::Stats {
         let mut out: Vec<(&'static str, u64)> = Vec::new();
         let mut add = |k: &'static str, v: u64| match out.iter_mut().find(|(n, _)| *n == k) {
             Some(e) => e.1 += v,
@@ -382,6 +382,6 @@ impl Nf for Microbox {
                 }
             }
         }
-        out
+        crate::nfs::named(&out)
     }
 }
