@@ -12,6 +12,7 @@ mod dns;
 mod files;
 mod ics;
 mod infra;
+mod lan;
 mod mail;
 mod msg;
 mod p2p;
@@ -91,17 +92,19 @@ pub(crate) struct Scratch {
     pub stun: u8,
     pub tftp: u8,
     /// One-bit memories: the `Scratch::*` flag constants.
-    pub flags: u8,
+    pub flags: u16,
 }
 
 impl Scratch {
-    pub const OPENVPN_RESET: u8 = 1;
-    pub const UTP_SYN: u8 = 2;
+    pub const OPENVPN_RESET: u16 = 1;
+    pub const UTP_SYN: u16 = 2;
     /// A well-formed TLS record seen from the client / from the server.
-    pub const TLS_CLIENT: u8 = 4;
-    pub const TLS_SERVER: u8 = 8;
-    pub const STUN_SEEN: u8 = 16;
-    pub const MQTT_PING: u8 = 32;
+    pub const TLS_CLIENT: u16 = 4;
+    pub const TLS_SERVER: u16 = 8;
+    pub const STUN_SEEN: u16 = 16;
+    pub const MQTT_PING: u16 = 32;
+    pub const SOCKS5_HELLO: u16 = 64;
+    pub const RTMP_C0: u16 = 128;
 }
 
 const HOST_MAX: usize = 64;
@@ -174,6 +177,17 @@ static DETECTORS: &[Detector] = &[
     infra::COAP,
     p2p::SOURCE_ENGINE,
     p2p::DROPBOX,
+    lan::BJNP,
+    lan::UBNTAC2,
+    lan::TPLINK_SHP,
+    lan::HSRP,
+    lan::NAT_PMP,
+    lan::TEREDO,
+    lan::RMCP,
+    lan::COLLECTD,
+    voip::MGCP,
+    voip::RTMP,
+    remote::SOCKS,
     voip::RTP,
 ];
 

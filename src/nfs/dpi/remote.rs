@@ -1,4 +1,5 @@
-//! Remote access and tunnels: SSH, RDP, Telnet, VNC, OpenVPN, WireGuard, IKE/IPSec.
+//! Remote access, proxies and tunnels: SSH, RDP, Telnet, VNC, SOCKS, OpenVPN,
+//! WireGuard, IKE/IPSec.
 
 use super::{at, be16, be32, starts, AppProto, Ctx, Detector, Scratch, Verdict};
 
@@ -42,6 +43,13 @@ pub(crate) const WIREGUARD: Detector = Detector {
     udp: true,
     names: &[AppProto::WireGuard],
     f: wireguard,
+};
+
+pub(crate) const SOCKS: Detector = Detector {
+    tcp: true,
+    udp: false,
+    names: &[AppProto::Socks],
+    f: socks,
 };
 
 pub(crate) const IKE: Detector = Detector {
@@ -183,6 +191,38 @@ fn ike(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     // ESP in UDP on 4500 (non-zero SPI) or a NAT keepalive.
     if c.port(4500) && (d.len() == 1 && at(d, 0) == 0xff || be32(d, 0) != 0 && d.len() >= 16) {
         return Verdict::Match(AppProto::Ipsec);
+    }
+    first_no(c)
+}
+
+fn socks(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
+    // SOCKS5: greeting (5, n methods, the methods) answered by (5, chosen method).
+    if c.from_client
+        && c.n == 0
+        && at(d, 0) == 5
+        && (1..=9).contains(&at(d, 1))
+        && d.len() == 2 + at(d, 1) as usize
+    {
+        s.flags |= Scratch::SOCKS5_HELLO;
+        return Verdict::Maybe;
+    }
+    if !c.from_client
+        && s.flags & Scratch::SOCKS5_HELLO != 0
+        && d.len() == 2
+        && at(d, 0) == 5
+        && matches!(at(d, 1), 0..=2 | 0xff)
+    {
+        return Verdict::Match(AppProto::Socks);
+    }
+    // SOCKS4/4a: version 4, connect/bind, port, address, user id ending in NUL.
+    if c.from_client
+        && c.n == 0
+        && at(d, 0) == 4
+        && matches!(at(d, 1), 1 | 2)
+        && d.len() >= 9
+        && d.last() == Some(&0)
+    {
+        return Verdict::Match(AppProto::Socks);
     }
     first_no(c)
 }

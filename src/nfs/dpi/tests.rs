@@ -163,10 +163,15 @@ fn port_fallback_only_when_not_ruled_out() {
     // No payload at all: nDPI-style guess by port.
     let f = flow(L4::Tcp, 443);
     assert_eq!((f.result(), f.guess()), (None, Some(AppProto::Tls)));
-    // Payload that the TLS detector rules out: no guess.
+    // One odd chunk is not enough to drop the port's protocol (nDPI keeps probing) ...
     let mut f = flow(L4::Tcp, 443);
     f.feed(true, b"hello there, definitely not TLS");
-    assert_eq!(f.guess(), None);
+    assert_eq!(f.guess(), Some(AppProto::Tls));
+    // ... but once the TLS detector has ruled the flow out, no guess.
+    for _ in 0..4 {
+        f.feed(true, b"more bytes that are not TLS records");
+    }
+    assert_eq!((f.result(), f.guess()), (None, None));
     assert_eq!(flow(L4::Other(1), 0).result(), Some(AppProto::Icmp));
 }
 
