@@ -124,7 +124,7 @@ pub(crate) struct Detector {
 }
 
 /// The detectors in the order they are tried: specific signatures before loose ones.
-static DETECTORS: &[Detector] = &[
+const DETECTORS: &[Detector] = &[
     tls::TLS,
     tls::DTLS,
     web::HTTP,
@@ -191,6 +191,9 @@ static DETECTORS: &[Detector] = &[
     voip::RTP,
 ];
 
+// The per-flow sets are 128-bit masks.
+const _: () = assert!(DETECTORS.len() <= 128 && AppProto::ALL.len() <= 128);
+
 /// Per-flow DPI state: fixed size, no heap.
 #[derive(Clone, Debug)]
 pub struct DpiFlow {
@@ -199,7 +202,7 @@ pub struct DpiFlow {
     sport: u16,
     chunks: [u16; 2],
     /// Detectors (by index in `DETECTORS`) that ruled the flow out.
-    done: u64,
+    done: u128,
     /// Protocols ruled out, so the port fallback never names one of them.
     excluded: u128,
     result: Option<AppProto>,
@@ -256,7 +259,7 @@ impl DpiFlow {
         self.chunks[dir] = self.chunks[dir].saturating_add(1);
         let tcp = self.l4 == L4::Tcp;
         for (i, d) in DETECTORS.iter().enumerate() {
-            if self.done & (1 << i) != 0 || !(if tcp { d.tcp } else { d.udp }) {
+            if self.done & (1u128 << i) != 0 || !(if tcp { d.tcp } else { d.udp }) {
                 continue;
             }
             // While a tentative answer stands, only its own detector may refine it.
@@ -274,7 +277,7 @@ impl DpiFlow {
                     }
                 }
                 Verdict::No => {
-                    self.done |= 1 << i;
+                    self.done |= 1u128 << i;
                     // One chunk is thin evidence against a flow's own port (a capture
                     // cut mid-stream, a fuzzed packet): like nDPI, which keeps its port
                     // guess unless a dissector gave up after several packets, the
@@ -300,7 +303,7 @@ impl DpiFlow {
         let all_tried = DETECTORS
             .iter()
             .enumerate()
-            .all(|(i, d)| self.done & (1 << i) != 0 || !(if tcp { d.tcp } else { d.udp }));
+            .all(|(i, d)| self.done & (1u128 << i) != 0 || !(if tcp { d.tcp } else { d.udp }));
         if all_tried || self.chunks[0] + self.chunks[1] >= MAX_CHUNKS {
             self.gave_up = true;
             return Progress::GiveUp;

@@ -178,7 +178,7 @@ fn port_fallback_only_when_not_ruled_out() {
 #[test]
 fn fixed_size_state() {
     // The per-flow state is a plain value: no heap, small enough to sit in a table.
-    assert!(std::mem::size_of::<DpiFlow>() <= 192);
+    assert!(std::mem::size_of::<DpiFlow>() <= 160);
 }
 
 proptest::proptest! {
