@@ -124,3 +124,27 @@ fn sni_and_host_equal_tshark() {
         "too few names compared: {tls} TLS, {http} HTTP"
     );
 }
+
+/// Every capture under ../shared/datasets (nDPI, suricata-verify, retina, the merged
+/// trace): real bytes of every kind through every detector, none may panic, and every
+/// flow that carried payload ends labelled or undecided, never both.
+#[test]
+fn labels_every_capture_without_panic() {
+    let (mut files, mut flows, mut labelled) = (0, 0, 0);
+    for p in common::all_captures() {
+        let Ok(t) = Trace::open(&p) else { continue };
+        files += 1;
+        for f in label_trace(&t) {
+            flows += 1;
+            assert!(
+                f.detected.is_none() || f.guessed.is_none(),
+                "{}: {}",
+                p.display(),
+                f.key
+            );
+            labelled += usize::from(f.label().is_some());
+        }
+    }
+    println!("{files} captures, {flows} flows, {labelled} labelled");
+    assert!(files > 1000 && flows > 10_000);
+}
