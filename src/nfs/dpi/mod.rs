@@ -87,6 +87,10 @@ pub(crate) struct Scratch {
     pub rtp_hits: u8,
     /// Mail/FTP: the server's greeting line code seen (e.g. 220), 0 if none.
     pub banner: u16,
+    /// OpenVPN: the session id (first 4 bytes) of the hard reset seen.
+    pub ovpn_sid: u32,
+    /// TLS records seen while picking a flow up mid-stream.
+    pub tls_records: u8,
     /// Candidate messages seen so far, per detector that needs several.
     pub telnet: u8,
     pub stun: u8,
@@ -137,7 +141,6 @@ const DETECTORS: &[Detector] = &[
     voip::SIP,
     voip::STUN,
     p2p::BITTORRENT,
-    p2p::GNUTELLA,
     files::SMB,
     remote::RDP,
     ics::S7COMM,
@@ -188,6 +191,8 @@ const DETECTORS: &[Detector] = &[
     voip::MGCP,
     voip::RTMP,
     remote::SOCKS,
+    // Loose shapes last: a Gnutella descriptor header and RTP.
+    p2p::GNUTELLA,
     voip::RTP,
 ];
 

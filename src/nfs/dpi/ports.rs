@@ -52,6 +52,9 @@ const TCP: &[(u16, AppProto)] = &[
     (10051, Zabbix),
     (2049, Nfs),
     (179, Bgp),
+    // Quagga/zebra vty ports, which nDPI registers for the routing protocols.
+    (2605, Bgp),
+    (2604, Ospf),
     (8009, Ajp),
     (8010, Ajp),
     (1434, MsSql),

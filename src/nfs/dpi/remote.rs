@@ -142,14 +142,28 @@ fn openvpn(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
     if key != 0 || !(14..=300).contains(&body) {
         return first_no(c);
     }
+    let m = if c.udp() { d } else { &d[2..] };
+    let sid = be32(m, 1);
     match (c.from_client, opcode) {
-        (true, 1 | 7 | 10) => {
+        (true, 1 | 7 | 10) if s.flags & Scratch::OPENVPN_RESET == 0 => {
             s.flags |= Scratch::OPENVPN_RESET;
+            s.ovpn_sid = sid;
             Verdict::Maybe
         }
         (false, 2 | 8) if s.flags & Scratch::OPENVPN_RESET != 0 => {
             Verdict::Match(AppProto::OpenVpn)
         }
+        // Seen one way only (asymmetric routing, NAT): the server's own hard reset, or
+        // control/ack packets that carry the session id of the reset before them.
+        (false, 2 | 8) if c.n == 0 => {
+            s.flags |= Scratch::OPENVPN_RESET;
+            s.ovpn_sid = sid;
+            Verdict::Maybe
+        }
+        (_, 4 | 5) if s.flags & Scratch::OPENVPN_RESET != 0 && sid == s.ovpn_sid => {
+            Verdict::Match(AppProto::OpenVpn)
+        }
+        _ if s.flags & Scratch::OPENVPN_RESET != 0 => Verdict::Maybe,
         _ => first_no(c),
     }
 }
