@@ -148,3 +148,44 @@ fn labels_every_capture_without_panic() {
     println!("{files} captures, {flows} flows, {labelled} labelled");
     assert!(files > 1000 && flows > 10_000);
 }
+
+/// `catena dpi --json` prints one object per flow; its SNI is tshark's. A file that is
+/// not a capture is a one-line error and exit status 1.
+#[test]
+fn cli_labels_a_capture() {
+    common::require("tshark");
+    let path = common::dataset("ndpi/pcap/tls_verylong_certificate.pcap");
+    let sni = tshark_names(&path)
+        .into_values()
+        .flatten()
+        .next()
+        .expect("tshark sees an SNI");
+    let out = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args(["dpi", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        rows.iter()
+            .any(|r| r["proto"] == "TLS" && r["by"] == "dpi" && r["host"] == sni.as_str()),
+        "{text}"
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args(["dpi", "Cargo.toml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8(bad.stderr).unwrap();
+    assert!(
+        err.starts_with("error: ") && err.trim_end().lines().count() == 1,
+        "{err}"
+    );
+}
