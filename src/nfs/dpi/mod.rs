@@ -5,7 +5,7 @@
 //! answers match / tentative match / no / maybe; the first match wins. Ports are used only
 //! as a tie-breaker inside detectors (documented at each use) and by [`DpiFlow::guess`],
 //! the fallback nDPI also applies ("Match by port") to flows no detector recognised.
-//! No allocation, no panics: every read is bounds-checked (see the proptest below).
+//! No allocation, no panics: every read is bounds-checked (proptests in `tests.rs`).
 
 mod db;
 mod dns;
@@ -287,7 +287,7 @@ impl DpiFlow {
                     // cut mid-stream, a fuzzed packet): like nDPI, which keeps its port
                     // guess unless a dissector gave up after several packets, the
                     // fallback stays open until the flow has shown two chunks.
-                    if self.chunks[0] + self.chunks[1] >= 2 {
+                    if self.chunks[0].saturating_add(self.chunks[1]) >= 2 {
                         for p in d.names {
                             self.excluded |= p.bit();
                         }
@@ -309,7 +309,7 @@ impl DpiFlow {
             .iter()
             .enumerate()
             .all(|(i, d)| self.done & (1u128 << i) != 0 || !(if tcp { d.tcp } else { d.udp }));
-        if all_tried || self.chunks[0] + self.chunks[1] >= MAX_CHUNKS {
+        if all_tried || self.chunks[0].saturating_add(self.chunks[1]) >= MAX_CHUNKS {
             self.gave_up = true;
             return Progress::GiveUp;
         }
