@@ -189,3 +189,33 @@ fn cli_labels_a_capture() {
         "{err}"
     );
 }
+
+/// `catena bench dpi` runs end to end (speed itself is not tested): one row for our
+/// engine and two for ndpiReader, on the same packets, written under --out.
+#[test]
+fn bench_dpi_runs() {
+    common::require("ndpiReader");
+    let dir = common::tempdir();
+    let trace = common::dataset("ndpi/pcap/1kxun.pcap");
+    let out = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args(["bench", "dpi", "--runs", "1", "--json", "--traces"])
+        .arg(&trace)
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let tools: Vec<&str> = rows.iter().map(|r| r["tool"].as_str().unwrap()).collect();
+    assert_eq!(
+        tools,
+        ["catena dpi", "ndpiReader (processing)", "ndpiReader (wall)"]
+    );
+    let packets = Trace::open(&trace).unwrap().len() as u64;
+    assert!(rows.iter().all(|r| r["packets"] == packets));
+    assert!(dir.path().join("dpi.json").exists() && dir.path().join("dpi.csv").exists());
+}
