@@ -156,6 +156,21 @@ fn tcp_binary_protocols() {
     assert_eq!(run(L4::Tcp, 1883, &[(true, mqtt)]), Some(AppProto::Mqtt));
     let modbus = b"\x00\x01\x00\x00\x00\x06\x01\x03\x00\x00\x00\x0a";
     assert_eq!(run(L4::Tcp, 502, &[(true, modbus)]), Some(AppProto::Modbus));
+    // Modbus wants its port: the same bytes elsewhere are nothing.
+    assert_eq!(run(L4::Tcp, 40001, &[(true, modbus)]), None);
+    // IEC 104 STARTDT act (a U frame), on any port; an I-frame length that cannot hold
+    // an ASDU is not IEC 104.
+    let startdt = b"\x68\x04\x07\x00\x00\x00";
+    assert_eq!(
+        run(L4::Tcp, 40001, &[(true, startdt)]),
+        Some(AppProto::Iec104)
+    );
+    assert_eq!(
+        run(L4::Tcp, 40001, &[(true, b"\x68\x04\x00\x00\x00\x00")]),
+        None
+    );
+    let dnp3 = b"\x05\x64\x05\xc9\x01\x00\x00\x04\xe9\x21";
+    assert_eq!(run(L4::Tcp, 20000, &[(true, dnp3)]), Some(AppProto::Dnp3));
 }
 
 #[test]
