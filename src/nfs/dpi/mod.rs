@@ -220,7 +220,8 @@ pub struct DpiFlow {
 
 impl DpiFlow {
     /// A flow whose first packet went from `client` to `server`. IP-level protocols
-    /// (ICMP, IGMP, ESP, …) are named at once from the protocol number.
+    /// (ICMP, IGMP, ESP, …) are named at once from the protocol number. Only the ports
+    /// are kept: no detector needs the addresses today.
     pub fn new(l4: L4, client: (IpAddr, u16), server: (IpAddr, u16)) -> DpiFlow {
         let result = match l4 {
             L4::Other(p) => ip_proto(p),
