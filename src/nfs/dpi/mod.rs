@@ -7,6 +7,7 @@
 //! the fallback nDPI also applies ("Match by port") to flows no detector recognised.
 //! No allocation, no panics: every read is bounds-checked (proptests in `tests.rs`).
 
+mod apps;
 mod db;
 mod dns;
 mod files;
@@ -191,6 +192,11 @@ const DETECTORS: &[Detector] = &[
     voip::MGCP,
     voip::RTMP,
     remote::SOCKS,
+    apps::WHATSAPP,
+    apps::SPOTIFY,
+    apps::RAKNET,
+    apps::TUYA,
+    apps::FIX,
     // Loose shapes last: a Gnutella descriptor header and RTP.
     p2p::GNUTELLA,
     voip::RTP,

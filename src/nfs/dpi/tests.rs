@@ -174,6 +174,25 @@ fn tcp_binary_protocols() {
 }
 
 #[test]
+fn application_protocols() {
+    assert_eq!(
+        run(L4::Tcp, 5222, &[(true, b"ED\x00\x01")]),
+        Some(AppProto::WhatsApp)
+    );
+    let mut tuya = vec![0, 0, 0x55, 0xaa];
+    tuya.extend_from_slice(&[7; 24]);
+    tuya.extend_from_slice(&[0, 0, 0xaa, 0x55]);
+    assert_eq!(run(L4::Udp, 6667, &[(true, &tuya)]), Some(AppProto::TuyaLp));
+    tuya[31] = 0x56; // wrong trailer
+    assert_eq!(run(L4::Udp, 6667, &[(true, &tuya)]), None);
+    // A RakNet ACK for one datagram: count 1, single record, 3-byte sequence number.
+    assert_eq!(
+        run(L4::Udp, 19132, &[(true, b"\xc0\x00\x01\x01\x05\x00\x00")]),
+        Some(AppProto::RakNet)
+    );
+}
+
+#[test]
 fn port_fallback_only_when_not_ruled_out() {
     // No payload at all: nDPI-style guess by port.
     let f = flow(L4::Tcp, 443);
