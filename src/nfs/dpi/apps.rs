@@ -1,5 +1,6 @@
-//! Applications with their own wire protocols: WhatsApp's chat transport, Spotify's LAN
-//! discovery, RakNet (game networking: set-up magic, connected frame sets and acks), Tuya smart-home (TuyaLP), FIX (finance).
+//! Applications with their own wire protocols: WhatsApp's chat transport, Discord voice,
+//! QQ (OICQ), Spotify's LAN discovery, RakNet (game networking: set-up magic, connected
+//! frame sets and acks), Tuya smart-home (TuyaLP), FIX (finance).
 
 use super::{at, be16, be32, find, starts, AppProto, Ctx, Detector, Scratch, Verdict};
 
@@ -8,6 +9,20 @@ pub(crate) const WHATSAPP: Detector = Detector {
     udp: false,
     names: &[AppProto::WhatsApp],
     f: whatsapp,
+};
+
+pub(crate) const DISCORD: Detector = Detector {
+    tcp: false,
+    udp: true,
+    names: &[AppProto::Discord],
+    f: discord,
+};
+
+pub(crate) const OICQ: Detector = Detector {
+    tcp: false,
+    udp: true,
+    names: &[AppProto::Oicq],
+    f: oicq,
 };
 
 pub(crate) const SPOTIFY: Detector = Detector {
@@ -53,6 +68,26 @@ fn whatsapp(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
             || (starts(d, b"WA") && d.len() >= 4 && d[2] <= 6 && d[3] <= 6))
     {
         return Verdict::Match(AppProto::WhatsApp);
+    }
+    first_no(c)
+}
+
+fn discord(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
+    // Voice: 8-byte keep-alives with the 0x1337cafe magic, or the 74-byte IP discovery
+    // request/response (type 1/2, length 70).
+    let ping = d.len() == 8 && be32(d, 0) == 0x1337_cafe;
+    let discovery = d.len() == 74 && matches!(be16(d, 0), 1 | 2) && be16(d, 2) == 70;
+    if ping || discovery {
+        return Verdict::Match(AppProto::Discord);
+    }
+    first_no(c)
+}
+
+fn oicq(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
+    // QQ's UDP messages: STX (0x02), version, command, sequence, …, ETX (0x03); on its
+    // server ports 8000/4000, as nDPI wants.
+    if (c.port(8000) || c.port(4000)) && d.len() >= 11 && at(d, 0) == 2 && d.last() == Some(&3) {
+        return Verdict::Match(AppProto::Oicq);
     }
     first_no(c)
 }

@@ -193,6 +193,8 @@ const DETECTORS: &[Detector] = &[
     voip::RTMP,
     remote::SOCKS,
     apps::WHATSAPP,
+    apps::DISCORD,
+    apps::OICQ,
     apps::SPOTIFY,
     apps::RAKNET,
     apps::TUYA,

@@ -113,6 +113,7 @@ const UDP: &[(u16, AppProto)] = &[
     (3544, Teredo),
     (623, Rmcp),
     (25826, Collectd),
+    (8000, Oicq),
     (2427, Mgcp),
     (2727, Mgcp),
 ];

@@ -102,6 +102,8 @@ protos! {
     RakNet => "RakNet",
     TuyaLp => "TuyaLP",
     Fix => "FIX",
+    Discord => "Discord",
+    Oicq => "OICQ",
     Icmp => "ICMP",
     Icmpv6 => "ICMPV6",
     Igmp => "IGMP",
