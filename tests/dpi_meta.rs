@@ -124,3 +124,98 @@ fn sni_and_host_equal_tshark() {
         "too few names compared: {tls} TLS, {http} HTTP"
     );
 }
+
+/// Every capture under ../shared/datasets (nDPI, suricata-verify, retina, the merged
+/// trace): real bytes of every kind through every detector, none may panic, and every
+/// flow that carried payload ends labelled or undecided, never both.
+#[test]
+fn labels_every_capture_without_panic() {
+    let (mut files, mut flows, mut labelled) = (0, 0, 0);
+    for p in common::all_captures() {
+        let Ok(t) = Trace::open(&p) else { continue };
+        files += 1;
+        for f in label_trace(&t) {
+            flows += 1;
+            assert!(
+                f.detected.is_none() || f.guessed.is_none(),
+                "{}: {}",
+                p.display(),
+                f.key
+            );
+            labelled += usize::from(f.label().is_some());
+        }
+    }
+    println!("{files} captures, {flows} flows, {labelled} labelled");
+    assert!(files > 1000 && flows > 10_000);
+}
+
+/// `catena dpi --json` prints one object per flow; its SNI is tshark's. A file that is
+/// not a capture is a one-line error and exit status 1.
+#[test]
+fn cli_labels_a_capture() {
+    common::require("tshark");
+    let path = common::dataset("ndpi/pcap/tls_verylong_certificate.pcap");
+    let sni = tshark_names(&path)
+        .into_values()
+        .flatten()
+        .next()
+        .expect("tshark sees an SNI");
+    let out = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args(["dpi", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        rows.iter()
+            .any(|r| r["proto"] == "TLS" && r["by"] == "dpi" && r["host"] == sni.as_str()),
+        "{text}"
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args(["dpi", "Cargo.toml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8(bad.stderr).unwrap();
+    assert!(
+        err.starts_with("error: ") && err.trim_end().lines().count() == 1,
+        "{err}"
+    );
+}
+
+/// `catena bench dpi` runs end to end (speed itself is not tested): one row for our
+/// engine and two for ndpiReader, on the same packets, written under --out.
+#[test]
+fn bench_dpi_runs() {
+    common::require("ndpiReader");
+    let dir = common::tempdir();
+    let trace = common::dataset("ndpi/pcap/1kxun.pcap");
+    let out = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args(["bench", "dpi", "--runs", "1", "--json", "--traces"])
+        .arg(&trace)
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let tools: Vec<&str> = rows.iter().map(|r| r["tool"].as_str().unwrap()).collect();
+    assert_eq!(
+        tools,
+        ["catena dpi", "ndpiReader (processing)", "ndpiReader (wall)"]
+    );
+    let packets = Trace::open(&trace).unwrap().len() as u64;
+    assert!(rows.iter().all(|r| r["packets"] == packets));
+    assert!(dir.path().join("dpi.json").exists() && dir.path().join("dpi.csv").exists());
+}

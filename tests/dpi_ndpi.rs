@@ -235,4 +235,10 @@ fn agrees_with_ndpi_on_supported_protocols() {
         "agreement {:.1}% < 90%",
         pct(agreed, total)
     );
+    // The port fallback must not be what carries the figure.
+    assert!(
+        pct(agreed - by_port, total) >= 85.0,
+        "payload-only agreement {:.1}% < 85%",
+        pct(agreed - by_port, total)
+    );
 }

@@ -66,11 +66,16 @@ fn dnp3(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
 }
 
 fn iec104(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
-    // APCI: start byte 0x68, APDU length covering the rest of the first APDU.
+    // APCI: start byte 0x68, APDU length, four control bytes. U and S frames are exactly
+    // 4 long; I frames carry an ASDU (type, qualifier, cause, address: ≥ 6 more bytes).
     let len = at(d, 1) as usize;
-    if at(d, 0) == 0x68 && len >= 4 && len + 2 <= d.len() {
+    let frame_ok = match at(d, 2) & 3 {
+        1 | 3 => len == 4,
+        _ => len >= 10,
+    };
+    if at(d, 0) == 0x68 && frame_ok && len + 2 <= d.len() {
         let next = len + 2;
-        // Either exactly one APDU, or another one right behind it.
+        // Exactly one APDU, or another one right behind it; on 2404 a cut one will do.
         if next == d.len() || at(d, next) == 0x68 || c.port(2404) {
             return Verdict::Match(AppProto::Iec104);
         }

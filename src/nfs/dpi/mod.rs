@@ -5,13 +5,15 @@
 //! answers match / tentative match / no / maybe; the first match wins. Ports are used only
 //! as a tie-breaker inside detectors (documented at each use) and by [`DpiFlow::guess`],
 //! the fallback nDPI also applies ("Match by port") to flows no detector recognised.
-//! No allocation, no panics: every read is bounds-checked (see the proptest below).
+//! No allocation, no panics: every read is bounds-checked (proptests in `tests.rs`).
 
+mod apps;
 mod db;
 mod dns;
 mod files;
 mod ics;
 mod infra;
+mod lan;
 mod mail;
 mod msg;
 mod p2p;
@@ -86,22 +88,28 @@ pub(crate) struct Scratch {
     pub rtp_hits: u8,
     /// Mail/FTP: the server's greeting line code seen (e.g. 220), 0 if none.
     pub banner: u16,
+    /// OpenVPN: the session id (first 4 bytes) of the hard reset seen.
+    pub ovpn_sid: u32,
+    /// TLS records seen while picking a flow up mid-stream.
+    pub tls_records: u8,
     /// Candidate messages seen so far, per detector that needs several.
     pub telnet: u8,
     pub stun: u8,
     pub tftp: u8,
     /// One-bit memories: the `Scratch::*` flag constants.
-    pub flags: u8,
+    pub flags: u16,
 }
 
 impl Scratch {
-    pub const OPENVPN_RESET: u8 = 1;
-    pub const UTP_SYN: u8 = 2;
+    pub const OPENVPN_RESET: u16 = 1;
+    pub const UTP_SYN: u16 = 2;
     /// A well-formed TLS record seen from the client / from the server.
-    pub const TLS_CLIENT: u8 = 4;
-    pub const TLS_SERVER: u8 = 8;
-    pub const STUN_SEEN: u8 = 16;
-    pub const MQTT_PING: u8 = 32;
+    pub const TLS_CLIENT: u16 = 4;
+    pub const TLS_SERVER: u16 = 8;
+    pub const STUN_SEEN: u16 = 16;
+    pub const MQTT_PING: u16 = 32;
+    pub const SOCKS5_HELLO: u16 = 64;
+    pub const RTMP_C0: u16 = 128;
 }
 
 const HOST_MAX: usize = 64;
@@ -121,7 +129,7 @@ pub(crate) struct Detector {
 }
 
 /// The detectors in the order they are tried: specific signatures before loose ones.
-static DETECTORS: &[Detector] = &[
+const DETECTORS: &[Detector] = &[
     tls::TLS,
     tls::DTLS,
     web::HTTP,
@@ -134,7 +142,6 @@ static DETECTORS: &[Detector] = &[
     voip::SIP,
     voip::STUN,
     p2p::BITTORRENT,
-    p2p::GNUTELLA,
     files::SMB,
     remote::RDP,
     ics::S7COMM,
@@ -174,8 +181,31 @@ static DETECTORS: &[Detector] = &[
     infra::COAP,
     p2p::SOURCE_ENGINE,
     p2p::DROPBOX,
+    lan::BJNP,
+    lan::UBNTAC2,
+    lan::TPLINK_SHP,
+    lan::HSRP,
+    lan::NAT_PMP,
+    lan::TEREDO,
+    lan::RMCP,
+    lan::COLLECTD,
+    voip::MGCP,
+    voip::RTMP,
+    remote::SOCKS,
+    apps::WHATSAPP,
+    apps::DISCORD,
+    apps::OICQ,
+    apps::SPOTIFY,
+    apps::RAKNET,
+    apps::TUYA,
+    apps::FIX,
+    // Loose shapes last: a Gnutella descriptor header and RTP.
+    p2p::GNUTELLA,
     voip::RTP,
 ];
+
+// The per-flow sets are 128-bit masks.
+const _: () = assert!(DETECTORS.len() <= 128 && AppProto::ALL.len() <= 128);
 
 /// Per-flow DPI state: fixed size, no heap.
 #[derive(Clone, Debug)]
@@ -185,7 +215,7 @@ pub struct DpiFlow {
     sport: u16,
     chunks: [u16; 2],
     /// Detectors (by index in `DETECTORS`) that ruled the flow out.
-    done: u64,
+    done: u128,
     /// Protocols ruled out, so the port fallback never names one of them.
     excluded: u128,
     result: Option<AppProto>,
@@ -198,7 +228,8 @@ pub struct DpiFlow {
 
 impl DpiFlow {
     /// A flow whose first packet went from `client` to `server`. IP-level protocols
-    /// (ICMP, IGMP, ESP, …) are named at once from the protocol number.
+    /// (ICMP, IGMP, ESP, …) are named at once from the protocol number. Only the ports
+    /// are kept: no detector needs the addresses today.
     pub fn new(l4: L4, client: (IpAddr, u16), server: (IpAddr, u16)) -> DpiFlow {
         let result = match l4 {
             L4::Other(p) => ip_proto(p),
@@ -242,7 +273,7 @@ impl DpiFlow {
         self.chunks[dir] = self.chunks[dir].saturating_add(1);
         let tcp = self.l4 == L4::Tcp;
         for (i, d) in DETECTORS.iter().enumerate() {
-            if self.done & (1 << i) != 0 || !(if tcp { d.tcp } else { d.udp }) {
+            if self.done & (1u128 << i) != 0 || !(if tcp { d.tcp } else { d.udp }) {
                 continue;
             }
             // While a tentative answer stands, only its own detector may refine it.
@@ -260,12 +291,12 @@ impl DpiFlow {
                     }
                 }
                 Verdict::No => {
-                    self.done |= 1 << i;
+                    self.done |= 1u128 << i;
                     // One chunk is thin evidence against a flow's own port (a capture
                     // cut mid-stream, a fuzzed packet): like nDPI, which keeps its port
                     // guess unless a dissector gave up after several packets, the
                     // fallback stays open until the flow has shown two chunks.
-                    if self.chunks[0] + self.chunks[1] >= 2 {
+                    if self.chunks[0].saturating_add(self.chunks[1]) >= 2 {
                         for p in d.names {
                             self.excluded |= p.bit();
                         }
@@ -286,8 +317,8 @@ impl DpiFlow {
         let all_tried = DETECTORS
             .iter()
             .enumerate()
-            .all(|(i, d)| self.done & (1 << i) != 0 || !(if tcp { d.tcp } else { d.udp }));
-        if all_tried || self.chunks[0] + self.chunks[1] >= MAX_CHUNKS {
+            .all(|(i, d)| self.done & (1u128 << i) != 0 || !(if tcp { d.tcp } else { d.udp }));
+        if all_tried || self.chunks[0].saturating_add(self.chunks[1]) >= MAX_CHUNKS {
             self.gave_up = true;
             return Progress::GiveUp;
         }

@@ -52,6 +52,9 @@ const TCP: &[(u16, AppProto)] = &[
     (10051, Zabbix),
     (2049, Nfs),
     (179, Bgp),
+    // Quagga/zebra vty ports, which nDPI registers for the routing protocols.
+    (2605, Bgp),
+    (2604, Ospf),
     (8009, Ajp),
     (8010, Ajp),
     (1434, MsSql),
@@ -60,6 +63,9 @@ const TCP: &[(u16, AppProto)] = &[
     (1812, Radius),
     (500, Ipsec),
     (427, Slp),
+    (1080, Socks),
+    (1935, Rtmp),
+    (9999, TplinkShp),
 ];
 
 const UDP: &[(u16, AppProto)] = &[
@@ -96,6 +102,20 @@ const UDP: &[(u16, AppProto)] = &[
     (27015, SourceEngine),
     (20000, Dnp3),
     (11211, Memcached),
+    (8611, Bjnp),
+    (8612, Bjnp),
+    (10001, Ubntac2),
+    (9999, TplinkShp),
+    (1985, Hsrp),
+    (2029, Hsrp),
+    (5350, NatPmp),
+    (5351, NatPmp),
+    (3544, Teredo),
+    (623, Rmcp),
+    (25826, Collectd),
+    (8000, Oicq),
+    (2427, Mgcp),
+    (2727, Mgcp),
 ];
 
 pub(crate) fn by_port(l4: L4, port: u16) -> Option<AppProto> {

@@ -1,4 +1,5 @@
-//! Remote access and tunnels: SSH, RDP, Telnet, VNC, OpenVPN, WireGuard, IKE/IPSec.
+//! Remote access, proxies and tunnels: SSH, RDP, Telnet, VNC, SOCKS, OpenVPN,
+//! WireGuard, IKE/IPSec.
 
 use super::{at, be16, be32, starts, AppProto, Ctx, Detector, Scratch, Verdict};
 
@@ -42,6 +43,13 @@ pub(crate) const WIREGUARD: Detector = Detector {
     udp: true,
     names: &[AppProto::WireGuard],
     f: wireguard,
+};
+
+pub(crate) const SOCKS: Detector = Detector {
+    tcp: true,
+    udp: false,
+    names: &[AppProto::Socks],
+    f: socks,
 };
 
 pub(crate) const IKE: Detector = Detector {
@@ -134,14 +142,28 @@ fn openvpn(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
     if key != 0 || !(14..=300).contains(&body) {
         return first_no(c);
     }
+    let m = if c.udp() { d } else { &d[2..] };
+    let sid = be32(m, 1);
     match (c.from_client, opcode) {
-        (true, 1 | 7 | 10) => {
+        (true, 1 | 7 | 10) if s.flags & Scratch::OPENVPN_RESET == 0 => {
             s.flags |= Scratch::OPENVPN_RESET;
+            s.ovpn_sid = sid;
             Verdict::Maybe
         }
         (false, 2 | 8) if s.flags & Scratch::OPENVPN_RESET != 0 => {
             Verdict::Match(AppProto::OpenVpn)
         }
+        // Seen one way only (asymmetric routing, NAT): the server's own hard reset, or
+        // control/ack packets that carry the session id of the reset before them.
+        (false, 2 | 8) if c.n == 0 => {
+            s.flags |= Scratch::OPENVPN_RESET;
+            s.ovpn_sid = sid;
+            Verdict::Maybe
+        }
+        (_, 4 | 5) if s.flags & Scratch::OPENVPN_RESET != 0 && sid == s.ovpn_sid => {
+            Verdict::Match(AppProto::OpenVpn)
+        }
+        _ if s.flags & Scratch::OPENVPN_RESET != 0 => Verdict::Maybe,
         _ => first_no(c),
     }
 }
@@ -183,6 +205,38 @@ fn ike(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
     // ESP in UDP on 4500 (non-zero SPI) or a NAT keepalive.
     if c.port(4500) && (d.len() == 1 && at(d, 0) == 0xff || be32(d, 0) != 0 && d.len() >= 16) {
         return Verdict::Match(AppProto::Ipsec);
+    }
+    first_no(c)
+}
+
+fn socks(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
+    // SOCKS5: greeting (5, n methods, the methods) answered by (5, chosen method).
+    if c.from_client
+        && c.n == 0
+        && at(d, 0) == 5
+        && (1..=9).contains(&at(d, 1))
+        && d.len() == 2 + at(d, 1) as usize
+    {
+        s.flags |= Scratch::SOCKS5_HELLO;
+        return Verdict::Maybe;
+    }
+    if !c.from_client
+        && s.flags & Scratch::SOCKS5_HELLO != 0
+        && d.len() == 2
+        && at(d, 0) == 5
+        && matches!(at(d, 1), 0..=2 | 0xff)
+    {
+        return Verdict::Match(AppProto::Socks);
+    }
+    // SOCKS4/4a: version 4, connect/bind, port, address, user id ending in NUL.
+    if c.from_client
+        && c.n == 0
+        && at(d, 0) == 4
+        && matches!(at(d, 1), 1 | 2)
+        && d.len() >= 9
+        && d.last() == Some(&0)
+    {
+        return Verdict::Match(AppProto::Socks);
     }
     first_no(c)
 }

@@ -156,6 +156,40 @@ fn tcp_binary_protocols() {
     assert_eq!(run(L4::Tcp, 1883, &[(true, mqtt)]), Some(AppProto::Mqtt));
     let modbus = b"\x00\x01\x00\x00\x00\x06\x01\x03\x00\x00\x00\x0a";
     assert_eq!(run(L4::Tcp, 502, &[(true, modbus)]), Some(AppProto::Modbus));
+    // Modbus wants its port: the same bytes elsewhere are nothing.
+    assert_eq!(run(L4::Tcp, 40001, &[(true, modbus)]), None);
+    // IEC 104 STARTDT act (a U frame), on any port; an I-frame length that cannot hold
+    // an ASDU is not IEC 104.
+    let startdt = b"\x68\x04\x07\x00\x00\x00";
+    assert_eq!(
+        run(L4::Tcp, 40001, &[(true, startdt)]),
+        Some(AppProto::Iec104)
+    );
+    assert_eq!(
+        run(L4::Tcp, 40001, &[(true, b"\x68\x04\x00\x00\x00\x00")]),
+        None
+    );
+    let dnp3 = b"\x05\x64\x05\xc9\x01\x00\x00\x04\xe9\x21";
+    assert_eq!(run(L4::Tcp, 20000, &[(true, dnp3)]), Some(AppProto::Dnp3));
+}
+
+#[test]
+fn application_protocols() {
+    assert_eq!(
+        run(L4::Tcp, 5222, &[(true, b"ED\x00\x01")]),
+        Some(AppProto::WhatsApp)
+    );
+    let mut tuya = vec![0, 0, 0x55, 0xaa];
+    tuya.extend_from_slice(&[7; 24]);
+    tuya.extend_from_slice(&[0, 0, 0xaa, 0x55]);
+    assert_eq!(run(L4::Udp, 6667, &[(true, &tuya)]), Some(AppProto::TuyaLp));
+    tuya[31] = 0x56; // wrong trailer
+    assert_eq!(run(L4::Udp, 6667, &[(true, &tuya)]), None);
+    // A RakNet ACK for one datagram: count 1, single record, 3-byte sequence number.
+    assert_eq!(
+        run(L4::Udp, 19132, &[(true, b"\xc0\x00\x01\x01\x05\x00\x00")]),
+        Some(AppProto::RakNet)
+    );
 }
 
 #[test]
@@ -163,17 +197,22 @@ fn port_fallback_only_when_not_ruled_out() {
     // No payload at all: nDPI-style guess by port.
     let f = flow(L4::Tcp, 443);
     assert_eq!((f.result(), f.guess()), (None, Some(AppProto::Tls)));
-    // Payload that the TLS detector rules out: no guess.
+    // One odd chunk is not enough to drop the port's protocol (nDPI keeps probing) ...
     let mut f = flow(L4::Tcp, 443);
     f.feed(true, b"hello there, definitely not TLS");
-    assert_eq!(f.guess(), None);
+    assert_eq!(f.guess(), Some(AppProto::Tls));
+    // ... but once the TLS detector has ruled the flow out, no guess.
+    for _ in 0..4 {
+        f.feed(true, b"more bytes that are not TLS records");
+    }
+    assert_eq!((f.result(), f.guess()), (None, None));
     assert_eq!(flow(L4::Other(1), 0).result(), Some(AppProto::Icmp));
 }
 
 #[test]
 fn fixed_size_state() {
     // The per-flow state is a plain value: no heap, small enough to sit in a table.
-    assert!(std::mem::size_of::<DpiFlow>() <= 192);
+    assert!(std::mem::size_of::<DpiFlow>() <= 160);
 }
 
 proptest::proptest! {

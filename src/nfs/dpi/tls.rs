@@ -34,17 +34,17 @@ fn tls(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
         if at(d, 0) == 0x16 && matches!(at(d, 5), 1 | 2 | 11) {
             return Verdict::Match(AppProto::Tls);
         }
-        // Picked up mid-stream: well-formed records (sane length) both ways, as nDPI
-        // accepts application data.
+        // Picked up mid-stream: well-formed records (sane length) both ways, or two in
+        // all (a capture that saw one direction only), as nDPI accepts application data.
         if be16(d, 3) <= 16384 + 2048 && be16(d, 3) > 0 {
             s.flags |= if c.from_client {
                 Scratch::TLS_CLIENT
             } else {
                 Scratch::TLS_SERVER
             };
-            if s.flags & (Scratch::TLS_CLIENT | Scratch::TLS_SERVER)
-                == Scratch::TLS_CLIENT | Scratch::TLS_SERVER
-            {
+            s.tls_records = s.tls_records.saturating_add(1);
+            let both = Scratch::TLS_CLIENT | Scratch::TLS_SERVER;
+            if s.flags & both == both || s.tls_records >= 2 {
                 return Verdict::Match(AppProto::Tls);
             }
         }

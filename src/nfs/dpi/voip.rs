@@ -1,4 +1,5 @@
-//! Voice and video: SIP signalling, STUN/TURN, RTP and RTCP media.
+//! Voice and video: SIP and MGCP signalling, STUN/TURN, RTP and RTCP media, RTMP
+//! streaming.
 
 use super::{at, be16, be32, starts, AppProto, Ctx, Detector, Scratch, Verdict};
 
@@ -14,6 +15,20 @@ pub(crate) const STUN: Detector = Detector {
     udp: true,
     names: &[AppProto::Stun, AppProto::Dtls],
     f: stun,
+};
+
+pub(crate) const MGCP: Detector = Detector {
+    tcp: false,
+    udp: true,
+    names: &[AppProto::Mgcp],
+    f: mgcp,
+};
+
+pub(crate) const RTMP: Detector = Detector {
+    tcp: true,
+    udp: false,
+    names: &[AppProto::Rtmp],
+    f: rtmp,
 };
 
 pub(crate) const RTP: Detector = Detector {
@@ -121,4 +136,42 @@ fn rtp(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
     s.rtp_ssrc = ssrc;
     s.rtp_hits = 1;
     Verdict::Maybe
+}
+
+fn mgcp(c: &Ctx, _: &mut Scratch, d: &[u8]) -> Verdict {
+    // A command verb, then "MGCP 1.0" on the same line; or a numeric response on
+    // MGCP's ports.
+    const VERBS: &[&[u8]] = &[
+        b"EPCF ", b"CRCX ", b"MDCX ", b"DLCX ", b"RQNT ", b"NTFY ", b"AUEP ", b"AUCX ", b"RSIP ",
+    ];
+    let line = &d[..d.iter().position(|&b| b == b'\n').unwrap_or(d.len())];
+    if VERBS.iter().any(|v| starts(d, v)) && super::find(line, b" MGCP ", 256).is_some() {
+        return Verdict::Match(AppProto::Mgcp);
+    }
+    let code = d.len() > 4 && d[..3].iter().all(u8::is_ascii_digit) && at(d, 3) == b' ';
+    if code && (c.port(2427) || c.port(2727)) {
+        return Verdict::Match(AppProto::Mgcp);
+    }
+    if c.n == 0 {
+        Verdict::No
+    } else {
+        Verdict::Maybe
+    }
+}
+
+fn rtmp(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
+    // Handshake: the client's C0 (version 3) with its 1536-byte C1, answered by the
+    // server's S0 (version 3).
+    if c.from_client && c.n == 0 && at(d, 0) == 3 && d.len() >= 1000 {
+        s.flags |= Scratch::RTMP_C0;
+        return Verdict::Maybe;
+    }
+    if !c.from_client && c.n == 0 && at(d, 0) == 3 && s.flags & Scratch::RTMP_C0 != 0 {
+        return Verdict::Match(AppProto::Rtmp);
+    }
+    if c.n == 0 {
+        Verdict::No
+    } else {
+        Verdict::Maybe
+    }
 }
