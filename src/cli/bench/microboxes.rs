@@ -190,6 +190,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         for line in super::dpi_ids::run(a)? {
             println!("{line}");
         }
+        peers(a)?;
     } else {
         print_table(&header, &body);
         let at = |t: &str, m: &str, n: usize| find(&rows, "chain-length", t, m, n).unwrap_or(0.0);
@@ -202,6 +203,15 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         }
         println!("(median of {} runs; each run at least 1M packets)", a.runs);
         super::dpi_ids::run(a)?;
+        println!();
+        peers(a)?;
     }
     Ok(0)
+}
+
+/// The real peers on the same traces (and rules): ndpiReader next to our DPI, Suricata
+/// next to our IDS. Each prints its own table (or `--json` line).
+fn peers(a: &Args) -> anyhow::Result<()> {
+    super::dpi::run(a)?;
+    Ok(())
 }
