@@ -2,6 +2,7 @@
 //! Timings are medians over several runs; ratios are taken within the same run.
 
 mod chart;
+mod ids;
 mod nfs;
 mod ops;
 mod steve;
@@ -14,7 +15,7 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub struct Args {
     /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per
-    /// operation), nfs (filter, NAT, Maglev, monitor).
+    /// operation), nfs (filter, NAT, Maglev, monitor), ids (IDS engine vs Suricata).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -32,6 +33,9 @@ pub struct Args {
     /// ../shared/datasets/bench/ndpi-ether-merged.pcap; a path to any pcap works too.
     #[arg(long, value_delimiter = ',')]
     traces: Vec<String>,
+    /// Rule file for `ids` (default: examples/ids/bench.rules).
+    #[arg(long)]
+    rules: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -44,9 +48,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "steve-decode" => steve::decode(&a),
         "steve-ops" => ops::run(&a),
         "nfs" => nfs::run(&a),
+        "ids" => ids::run(&a),
         other => {
             anyhow::bail!(
-                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs)"
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, ids)"
             )
         }
     }

@@ -45,6 +45,8 @@ pub struct PacketInfo {
     pub established: bool,
     /// This TCP packet's payload goes to `on_stream` (so stream rules skip it here).
     pub reassembled: bool,
+    /// The first packet of its flow in this direction (IP-only rules match only these).
+    pub first_in_dir: bool,
 }
 
 /// One alert.
@@ -119,8 +121,8 @@ impl Ids {
         for k in 0..self.cands.len() {
             let i = self.cands[k];
             let r = &self.set.rules[i as usize];
-            if r.header.proto == Proto::Http {
-                continue; // needs the flow's HTTP verdict: stream path only
+            if r.header.proto == Proto::Http || (r.ip_only && !p.first_in_dir) {
+                continue; // HTTP needs the flow's verdict: stream path only
             }
             if header_ok(r, p) && groups_match(r, payload, span) {
                 push(alerts, r, i);

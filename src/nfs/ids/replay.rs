@@ -133,6 +133,7 @@ pub fn replay(trace: &Trace, ids: &mut Ids, opts: &ReplayOptions, alerts: &mut V
         });
         let to_server = (src, sport) == flow.client;
         let d = usize::from(!to_server);
+        let first_in_dir = !flow.seen[d];
         flow.seen[d] = true;
         let mut deliver: Option<u32> = None;
         if let Some((seq, flags)) = tcp {
@@ -171,6 +172,7 @@ pub fn replay(trace: &Trace, ids: &mut Ids, opts: &ReplayOptions, alerts: &mut V
             to_server,
             established,
             reassembled: deliver.is_some(),
+            first_in_dir,
         };
         ids.on_packet(&info, payload, alerts);
         if let Some(seq) = deliver {

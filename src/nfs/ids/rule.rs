@@ -142,6 +142,9 @@ pub struct Rule {
     pub prefilter: Option<(Buf, Vec<u8>)>,
     /// Source line of the rule.
     pub line: usize,
+    /// Suricata's "IP-only" rules (addresses and protocol, nothing else) are matched on
+    /// the first packet of each flow direction only.
+    pub ip_only: bool,
 }
 
 /// Why a rule was not loaded: the keyword (or header field) and the reason.
@@ -220,6 +223,7 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
         side: Side::Request,
         prefilter: None,
         line: raw.line,
+        ip_only: false,
     };
     // Tests in rule order, each with its buffer; grouped per buffer afterwards.
     let mut tests: Vec<(Buf, Test)> = Vec::new();
@@ -341,6 +345,11 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
             Side::Either
         };
     }
+    r.ip_only = r.kind == Kind::Packet
+        && groups.is_empty()
+        && r.flow == FlowOpt::default()
+        && r.header.sport.is_any()
+        && r.header.dport.is_any();
     r.prefilter = choose_prefilter(&groups);
     r.groups = groups;
     Ok(r)
