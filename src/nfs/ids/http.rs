@@ -364,9 +364,13 @@ impl HttpHalf {
                 if !first && trim_slice(line).is_empty() {
                     break;
                 }
-                if !first {
+                let line = if first {
+                    line
+                } else {
                     self.logical.push(b' ');
-                }
+                    let n = line.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+                    &line[n..]
+                };
                 let room = self.logical.capacity() - self.logical.len();
                 self.logical.extend_from_slice(&line[..line.len().min(room)]);
                 first = false;
@@ -791,4 +795,119 @@ fn contains_nocase_nozero(h: &[u8], n: &[u8]) -> bool {
         let mut it = h[s..].iter().filter(|&&b| b != 0);
         h[s] != 0 && n.iter().all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Feeds `data` in pieces of `step` bytes, returning the events seen.
+    fn feed_all(h: &mut HttpHalf, data: &[u8], step: usize) -> Vec<Event> {
+        let mut evs = Vec::new();
+        for piece in data.chunks(step) {
+            let mut rest = piece;
+            while !rest.is_empty() {
+                let (n, ev) = h.feed(rest);
+                if ev != Event::Nothing {
+                    evs.push(ev);
+                }
+                if n == 0 && ev == Event::Nothing {
+                    break;
+                }
+                rest = &rest[n..];
+            }
+        }
+        evs
+    }
+
+    const REQ: &[u8] = b"\r\nGET /a%20b/c.php?x=1 HTTP/1.1\r\nHost: WWW.Example.COM:8080\r\nUser-Agent: Mozilla/5.0\r\n  (folded)\r\nCookie: k=v\r\n\r\n";
+
+    #[test]
+    fn request_buffers_at_every_split() {
+        for step in 1..REQ.len() {
+            let mut h = HttpHalf::new(true, HttpLimits::default());
+            let evs = feed_all(&mut h, REQ, step);
+            assert_eq!(evs, [Event::Headers], "step {step}");
+            assert_eq!(h.buf(Buf::HttpMethod), b"GET");
+            assert_eq!(h.buf(Buf::HttpUriRaw), b"/a%20b/c.php?x=1");
+            assert_eq!(h.buf(Buf::HttpUri), b"/a b/c.php?x=1");
+            assert_eq!(h.buf(Buf::HttpHost), b"www.example.com");
+            assert_eq!(h.buf(Buf::HttpUserAgent), b"Mozilla/5.0 (folded)");
+            assert_eq!(h.buf(Buf::HttpCookie), b"k=v");
+            assert_eq!(h.buf(Buf::HttpProtocol), b"HTTP/1.1");
+            assert_eq!(
+                h.buf(Buf::HttpHeader),
+                &b"Host: WWW.Example.COM:8080\r\nUser-Agent: Mozilla/5.0 (folded)\r\nCookie: k=v\r\n"[..]
+            );
+        }
+    }
+
+    #[test]
+    fn chunked_body_at_every_split() {
+        let resp = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\nHTTP/1.1 404 Nope\r\nContent-Length: 3\r\n\r\nabc";
+        for step in 1..resp.len() {
+            let mut h = HttpHalf::new(false, HttpLimits::default());
+            let mut bodies = Vec::new();
+            for piece in resp.chunks(step) {
+                let mut rest = &piece[..];
+                while !rest.is_empty() {
+                    let (n, ev) = h.feed(rest);
+                    if ev == Event::Headers {
+                        bodies.push(Vec::new());
+                    }
+                    if ev == Event::Body {
+                        if let Some(b) = bodies.last_mut() {
+                            *b = h.buf(Buf::FileData).to_vec();
+                        }
+                    }
+                    rest = &rest[n..];
+                }
+            }
+            assert_eq!(bodies, [b"hello, world".to_vec(), b"abc".to_vec()], "step {step}");
+            assert_eq!(h.buf(Buf::HttpStatCode), b"404");
+            assert_eq!(h.buf(Buf::HttpStatMsg), b"Nope");
+        }
+    }
+
+    #[test]
+    fn gzip_and_deflate_bodies_are_decoded() {
+        let plain = b"<html>EICAR-STANDARD-ANTIVIRUS-TEST-FILE</html>";
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(plain).unwrap();
+        let gz = gz.finish().unwrap();
+        let mut zl = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        zl.write_all(&gz).unwrap();
+        let both = zl.finish().unwrap();
+        for (enc, body) in [("gzip", gz.clone()), ("gzip, deflate", both)] {
+            let mut msg = format!(
+                "HTTP/1.1 200 OK\r\nContent-Encoding: {enc}\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            msg.extend_from_slice(&body);
+            for step in [1, 7, msg.len()] {
+                let mut h = HttpHalf::new(false, HttpLimits::default());
+                feed_all(&mut h, &msg, step);
+                assert_eq!(h.buf(Buf::FileData), plain, "{enc} step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn non_http_is_ignored_and_limits_hold() {
+        let mut h = HttpHalf::new(true, HttpLimits::default());
+        assert_eq!(feed_all(&mut h, b"\x16\x03\x01\x00\x10hello\r\n\r\n", 3), []);
+        assert!(h.gave_up() && !h.is_http());
+        let limits = HttpLimits {
+            header: 64,
+            body: 8,
+            decompress_layers: 1,
+        };
+        let mut h = HttpHalf::new(false, limits);
+        let long = format!("HTTP/1.1 200 OK\r\nX: {}\r\nContent-Length: 20\r\n\r\n0123456789abcdefghij", "y".repeat(200));
+        feed_all(&mut h, long.as_bytes(), 5);
+        assert_eq!(h.buf(Buf::FileData), b"01234567");
+        assert!(h.hdr.len() <= 64);
+    }
 }

@@ -4,7 +4,7 @@
 
 use super::content::{decode_pattern, Content, Test};
 use super::header::{AddrSet, Header, PortSet, Proto};
-use super::lexer::{unquote, RawRule};
+use super::lexer::{unquote, unquote_pcre, RawRule};
 use super::pcre::Pcre;
 use super::vars::Vars;
 
@@ -285,7 +285,7 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
                     Some(b) => (true, b),
                     None => (false, v),
                 };
-                let s = unquote(body).map_err(|e| skip(k, e))?;
+                let s = unquote_pcre(body).map_err(|e| skip(k, e))?;
                 let (p, sel) = Pcre::parse(&s, neg).map_err(|e| skip(k, e))?;
                 tests.push((sel.unwrap_or(sticky), Test::Pcre(p)));
             }
