@@ -66,7 +66,8 @@ alert http any any -> any any (msg:"body"; flow:to_client; file_data; content:"W
 alert http any any -> any any (msg:"code"; http.stat_code; content:"200"; sid:14;)"#,
     );
     let req = b"POST /login.php HTTP/1.1\r\nHost: www.Example.com\r\nUser-Agent: curl/8.1\r\nContent-Length: 3\r\n\r\na=b";
-    let resp = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nWelc\r\n3\r\nome\r\n0\r\n\r\n";
+    let resp =
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nWelc\r\n3\r\nome\r\n0\r\n\r\n";
     let mut f = e.new_flow();
     let mut al = Vec::new();
     for b in req.chunks(5) {

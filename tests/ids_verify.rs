@@ -26,7 +26,8 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let idx = std::fs::read_to_string(common::dataset("suricata-verify/INDEX.csv")).expect("INDEX.csv");
+    let idx =
+        std::fs::read_to_string(common::dataset("suricata-verify/INDEX.csv")).expect("INDEX.csv");
     idx.lines()
         .skip(1)
         .filter(|l| !l.trim().is_empty())
@@ -166,7 +167,11 @@ fn suricata_verify_alert_counts() {
         }
         match run(c, verbose) {
             Outcome::OutOfScope(r) => {
-                let key = if r.starts_with("args") { "unsupported args".to_string() } else { r };
+                let key = if r.starts_with("args") {
+                    "unsupported args".to_string()
+                } else {
+                    r
+                };
                 *out_reasons.entry(key).or_default() += 1;
             }
             Outcome::Pass => {
@@ -179,9 +184,12 @@ fn suricata_verify_alert_counts() {
             }
         }
     }
-    println!("suricata-verify: {} tests, {scope} in scope, {pass} pass", all.len());
+    println!(
+        "suricata-verify: {} tests, {scope} in scope, {pass} pass",
+        all.len()
+    );
     let mut reasons: Vec<_> = out_reasons.into_iter().collect();
-    reasons.sort_by(|a, b| b.1.cmp(&a.1));
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
     for (r, n) in reasons.iter().take(25) {
         println!("  out of scope: {n:4} {r}");
     }

@@ -70,8 +70,12 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         let (mut ours, mut theirs, mut startup) = (Vec::new(), Vec::new(), Vec::new());
         let (mut our_alerts, mut their_alerts) = (0, 0);
         let one = tmp.join("one.pcap");
-        Trace::from_packets(trace.link(), trace.header(), std::iter::once((0u64, trace.packet(0))))
-            .write_pcap(&one)?;
+        Trace::from_packets(
+            trace.link(),
+            trace.header(),
+            std::iter::once((0u64, trace.packet(0))),
+        )
+        .write_pcap(&one)?;
         for _ in 0..a.runs {
             let (set, _) = RuleSet::parse(&text, &Vars::suricata_defaults());
             let mut ids = Ids::new(set, IdsConfig::default());
@@ -104,8 +108,17 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     }
     let _ = std::fs::remove_dir_all(&tmp);
     let header = [
-        "trace", "packets", "rules", "catena s", "catena kpps", "catena alerts", "suricata s",
-        "startup s", "suricata kpps", "suricata alerts", "ratio",
+        "trace",
+        "packets",
+        "rules",
+        "catena s",
+        "catena kpps",
+        "catena alerts",
+        "suricata s",
+        "startup s",
+        "suricata kpps",
+        "suricata alerts",
+        "ratio",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -153,7 +166,10 @@ fn suricata(pcap: &Path, rules: &Path, tmp: &Path) -> anyhow::Result<(f64, usize
     if !out.status.success() {
         anyhow::bail!(
             "suricata failed: {}",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         );
     }
     let alerts = std::fs::read_to_string(log.join("fast.log"))

@@ -50,7 +50,14 @@ pub fn matches(tests: &[Test], buf: &[u8], span: Span) -> bool {
     step(tests, buf, span, 0, 0, &mut budget)
 }
 
-fn step(tests: &[Test], buf: &[u8], span: Span, prev_end: usize, max_end: usize, budget: &mut u32) -> bool {
+fn step(
+    tests: &[Test],
+    buf: &[u8],
+    span: Span,
+    prev_end: usize,
+    max_end: usize,
+    budget: &mut u32,
+) -> bool {
     let Some((t, rest)) = tests.split_first() else {
         return match span.fresh {
             Some(f) => max_end > f,
@@ -93,9 +100,13 @@ fn step(tests: &[Test], buf: &[u8], span: Span, prev_end: usize, max_end: usize,
             false
         }
         Test::Pcre(r) => {
-            let start = if r.relative { prev_end.min(buf.len()) } else { 0 };
+            let start = if r.relative {
+                prev_end.min(buf.len())
+            } else {
+                0
+            };
             if r.negated {
-                return !r.matches_at(buf, start).is_some()
+                return r.matches_at(buf, start).is_none()
                     && step(rest, buf, span, prev_end, max_end, budget);
             }
             let mut from = start;
@@ -244,9 +255,17 @@ mod tests {
         a.depth = Some(3);
         let mut b = c("HTTP");
         b.distance = Some(0);
-        assert!(matches(&[Test::Content(a.clone()), Test::Content(b.clone())], buf, PKT));
+        assert!(matches(
+            &[Test::Content(a.clone()), Test::Content(b.clone())],
+            buf,
+            PKT
+        ));
         b.within = Some(5);
-        assert!(!matches(&[Test::Content(a.clone()), Test::Content(b.clone())], buf, PKT));
+        assert!(!matches(
+            &[Test::Content(a.clone()), Test::Content(b.clone())],
+            buf,
+            PKT
+        ));
         let mut o = c("index");
         o.offset = Some(6);
         assert!(!matches(&[Test::Content(o.clone())], buf, PKT));
@@ -268,7 +287,11 @@ mod tests {
         let mut x = c("x");
         x.distance = Some(0);
         x.within = Some(1);
-        assert!(matches(&[Test::Content(c("a")), Test::Content(x)], buf, PKT));
+        assert!(matches(
+            &[Test::Content(c("a")), Test::Content(x)],
+            buf,
+            PKT
+        ));
     }
 
     #[test]
@@ -282,6 +305,9 @@ mod tests {
         assert!(matches(&[Test::Content(c("dne"))], buf, s));
         let mut d = c("new");
         d.depth = Some(50);
-        assert!(!matches(&[Test::Content(d)], buf, s), "depth counts from the stream start");
+        assert!(
+            !matches(&[Test::Content(d)], buf, s),
+            "depth counts from the stream start"
+        );
     }
 }

@@ -93,7 +93,11 @@ impl Ids {
         } else {
             0
         };
-        IdsFlow::new(self.set.len(), win, self.set.has_http().then_some(self.cfg.http))
+        IdsFlow::new(
+            self.set.len(),
+            win,
+            self.set.has_http().then_some(self.cfg.http),
+        )
     }
 
     fn next_gen(&mut self) -> u32 {
@@ -113,10 +117,22 @@ impl Ids {
             base: 0,
             fresh: None,
         };
-        collect(&self.set.packet, payload, g, &mut self.seen, &mut self.cands);
+        collect(
+            &self.set.packet,
+            payload,
+            g,
+            &mut self.seen,
+            &mut self.cands,
+        );
         let stream_too = p.ip_proto == 6 && !p.reassembled && !payload.is_empty();
         if stream_too {
-            collect(&self.set.stream, payload, g, &mut self.seen, &mut self.cands);
+            collect(
+                &self.set.stream,
+                payload,
+                g,
+                &mut self.seen,
+                &mut self.cands,
+            );
         }
         for k in 0..self.cands.len() {
             let i = self.cands[k];
@@ -132,7 +148,13 @@ impl Ids {
     }
 
     /// New in-order bytes of one direction of a TCP flow (`p` is the segment carrying them).
-    pub fn on_stream(&mut self, flow: &mut IdsFlow, p: &PacketInfo, data: &[u8], alerts: &mut Vec<Alert>) {
+    pub fn on_stream(
+        &mut self,
+        flow: &mut IdsFlow,
+        p: &PacketInfo,
+        data: &[u8],
+        alerts: &mut Vec<Alert>,
+    ) {
         if data.is_empty() {
             return;
         }
@@ -145,7 +167,14 @@ impl Ids {
         }
     }
 
-    fn stream_rules(&mut self, flow: &mut IdsFlow, p: &PacketInfo, data: &[u8], fire_gen: u32, alerts: &mut Vec<Alert>) {
+    fn stream_rules(
+        &mut self,
+        flow: &mut IdsFlow,
+        p: &PacketInfo,
+        data: &[u8],
+        fire_gen: u32,
+        alerts: &mut Vec<Alert>,
+    ) {
         let is_http = flow.is_http();
         let d = usize::from(!p.to_server);
         let (tail, piece) = (self.cfg.stream_tail, self.cfg.stream_piece.max(1));
@@ -168,8 +197,7 @@ impl Ids {
             for k in 0..self.cands.len() {
                 let i = self.cands[k];
                 let r = &self.set.rules[i as usize];
-                if self.fired[i as usize] == fire_gen
-                    || (r.header.proto == Proto::Http && !is_http)
+                if self.fired[i as usize] == fire_gen || (r.header.proto == Proto::Http && !is_http)
                 {
                     continue;
                 }
@@ -182,7 +210,13 @@ impl Ids {
         }
     }
 
-    fn http(&mut self, flow: &mut IdsFlow, p: &PacketInfo, mut data: &[u8], alerts: &mut Vec<Alert>) {
+    fn http(
+        &mut self,
+        flow: &mut IdsFlow,
+        p: &PacketInfo,
+        mut data: &[u8],
+        alerts: &mut Vec<Alert>,
+    ) {
         let d = usize::from(!p.to_server);
         while !data.is_empty() {
             let Some(h) = flow.http.as_mut() else { return };
@@ -213,7 +247,13 @@ impl Ids {
         }
     }
 
-    fn inspect_http(&mut self, flow: &mut IdsFlow, p: &PacketInfo, d: usize, alerts: &mut Vec<Alert>) {
+    fn inspect_http(
+        &mut self,
+        flow: &mut IdsFlow,
+        p: &PacketInfo,
+        d: usize,
+        alerts: &mut Vec<Alert>,
+    ) {
         let Some(h) = flow.http.as_ref() else { return };
         let g = self.next_gen();
         let filters = if d == 0 {
@@ -249,7 +289,14 @@ impl Ids {
                 )
             });
             if ok {
-                set_bit(if d == 0 { &mut flow.req_fired } else { &mut flow.resp_fired }, i);
+                set_bit(
+                    if d == 0 {
+                        &mut flow.req_fired
+                    } else {
+                        &mut flow.resp_fired
+                    },
+                    i,
+                );
                 push(alerts, r, i);
             }
         }

@@ -43,7 +43,8 @@ impl IdsFlow {
 }
 
 pub(crate) fn bit(v: &[u64], i: u32) -> bool {
-    v.get(i as usize / 64).is_some_and(|w| w >> (i % 64) & 1 == 1)
+    v.get(i as usize / 64)
+        .is_some_and(|w| w >> (i % 64) & 1 == 1)
 }
 
 pub(crate) fn set_bit(v: &mut [u64], i: u32) {

@@ -50,15 +50,22 @@ pub struct AddrSet {
 impl AddrSet {
     pub fn parse(s: &str, vars: &Vars) -> Result<AddrSet, String> {
         let mut set = AddrSet::default();
-        flatten(s, vars, false, 0, &mut |neg, item| {
-            let net = parse_net(item)?;
-            if neg {
-                set.neg.push(net)
-            } else {
-                set.pos.push(net)
-            }
-            Ok(())
-        }, &|v, n| v.addr(n))?;
+        flatten(
+            s,
+            vars,
+            false,
+            0,
+            &mut |neg, item| {
+                let net = parse_net(item)?;
+                if neg {
+                    set.neg.push(net)
+                } else {
+                    set.pos.push(net)
+                }
+                Ok(())
+            },
+            &|v, n| v.addr(n),
+        )?;
         Ok(set)
     }
 
@@ -82,15 +89,22 @@ pub struct PortSet {
 impl PortSet {
     pub fn parse(s: &str, vars: &Vars) -> Result<PortSet, String> {
         let mut set = PortSet::default();
-        flatten(s, vars, false, 0, &mut |neg, item| {
-            let r = parse_port_range(item)?;
-            if neg {
-                set.neg.push(r)
-            } else {
-                set.pos.push(r)
-            }
-            Ok(())
-        }, &|v, n| v.port(n))?;
+        flatten(
+            s,
+            vars,
+            false,
+            0,
+            &mut |neg, item| {
+                let r = parse_port_range(item)?;
+                if neg {
+                    set.neg.push(r)
+                } else {
+                    set.pos.push(r)
+                }
+                Ok(())
+            },
+            &|v, n| v.port(n),
+        )?;
         Ok(set)
     }
 
@@ -190,9 +204,20 @@ fn parse_net(s: &str) -> Result<Net, String> {
         },
     };
     Ok(match Ip::from(ip) {
-        Ip::V4(a) => Net::V4(if p == 0 { 0 } else { a & (u32::MAX << (32 - p as u32)) }, p),
+        Ip::V4(a) => Net::V4(
+            if p == 0 {
+                0
+            } else {
+                a & (u32::MAX << (32 - p as u32))
+            },
+            p,
+        ),
         Ip::V6(a) => Net::V6(
-            if p == 0 { 0 } else { a & (u128::MAX << (128 - p as u32)) },
+            if p == 0 {
+                0
+            } else {
+                a & (u128::MAX << (128 - p as u32))
+            },
             p,
         ),
     })

@@ -368,11 +368,15 @@ impl HttpHalf {
                     line
                 } else {
                     self.logical.push(b' ');
-                    let n = line.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+                    let n = line
+                        .iter()
+                        .take_while(|&&b| b == b' ' || b == b'\t')
+                        .count();
                     &line[n..]
                 };
                 let room = self.logical.capacity() - self.logical.len();
-                self.logical.extend_from_slice(&line[..line.len().min(room)]);
+                self.logical
+                    .extend_from_slice(&line[..line.len().min(room)]);
                 first = false;
                 pos = end;
             }
@@ -413,7 +417,8 @@ impl HttpHalf {
         let framed = (chunked && chunk_ok) || clen.is_some();
         let code = parse_u64(self.get(self.second)).unwrap_or(200);
         let no_body = !self.request
-            && (self.no_body || (!framed && ((100..200).contains(&code) || code == 204 || code == 304)));
+            && (self.no_body
+                || (!framed && ((100..200).contains(&code) || code == 204 || code == 304)));
         self.mode = if !has_start {
             BodyMode::Close
         } else if no_body {
@@ -784,7 +789,9 @@ fn norm(h: &[u8], r: Range) -> &[u8] {
 /// Header names and values compare as libhtp does: ASCII case and NUL bytes ignored.
 fn eq_nocase_nozero(a: &[u8], want: &[u8]) -> bool {
     let mut it = a.iter().filter(|&&b| b != 0);
-    want.iter().all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w))) && it.next().is_none()
+    want.iter()
+        .all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
+        && it.next().is_none()
 }
 
 fn contains_nocase_nozero(h: &[u8], n: &[u8]) -> bool {
@@ -793,7 +800,9 @@ fn contains_nocase_nozero(h: &[u8], n: &[u8]) -> bool {
     }
     (0..h.len()).any(|s| {
         let mut it = h[s..].iter().filter(|&&b| b != 0);
-        h[s] != 0 && n.iter().all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
+        h[s] != 0
+            && n.iter()
+                .all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
     })
 }
 
@@ -850,7 +859,7 @@ mod tests {
             let mut h = HttpHalf::new(false, HttpLimits::default());
             let mut bodies = Vec::new();
             for piece in resp.chunks(step) {
-                let mut rest = &piece[..];
+                let mut rest = piece;
                 while !rest.is_empty() {
                     let (n, ev) = h.feed(rest);
                     if ev == Event::Headers {
@@ -864,7 +873,11 @@ mod tests {
                     rest = &rest[n..];
                 }
             }
-            assert_eq!(bodies, [b"hello, world".to_vec(), b"abc".to_vec()], "step {step}");
+            assert_eq!(
+                bodies,
+                [b"hello, world".to_vec(), b"abc".to_vec()],
+                "step {step}"
+            );
             assert_eq!(h.buf(Buf::HttpStatCode), b"404");
             assert_eq!(h.buf(Buf::HttpStatMsg), b"Nope");
         }
@@ -897,7 +910,10 @@ mod tests {
     #[test]
     fn non_http_is_ignored_and_limits_hold() {
         let mut h = HttpHalf::new(true, HttpLimits::default());
-        assert_eq!(feed_all(&mut h, b"\x16\x03\x01\x00\x10hello\r\n\r\n", 3), []);
+        assert_eq!(
+            feed_all(&mut h, b"\x16\x03\x01\x00\x10hello\r\n\r\n", 3),
+            []
+        );
         assert!(h.gave_up() && !h.is_http());
         let limits = HttpLimits {
             header: 64,
@@ -905,7 +921,10 @@ mod tests {
             decompress_layers: 1,
         };
         let mut h = HttpHalf::new(false, limits);
-        let long = format!("HTTP/1.1 200 OK\r\nX: {}\r\nContent-Length: 20\r\n\r\n0123456789abcdefghij", "y".repeat(200));
+        let long = format!(
+            "HTTP/1.1 200 OK\r\nX: {}\r\nContent-Length: 20\r\n\r\n0123456789abcdefghij",
+            "y".repeat(200)
+        );
         feed_all(&mut h, long.as_bytes(), 5);
         assert_eq!(h.buf(Buf::FileData), b"01234567");
         assert!(h.hdr.len() <= 64);

@@ -184,7 +184,15 @@ mod tests {
         let r = split_rule(3, t).unwrap();
         assert_eq!(
             r.header,
-            ["alert", "tcp", "[1.2.3.4, 5.6.7.8]", "any", "->", "any", "80"]
+            [
+                "alert",
+                "tcp",
+                "[1.2.3.4, 5.6.7.8]",
+                "any",
+                "->",
+                "any",
+                "80"
+            ]
         );
         assert_eq!(r.options[0], ("msg", r#""a;b \"q\"""#));
         assert_eq!(r.options[1], ("content", r#""x\;y""#));

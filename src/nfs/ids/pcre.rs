@@ -109,7 +109,9 @@ mod tests {
 
     #[test]
     fn unsupported_is_an_error() {
-        assert!(Pcre::parse("/(a)\\1/", false).unwrap_err().contains("unsupported"));
+        assert!(Pcre::parse("/(a)\\1/", false)
+            .unwrap_err()
+            .contains("unsupported"));
         assert!(Pcre::parse("/a(?=b)/", false).is_err());
         assert!(Pcre::parse("/a/K", false).unwrap_err().contains("`K`"));
         assert!(Pcre::parse("a/", false).is_err());

@@ -76,7 +76,12 @@ fn canonical(src: Ip, sp: u16, dst: Ip, dp: u16, proto: u8) -> Key {
 }
 
 /// Replays every packet of `trace`, appending alerts.
-pub fn replay(trace: &Trace, ids: &mut Ids, opts: &ReplayOptions, alerts: &mut Vec<Alert>) -> ReplayStats {
+pub fn replay(
+    trace: &Trace,
+    ids: &mut Ids,
+    opts: &ReplayOptions,
+    alerts: &mut Vec<Alert>,
+) -> ReplayStats {
     let mut flows: HashMap<Key, Flow> = HashMap::new();
     let mut st = ReplayStats::default();
     let link = trace.link();
@@ -93,7 +98,11 @@ pub fn replay(trace: &Trace, ids: &mut Ids, opts: &ReplayOptions, alerts: &mut V
             ),
             L3Kind::Ipv6 if b.len() >= l3 + 40 => {
                 let a = |o: usize| u128::from_be_bytes(b[o..o + 16].try_into().unwrap_or([0; 16]));
-                (Ip::V6(a(l3 + 8)), Ip::V6(a(l3 + 24)), l3 + 40 + be16(b, l3 + 4) as usize)
+                (
+                    Ip::V6(a(l3 + 8)),
+                    Ip::V6(a(l3 + 24)),
+                    l3 + 40 + be16(b, l3 + 4) as usize,
+                )
             }
             _ => continue,
         };
@@ -176,7 +185,17 @@ pub fn replay(trace: &Trace, ids: &mut Ids, opts: &ReplayOptions, alerts: &mut V
         };
         ids.on_packet(&info, payload, alerts);
         if let Some(seq) = deliver {
-            st.stream_bytes += reassemble(ids, flow, d, &info, seq, payload, opts, &mut st.ooo_dropped, alerts);
+            st.stream_bytes += reassemble(
+                ids,
+                flow,
+                d,
+                &info,
+                seq,
+                payload,
+                opts,
+                &mut st.ooo_dropped,
+                alerts,
+            );
         }
     }
     st
@@ -220,10 +239,10 @@ fn reassemble(
     // Drain queued segments that now fit.
     loop {
         let q = &mut flow.dirs[d].ooo;
-        let Some(pos) = q
-            .iter()
-            .position(|(s, p)| (s.wrapping_sub(next) as i32) <= 0 && s.wrapping_add(p.len() as u32).wrapping_sub(next) as i32 > 0)
-        else {
+        let Some(pos) = q.iter().position(|(s, p)| {
+            (s.wrapping_sub(next) as i32) <= 0
+                && s.wrapping_add(p.len() as u32).wrapping_sub(next) as i32 > 0
+        }) else {
             q.retain(|(s, _)| (s.wrapping_sub(next) as i32) > 0);
             break;
         };

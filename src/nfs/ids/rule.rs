@@ -186,7 +186,10 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
     if h.len() != 7 {
         return Err(skip(
             "header",
-            format!("expected 7 fields (action proto src sport dir dst dport), got {}", h.len()),
+            format!(
+                "expected 7 fields (action proto src sport dir dst dport), got {}",
+                h.len()
+            ),
         ));
     }
     let action = h[0].to_ascii_lowercase();
@@ -195,7 +198,8 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
     if action != "alert" {
         return Err(skip("action", format!("`{}` is not supported", h[0])));
     }
-    let proto = Proto::parse(h[1]).ok_or_else(|| skip("protocol", format!("`{}` is not supported", h[1])))?;
+    let proto = Proto::parse(h[1])
+        .ok_or_else(|| skip("protocol", format!("`{}` is not supported", h[1])))?;
     let both = match h[4] {
         "->" => false,
         "<>" => true,
@@ -247,7 +251,11 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
                 };
                 let s = unquote(body).map_err(|e| skip(k, e))?;
                 let pat = decode_pattern(&s).map_err(|e| skip(k, e))?;
-                let buf = if k == "uricontent" { Buf::HttpUri } else { sticky };
+                let buf = if k == "uricontent" {
+                    Buf::HttpUri
+                } else {
+                    sticky
+                };
                 tests.push((
                     buf,
                     Test::Content(Content {

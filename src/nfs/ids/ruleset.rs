@@ -162,7 +162,9 @@ impl RuleSet {
                     let with: Vec<u32> = ids
                         .iter()
                         .copied()
-                        .filter(|&i| matches!(&rules[i as usize].prefilter, Some((pb, _)) if *pb == b))
+                        .filter(
+                            |&i| matches!(&rules[i as usize].prefilter, Some((pb, _)) if *pb == b),
+                        )
                         .collect();
                     Prefilter::build(b, &rules, &with)
                 })
