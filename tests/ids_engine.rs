@@ -2,7 +2,7 @@
 //! segment boundaries, once-per-transaction HTTP alerts, flow direction, warnings for
 //! unsupported rules, and no panic on random rule text or bytes.
 
-use catena::nfs::ids::{Alert, Ids, IdsConfig, Ip, PacketInfo, RuleSet, Vars};
+use catena::nfs::ids::{Alert, Ids, IdsConfig, Ip, PacketInfo, PktFields, RuleSet, Vars};
 use proptest::prelude::*;
 
 fn ids(rules: &str) -> Ids {
@@ -23,6 +23,11 @@ fn pkt(to_server: bool) -> PacketInfo {
         established: true,
         reassembled: true,
         first_in_dir: false,
+        fields: PktFields {
+            tcp_flags: 0x18,
+            ttl: 64,
+            ..PktFields::default()
+        },
     }
 }
 

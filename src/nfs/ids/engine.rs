@@ -7,6 +7,7 @@ use super::content::{matches, Span};
 use super::flow::{bit, set_bit, IdsFlow};
 use super::header::{Ip, Proto};
 use super::http::{Event, HttpLimits};
+use super::pktcheck::PktFields;
 use super::rule::{Buf, Kind, Rule, Side};
 use super::ruleset::{Prefilter, RuleSet};
 
@@ -47,6 +48,8 @@ pub struct PacketInfo {
     pub reassembled: bool,
     /// The first packet of its flow in this direction (IP-only rules match only these).
     pub first_in_dir: bool,
+    /// Header fields for `flags`, `itype`, `icode`, `ttl`.
+    pub fields: PktFields,
 }
 
 /// One alert.
@@ -140,7 +143,12 @@ impl Ids {
             if r.header.proto == Proto::Http || (r.ip_only && !p.first_in_dir) {
                 continue; // HTTP needs the flow's verdict: stream path only
             }
-            if header_ok(r, p) && groups_match(r, payload, span) {
+            if header_ok(r, p)
+                && r.pkt
+                    .iter()
+                    .all(|c| c.test(p.ip_proto, &p.fields, payload.len()))
+                && groups_match(r, payload, span)
+            {
                 push(alerts, r, i);
             }
         }

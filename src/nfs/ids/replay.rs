@@ -14,6 +14,7 @@ use crate::packet::{L3Kind, Layers};
 use super::engine::{Alert, Ids, PacketInfo};
 use super::flow::IdsFlow;
 use super::header::Ip;
+use super::pktcheck::PktFields;
 
 /// Suricata's `stream.midstream` and the out-of-order bound.
 #[derive(Clone, Copy, Debug)]
@@ -182,6 +183,24 @@ pub fn replay(
             established,
             reassembled: deliver.is_some(),
             first_in_dir,
+            fields: PktFields {
+                tcp_flags: tcp.map_or(0, |t| t.1),
+                icmp_type: if has_l4 && matches!(proto, 1 | 58) {
+                    b[l4]
+                } else {
+                    0
+                },
+                icmp_code: if has_l4 && matches!(proto, 1 | 58) {
+                    b[l4 + 1]
+                } else {
+                    0
+                },
+                ttl: if l.l3 == L3Kind::Ipv4 {
+                    b[l3 + 8]
+                } else {
+                    b[l3 + 7]
+                },
+            },
         };
         ids.on_packet(&info, payload, alerts);
         if let Some(seq) = deliver {

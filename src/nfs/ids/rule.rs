@@ -6,6 +6,7 @@ use super::content::{decode_pattern, Content, Test};
 use super::header::{AddrSet, Header, PortSet, Proto};
 use super::lexer::{unquote, unquote_pcre, RawRule};
 use super::pcre::Pcre;
+use super::pktcheck::PktCheck;
 use super::vars::Vars;
 
 /// The buffer a test inspects.
@@ -142,6 +143,8 @@ pub struct Rule {
     pub prefilter: Option<(Buf, Vec<u8>)>,
     /// Source line of the rule.
     pub line: usize,
+    /// Per-packet header checks (`flags`, `itype`, …); a rule with any is a packet rule.
+    pub pkt: Vec<PktCheck>,
     /// Suricata's "IP-only" rules (addresses and protocol, nothing else) are matched on
     /// the first packet of each flow direction only.
     pub ip_only: bool,
@@ -228,6 +231,7 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
         prefilter: None,
         line: raw.line,
         ip_only: false,
+        pkt: Vec::new(),
     };
     // Tests in rule order, each with its buffer; grouped per buffer afterwards.
     let mut tests: Vec<(Buf, Test)> = Vec::new();
@@ -297,6 +301,9 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
                 let (p, sel) = Pcre::parse(&s, neg).map_err(|e| skip(k, e))?;
                 tests.push((sel.unwrap_or(sticky), Test::Pcre(p)));
             }
+            "flags" | "itype" | "icode" | "dsize" | "ttl" => {
+                r.pkt.push(PktCheck::parse(k, v).map_err(|e| skip(k, e))?)
+            }
             _ if IGNORED.contains(&k) => {}
             _ => {
                 if let Some(b) = Buf::sticky(k) {
@@ -332,11 +339,14 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
     let http_bufs = groups.iter().any(|g| g.buf != Buf::Payload);
     r.kind = if http_bufs || (proto == Proto::Http && groups.is_empty()) {
         Kind::Http
-    } else if matches!(proto, Proto::Tcp | Proto::Http) && !groups.is_empty() {
+    } else if matches!(proto, Proto::Tcp | Proto::Http) && !groups.is_empty() && r.pkt.is_empty() {
         Kind::Stream
     } else {
         Kind::Packet
     };
+    if r.kind == Kind::Http && !r.pkt.is_empty() {
+        return Err(skip("flags", "packet keywords mixed with HTTP buffers"));
+    }
     if r.kind == Kind::Http {
         if groups.iter().any(|g| g.buf == Buf::Payload) {
             return Err(skip("pkt_data", "payload tests mixed with HTTP buffers"));
@@ -355,6 +365,7 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
     }
     r.ip_only = r.kind == Kind::Packet
         && groups.is_empty()
+        && r.pkt.is_empty()
         && r.flow == FlowOpt::default()
         && r.header.sport.is_any()
         && r.header.dport.is_any();
