@@ -175,6 +175,20 @@ impl Ids {
         }
     }
 
+    /// The direction of `p` ended (FIN or RST): HTTP headers cut short are inspected.
+    pub fn on_stream_end(&mut self, flow: &mut IdsFlow, p: &PacketInfo, alerts: &mut Vec<Alert>) {
+        let d = usize::from(!p.to_server);
+        let Some(h) = flow.http.as_mut() else { return };
+        if h[d].close() {
+            if d == 0 {
+                flow.req_fired.fill(0);
+            } else {
+                flow.resp_fired.fill(0);
+            }
+            self.inspect_http(flow, p, d, alerts);
+        }
+    }
+
     fn stream_rules(
         &mut self,
         flow: &mut IdsFlow,

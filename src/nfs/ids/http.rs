@@ -170,6 +170,17 @@ impl HttpHalf {
         }
     }
 
+    /// The direction closed: headers cut short by the close are taken as complete
+    /// (libhtp does the same). Returns true when that completed a message's headers.
+    pub fn close(&mut self) -> bool {
+        if self.state == State::Headers && !self.hdr.is_empty() {
+            self.finish_headers();
+            self.state = State::Start;
+            return true;
+        }
+        false
+    }
+
     /// Consumes a prefix of `data`, stopping after an event; call again with the rest.
     pub fn feed(&mut self, data: &[u8]) -> (usize, Event) {
         match self.state {

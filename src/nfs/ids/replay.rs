@@ -151,6 +151,10 @@ pub fn replay(
             if syn && !ack && to_server {
                 flow.syn = true;
                 flow.dirs[0].next = Some(seq.wrapping_add(1));
+                if !payload.is_empty() {
+                    // TCP Fast Open: data on the SYN starts the client's stream.
+                    deliver = Some(seq.wrapping_add(1));
+                }
             } else if syn && ack && !to_server && flow.syn {
                 flow.synack = true;
                 flow.dirs[1].next = Some(seq.wrapping_add(1));
@@ -215,6 +219,9 @@ pub fn replay(
                 &mut st.ooo_dropped,
                 alerts,
             );
+        }
+        if tcp.is_some_and(|(_, f)| f & 0x05 != 0) && flow.dirs[d].next.is_some() {
+            ids.on_stream_end(&mut flow.ids, &info, alerts);
         }
     }
     st
