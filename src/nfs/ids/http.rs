@@ -186,9 +186,10 @@ impl HttpHalf {
         match self.state {
             State::NotHttp => (data.len(), Event::Nothing),
             State::Start => {
+                // Blank lines and NULs before a start line are skipped.
                 let skip = data
                     .iter()
-                    .position(|&b| !is_space(b))
+                    .position(|&b| !is_space(b) && b != 0)
                     .unwrap_or(data.len());
                 if skip == data.len() {
                     return (skip, Event::Nothing);
@@ -340,7 +341,7 @@ impl HttpHalf {
     fn parse_head(&mut self, has_start: bool) {
         let h_len = self.hdr.len();
         let line_end = if has_start {
-            memchr::memchr(b'\n', &self.hdr).map_or(h_len, |p| p + 1)
+            line_after(&self.hdr, 0)
         } else {
             0
         };
@@ -367,9 +368,11 @@ impl HttpHalf {
             self.logical.clear();
             let mut first = true;
             while pos < h_len {
-                let end = memchr::memchr(b'\n', &self.hdr[pos..]).map_or(h_len, |p| pos + p + 1);
+                let end = line_after(&self.hdr, pos);
                 let line = &self.hdr[pos..trim_end(&self.hdr, pos, end)];
-                if !first && !matches!(line.first(), Some(b' ' | b'\t')) {
+                // A continuation that holds a colon is taken as a header of its own.
+                let folded = matches!(line.first(), Some(b' ' | b'\t'));
+                if !first && !folded {
                     break;
                 }
                 if !first && trim_slice(line).is_empty() {
@@ -784,6 +787,21 @@ fn trim_slice(b: &[u8]) -> &[u8] {
     let s = b.iter().position(|&c| !is_space(c)).unwrap_or(b.len());
     let e = b.iter().rposition(|&c| !is_space(c)).map_or(s, |p| p + 1);
     &b[s..e.max(s)]
+}
+
+/// Where the line starting at `pos` ends, past its terminator (CRLF, LF or a lone CR).
+fn line_after(h: &[u8], pos: usize) -> usize {
+    match memchr::memchr2(b'\r', b'\n', &h[pos..]) {
+        None => h.len(),
+        Some(p) => {
+            let e = pos + p;
+            if h[e] == b'\r' && h.get(e + 1) == Some(&b'\n') {
+                e + 2
+            } else {
+                e + 1
+            }
+        }
+    }
 }
 
 fn trim_end(h: &[u8], s: usize, mut e: usize) -> usize {
