@@ -568,6 +568,16 @@ impl HttpHalf {
     fn feed_chunked(&mut self, c: Chunk, data: &[u8]) -> (usize, bool) {
         match c {
             Chunk::Size | Chunk::Trailer | Chunk::DataEnd => {
+                if c == Chunk::Size && self.not_a_chunk_size(data) {
+                    // Like libhtp, a body that does not start with a chunk size is read
+                    // as plain body until close, from the bytes held so far.
+                    let held = self.chunk_len;
+                    let line = self.chunk_line;
+                    self.chunk_len = 0;
+                    self.mode = BodyMode::Close;
+                    self.append_body(&line[..held]);
+                    return (0, held > 0);
+                }
                 let Some(p) = memchr::memchr(b'\n', data) else {
                     self.take_line(data);
                     return (data.len(), false);
@@ -607,6 +617,16 @@ impl HttpHalf {
                 (take, true)
             }
         }
+    }
+
+    /// The held size-line bytes plus `data` start (after blanks) with a non-hex byte.
+    fn not_a_chunk_size(&self, data: &[u8]) -> bool {
+        let held = &self.chunk_line[..self.chunk_len];
+        let first = held
+            .iter()
+            .chain(data.iter())
+            .find(|&&b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'));
+        first.is_some_and(|b| !b.is_ascii_hexdigit())
     }
 
     fn take_line(&mut self, b: &[u8]) {
