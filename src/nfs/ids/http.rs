@@ -425,10 +425,9 @@ impl HttpHalf {
         if self.request {
             self.normalise_request();
         }
-        let proto = if self.request { self.third } else { self.first };
-        // Given both framings, libhtp prefers Content-Length unless the server said HTTP/1.1.
-        let chunk_ok = self.request || clen.is_none() || self.get(proto) == b"HTTP/1.1";
-        let framed = (chunked && chunk_ok) || clen.is_some();
+        // Chunked coding wins over Content-Length; a body that turns out not to be
+        // chunked falls back to plain (see `feed_chunked`).
+        let framed = chunked || clen.is_some();
         let code = parse_u64(self.get(self.second)).unwrap_or(200);
         let no_body = !self.request
             && (self.no_body
@@ -437,7 +436,7 @@ impl HttpHalf {
             BodyMode::Close
         } else if no_body {
             BodyMode::None
-        } else if chunked && chunk_ok {
+        } else if chunked {
             BodyMode::Chunked(Chunk::Size)
         } else if let Some(n) = clen {
             if n == 0 {
