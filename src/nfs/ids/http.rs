@@ -407,7 +407,8 @@ impl HttpHalf {
             let is = |want: &[u8]| eq_nocase_nozero(name, want);
             let v = &self.header_norm[value.0..value.1];
             if is(b"content-length") {
-                clen = parse_u64(v);
+                // The first Content-Length counts, as in libhtp.
+                clen = clen.or(parse_u64(v));
             } else if is(b"transfer-encoding") {
                 chunked |= contains_nocase_nozero(v, b"chunked");
             } else if is(b"content-encoding") {
@@ -621,10 +622,7 @@ impl HttpHalf {
     /// The held size-line bytes plus `data` start (after blanks) with a non-hex byte.
     fn not_a_chunk_size(&self, data: &[u8]) -> bool {
         let held = &self.chunk_line[..self.chunk_len];
-        let first = held
-            .iter()
-            .chain(data.iter())
-            .find(|&&b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'));
+        let first = held.iter().chain(data.iter()).find(|&&b| !is_space(b));
         first.is_some_and(|b| !b.is_ascii_hexdigit())
     }
 
