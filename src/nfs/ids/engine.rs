@@ -202,6 +202,9 @@ impl Ids {
         let (tail, piece) = (self.cfg.stream_tail, self.cfg.stream_piece.max(1));
         for chunk in data.chunks(piece) {
             let w = &mut flow.win[d];
+            if w.buf.capacity() == 0 {
+                w.buf.reserve_exact(w.cap);
+            }
             if w.buf.len() > tail {
                 let cut = w.buf.len() - tail;
                 w.buf.copy_within(cut.., 0);

@@ -7,6 +7,8 @@ use super::http::{HttpHalf, HttpLimits};
 /// One direction's stream window: the last bytes inspected plus the new piece.
 pub(crate) struct Window {
     pub buf: Vec<u8>,
+    /// Size reserved on the direction's first stream bytes.
+    pub cap: usize,
     /// Stream offset of `buf[0]`.
     pub base: u64,
 }
@@ -22,7 +24,8 @@ pub struct IdsFlow {
 impl IdsFlow {
     pub(crate) fn new(n_rules: usize, window: usize, http: Option<HttpLimits>) -> IdsFlow {
         let w = || Window {
-            buf: Vec::with_capacity(window),
+            buf: Vec::new(),
+            cap: window,
             base: 0,
         };
         let words = n_rules.div_ceil(64);

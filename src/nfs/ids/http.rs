@@ -121,7 +121,7 @@ impl HttpHalf {
             request,
             limits,
             state: State::Start,
-            hdr: Vec::with_capacity(limits.header),
+            hdr: Vec::new(),
             line_len: 0,
             lines: 0,
             prev_cr: false,
@@ -139,13 +139,13 @@ impl HttpHalf {
             user_agent: (0, 0),
             content_type: (0, 0),
             host_raw: (0, 0),
-            uri_norm: Vec::with_capacity(limits.header),
-            host_norm: Vec::with_capacity(256),
-            header_norm: Vec::with_capacity(limits.header),
-            logical: Vec::with_capacity(limits.header),
-            raw_body: Vec::with_capacity(limits.body),
-            body: Vec::with_capacity(limits.body),
-            scratch: Vec::with_capacity(limits.body),
+            uri_norm: Vec::new(),
+            host_norm: Vec::new(),
+            header_norm: Vec::new(),
+            logical: Vec::new(),
+            raw_body: Vec::new(),
+            body: Vec::new(),
+            scratch: Vec::new(),
             inflate: None,
             no_body: false,
             messages: 0,
@@ -204,6 +204,20 @@ impl HttpHalf {
     }
 
     fn begin_message(&mut self) {
+        // Buffers are sized on a direction's first message, so flows that never carry
+        // HTTP cost nothing; they never grow afterwards.
+        if self.hdr.capacity() == 0 {
+            let h = self.limits.header;
+            for v in [
+                &mut self.hdr,
+                &mut self.uri_norm,
+                &mut self.header_norm,
+                &mut self.logical,
+            ] {
+                v.reserve_exact(h);
+            }
+            self.host_norm.reserve_exact(256);
+        }
         self.state = State::Headers;
         self.hdr.clear();
         self.raw_body.clear();
@@ -634,7 +648,10 @@ impl HttpHalf {
     }
 
     fn append_body(&mut self, b: &[u8]) {
-        let room = self.limits.body - self.raw_body.len();
+        if self.raw_body.capacity() == 0 {
+            self.raw_body.reserve_exact(self.limits.body);
+        }
+        let room = self.limits.body.saturating_sub(self.raw_body.len());
         if room == 0 || b.is_empty() {
             return;
         }
@@ -655,6 +672,10 @@ impl HttpHalf {
             encs,
             ..
         } = self;
+        if body.capacity() == 0 {
+            body.reserve_exact(raw_body.capacity());
+            scratch.reserve_exact(raw_body.capacity());
+        }
         let z = inflate.get_or_insert_with(|| Box::new(Decompress::new(false)));
         inflate_into(encs[layers - 1], raw_body, body, z);
         for l in 1..layers {
