@@ -549,15 +549,13 @@ impl HttpHalf {
             match self.mode {
                 BodyMode::None => self.state = State::Start,
                 BodyMode::Close => {
-                    self.append_body(&data[i..]);
+                    added |= self.append_body(&data[i..]);
                     i = data.len();
-                    added = true;
                 }
                 BodyMode::Length(n) => {
                     let take = (n.min((data.len() - i) as u64)) as usize;
-                    self.append_body(&data[i..i + take]);
+                    added |= self.append_body(&data[i..i + take]);
                     i += take;
-                    added = true;
                     let left = n - take as u64;
                     self.mode = BodyMode::Length(left);
                     if left == 0 {
@@ -571,7 +569,7 @@ impl HttpHalf {
                 }
             }
         }
-        if added || self.state == State::Start {
+        if added || (self.state == State::Start && i == 0) {
             (i, Event::Body)
         } else {
             (i, Event::Nothing)
@@ -589,8 +587,8 @@ impl HttpHalf {
                     let line = self.chunk_line;
                     self.chunk_len = 0;
                     self.mode = BodyMode::Close;
-                    self.append_body(&line[..held]);
-                    return (0, held > 0);
+                    let grew = self.append_body(&line[..held]);
+                    return (0, grew);
                 }
                 let Some(p) = memchr::memchr(b'\n', data) else {
                     self.take_line(data);
@@ -621,14 +619,14 @@ impl HttpHalf {
             }
             Chunk::Data(n) => {
                 let take = (n.min(data.len() as u64)) as usize;
-                self.append_body(&data[..take]);
+                let grew = self.append_body(&data[..take]);
                 let left = n - take as u64;
                 self.mode = BodyMode::Chunked(if left == 0 {
                     Chunk::DataEnd
                 } else {
                     Chunk::Data(left)
                 });
-                (take, true)
+                (take, grew)
             }
         }
     }
@@ -647,18 +645,21 @@ impl HttpHalf {
         self.chunk_len += n;
     }
 
-    fn append_body(&mut self, b: &[u8]) {
+    /// Keeps body bytes up to the limit; false when nothing was added (so a full body is
+    /// not inspected again).
+    fn append_body(&mut self, b: &[u8]) -> bool {
         if self.raw_body.capacity() == 0 {
             self.raw_body.reserve_exact(self.limits.body);
         }
         let room = self.limits.body.saturating_sub(self.raw_body.len());
         if room == 0 || b.is_empty() {
-            return;
+            return false;
         }
         self.raw_body.extend_from_slice(&b[..b.len().min(room)]);
         if self.n_enc > 0 {
             self.decode();
         }
+        true
     }
 
     /// Undoes the Content-Encoding layers, last applied first, into `body`.

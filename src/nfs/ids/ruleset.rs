@@ -4,7 +4,10 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
+
+/// Shortest pattern worth a place in a prefilter automaton.
+const MIN_PREFILTER: usize = 3;
 
 use super::lexer::{rule_lines, split_rule};
 use super::rule::{build, Buf, Kind, Rule, Side};
@@ -45,7 +48,8 @@ impl Prefilter {
         let mut always = Vec::new();
         for &i in ids {
             match &rules[i as usize].prefilter {
-                Some((b, p)) if *b == buf => {
+                // One- and two-byte patterns hit nearly everywhere: cheaper to try the rule.
+                Some((b, p)) if *b == buf && p.len() >= MIN_PREFILTER => {
                     pats.push(p);
                     pat_rule.push(i);
                 }
@@ -56,6 +60,7 @@ impl Prefilter {
         // match afterwards checks case.
         let ac = (!pats.is_empty()).then(|| {
             AhoCorasickBuilder::new()
+                .kind(Some(AhoCorasickKind::DFA))
                 .ascii_case_insensitive(true)
                 .match_kind(MatchKind::Standard)
                 .build(&pats)
