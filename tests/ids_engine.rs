@@ -62,6 +62,27 @@ alert tcp any any -> any any (msg:"neg"; content:"GET"; content:!"secret"; sid:3
 }
 
 #[test]
+fn fast_pattern_in_an_earlier_segment_still_counts() {
+    let mut e = ids(
+        r#"alert tcp any any -> any any (msg:"split"; content:"longfastpattern"; fast_pattern; content:"end"; distance:0; within:40; sid:7;)"#,
+    );
+    let mut f = e.new_flow();
+    let mut al = Vec::new();
+    e.on_stream(&mut f, &pkt(true), b"xx longfastpattern yy", &mut al);
+    e.on_stream(&mut f, &pkt(true), b"zz", &mut al);
+    assert!(al.is_empty());
+    e.on_stream(&mut f, &pkt(true), b" the end", &mut al);
+    assert_eq!(sids(&al), [7]);
+    // Once the pattern has left the window it no longer matches.
+    let mut f = e.new_flow();
+    al.clear();
+    e.on_stream(&mut f, &pkt(true), b"longfastpattern", &mut al);
+    e.on_stream(&mut f, &pkt(true), &[b'.'; 5000], &mut al);
+    e.on_stream(&mut f, &pkt(true), b"end", &mut al);
+    assert!(al.is_empty());
+}
+
+#[test]
 fn http_buffers_alert_once_per_transaction() {
     let mut e = ids(
         r#"alert http any any -> any any (msg:"uri"; flow:to_server; http.uri; content:"/login.php"; http.method; content:"POST"; sid:10;)

@@ -204,6 +204,7 @@ impl Ids {
             let w = &mut flow.win[d];
             if w.buf.capacity() == 0 {
                 w.buf.reserve_exact(w.cap);
+                w.hit_end = vec![0; w.rules];
             }
             if w.buf.len() > tail {
                 let cut = w.buf.len() - tail;
@@ -218,7 +219,23 @@ impl Ids {
                 fresh: Some(fresh),
             };
             let g = self.next_gen();
-            collect(&self.set.stream, &w.buf, g, &mut self.seen, &mut self.cands);
+            let pf = &self.set.stream;
+            let from = fresh.saturating_sub(pf.max_len().saturating_sub(1));
+            let at = w.base + from as u64;
+            let hit_end = &mut w.hit_end;
+            pf.hits_at(&w.buf[from..], |i, end| {
+                hit_end[i as usize] = at + end as u64
+            });
+            let live = pf
+                .pattern_rules()
+                .iter()
+                .filter(|&&i| w.hit_end[i as usize] > w.base);
+            for &i in pf.always.iter().chain(live) {
+                if self.seen[i as usize] != g {
+                    self.seen[i as usize] = g;
+                    self.cands.push(i);
+                }
+            }
             for k in 0..self.cands.len() {
                 let i = self.cands[k];
                 let r = &self.set.rules[i as usize];

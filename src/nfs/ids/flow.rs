@@ -11,6 +11,11 @@ pub(crate) struct Window {
     pub cap: usize,
     /// Stream offset of `buf[0]`.
     pub base: u64,
+    /// Per rule: stream offset just past its prefilter pattern's last occurrence (0 if
+    /// none), so only new bytes are scanned while rules whose pattern is still in the
+    /// window stay candidates.
+    pub hit_end: Vec<u64>,
+    pub rules: usize,
 }
 
 pub struct IdsFlow {
@@ -27,6 +32,8 @@ impl IdsFlow {
             buf: Vec::new(),
             cap: window,
             base: 0,
+            hit_end: Vec::new(),
+            rules: n_rules,
         };
         let words = n_rules.div_ceil(64);
         IdsFlow {

@@ -38,6 +38,7 @@ pub(crate) struct Prefilter {
     pub buf: Buf,
     ac: Option<AhoCorasick>,
     pat_rule: Vec<u32>,
+    max_len: usize,
     pub always: Vec<u32>,
 }
 
@@ -66,12 +67,33 @@ impl Prefilter {
                 .build(&pats)
                 .expect("prefilter automaton of a bounded rule set")
         });
+        let max_len = pats.iter().map(|p| p.len()).max().unwrap_or(0);
         Prefilter {
             buf,
             ac,
             pat_rule,
+            max_len,
             always,
         }
+    }
+
+    /// Calls `f(rule, end)` for each occurrence of a rule's pattern in `hay`.
+    pub fn hits_at(&self, hay: &[u8], mut f: impl FnMut(u32, usize)) {
+        if let Some(ac) = &self.ac {
+            for m in ac.find_overlapping_iter(hay) {
+                f(self.pat_rule[m.pattern().as_usize()], m.end());
+            }
+        }
+    }
+
+    /// The rules that have a pattern in this automaton.
+    pub fn pattern_rules(&self) -> &[u32] {
+        &self.pat_rule
+    }
+
+    /// Longest pattern: a scan of new bytes starts this many bytes minus one earlier.
+    pub fn max_len(&self) -> usize {
+        self.max_len
     }
 
     /// Calls `f` with each rule whose pattern occurs in `hay` (possibly more than once).
