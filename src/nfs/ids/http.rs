@@ -100,6 +100,7 @@ pub struct HttpHalf {
     cookie: Range,
     user_agent: Range,
     content_type: Range,
+    connection: Range,
     host_raw: Range,
     uri_norm: Vec<u8>,
     host_norm: Vec<u8>,
@@ -138,6 +139,7 @@ impl HttpHalf {
             cookie: (0, 0),
             user_agent: (0, 0),
             content_type: (0, 0),
+            connection: (0, 0),
             host_raw: (0, 0),
             uri_norm: Vec::new(),
             host_norm: Vec::new(),
@@ -372,6 +374,7 @@ impl HttpHalf {
         self.cookie = (0, 0);
         self.user_agent = (0, 0);
         self.content_type = (0, 0);
+        self.connection = (0, 0);
         self.host_raw = (0, 0);
         self.header_norm.clear();
         self.n_enc = 0;
@@ -433,6 +436,8 @@ impl HttpHalf {
                 self.user_agent = value;
             } else if is(b"content-type") {
                 self.content_type = value;
+            } else if is(b"connection") {
+                self.connection = value;
             } else if is(b"host") {
                 self.host_raw = value;
             }
@@ -700,6 +705,7 @@ impl HttpHalf {
             Buf::HttpCookie => norm(&self.header_norm, self.cookie),
             Buf::HttpUserAgent => norm(&self.header_norm, self.user_agent),
             Buf::HttpContentType => norm(&self.header_norm, self.content_type),
+            Buf::HttpConnection => norm(&self.header_norm, self.connection),
             Buf::HttpRequestLine | Buf::HttpResponseLine => self.get(self.line),
             Buf::HttpStatCode => self.get(self.second),
             Buf::HttpStatMsg => self.get(self.third),

@@ -25,6 +25,7 @@ pub enum Buf {
     HttpCookie,
     HttpUserAgent,
     HttpContentType,
+    HttpConnection,
     HttpRequestLine,
     HttpRequestBody,
     HttpStatCode,
@@ -58,6 +59,7 @@ impl Buf {
             "http.cookie" => Buf::HttpCookie,
             "http.user_agent" => Buf::HttpUserAgent,
             "http.content_type" => Buf::HttpContentType,
+            "http.connection" => Buf::HttpConnection,
             "http.request_line" => Buf::HttpRequestLine,
             "http.request_body" | "http.client_body" => Buf::HttpRequestBody,
             "http.stat_code" => Buf::HttpStatCode,
@@ -91,7 +93,7 @@ impl Buf {
     pub fn side(self) -> Side {
         match self {
             Buf::Payload | Buf::HttpHeader | Buf::HttpHeaderRaw | Buf::FileData => Side::Either,
-            Buf::HttpContentType => Side::Either,
+            Buf::HttpContentType | Buf::HttpConnection => Side::Either,
             Buf::HttpStatCode | Buf::HttpStatMsg | Buf::HttpResponseLine => Side::Response,
             _ => Side::Request,
         }
@@ -270,7 +272,13 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
                 ));
             }
             "nocase" => last_content(&mut tests, k)?.nocase = true,
-            "fast_pattern" | "prefilter" => last_content(&mut tests, k)?.fast_pattern = true,
+            "fast_pattern" => last_content(&mut tests, k)?.fast_pattern = true,
+            // A hint only: marks a content as the fast pattern, else changes nothing.
+            "prefilter" => {
+                if let Some((_, Test::Content(c))) = tests.last_mut() {
+                    c.fast_pattern = true;
+                }
+            }
             "startswith" => last_content(&mut tests, k)?.startswith = true,
             "endswith" => last_content(&mut tests, k)?.endswith = true,
             "offset" | "depth" | "within" => {
