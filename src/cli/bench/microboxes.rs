@@ -213,5 +213,6 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
 /// next to our IDS. Each prints its own table (or `--json` line).
 fn peers(a: &Args) -> anyhow::Result<()> {
     super::dpi::run(a)?;
+    super::ids::run(a)?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 mod chart;
 mod dpi;
 mod dpi_ids;
+mod ids;
 mod microboxes;
 mod nfs;
 mod ops;
@@ -18,7 +19,8 @@ use std::path::PathBuf;
 pub struct Args {
     /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per
     /// operation), nfs (filter, NAT, Maglev, monitor), microboxes (chain length,
-    /// consolidated vs per-NF TCP stacks), dpi (DPI engine next to ndpiReader).
+    /// consolidated vs per-NF TCP stacks, DPI -> IDS, peers), dpi (DPI engine next to
+    /// ndpiReader), ids (IDS engine next to Suricata).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -40,6 +42,9 @@ pub struct Args {
     /// for profiling one case under callgrind. Default: every row.
     #[arg(long)]
     only: Vec<String>,
+    /// Rule file for `ids` (default: examples/ids/bench.rules).
+    #[arg(long)]
+    rules: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -54,9 +59,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "nfs" => nfs::run(&a),
         "microboxes" => microboxes::run(&a),
         "dpi" => dpi::run(&a),
+        "ids" => ids::run(&a),
         other => {
             anyhow::bail!(
-                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, microboxes, dpi)"
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, microboxes, dpi, ids)"
             )
         }
     }

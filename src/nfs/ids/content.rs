@@ -106,7 +106,7 @@ fn step(
                 0
             };
             if r.negated {
-                return !r.matches_at(buf, start).is_some()
+                return r.matches_at(buf, start).is_none()
                     && step(rest, buf, span, prev_end, max_end, budget);
             }
             let mut from = start;

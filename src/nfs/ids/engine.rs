@@ -7,6 +7,7 @@ use super::content::{matches, Span};
 use super::flow::{bit, set_bit, IdsFlow};
 use super::header::{Ip, Proto};
 use super::http::{Event, HttpLimits};
+use super::pktcheck::PktFields;
 use super::rule::{Buf, Kind, Rule, Side};
 use super::ruleset::{Prefilter, RuleSet};
 
@@ -45,6 +46,10 @@ pub struct PacketInfo {
     pub established: bool,
     /// This TCP packet's payload goes to `on_stream` (so stream rules skip it here).
     pub reassembled: bool,
+    /// The first packet of its flow in this direction (IP-only rules match only these).
+    pub first_in_dir: bool,
+    /// Header fields for `flags`, `itype`, `icode`, `ttl`.
+    pub fields: PktFields,
 }
 
 /// One alert.
@@ -135,10 +140,15 @@ impl Ids {
         for k in 0..self.cands.len() {
             let i = self.cands[k];
             let r = &self.set.rules[i as usize];
-            if r.header.proto == Proto::Http {
-                continue; // needs the flow's HTTP verdict: stream path only
+            if r.header.proto == Proto::Http || (r.ip_only && !p.first_in_dir) {
+                continue; // HTTP needs the flow's verdict: stream path only
             }
-            if header_ok(r, p) && groups_match(r, payload, span) {
+            if header_ok(r, p)
+                && r.pkt
+                    .iter()
+                    .all(|c| c.test(p.ip_proto, &p.fields, payload.len()))
+                && groups_match(r, payload, span)
+            {
                 push(alerts, r, i);
             }
         }
@@ -165,6 +175,20 @@ impl Ids {
         }
     }
 
+    /// The direction of `p` ended (FIN or RST): HTTP headers cut short are inspected.
+    pub fn on_stream_end(&mut self, flow: &mut IdsFlow, p: &PacketInfo, alerts: &mut Vec<Alert>) {
+        let d = usize::from(!p.to_server);
+        let Some(h) = flow.http.as_mut() else { return };
+        if h[d].close() {
+            if d == 0 {
+                flow.req_fired.fill(0);
+            } else {
+                flow.resp_fired.fill(0);
+            }
+            self.inspect_http(flow, p, d, alerts);
+        }
+    }
+
     fn stream_rules(
         &mut self,
         flow: &mut IdsFlow,
@@ -178,6 +202,10 @@ impl Ids {
         let (tail, piece) = (self.cfg.stream_tail, self.cfg.stream_piece.max(1));
         for chunk in data.chunks(piece) {
             let w = &mut flow.win[d];
+            if w.buf.capacity() == 0 {
+                w.buf.reserve_exact(w.cap);
+                w.hit_end = vec![0; w.rules];
+            }
             if w.buf.len() > tail {
                 let cut = w.buf.len() - tail;
                 w.buf.copy_within(cut.., 0);
@@ -191,7 +219,23 @@ impl Ids {
                 fresh: Some(fresh),
             };
             let g = self.next_gen();
-            collect(&self.set.stream, &w.buf, g, &mut self.seen, &mut self.cands);
+            let pf = &self.set.stream;
+            let from = fresh.saturating_sub(pf.max_len().saturating_sub(1));
+            let at = w.base + from as u64;
+            let hit_end = &mut w.hit_end;
+            pf.hits_at(&w.buf[from..], |i, end| {
+                hit_end[i as usize] = at + end as u64
+            });
+            let live = pf
+                .pattern_rules()
+                .iter()
+                .filter(|&&i| w.hit_end[i as usize] > w.base);
+            for &i in pf.always.iter().chain(live) {
+                if self.seen[i as usize] != g {
+                    self.seen[i as usize] = g;
+                    self.cands.push(i);
+                }
+            }
             for k in 0..self.cands.len() {
                 let i = self.cands[k];
                 let r = &self.set.rules[i as usize];

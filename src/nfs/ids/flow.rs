@@ -7,8 +7,15 @@ use super::http::{HttpHalf, HttpLimits};
 /// One direction's stream window: the last bytes inspected plus the new piece.
 pub(crate) struct Window {
     pub buf: Vec<u8>,
+    /// Size reserved on the direction's first stream bytes.
+    pub cap: usize,
     /// Stream offset of `buf[0]`.
     pub base: u64,
+    /// Per rule: stream offset just past its prefilter pattern's last occurrence (0 if
+    /// none), so only new bytes are scanned while rules whose pattern is still in the
+    /// window stay candidates.
+    pub hit_end: Vec<u64>,
+    pub rules: usize,
 }
 
 pub struct IdsFlow {
@@ -22,8 +29,11 @@ pub struct IdsFlow {
 impl IdsFlow {
     pub(crate) fn new(n_rules: usize, window: usize, http: Option<HttpLimits>) -> IdsFlow {
         let w = || Window {
-            buf: Vec::with_capacity(window),
+            buf: Vec::new(),
+            cap: window,
             base: 0,
+            hit_end: Vec::new(),
+            rules: n_rules,
         };
         let words = n_rules.div_ceil(64);
         IdsFlow {

@@ -108,6 +108,10 @@ impl PortSet {
         Ok(set)
     }
 
+    pub fn is_any(&self) -> bool {
+        self.neg.is_empty() && (self.pos.is_empty() || self.pos.contains(&(0, u16::MAX)))
+    }
+
     pub fn matches(&self, p: u16) -> bool {
         (self.pos.is_empty() || self.pos.iter().any(|&(lo, hi)| lo <= p && p <= hi))
             && !self.neg.iter().any(|&(lo, hi)| lo <= p && p <= hi)

@@ -100,6 +100,7 @@ pub struct HttpHalf {
     cookie: Range,
     user_agent: Range,
     content_type: Range,
+    connection: Range,
     host_raw: Range,
     uri_norm: Vec<u8>,
     host_norm: Vec<u8>,
@@ -121,7 +122,7 @@ impl HttpHalf {
             request,
             limits,
             state: State::Start,
-            hdr: Vec::with_capacity(limits.header),
+            hdr: Vec::new(),
             line_len: 0,
             lines: 0,
             prev_cr: false,
@@ -138,14 +139,15 @@ impl HttpHalf {
             cookie: (0, 0),
             user_agent: (0, 0),
             content_type: (0, 0),
+            connection: (0, 0),
             host_raw: (0, 0),
-            uri_norm: Vec::with_capacity(limits.header),
-            host_norm: Vec::with_capacity(256),
-            header_norm: Vec::with_capacity(limits.header),
-            logical: Vec::with_capacity(limits.header),
-            raw_body: Vec::with_capacity(limits.body),
-            body: Vec::with_capacity(limits.body),
-            scratch: Vec::with_capacity(limits.body),
+            uri_norm: Vec::new(),
+            host_norm: Vec::new(),
+            header_norm: Vec::new(),
+            logical: Vec::new(),
+            raw_body: Vec::new(),
+            body: Vec::new(),
+            scratch: Vec::new(),
             inflate: None,
             no_body: false,
             messages: 0,
@@ -170,14 +172,26 @@ impl HttpHalf {
         }
     }
 
+    /// The direction closed: headers cut short by the close are taken as complete
+    /// (libhtp does the same). Returns true when that completed a message's headers.
+    pub fn close(&mut self) -> bool {
+        if self.state == State::Headers && !self.hdr.is_empty() {
+            self.finish_headers();
+            self.state = State::Start;
+            return true;
+        }
+        false
+    }
+
     /// Consumes a prefix of `data`, stopping after an event; call again with the rest.
     pub fn feed(&mut self, data: &[u8]) -> (usize, Event) {
         match self.state {
             State::NotHttp => (data.len(), Event::Nothing),
             State::Start => {
+                // Blank lines and NULs before a start line are skipped.
                 let skip = data
                     .iter()
-                    .position(|&b| !is_space(b))
+                    .position(|&b| !is_space(b) && b != 0)
                     .unwrap_or(data.len());
                 if skip == data.len() {
                     return (skip, Event::Nothing);
@@ -192,6 +206,20 @@ impl HttpHalf {
     }
 
     fn begin_message(&mut self) {
+        // Buffers are sized on a direction's first message, so flows that never carry
+        // HTTP cost nothing; they never grow afterwards.
+        if self.hdr.capacity() == 0 {
+            let h = self.limits.header;
+            for v in [
+                &mut self.hdr,
+                &mut self.uri_norm,
+                &mut self.header_norm,
+                &mut self.logical,
+            ] {
+                v.reserve_exact(h);
+            }
+            self.host_norm.reserve_exact(256);
+        }
         self.state = State::Headers;
         self.hdr.clear();
         self.raw_body.clear();
@@ -329,7 +357,7 @@ impl HttpHalf {
     fn parse_head(&mut self, has_start: bool) {
         let h_len = self.hdr.len();
         let line_end = if has_start {
-            memchr::memchr(b'\n', &self.hdr).map_or(h_len, |p| p + 1)
+            line_after(&self.hdr, 0)
         } else {
             0
         };
@@ -346,6 +374,7 @@ impl HttpHalf {
         self.cookie = (0, 0);
         self.user_agent = (0, 0);
         self.content_type = (0, 0);
+        self.connection = (0, 0);
         self.host_raw = (0, 0);
         self.header_norm.clear();
         self.n_enc = 0;
@@ -356,17 +385,26 @@ impl HttpHalf {
             self.logical.clear();
             let mut first = true;
             while pos < h_len {
-                let end = memchr::memchr(b'\n', &self.hdr[pos..]).map_or(h_len, |p| pos + p + 1);
+                let end = line_after(&self.hdr, pos);
                 let line = &self.hdr[pos..trim_end(&self.hdr, pos, end)];
-                if !first && !matches!(line.first(), Some(b' ' | b'\t')) {
+                // A continuation that holds a colon is taken as a header of its own.
+                let folded = matches!(line.first(), Some(b' ' | b'\t'));
+                if !first && !folded {
                     break;
                 }
                 if !first && trim_slice(line).is_empty() {
                     break;
                 }
-                if !first {
+                let line = if first {
+                    line
+                } else {
                     self.logical.push(b' ');
-                }
+                    let n = line
+                        .iter()
+                        .take_while(|&&b| b == b' ' || b == b'\t')
+                        .count();
+                    &line[n..]
+                };
                 let room = self.logical.capacity() - self.logical.len();
                 self.logical
                     .extend_from_slice(&line[..line.len().min(room)]);
@@ -386,7 +424,8 @@ impl HttpHalf {
             let is = |want: &[u8]| eq_nocase_nozero(name, want);
             let v = &self.header_norm[value.0..value.1];
             if is(b"content-length") {
-                clen = parse_u64(v);
+                // The first Content-Length counts, as in libhtp.
+                clen = clen.or(parse_u64(v));
             } else if is(b"transfer-encoding") {
                 chunked |= contains_nocase_nozero(v, b"chunked");
             } else if is(b"content-encoding") {
@@ -397,6 +436,8 @@ impl HttpHalf {
                 self.user_agent = value;
             } else if is(b"content-type") {
                 self.content_type = value;
+            } else if is(b"connection") {
+                self.connection = value;
             } else if is(b"host") {
                 self.host_raw = value;
             }
@@ -404,10 +445,9 @@ impl HttpHalf {
         if self.request {
             self.normalise_request();
         }
-        let proto = if self.request { self.third } else { self.first };
-        // Given both framings, libhtp prefers Content-Length unless the server said HTTP/1.1.
-        let chunk_ok = self.request || clen.is_none() || self.get(proto) == b"HTTP/1.1";
-        let framed = (chunked && chunk_ok) || clen.is_some();
+        // Chunked coding wins over Content-Length; a body that turns out not to be
+        // chunked falls back to plain (see `feed_chunked`).
+        let framed = chunked || clen.is_some();
         let code = parse_u64(self.get(self.second)).unwrap_or(200);
         let no_body = !self.request
             && (self.no_body
@@ -416,7 +456,7 @@ impl HttpHalf {
             BodyMode::Close
         } else if no_body {
             BodyMode::None
-        } else if chunked && chunk_ok {
+        } else if chunked {
             BodyMode::Chunked(Chunk::Size)
         } else if let Some(n) = clen {
             if n == 0 {
@@ -514,15 +554,13 @@ impl HttpHalf {
             match self.mode {
                 BodyMode::None => self.state = State::Start,
                 BodyMode::Close => {
-                    self.append_body(&data[i..]);
+                    added |= self.append_body(&data[i..]);
                     i = data.len();
-                    added = true;
                 }
                 BodyMode::Length(n) => {
                     let take = (n.min((data.len() - i) as u64)) as usize;
-                    self.append_body(&data[i..i + take]);
+                    added |= self.append_body(&data[i..i + take]);
                     i += take;
-                    added = true;
                     let left = n - take as u64;
                     self.mode = BodyMode::Length(left);
                     if left == 0 {
@@ -536,7 +574,7 @@ impl HttpHalf {
                 }
             }
         }
-        if added || self.state == State::Start {
+        if added || (self.state == State::Start && i == 0) {
             (i, Event::Body)
         } else {
             (i, Event::Nothing)
@@ -547,6 +585,16 @@ impl HttpHalf {
     fn feed_chunked(&mut self, c: Chunk, data: &[u8]) -> (usize, bool) {
         match c {
             Chunk::Size | Chunk::Trailer | Chunk::DataEnd => {
+                if c == Chunk::Size && self.not_a_chunk_size(data) {
+                    // Like libhtp, a body that does not start with a chunk size is read
+                    // as plain body until close, from the bytes held so far.
+                    let held = self.chunk_len;
+                    let line = self.chunk_line;
+                    self.chunk_len = 0;
+                    self.mode = BodyMode::Close;
+                    let grew = self.append_body(&line[..held]);
+                    return (0, grew);
+                }
                 let Some(p) = memchr::memchr(b'\n', data) else {
                     self.take_line(data);
                     return (data.len(), false);
@@ -576,16 +624,23 @@ impl HttpHalf {
             }
             Chunk::Data(n) => {
                 let take = (n.min(data.len() as u64)) as usize;
-                self.append_body(&data[..take]);
+                let grew = self.append_body(&data[..take]);
                 let left = n - take as u64;
                 self.mode = BodyMode::Chunked(if left == 0 {
                     Chunk::DataEnd
                 } else {
                     Chunk::Data(left)
                 });
-                (take, true)
+                (take, grew)
             }
         }
+    }
+
+    /// The held size-line bytes plus `data` start (after blanks) with a non-hex byte.
+    fn not_a_chunk_size(&self, data: &[u8]) -> bool {
+        let held = &self.chunk_line[..self.chunk_len];
+        let first = held.iter().chain(data.iter()).find(|&&b| !is_space(b));
+        first.is_some_and(|b| !b.is_ascii_hexdigit())
     }
 
     fn take_line(&mut self, b: &[u8]) {
@@ -595,15 +650,21 @@ impl HttpHalf {
         self.chunk_len += n;
     }
 
-    fn append_body(&mut self, b: &[u8]) {
-        let room = self.limits.body - self.raw_body.len();
+    /// Keeps body bytes up to the limit; false when nothing was added (so a full body is
+    /// not inspected again).
+    fn append_body(&mut self, b: &[u8]) -> bool {
+        if self.raw_body.capacity() == 0 {
+            self.raw_body.reserve_exact(self.limits.body);
+        }
+        let room = self.limits.body.saturating_sub(self.raw_body.len());
         if room == 0 || b.is_empty() {
-            return;
+            return false;
         }
         self.raw_body.extend_from_slice(&b[..b.len().min(room)]);
         if self.n_enc > 0 {
             self.decode();
         }
+        true
     }
 
     /// Undoes the Content-Encoding layers, last applied first, into `body`.
@@ -617,6 +678,10 @@ impl HttpHalf {
             encs,
             ..
         } = self;
+        if body.capacity() == 0 {
+            body.reserve_exact(raw_body.capacity());
+            scratch.reserve_exact(raw_body.capacity());
+        }
         let z = inflate.get_or_insert_with(|| Box::new(Decompress::new(false)));
         inflate_into(encs[layers - 1], raw_body, body, z);
         for l in 1..layers {
@@ -640,6 +705,7 @@ impl HttpHalf {
             Buf::HttpCookie => norm(&self.header_norm, self.cookie),
             Buf::HttpUserAgent => norm(&self.header_norm, self.user_agent),
             Buf::HttpContentType => norm(&self.header_norm, self.content_type),
+            Buf::HttpConnection => norm(&self.header_norm, self.connection),
             Buf::HttpRequestLine | Buf::HttpResponseLine => self.get(self.line),
             Buf::HttpStatCode => self.get(self.second),
             Buf::HttpStatMsg => self.get(self.third),
@@ -768,6 +834,21 @@ fn trim_slice(b: &[u8]) -> &[u8] {
     &b[s..e.max(s)]
 }
 
+/// Where the line starting at `pos` ends, past its terminator (CRLF, LF or a lone CR).
+fn line_after(h: &[u8], pos: usize) -> usize {
+    match memchr::memchr2(b'\r', b'\n', &h[pos..]) {
+        None => h.len(),
+        Some(p) => {
+            let e = pos + p;
+            if h[e] == b'\r' && h.get(e + 1) == Some(&b'\n') {
+                e + 2
+            } else {
+                e + 1
+            }
+        }
+    }
+}
+
 fn trim_end(h: &[u8], s: usize, mut e: usize) -> usize {
     while e > s && matches!(h[e - 1], b'\r' | b'\n') {
         e -= 1;
@@ -797,4 +878,129 @@ fn contains_nocase_nozero(h: &[u8], n: &[u8]) -> bool {
             && n.iter()
                 .all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Feeds `data` in pieces of `step` bytes, returning the events seen.
+    fn feed_all(h: &mut HttpHalf, data: &[u8], step: usize) -> Vec<Event> {
+        let mut evs = Vec::new();
+        for piece in data.chunks(step) {
+            let mut rest = piece;
+            while !rest.is_empty() {
+                let (n, ev) = h.feed(rest);
+                if ev != Event::Nothing {
+                    evs.push(ev);
+                }
+                if n == 0 && ev == Event::Nothing {
+                    break;
+                }
+                rest = &rest[n..];
+            }
+        }
+        evs
+    }
+
+    const REQ: &[u8] = b"\r\nGET /a%20b/c.php?x=1 HTTP/1.1\r\nHost: WWW.Example.COM:8080\r\nUser-Agent: Mozilla/5.0\r\n  (folded)\r\nCookie: k=v\r\n\r\n";
+
+    #[test]
+    fn request_buffers_at_every_split() {
+        for step in 1..REQ.len() {
+            let mut h = HttpHalf::new(true, HttpLimits::default());
+            let evs = feed_all(&mut h, REQ, step);
+            assert_eq!(evs, [Event::Headers], "step {step}");
+            assert_eq!(h.buf(Buf::HttpMethod), b"GET");
+            assert_eq!(h.buf(Buf::HttpUriRaw), b"/a%20b/c.php?x=1");
+            assert_eq!(h.buf(Buf::HttpUri), b"/a b/c.php?x=1");
+            assert_eq!(h.buf(Buf::HttpHost), b"www.example.com");
+            assert_eq!(h.buf(Buf::HttpUserAgent), b"Mozilla/5.0 (folded)");
+            assert_eq!(h.buf(Buf::HttpCookie), b"k=v");
+            assert_eq!(h.buf(Buf::HttpProtocol), b"HTTP/1.1");
+            assert_eq!(
+                h.buf(Buf::HttpHeader),
+                &b"Host: WWW.Example.COM:8080\r\nUser-Agent: Mozilla/5.0 (folded)\r\nCookie: k=v\r\n"[..]
+            );
+        }
+    }
+
+    #[test]
+    fn chunked_body_at_every_split() {
+        let resp = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\nHTTP/1.1 404 Nope\r\nContent-Length: 3\r\n\r\nabc";
+        for step in 1..resp.len() {
+            let mut h = HttpHalf::new(false, HttpLimits::default());
+            let mut bodies = Vec::new();
+            for piece in resp.chunks(step) {
+                let mut rest = piece;
+                while !rest.is_empty() {
+                    let (n, ev) = h.feed(rest);
+                    if ev == Event::Headers {
+                        bodies.push(Vec::new());
+                    }
+                    if ev == Event::Body {
+                        if let Some(b) = bodies.last_mut() {
+                            *b = h.buf(Buf::FileData).to_vec();
+                        }
+                    }
+                    rest = &rest[n..];
+                }
+            }
+            assert_eq!(
+                bodies,
+                [b"hello, world".to_vec(), b"abc".to_vec()],
+                "step {step}"
+            );
+            assert_eq!(h.buf(Buf::HttpStatCode), b"404");
+            assert_eq!(h.buf(Buf::HttpStatMsg), b"Nope");
+        }
+    }
+
+    #[test]
+    fn gzip_and_deflate_bodies_are_decoded() {
+        let plain = b"<html>EICAR-STANDARD-ANTIVIRUS-TEST-FILE</html>";
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(plain).unwrap();
+        let gz = gz.finish().unwrap();
+        let mut zl = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        zl.write_all(&gz).unwrap();
+        let both = zl.finish().unwrap();
+        for (enc, body) in [("gzip", gz.clone()), ("gzip, deflate", both)] {
+            let mut msg = format!(
+                "HTTP/1.1 200 OK\r\nContent-Encoding: {enc}\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            msg.extend_from_slice(&body);
+            for step in [1, 7, msg.len()] {
+                let mut h = HttpHalf::new(false, HttpLimits::default());
+                feed_all(&mut h, &msg, step);
+                assert_eq!(h.buf(Buf::FileData), plain, "{enc} step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn non_http_is_ignored_and_limits_hold() {
+        let mut h = HttpHalf::new(true, HttpLimits::default());
+        assert_eq!(
+            feed_all(&mut h, b"\x16\x03\x01\x00\x10hello\r\n\r\n", 3),
+            []
+        );
+        assert!(h.gave_up() && !h.is_http());
+        let limits = HttpLimits {
+            header: 64,
+            body: 8,
+            decompress_layers: 1,
+        };
+        let mut h = HttpHalf::new(false, limits);
+        let long = format!(
+            "HTTP/1.1 200 OK\r\nX: {}\r\nContent-Length: 20\r\n\r\n0123456789abcdefghij",
+            "y".repeat(200)
+        );
+        feed_all(&mut h, long.as_bytes(), 5);
+        assert_eq!(h.buf(Buf::FileData), b"01234567");
+        assert!(h.hdr.len() <= 64);
+    }
 }

@@ -132,8 +132,18 @@ fn push_option<'a>(opt: &'a str, out: &mut Vec<(&'a str, &'a str)>) -> Result<()
     Ok(())
 }
 
-/// The text of a quoted option value with `\"`, `\;`, `\\` unescaped, or the bare value.
+/// The text of a quoted option value with `\"`, `\;`, `\:` and `\\` unescaped (content,
+/// msg), or the bare value. Other backslashes are kept.
 pub fn unquote(v: &str) -> Result<String, String> {
+    unescape(v, "\"\\;:")
+}
+
+/// For pcre: only `\"` and `\;` are the rule syntax's; every other escape is the regex's.
+pub fn unquote_pcre(v: &str) -> Result<String, String> {
+    unescape(v, "\";")
+}
+
+fn unescape(v: &str, escapable: &str) -> Result<String, String> {
     let v = v.trim();
     let inner = match v.strip_prefix('"') {
         Some(r) => r
@@ -142,11 +152,19 @@ pub fn unquote(v: &str) -> Result<String, String> {
         None => v,
     };
     let mut out = String::with_capacity(inner.len());
-    let mut it = inner.chars();
+    let mut it = inner.chars().peekable();
     while let Some(c) = it.next() {
         if c == '\\' {
-            match it.next() {
-                Some(n) => out.push(n),
+            match it.peek() {
+                Some(&n) if escapable.contains(n) => {
+                    out.push(n);
+                    it.next();
+                }
+                Some(&n) => {
+                    out.push('\\');
+                    out.push(n);
+                    it.next();
+                }
                 None => return Err(format!("`{v}`: dangling `\\`")),
             }
         } else {
@@ -181,6 +199,7 @@ mod tests {
         assert_eq!(r.options[2], ("nocase", ""));
         assert_eq!(unquote(r.options[0].1).unwrap(), "a;b \"q\"");
         assert_eq!(unquote(r.options[1].1).unwrap(), "x;y");
+        assert_eq!(unquote_pcre(r#""/a\d\\\;\"/""#).unwrap(), r#"/a\d\\;"/"#);
     }
 
     #[test]

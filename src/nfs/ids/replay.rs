@@ -14,6 +14,7 @@ use crate::packet::{L3Kind, Layers};
 use super::engine::{Alert, Ids, PacketInfo};
 use super::flow::IdsFlow;
 use super::header::Ip;
+use super::pktcheck::PktFields;
 
 /// Suricata's `stream.midstream` and the out-of-order bound.
 #[derive(Clone, Copy, Debug)]
@@ -142,6 +143,7 @@ pub fn replay(
         });
         let to_server = (src, sport) == flow.client;
         let d = usize::from(!to_server);
+        let first_in_dir = !flow.seen[d];
         flow.seen[d] = true;
         let mut deliver: Option<u32> = None;
         if let Some((seq, flags)) = tcp {
@@ -149,6 +151,10 @@ pub fn replay(
             if syn && !ack && to_server {
                 flow.syn = true;
                 flow.dirs[0].next = Some(seq.wrapping_add(1));
+                if !payload.is_empty() {
+                    // TCP Fast Open: data on the SYN starts the client's stream.
+                    deliver = Some(seq.wrapping_add(1));
+                }
             } else if syn && ack && !to_server && flow.syn {
                 flow.synack = true;
                 flow.dirs[1].next = Some(seq.wrapping_add(1));
@@ -180,6 +186,25 @@ pub fn replay(
             to_server,
             established,
             reassembled: deliver.is_some(),
+            first_in_dir,
+            fields: PktFields {
+                tcp_flags: tcp.map_or(0, |t| t.1),
+                icmp_type: if has_l4 && matches!(proto, 1 | 58) {
+                    b[l4]
+                } else {
+                    0
+                },
+                icmp_code: if has_l4 && matches!(proto, 1 | 58) {
+                    b[l4 + 1]
+                } else {
+                    0
+                },
+                ttl: if l.l3 == L3Kind::Ipv4 {
+                    b[l3 + 8]
+                } else {
+                    b[l3 + 7]
+                },
+            },
         };
         ids.on_packet(&info, payload, alerts);
         if let Some(seq) = deliver {
@@ -194,6 +219,9 @@ pub fn replay(
                 &mut st.ooo_dropped,
                 alerts,
             );
+        }
+        if tcp.is_some_and(|(_, f)| f & 0x05 != 0) && flow.dirs[d].next.is_some() {
+            ids.on_stream_end(&mut flow.ids, &info, alerts);
         }
     }
     st

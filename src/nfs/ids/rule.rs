@@ -4,8 +4,9 @@
 
 use super::content::{decode_pattern, Content, Test};
 use super::header::{AddrSet, Header, PortSet, Proto};
-use super::lexer::{unquote, RawRule};
+use super::lexer::{unquote, unquote_pcre, RawRule};
 use super::pcre::Pcre;
+use super::pktcheck::PktCheck;
 use super::vars::Vars;
 
 /// The buffer a test inspects.
@@ -24,6 +25,7 @@ pub enum Buf {
     HttpCookie,
     HttpUserAgent,
     HttpContentType,
+    HttpConnection,
     HttpRequestLine,
     HttpRequestBody,
     HttpStatCode,
@@ -57,6 +59,7 @@ impl Buf {
             "http.cookie" => Buf::HttpCookie,
             "http.user_agent" => Buf::HttpUserAgent,
             "http.content_type" => Buf::HttpContentType,
+            "http.connection" => Buf::HttpConnection,
             "http.request_line" => Buf::HttpRequestLine,
             "http.request_body" | "http.client_body" => Buf::HttpRequestBody,
             "http.stat_code" => Buf::HttpStatCode,
@@ -90,7 +93,7 @@ impl Buf {
     pub fn side(self) -> Side {
         match self {
             Buf::Payload | Buf::HttpHeader | Buf::HttpHeaderRaw | Buf::FileData => Side::Either,
-            Buf::HttpContentType => Side::Either,
+            Buf::HttpContentType | Buf::HttpConnection => Side::Either,
             Buf::HttpStatCode | Buf::HttpStatMsg | Buf::HttpResponseLine => Side::Response,
             _ => Side::Request,
         }
@@ -142,6 +145,11 @@ pub struct Rule {
     pub prefilter: Option<(Buf, Vec<u8>)>,
     /// Source line of the rule.
     pub line: usize,
+    /// Per-packet header checks (`flags`, `itype`, …); a rule with any is a packet rule.
+    pub pkt: Vec<PktCheck>,
+    /// Suricata's "IP-only" rules (addresses and protocol, nothing else) are matched on
+    /// the first packet of each flow direction only.
+    pub ip_only: bool,
 }
 
 /// Why a rule was not loaded: the keyword (or header field) and the reason.
@@ -224,6 +232,8 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
         side: Side::Request,
         prefilter: None,
         line: raw.line,
+        ip_only: false,
+        pkt: Vec::new(),
     };
     // Tests in rule order, each with its buffer; grouped per buffer afterwards.
     let mut tests: Vec<(Buf, Test)> = Vec::new();
@@ -262,7 +272,13 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
                 ));
             }
             "nocase" => last_content(&mut tests, k)?.nocase = true,
-            "fast_pattern" | "prefilter" => last_content(&mut tests, k)?.fast_pattern = true,
+            "fast_pattern" => last_content(&mut tests, k)?.fast_pattern = true,
+            // A hint only: marks a content as the fast pattern, else changes nothing.
+            "prefilter" => {
+                if let Some((_, Test::Content(c))) = tests.last_mut() {
+                    c.fast_pattern = true;
+                }
+            }
             "startswith" => last_content(&mut tests, k)?.startswith = true,
             "endswith" => last_content(&mut tests, k)?.endswith = true,
             "offset" | "depth" | "within" => {
@@ -289,9 +305,12 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
                     Some(b) => (true, b),
                     None => (false, v),
                 };
-                let s = unquote(body).map_err(|e| skip(k, e))?;
+                let s = unquote_pcre(body).map_err(|e| skip(k, e))?;
                 let (p, sel) = Pcre::parse(&s, neg).map_err(|e| skip(k, e))?;
                 tests.push((sel.unwrap_or(sticky), Test::Pcre(p)));
+            }
+            "flags" | "itype" | "icode" | "dsize" | "ttl" => {
+                r.pkt.push(PktCheck::parse(k, v).map_err(|e| skip(k, e))?)
             }
             _ if IGNORED.contains(&k) => {}
             _ => {
@@ -328,11 +347,14 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
     let http_bufs = groups.iter().any(|g| g.buf != Buf::Payload);
     r.kind = if http_bufs || (proto == Proto::Http && groups.is_empty()) {
         Kind::Http
-    } else if matches!(proto, Proto::Tcp | Proto::Http) && !groups.is_empty() {
+    } else if matches!(proto, Proto::Tcp | Proto::Http) && !groups.is_empty() && r.pkt.is_empty() {
         Kind::Stream
     } else {
         Kind::Packet
     };
+    if r.kind == Kind::Http && !r.pkt.is_empty() {
+        return Err(skip("flags", "packet keywords mixed with HTTP buffers"));
+    }
     if r.kind == Kind::Http {
         if groups.iter().any(|g| g.buf == Buf::Payload) {
             return Err(skip("pkt_data", "payload tests mixed with HTTP buffers"));
@@ -349,6 +371,12 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
             Side::Either
         };
     }
+    r.ip_only = r.kind == Kind::Packet
+        && groups.is_empty()
+        && r.pkt.is_empty()
+        && r.flow == FlowOpt::default()
+        && r.header.sport.is_any()
+        && r.header.dport.is_any();
     r.prefilter = choose_prefilter(&groups);
     r.groups = groups;
     Ok(r)

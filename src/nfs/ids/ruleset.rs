@@ -4,7 +4,10 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
+
+/// Shortest pattern worth a place in a prefilter automaton.
+const MIN_PREFILTER: usize = 3;
 
 use super::lexer::{rule_lines, split_rule};
 use super::rule::{build, Buf, Kind, Rule, Side};
@@ -35,6 +38,7 @@ pub(crate) struct Prefilter {
     pub buf: Buf,
     ac: Option<AhoCorasick>,
     pat_rule: Vec<u32>,
+    max_len: usize,
     pub always: Vec<u32>,
 }
 
@@ -45,7 +49,8 @@ impl Prefilter {
         let mut always = Vec::new();
         for &i in ids {
             match &rules[i as usize].prefilter {
-                Some((b, p)) if *b == buf => {
+                // One- and two-byte patterns hit nearly everywhere: cheaper to try the rule.
+                Some((b, p)) if *b == buf && p.len() >= MIN_PREFILTER => {
                     pats.push(p);
                     pat_rule.push(i);
                 }
@@ -56,17 +61,39 @@ impl Prefilter {
         // match afterwards checks case.
         let ac = (!pats.is_empty()).then(|| {
             AhoCorasickBuilder::new()
+                .kind(Some(AhoCorasickKind::DFA))
                 .ascii_case_insensitive(true)
                 .match_kind(MatchKind::Standard)
                 .build(&pats)
                 .expect("prefilter automaton of a bounded rule set")
         });
+        let max_len = pats.iter().map(|p| p.len()).max().unwrap_or(0);
         Prefilter {
             buf,
             ac,
             pat_rule,
+            max_len,
             always,
         }
+    }
+
+    /// Calls `f(rule, end)` for each occurrence of a rule's pattern in `hay`.
+    pub fn hits_at(&self, hay: &[u8], mut f: impl FnMut(u32, usize)) {
+        if let Some(ac) = &self.ac {
+            for m in ac.find_overlapping_iter(hay) {
+                f(self.pat_rule[m.pattern().as_usize()], m.end());
+            }
+        }
+    }
+
+    /// The rules that have a pattern in this automaton.
+    pub fn pattern_rules(&self) -> &[u32] {
+        &self.pat_rule
+    }
+
+    /// Longest pattern: a scan of new bytes starts this many bytes minus one earlier.
+    pub fn max_len(&self) -> usize {
+        self.max_len
     }
 
     /// Calls `f` with each rule whose pattern occurs in `hay` (possibly more than once).

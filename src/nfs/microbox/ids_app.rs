@@ -6,6 +6,7 @@
 //! - `only = ["HTTP", …]` (dynamic): a flow's data is subscribed to only once a DPI app
 //!   before this one labels it with one of these protocols;
 //! - without `only`: every flow's data from its start.
+//!
 //! Either way the IDS decides it has seen enough of a flow — and unsubscribes — once both
 //! directions passed `depth` bytes (Suricata's `stream.reassembly.depth`, 1 MiB by default).
 //!
@@ -14,8 +15,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::flow::FlowKey;
 use crate::nfs::dpi::AppProto;
-use crate::nfs::ids::{Alert, Ids, IdsConfig, IdsFlow, PacketInfo, RuleSet, Vars};
+use crate::nfs::ids::{Alert, Ids, IdsConfig, IdsFlow, PacketInfo, PktFields, RuleSet, Vars};
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::stack::{App, Ctx, Event, Kind, Kinds, Level, TcpState};
 
@@ -98,7 +100,7 @@ impl IdsApp {
         for w in &warnings {
             eprintln!("warning: ids: {w}");
         }
-        if set.len() == 0 {
+        if set.is_empty() {
             return Err(p.err("no rule could be loaded (see the warnings above)"));
         }
         Ok(IdsApp {
@@ -129,6 +131,39 @@ impl IdsApp {
             seen: [0; 2],
         });
     }
+
+    /// Counts the alerts the engine just raised and publishes them after `ev`'s cause.
+    fn publish(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
+        for a in &self.alerts {
+            self.alerted += 1;
+            *self.by_sid.entry(a.sid).or_insert(0) += 1;
+            let msg = self.ids.rules().rules[a.rule as usize].msg.as_bytes();
+            cx.publish(ev, Kind::IdsAlert, a.sid, msg);
+        }
+    }
+}
+
+/// The engine's view of one direction of connection `k` (oriented from its client).
+fn packet_info(k: &FlowKey, to_server: bool, established: bool) -> PacketInfo {
+    let (src, dst, sport, dport) = if to_server {
+        (k.src_ip(), k.dst_ip(), k.sport, k.dport)
+    } else {
+        (k.dst_ip(), k.src_ip(), k.dport, k.sport)
+    };
+    PacketInfo {
+        ip_proto: 6,
+        src: src.into(),
+        dst: dst.into(),
+        sport,
+        dport,
+        to_server,
+        established,
+        reassembled: true,
+        // Stream bytes, not a packet: IP-only and header rules are packet rules, which
+        // this app does not run.
+        first_in_dir: false,
+        fields: PktFields::default(),
+    }
 }
 
 impl App for IdsApp {
@@ -155,11 +190,9 @@ impl App for IdsApp {
     fn on_event(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
         match ev.kind {
             Kind::FlowStart => self.start(ev.flow),
-            Kind::DpiResult => {
-                if self.only.contains(&ev.info) {
-                    self.start(ev.flow);
-                    cx.subscribe(ev.flow, Kind::Data);
-                }
+            Kind::DpiResult if self.only.contains(&ev.info) => {
+                self.start(ev.flow);
+                cx.subscribe(ev.flow, Kind::Data);
             }
             Kind::Data => {
                 self.data_events += 1;
@@ -169,43 +202,34 @@ impl App for IdsApp {
                 let Some(Some(fl)) = self.flows.get_mut(ev.flow as usize) else {
                     return;
                 };
-                let to_server = ev.dir == 0;
-                let (src, dst, sport, dport) = if to_server {
-                    (k.src_ip(), k.dst_ip(), k.sport, k.dport)
-                } else {
-                    (k.dst_ip(), k.src_ip(), k.dport, k.sport)
-                };
-                let info = PacketInfo {
-                    ip_proto: 6,
-                    src: src.into(),
-                    dst: dst.into(),
-                    sport,
-                    dport,
-                    to_server,
-                    established,
-                    reassembled: true,
-                };
+                let info = packet_info(&k, ev.dir == 0, established);
                 let bytes = cx.bytes(ev);
                 fl.seen[usize::from(ev.dir)] += bytes.len() as u64;
                 self.alerts.clear();
                 self.ids
                     .on_stream(&mut fl.state, &info, bytes, &mut self.alerts);
                 let done = fl.seen[0] >= self.depth && fl.seen[1] >= self.depth;
-                for a in &self.alerts {
-                    self.alerted += 1;
-                    *self.by_sid.entry(a.sid).or_insert(0) += 1;
-                    let msg = self.ids.rules().rules[a.rule as usize].msg.as_bytes();
-                    cx.publish(ev, Kind::IdsAlert, a.sid, msg);
-                }
+                self.publish(ev, cx);
                 if done {
                     self.flows[ev.flow as usize] = None;
                     cx.unsubscribe(ev.flow, Kind::Data);
                 }
             }
             Kind::FlowEnd => {
-                if let Some(s) = self.flows.get_mut(ev.flow as usize) {
-                    *s = None;
+                let Some(fl) = self.flows.get_mut(ev.flow as usize).and_then(Option::take) else {
+                    return;
+                };
+                let Some(c) = cx.conn(ev.flow) else { return };
+                let (k, established) = (c.key, c.state >= TcpState::Established);
+                let mut fl = fl;
+                self.alerts.clear();
+                // Requests or responses cut short by the end are inspected as they are.
+                for to_server in [true, false] {
+                    let info = packet_info(&k, to_server, established);
+                    self.ids
+                        .on_stream_end(&mut fl.state, &info, &mut self.alerts);
                 }
+                self.publish(ev, cx);
             }
             _ => {}
         }
