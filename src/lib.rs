@@ -8,5 +8,6 @@
 pub mod flow;
 pub mod io;
 pub mod nfs;
+pub mod optimise;
 pub mod packet;
 pub mod runtime;

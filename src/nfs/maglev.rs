@@ -27,11 +27,11 @@ use std::net::IpAddr;
 
 use foldhash::fast::FixedState;
 
-use super::nf::{Context, Nf, Profile};
+use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{FlowKey, Hasher, Learned, WideKey};
 use crate::packet::wire::{Ipv4, Tcp, Udp};
-use crate::packet::{checksum, Batch, Fields, L3Kind, Verdict};
+use crate::packet::{checksum, Batch, FastMark, Fields, L3Kind, Verdict};
 
 /// The paper's default: a prime a little above 65,536 for up to a few hundred backends.
 pub const DEFAULT_TABLE_SIZE: usize = 65537;
@@ -506,6 +506,32 @@ impl Maglev {
     }
 }
 
+/// FastPath token of a packet not for the VIP; otherwise the token is the backend id.
+const FAST_PASS: u64 = u64::MAX;
+
+/// The connection-table key of a packet on the consolidated path, as `process` makes it.
+fn fast_key(p: &FastPacket) -> WideKey {
+    let mut k = *p.key;
+    if p.layers.is_fragment() {
+        k.sport = 0;
+        k.dport = 0;
+    }
+    WideKey(k)
+}
+
+impl Maglev {
+    /// Frees the slots of idle connections (expired ones are also replaced when their
+    /// flow is seen again, so sweeping only matters for room). Counted per packet, so
+    /// both paths sweep at the same packet whatever the batches.
+    #[inline]
+    fn tick(&mut self, now: u64) {
+        self.since_sweep += 1;
+        if self.since_sweep >= self.sweep_every {
+            self.sweep(now);
+        }
+    }
+}
+
 /// The connection table: flow → (stable backend id, last seen). As `flow::TimedTable`,
 /// but a hit is one probe that also refreshes the entry (the hot path of every packet).
 struct Conns {
@@ -650,17 +676,14 @@ impl Nf for Maglev {
     }
 
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
-        // Free the slots of idle connections (expired ones are also replaced when their
-        // flow is seen again, so sweeping only matters for room).
-        if let Some(p) = batch.iter().next() {
-            self.since_sweep += batch.len() as u64;
-            if self.since_sweep >= self.sweep_every {
-                self.sweep(p.meta().ts_ns);
-            }
-        }
         for p in batch {
             let l = p.layers();
             let (m, d) = p.split_mut();
+            self.tick(m.ts_ns);
+            if m.fast == FastMark::Want {
+                // Refused unless a branch below says otherwise.
+                m.fast = FastMark::Refuse;
+            }
             let o3 = l.l3_off as usize;
             let to_vip = match l.l3 {
                 L3Kind::Ipv4 => !self.v6 && d.get(o3 + 16..o3 + 20) == Some(&self.vip[..4]),
@@ -668,6 +691,9 @@ impl Nf for Maglev {
                 _ => false,
             };
             if !to_vip {
+                if m.fast == FastMark::Refuse {
+                    m.fast = FastMark::Token(FAST_PASS);
+                }
                 self.passed += 1;
                 if self.drop_others {
                     m.verdict = Verdict::Drop(NOT_VIP);
@@ -688,6 +714,11 @@ impl Nf for Maglev {
             };
             let b = self.backends[i];
             self.known[b.id as usize].packets += 1;
+            if m.fast == FastMark::Refuse
+                && self.conns.map.get(&WideKey(key)).map(|e| e.0) == Some(b.id)
+            {
+                m.fast = FastMark::Token(b.id as u64);
+            }
             // A complete transport header (never in later fragments) has its checksum
             // patched: it covers the destination address through the pseudo header.
             let o4 = l.l4_off as usize;
@@ -771,6 +802,40 @@ impl Nf for Maglev {
         }
         self.set_backends(&set)?;
         Ok(format!("{} backend(s)", set.len()))
+    }
+
+    fn fast_role(&self) -> FastRole {
+        FastRole::Consolidate("connection idle-timer refresh, sweep step, per-backend counter")
+    }
+
+    fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
+        if token == FAST_PASS {
+            return true;
+        }
+        let key = fast_key(p);
+        match self.conns.map.get(&key) {
+            Some(&(id, last)) => {
+                let t = self.conns.timeout_ns;
+                id as u64 == token
+                    && !(t != 0 && p.ts_ns.saturating_sub(last) > t)
+                    && self.known.get(id as usize).is_some_and(|k| k.index != GONE)
+            }
+            None => false,
+        }
+    }
+
+    fn fast_state(&mut self, token: u64, p: &FastPacket) {
+        self.tick(p.ts_ns);
+        if token == FAST_PASS {
+            self.passed += 1;
+            return;
+        }
+        let key = fast_key(p);
+        if self.conns.get_mut(&key, p.ts_ns).is_some() {
+            if let Some(k) = self.known.get_mut(token as usize) {
+                k.packets += 1;
+            }
+        }
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {

@@ -20,6 +20,6 @@ pub use ipv4_switch::Ipv4Switch;
 pub use mac_switch::MacSwitch;
 pub use maglev::{Backend, Maglev};
 pub use nat::{Nat, NatConfig};
-pub use nf::{Context, Nf, Profile};
+pub use nf::{Context, FastPacket, FastRole, Nf, Profile};
 pub use params::{ParamDoc, ParamError, Params};
 pub use wire::Wire;
