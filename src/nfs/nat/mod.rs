@@ -133,6 +133,9 @@ struct Mapping {
     deadline: u64,
     /// Position in `Nat::live`.
     pos: u32,
+    /// Which mapping this is (the creation count): FastPath tokens name it, so a flow's
+    /// entry never outlives the mapping it was recorded with.
+    serial: u32,
     ip_out: u16,
     l4_out: u16,
     ip_in: u16,
@@ -670,6 +673,7 @@ impl Nat {
             state: LIVE,
             deadline: now.saturating_add(self.timeout(proto, 0)),
             pos: self.live.len() as u32,
+            serial: self.created as u32,
             ip_out,
             l4_out,
             ip_in,
@@ -1075,7 +1079,7 @@ impl Nat {
     }
 }
 
-// FastPath token kinds (top byte; the low 32 bits hold the mapping's slot).
+// FastPath token kinds (top byte; then the mapping's slot in 24 bits and its serial).
 const FAST_STATIC: u8 = 0;
 const FAST_OUT: u8 = 1;
 const FAST_IN: u8 = 2;
@@ -1156,8 +1160,10 @@ impl Nat {
         };
         let kind = if outgoing { FAST_OUT } else { FAST_IN };
         match slot {
-            Some(s) => FastMark::Token((kind as u64) << 56 | s as u64),
-            None => FastMark::Refuse,
+            Some(s) if s < 1 << 24 => FastMark::Token(
+                (kind as u64) << 56 | (s as u64) << 32 | self.slab[s as usize].serial as u64,
+            ),
+            _ => FastMark::Refuse,
         }
     }
 }
@@ -1210,13 +1216,17 @@ impl Nf for Nat {
     }
 
     fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
-        let (kind, slot) = ((token >> 56) as u8, token as u32);
+        let (kind, slot, serial) = (
+            (token >> 56) as u8,
+            (token >> 32) as u32 & 0xff_ffff,
+            token as u32,
+        );
         let Some(m) = self.slab.get(slot as usize) else {
             return !matches!(kind, FAST_OUT | FAST_IN);
         };
         let k = p.key;
         let v4 = |a: &[u8; 16]| u32::from_be_bytes([a[0], a[1], a[2], a[3]]);
-        let live = m.state & LIVE != 0 && p.ts_ns <= m.deadline;
+        let live = m.state & LIVE != 0 && p.ts_ns <= m.deadline && m.serial == serial;
         match kind {
             FAST_OUT => {
                 let dport = if k.proto == ICMP { 0 } else { k.dport };
@@ -1236,7 +1246,7 @@ impl Nf for Nat {
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
         let now = p.ts_ns;
         self.tick(now);
-        let slot = token as u32;
+        let slot = (token >> 32) as u32 & 0xff_ffff;
         match (token >> 56) as u8 {
             FAST_OUT => {
                 self.touch(slot, now, p.tcp_flags as u8, true);
