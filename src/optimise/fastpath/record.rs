@@ -2,7 +2,7 @@
 //! then per NF the flow key it saw, its verdict and its token; at the end the net
 //! header actions, checked by replaying them on the copy.
 
-use super::actions::Actions;
+use super::actions::{step_sums, Actions, Sums, WINDOW};
 use super::key::FpKey;
 use super::table::{Entry, Step, MAX_PATH};
 use crate::flow::FlowKey;
@@ -23,6 +23,10 @@ pub enum Outcome {
 
 pub struct Record {
     pub entry: Entry,
+    /// The first bytes as the current NF got them, and the checksum terms so far.
+    stage: [u8; WINDOW],
+    stage_len: usize,
+    sums: Sums,
     /// The packet as it entered the chain (a pool buffer).
     orig: Option<Packet>,
     pub outcome: Outcome,
@@ -45,6 +49,9 @@ impl Recorder {
             recs: (0..MAX_BATCH)
                 .map(|_| Record {
                     entry: Entry::EMPTY,
+                    stage: [0; WINDOW],
+                    stage_len: 0,
+                    sums: Sums::default(),
                     orig: None,
                     outcome: Outcome::Open,
                 })
@@ -80,6 +87,7 @@ impl Recorder {
         };
         r.orig = Some(copy);
         r.outcome = Outcome::Open;
+        r.sums = Sums::default();
         p.meta_mut().fast_rec = self.n as u8;
         self.n += 1;
     }
@@ -115,6 +123,9 @@ impl Recorder {
                     key,
                 };
                 e.len += 1;
+                let d = p.data();
+                r.stage_len = d.len().min(WINDOW);
+                r.stage[..r.stage_len].copy_from_slice(&d[..r.stage_len]);
                 p.meta_mut().fast = FastMark::Want;
             }
             _ => r.outcome = Outcome::Refused,
@@ -124,7 +135,14 @@ impl Recorder {
     /// After the NF ran: `verdict` is what the runtime counted (output index or drop).
     pub fn after(&mut self, p: &mut Packet, verdict: Verdict) {
         let mark = std::mem::take(&mut p.meta_mut().fast);
+        let l = p.layers();
         let Some(r) = self.rec(p) else { return };
+        let d = p.data();
+        r.sums.add(step_sums(
+            &r.stage[..r.stage_len],
+            &d[..r.stage_len.min(d.len())],
+            &l,
+        ));
         let e = &mut r.entry;
         let Some(s) = e.len.checked_sub(1).map(|i| &mut e.steps[i as usize]) else {
             return;
@@ -155,7 +173,7 @@ impl Recorder {
         let Some(orig) = r.orig.as_mut() else { return };
         r.entry.sink = Some(node as u16);
         r.entry.egress = p.meta().egress;
-        r.outcome = match Actions::between(orig.data(), p.data(), &l, match_eth) {
+        r.outcome = match Actions::between(orig.data(), p.data(), &l, match_eth, r.sums) {
             Ok(a) => {
                 // Replayed on the copy, the actions must give exactly the chain's bytes.
                 a.apply(orig.data_mut());
