@@ -461,9 +461,22 @@ impl Runner {
         let first = self.chain.nodes[0].next[0];
         std::mem::swap(&mut self.fast_in, &mut self.inbox[first]);
         let mut input = std::mem::replace(&mut self.fast_in, Batch::with_capacity(0));
-        for mut p in input.drain() {
+        // Keys and hashes first with each set's tags prefetched, then the matching
+        // entries prefetched, so the chunk's lookups overlap their cache misses.
+        let mut keys = [None; MAX_BATCH];
+        for (p, k) in input.iter_mut().zip(keys.iter_mut()) {
+            *k = FpKey::of(p).map(|key| {
+                let h = f.table.hash(&key);
+                f.table.prefetch_tags(h);
+                (key, h)
+            });
+        }
+        for &(_, h) in keys.iter().flatten() {
+            f.table.prefetch_entry(h);
+        }
+        for (mut p, k) in input.drain().zip(keys) {
             let now = p.meta().ts_ns;
-            let Some(key) = FpKey::of(&mut p) else {
+            let Some((key, h)) = k else {
                 f.stats.misses += 1;
                 self.inbox[first].push(p);
                 continue;
@@ -477,11 +490,11 @@ impl Runner {
                 self.inbox[first].push(p);
                 continue;
             }
-            let mut found = f.table.find(&key, now);
+            let mut found = f.table.find(&key, h, now);
             if matches!(found, Found::Hit(_)) && !self.inbox[first].is_empty() {
                 // Earlier misses go first; they may change what the entry relies on.
                 self.flush(&mut f);
-                found = f.table.find(&key, now);
+                found = f.table.find(&key, h, now);
             }
             let p = match found {
                 Found::Hit(w) => match self.fast_hit(&mut f, w, p) {
@@ -520,6 +533,7 @@ impl Runner {
     /// Sends `p` along entry `w`: validity checks of every NF on the path first, then
     /// their state functions and counters, then the consolidated rewrite. Gives the
     /// packet back when a check fails (the entry is dropped; the slow path takes it).
+    #[inline(never)]
     fn fast_hit(&mut self, f: &mut FastPath, w: usize, mut p: Packet) -> Option<Packet> {
         let Runner {
             chain,
@@ -544,11 +558,11 @@ impl Runner {
             wire_len,
             tcp_flags,
         };
-        let valid = e.path().iter().all(|s| {
+        let valid = e.path().iter().enumerate().all(|(i, s)| {
             let n = s.node as usize;
             match &chain.nodes[n].kind {
                 NodeKind::Nf { nf, .. } => {
-                    f.gens[n] == s.gen && nf.fast_valid(s.token, &fp(&s.key))
+                    f.gens[n] == s.gen && nf.fast_valid(s.token, &fp(e.key_of(i)))
                 }
                 _ => false,
             }
@@ -558,12 +572,12 @@ impl Runner {
             f.stats.invalidated += 1;
             return Some(p);
         }
-        for s in e.path() {
+        for (i, s) in e.path().iter().enumerate() {
             let n = s.node as usize;
             let c = &mut counters[n];
             c.packets_in += 1;
             if let NodeKind::Nf { nf, .. } = &mut chain.nodes[n].kind {
-                nf.fast_state(s.token, &fp(&s.key));
+                nf.fast_state(s.token, &fp(e.key_of(i)));
             }
             match s.verdict {
                 Verdict::Out(o) => c.out[o as usize] += 1,

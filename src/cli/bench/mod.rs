@@ -2,6 +2,7 @@
 //! Timings are medians over several runs; ratios are taken within the same run.
 
 mod chart;
+mod fastpath;
 mod nfs;
 mod ops;
 mod steve;
@@ -14,7 +15,8 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub struct Args {
     /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per
-    /// operation), nfs (filter, NAT, Maglev, monitor).
+    /// operation), nfs (filter, NAT, Maglev, monitor), fastpath (cycles per packet with
+    /// header-action consolidation off and on).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -44,9 +46,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "steve-decode" => steve::decode(&a),
         "steve-ops" => ops::run(&a),
         "nfs" => nfs::run(&a),
+        "fastpath" => fastpath::run(&a),
         other => {
             anyhow::bail!(
-                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs)"
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath)"
             )
         }
     }

@@ -19,13 +19,15 @@ use crate::packet::{L3Kind, Layers};
 pub const WINDOW: usize = 128;
 /// Most separate runs of rewritten bytes.
 pub const MAX_WRITES: usize = 8;
+/// Most rewritten bytes in all (both IPv6 addresses, both ports and a MAC fit).
+pub const MAX_BYTES: usize = 48;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Actions {
     writes: [(u8, u8); MAX_WRITES],
     nwrites: u8,
-    /// Final values at the rewritten offsets.
-    bytes: [u8; WINDOW],
+    /// Final values of the runs in `writes`, one after the other.
+    bytes: [u8; MAX_BYTES],
     /// (checksum offset, delta) of the IPv4 header checksum.
     ip: Option<(u16, u16)>,
     /// (checksum offset, delta, is UDP) of the transport checksum.
@@ -50,7 +52,7 @@ impl Actions {
     pub const NONE: Actions = Actions {
         writes: [(0, 0); MAX_WRITES],
         nwrites: 0,
-        bytes: [0; WINDOW],
+        bytes: [0; MAX_BYTES],
         ip: None,
         l4: None,
         min_len: 0,
@@ -73,6 +75,7 @@ impl Actions {
         let n = orig.len();
         let cs = Checksums::of(l);
         let mut a = Actions::NONE;
+        let mut used = 0;
         let mut i = 0;
         while i < n {
             if orig[i] == fin[i] || cs.covers(i) {
@@ -86,12 +89,14 @@ impl Actions {
             if i > WINDOW {
                 return Err(Unfit::OutsideHeaders);
             }
-            if a.nwrites as usize == MAX_WRITES {
+            let len = i - start;
+            if a.nwrites as usize == MAX_WRITES || used + len > MAX_BYTES {
                 return Err(Unfit::TooManyWrites);
             }
-            a.writes[a.nwrites as usize] = (start as u8, (i - start) as u8);
+            a.writes[a.nwrites as usize] = (start as u8, len as u8);
             a.nwrites += 1;
-            a.bytes[start..i].copy_from_slice(&fin[start..i]);
+            a.bytes[used..used + len].copy_from_slice(&fin[start..i]);
+            used += len;
             a.min_len = a.min_len.max(i as u16);
         }
         if let (Some(c), true) = (cs.ip, sums.ip != 0) {
@@ -124,9 +129,18 @@ impl Actions {
     /// Applies the writes and patches the checksums once.
     #[inline]
     pub fn apply(&self, d: &mut [u8]) {
+        let mut at = 0;
         for &(o, n) in &self.writes[..self.nwrites as usize] {
             let (o, n) = (o as usize, n as usize);
-            d[o..o + n].copy_from_slice(&self.bytes[o..o + n]);
+            // Runs are a few bytes: fixed-size copies are moves, not calls to memcpy.
+            match n {
+                1 => d[o] = self.bytes[at],
+                2 => d[o..o + 2].copy_from_slice(&self.bytes[at..at + 2]),
+                4 => d[o..o + 4].copy_from_slice(&self.bytes[at..at + 4]),
+                6 => d[o..o + 6].copy_from_slice(&self.bytes[at..at + 6]),
+                _ => d[o..o + n].copy_from_slice(&self.bytes[at..at + n]),
+            }
+            at += n;
         }
         if let Some((at, delta)) = self.ip {
             let at = at as usize;
@@ -193,42 +207,56 @@ impl Sums {
 /// 0xffff checksum as 0x0000 then.
 pub fn step_sums(before: &[u8], after: &[u8], l: &Layers) -> Sums {
     let n = before.len().min(after.len());
+    let mut s = Sums::default();
+    if before[..n] == after[..n] {
+        return s;
+    }
     let cs = Checksums::of(l);
-    let changed =
-        |lo: usize, hi: usize| (lo..hi.min(n)).any(|i| before[i] != after[i] && !cs.covers(i));
-    // Σ(~old + new) over the 16-bit words (aligned from `base`) of [lo, hi) that changed.
-    let words = |base: usize, lo: usize, hi: usize| -> u64 {
-        let mut s = 0u64;
-        let mut w = lo - (lo - base) % 2;
-        while w < hi.min(n) {
-            if changed(w, w + 2) {
-                let g = |b: &[u8]| {
-                    u64::from(u16::from_be_bytes([
-                        b[w],
-                        if w + 1 < n { b[w + 1] } else { 0 },
-                    ]))
-                };
-                s += (!g(before) & 0xffff) + g(after);
-            }
-            w += 2;
-        }
-        s
-    };
     let o3 = l.l3_off as usize;
     let o4 = l.l4_off as usize;
-    let mut s = Sums::default();
-    if cs.ip.is_some() && n > o3 {
-        let ihl = usize::from(before[o3] & 0x0f) * 4;
-        s.ip = words(o3, o3, o3 + ihl);
-    }
-    if cs.l4.is_some() {
-        s.l4 = words(o4, o4, n);
-        if l.l4_proto != 1 {
-            // The pseudo header's addresses.
-            s.l4 += match l.l3 {
-                L3Kind::Ipv4 => words(o3, o3 + 12, o3 + 20),
-                _ => words(o3, o3 + 8, o3 + 40),
-            };
+    let ip_end = if cs.ip.is_some() && n > o3 {
+        o3 + usize::from(before[o3] & 0x0f) * 4
+    } else {
+        0
+    };
+    // The pseudo header's addresses (ICMPv4 has none).
+    let pseudo = match (cs.l4.is_some() && l.l4_proto != 1, l.l3) {
+        (true, L3Kind::Ipv4) => o3 + 12..o3 + 20,
+        (true, _) => o3 + 8..o3 + 40,
+        _ => 0..0,
+    };
+    let word = |w: usize| -> u64 {
+        let g = |b: &[u8]| {
+            u64::from(u16::from_be_bytes([
+                b[w],
+                if w + 1 < n { b[w + 1] } else { 0 },
+            ]))
+        };
+        (!g(before) & 0xffff) + g(after)
+    };
+    // Each changed 16-bit word once per checksum, aligned from the checksum's start.
+    let (mut last_ip, mut last_l4) = (usize::MAX, usize::MAX);
+    for i in 0..n {
+        if before[i] == after[i] || cs.covers(i) {
+            continue;
+        }
+        if (o3..ip_end).contains(&i) {
+            let w = i - (i - o3) % 2;
+            if w != last_ip {
+                s.ip += word(w);
+                last_ip = w;
+            }
+        }
+        let l4w = if cs.l4.is_some() && i >= o4 {
+            Some(i - (i - o4) % 2)
+        } else if pseudo.contains(&i) {
+            Some(i - (i - o3) % 2)
+        } else {
+            None
+        };
+        if let Some(w) = l4w.filter(|&w| w != last_l4) {
+            s.l4 += word(w);
+            last_l4 = w;
         }
     }
     s

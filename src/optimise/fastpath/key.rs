@@ -1,40 +1,25 @@
 //! The consolidated table's key: ingress port, directional 5-tuple and everything about
-//! the header layout that an NF's decision or a rewrite's offsets depend on.
+//! the header layout that an NF's decision or a rewrite's offsets depend on. Packed into
+//! six words straight from the packet, so a lookup hashes and compares six integers.
 
-use std::hash::{Hash, Hasher};
-
-use crate::flow::FlowKey;
-use crate::packet::{Layers, LinkKind, Packet};
+use crate::packet::{L3Kind, Layers, Packet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FpKey {
-    pub flow: FlowKey,
-    pub in_port: u16,
-    /// ICMP/ICMPv6 type and code (errors and echo behave differently), else 0.
-    pub variant: u16,
-    pub l3_off: u16,
-    pub l4_off: u16,
-    /// [`Layers`] flags: fragment, later fragment, complete L4 header, Ethernet.
-    pub lflags: u8,
-    pub link: u8,
+    /// Source and destination address (IPv4 in the first 4 bytes of each 16).
+    addrs: [u64; 4],
+    /// Ports (ICMP echo: the identifier twice, as `FlowKey`), protocol, family, layout
+    /// flags (fragment, later fragment, complete L4 header, Ethernet), link type.
+    ports: u64,
+    /// Ingress port, ICMP type and code, L3 and L4 offsets.
+    place: u64,
 }
 
 impl FpKey {
     pub const EMPTY: FpKey = FpKey {
-        flow: FlowKey {
-            src: [0; 16],
-            dst: [0; 16],
-            sport: 0,
-            dport: 0,
-            proto: 0,
-            family: 0,
-        },
-        in_port: 0,
-        variant: 0,
-        l3_off: 0,
-        l4_off: 0,
-        lflags: 0,
-        link: 0,
+        addrs: [0; 4],
+        ports: 0,
+        place: 0,
     };
 
     /// The key of a packet, or None when it is not IP (never consolidated).
@@ -43,32 +28,43 @@ impl FpKey {
         let l = p.layers();
         let m = p.meta();
         let d = p.data();
-        let flow = FlowKey::from_packet(&l, d)?;
-        let t = l.l4_off as usize;
-        let variant = if l.has_l4() && matches!(l.l4_proto, 1 | 58) && d.len() >= t + 2 {
-            u16::from_be_bytes([d[t], d[t + 1]])
-        } else {
-            0
+        let o = l.l3_off as usize;
+        let w = |i: usize| u64::from_be_bytes(d[i..i + 8].try_into().unwrap_or([0; 8]));
+        let (addrs, family) = match l.l3 {
+            L3Kind::Ipv4 if d.len() >= o + 20 => {
+                let a =
+                    |i: usize| u64::from(u32::from_be_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]));
+                ([a(o + 12), 0, a(o + 16), 0], 4u64)
+            }
+            L3Kind::Ipv6 if d.len() >= o + 40 => ([w(o + 8), w(o + 16), w(o + 24), w(o + 32)], 6),
+            _ => return None,
         };
-        Some(FpKey {
-            flow,
-            in_port: m.in_port,
-            variant,
-            l3_off: l.l3_off,
-            l4_off: if l.has_l4() { l.l4_off } else { 0 },
-            lflags: l.flags,
-            link: m.link as u8,
-        })
-    }
-
-    /// Whether `l` and `link` describe the layout this key was made from.
-    pub fn link_kind(&self) -> LinkKind {
-        match self.link {
-            1 => LinkKind::RawIp,
-            2 => LinkKind::LinuxSll,
-            3 => LinkKind::LinuxSll2,
-            _ => LinkKind::Ethernet,
+        let t = l.l4_off as usize;
+        let (mut sport, mut dport, mut variant) = (0u64, 0u64, 0u64);
+        if l.has_l4() {
+            let r = |i: usize| u64::from(u16::from_be_bytes([d[t + i], d[t + i + 1]]));
+            match l.l4_proto {
+                6 | 17 | 132 => (sport, dport) = (r(0), r(2)),
+                1 | 58 if d.len() >= t + 2 => {
+                    variant = r(0);
+                    if d.len() >= t + 8 && matches!(d[t], 0 | 8 | 128 | 129) {
+                        (sport, dport) = (r(4), r(4));
+                    }
+                }
+                _ => {}
+            }
         }
+        let l4_off = if l.has_l4() { l.l4_off as u64 } else { 0 };
+        Some(FpKey {
+            addrs,
+            ports: sport
+                | dport << 16
+                | (l.l4_proto as u64) << 32
+                | family << 40
+                | (l.flags as u64) << 48
+                | (m.link as u64) << 56,
+            place: m.in_port as u64 | variant << 16 | (l.l3_off as u64) << 32 | l4_off << 48,
+        })
     }
 }
 
@@ -89,25 +85,15 @@ pub fn tcp_flags(l: &Layers, d: &[u8]) -> u16 {
     }
 }
 
-impl Hash for FpKey {
+impl std::hash::Hash for FpKey {
+    /// Word by word: a derived hash feeds the address array as a byte slice, which
+    /// costs several times as much.
     #[inline]
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        let k = &self.flow;
-        h.write_u128(u128::from_ne_bytes(k.src));
-        h.write_u128(u128::from_ne_bytes(k.dst));
-        h.write_u64(
-            k.sport as u64
-                | (k.dport as u64) << 16
-                | (k.proto as u64) << 32
-                | (k.family as u64) << 40
-                | (self.lflags as u64) << 48
-                | (self.link as u64) << 56,
-        );
-        h.write_u64(
-            self.in_port as u64
-                | (self.variant as u64) << 16
-                | (self.l3_off as u64) << 32
-                | (self.l4_off as u64) << 48,
-        );
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        for w in self.addrs {
+            h.write_u64(w);
+        }
+        h.write_u64(self.ports);
+        h.write_u64(self.place);
     }
 }

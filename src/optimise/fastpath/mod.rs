@@ -18,7 +18,7 @@ use serde::Serialize;
 pub use actions::Actions;
 pub use key::FpKey;
 pub use record::{Outcome, Recorder};
-pub use table::{Entry, Found, Step, Table, MAX_PATH};
+pub use table::{Entry, Found, Step, Table, MAX_KEYS, MAX_PATH};
 
 use crate::nfs::{FastRole, Nf};
 use crate::packet::Fields;

@@ -4,7 +4,7 @@
 
 use super::actions::{step_sums, Actions, Sums, WINDOW};
 use super::key::FpKey;
-use super::table::{Entry, Step, MAX_PATH};
+use super::table::{Entry, Step, MAX_KEYS, MAX_PATH};
 use crate::flow::FlowKey;
 use crate::packet::{FastMark, Packet, Pool, Verdict, MAX_BATCH, NOT_RECORDED};
 
@@ -80,11 +80,15 @@ impl Recorder {
         copy.set_bytes(p.data());
         copy.meta_mut().link = p.meta().link;
         let r = &mut self.recs[self.n];
-        r.entry = Entry {
-            key,
-            last_ns: p.meta().ts_ns,
-            ..Entry::EMPTY
-        };
+        // Only what a recording reads before it writes it (the entry is large).
+        let e = &mut r.entry;
+        e.key = key;
+        e.last_ns = p.meta().ts_ns;
+        e.len = 0;
+        e.nkeys = 0;
+        e.sink = None;
+        e.egress = 0;
+        e.actions = Actions::NONE;
         r.orig = Some(copy);
         r.outcome = Outcome::Open;
         r.sums = Sums::default();
@@ -115,13 +119,25 @@ impl Recorder {
         let e = &mut r.entry;
         match key {
             Some(key) if consolidable && (e.len as usize) < MAX_PATH => {
+                let k = match e.nkeys.checked_sub(1) {
+                    Some(last) if e.keys[last as usize] == key => last,
+                    _ if (e.nkeys as usize) < MAX_KEYS => {
+                        e.keys[e.nkeys as usize] = key;
+                        e.nkeys += 1;
+                        e.nkeys - 1
+                    }
+                    _ => {
+                        r.outcome = Outcome::Unfit;
+                        return;
+                    }
+                };
                 e.steps[e.len as usize] = Step {
                     node: node as u16,
                     gen,
                     verdict: Verdict::Out(0),
                     token: 0,
-                    key,
                 };
+                e.step_keys[e.len as usize] = k;
                 e.len += 1;
                 let d = p.data();
                 r.stage_len = d.len().min(WINDOW);

@@ -10,7 +10,19 @@ use crate::packet::Verdict;
 
 /// Most NFs on a consolidated path; longer paths are not consolidated.
 pub const MAX_PATH: usize = 8;
+/// Most distinct flow keys along a path (each NF that rewrites addresses or ports makes
+/// one more).
+pub const MAX_KEYS: usize = 4;
 const WAYS: usize = 4;
+
+const NO_KEY: FlowKey = FlowKey {
+    src: [0; 16],
+    dst: [0; 16],
+    sport: 0,
+    dport: 0,
+    proto: 0,
+    family: 0,
+};
 
 /// One NF on an entry's path.
 #[derive(Clone, Copy, Debug)]
@@ -21,8 +33,6 @@ pub struct Step {
     /// Out(counted output) or Drop(reason), as the NF decided.
     pub verdict: Verdict,
     pub token: u64,
-    /// The flow key as this NF saw it (earlier NFs may have rewritten it).
-    pub key: FlowKey,
 }
 
 impl Step {
@@ -31,36 +41,51 @@ impl Step {
         gen: 0,
         verdict: Verdict::Out(0),
         token: 0,
-        key: FpKey::EMPTY.flow,
     };
 }
 
-/// A flow's consolidated path and actions.
+/// A flow's consolidated path and actions. What a hit reads first (key, sink, path
+/// length) shares the first cache line.
 #[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
 pub struct Entry {
     pub key: FpKey,
     pub last_ns: u64,
-    pub steps: [Step; MAX_PATH],
     pub len: u8,
+    pub nkeys: u8,
+    pub egress: u16,
     /// The sink the packet reaches, or None when the last step drops it.
     pub sink: Option<u16>,
-    pub egress: u16,
+    /// Per step, the index in `keys` of the flow key as that NF saw it (earlier NFs may
+    /// have rewritten it).
+    pub step_keys: [u8; MAX_PATH],
+    pub steps: [Step; MAX_PATH],
     pub actions: Actions,
+    pub keys: [FlowKey; MAX_KEYS],
 }
 
 impl Entry {
     pub const EMPTY: Entry = Entry {
         key: FpKey::EMPTY,
         last_ns: 0,
-        steps: [Step::EMPTY; MAX_PATH],
         len: 0,
-        sink: None,
+        nkeys: 0,
         egress: 0,
+        sink: None,
+        step_keys: [0; MAX_PATH],
+        steps: [Step::EMPTY; MAX_PATH],
         actions: Actions::NONE,
+        keys: [NO_KEY; MAX_KEYS],
     };
 
     pub fn path(&self) -> &[Step] {
         &self.steps[..self.len as usize]
+    }
+
+    /// The flow key step `i` saw.
+    #[inline]
+    pub fn key_of(&self, i: usize) -> &FlowKey {
+        &self.keys[self.step_keys[i] as usize]
     }
 }
 
@@ -114,23 +139,53 @@ impl Table {
         self.live == 0
     }
 
+    /// The key's hash, for [`find`](Self::find) and [`prefetch`](Self::prefetch).
     #[inline]
-    fn place(&self, k: &FpKey) -> (usize, u32) {
-        let h = self.hasher.hash_one(k);
-        let set = (h as usize) & (self.sets - 1);
-        (set * WAYS, (h >> 32) as u32 | 1)
+    pub fn hash(&self, k: &FpKey) -> u64 {
+        self.hasher.hash_one(k)
+    }
+
+    /// (first way of the set, tag): the set from the high bits of a multiplied hash.
+    #[inline]
+    fn place(&self, h: u64) -> (usize, u32) {
+        let m = h.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let set = (m >> 32) as usize & (self.sets - 1);
+        (set * WAYS, h as u32 | 1)
     }
 
     #[inline]
-    fn way(&self, k: &FpKey) -> Option<usize> {
-        let (base, tag) = self.place(k);
+    fn way(&self, k: &FpKey, h: u64) -> Option<usize> {
+        let (base, tag) = self.place(h);
         (base..base + WAYS).find(|&w| self.tags[w] == tag && self.entries[w].key == *k)
     }
 
-    /// Looks `k` up at capture time `now`.
+    /// Starts loading the tags a lookup of hash `h` reads, so a chunk's lookups overlap
+    /// their cache misses.
     #[inline]
-    pub fn find(&mut self, k: &FpKey, now: u64) -> Found {
-        let Some(w) = self.way(k) else {
+    pub fn prefetch_tags(&self, h: u64) {
+        prefetch(&self.tags[self.place(h).0]);
+    }
+
+    /// Starts loading every line of the entries whose tag matches hash `h` (after
+    /// [`prefetch_tags`](Self::prefetch_tags) had time to work).
+    #[inline]
+    pub fn prefetch_entry(&self, h: u64) {
+        let (base, tag) = self.place(h);
+        for w in base..base + WAYS {
+            if self.tags[w] == tag {
+                let p = &self.entries[w] as *const Entry as *const u8;
+                for line in 0..std::mem::size_of::<Entry>().div_ceil(64) {
+                    // SAFETY: within the entry, which is one allocation.
+                    prefetch(unsafe { &*p.add(line * 64) });
+                }
+            }
+        }
+    }
+
+    /// Looks `k` (hash `h`) up at capture time `now`.
+    #[inline]
+    pub fn find(&mut self, k: &FpKey, h: u64, now: u64) -> Found {
+        let Some(w) = self.way(k, h) else {
             return Found::Miss;
         };
         let e = &self.entries[w];
@@ -163,7 +218,7 @@ impl Table {
 
     /// Removes the entry for `k`, if any; returns whether there was one.
     pub fn remove_key(&mut self, k: &FpKey) -> bool {
-        match self.way(k) {
+        match self.way(k, self.hash(k)) {
             Some(w) => {
                 self.remove(w);
                 true
@@ -175,9 +230,10 @@ impl Table {
     /// Installs `e` (replacing an entry of the same key); returns whether another entry
     /// was evicted to make room.
     pub fn insert(&mut self, e: &Entry) -> bool {
-        let (base, tag) = self.place(&e.key);
+        let h = self.hash(&e.key);
+        let (base, tag) = self.place(h);
         let mut evicted = false;
-        let w = match self.way(&e.key) {
+        let w = match self.way(&e.key, h) {
             Some(w) => w,
             None => match (base..base + WAYS).find(|&w| self.tags[w] == 0) {
                 Some(w) => {
@@ -198,4 +254,17 @@ impl Table {
         self.entries[w] = *e;
         evicted
     }
+}
+
+#[inline]
+fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch has no architectural effect; the address is a valid reference.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+            r as *const T as *const i8,
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
 }
