@@ -544,3 +544,56 @@ fn chains_with_merges_are_refused_with_a_clear_error() {
         .describe()
         .contains("s            always run: refuses consolidation"));
 }
+
+#[test]
+fn cli_check_shows_the_plan_and_run_reports_the_counters() {
+    let dir = common::tempdir();
+    let chain = dir.path().join("c.toml");
+    std::fs::write(
+        &chain,
+        "fastpath = true\nfastpath_entries = 1024\n[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules = [\"allow ip\"]\n[[nf]]\nname = \"sw\"\nkind = \"mac_switch\"\n",
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_catena");
+    let out = std::process::Command::new(bin)
+        .arg("check")
+        .arg(&chain)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fastpath: on"), "{text}");
+    assert!(
+        text.contains("acl          consolidated; state function: per-rule hit counter"),
+        "{text}"
+    );
+    assert!(text.contains("sw           always run:"), "{text}");
+    let trace = common::dataset("bench/ndpi-ether-merged.pcap");
+    let run = |extra: &str| {
+        let o = std::process::Command::new(bin)
+            .args(["run", "--json", "-i"])
+            .arg(&trace)
+            .arg(&chain)
+            .args((!extra.is_empty()).then_some(extra))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let on = run("");
+    assert!(on["fastpath"]["misses"].as_u64().unwrap() > 0, "{on}");
+    let off = run("--no-fastpath");
+    assert!(off["fastpath"].is_null());
+    assert_eq!(on["nfs"], off["nfs"]);
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "fastpath = \"yes\"\n").unwrap();
+    let o = std::process::Command::new(bin)
+        .arg("check")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("bad.toml:1:") && e.lines().count() == 1,
+        "{e}"
+    );
+}
