@@ -11,3 +11,4 @@ pub mod nfs;
 pub mod optimise;
 pub mod packet;
 pub mod runtime;
+pub mod stack;

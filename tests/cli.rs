@@ -274,3 +274,56 @@ fn looped_output_keeps_capture_timestamps() {
     assert_eq!(b[..a.len()], a[..]);
     assert_eq!(b[a.len()..], a[..]);
 }
+
+#[test]
+fn file_parameters_are_relative_to_the_chain_file_not_the_working_directory() {
+    require("tcpdump");
+    let d = tempdir();
+    let folder = d.path().join("chains");
+    let elsewhere = d.path().join("cwd");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(folder.join("acl.txt"), "# DNS only\nallow udp port 53\n").unwrap();
+    let chain = folder.join("chain.toml");
+    std::fs::write(
+        &chain,
+        "[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules_file = \"acl.txt\"\n\
+         [[nf]]\nname = \"mon\"\nkind = \"flow_monitor\"\nrecords = \"flows.jsonl\"\n",
+    )
+    .unwrap();
+    let src = dataset("bench/ndpi-ether-merged.pcap");
+    let passed = d.path().join("passed.pcap");
+    let o = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .current_dir(&elsewhere)
+        .arg("run")
+        .arg(&chain)
+        .arg("--json")
+        .arg("-i")
+        .arg(&src)
+        .arg("-o")
+        .arg(&passed)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The rules came from chains/acl.txt: what passed is what tcpdump passes.
+    let want = d.path().join("want.pcap");
+    let t = Command::new("tcpdump")
+        .arg("-r")
+        .arg(&src)
+        .arg("-w")
+        .arg(&want)
+        .arg("udp port 53 or (vlan and udp port 53)")
+        .output()
+        .unwrap();
+    assert!(t.status.success(), "{}", String::from_utf8_lossy(&t.stderr));
+    let got = packets(&passed);
+    assert!(!got.is_empty());
+    assert!(
+        got == packets(&want),
+        "forwarded packets differ from tcpdump's"
+    );
+    // The records went beside the chain file, none into the working directory.
+    let records = std::fs::read_to_string(folder.join("flows.jsonl")).unwrap();
+    assert!(records.lines().count() > 10, "{records}");
+    assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
+}

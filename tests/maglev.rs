@@ -189,9 +189,20 @@ fn tracked_flows_keep_their_backend_when_the_set_changes() {
         on_removed > 300 && would_move > 500,
         "{on_removed} {would_move}"
     );
-    let stats: HashMap<&str, u64> = live.stats().into_iter().collect();
+    let stats: HashMap<String, u64> = live
+        .stats()
+        .into_iter()
+        .map(|(k, v)| (k.into_owned(), v))
+        .collect();
     assert_eq!(stats["rehashed_flows"], on_removed);
     assert_eq!(stats["tracked_flows"], 5000);
+    // Per-backend counters are named by address (made on demand, nothing leaked).
+    assert_eq!(
+        (1..=12)
+            .map(|i| stats[&format!("backend 10.1.0.{i} packets")])
+            .sum::<u64>(),
+        10_000
+    );
 
     // Per-backend packet counts cover every packet.
     let total: u64 = live.packets_per_backend().iter().map(|(_, n)| n).sum();
@@ -442,4 +453,22 @@ fn writes_only_declared_fields() {
                 .expect("no undeclared writes");
         }
     }
+}
+
+#[test]
+fn cut_short_headers_are_dropped_as_malformed() {
+    const MALFORMED: Verdict = Verdict::Drop(2);
+    let p = tcp_to_vip(1, b"payload");
+    let headers = 14 + 20 + 20;
+    let cuts: Vec<Vec<u8>> = (0..=headers).map(|c| p[..c].to_vec()).collect();
+    let mut lb = lb(&equal(3));
+    let out = process(&mut lb, &cuts);
+    for (c, (v, _)) in out.iter().enumerate().take(headers) {
+        assert_eq!(*v, MALFORMED, "cut at {c}");
+    }
+    assert_eq!(out[headers].0, Verdict::Out(0));
+    // A first fragment balances on addresses only, transport header or not.
+    let mut frag = p[..14 + 20 + 4].to_vec();
+    frag[14 + 6] = 0x20;
+    assert_eq!(process(&mut lb, &[frag])[0].0, Verdict::Out(0));
 }

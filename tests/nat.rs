@@ -776,3 +776,20 @@ fn batch_size_never_changes_the_output() {
     assert!(stat(&a, "pool_exhausted") > 0 || stat(&a, "expired") > 0);
     assert_eq!(a.stats(), b.stats());
 }
+
+#[test]
+fn cut_short_headers_are_dropped_as_malformed() {
+    const MALFORMED: u8 = 5;
+    let mut n = nat((1024, 65535));
+    let full = [
+        (tcp(IN, 1, OUT, 2, "S"), 14 + 20 + 20),
+        (udp(IN, 1, OUT, 2), 14 + 20 + 8),
+        (ping(IN, OUT, 3, false), 14 + 20 + 8),
+    ];
+    for (p, headers) in &full {
+        for cut in 0..*headers {
+            assert_eq!(step(&mut n, &p[..cut], 1), Err(MALFORMED), "cut at {cut}");
+        }
+        assert!(step(&mut n, &p[..*headers], 1).is_ok());
+    }
+}

@@ -16,9 +16,13 @@ pub struct Args {
     #[arg(short, long)]
     output: PathBuf,
     /// smallflows (14,261 pkts, 646 B avg, web), bigflows (791,615 pkts, 449 B),
-    /// 4sics (2,274,747 pkts, 76 B, ICS).
+    /// 4sics (2,274,747 pkts, 76 B, ICS), or http (HTTP/1.1 connections: -n is the
+    /// number of connections, --response-bytes the body size).
     #[arg(short, long, default_value = "smallflows")]
     profile: String,
+    /// With `--profile http`: response body bytes (e.g. 64 or 8192).
+    #[arg(long, default_value_t = 8192)]
+    response_bytes: usize,
     /// Number of packets.
     #[arg(short = 'n', long)]
     count: Option<usize>,
@@ -75,6 +79,25 @@ fn parse_sizes(s: &str) -> anyhow::Result<Vec<(usize, f64)>> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    if a.profile == "http" {
+        let o = catena::io::gen_http::HttpGenOptions {
+            connections: a.count.unwrap_or(1000),
+            response_bytes: a.response_bytes,
+            seed: a.seed,
+            ..Default::default()
+        };
+        let t = catena::io::gen_http::generate_http(&o).map_err(|e| anyhow::anyhow!("gen: {e}"))?;
+        t.write_pcap(&a.output)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", a.output.display()))?;
+        eprintln!(
+            "wrote {} packets ({} HTTP connections, {} B responses) to {}",
+            t.len(),
+            o.connections,
+            o.response_bytes,
+            a.output.display()
+        );
+        return Ok(0);
+    }
     let profile: Profile = a
         .profile
         .parse()

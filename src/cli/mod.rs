@@ -3,6 +3,7 @@
 mod bench;
 mod check;
 mod ctl;
+mod dpi;
 mod gen;
 mod nfs;
 mod progress;
@@ -33,6 +34,7 @@ enum Cmd {
     Nfs(nfs::Args),
     Ctl(ctl::Args),
     Bench(bench::Args),
+    Dpi(dpi::Args),
 }
 
 pub fn main() -> i32 {
@@ -51,6 +53,7 @@ pub fn main() -> i32 {
         Cmd::Nfs(a) => nfs::run(a),
         Cmd::Ctl(a) => ctl::run(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Dpi(a) => dpi::run(a),
     };
     match r {
         Ok(code) => code,

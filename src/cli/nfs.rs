@@ -15,6 +15,17 @@ pub fn run(_: Args) -> anyhow::Result<i32> {
                 p.name, p.ty, p.default, p.doc
             );
         }
+        if k.name == "microbox" {
+            for a in catena::nfs::microbox::APPS {
+                println!("    app {}: {}", a.name, a.summary);
+                for p in a.params {
+                    println!(
+                        "        {:<10} {:<20} default {:<12} {}",
+                        p.name, p.ty, p.default, p.doc
+                    );
+                }
+            }
+        }
         println!();
     }
     Ok(0)

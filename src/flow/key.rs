@@ -19,6 +19,7 @@ impl FlowKey {
     /// The key of a packet whose headers were decoded into `l`; None for non-IP packets.
     /// Protocols without ports (and later fragments) get ports 0; ICMP echo uses the
     /// identifier as both ports so each ping session is its own flow.
+    #[inline]
     pub fn from_packet(l: &Layers, d: &[u8]) -> Option<FlowKey> {
         let o = l.l3_off as usize;
         let mut k = FlowKey {
@@ -42,17 +43,16 @@ impl FlowKey {
             _ => return None,
         }
         if l.has_l4() {
-            let t = l.l4_off as usize;
-            let w = |i: usize| u16::from_be_bytes([d[t + i], d[t + i + 1]]);
-            match l.l4_proto {
-                6 | 17 | 132 => {
-                    k.sport = w(0);
-                    k.dport = w(2);
+            // Slice patterns: one length check instead of one per byte.
+            match (l.l4_proto, d.get(l.l4_off as usize..)) {
+                (6 | 17 | 132, Some([s0, s1, d0, d1, ..])) => {
+                    k.sport = u16::from_be_bytes([*s0, *s1]);
+                    k.dport = u16::from_be_bytes([*d0, *d1]);
                 }
                 // Echo request/reply (ICMP 8/0, ICMPv6 128/129): the identifier.
-                1 | 58 if d.len() >= t + 8 && matches!(d[t], 0 | 8 | 128 | 129) => {
-                    k.sport = w(4);
-                    k.dport = w(4);
+                (1 | 58, Some([0 | 8 | 128 | 129, _, _, _, i0, i1, _, _, ..])) => {
+                    k.sport = u16::from_be_bytes([*i0, *i1]);
+                    k.dport = k.sport;
                 }
                 _ => {}
             }

@@ -1,9 +1,11 @@
 //! Flow keys, hashing, bounded tables with timeouts.
 
+mod index;
 mod key;
 mod timed_table;
 mod wide_key;
 
+pub use index::{prefetch, Index};
 pub use key::FlowKey;
 pub use timed_table::{Learned, TimedTable};
 pub use wide_key::WideKey;

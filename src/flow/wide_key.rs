@@ -1,13 +1,24 @@
 //! A [`FlowKey`] that hashes as three words instead of field by field: the derived `Hash`
 //! feeds each address as a length-prefixed slice, about twice the work per lookup on the
-//! hot path of per-flow NFs. Equality is the key's own.
+//! hot path of per-flow NFs. Equality is the key's own, compared word by word.
 
 use std::hash::{Hash, Hasher};
 
 use super::FlowKey;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Eq, PartialOrd, Ord)]
 pub struct WideKey(pub FlowKey);
+
+/// Word-wise, as it hashes: the derived comparison calls `memcmp` for the addresses.
+impl PartialEq for WideKey {
+    #[inline]
+    fn eq(&self, o: &WideKey) -> bool {
+        let (a, b) = (&self.0, &o.0);
+        u128::from_ne_bytes(a.src) == u128::from_ne_bytes(b.src)
+            && u128::from_ne_bytes(a.dst) == u128::from_ne_bytes(b.dst)
+            && (a.sport, a.dport, a.proto, a.family) == (b.sport, b.dport, b.proto, b.family)
+    }
+}
 
 impl Hash for WideKey {
     #[inline]

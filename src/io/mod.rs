@@ -1,6 +1,7 @@
 //! Ports and traces: pcap/pcapng in and out, the synthetic generator.
 
 pub mod gen;
+pub mod gen_http;
 mod linktype;
 pub mod pcap_read;
 pub mod pcap_write;

@@ -5,6 +5,7 @@
 //! VLAN tags aside: like tcpdump, later IP fragments carry no ports and do not match.
 
 use super::ipv4_switch::{ipv4_or_drop, Ipv4Learning};
+use super::nf::Stats;
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::bytes::be32;
@@ -239,10 +240,10 @@ impl Nf for Firewall {
         }
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
+    fn stats(&self) -> Stats {
         let mut s = self.learn.stats();
         if self.decode == Decode::Full {
-            s.push(("full_decode_checksum", self.full_sum));
+            s.push(("full_decode_checksum".into(), self.full_sum));
         }
         s
     }

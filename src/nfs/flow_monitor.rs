@@ -6,12 +6,14 @@
 //! [`FlowKey::canonical`]), with A the source of its first packet, as tshark's
 //! conversation tables show them. Bytes are frame lengths on the wire (the capture's
 //! original length), as tshark counts them. Packets that are not IP are not counted in any
-//! flow; later IP fragments carry no ports, so they form a flow of their own with ports 0.
+//! flow; later IP fragments carry no ports, so they form a flow of their own with ports 0,
+//! and so does a packet whose transport header the snap length cut short. Frames too
+//! short for their L2/IP header pass uncounted in flows, counted as `malformed`.
 //!
 //! Records go to `records` (JSON lines, or CSV when the name ends in `.csv`), a path taken
-//! from the working directory, opened on the first record; writes are buffered and only
-//! happen when records are exported (at expiry sweeps, on a packet of an expired flow, and
-//! at the end), never per packet otherwise.
+//! from the chain file's folder (like the input trace), opened on the first record;
+//! writes are buffered and only happen when records are exported (at expiry sweeps, on a
+//! packet of an expired flow, and at the end), never per packet otherwise.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -20,10 +22,11 @@ use std::path::PathBuf;
 use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
+use super::nf::{named, Stats};
 use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{FlowKey, Hasher, WideKey};
-use crate::packet::{Batch, FastMark, Fields};
+use crate::packet::{Batch, FastMark, Fields, L3Kind};
 
 /// One connection's counters. Direction 0 is from the canonical key's source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,6 +224,7 @@ pub struct FlowMonitor {
     /// Packets of new flows that found the table full (not counted in any record).
     overflow_packets: u64,
     not_ip: u64,
+    malformed: u64,
 }
 
 const SECOND: u64 = 1_000_000_000;
@@ -231,7 +235,7 @@ impl FlowMonitor {
             name: "records",
             ty: "path",
             default: "none (counters only)",
-            doc: "file for flow records: JSON lines, or CSV if it ends in .csv (relative to the working directory)",
+            doc: "file for flow records: JSON lines, or CSV if it ends in .csv (relative to the chain file's folder)",
         },
         ParamDoc {
             name: "timeout",
@@ -281,6 +285,7 @@ impl FlowMonitor {
             lost_records: 0,
             overflow_packets: 0,
             not_ip: 0,
+            malformed: 0,
         }
     }
 
@@ -300,14 +305,11 @@ impl FlowMonitor {
     }
 
     pub fn from_params(p: &mut Params) -> Result<FlowMonitor, ParamError> {
-        let records = p.table_str("records")?;
+        let records = p.path("records")?;
         let timeout = p.seconds_ns("timeout", 60 * SECOND)?;
         let cap = p.int("capacity", 65536, 1, 1 << 26)? as usize;
         let mut m = FlowMonitor::new(cap, timeout);
         if let Some(r) = records {
-            if r.is_empty() {
-                return Err(p.err("`records` must name a file"));
-            }
             m = m.with_records(r);
         }
         Ok(m)
@@ -446,7 +448,11 @@ impl Nf for FlowMonitor {
             let (m, d) = p.split_mut();
             self.tick(m.ts_ns);
             let Some(key) = FlowKey::from_packet(&l, d) else {
-                self.not_ip += 1;
+                if l.l3 == L3Kind::Malformed {
+                    self.malformed += 1;
+                } else {
+                    self.not_ip += 1;
+                }
                 continue;
             };
             let flags = if l.l4_proto == 6 && l.has_l4() {
@@ -483,14 +489,15 @@ impl Nf for FlowMonitor {
         }
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        vec![
+    fn stats(&self) -> Stats {
+        named(&[
             ("flows", self.table.len() as u64),
             ("exported", self.exported),
             ("lost_records", self.lost_records),
             ("overflow_packets", self.overflow_packets),
             ("not_ip", self.not_ip),
-        ]
+            ("malformed", self.malformed),
+        ])
     }
 }
 
@@ -566,11 +573,16 @@ mod tests {
         assert_eq!((m.overflow_packets, m.table.len()), (1, 1));
         let mut junk = Batch::new();
         junk.push(Packet::from_bytes(&[0xff; 7]));
+        let mut lldp = [0u8; 60];
+        lldp[12..14].copy_from_slice(&[0x88, 0xcc]);
+        junk.push(Packet::from_bytes(&lldp));
+        let mut cut = tcp(1, 2, 1, 2, 2, 1).data().to_vec();
+        cut.truncate(14 + 19);
+        junk.push(Packet::from_bytes(&cut));
         m.process(&mut junk, &Context { ports: 1 });
-        assert_eq!(m.not_ip, 1);
-        assert_eq!(
-            junk.iter().next().unwrap().meta().verdict,
-            crate::packet::Verdict::Out(0)
-        );
+        assert_eq!((m.malformed, m.not_ip), (2, 1));
+        for p in junk.iter() {
+            assert_eq!(p.meta().verdict, crate::packet::Verdict::Out(0));
+        }
     }
 }

@@ -23,10 +23,9 @@
 //! [`Key`]) and gave nothing measurable at 1,000 rules (its slots miss in cache as often
 //! as the bitmaps do), so classification runs for every packet.
 
-use std::sync::Mutex;
-
 use super::acl::rule::{Field, NOT_IP};
 use super::acl::{parse_rules, Action, Classifier, Key, Rule};
+use super::nf::Stats;
 use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::bytes::{be16, be32};
@@ -60,7 +59,7 @@ impl IpFilter {
             name: "rules_file",
             ty: "path",
             default: "-",
-            doc: "a file of rules, one per line, `#` comments (path relative to the working directory); follows `rules`",
+            doc: "a file of rules, one per line, `#` comments (path relative to the chain file's folder); follows `rules`",
         },
         ParamDoc {
             name: "default",
@@ -135,8 +134,9 @@ impl IpFilter {
             rules =
                 parse_rules(lines).map_err(|(_, item, e)| p.err(format!("rule {item}: {e}")))?;
         }
-        if let Some(path) = p.table_str("rules_file")? {
-            let text = std::fs::read_to_string(path)
+        if let Some(file) = p.path("rules_file")? {
+            let path = file.display();
+            let text = std::fs::read_to_string(&file)
                 .map_err(|e| p.err(format!("rules_file `{path}`: {e}")))?;
             let base = rules.len();
             let more = parse_rules(text.lines()).map_err(|(n, line, e)| {
@@ -231,18 +231,6 @@ fn transport(k: &mut Key, d: &[u8], t: usize, proto: u8, icmp_base: u16) {
     }
 }
 
-/// `rule N` names for the summary (stats names are `&'static str`): made once per index
-/// and shared by every filter, so their memory is bounded by the largest rule count.
-fn rule_name(i: usize) -> &'static str {
-    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    let mut v = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    while v.len() <= i {
-        let n = v.len() + 1;
-        v.push(Box::leak(format!("rule {n}").into_boxed_str()));
-    }
-    v[i]
-}
-
 /// At most this many per-rule counters are shown (the busiest first, in rule order).
 const SHOWN_RULES: usize = 32;
 
@@ -313,7 +301,7 @@ impl Nf for IpFilter {
         }
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
+    fn stats(&self) -> Stats {
         let n = self.rules.len();
         let mut hit: Vec<usize> = (0..n).filter(|&i| self.hits[i] > 0).collect();
         if hit.len() > SHOWN_RULES {
@@ -321,9 +309,12 @@ impl Nf for IpFilter {
             hit.truncate(SHOWN_RULES);
             hit.sort_unstable();
         }
-        let mut s = vec![("rules", n as u64)];
-        s.extend(hit.into_iter().map(|i| (rule_name(i), self.hits[i])));
-        s.push(("default", self.hits[n]));
+        let mut s: Stats = vec![("rules".into(), n as u64)];
+        s.extend(
+            hit.into_iter()
+                .map(|i| (format!("rule {}", i + 1).into(), self.hits[i])),
+        );
+        s.push(("default".into(), self.hits[n]));
         s
     }
 }
@@ -355,8 +346,8 @@ mod tests {
         );
         assert_eq!(f.hits(), &[1, 1, 1, 0]);
         let s = f.stats();
-        assert_eq!(s[1], ("rule 1", 1));
-        assert_eq!(s.last(), Some(&("default", 0)));
+        assert_eq!(s[1], ("rule 1".into(), 1));
+        assert_eq!(s.last(), Some(&("default".into(), 0)));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Freeflow's IPv4 learning switch: the MAC switch's logic keyed on IPv4 addresses.
 //! Packets that are not IPv4 are dropped (the thesis' program only handles IPv4).
 
+use super::nf::{named, Stats};
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{Learned, TimedTable};
@@ -66,12 +67,12 @@ impl Ipv4Learning {
         n
     }
 
-    pub(crate) fn stats(&self) -> Vec<(&'static str, u64)> {
-        vec![
+    pub(crate) fn stats(&self) -> Stats {
+        named(&[
             ("entries", self.table.len() as u64),
             ("floods", self.floods),
             ("table_full", self.table_full),
-        ]
+        ])
     }
 }
 
@@ -157,7 +158,7 @@ impl Nf for Ipv4Switch {
         }
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
+    fn stats(&self) -> Stats {
         self.learn.stats()
     }
 }
@@ -209,6 +210,6 @@ pub(crate) mod tests {
             step(&mut sw, Packet::from_bytes(&arp)).1,
             Verdict::Drop(NOT_IPV4)
         );
-        assert_eq!(sw.stats()[0], ("entries", 0));
+        assert_eq!(sw.stats()[0], ("entries".into(), 0));
     }
 }

@@ -2,6 +2,7 @@
 //! MAC to the learned port (even when that is the ingress port, as the thesis' program
 //! does), flood on a miss. Entries never expire unless a timeout is set.
 
+use super::nf::{named, Stats};
 use super::nf::{Context, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{Learned, TimedTable};
@@ -106,12 +107,12 @@ impl Nf for MacSwitch {
         }
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        vec![
+    fn stats(&self) -> Stats {
+        named(&[
             ("entries", self.table.len() as u64),
             ("floods", self.floods),
             ("table_full", self.table_full),
-        ]
+        ])
     }
 }
 
@@ -175,7 +176,7 @@ mod tests {
         let mut sw = MacSwitch::new(1, 0);
         step(&mut sw, frame(0xb, 0xa, 1, 0));
         step(&mut sw, frame(0xa, 0xb, 2, 0));
-        assert_eq!(sw.stats()[2], ("table_full", 1));
+        assert_eq!(sw.stats()[2], ("table_full".into(), 1));
         assert_eq!(step(&mut sw, frame(0xb, 0xa, 1, 0)).0, FLOOD);
     }
 }

@@ -21,17 +21,21 @@
 //!   connections are lost anyway) and counted as `rehashed_flows`.
 //! - A full connection table refuses new flows (counted as `table_full`); they are still
 //!   balanced by the lookup table, which only moves them if the backend set changes.
+//! - Frames too short for their L2/IP header, and packets to the VIP whose TCP/UDP header
+//!   is cut short (not by fragmentation), are dropped as `malformed`: they have no flow to
+//!   follow. First fragments hash on addresses, like the later ones.
 
 use std::hash::BuildHasher;
 use std::net::IpAddr;
 
 use foldhash::fast::FixedState;
 
+use super::nf::{named, Stats};
 use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
-use crate::flow::{FlowKey, Hasher, Learned, WideKey};
+use crate::flow::{prefetch, FlowKey, Hasher, Index, Learned, WideKey};
 use crate::packet::wire::{Ipv4, Tcp, Udp};
-use crate::packet::{checksum, Batch, FastMark, Fields, L3Kind, Verdict};
+use crate::packet::{checksum, Batch, FastMark, Fields, L3Kind, Packet, Verdict, MAX_BATCH};
 
 /// The paper's default: a prime a little above 65,536 for up to a few hundred backends.
 pub const DEFAULT_TABLE_SIZE: usize = 65537;
@@ -184,8 +188,6 @@ struct Live {
 /// of the set. Bounded by the distinct addresses configured.
 struct Known {
     addr: IpAddr,
-    /// Leaked once per distinct address: `stats` takes static names.
-    label: &'static str,
     packets: u64,
     /// Index in the current set, or GONE.
     index: u16,
@@ -414,7 +416,6 @@ impl Maglev {
                 None => {
                     self.known.push(Known {
                         addr: b.addr,
-                        label: Box::leak(format!("backend {} packets", b.addr).into_boxed_str()),
                         packets: 0,
                         index: GONE,
                     });
@@ -462,7 +463,7 @@ impl Maglev {
 
     /// The backend (index into `backends`) for a flow: its tracked one, else by the table.
     #[inline]
-    fn pick(&mut self, key: &WideKey, now: u64) -> Option<usize> {
+    fn pick(&mut self, tag: u32, key: &WideKey, now: u64) -> Option<usize> {
         let Maglev {
             conns,
             known,
@@ -471,7 +472,7 @@ impl Maglev {
             hasher,
             ..
         } = self;
-        if let Some(id) = conns.get_mut(key, now) {
+        if let Some(id) = conns.get_mut(tag, key, now) {
             let i = known[*id as usize].index;
             if i != GONE {
                 return Some(i as usize);
@@ -485,12 +486,156 @@ impl Maglev {
         let i = slot(table, hasher, key)?;
         let id = backends[i].id;
         self.new_flows += 1;
-        if conns.learn(*key, id, now) == Learned::Full
-            && !(self.sweep(now) && self.conns.learn(*key, id, now) != Learned::Full)
+        if conns.learn(tag, *key, id, now) == Learned::Full
+            && !(self.sweep(now) && self.conns.learn(tag, *key, id, now) != Learned::Full)
         {
             self.table_full += 1;
         }
         Some(i)
+    }
+
+    /// Three passes so that a batch's cache misses overlap instead of queueing: find the
+    /// flows and prefetch their index entries, then prefetch the connections those name,
+    /// then pick backends and rewrite. Lookups are redone in the last pass (now hits in
+    /// cache), since a new flow learned there may be the next packet's.
+    #[inline]
+    fn process_chunk(&mut self, pkts: &mut [Packet]) {
+        let mut flows = [None::<(u32, WideKey)>; MAX_BATCH];
+        for (p, f) in pkts.iter_mut().zip(flows.iter_mut()) {
+            *f = self.flow_of(p);
+            if let Some((tag, _)) = f {
+                self.conns.prefetch_index(*tag);
+            }
+        }
+        for (tag, _) in flows[..pkts.len()].iter().flatten() {
+            self.conns.prefetch_conn(*tag);
+        }
+        for (p, f) in pkts.iter_mut().zip(flows) {
+            // Sweeps are counted per packet, in packet order, so FastPath's state
+            // function (which ticks too) sweeps at the same packet whatever the batches.
+            self.tick(p.meta().ts_ns);
+            if let Some((tag, key)) = f {
+                self.forward(p, tag, &key);
+            }
+        }
+    }
+
+    /// The flow (index tag and key) of a packet to the VIP; other packets get their
+    /// verdict here.
+    #[inline]
+    fn flow_of(&mut self, p: &mut Packet) -> Option<(u32, WideKey)> {
+        let l = p.layers();
+        let (m, d) = p.split_mut();
+        if m.fast == FastMark::Want {
+            // Refused unless a branch below says otherwise.
+            m.fast = FastMark::Refuse;
+        }
+        let o3 = l.l3_off as usize;
+        let to_vip = match l.l3 {
+            // Fixed-size compares: a slice compare is a `memcmp` call.
+            L3Kind::Ipv4 => {
+                !self.v6
+                    && d.get(o3 + 16..o3 + 20)
+                        .and_then(|a| <[u8; 4]>::try_from(a).ok())
+                        == self.vip[..4].try_into().ok()
+            }
+            L3Kind::Ipv6 => {
+                self.v6
+                    && d.get(o3 + 24..o3 + 40)
+                        .and_then(|a| <[u8; 16]>::try_from(a).ok())
+                        == Some(self.vip)
+            }
+            // Too short for its IP header: whether it is for the VIP is unknowable.
+            L3Kind::Malformed => {
+                m.verdict = Verdict::Drop(MALFORMED);
+                return None;
+            }
+            _ => false,
+        };
+        if !to_vip {
+            if m.fast == FastMark::Refuse {
+                m.fast = FastMark::Token(FAST_PASS);
+            }
+            self.passed += 1;
+            if self.drop_others {
+                m.verdict = Verdict::Drop(NOT_VIP);
+            }
+            return None;
+        }
+        // A TCP/UDP header cut short (not by fragmentation) has no ports to hash: the
+        // packet could not follow its flow.
+        let cut = matches!(l.l4_proto, 6 | 17) && !l.has_l4() && !l.is_fragment();
+        let key = FlowKey::from_packet(&l, d).filter(|_| !cut);
+        let Some(mut key) = key else {
+            m.verdict = Verdict::Drop(MALFORMED);
+            return None;
+        };
+        if l.is_fragment() {
+            key.sport = 0;
+            key.dport = 0;
+        }
+        let key = WideKey(key);
+        Some((self.conns.tag(&key), key))
+    }
+
+    /// Picks the backend of a packet to the VIP and rewrites it.
+    #[inline]
+    fn forward(&mut self, p: &mut Packet, tag: u32, key: &WideKey) {
+        let l = p.layers();
+        let (m, d) = p.split_mut();
+        let o3 = l.l3_off as usize;
+        let Some(i) = self.pick(tag, key, m.ts_ns) else {
+            m.verdict = Verdict::Drop(NO_BACKEND);
+            return;
+        };
+        let b = self.backends[i];
+        self.known[b.id as usize].packets += 1;
+        // Consolidated only while the flow is tracked on this backend (a full table
+        // leaves it untracked: every packet must pick again).
+        if m.fast == FastMark::Refuse
+            && self.conns.find(tag, key).map(|s| self.conns.slab[s as usize].id) == Some(b.id)
+        {
+            m.fast = FastMark::Token(b.id as u64);
+        }
+        // A complete transport header (never in later fragments) has its checksum
+        // patched: it covers the destination address through the pseudo header.
+        let o4 = l.l4_off as usize;
+        let l4 = l.has_l4() && !l.is_later_fragment();
+        if self.v6 {
+            let mut old = [0u8; 16];
+            old.copy_from_slice(&d[o3 + 24..o3 + 40]);
+            d[o3 + 24..o3 + 40].copy_from_slice(&b.addr);
+            if l4 {
+                let t = &mut d[o4..];
+                match l.l4_proto {
+                    6 => Tcp::new_unchecked(t).update_pseudo_addr(&old, &b.addr),
+                    17 => Udp::new_unchecked(t).update_pseudo_addr(&old, &b.addr),
+                    58 => {
+                        let c = u16::from_be_bytes([t[2], t[3]]);
+                        let c = checksum::update_bytes(c, &old, &b.addr);
+                        t[2..4].copy_from_slice(&c.to_be_bytes());
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let new = [b.addr[0], b.addr[1], b.addr[2], b.addr[3]];
+            let old = [d[o3 + 16], d[o3 + 17], d[o3 + 18], d[o3 + 19]];
+            Ipv4::new_unchecked(&mut d[o3..]).set_dst_update(new);
+            if l4 {
+                let t = &mut d[o4..];
+                match l.l4_proto {
+                    6 => Tcp::new_unchecked(t).update_pseudo_addr(&old, &new),
+                    17 => Udp::new_unchecked(t).update_pseudo_addr(&old, &new),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(mac) = b.mac {
+            if l.has_ethernet() {
+                d[..6].copy_from_slice(&mac);
+            }
+        }
     }
 
     /// Drops idle connections, at most once per second of capture time (any jump counts:
@@ -532,10 +677,26 @@ impl Maglev {
     }
 }
 
-/// The connection table: flow → (stable backend id, last seen). As `flow::TimedTable`,
-/// but a hit is one probe that also refreshes the entry (the hot path of every packet).
+/// One tracked connection, one cache line (56 bytes unaligned would straddle two for
+/// about half the entries, and the batch prefetch fetches one).
+#[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
+struct Conn {
+    key: WideKey,
+    /// Stable backend id.
+    id: u32,
+    /// Last seen (capture time).
+    seen: u64,
+}
+
+/// The connection table: flow → (stable backend id, last seen). A hit is one probe that
+/// also refreshes the entry (the hot path of every packet). Connections sit densely in a
+/// slab (a sweep costs what is tracked) behind a [`flow::Index`](crate::flow::Index), so
+/// a batch can prefetch its entries before the lookups (see `Maglev::process_chunk`).
 struct Conns {
-    map: hashbrown::HashMap<WideKey, (u32, u64), Hasher>,
+    index: Index,
+    slab: Vec<Conn>,
+    hasher: Hasher,
     capacity: usize,
     /// 0: connections never expire.
     timeout_ns: u64,
@@ -544,50 +705,94 @@ struct Conns {
 impl Conns {
     fn new(capacity: usize, timeout_ns: u64) -> Conns {
         Conns {
-            map: hashbrown::HashMap::with_capacity_and_hasher(capacity, Hasher::default()),
+            index: Index::with_capacity(capacity),
+            slab: Vec::with_capacity(capacity),
+            hasher: Hasher::default(),
             capacity,
             timeout_ns,
         }
     }
 
+    #[inline]
+    fn tag(&self, key: &WideKey) -> u32 {
+        Index::tag(self.hasher.hash_one(key))
+    }
+
+    /// Loads the index entry and (when its first candidate is there) the connection for
+    /// `tag`, ahead of [`Conns::get_mut`].
+    #[inline]
+    fn prefetch_index(&self, tag: u32) {
+        self.index.prefetch(tag);
+    }
+
+    #[inline]
+    fn prefetch_conn(&self, tag: u32) {
+        if let Some(s) = self.index.find(tag, |_| true) {
+            prefetch(&self.slab[s as usize]);
+        }
+    }
+
+    #[inline]
+    fn find(&self, tag: u32, key: &WideKey) -> Option<u32> {
+        let slab = &self.slab;
+        self.index.find(tag, |s| slab[s as usize].key == *key)
+    }
+
     /// The live entry's backend id, its idle timer refreshed; an expired one is a miss
     /// (and is overwritten by the `learn` that follows).
     #[inline]
-    fn get_mut(&mut self, key: &WideKey, now: u64) -> Option<&mut u32> {
+    fn get_mut(&mut self, tag: u32, key: &WideKey, now: u64) -> Option<&mut u32> {
         let t = self.timeout_ns;
-        let e = self.map.get_mut(key)?;
-        if t != 0 && now.saturating_sub(e.1) > t {
+        let s = self.find(tag, key)?;
+        let e = &mut self.slab[s as usize];
+        if t != 0 && now.saturating_sub(e.seen) > t {
             return None;
         }
-        e.1 = e.1.max(now);
-        Some(&mut e.0)
+        e.seen = e.seen.max(now);
+        Some(&mut e.id)
     }
 
     #[inline]
-    fn learn(&mut self, key: WideKey, id: u32, now: u64) -> Learned {
-        let full = self.map.len() >= self.capacity;
-        match self.map.entry(key) {
-            hashbrown::hash_map::Entry::Occupied(mut e) => {
-                *e.get_mut() = (id, now);
-                Learned::Updated
-            }
-            hashbrown::hash_map::Entry::Vacant(_) if full => Learned::Full,
-            hashbrown::hash_map::Entry::Vacant(e) => {
-                e.insert((id, now));
-                Learned::Inserted
-            }
+    fn learn(&mut self, tag: u32, key: WideKey, id: u32, now: u64) -> Learned {
+        if let Some(s) = self.find(tag, &key) {
+            let e = &mut self.slab[s as usize];
+            e.id = id;
+            e.seen = now;
+            return Learned::Updated;
         }
+        if self.slab.len() >= self.capacity {
+            return Learned::Full;
+        }
+        self.index.insert(tag, self.slab.len() as u32);
+        self.slab.push(Conn { key, id, seen: now });
+        Learned::Inserted
     }
 
+    /// Forgets connections idle past the timeout. Walks the slab downwards, so the entry
+    /// a removal swaps in from the end was already examined.
     fn sweep(&mut self, now: u64) {
         let t = self.timeout_ns;
-        if t != 0 {
-            self.map.retain(|_, e| now.saturating_sub(e.1) <= t);
+        if t == 0 {
+            return;
+        }
+        for i in (0..self.slab.len()).rev() {
+            let c = self.slab[i];
+            if now.saturating_sub(c.seen) <= t {
+                continue;
+            }
+            self.index.remove(self.tag(&c.key), i as u32);
+            let last = self.slab.len() - 1;
+            if i != last {
+                let moved = self.slab[last];
+                self.index
+                    .replace(self.tag(&moved.key), last as u32, i as u32);
+            }
+            self.slab.swap_remove(i);
         }
     }
 
     fn len(&self) -> usize {
-        self.map.len()
+        self.slab.len()
     }
 }
 
@@ -676,88 +881,9 @@ impl Nf for Maglev {
     }
 
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
-        for p in batch {
-            let l = p.layers();
-            let (m, d) = p.split_mut();
-            self.tick(m.ts_ns);
-            if m.fast == FastMark::Want {
-                // Refused unless a branch below says otherwise.
-                m.fast = FastMark::Refuse;
-            }
-            let o3 = l.l3_off as usize;
-            let to_vip = match l.l3 {
-                L3Kind::Ipv4 => !self.v6 && d.get(o3 + 16..o3 + 20) == Some(&self.vip[..4]),
-                L3Kind::Ipv6 => self.v6 && d.get(o3 + 24..o3 + 40) == Some(&self.vip[..]),
-                _ => false,
-            };
-            if !to_vip {
-                if m.fast == FastMark::Refuse {
-                    m.fast = FastMark::Token(FAST_PASS);
-                }
-                self.passed += 1;
-                if self.drop_others {
-                    m.verdict = Verdict::Drop(NOT_VIP);
-                }
-                continue;
-            }
-            let Some(mut key) = FlowKey::from_packet(&l, d) else {
-                m.verdict = Verdict::Drop(MALFORMED);
-                continue;
-            };
-            if l.is_fragment() {
-                key.sport = 0;
-                key.dport = 0;
-            }
-            let Some(i) = self.pick(&WideKey(key), m.ts_ns) else {
-                m.verdict = Verdict::Drop(NO_BACKEND);
-                continue;
-            };
-            let b = self.backends[i];
-            self.known[b.id as usize].packets += 1;
-            if m.fast == FastMark::Refuse
-                && self.conns.map.get(&WideKey(key)).map(|e| e.0) == Some(b.id)
-            {
-                m.fast = FastMark::Token(b.id as u64);
-            }
-            // A complete transport header (never in later fragments) has its checksum
-            // patched: it covers the destination address through the pseudo header.
-            let o4 = l.l4_off as usize;
-            let l4 = l.has_l4() && !l.is_later_fragment();
-            if self.v6 {
-                let mut old = [0u8; 16];
-                old.copy_from_slice(&d[o3 + 24..o3 + 40]);
-                d[o3 + 24..o3 + 40].copy_from_slice(&b.addr);
-                if l4 {
-                    let t = &mut d[o4..];
-                    match l.l4_proto {
-                        6 => Tcp::new_unchecked(t).update_pseudo_addr(&old, &b.addr),
-                        17 => Udp::new_unchecked(t).update_pseudo_addr(&old, &b.addr),
-                        58 => {
-                            let c = u16::from_be_bytes([t[2], t[3]]);
-                            let c = checksum::update_bytes(c, &old, &b.addr);
-                            t[2..4].copy_from_slice(&c.to_be_bytes());
-                        }
-                        _ => {}
-                    }
-                }
-            } else {
-                let new = [b.addr[0], b.addr[1], b.addr[2], b.addr[3]];
-                let old = [d[o3 + 16], d[o3 + 17], d[o3 + 18], d[o3 + 19]];
-                Ipv4::new_unchecked(&mut d[o3..]).set_dst_update(new);
-                if l4 {
-                    let t = &mut d[o4..];
-                    match l.l4_proto {
-                        6 => Tcp::new_unchecked(t).update_pseudo_addr(&old, &new),
-                        17 => Udp::new_unchecked(t).update_pseudo_addr(&old, &new),
-                        _ => {}
-                    }
-                }
-            }
-            if let Some(mac) = b.mac {
-                if l.has_ethernet() {
-                    d[..6].copy_from_slice(&mac);
-                }
-            }
+        // A node fed by several others may get more than one batch's worth.
+        for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
+            self.process_chunk(chunk);
         }
     }
 
@@ -813,15 +939,14 @@ impl Nf for Maglev {
             return true;
         }
         let key = fast_key(p);
-        match self.conns.map.get(&key) {
-            Some(&(id, last)) => {
-                let t = self.conns.timeout_ns;
-                id as u64 == token
-                    && !(t != 0 && p.ts_ns.saturating_sub(last) > t)
-                    && self.known.get(id as usize).is_some_and(|k| k.index != GONE)
-            }
-            None => false,
-        }
+        let Some(slot) = self.conns.find(self.conns.tag(&key), &key) else {
+            return false;
+        };
+        let c = &self.conns.slab[slot as usize];
+        let t = self.conns.timeout_ns;
+        c.id as u64 == token
+            && !(t != 0 && p.ts_ns.saturating_sub(c.seen) > t)
+            && self.known.get(c.id as usize).is_some_and(|k| k.index != GONE)
     }
 
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
@@ -831,23 +956,28 @@ impl Nf for Maglev {
             return;
         }
         let key = fast_key(p);
-        if self.conns.get_mut(&key, p.ts_ns).is_some() {
+        let tag = self.conns.tag(&key);
+        if self.conns.get_mut(tag, &key, p.ts_ns).is_some() {
             if let Some(k) = self.known.get_mut(token as usize) {
                 k.packets += 1;
             }
         }
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        let mut s = vec![
+    fn stats(&self) -> Stats {
+        let mut s: Stats = named(&[
             ("backends", self.backends.len() as u64),
             ("tracked_flows", self.conns.len() as u64),
             ("new_flows", self.new_flows),
             ("rehashed_flows", self.rehashed),
             ("table_full", self.table_full),
             ("not_vip", self.passed),
-        ];
-        s.extend(self.known.iter().map(|k| (k.label, k.packets)));
+        ]);
+        s.extend(
+            self.known
+                .iter()
+                .map(|k| (format!("backend {} packets", k.addr).into(), k.packets)),
+        );
         s
     }
 }
@@ -869,6 +999,41 @@ mod tests {
         assert_eq!(parse_mac("02:00:00:00:01"), None);
         assert_eq!(parse_mac("02:00:00:00:01:01:01"), None);
         assert_eq!(parse_mac("02:00:00:00:01:xyz"), None);
+    }
+
+    fn key(i: u32) -> WideKey {
+        let mut k = FlowKey {
+            src: [0; 16],
+            dst: [0; 16],
+            sport: i as u16,
+            dport: 80,
+            proto: 6,
+            family: 4,
+        };
+        k.src[..4].copy_from_slice(&i.to_be_bytes());
+        WideKey(k)
+    }
+
+    #[test]
+    fn conns_sweep_keeps_exactly_the_live_ones_findable() {
+        let mut c = Conns::new(1000, 10);
+        for i in 0..1000u32 {
+            let k = key(i);
+            assert_eq!(
+                c.learn(c.tag(&k), k, i, u64::from(i % 7)),
+                Learned::Inserted
+            );
+        }
+        let k = key(5000);
+        assert_eq!(c.learn(c.tag(&k), k, 1, 0), Learned::Full);
+        // At 14, entries last seen at 0..=3 are idle for more than 10.
+        c.sweep(14);
+        assert_eq!(c.len(), (0..1000).filter(|i| i % 7 >= 4).count());
+        for i in 0..1000u32 {
+            let k = key(i);
+            let got = c.get_mut(c.tag(&k), &k, 14).map(|id| *id);
+            assert_eq!(got, (i % 7 >= 4).then_some(i), "flow {i}");
+        }
     }
 
     #[test]

@@ -1,25 +1,31 @@
 //! The NF library. Each NF is one file; [`registry`] maps config kinds to constructors.
 
 pub mod acl;
+pub mod dpi;
 mod firewall;
 mod flow_monitor;
+pub mod ids;
 mod ip_filter;
 mod ipv4_switch;
 mod mac_switch;
 mod maglev;
+pub mod microbox;
 mod nat;
 mod nf;
 mod params;
 pub mod registry;
 mod wire;
 
+pub use dpi::{AppProto, DpiFlow};
 pub use firewall::Firewall;
 pub use flow_monitor::{End, FlowMonitor, FlowRecord, FlowStats};
 pub use ip_filter::IpFilter;
 pub use ipv4_switch::Ipv4Switch;
 pub use mac_switch::MacSwitch;
 pub use maglev::{Backend, Maglev};
+pub use microbox::Microbox;
 pub use nat::{Nat, NatConfig};
+pub use nf::{named, Stats};
 pub use nf::{Context, FastPacket, FastRole, Nf, Profile};
 pub use params::{ParamDoc, ParamError, Params};
 pub use wire::Wire;

@@ -1,5 +1,7 @@
 //! The NF interface: a profile the planner and FastPath reason about, and batch processing.
 
+use std::borrow::Cow;
+
 use crate::flow::FlowKey;
 use crate::packet::{Batch, Fields, Layers};
 
@@ -98,7 +100,15 @@ pub trait Nf: Send {
     }
 
     /// Counters of the NF's own (table sizes, learned entries, floods), for the summary.
-    fn stats(&self) -> Vec<(&'static str, u64)> {
+    fn stats(&self) -> Stats {
         Vec::new()
     }
+}
+
+/// An NF's own counters: names are mostly literals; some are made per rule or backend.
+pub type Stats = Vec<(Cow<'static, str>, u64)>;
+
+/// Stats whose names are all literals.
+pub fn named(v: &[(&'static str, u64)]) -> Stats {
+    v.iter().map(|&(k, n)| (Cow::Borrowed(k), n)).collect()
 }

@@ -2,6 +2,7 @@
 //! and unknown keys are errors naming the NF and the key.
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
 /// One documented parameter, listed by `catena nfs`.
 #[derive(Clone, Copy, Debug)]
@@ -23,6 +24,8 @@ pub struct Params<'a> {
     nf: &'a str,
     table: &'a toml::Table,
     used: BTreeSet<&'a str>,
+    /// Folder that relative file parameters are taken from (the chain file's).
+    dir: &'a Path,
 }
 
 impl<'a> Params<'a> {
@@ -32,6 +35,23 @@ impl<'a> Params<'a> {
             nf,
             table,
             used: BTreeSet::new(),
+            dir: Path::new(""),
+        }
+    }
+
+    /// Takes relative file parameters from `dir` (the chain file's folder), as the
+    /// input trace is.
+    pub fn in_dir(mut self, dir: &'a Path) -> Params<'a> {
+        self.dir = dir;
+        self
+    }
+
+    /// A file path, if present, taken relative to the chain file's folder.
+    pub fn path(&mut self, key: &'a str) -> Result<Option<PathBuf>, ParamError> {
+        match self.table_str(key)? {
+            None => Ok(None),
+            Some("") => Err(self.err(format!("`{key}` must name a file"))),
+            Some(s) => Ok(Some(self.dir.join(s))),
         }
     }
 

@@ -1,7 +1,11 @@
 //! NF kinds by config name, with their parameter docs, for `run`, `check` and `nfs`.
 
+use std::path::Path;
+
 use super::params::{ParamDoc, ParamError, Params};
-use super::{Firewall, FlowMonitor, IpFilter, Ipv4Switch, MacSwitch, Maglev, Nat, Nf, Wire};
+use super::{
+    Firewall, FlowMonitor, IpFilter, Ipv4Switch, MacSwitch, Maglev, Microbox, Nat, Nf, Wire,
+};
 
 pub struct Kind {
     pub name: &'static str,
@@ -59,6 +63,12 @@ pub const KINDS: &[Kind] = &[
         params: FlowMonitor::PARAMS,
         build: |p| Ok(Box::new(FlowMonitor::from_params(p)?)),
     },
+    Kind {
+        name: "microbox",
+        summary: "Consolidated TCP stack (Microboxes) with apps on its events: tcp_count, l4_lb, l7_lb, …; mode = \"per-nf\" gives each app its own stack",
+        params: Microbox::PARAMS,
+        build: |p| Ok(Box::new(Microbox::from_params(p)?)),
+    },
 ];
 
 pub fn find(name: &str) -> Option<&'static Kind> {
@@ -67,6 +77,16 @@ pub fn find(name: &str) -> Option<&'static Kind> {
 
 /// Builds an NF of `kind` named `nf` from its parameter table (without `name`/`kind`).
 pub fn build(nf: &str, kind: &str, table: &toml::Table) -> Result<Box<dyn Nf>, ParamError> {
+    build_in(nf, kind, table, Path::new(""))
+}
+
+/// As [`build`], with relative file parameters taken from `dir` (the chain file's folder).
+pub fn build_in(
+    nf: &str,
+    kind: &str,
+    table: &toml::Table,
+    dir: &Path,
+) -> Result<Box<dyn Nf>, ParamError> {
     let Some(k) = find(kind) else {
         let names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
         return Err(ParamError {
@@ -74,7 +94,7 @@ pub fn build(nf: &str, kind: &str, table: &toml::Table) -> Result<Box<dyn Nf>, P
             msg: format!("unknown kind `{kind}` (known: {})", names.join(", ")),
         });
     };
-    let mut p = Params::new(nf, table);
+    let mut p = Params::new(nf, table).in_dir(dir);
     let built = (k.build)(&mut p)?;
     p.finish(k.params)?;
     Ok(built)

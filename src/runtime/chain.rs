@@ -74,8 +74,8 @@ impl Chain {
             let mut params = t.clone();
             params.remove("name");
             params.remove("kind");
-            let nf =
-                registry::build(&name, &kind, &params).map_err(|e| c.invalid(e.to_string()))?;
+            let nf = registry::build_in(&name, &kind, &params, &c.dir)
+                .map_err(|e| c.invalid(e.to_string()))?;
             let prof = nf.profile();
             by_name.insert(name.clone(), nodes.len());
             nodes.push(Node {

@@ -645,7 +645,7 @@ impl Runner {
                         stats: nf
                             .stats()
                             .into_iter()
-                            .map(|(k, v)| (k.to_string(), v))
+                            .map(|(k, v)| (k.into_owned(), v))
                             .collect(),
                     })
                 }

@@ -2,7 +2,11 @@
 //! Timings are medians over several runs; ratios are taken within the same run.
 
 mod chart;
+mod dpi;
+mod dpi_ids;
 mod fastpath;
+mod ids;
+mod microboxes;
 mod nfs;
 mod ops;
 mod steve;
@@ -16,7 +20,9 @@ use std::path::PathBuf;
 pub struct Args {
     /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per
     /// operation), nfs (filter, NAT, Maglev, monitor), fastpath (cycles per packet with
-    /// header-action consolidation off and on).
+    /// header-action consolidation off and on), microboxes (chain length, consolidated vs
+    /// per-NF TCP stacks, DPI -> IDS, peers), dpi (DPI engine next to ndpiReader), ids
+    /// (IDS engine next to Suricata).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -34,6 +40,13 @@ pub struct Args {
     /// ../shared/datasets/bench/ndpi-ether-merged.pcap; a path to any pcap works too.
     #[arg(long, value_delimiter = ',')]
     traces: Vec<String>,
+    /// Only the rows whose "NF case" contains one of these (e.g. `maglev 10 backends`);
+    /// for profiling one case under callgrind. Default: every row.
+    #[arg(long)]
+    only: Vec<String>,
+    /// Rule file for `ids` (default: examples/ids/bench.rules).
+    #[arg(long)]
+    rules: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -47,9 +60,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "steve-ops" => ops::run(&a),
         "nfs" => nfs::run(&a),
         "fastpath" => fastpath::run(&a),
+        "microboxes" => microboxes::run(&a),
+        "dpi" => dpi::run(&a),
+        "ids" => ids::run(&a),
         other => {
             anyhow::bail!(
-                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath)"
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, dpi, ids)"
             )
         }
     }

@@ -148,6 +148,12 @@ fn measure(
     })
 }
 
+/// Whether `--only` selects the row `nf case` (no `--only`: every row).
+fn wanted(a: &Args, nf: &str, case: &str) -> bool {
+    let row = format!("{nf} {case}");
+    a.only.is_empty() || a.only.iter().any(|o| row.contains(o.as_str()))
+}
+
 fn nf_chain(kind: &str, body: &str) -> String {
     format!("[input]\nports = 2\n[[nf]]\nname = \"x\"\nkind = \"{kind}\"\n{body}\n")
 }
@@ -188,36 +194,52 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             nf_chain("flow_monitor", "records = \"/dev/null\""),
         ),
     ];
+    let case = |nf: &str| {
+        if nf == "ip_filter" {
+            "100 rules"
+        } else {
+            "default"
+        }
+    };
     for t in traces::names(&a.traces) {
+        if !per_trace.iter().any(|(nf, _)| wanted(a, nf, case(nf))) {
+            continue;
+        }
         let trace = traces::load(&t, a.scale)?;
         for (nf, chain) in &per_trace {
-            let case = if *nf == "ip_filter" {
-                "100 rules"
-            } else {
-                "default"
-            };
-            rows.push(measure(a, nf, case, &t, &trace, chain)?);
+            if wanted(a, nf, case(nf)) {
+                rows.push(measure(a, nf, case(nf), &t, &trace, chain)?);
+            }
         }
     }
-    let merged = traces::load("merged", 1.0)?;
-    for n in [10usize, 100, 1000, 10_000] {
-        let chain = nf_chain(
-            "ip_filter",
-            &format!(
-                "rules = {}\ndefault = \"allow\"",
-                toml_list(&random_rules(n, n as u64))
-            ),
-        );
-        rows.push(measure(
-            a,
-            "ip_filter",
-            &format!("{n} rules"),
-            "merged",
-            &merged,
-            &chain,
-        )?);
+    let rule_counts: Vec<usize> = [10usize, 100, 1000, 10_000]
+        .into_iter()
+        .filter(|n| wanted(a, "ip_filter", &format!("{n} rules")))
+        .collect();
+    if !rule_counts.is_empty() {
+        let merged = traces::load("merged", 1.0)?;
+        for n in rule_counts {
+            let chain = nf_chain(
+                "ip_filter",
+                &format!(
+                    "rules = {}\ndefault = \"allow\"",
+                    toml_list(&random_rules(n, n as u64))
+                ),
+            );
+            rows.push(measure(
+                a,
+                "ip_filter",
+                &format!("{n} rules"),
+                "merged",
+                &merged,
+                &chain,
+            )?);
+        }
     }
     for flows in [1_000usize, 100_000, 1_000_000] {
+        if !wanted(a, "nat", &format!("{flows} flows")) {
+            continue;
+        }
         let trace = flow_trace(flows, (2 * flows).max(2_000_000), [198, 18, 0, 1]);
         rows.push(measure(
             a,
@@ -230,6 +252,9 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     }
     let trace = flow_trace(100_000, 2_000_000, [203, 0, 113, 10]);
     for (n, m) in [(10usize, 65537u64), (1000, 100_003)] {
+        if !wanted(a, "maglev", &format!("{n} backends, 100k flows")) {
+            continue;
+        }
         let chain = nf_chain("maglev", &maglev(n, m, "203.0.113.10"));
         rows.push(measure(
             a,

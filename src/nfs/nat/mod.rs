@@ -27,7 +27,8 @@
 //! - Timeouts default to RFC values rather than `IPRewriter`'s (24 h for TCP, 4 min after
 //!   FIN/RST): 7440 s for open TCP (RFC 5382), 4 s linger, 300 s UDP, 60 s ICMP.
 //! - `set_pool` changes the public addresses and ports between batches: live mappings keep
-//!   theirs until they end, new flows draw from the new pool.
+//!   theirs until they end (even outside the new pool; their replies are still translated
+//!   back), new flows draw from the new pool, skipping pairs live mappings still hold.
 //!
 //! Config lists (`inside`, `public`) are comma/space separated strings, since NF
 //! parameters have no list-of-strings reader yet. Direction is by prefix, not by ingress
@@ -35,22 +36,20 @@
 //!
 //! Hot path: per batch, every packet's index entry is hashed and prefetched, then the
 //! mappings those name, then packets are translated, so a batch's cache misses overlap
-//! (see `index`). Nothing allocates per packet: the slab, both indexes and the free lists
+//! (see `flow::Index`). Nothing allocates per packet: the slab, both indexes and the free lists
 //! are sized from `capacity` and the pool up front.
-
-mod index;
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
 
+use super::nf::{named, Stats};
 use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
-use crate::flow::Hasher;
+use crate::flow::{prefetch, Hasher, Index};
 use crate::packet::bytes::{be16, be32, put16, put32};
 use crate::packet::checksum::{fold32, update16, update32};
 use crate::packet::{Batch, FastMark, Fields, L3Kind, Layers, Packet, MAX_BATCH};
-use index::{prefetch, Index};
 
 const NO_MAPPING: u8 = 0;
 const POOL_EXHAUSTED: u8 = 1;
@@ -1262,8 +1261,8 @@ impl Nf for Nat {
         }
     }
 
-    fn stats(&self) -> Vec<(&'static str, u64)> {
-        vec![
+    fn stats(&self) -> Stats {
+        named(&[
             ("mappings", self.live.len() as u64),
             ("created", self.created),
             ("expired", self.expired),
@@ -1275,7 +1274,7 @@ impl Nf for Nat {
             ("internal", self.internal),
             ("passed_not_ipv4", self.not_ipv4),
             ("pool_size", self.pool.size() as u64),
-        ]
+        ])
     }
 }
 

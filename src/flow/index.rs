@@ -1,12 +1,13 @@
-//! An open-addressing index from a flow's hash to its slot in the NAT's slab. hashbrown
-//! offers no way to prefetch a bucket, and with 100k flows every lookup is a cache miss:
-//! this index lets the NAT prefetch a whole batch's entries, then their mappings, so the
-//! misses overlap. Keys stay in the slab and are compared there; an entry is 32 bits of
-//! hash (which also picks the home position) and the slot, 8 bytes.
+//! An open-addressing index from a flow's hash to its slot in a caller's slab (the NAT's
+//! mappings, Maglev's connections). hashbrown offers no way to prefetch a bucket, and
+//! with 100k flows every lookup is a cache miss: this index lets an NF prefetch a whole
+//! batch's entries, then the slab entries they name, so the misses overlap. Keys stay in
+//! the slab and are compared there; an entry is 32 bits of hash (which also picks the
+//! home position) and the slot, 8 bytes.
 
 const EMPTY: u64 = u64::MAX;
 
-pub(super) struct Index {
+pub struct Index {
     e: Box<[u64]>,
     mask: usize,
 }
@@ -14,7 +15,7 @@ pub(super) struct Index {
 impl Index {
     /// Room for `n` entries at most half full, so linear probe runs stay short; callers
     /// never insert more than `n`, so a probe always meets an empty entry.
-    pub(super) fn with_capacity(n: usize) -> Index {
+    pub fn with_capacity(n: usize) -> Index {
         let size = (n.max(4) * 2).next_power_of_two();
         Index {
             e: vec![EMPTY; size].into_boxed_slice(),
@@ -28,13 +29,13 @@ impl Index {
     }
 
     #[inline]
-    pub(super) fn prefetch(&self, tag: u32) {
+    pub fn prefetch(&self, tag: u32) {
         prefetch(&self.e[self.home(tag)]);
     }
 
     /// The first slot with hash `tag` for which `is` holds.
     #[inline]
-    pub(super) fn find(&self, tag: u32, mut is: impl FnMut(u32) -> bool) -> Option<u32> {
+    pub fn find(&self, tag: u32, mut is: impl FnMut(u32) -> bool) -> Option<u32> {
         let mut i = self.home(tag);
         loop {
             let e = self.e[i];
@@ -49,7 +50,7 @@ impl Index {
     }
 
     /// Adds `slot` under `tag` (the caller knows its key is absent).
-    pub(super) fn insert(&mut self, tag: u32, slot: u32) {
+    pub fn insert(&mut self, tag: u32, slot: u32) {
         let mut i = self.home(tag);
         while self.e[i] != EMPTY {
             i = (i + 1) & self.mask;
@@ -57,8 +58,31 @@ impl Index {
         self.e[i] = u64::from(tag) << 32 | u64::from(slot);
     }
 
+    /// 32 bits of a 64-bit hash, both halves mixed in.
+    #[inline]
+    pub fn tag(h: u64) -> u32 {
+        (h ^ (h >> 32)) as u32
+    }
+
+    /// Refiles `old` under `tag` as `new` (the caller moved the slab entry).
+    pub fn replace(&mut self, tag: u32, old: u32, new: u32) {
+        let want = u64::from(tag) << 32 | u64::from(old);
+        let mut i = self.home(tag);
+        loop {
+            let e = self.e[i];
+            if e == EMPTY {
+                return;
+            }
+            if e == want {
+                self.e[i] = u64::from(tag) << 32 | u64::from(new);
+                return;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
     /// Removes `slot` filed under `tag`, if there.
-    pub(super) fn remove(&mut self, tag: u32, slot: u32) {
+    pub fn remove(&mut self, tag: u32, slot: u32) {
         let want = u64::from(tag) << 32 | u64::from(slot);
         let mut i = self.home(tag);
         loop {
@@ -92,7 +116,7 @@ impl Index {
 
 /// A hint to load `r`'s cache line; never faults.
 #[inline(always)]
-pub(super) fn prefetch<T>(r: &T) {
+pub fn prefetch<T>(r: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch has no architectural effect; the address is a valid reference.
     #[allow(unused_unsafe)]

@@ -1,0 +1,402 @@
+//! The IDS engine: packet rules per packet, stream rules over each direction's window,
+//! HTTP rules once per transaction on the parser's buffers. After setup (rule set, and
+//! per flow its windows and parser buffers) inspecting allocates nothing, except the
+//! caller's alert vector growing past its capacity.
+
+use super::content::{matches, Span};
+use super::flow::{bit, set_bit, IdsFlow};
+use super::header::{Ip, Proto};
+use super::http::{Event, HttpLimits};
+use super::pktcheck::PktFields;
+use super::rule::{Buf, Kind, Rule, Side};
+use super::ruleset::{Prefilter, RuleSet};
+
+/// Engine limits.
+#[derive(Clone, Copy, Debug)]
+pub struct IdsConfig {
+    pub http: HttpLimits,
+    /// Stream bytes kept from earlier segments so a content spanning a segment boundary
+    /// still matches: the longest match a stream rule can need.
+    pub stream_tail: usize,
+    /// New stream bytes inspected at once (a long segment is inspected in pieces).
+    pub stream_piece: usize,
+}
+
+impl Default for IdsConfig {
+    fn default() -> Self {
+        IdsConfig {
+            http: HttpLimits::default(),
+            stream_tail: 2048,
+            stream_piece: 4096,
+        }
+    }
+}
+
+/// What the engine needs of a packet or of the segment that carried stream bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct PacketInfo {
+    pub ip_proto: u8,
+    pub src: Ip,
+    pub dst: Ip,
+    pub sport: u16,
+    pub dport: u16,
+    /// From the flow's client (initiator) to its server.
+    pub to_server: bool,
+    /// TCP: handshake seen; other protocols: packets seen both ways.
+    pub established: bool,
+    /// This TCP packet's payload goes to `on_stream` (so stream rules skip it here).
+    pub reassembled: bool,
+    /// The first packet of its flow in this direction (IP-only rules match only these).
+    pub first_in_dir: bool,
+    /// Header fields for `flags`, `itype`, `icode`, `ttl`.
+    pub fields: PktFields,
+}
+
+/// One alert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Alert {
+    pub gid: u32,
+    pub sid: u32,
+    pub rev: u32,
+    /// Index of the rule in [`RuleSet::rules`].
+    pub rule: u32,
+}
+
+pub struct Ids {
+    set: RuleSet,
+    cfg: IdsConfig,
+    /// Per-rule generation stamps: candidate dedupe without clearing a set per call.
+    seen: Vec<u32>,
+    fired: Vec<u32>,
+    gen: u32,
+    cands: Vec<u32>,
+}
+
+impl Ids {
+    pub fn new(set: RuleSet, cfg: IdsConfig) -> Ids {
+        let n = set.len();
+        Ids {
+            set,
+            cfg,
+            seen: vec![0; n],
+            fired: vec![0; n],
+            gen: 0,
+            cands: Vec::with_capacity(n),
+        }
+    }
+
+    pub fn rules(&self) -> &RuleSet {
+        &self.set
+    }
+
+    /// State for a new flow: windows if stream rules exist, HTTP parsers if HTTP rules do.
+    pub fn new_flow(&self) -> IdsFlow {
+        let win = if self.set.has_stream() {
+            self.cfg.stream_tail + self.cfg.stream_piece
+        } else {
+            0
+        };
+        IdsFlow::new(
+            self.set.len(),
+            win,
+            self.set.has_http().then_some(self.cfg.http),
+        )
+    }
+
+    fn next_gen(&mut self) -> u32 {
+        self.gen = self.gen.wrapping_add(1);
+        if self.gen == 0 {
+            self.seen.fill(0);
+            self.fired.fill(0);
+            self.gen = 1;
+        }
+        self.gen
+    }
+
+    /// Packet rules on one packet (and stream rules when its bytes are not reassembled).
+    pub fn on_packet(&mut self, p: &PacketInfo, payload: &[u8], alerts: &mut Vec<Alert>) {
+        let g = self.next_gen();
+        let span = Span {
+            base: 0,
+            fresh: None,
+        };
+        collect(
+            &self.set.packet,
+            payload,
+            g,
+            &mut self.seen,
+            &mut self.cands,
+        );
+        let stream_too = p.ip_proto == 6 && !p.reassembled && !payload.is_empty();
+        if stream_too {
+            collect(
+                &self.set.stream,
+                payload,
+                g,
+                &mut self.seen,
+                &mut self.cands,
+            );
+        }
+        for k in 0..self.cands.len() {
+            let i = self.cands[k];
+            let r = &self.set.rules[i as usize];
+            if r.header.proto == Proto::Http || (r.ip_only && !p.first_in_dir) {
+                continue; // HTTP needs the flow's verdict: stream path only
+            }
+            if header_ok(r, p)
+                && r.pkt
+                    .iter()
+                    .all(|c| c.test(p.ip_proto, &p.fields, payload.len()))
+                && groups_match(r, payload, span)
+            {
+                push(alerts, r, i);
+            }
+        }
+        self.cands.clear();
+    }
+
+    /// New in-order bytes of one direction of a TCP flow (`p` is the segment carrying them).
+    pub fn on_stream(
+        &mut self,
+        flow: &mut IdsFlow,
+        p: &PacketInfo,
+        data: &[u8],
+        alerts: &mut Vec<Alert>,
+    ) {
+        if data.is_empty() {
+            return;
+        }
+        let fire_gen = self.next_gen();
+        if self.set.has_stream() {
+            self.stream_rules(flow, p, data, fire_gen, alerts);
+        }
+        if flow.http.is_some() {
+            self.http(flow, p, data, alerts);
+        }
+    }
+
+    /// The direction of `p` ended (FIN or RST): HTTP headers cut short are inspected.
+    pub fn on_stream_end(&mut self, flow: &mut IdsFlow, p: &PacketInfo, alerts: &mut Vec<Alert>) {
+        let d = usize::from(!p.to_server);
+        let Some(h) = flow.http.as_mut() else { return };
+        if h[d].close() {
+            if d == 0 {
+                flow.req_fired.fill(0);
+            } else {
+                flow.resp_fired.fill(0);
+            }
+            self.inspect_http(flow, p, d, alerts);
+        }
+    }
+
+    fn stream_rules(
+        &mut self,
+        flow: &mut IdsFlow,
+        p: &PacketInfo,
+        data: &[u8],
+        fire_gen: u32,
+        alerts: &mut Vec<Alert>,
+    ) {
+        let is_http = flow.is_http();
+        let d = usize::from(!p.to_server);
+        let (tail, piece) = (self.cfg.stream_tail, self.cfg.stream_piece.max(1));
+        for chunk in data.chunks(piece) {
+            let w = &mut flow.win[d];
+            if w.buf.capacity() == 0 {
+                w.buf.reserve_exact(w.cap);
+                w.hit_end = vec![0; w.rules];
+            }
+            if w.buf.len() > tail {
+                let cut = w.buf.len() - tail;
+                w.buf.copy_within(cut.., 0);
+                w.buf.truncate(tail);
+                w.base += cut as u64;
+            }
+            let fresh = w.buf.len();
+            w.buf.extend_from_slice(chunk);
+            let span = Span {
+                base: w.base,
+                fresh: Some(fresh),
+            };
+            let g = self.next_gen();
+            let pf = &self.set.stream;
+            let from = fresh.saturating_sub(pf.max_len().saturating_sub(1));
+            let at = w.base + from as u64;
+            let hit_end = &mut w.hit_end;
+            pf.hits_at(&w.buf[from..], |i, end| {
+                hit_end[i as usize] = at + end as u64
+            });
+            let live = pf
+                .pattern_rules()
+                .iter()
+                .filter(|&&i| w.hit_end[i as usize] > w.base);
+            for &i in pf.always.iter().chain(live) {
+                if self.seen[i as usize] != g {
+                    self.seen[i as usize] = g;
+                    self.cands.push(i);
+                }
+            }
+            for k in 0..self.cands.len() {
+                let i = self.cands[k];
+                let r = &self.set.rules[i as usize];
+                if self.fired[i as usize] == fire_gen || (r.header.proto == Proto::Http && !is_http)
+                {
+                    continue;
+                }
+                if header_ok(r, p) && groups_match(r, &w.buf, span) {
+                    self.fired[i as usize] = fire_gen;
+                    push(alerts, r, i);
+                }
+            }
+            self.cands.clear();
+        }
+    }
+
+    fn http(
+        &mut self,
+        flow: &mut IdsFlow,
+        p: &PacketInfo,
+        mut data: &[u8],
+        alerts: &mut Vec<Alert>,
+    ) {
+        let d = usize::from(!p.to_server);
+        while !data.is_empty() {
+            let Some(h) = flow.http.as_mut() else { return };
+            if h[d].gave_up() {
+                return;
+            }
+            let (used, ev) = h[d].feed(data);
+            data = &data[used..];
+            match ev {
+                Event::Nothing => {
+                    if used == 0 {
+                        return;
+                    }
+                    continue;
+                }
+                Event::Headers => {
+                    if d == 0 {
+                        flow.req_fired.fill(0);
+                        let head = h[0].method().eq_ignore_ascii_case(b"HEAD");
+                        h[1].no_body = head;
+                    } else {
+                        flow.resp_fired.fill(0);
+                    }
+                }
+                Event::Body => {}
+            }
+            self.inspect_http(flow, p, d, alerts);
+        }
+    }
+
+    fn inspect_http(
+        &mut self,
+        flow: &mut IdsFlow,
+        p: &PacketInfo,
+        d: usize,
+        alerts: &mut Vec<Alert>,
+    ) {
+        let Some(h) = flow.http.as_ref() else { return };
+        let g = self.next_gen();
+        let filters = if d == 0 {
+            &self.set.http_req
+        } else {
+            &self.set.http_resp
+        };
+        for f in filters {
+            let hay = pick(h, d, f.buf);
+            collect(f, hay, g, &mut self.seen, &mut self.cands);
+        }
+        for k in 0..self.cands.len() {
+            let i = self.cands[k];
+            let r = &self.set.rules[i as usize];
+            if r.side == Side::Either {
+                if let Some(ts) = r.flow.to_server {
+                    if ts != (d == 0) {
+                        continue;
+                    }
+                }
+            }
+            if bit(&flow.req_fired, i) || bit(&flow.resp_fired, i) || !header_ok(r, p) {
+                continue;
+            }
+            let ok = r.groups.iter().all(|gr| {
+                matches(
+                    &gr.tests,
+                    pick(h, d, gr.buf),
+                    Span {
+                        base: 0,
+                        fresh: None,
+                    },
+                )
+            });
+            if ok {
+                set_bit(
+                    if d == 0 {
+                        &mut flow.req_fired
+                    } else {
+                        &mut flow.resp_fired
+                    },
+                    i,
+                );
+                push(alerts, r, i);
+            }
+        }
+        self.cands.clear();
+    }
+}
+
+/// The bytes of `b` for an inspection triggered on side `d` (0 request, 1 response).
+fn pick(h: &[super::http::HttpHalf; 2], d: usize, b: Buf) -> &[u8] {
+    match b.side() {
+        Side::Request => h[0].buf(b),
+        Side::Response => h[1].buf(b),
+        Side::Either => h[d].buf(b),
+    }
+}
+
+fn collect(f: &Prefilter, hay: &[u8], g: u32, seen: &mut [u32], out: &mut Vec<u32>) {
+    for &i in &f.always {
+        if seen[i as usize] != g {
+            seen[i as usize] = g;
+            out.push(i);
+        }
+    }
+    f.hits(hay, |i| {
+        if seen[i as usize] != g {
+            seen[i as usize] = g;
+            out.push(i);
+        }
+    });
+}
+
+fn header_ok(r: &Rule, p: &PacketInfo) -> bool {
+    if !r.header.proto.covers(p.ip_proto) {
+        return false;
+    }
+    if let Some(ts) = r.flow.to_server {
+        if ts != p.to_server {
+            return false;
+        }
+    }
+    if let Some(e) = r.flow.established {
+        if e != p.established {
+            return false;
+        }
+    }
+    r.header.matches(p.src, p.sport, p.dst, p.dport)
+}
+
+fn groups_match(r: &Rule, payload: &[u8], span: Span) -> bool {
+    debug_assert!(r.kind != Kind::Http);
+    r.groups.iter().all(|g| matches(&g.tests, payload, span))
+}
+
+fn push(alerts: &mut Vec<Alert>, r: &Rule, i: u32) {
+    alerts.push(Alert {
+        gid: r.gid,
+        sid: r.sid,
+        rev: r.rev,
+        rule: i,
+    });
+}

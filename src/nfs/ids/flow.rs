@@ -1,0 +1,64 @@
+//! Per-flow IDS state: a bounded window over each direction's stream (so contents match
+//! across segment boundaries), the two HTTP parser halves, and which rules already
+//! alerted in the current transaction.
+
+use super::http::{HttpHalf, HttpLimits};
+
+/// One direction's stream window: the last bytes inspected plus the new piece.
+pub(crate) struct Window {
+    pub buf: Vec<u8>,
+    /// Size reserved on the direction's first stream bytes.
+    pub cap: usize,
+    /// Stream offset of `buf[0]`.
+    pub base: u64,
+    /// Per rule: stream offset just past its prefilter pattern's last occurrence (0 if
+    /// none), so only new bytes are scanned while rules whose pattern is still in the
+    /// window stay candidates.
+    pub hit_end: Vec<u64>,
+    pub rules: usize,
+}
+
+pub struct IdsFlow {
+    pub(crate) win: [Window; 2],
+    pub(crate) http: Option<Box<[HttpHalf; 2]>>,
+    /// Rules that alerted in the current request / response (one bit per rule).
+    pub(crate) req_fired: Vec<u64>,
+    pub(crate) resp_fired: Vec<u64>,
+}
+
+impl IdsFlow {
+    pub(crate) fn new(n_rules: usize, window: usize, http: Option<HttpLimits>) -> IdsFlow {
+        let w = || Window {
+            buf: Vec::new(),
+            cap: window,
+            base: 0,
+            hit_end: Vec::new(),
+            rules: n_rules,
+        };
+        let words = n_rules.div_ceil(64);
+        IdsFlow {
+            win: [w(), w()],
+            http: http.map(|l| Box::new([HttpHalf::new(true, l), HttpHalf::new(false, l)])),
+            req_fired: vec![0; if http.is_some() { words } else { 0 }],
+            resp_fired: vec![0; if http.is_some() { words } else { 0 }],
+        }
+    }
+
+    /// Did either direction's parser recognise HTTP?
+    pub fn is_http(&self) -> bool {
+        self.http
+            .as_ref()
+            .is_some_and(|h| h[0].is_http() || h[1].is_http())
+    }
+}
+
+pub(crate) fn bit(v: &[u64], i: u32) -> bool {
+    v.get(i as usize / 64)
+        .is_some_and(|w| w >> (i % 64) & 1 == 1)
+}
+
+pub(crate) fn set_bit(v: &mut [u64], i: u32) {
+    if let Some(w) = v.get_mut(i as usize / 64) {
+        *w |= 1 << (i % 64);
+    }
+}

@@ -1,0 +1,1006 @@
+//! A small HTTP/1.x parser for one direction of a flow, fed in-order stream bytes in
+//! pieces of any size: start line and headers (bounded), then the body by
+//! Content-Length, chunked coding or connection close, decompressed (gzip, deflate, up
+//! to a layer limit) into a bounded buffer. It is lenient the way libhtp is: LF-only line
+//! ends, blank lines before the start line, junk around chunk sizes.
+//!
+//! Buffers are allocated when the flow's parser is made and never grow; the inflater is
+//! made on a flow's first compressed body. Bodies are decoded again from the start when
+//! bytes arrive (bounded by the body limit), which keeps the decoders stateless.
+
+use flate2::{Decompress, FlushDecompress, Status};
+
+use super::rule::Buf;
+
+/// Limits of one direction's parser.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpLimits {
+    /// Bytes of start line + headers kept (the rest is skipped).
+    pub header: usize,
+    /// Body bytes kept for inspection, before and after decompression.
+    pub body: usize,
+    /// Content-Encoding layers undone.
+    pub decompress_layers: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            header: 8 * 1024,
+            body: 32 * 1024,
+            decompress_layers: 3,
+        }
+    }
+}
+
+/// What a call to [`HttpHalf::feed`] stopped at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// All input used; nothing new to inspect.
+    Nothing,
+    /// A start line and headers are complete (a new message began).
+    Headers,
+    /// Body bytes were added.
+    Body,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Start,
+    Headers,
+    Body,
+    /// The bytes are not HTTP: ignore the rest of this direction.
+    NotHttp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Chunk {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailer,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodyMode {
+    None,
+    Length(u64),
+    Chunked(Chunk),
+    Close,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Enc {
+    Gzip,
+    Deflate,
+}
+
+type Range = (usize, usize);
+
+/// The parser for one direction; `request` says which start line to expect.
+pub struct HttpHalf {
+    request: bool,
+    limits: HttpLimits,
+    state: State,
+    hdr: Vec<u8>,
+    line_len: usize,
+    lines: usize,
+    prev_cr: bool,
+    chunk_line: [u8; 64],
+    chunk_len: usize,
+    mode: BodyMode,
+    encs: [Enc; 4],
+    n_enc: usize,
+    // Spans into `hdr`.
+    line: Range,
+    first: Range,
+    second: Range,
+    third: Range,
+    headers: Range,
+    cookie: Range,
+    user_agent: Range,
+    content_type: Range,
+    connection: Range,
+    host_raw: Range,
+    uri_norm: Vec<u8>,
+    host_norm: Vec<u8>,
+    header_norm: Vec<u8>,
+    logical: Vec<u8>,
+    raw_body: Vec<u8>,
+    body: Vec<u8>,
+    scratch: Vec<u8>,
+    inflate: Option<Box<Decompress>>,
+    /// Set by the caller before a response to a HEAD request: no body follows.
+    pub no_body: bool,
+    /// Messages whose headers were parsed.
+    pub messages: u64,
+}
+
+impl HttpHalf {
+    pub fn new(request: bool, limits: HttpLimits) -> HttpHalf {
+        HttpHalf {
+            request,
+            limits,
+            state: State::Start,
+            hdr: Vec::new(),
+            line_len: 0,
+            lines: 0,
+            prev_cr: false,
+            chunk_line: [0; 64],
+            chunk_len: 0,
+            mode: BodyMode::None,
+            encs: [Enc::Gzip; 4],
+            n_enc: 0,
+            line: (0, 0),
+            first: (0, 0),
+            second: (0, 0),
+            third: (0, 0),
+            headers: (0, 0),
+            cookie: (0, 0),
+            user_agent: (0, 0),
+            content_type: (0, 0),
+            connection: (0, 0),
+            host_raw: (0, 0),
+            uri_norm: Vec::new(),
+            host_norm: Vec::new(),
+            header_norm: Vec::new(),
+            logical: Vec::new(),
+            raw_body: Vec::new(),
+            body: Vec::new(),
+            scratch: Vec::new(),
+            inflate: None,
+            no_body: false,
+            messages: 0,
+        }
+    }
+
+    /// Has this direction shown an HTTP start line?
+    pub fn is_http(&self) -> bool {
+        self.messages > 0 && self.state != State::NotHttp
+    }
+
+    pub fn gave_up(&self) -> bool {
+        self.state == State::NotHttp
+    }
+
+    /// The request method of the last request (empty for responses).
+    pub fn method(&self) -> &[u8] {
+        if self.request {
+            self.get(self.first)
+        } else {
+            &[]
+        }
+    }
+
+    /// The direction closed: headers cut short by the close are taken as complete
+    /// (libhtp does the same). Returns true when that completed a message's headers.
+    pub fn close(&mut self) -> bool {
+        if self.state == State::Headers && !self.hdr.is_empty() {
+            self.finish_headers();
+            self.state = State::Start;
+            return true;
+        }
+        false
+    }
+
+    /// Consumes a prefix of `data`, stopping after an event; call again with the rest.
+    pub fn feed(&mut self, data: &[u8]) -> (usize, Event) {
+        match self.state {
+            State::NotHttp => (data.len(), Event::Nothing),
+            State::Start => {
+                // Blank lines and NULs before a start line are skipped.
+                let skip = data
+                    .iter()
+                    .position(|&b| !is_space(b) && b != 0)
+                    .unwrap_or(data.len());
+                if skip == data.len() {
+                    return (skip, Event::Nothing);
+                }
+                self.begin_message();
+                let (n, ev) = self.feed_headers(&data[skip..]);
+                (skip + n, ev)
+            }
+            State::Headers => self.feed_headers(data),
+            State::Body => self.feed_body(data),
+        }
+    }
+
+    fn begin_message(&mut self) {
+        // Buffers are sized on a direction's first message, so flows that never carry
+        // HTTP cost nothing; they never grow afterwards.
+        if self.hdr.capacity() == 0 {
+            let h = self.limits.header;
+            for v in [
+                &mut self.hdr,
+                &mut self.uri_norm,
+                &mut self.header_norm,
+                &mut self.logical,
+            ] {
+                v.reserve_exact(h);
+            }
+            self.host_norm.reserve_exact(256);
+        }
+        self.state = State::Headers;
+        self.hdr.clear();
+        self.raw_body.clear();
+        self.body.clear();
+        self.line_len = 0;
+        self.lines = 0;
+        self.prev_cr = false;
+        self.n_enc = 0;
+    }
+
+    fn feed_headers(&mut self, data: &[u8]) -> (usize, Event) {
+        if !self.request && self.lines == 0 && self.hdr.is_empty() && !data.is_empty() {
+            let n = data.len().min(5);
+            if !data[..n].eq_ignore_ascii_case(&b"HTTP/"[..n]) {
+                // No status line: an HTTP/0.9 response, all body until close.
+                self.messages += 1;
+                self.parse_head(false);
+                self.state = State::Body;
+                self.append_body(data);
+                return (data.len(), Event::Headers);
+            }
+        }
+        let mut i = 0;
+        while i < data.len() {
+            let rest = &data[i..];
+            let Some(p) = memchr::memchr(b'\n', rest) else {
+                self.keep(rest);
+                self.line_len += rest.len();
+                self.prev_cr = rest.last() == Some(&b'\r');
+                return (data.len(), Event::Nothing);
+            };
+            let seg = &rest[..=p];
+            let line_start = self.hdr.len() - self.line_len.min(self.hdr.len());
+            self.keep(seg);
+            i += p + 1;
+            // A line of only whitespace ends the headers, as in libhtp.
+            let blank = trim_slice(&self.hdr[line_start..]).is_empty();
+            self.line_len = 0;
+            self.prev_cr = false;
+            self.lines += 1;
+            if self.lines == 1 {
+                if !self.start_line_ok() {
+                    if self.request {
+                        self.state = State::NotHttp;
+                        return (data.len(), Event::Nothing);
+                    }
+                    // A response whose first line is not a status line: all body.
+                    let (hdr, raw) = (std::mem::take(&mut self.hdr), &mut self.raw_body);
+                    raw.clear();
+                    self.hdr = hdr;
+                    self.parse_head(false);
+                    self.state = State::Body;
+                    self.messages += 1;
+                    let kept = std::mem::take(&mut self.hdr);
+                    self.append_body(&kept);
+                    self.hdr = kept;
+                    self.hdr.clear();
+                    return (i, Event::Headers);
+                }
+                if self.request && self.split_words(self.hdr.len()).2 == (0, 0) {
+                    // HTTP/0.9 request: the line alone.
+                    self.finish_headers();
+                    return (i, Event::Headers);
+                }
+            } else if blank {
+                self.finish_headers();
+                return (i, Event::Headers);
+            }
+        }
+        (data.len(), Event::Nothing)
+    }
+
+    fn keep(&mut self, b: &[u8]) {
+        let room = self.limits.header - self.hdr.len();
+        self.hdr.extend_from_slice(&b[..b.len().min(room)]);
+    }
+
+    fn start_line_ok(&self) -> bool {
+        let h = &self.hdr;
+        if self.request {
+            let n = h.iter().take_while(|b| b.is_ascii_alphabetic()).count();
+            n > 0 && matches!(h.get(n), Some(b' ' | b'\t'))
+        } else {
+            h.len() >= 5 && h[..5].eq_ignore_ascii_case(b"HTTP/")
+        }
+    }
+
+    fn finish_headers(&mut self) {
+        self.messages += 1;
+        self.parse_head(true);
+        self.state = match self.mode {
+            BodyMode::None => State::Start,
+            _ => State::Body,
+        };
+        self.no_body = false;
+    }
+
+    fn get(&self, r: Range) -> &[u8] {
+        self.hdr.get(r.0..r.1).unwrap_or(&[])
+    }
+
+    /// The three words of the start line ending at `end`.
+    fn split_words(&self, end: usize) -> (Range, Range, Range) {
+        let h = &self.hdr[..end];
+        let mut e = h.len();
+        while e > 0 && matches!(h[e - 1], b'\r' | b'\n') {
+            e -= 1;
+        }
+        let ws = |b: u8| b == b' ' || b == b'\t';
+        let mut words = [(0usize, 0usize); 3];
+        let mut i = 0;
+        for (w, slot) in words.iter_mut().enumerate() {
+            while i < e && ws(h[i]) {
+                i += 1;
+            }
+            if i >= e {
+                break;
+            }
+            let s = i;
+            if w == 2 {
+                i = e;
+            } else {
+                while i < e && !ws(h[i]) {
+                    i += 1;
+                }
+            }
+            *slot = (s, i);
+        }
+        // A request line's URI may hold spaces: the protocol is the last word.
+        (words[0], words[1], words[2])
+    }
+
+    /// Reads the start line and headers in `hdr` and decides how the body is framed.
+    /// Folded lines (starting with a space or tab) continue the previous header.
+    fn parse_head(&mut self, has_start: bool) {
+        let h_len = self.hdr.len();
+        let line_end = if has_start {
+            line_after(&self.hdr, 0)
+        } else {
+            0
+        };
+        let (a, b, c) = if has_start {
+            self.split_words(line_end)
+        } else {
+            ((0, 0), (0, 0), (0, 0))
+        };
+        self.line = (0, trim_end(&self.hdr, 0, line_end));
+        self.first = a;
+        self.second = b;
+        self.third = c;
+        self.headers = (line_end, h_len);
+        self.cookie = (0, 0);
+        self.user_agent = (0, 0);
+        self.content_type = (0, 0);
+        self.connection = (0, 0);
+        self.host_raw = (0, 0);
+        self.header_norm.clear();
+        self.n_enc = 0;
+        let (mut clen, mut chunked) = (None::<u64>, false);
+        let mut pos = line_end;
+        while pos < h_len {
+            // One logical line: this line plus its folded continuations.
+            self.logical.clear();
+            let mut first = true;
+            while pos < h_len {
+                let end = line_after(&self.hdr, pos);
+                let line = &self.hdr[pos..trim_end(&self.hdr, pos, end)];
+                // A continuation that holds a colon is taken as a header of its own.
+                let folded = matches!(line.first(), Some(b' ' | b'\t'));
+                if !first && !folded {
+                    break;
+                }
+                if !first && trim_slice(line).is_empty() {
+                    break;
+                }
+                let line = if first {
+                    line
+                } else {
+                    self.logical.push(b' ');
+                    let n = line
+                        .iter()
+                        .take_while(|&&b| b == b' ' || b == b'\t')
+                        .count();
+                    &line[n..]
+                };
+                let room = self.logical.capacity() - self.logical.len();
+                self.logical
+                    .extend_from_slice(&line[..line.len().min(room)]);
+                first = false;
+                pos = end;
+            }
+            if trim_slice(&self.logical).is_empty() {
+                break;
+            }
+            let Some(colon) = memchr::memchr(b':', &self.logical) else {
+                continue;
+            };
+            let Some(value) = self.push_norm_header(colon) else {
+                continue;
+            };
+            let name = trim_slice(&self.logical[..colon]);
+            let is = |want: &[u8]| eq_nocase_nozero(name, want);
+            let v = &self.header_norm[value.0..value.1];
+            if is(b"content-length") {
+                // The first Content-Length counts, as in libhtp.
+                clen = clen.or(parse_u64(v));
+            } else if is(b"transfer-encoding") {
+                chunked |= contains_nocase_nozero(v, b"chunked");
+            } else if is(b"content-encoding") {
+                self.add_encodings(value);
+            } else if is(b"cookie") || is(b"set-cookie") {
+                self.cookie = value;
+            } else if is(b"user-agent") {
+                self.user_agent = value;
+            } else if is(b"content-type") {
+                self.content_type = value;
+            } else if is(b"connection") {
+                self.connection = value;
+            } else if is(b"host") {
+                self.host_raw = value;
+            }
+        }
+        if self.request {
+            self.normalise_request();
+        }
+        // Chunked coding wins over Content-Length; a body that turns out not to be
+        // chunked falls back to plain (see `feed_chunked`).
+        let framed = chunked || clen.is_some();
+        let code = parse_u64(self.get(self.second)).unwrap_or(200);
+        let no_body = !self.request
+            && (self.no_body
+                || (!framed && ((100..200).contains(&code) || code == 204 || code == 304)));
+        self.mode = if !has_start {
+            BodyMode::Close
+        } else if no_body {
+            BodyMode::None
+        } else if chunked {
+            BodyMode::Chunked(Chunk::Size)
+        } else if let Some(n) = clen {
+            if n == 0 {
+                BodyMode::None
+            } else {
+                BodyMode::Length(n)
+            }
+        } else if self.request {
+            BodyMode::None
+        } else {
+            BodyMode::Close
+        };
+    }
+
+    /// Appends `name: value\r\n` of the logical line to the header buffer; returns the
+    /// value's range there (None when the buffer is full).
+    fn push_norm_header(&mut self, colon: usize) -> Option<Range> {
+        let HttpHalf {
+            logical,
+            header_norm,
+            ..
+        } = self;
+        let name = trim_slice(&logical[..colon]);
+        let value = trim_slice(&logical[colon + 1..]);
+        if header_norm.len() + name.len() + value.len() + 4 > header_norm.capacity() {
+            return None;
+        }
+        header_norm.extend_from_slice(name);
+        header_norm.extend_from_slice(b": ");
+        let s = header_norm.len();
+        header_norm.extend_from_slice(value);
+        let e = header_norm.len();
+        header_norm.extend_from_slice(b"\r\n");
+        Some((s, e))
+    }
+
+    fn add_encodings(&mut self, value: Range) {
+        let v = &self.header_norm[value.0..value.1];
+        for tok in v.split(|&b| b == b',' || is_space(b)) {
+            let e = if contains_nocase_nozero(tok, b"gzip") {
+                Enc::Gzip
+            } else if contains_nocase_nozero(tok, b"deflate") {
+                Enc::Deflate
+            } else {
+                continue;
+            };
+            if self.n_enc < self.encs.len() {
+                self.encs[self.n_enc] = e;
+                self.n_enc += 1;
+            }
+        }
+    }
+
+    /// Percent-decodes the URI; lower-cases the host and drops its port.
+    fn normalise_request(&mut self) {
+        let HttpHalf {
+            hdr,
+            header_norm,
+            uri_norm,
+            host_norm,
+            second,
+            host_raw,
+            ..
+        } = self;
+        uri_norm.clear();
+        let uri = &hdr[second.0..second.1];
+        let mut i = 0;
+        while i < uri.len() && uri_norm.len() < uri_norm.capacity() {
+            let b = uri[i];
+            if b == b'%' && i + 2 < uri.len() {
+                if let (Some(h), Some(l)) = (hex(uri[i + 1]), hex(uri[i + 2])) {
+                    uri_norm.push(h << 4 | l);
+                    i += 3;
+                    continue;
+                }
+            }
+            uri_norm.push(b);
+            i += 1;
+        }
+        host_norm.clear();
+        let host = &header_norm[host_raw.0..host_raw.1];
+        let host = match host.iter().rposition(|&b| b == b':') {
+            Some(p) if !host.starts_with(b"[") || host[..p].ends_with(b"]") => &host[..p],
+            _ => host,
+        };
+        for &b in host.iter().take(host_norm.capacity()) {
+            host_norm.push(b.to_ascii_lowercase());
+        }
+    }
+
+    fn feed_body(&mut self, data: &[u8]) -> (usize, Event) {
+        let mut i = 0;
+        let mut added = false;
+        while i < data.len() && self.state == State::Body {
+            match self.mode {
+                BodyMode::None => self.state = State::Start,
+                BodyMode::Close => {
+                    added |= self.append_body(&data[i..]);
+                    i = data.len();
+                }
+                BodyMode::Length(n) => {
+                    let take = (n.min((data.len() - i) as u64)) as usize;
+                    added |= self.append_body(&data[i..i + take]);
+                    i += take;
+                    let left = n - take as u64;
+                    self.mode = BodyMode::Length(left);
+                    if left == 0 {
+                        self.state = State::Start;
+                    }
+                }
+                BodyMode::Chunked(c) => {
+                    let (used, more) = self.feed_chunked(c, &data[i..]);
+                    i += used;
+                    added |= more;
+                }
+            }
+        }
+        if added || (self.state == State::Start && i == 0) {
+            (i, Event::Body)
+        } else {
+            (i, Event::Nothing)
+        }
+    }
+
+    /// One step of the chunked decoder; returns bytes used and whether body was added.
+    fn feed_chunked(&mut self, c: Chunk, data: &[u8]) -> (usize, bool) {
+        match c {
+            Chunk::Size | Chunk::Trailer | Chunk::DataEnd => {
+                if c == Chunk::Size && self.not_a_chunk_size(data) {
+                    // Like libhtp, a body that does not start with a chunk size is read
+                    // as plain body until close, from the bytes held so far.
+                    let held = self.chunk_len;
+                    let line = self.chunk_line;
+                    self.chunk_len = 0;
+                    self.mode = BodyMode::Close;
+                    let grew = self.append_body(&line[..held]);
+                    return (0, grew);
+                }
+                let Some(p) = memchr::memchr(b'\n', data) else {
+                    self.take_line(data);
+                    return (data.len(), false);
+                };
+                self.take_line(&data[..p]);
+                let line = trim_slice(&self.chunk_line[..self.chunk_len]);
+                let blank = line.is_empty();
+                let size = chunk_size(line);
+                self.chunk_len = 0;
+                self.mode = match (c, blank, size) {
+                    (Chunk::DataEnd, true, _) => BodyMode::Chunked(Chunk::Size),
+                    (Chunk::Trailer, true, _) => {
+                        self.state = State::Start;
+                        BodyMode::None
+                    }
+                    (Chunk::Trailer, false, _) => BodyMode::Chunked(Chunk::Trailer),
+                    (_, true, _) => BodyMode::Chunked(Chunk::Size),
+                    (_, false, Some(0)) => BodyMode::Chunked(Chunk::Trailer),
+                    (_, false, Some(n)) => BodyMode::Chunked(Chunk::Data(n)),
+                    // Not a chunk size: like libhtp, read the rest as plain body.
+                    (_, false, None) => {
+                        self.mode = BodyMode::Close;
+                        return (0, false);
+                    }
+                };
+                (p + 1, false)
+            }
+            Chunk::Data(n) => {
+                let take = (n.min(data.len() as u64)) as usize;
+                let grew = self.append_body(&data[..take]);
+                let left = n - take as u64;
+                self.mode = BodyMode::Chunked(if left == 0 {
+                    Chunk::DataEnd
+                } else {
+                    Chunk::Data(left)
+                });
+                (take, grew)
+            }
+        }
+    }
+
+    /// The held size-line bytes plus `data` start (after blanks) with a non-hex byte.
+    fn not_a_chunk_size(&self, data: &[u8]) -> bool {
+        let held = &self.chunk_line[..self.chunk_len];
+        let first = held.iter().chain(data.iter()).find(|&&b| !is_space(b));
+        first.is_some_and(|b| !b.is_ascii_hexdigit())
+    }
+
+    fn take_line(&mut self, b: &[u8]) {
+        let room = self.chunk_line.len() - self.chunk_len;
+        let n = b.len().min(room);
+        self.chunk_line[self.chunk_len..self.chunk_len + n].copy_from_slice(&b[..n]);
+        self.chunk_len += n;
+    }
+
+    /// Keeps body bytes up to the limit; false when nothing was added (so a full body is
+    /// not inspected again).
+    fn append_body(&mut self, b: &[u8]) -> bool {
+        if self.raw_body.capacity() == 0 {
+            self.raw_body.reserve_exact(self.limits.body);
+        }
+        let room = self.limits.body.saturating_sub(self.raw_body.len());
+        if room == 0 || b.is_empty() {
+            return false;
+        }
+        self.raw_body.extend_from_slice(&b[..b.len().min(room)]);
+        if self.n_enc > 0 {
+            self.decode();
+        }
+        true
+    }
+
+    /// Undoes the Content-Encoding layers, last applied first, into `body`.
+    fn decode(&mut self) {
+        let layers = self.n_enc.min(self.limits.decompress_layers);
+        let HttpHalf {
+            raw_body,
+            body,
+            scratch,
+            inflate,
+            encs,
+            ..
+        } = self;
+        if body.capacity() == 0 {
+            body.reserve_exact(raw_body.capacity());
+            scratch.reserve_exact(raw_body.capacity());
+        }
+        let z = inflate.get_or_insert_with(|| Box::new(Decompress::new(false)));
+        inflate_into(encs[layers - 1], raw_body, body, z);
+        for l in 1..layers {
+            std::mem::swap(body, scratch);
+            inflate_into(encs[layers - 1 - l], scratch, body, z);
+        }
+    }
+
+    /// The bytes of an HTTP buffer this direction holds (empty when not present).
+    pub fn buf(&self, b: Buf) -> &[u8] {
+        match b {
+            Buf::Payload => &[],
+            Buf::HttpUri => &self.uri_norm,
+            Buf::HttpUriRaw => self.get(self.second),
+            Buf::HttpHost => &self.host_norm,
+            Buf::HttpHostRaw => norm(&self.header_norm, self.host_raw),
+            Buf::HttpMethod => self.method(),
+            Buf::HttpProtocol => self.get(if self.request { self.third } else { self.first }),
+            Buf::HttpHeader => &self.header_norm,
+            Buf::HttpHeaderRaw => self.get(self.headers),
+            Buf::HttpCookie => norm(&self.header_norm, self.cookie),
+            Buf::HttpUserAgent => norm(&self.header_norm, self.user_agent),
+            Buf::HttpContentType => norm(&self.header_norm, self.content_type),
+            Buf::HttpConnection => norm(&self.header_norm, self.connection),
+            Buf::HttpRequestLine | Buf::HttpResponseLine => self.get(self.line),
+            Buf::HttpStatCode => self.get(self.second),
+            Buf::HttpStatMsg => self.get(self.third),
+            Buf::HttpRequestBody => &self.raw_body,
+            Buf::FileData => {
+                if self.n_enc > 0 && !self.body.is_empty() {
+                    &self.body
+                } else {
+                    &self.raw_body
+                }
+            }
+        }
+    }
+}
+
+/// Inflates `input` into `out` (up to its capacity). A gzip header is skipped by hand; a
+/// deflate body may be zlib-wrapped or raw. Undecodable input passes through unchanged,
+/// as libhtp does.
+fn inflate_into(enc: Enc, input: &[u8], out: &mut Vec<u8>, z: &mut Decompress) {
+    out.clear();
+    // Like libhtp, the format is taken from the bytes (gzip magic, zlib header, else raw
+    // deflate), whatever the header named.
+    let _ = enc;
+    let zlib = input.len() >= 2
+        && input[0] & 0x0f == 8
+        && (u16::from(input[0]) << 8 | u16::from(input[1])) % 31 == 0;
+    let (start, zlib) = match gzip_header_len(input) {
+        Some(Some(n)) => (n, false),
+        Some(None) => return, // header not complete yet
+        None => (0, zlib),
+    };
+    {
+        z.reset(zlib);
+        let mut pos = start;
+        loop {
+            let before_in = z.total_in();
+            let before_out = out.len();
+            let r = z.decompress_vec(&input[pos.min(input.len())..], out, FlushDecompress::None);
+            pos += (z.total_in() - before_in) as usize;
+            match r {
+                Ok(Status::StreamEnd) => return,
+                Ok(_) if out.len() == out.capacity() || pos >= input.len() => return,
+                Ok(_) if out.len() == before_out && z.total_in() == before_in => return,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        if !out.is_empty() {
+            return;
+        }
+    }
+    let n = input.len().min(out.capacity());
+    out.extend_from_slice(&input[..n]);
+}
+
+/// Length of a gzip member header: Some(Some(n)), Some(None) when more bytes are needed,
+/// None when this is not gzip.
+fn gzip_header_len(b: &[u8]) -> Option<Option<usize>> {
+    if b.len() < 10 {
+        return if b.len() >= 2 && (b[0] != 0x1f || b[1] != 0x8b) {
+            None
+        } else {
+            Some(None)
+        };
+    }
+    if b[0] != 0x1f || b[1] != 0x8b || b[2] != 8 {
+        return None;
+    }
+    let flags = b[3];
+    let mut p = 10;
+    if flags & 4 != 0 {
+        if b.len() < p + 2 {
+            return Some(None);
+        }
+        p += 2 + (b[p] as usize | (b[p + 1] as usize) << 8);
+    }
+    for bit in [8u8, 16] {
+        if flags & bit != 0 {
+            match b.get(p..).and_then(|r| memchr::memchr(0, r)) {
+                Some(z) => p += z + 1,
+                None => return Some(None),
+            }
+        }
+    }
+    if flags & 2 != 0 {
+        p += 2;
+    }
+    if p > b.len() {
+        return Some(None);
+    }
+    Some(Some(p))
+}
+
+fn hex(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).map(|d| d as u8)
+}
+
+/// A chunk-size line: hex digits, then optional `;extensions` or junk after a space.
+fn chunk_size(line: &[u8]) -> Option<u64> {
+    let n = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if n == 0 || n > 15 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in &line[..n] {
+        v = v << 4 | u64::from(hex(b)?);
+    }
+    Some(v)
+}
+
+fn parse_u64(b: &[u8]) -> Option<u64> {
+    let b = trim_slice(b);
+    if b.is_empty() || b.len() > 18 || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(b.iter().fold(0u64, |a, &d| a * 10 + u64::from(d - b'0')))
+}
+
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | b'\n' | 0x0b | 0x0c)
+}
+
+fn trim_slice(b: &[u8]) -> &[u8] {
+    let s = b.iter().position(|&c| !is_space(c)).unwrap_or(b.len());
+    let e = b.iter().rposition(|&c| !is_space(c)).map_or(s, |p| p + 1);
+    &b[s..e.max(s)]
+}
+
+/// Where the line starting at `pos` ends, past its terminator (CRLF, LF or a lone CR).
+fn line_after(h: &[u8], pos: usize) -> usize {
+    match memchr::memchr2(b'\r', b'\n', &h[pos..]) {
+        None => h.len(),
+        Some(p) => {
+            let e = pos + p;
+            if h[e] == b'\r' && h.get(e + 1) == Some(&b'\n') {
+                e + 2
+            } else {
+                e + 1
+            }
+        }
+    }
+}
+
+fn trim_end(h: &[u8], s: usize, mut e: usize) -> usize {
+    while e > s && matches!(h[e - 1], b'\r' | b'\n') {
+        e -= 1;
+    }
+    e
+}
+
+fn norm(h: &[u8], r: Range) -> &[u8] {
+    h.get(r.0..r.1).unwrap_or(&[])
+}
+
+/// Header names and values compare as libhtp does: ASCII case and NUL bytes ignored.
+fn eq_nocase_nozero(a: &[u8], want: &[u8]) -> bool {
+    let mut it = a.iter().filter(|&&b| b != 0);
+    want.iter()
+        .all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
+        && it.next().is_none()
+}
+
+fn contains_nocase_nozero(h: &[u8], n: &[u8]) -> bool {
+    if !h.contains(&0) {
+        return super::content::find(h, n, true).is_some();
+    }
+    (0..h.len()).any(|s| {
+        let mut it = h[s..].iter().filter(|&&b| b != 0);
+        h[s] != 0
+            && n.iter()
+                .all(|w| it.next().is_some_and(|b| b.eq_ignore_ascii_case(w)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Feeds `data` in pieces of `step` bytes, returning the events seen.
+    fn feed_all(h: &mut HttpHalf, data: &[u8], step: usize) -> Vec<Event> {
+        let mut evs = Vec::new();
+        for piece in data.chunks(step) {
+            let mut rest = piece;
+            while !rest.is_empty() {
+                let (n, ev) = h.feed(rest);
+                if ev != Event::Nothing {
+                    evs.push(ev);
+                }
+                if n == 0 && ev == Event::Nothing {
+                    break;
+                }
+                rest = &rest[n..];
+            }
+        }
+        evs
+    }
+
+    const REQ: &[u8] = b"\r\nGET /a%20b/c.php?x=1 HTTP/1.1\r\nHost: WWW.Example.COM:8080\r\nUser-Agent: Mozilla/5.0\r\n  (folded)\r\nCookie: k=v\r\n\r\n";
+
+    #[test]
+    fn request_buffers_at_every_split() {
+        for step in 1..REQ.len() {
+            let mut h = HttpHalf::new(true, HttpLimits::default());
+            let evs = feed_all(&mut h, REQ, step);
+            assert_eq!(evs, [Event::Headers], "step {step}");
+            assert_eq!(h.buf(Buf::HttpMethod), b"GET");
+            assert_eq!(h.buf(Buf::HttpUriRaw), b"/a%20b/c.php?x=1");
+            assert_eq!(h.buf(Buf::HttpUri), b"/a b/c.php?x=1");
+            assert_eq!(h.buf(Buf::HttpHost), b"www.example.com");
+            assert_eq!(h.buf(Buf::HttpUserAgent), b"Mozilla/5.0 (folded)");
+            assert_eq!(h.buf(Buf::HttpCookie), b"k=v");
+            assert_eq!(h.buf(Buf::HttpProtocol), b"HTTP/1.1");
+            assert_eq!(
+                h.buf(Buf::HttpHeader),
+                &b"Host: WWW.Example.COM:8080\r\nUser-Agent: Mozilla/5.0 (folded)\r\nCookie: k=v\r\n"[..]
+            );
+        }
+    }
+
+    #[test]
+    fn chunked_body_at_every_split() {
+        let resp = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\nHTTP/1.1 404 Nope\r\nContent-Length: 3\r\n\r\nabc";
+        for step in 1..resp.len() {
+            let mut h = HttpHalf::new(false, HttpLimits::default());
+            let mut bodies = Vec::new();
+            for piece in resp.chunks(step) {
+                let mut rest = piece;
+                while !rest.is_empty() {
+                    let (n, ev) = h.feed(rest);
+                    if ev == Event::Headers {
+                        bodies.push(Vec::new());
+                    }
+                    if ev == Event::Body {
+                        if let Some(b) = bodies.last_mut() {
+                            *b = h.buf(Buf::FileData).to_vec();
+                        }
+                    }
+                    rest = &rest[n..];
+                }
+            }
+            assert_eq!(
+                bodies,
+                [b"hello, world".to_vec(), b"abc".to_vec()],
+                "step {step}"
+            );
+            assert_eq!(h.buf(Buf::HttpStatCode), b"404");
+            assert_eq!(h.buf(Buf::HttpStatMsg), b"Nope");
+        }
+    }
+
+    #[test]
+    fn gzip_and_deflate_bodies_are_decoded() {
+        let plain = b"<html>EICAR-STANDARD-ANTIVIRUS-TEST-FILE</html>";
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(plain).unwrap();
+        let gz = gz.finish().unwrap();
+        let mut zl = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        zl.write_all(&gz).unwrap();
+        let both = zl.finish().unwrap();
+        for (enc, body) in [("gzip", gz.clone()), ("gzip, deflate", both)] {
+            let mut msg = format!(
+                "HTTP/1.1 200 OK\r\nContent-Encoding: {enc}\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            msg.extend_from_slice(&body);
+            for step in [1, 7, msg.len()] {
+                let mut h = HttpHalf::new(false, HttpLimits::default());
+                feed_all(&mut h, &msg, step);
+                assert_eq!(h.buf(Buf::FileData), plain, "{enc} step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn non_http_is_ignored_and_limits_hold() {
+        let mut h = HttpHalf::new(true, HttpLimits::default());
+        assert_eq!(
+            feed_all(&mut h, b"\x16\x03\x01\x00\x10hello\r\n\r\n", 3),
+            []
+        );
+        assert!(h.gave_up() && !h.is_http());
+        let limits = HttpLimits {
+            header: 64,
+            body: 8,
+            decompress_layers: 1,
+        };
+        let mut h = HttpHalf::new(false, limits);
+        let long = format!(
+            "HTTP/1.1 200 OK\r\nX: {}\r\nContent-Length: 20\r\n\r\n0123456789abcdefghij",
+            "y".repeat(200)
+        );
+        feed_all(&mut h, long.as_bytes(), 5);
+        assert_eq!(h.buf(Buf::FileData), b"01234567");
+        assert!(h.hdr.len() <= 64);
+    }
+}

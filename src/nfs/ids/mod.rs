@@ -1,0 +1,25 @@
+//! IDS engine for a subset of Snort/Suricata rules: rule text → [`RuleSet`] (with
+//! warnings for skipped rules), per-flow [`IdsFlow`], and [`Ids`] with `on_packet` for
+//! packet rules and `on_stream` for stream and HTTP rules. See docs/ids.md.
+
+mod content;
+mod engine;
+mod flow;
+mod header;
+mod http;
+mod lexer;
+mod pcre;
+mod pktcheck;
+pub mod replay;
+mod rule;
+mod ruleset;
+mod vars;
+
+pub use engine::{Alert, Ids, IdsConfig, PacketInfo};
+pub use flow::IdsFlow;
+pub use header::Ip;
+pub use http::HttpLimits;
+pub use pktcheck::PktFields;
+pub use rule::{Kind, Rule};
+pub use ruleset::{RuleSet, Warning};
+pub use vars::Vars;

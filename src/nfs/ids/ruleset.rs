@@ -1,0 +1,241 @@
+//! A parsed rule file: the rules that loaded, warnings for those that did not, and the
+//! Aho-Corasick prefilters that pick candidate rules per buffer.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
+
+/// Shortest pattern worth a place in a prefilter automaton.
+const MIN_PREFILTER: usize = 3;
+
+use super::lexer::{rule_lines, split_rule};
+use super::rule::{build, Buf, Kind, Rule, Side};
+use super::vars::Vars;
+
+/// A rule that was skipped: where, which sid (if readable), which keyword and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    pub line: usize,
+    pub sid: Option<u32>,
+    pub keyword: String,
+    pub reason: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}", self.line)?;
+        if let Some(s) = self.sid {
+            write!(f, " sid {s}")?;
+        }
+        write!(f, ": `{}`: {}; rule skipped", self.keyword, self.reason)
+    }
+}
+
+/// Candidate rules for one buffer: those whose prefilter pattern occurs, plus those
+/// without one.
+pub(crate) struct Prefilter {
+    pub buf: Buf,
+    ac: Option<AhoCorasick>,
+    pat_rule: Vec<u32>,
+    max_len: usize,
+    pub always: Vec<u32>,
+}
+
+impl Prefilter {
+    fn build(buf: Buf, rules: &[Rule], ids: &[u32]) -> Prefilter {
+        let mut pats: Vec<&[u8]> = Vec::new();
+        let mut pat_rule = Vec::new();
+        let mut always = Vec::new();
+        for &i in ids {
+            match &rules[i as usize].prefilter {
+                // One- and two-byte patterns hit nearly everywhere: cheaper to try the rule.
+                Some((b, p)) if *b == buf && p.len() >= MIN_PREFILTER => {
+                    pats.push(p);
+                    pat_rule.push(i);
+                }
+                _ => always.push(i),
+            }
+        }
+        // Case-insensitive so one automaton serves nocase and exact contents; the full
+        // match afterwards checks case.
+        let ac = (!pats.is_empty()).then(|| {
+            AhoCorasickBuilder::new()
+                .kind(Some(AhoCorasickKind::DFA))
+                .ascii_case_insensitive(true)
+                .match_kind(MatchKind::Standard)
+                .build(&pats)
+                .expect("prefilter automaton of a bounded rule set")
+        });
+        let max_len = pats.iter().map(|p| p.len()).max().unwrap_or(0);
+        Prefilter {
+            buf,
+            ac,
+            pat_rule,
+            max_len,
+            always,
+        }
+    }
+
+    /// Calls `f(rule, end)` for each occurrence of a rule's pattern in `hay`.
+    pub fn hits_at(&self, hay: &[u8], mut f: impl FnMut(u32, usize)) {
+        if let Some(ac) = &self.ac {
+            for m in ac.find_overlapping_iter(hay) {
+                f(self.pat_rule[m.pattern().as_usize()], m.end());
+            }
+        }
+    }
+
+    /// The rules that have a pattern in this automaton.
+    pub fn pattern_rules(&self) -> &[u32] {
+        &self.pat_rule
+    }
+
+    /// Longest pattern: a scan of new bytes starts this many bytes minus one earlier.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// Calls `f` with each rule whose pattern occurs in `hay` (possibly more than once).
+    pub fn hits(&self, hay: &[u8], mut f: impl FnMut(u32)) {
+        if let Some(ac) = &self.ac {
+            for m in ac.find_overlapping_iter(hay) {
+                f(self.pat_rule[m.pattern().as_usize()]);
+            }
+        }
+    }
+}
+
+/// Rules by how they run, with their prefilters.
+pub struct RuleSet {
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) packet: Prefilter,
+    pub(crate) stream: Prefilter,
+    /// Prefilters of HTTP rules triggered on the request side (incl. `Either` rules).
+    pub(crate) http_req: Vec<Prefilter>,
+    pub(crate) http_resp: Vec<Prefilter>,
+}
+
+impl RuleSet {
+    /// Parses rule text. Rules that cannot be loaded are reported, never misread.
+    pub fn parse(text: &str, vars: &Vars) -> (RuleSet, Vec<Warning>) {
+        let mut rules = Vec::new();
+        let mut warnings = Vec::new();
+        let mut sids = HashSet::new();
+        for (line, t) in rule_lines(text) {
+            let raw = match split_rule(line, &t) {
+                Ok(r) => r,
+                Err(reason) => {
+                    warnings.push(Warning {
+                        line,
+                        sid: None,
+                        keyword: "syntax".into(),
+                        reason,
+                    });
+                    continue;
+                }
+            };
+            match build(&raw, vars) {
+                Ok(r) => {
+                    if !sids.insert((r.gid, r.sid)) {
+                        warnings.push(Warning {
+                            line,
+                            sid: Some(r.sid),
+                            keyword: "sid".into(),
+                            reason: "duplicate sid".into(),
+                        });
+                    } else {
+                        rules.push(r);
+                    }
+                }
+                Err((sid, s)) => warnings.push(Warning {
+                    line,
+                    sid,
+                    keyword: s.keyword,
+                    reason: s.reason,
+                }),
+            }
+        }
+        (RuleSet::from_rules(rules), warnings)
+    }
+
+    fn from_rules(rules: Vec<Rule>) -> RuleSet {
+        let of = |k: Kind| -> Vec<u32> {
+            (0..rules.len() as u32)
+                .filter(|&i| rules[i as usize].kind == k)
+                .collect()
+        };
+        let packet = Prefilter::build(Buf::Payload, &rules, &of(Kind::Packet));
+        let stream = Prefilter::build(Buf::Payload, &rules, &of(Kind::Stream));
+        let http = of(Kind::Http);
+        let side_filters = |want: Side| -> Vec<Prefilter> {
+            let ids: Vec<u32> = http
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let s = rules[i as usize].side;
+                    s == want || s == Side::Either
+                })
+                .collect();
+            let mut bufs: Vec<Buf> = ids
+                .iter()
+                .filter_map(|&i| rules[i as usize].prefilter.as_ref().map(|p| p.0))
+                .collect();
+            bufs.sort();
+            bufs.dedup();
+            let mut out: Vec<Prefilter> = bufs
+                .iter()
+                .map(|&b| {
+                    let with: Vec<u32> = ids
+                        .iter()
+                        .copied()
+                        .filter(
+                            |&i| matches!(&rules[i as usize].prefilter, Some((pb, _)) if *pb == b),
+                        )
+                        .collect();
+                    Prefilter::build(b, &rules, &with)
+                })
+                .collect();
+            let none: Vec<u32> = ids
+                .iter()
+                .copied()
+                .filter(|&i| rules[i as usize].prefilter.is_none())
+                .collect();
+            if !none.is_empty() {
+                out.push(Prefilter::build(Buf::Payload, &rules, &none));
+            }
+            out
+        };
+        let http_req = side_filters(Side::Request);
+        let http_resp = side_filters(Side::Response);
+        RuleSet {
+            rules,
+            packet,
+            stream,
+            http_req,
+            http_resp,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    pub(crate) fn has_http(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.kind == Kind::Http || r.header.proto == super::header::Proto::Http)
+    }
+
+    pub(crate) fn has_stream(&self) -> bool {
+        self.rules.iter().any(|r| r.kind == Kind::Stream)
+    }
+}

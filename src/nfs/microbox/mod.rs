@@ -1,0 +1,387 @@
+//! `microbox`: an NF that owns a consolidated TCP stack and a list of apps on it
+//! (Microboxes, SIGCOMM'18). From the runtime's view it is one ordinary NF.
+//!
+//! - `mode = "consolidated"` (default): one stack, every app fed from its events.
+//! - `mode = "per-nf"`: the baseline — every app gets a stack of its own, and the packet
+//!   goes through stack 1 + app 1, then stack 2 + app 2, … (a chain of mOS instances).
+//!
+//! The stack level is the highest any app needs, or `level` if set higher.
+//! See docs/microboxes.md.
+
+mod dpi_app;
+mod ids_app;
+mod l4_lb;
+mod l7_lb;
+mod rewrite;
+mod tcp_count;
+mod toy;
+
+pub use dpi_app::DpiApp;
+pub use ids_app::IdsApp;
+pub use l4_lb::L4Lb;
+pub use l7_lb::L7Lb;
+pub use tcp_count::TcpCount;
+pub use toy::{HttpWatch, Labeller};
+
+use super::nf::{Context, Nf, Profile};
+use super::params::{ParamDoc, ParamError, Params};
+use crate::packet::{Batch, Fields, Verdict};
+use crate::stack::{self, App, Kinds, Level, Queue, Stack, StackConfig, MAX_APPS};
+
+/// App kinds by config name.
+pub struct AppKind {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub params: &'static [ParamDoc],
+    pub build: fn(&mut Params) -> Result<Box<dyn App>, ParamError>,
+}
+
+pub const APPS: &[AppKind] = &[
+    AppKind {
+        name: "tcp_count",
+        summary: "minimal TCP NF: per-flow packets, bytes and state changes",
+        params: TcpCount::PARAMS,
+        build: |p| Ok(Box::new(TcpCount::from_params(p)?)),
+    },
+    AppKind {
+        name: "l4_lb",
+        summary: "L4 load balancer: backend by 5-tuple hash, pinned per connection, destination rewritten",
+        params: L4Lb::PARAMS,
+        build: |p| Ok(Box::new(L4Lb::from_params(p)?)),
+    },
+    AppKind {
+        name: "l7_lb",
+        summary: "L7 load balancer on the splicer: backend by HTTP Host or URI prefix of the first request",
+        params: L7Lb::PARAMS,
+        build: |p| Ok(Box::new(L7Lb::from_params(p)?)),
+    },
+    AppKind {
+        name: "dpi",
+        summary: "DPI: labels each TCP flow's application protocol from its bytes and publishes the result",
+        params: DpiApp::PARAMS,
+        build: |p| Ok(Box::new(DpiApp::from_params(p)?)),
+    },
+    AppKind {
+        name: "ids",
+        summary: "IDS: Suricata/Snort stream and HTTP rules over the reassembled bytes; alerts as events",
+        params: IdsApp::PARAMS,
+        build: |p| Ok(Box::new(IdsApp::from_params(p)?)),
+    },
+    AppKind {
+        name: "labeller",
+        summary: "example: publishes a DPI result (HTTP or other) on a flow's first client data",
+        params: Labeller::PARAMS,
+        build: |p| Ok(Box::new(Labeller::from_params(p)?)),
+    },
+    AppKind {
+        name: "http_watch",
+        summary: "example: subscribes to data only for flows labelled HTTP, alerts on a pattern, then unsubscribes",
+        params: HttpWatch::PARAMS,
+        build: |p| Ok(Box::new(HttpWatch::from_params(p)?)),
+    },
+];
+
+/// One stack with the apps it feeds.
+struct Unit {
+    stack: Stack,
+    q: Queue,
+    apps: Vec<Box<dyn App>>,
+    /// Index of the unit's first app among all apps (its drop reason).
+    first: usize,
+}
+
+pub struct Microbox {
+    units: Vec<Unit>,
+    profile: Profile,
+    batch_no: u64,
+}
+
+impl Microbox {
+    pub const PARAMS: &'static [ParamDoc] = &[
+        ParamDoc {
+            name: "apps",
+            ty: "list of { kind, ... }",
+            default: "required",
+            doc: "the apps on the stack, in order (tcp_count, l4_lb, l7_lb, dpi, ids, labeller, http_watch), each with its own parameters",
+        },
+        ParamDoc {
+            name: "mode",
+            ty: "\"consolidated\" | \"per-nf\"",
+            default: "consolidated",
+            doc: "one stack for all apps, or one stack per app (the baseline)",
+        },
+        ParamDoc {
+            name: "level",
+            ty: "\"l3\" | \"monitor\" | \"bytestream\" | \"splicer\"",
+            default: "what the apps need",
+            doc: "stack level; may only raise what the apps need",
+        },
+        ParamDoc {
+            name: "flows",
+            ty: "integer",
+            default: "65536",
+            doc: "most connections tracked at once (new ones over it are counted, not tracked)",
+        },
+        ParamDoc {
+            name: "timeout",
+            ty: "seconds",
+            default: "120",
+            doc: "idle time (capture time) after which a connection ends; 0 = never",
+        },
+        ParamDoc {
+            name: "midstream",
+            ty: "bool",
+            default: "true",
+            doc: "track connections whose SYN was not seen, from their first segment with data",
+        },
+        ParamDoc {
+            name: "ring_bytes",
+            ty: "integer",
+            default: "65536",
+            doc: "out-of-order buffer per direction (power of two); beyond it the direction gives up",
+        },
+        ParamDoc {
+            name: "rings",
+            ty: "integer",
+            default: "1024",
+            doc: "most out-of-order buffers lent out at once, over all flows (memory = rings x ring_bytes)",
+        },
+    ];
+
+    pub fn from_params(p: &mut Params) -> Result<Microbox, ParamError> {
+        let Some(list) = p.value("apps") else {
+            return Err(p.err("`apps` is required, e.g. apps = [{ kind = \"tcp_count\" }]"));
+        };
+        let Some(list) = list.as_array() else {
+            return Err(p.err("`apps` must be a list of tables, e.g. [{ kind = \"tcp_count\" }]"));
+        };
+        let mut apps = Vec::new();
+        for (i, v) in list.iter().enumerate() {
+            let Some(t) = v.as_table() else {
+                return Err(p.err(format!("`apps` item {} is not a table", i + 1)));
+            };
+            apps.push(build_app(p, i, t)?);
+        }
+        if apps.is_empty() || apps.len() > MAX_APPS {
+            return Err(p.err(format!("`apps` needs 1..={MAX_APPS} apps")));
+        }
+        let per_nf = match p.table_str("mode")? {
+            None | Some("consolidated") => false,
+            Some("per-nf") => true,
+            Some(m) => {
+                return Err(p.err(format!(
+                    "`mode` = \"{m}\": use \"consolidated\" or \"per-nf\""
+                )))
+            }
+        };
+        let need = apps.iter().map(|a| a.level()).max().unwrap_or(Level::L3);
+        let level = match p.table_str("level")? {
+            None => None,
+            Some(s) => match Level::parse(s) {
+                Some(l) if l >= need => Some(l),
+                Some(_) => {
+                    return Err(p.err(format!(
+                        "`level` = \"{s}\" is below what the apps need (\"{}\")",
+                        need.name()
+                    )))
+                }
+                None => {
+                    return Err(p.err(format!(
+                        "`level` = \"{s}\": use l3, monitor, bytestream or splicer"
+                    )))
+                }
+            },
+        };
+        let d = StackConfig::default();
+        let mut cfg = StackConfig {
+            level: need,
+            flows: p.int("flows", d.flows as i64, 1, 1 << 24)? as usize,
+            timeout_ns: p.seconds_ns("timeout", d.timeout_ns)?,
+            midstream: match p.value("midstream") {
+                None => true,
+                Some(toml::Value::Boolean(b)) => *b,
+                Some(_) => return Err(p.err("`midstream` must be true or false")),
+            },
+            ring_bytes: p.int("ring_bytes", d.ring_bytes as i64, 64, 1 << 24)? as usize,
+            rings: p.int("rings", d.rings as i64, 0, 1 << 20)? as usize,
+        };
+        if let Some(l) = level {
+            cfg.level = l;
+        }
+        Ok(Microbox::new(cfg, apps, per_nf))
+    }
+
+    /// `per_nf`: one stack per app, each at the level its app needs.
+    pub fn new(cfg: StackConfig, apps: Vec<Box<dyn App>>, per_nf: bool) -> Microbox {
+        let mut writes = Fields::NONE;
+        let mut may_drop = false;
+        let mut reasons = Vec::new();
+        for a in &apps {
+            writes = writes | a.writes();
+            may_drop |= a.may_drop();
+            reasons.push(&*Box::leak(a.name().to_string().into_boxed_str()));
+        }
+        let profile = Profile {
+            reads: Fields::IP_SRC
+                | Fields::IP_DST
+                | Fields::IP_PROTO
+                | Fields::L4_SRC
+                | Fields::L4_DST
+                | Fields::TCP_FLAGS
+                | Fields::TCP_SEQ
+                | Fields::PAYLOAD,
+            writes,
+            may_drop,
+            changes_length: false,
+            per_flow_state: true,
+            outputs: &["out"],
+            drop_reasons: Box::leak(reasons.into_boxed_slice()),
+        };
+        let groups: Vec<Vec<Box<dyn App>>> = if per_nf {
+            apps.into_iter().map(|a| vec![a]).collect()
+        } else {
+            vec![apps]
+        };
+        let mut first = 0;
+        let units = groups
+            .into_iter()
+            .map(|apps| {
+                let mut c = cfg.clone();
+                if per_nf {
+                    c.level = apps[0].level();
+                }
+                let mut stack = Stack::new(c);
+                let mut want = Kinds::NONE;
+                for (k, a) in apps.iter().enumerate() {
+                    stack.initial[k] = a.initial();
+                    want = want.union(a.kinds());
+                }
+                let u = Unit {
+                    q: Queue::new(stack.ring_bytes(), want),
+                    stack,
+                    apps,
+                    first,
+                };
+                first += u.apps.len();
+                u
+            })
+            .collect();
+        Microbox {
+            units,
+            profile,
+            batch_no: 0,
+        }
+    }
+
+    /// The apps, for tests and tools that read their results.
+    pub fn apps(&self) -> impl Iterator<Item = &dyn App> {
+        self.units.iter().flat_map(|u| u.apps.iter().map(|a| &**a))
+    }
+
+    /// The stacks (one, or one per app in the per-nf mode).
+    pub fn stacks(&self) -> impl Iterator<Item = &Stack> {
+        self.units.iter().map(|u| &u.stack)
+    }
+}
+
+fn build_app(p: &Params, i: usize, t: &toml::Table) -> Result<Box<dyn App>, ParamError> {
+    let kind = match t.get("kind") {
+        Some(toml::Value::String(s)) => s.as_str(),
+        Some(_) => return Err(p.err(format!("`apps` item {}: `kind` must be a string", i + 1))),
+        None => return Err(p.err(format!("`apps` item {}: `kind` is required", i + 1))),
+    };
+    let Some(k) = APPS.iter().find(|k| k.name == kind) else {
+        let names: Vec<&str> = APPS.iter().map(|k| k.name).collect();
+        return Err(p.err(format!(
+            "`apps` item {}: unknown app kind `{kind}` (known: {})",
+            i + 1,
+            names.join(", ")
+        )));
+    };
+    let mut rest = t.clone();
+    rest.remove("kind");
+    let label = format!("{}.apps[{}] ({kind})", p.err("").nf, i + 1);
+    let mut ap = Params::new(&label, &rest);
+    let app = (k.build)(&mut ap)?;
+    ap.finish(k.params)?;
+    Ok(app)
+}
+
+impl Nf for Microbox {
+    fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    fn process(&mut self, batch: &mut Batch, _cx: &Context) {
+        let n = batch.len();
+        let now = batch.iter().next().map_or(0, |p| p.meta().ts_ns);
+        let bn = self.batch_no;
+        self.batch_no += 1;
+        for u in &mut self.units {
+            u.q.start_batch(n);
+            u.stack.sweep(now, &mut u.q);
+            for i in 0..n {
+                if !u.q.has_room() {
+                    stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, batch, bn, u.first);
+                    u.q.clear();
+                }
+                let p = &mut batch.as_mut_slice()[i];
+                // In the per-nf mode a packet an earlier unit dropped goes no further.
+                if matches!(p.meta().verdict, Verdict::Drop(_)) {
+                    continue;
+                }
+                u.stack.packet(i as u16, p, &mut u.q);
+            }
+            stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, batch, bn, u.first);
+            stack::translate_batch(&mut u.stack, &u.q, batch, bn);
+            u.q.clear();
+            u.stack.end_batch();
+        }
+    }
+
+    fn finish(&mut self) {
+        let mut empty = Batch::new();
+        let bn = self.batch_no;
+        for u in &mut self.units {
+            u.q.start_batch(0);
+            u.stack.finish(&mut u.q);
+            stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, &mut empty, bn, u.first);
+            u.q.clear();
+            u.stack.end_batch();
+            for a in &mut u.apps {
+                a.finish();
+            }
+        }
+    }
+
+    fn stats(&self) -> crate::nfs::Stats {
+        let mut out: Vec<(&'static str, u64)> = Vec::new();
+        let mut add = |k: &'static str, v: u64| match out.iter_mut().find(|(n, _)| *n == k) {
+            Some(e) => e.1 += v,
+            None => out.push((k, v)),
+        };
+        for u in &self.units {
+            let s = &u.stack.stats;
+            add("stacks", 1);
+            add("flows", s.flows);
+            add("midstream", s.midstream);
+            add("table_full", s.table_full);
+            add("untracked", s.untracked);
+            add("tcp_malformed", s.malformed);
+            add("ended_closed", s.ended_closed);
+            add("ended_reset", s.ended_reset);
+            add("ended_idle", s.ended_idle);
+            add("ended_final", s.ended_final);
+            add("stream_gave_up", s.gave_up);
+            add("stream_bytes", s.bytes);
+            add("duplicate_bytes", s.duplicate_bytes);
+            add("events_refused", u.q.refused);
+            for a in &u.apps {
+                for (k, v) in a.stats() {
+                    add(k, v);
+                }
+            }
+        }
+        crate::nfs::named(&out)
+    }
+}

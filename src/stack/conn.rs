@@ -1,0 +1,72 @@
+//! One tracked TCP connection: its state, both directions' streams, every app's
+//! subscriptions for it, and the splice (sequence translation) once bound.
+
+use super::event::Kinds;
+use super::reasm::Stream;
+use super::splice::Splice;
+use super::tcp_state::{Fins, TcpState};
+use crate::flow::FlowKey;
+
+/// Most apps one stack serves (the subscription masks are kept per flow for each).
+pub const MAX_APPS: usize = 16;
+
+pub struct Conn {
+    /// Oriented from the client (the SYN's sender, or the first packet's on pickup).
+    pub key: FlowKey,
+    pub state: TcpState,
+    pub(crate) fins: Fins,
+    pub(crate) streams: [Stream; 2],
+    /// What each app receives for this flow.
+    pub(crate) subs: [Kinds; MAX_APPS],
+    pub(crate) last_ns: u64,
+    /// Picked up mid-stream (no SYN seen).
+    pub midstream: bool,
+    /// FlowEnd was published.
+    pub(crate) ended: bool,
+    pub packets: [u64; 2],
+    /// Payload bytes per direction that were already held (retransmissions, overlaps).
+    pub duplicate_bytes: [u64; 2],
+    pub(crate) splice: Option<Splice>,
+    /// Bytes were still waiting behind a hole when the flow ended (data the capture
+    /// lost), per direction.
+    pub(crate) hole_at_end: [bool; 2],
+}
+
+impl Conn {
+    pub(crate) fn new(key: FlowKey, state: TcpState, now: u64, subs: &[Kinds; MAX_APPS]) -> Conn {
+        Conn {
+            key,
+            state,
+            fins: Fins::default(),
+            streams: [Stream::default(), Stream::default()],
+            subs: *subs,
+            last_ns: now,
+            midstream: false,
+            ended: false,
+            packets: [0; 2],
+            duplicate_bytes: [0; 2],
+            splice: None,
+            hole_at_end: [false; 2],
+        }
+    }
+
+    /// Bytes delivered so far in direction `dir` (0 = client to server).
+    pub fn delivered(&self, dir: usize) -> u64 {
+        self.streams[dir].delivered()
+    }
+
+    /// The stream of `dir` gave up (over its buffer bound): its bytes are incomplete.
+    pub fn gave_up(&self, dir: usize) -> bool {
+        self.streams[dir].gave_up()
+    }
+
+    /// Bytes of `dir` are still waiting behind a hole (or were, when the flow ended).
+    pub fn has_hole(&self, dir: usize) -> bool {
+        self.streams[dir].has_hole() || self.hole_at_end[dir]
+    }
+
+    /// The bytestream of `dir` is known to miss bytes: it gave up, or ended with a hole.
+    pub fn incomplete(&self, dir: usize) -> bool {
+        self.gave_up(dir) || self.has_hole(dir)
+    }
+}

@@ -1,0 +1,494 @@
+//! The stack: per-flow TCP tracking and reassembly over a bounded connection table, turning
+//! each packet into events (see [`super::event::Kind`] for the order they come in).
+//!
+//! Per packet it does one table probe and, at the bytestream level, one reassembly step;
+//! connections live in a slab reserved up front (slots are recycled; the table never grows
+//! past `flows`), and out-of-order bytes go to rings from a bounded [`RingPool`].
+
+use hashbrown::HashMap;
+
+use super::conn::{Conn, MAX_APPS};
+use super::event::{Bytes, EndReason, Event, FlowId, Kind, Kinds, FROM_STACK, NO_FLOW, NO_PKT};
+use super::queue::Queue;
+use super::reasm::{Chunk, RingPool};
+use super::tcp_state::{self, TcpState};
+use crate::flow::{FlowKey, Hasher, WideKey};
+use crate::packet::wire::tcp::flags;
+use crate::packet::{L3Kind, Packet};
+
+/// How much of TCP a chain's stack does: the most any of its apps asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Packets only: no flow table.
+    L3,
+    /// Connection tracking and state, no bytes.
+    Monitor,
+    /// Tracking plus in-order bytestreams per direction.
+    Bytestream,
+    /// Bytestreams plus sequence translation of connections handed to a backend.
+    Splicer,
+}
+
+impl Level {
+    pub fn parse(s: &str) -> Option<Level> {
+        Some(match s {
+            "l3" => Level::L3,
+            "monitor" => Level::Monitor,
+            "bytestream" => Level::Bytestream,
+            "splicer" => Level::Splicer,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::L3 => "l3",
+            Level::Monitor => "monitor",
+            Level::Bytestream => "bytestream",
+            Level::Splicer => "splicer",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct StackConfig {
+    pub level: Level,
+    /// Most connections tracked at once.
+    pub flows: usize,
+    /// Idle time after which a connection ends (capture time); 0 = never.
+    pub timeout_ns: u64,
+    /// Track connections whose SYN was not seen, from their first packet.
+    pub midstream: bool,
+    /// Out-of-order buffer per direction (rounded up to a power of two).
+    pub ring_bytes: usize,
+    /// Most out-of-order buffers lent out at once (over all flows).
+    pub rings: usize,
+}
+
+impl Default for StackConfig {
+    fn default() -> Self {
+        StackConfig {
+            level: Level::Bytestream,
+            flows: 65_536,
+            timeout_ns: 120_000_000_000,
+            midstream: true,
+            ring_bytes: 65_536,
+            rings: 1024,
+        }
+    }
+}
+
+/// Counters of the stack, for the summary.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StackStats {
+    pub flows: u64,
+    pub midstream: u64,
+    /// New connections refused because the table was full.
+    pub table_full: u64,
+    /// Segments of connections not tracked (no SYN seen, pickup off).
+    pub untracked: u64,
+    /// TCP packets too short for their headers.
+    pub malformed: u64,
+    pub ended_closed: u64,
+    pub ended_reset: u64,
+    pub ended_idle: u64,
+    pub ended_final: u64,
+    /// Directions that gave up reassembly (over the buffer bound or no ring free).
+    pub gave_up: u64,
+    pub bytes: u64,
+    pub duplicate_bytes: u64,
+}
+
+pub struct Stack {
+    cfg: StackConfig,
+    table: HashMap<WideKey, FlowId, Hasher>,
+    conns: Vec<Conn>,
+    free: Vec<FlowId>,
+    /// Slots whose flow ended in this batch: reused only from the next one, so events
+    /// still queued never point at a newer flow.
+    retired: Vec<FlowId>,
+    /// Scratch for one sweep (bounded, reserved up front).
+    expired: Vec<FlowId>,
+    rings: RingPool,
+    /// Every app's subscriptions for new flows and for events without a flow.
+    pub(crate) initial: [Kinds; MAX_APPS],
+    /// Apps that changed a subscription for some flow: only theirs are read per flow
+    /// (the others' are `initial` for every flow, so delivery skips the flow lookup).
+    pub(crate) per_flow: [bool; MAX_APPS],
+    next_sweep_ns: u64,
+    pub stats: StackStats,
+}
+
+impl Stack {
+    pub fn new(cfg: StackConfig) -> Stack {
+        let flows = if cfg.level == Level::L3 { 0 } else { cfg.flows };
+        Stack {
+            table: HashMap::with_capacity_and_hasher(flows, Hasher::default()),
+            conns: Vec::with_capacity(flows),
+            free: Vec::with_capacity(flows),
+            retired: Vec::with_capacity(flows),
+            expired: Vec::with_capacity(256),
+            rings: RingPool::new(cfg.rings, cfg.ring_bytes),
+            initial: [Kinds::NONE; MAX_APPS],
+            per_flow: [false; MAX_APPS],
+            next_sweep_ns: 0,
+            stats: StackStats::default(),
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> &StackConfig {
+        &self.cfg
+    }
+
+    pub fn ring_bytes(&self) -> usize {
+        self.rings.ring_bytes()
+    }
+
+    /// The connection in slot `f` (also after it ended, until the slot is reused).
+    pub fn conn(&self, f: FlowId) -> Option<&Conn> {
+        self.conns.get(f as usize)
+    }
+
+    pub(crate) fn conn_mut(&mut self, f: FlowId) -> Option<&mut Conn> {
+        self.conns.get_mut(f as usize)
+    }
+
+    /// Connections tracked now.
+    pub fn live(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether app `app` receives `ev`.
+    #[inline]
+    pub(crate) fn wants(&self, app: usize, ev: &Event) -> bool {
+        if ev.from as usize == app {
+            return false;
+        }
+        if !self.per_flow[app] {
+            return self.initial[app].has(ev.kind);
+        }
+        match self.conns.get(ev.flow as usize) {
+            Some(c) if ev.flow != NO_FLOW => c.subs[app].has(ev.kind),
+            _ => self.initial[app].has(ev.kind),
+        }
+    }
+
+    /// Frees the slots of flows that ended in the batch just delivered.
+    pub fn end_batch(&mut self) {
+        self.free.append(&mut self.retired);
+    }
+
+    /// Ends idle connections (at most once per quarter timeout of capture time), as many
+    /// as the queue has room for; the rest wait for the next batch.
+    pub fn sweep(&mut self, now: u64, q: &mut Queue) {
+        if self.cfg.timeout_ns == 0 || self.cfg.level == Level::L3 || now < self.next_sweep_ns {
+            return;
+        }
+        let t = self.cfg.timeout_ns;
+        let conns = &self.conns;
+        let mut room = q.room().min(self.expired.capacity());
+        let expired = &mut self.expired;
+        let mut more = false;
+        self.table.retain(|_, f| {
+            if now.saturating_sub(conns[*f as usize].last_ns) <= t {
+                return true;
+            }
+            if room == 0 {
+                more = true;
+                return true;
+            }
+            room -= 1;
+            expired.push(*f);
+            false
+        });
+        if !more {
+            self.next_sweep_ns = now + t / 4;
+        }
+        let mut gone = std::mem::take(&mut self.expired);
+        for f in gone.drain(..) {
+            self.end(f, EndReason::Idle, NO_PKT, q);
+            self.retired.push(f);
+        }
+        self.expired = gone;
+    }
+
+    /// Ends every open connection (the run is over).
+    pub fn finish(&mut self, q: &mut Queue) {
+        let open: Vec<FlowId> = self.table.drain().map(|(_, f)| f).collect();
+        for f in open {
+            self.end(f, EndReason::Final, NO_PKT, q);
+            self.retired.push(f);
+        }
+    }
+
+    fn end(&mut self, f: FlowId, why: EndReason, pkt: u16, q: &mut Queue) {
+        let c = &mut self.conns[f as usize];
+        if c.ended {
+            return;
+        }
+        c.ended = true;
+        for (d, s) in c.streams.iter_mut().enumerate() {
+            c.hole_at_end[d] = s.has_hole();
+            s.release(&mut self.rings);
+        }
+        match why {
+            EndReason::Closed => self.stats.ended_closed += 1,
+            EndReason::Reset => self.stats.ended_reset += 1,
+            EndReason::Idle => self.stats.ended_idle += 1,
+            EndReason::Final => self.stats.ended_final += 1,
+        }
+        q.push(Event {
+            kind: Kind::FlowEnd,
+            dir: 0,
+            from: FROM_STACK,
+            pkt,
+            flow: f,
+            info: why as u32,
+            bytes: Bytes::None,
+        });
+    }
+
+    /// Tracks packet `idx` of the batch and queues its events.
+    pub fn packet(&mut self, idx: u16, p: &mut Packet, q: &mut Queue) {
+        let mut ev = Event {
+            kind: Kind::Packet,
+            dir: 0,
+            from: FROM_STACK,
+            pkt: idx,
+            flow: NO_FLOW,
+            info: 0,
+            bytes: Bytes::None,
+        };
+        if self.cfg.level == Level::L3 {
+            q.push(ev);
+            return;
+        }
+        let l = p.layers();
+        if l.l4_proto != 6 || !matches!(l.l3, L3Kind::Ipv4 | L3Kind::Ipv6) || l.is_later_fragment()
+        {
+            q.push(ev);
+            return;
+        }
+        let now = p.meta().ts_ns;
+        let d = p.data();
+        // The segment ends where the IP header says (Ethernet padding is not payload).
+        let l3 = l.l3_off as usize;
+        let ip_end = match l.l3 {
+            L3Kind::Ipv4 => d
+                .get(l3 + 2..l3 + 4)
+                .map(|b| l3 + u16::from_be_bytes([b[0], b[1]]) as usize),
+            _ => d
+                .get(l3 + 4..l3 + 6)
+                .map(|b| l3 + 40 + u16::from_be_bytes([b[0], b[1]]) as usize),
+        };
+        let t = l.l4_off as usize;
+        let seg_end = ip_end.unwrap_or(0).min(d.len());
+        if !l.has_l4() || seg_end < t + 20 {
+            self.stats.malformed += 1;
+            q.push(ev);
+            return;
+        }
+        let h = &d[t..seg_end];
+        let hl = usize::from(h[12] >> 4) * 4;
+        if hl < 20 || hl > h.len() {
+            self.stats.malformed += 1;
+            q.push(ev);
+            return;
+        }
+        let Some(key) = FlowKey::from_packet(&l, d) else {
+            q.push(ev);
+            return;
+        };
+        let fl = u16::from_be_bytes([h[12], h[13]]) & 0x1ff;
+        let seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+        let ack = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
+        let (pay_off, pay_len) = (t + hl, h.len() - hl);
+        let syn = fl & flags::SYN != 0;
+        let pure_syn = syn && fl & flags::ACK == 0;
+
+        let wk = WideKey(key.canonical());
+        let mut f = self.table.get(&wk).copied();
+        // An idle entry, or a closed one that sees a new SYN, makes way for a new flow.
+        if let Some(old) = f {
+            let c = &self.conns[old as usize];
+            let idle =
+                self.cfg.timeout_ns != 0 && now.saturating_sub(c.last_ns) > self.cfg.timeout_ns;
+            if idle || (pure_syn && (c.ended || c.state >= TcpState::FinWait)) {
+                self.table.remove(&wk);
+                self.end(
+                    old,
+                    if idle {
+                        EndReason::Idle
+                    } else {
+                        EndReason::Closed
+                    },
+                    NO_PKT,
+                    q,
+                );
+                self.retired.push(old);
+                f = None;
+            }
+        }
+        let f = match f {
+            Some(f) => f,
+            None => {
+                // A pickup starts on a segment with data (or a SYN-ACK): a bare ACK, FIN
+                // or RST of a connection we do not know is most often the tail of one that
+                // just closed.
+                if !pure_syn && (!self.cfg.midstream || (pay_len == 0 && !syn)) {
+                    self.stats.untracked += 1;
+                    q.push(ev);
+                    return;
+                }
+                if self.table.len() >= self.cfg.flows {
+                    self.stats.table_full += 1;
+                    q.push(ev);
+                    return;
+                }
+                // A SYN-ACK first: the client is its destination.
+                let (ck, state) = if pure_syn {
+                    (key, TcpState::SynSent)
+                } else if syn {
+                    (key.reversed(), TcpState::SynReceived)
+                } else {
+                    (key, TcpState::Established)
+                };
+                let c = Conn::new(ck, state, now, &self.initial);
+                let slot = match self.free.pop() {
+                    Some(s) => {
+                        self.conns[s as usize] = c;
+                        s
+                    }
+                    None => {
+                        self.conns.push(c);
+                        (self.conns.len() - 1) as FlowId
+                    }
+                };
+                let c = &mut self.conns[slot as usize];
+                c.midstream = !syn;
+                self.stats.flows += 1;
+                self.stats.midstream += u64::from(!syn);
+                self.table.insert(wk, slot);
+                q.push(Event {
+                    kind: Kind::FlowStart,
+                    flow: slot,
+                    dir: u8::from(key != ck),
+                    ..ev
+                });
+                slot
+            }
+        };
+        let c = &mut self.conns[f as usize];
+        c.last_ns = now;
+        if c.ended {
+            // A stray segment after the end (a retransmitted FIN, a late ACK).
+            q.push(ev);
+            return;
+        }
+        let dir = usize::from(key != c.key);
+        c.packets[dir] += 1;
+        q.pkt_flow[idx as usize] = (f, dir as u8);
+        ev.flow = f;
+        ev.dir = dir as u8;
+        q.push(ev);
+        q.push(Event {
+            kind: Kind::TcpPacket,
+            info: u32::from(fl),
+            ..ev
+        });
+        let old = c.state;
+        c.state = tcp_state::next(old, &mut c.fins, dir, fl, seq, ack, pay_len as u32);
+        if c.state != old {
+            q.push(Event {
+                kind: Kind::StateChange,
+                info: (old as u32) << 8 | c.state as u32,
+                ..ev
+            });
+        }
+        if self.cfg.level >= Level::Bytestream {
+            let want = q.want.has(Kind::Data) && c.subs_any(Kind::Data);
+            let st = &mut c.streams[dir];
+            if !st.is_started() {
+                // The ISN's successor; on a pickup, the first segment seen.
+                st.start(seq.wrapping_add(u32::from(syn)));
+            }
+            if pay_len > 0 {
+                let data_seq = seq.wrapping_add(u32::from(syn));
+                let payload = &d[pay_off..pay_off + pay_len];
+                let mut first: Option<(usize, usize)> = None;
+                let mut copied = false;
+                let arena = &mut q.arena;
+                let start = arena.len();
+                let o = st.segment(&mut self.rings, data_seq, payload, |ch| {
+                    if !want {
+                        return;
+                    }
+                    match ch {
+                        Chunk::Segment { off, len } if first.is_none() && !copied => {
+                            first = Some((off, len))
+                        }
+                        Chunk::Segment { off, len } => {
+                            if let Some((o0, l0)) = first.take() {
+                                arena.extend_from_slice(&payload[o0..o0 + l0]);
+                            }
+                            copied = true;
+                            arena.extend_from_slice(&payload[off..off + len]);
+                        }
+                        Chunk::Buffered(b) => {
+                            if let Some((o0, l0)) = first.take() {
+                                arena.extend_from_slice(&payload[o0..o0 + l0]);
+                            }
+                            copied = true;
+                            arena.extend_from_slice(b);
+                        }
+                    }
+                });
+                self.stats.bytes += o.delivered as u64;
+                self.stats.duplicate_bytes += o.duplicate as u64;
+                c.duplicate_bytes[dir] += o.duplicate as u64;
+                if o.gave_up {
+                    self.stats.gave_up += 1;
+                }
+                let bytes = if copied {
+                    Some(Bytes::Arena {
+                        off: start as u32,
+                        len: (q.arena.len() - start) as u32,
+                    })
+                } else {
+                    first.map(|(off, len)| Bytes::InPacket {
+                        off: (pay_off + off) as u32,
+                        len: len as u32,
+                    })
+                };
+                if let Some(bytes) = bytes {
+                    q.push(Event {
+                        kind: Kind::Data,
+                        bytes,
+                        ..ev
+                    });
+                }
+            }
+        }
+        if c.state == TcpState::Closed {
+            let why = if fl & flags::RST != 0 {
+                EndReason::Reset
+            } else {
+                EndReason::Closed
+            };
+            self.end(f, why, idx, q);
+            // The slot is free from the next batch on; stray segments after the close are
+            // not picked up (they carry no data).
+            self.table.remove(&wk);
+            self.retired.push(f);
+        }
+    }
+}
+
+impl Conn {
+    /// Some app receives `k` for this flow (else the stack need not produce it).
+    #[inline]
+    fn subs_any(&self, k: Kind) -> bool {
+        self.subs.iter().any(|s| s.has(k))
+    }
+}
