@@ -593,7 +593,11 @@ impl Maglev {
         // Consolidated only while the flow is tracked on this backend (a full table
         // leaves it untracked: every packet must pick again).
         if m.fast == FastMark::Refuse
-            && self.conns.find(tag, key).map(|s| self.conns.slab[s as usize].id) == Some(b.id)
+            && self
+                .conns
+                .find(tag, key)
+                .map(|s| self.conns.slab[s as usize].id)
+                == Some(b.id)
         {
             m.fast = FastMark::Token(b.id as u64);
         }
@@ -946,7 +950,10 @@ impl Nf for Maglev {
         let t = self.conns.timeout_ns;
         c.id as u64 == token
             && !(t != 0 && p.ts_ns.saturating_sub(c.seen) > t)
-            && self.known.get(c.id as usize).is_some_and(|k| k.index != GONE)
+            && self
+                .known
+                .get(c.id as usize)
+                .is_some_and(|k| k.index != GONE)
     }
 
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
