@@ -8,6 +8,7 @@
 pub mod flow;
 pub mod io;
 pub mod nfs;
+pub mod optimise;
 pub mod packet;
 pub mod runtime;
 pub mod stack;

@@ -33,6 +33,12 @@ pub struct Args {
     /// `--change "5000 fw allow_ports 53"`. Repeatable; exactly reproducible.
     #[arg(long, value_name = "INDEX NF COMMAND")]
     change: Vec<String>,
+    /// Header-action consolidation on (overrides the file's `fastpath`).
+    #[arg(long, conflicts_with = "no_fastpath")]
+    fastpath: bool,
+    /// Header-action consolidation off (overrides the file's `fastpath`).
+    #[arg(long)]
+    no_fastpath: bool,
     /// Override the chain's number of virtual ingress ports.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     ports: Option<u16>,
@@ -43,6 +49,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut chain = Chain::from_config(&cfg)?;
     if let Some(p) = a.ports {
         chain.ports = p;
+    }
+    if a.fastpath {
+        let settings = chain.fastpath_settings;
+        chain
+            .enable_fastpath(chain.fastpath.unwrap_or(settings))
+            .map_err(|e| anyhow::anyhow!("--fastpath: {}: {e}", a.config.display()))?;
+    }
+    if a.no_fastpath {
+        chain.fastpath = None;
     }
     let input = a
         .input

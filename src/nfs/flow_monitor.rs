@@ -23,10 +23,10 @@ use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
 use super::nf::{named, Stats};
-use super::nf::{Context, Nf, Profile};
+use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{FlowKey, Hasher, WideKey};
-use crate::packet::{Batch, Fields, L3Kind};
+use crate::packet::{Batch, FastMark, Fields, L3Kind};
 
 /// One connection's counters. Direction 0 is from the canonical key's source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -375,24 +375,78 @@ impl FlowMonitor {
     }
 }
 
+impl FlowMonitor {
+    /// At most one sweep per second of capture time; traces may step back in time, so a
+    /// jump either way counts. Counted per packet so that both FastPath paths sweep at
+    /// the same packet whatever the batches.
+    #[inline]
+    fn tick(&mut self, now: u64) {
+        self.since_sweep += 1;
+        if self.since_sweep >= self.sweep_every {
+            self.sweep(now);
+        }
+    }
+
+    /// One packet of flow `key` (as seen on the wire, either direction).
+    #[inline]
+    fn account(&mut self, key: &FlowKey, flags: u16, now: u64, len: u64) {
+        let c = WideKey(key.canonical());
+        let dir = (c.0 != *key) as usize;
+        let fresh = FlowStats {
+            first_ns: now,
+            last_ns: now,
+            packets: [(dir == 0) as u64, (dir == 1) as u64],
+            bytes: [len * (dir == 0) as u64, len * (dir == 1) as u64],
+            tcp_flags: flags,
+            initiator_is_dst: dir == 1,
+        };
+        let timeout = self.timeout_ns;
+        let full = self.table.len() >= self.capacity;
+        match self.table.entry(c) {
+            Entry::Occupied(mut e) => {
+                let s = e.get_mut();
+                if timeout != 0 && now.saturating_sub(s.last_ns) > timeout {
+                    // Idle past the timeout but not swept yet: the old connection
+                    // ends here and this packet starts a new record.
+                    let old = std::mem::replace(s, fresh);
+                    self.min_last_ns = self.min_last_ns.min(now);
+                    self.export(&c.0, &old, End::Idle);
+                } else {
+                    s.packets[dir] += 1;
+                    s.bytes[dir] += len;
+                    s.tcp_flags |= flags;
+                    // Traces are not always in time order: keep the span.
+                    s.first_ns = s.first_ns.min(now);
+                    s.last_ns = s.last_ns.max(now);
+                }
+            }
+            Entry::Vacant(_) if full => {
+                // Make room if idle flows hold it, else count the packet.
+                if self.sweep(now) && self.table.len() < self.capacity {
+                    self.table.insert(c, fresh);
+                    self.min_last_ns = self.min_last_ns.min(now);
+                } else {
+                    self.overflow_packets += 1;
+                }
+            }
+            Entry::Vacant(e) => {
+                e.insert(fresh);
+                self.min_last_ns = self.min_last_ns.min(now);
+            }
+        }
+    }
+}
+
 impl Nf for FlowMonitor {
     fn profile(&self) -> &Profile {
         &self.profile
     }
 
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
-        // At most one sweep per second of capture time, at batch granularity; traces may
-        // step back in time, so a jump either way counts.
-        if let Some(p) = batch.iter().next() {
-            let now = p.meta().ts_ns;
-            self.since_sweep += batch.len() as u64;
-            if self.since_sweep >= self.sweep_every {
-                self.sweep(now);
-            }
-        }
         for p in batch {
             let l = p.layers();
-            let (m, d) = (p.meta(), p.data());
+            let (m, d) = p.split_mut();
+            self.tick(m.ts_ns);
             let Some(key) = FlowKey::from_packet(&l, d) else {
                 if l.l3 == L3Kind::Malformed {
                     self.malformed += 1;
@@ -401,59 +455,30 @@ impl Nf for FlowMonitor {
                 }
                 continue;
             };
-            let now = m.ts_ns;
-            let len = m.wire_len as u64;
             let flags = if l.l4_proto == 6 && l.has_l4() {
                 let o = l.l4_off as usize + 12;
                 u16::from_be_bytes([d[o], d[o + 1]]) & 0x1ff
             } else {
                 0
             };
-            let c = WideKey(key.canonical());
-            let dir = (c.0 != key) as usize;
-            let fresh = FlowStats {
-                first_ns: now,
-                last_ns: now,
-                packets: [(dir == 0) as u64, (dir == 1) as u64],
-                bytes: [len * (dir == 0) as u64, len * (dir == 1) as u64],
-                tcp_flags: flags,
-                initiator_is_dst: dir == 1,
-            };
-            let timeout = self.timeout_ns;
-            let full = self.table.len() >= self.capacity;
-            match self.table.entry(c) {
-                Entry::Occupied(mut e) => {
-                    let s = e.get_mut();
-                    if timeout != 0 && now.saturating_sub(s.last_ns) > timeout {
-                        // Idle past the timeout but not swept yet: the old connection
-                        // ends here and this packet starts a new record.
-                        let old = std::mem::replace(s, fresh);
-                        self.min_last_ns = self.min_last_ns.min(now);
-                        self.export(&c.0, &old, End::Idle);
-                    } else {
-                        s.packets[dir] += 1;
-                        s.bytes[dir] += len;
-                        s.tcp_flags |= flags;
-                        // Traces are not always in time order: keep the span.
-                        s.first_ns = s.first_ns.min(now);
-                        s.last_ns = s.last_ns.max(now);
-                    }
-                }
-                Entry::Vacant(_) if full => {
-                    // Make room if idle flows hold it, else count the packet.
-                    if self.sweep(now) && self.table.len() < self.capacity {
-                        self.table.insert(c, fresh);
-                        self.min_last_ns = self.min_last_ns.min(now);
-                    } else {
-                        self.overflow_packets += 1;
-                    }
-                }
-                Entry::Vacant(e) => {
-                    e.insert(fresh);
-                    self.min_last_ns = self.min_last_ns.min(now);
-                }
+            self.account(&key, flags, m.ts_ns, m.wire_len as u64);
+            if m.fast == FastMark::Want {
+                m.fast = FastMark::Token(0);
             }
         }
+    }
+
+    fn fast_role(&self) -> FastRole {
+        FastRole::Consolidate("flow counters, flags, first/last seen, idle export")
+    }
+
+    fn fast_valid(&self, _token: u64, _p: &FastPacket) -> bool {
+        true
+    }
+
+    fn fast_state(&mut self, _token: u64, p: &FastPacket) {
+        self.tick(p.ts_ns);
+        self.account(p.key, p.tcp_flags, p.ts_ns, p.wire_len as u64);
     }
 
     fn finish(&mut self) {

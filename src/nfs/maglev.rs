@@ -31,11 +31,11 @@ use std::net::IpAddr;
 use foldhash::fast::FixedState;
 
 use super::nf::{named, Stats};
-use super::nf::{Context, Nf, Profile};
+use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{prefetch, FlowKey, Hasher, Index, Learned, WideKey};
 use crate::packet::wire::{Ipv4, Tcp, Udp};
-use crate::packet::{checksum, Batch, Fields, L3Kind, Packet, Verdict, MAX_BATCH};
+use crate::packet::{checksum, Batch, FastMark, Fields, L3Kind, Packet, Verdict, MAX_BATCH};
 
 /// The paper's default: a prime a little above 65,536 for up to a few hundred backends.
 pub const DEFAULT_TABLE_SIZE: usize = 65537;
@@ -511,6 +511,9 @@ impl Maglev {
             self.conns.prefetch_conn(*tag);
         }
         for (p, f) in pkts.iter_mut().zip(flows) {
+            // Sweeps are counted per packet, in packet order, so FastPath's state
+            // function (which ticks too) sweeps at the same packet whatever the batches.
+            self.tick(p.meta().ts_ns);
             if let Some((tag, key)) = f {
                 self.forward(p, tag, &key);
             }
@@ -523,6 +526,10 @@ impl Maglev {
     fn flow_of(&mut self, p: &mut Packet) -> Option<(u32, WideKey)> {
         let l = p.layers();
         let (m, d) = p.split_mut();
+        if m.fast == FastMark::Want {
+            // Refused unless a branch below says otherwise.
+            m.fast = FastMark::Refuse;
+        }
         let o3 = l.l3_off as usize;
         let to_vip = match l.l3 {
             // Fixed-size compares: a slice compare is a `memcmp` call.
@@ -546,6 +553,9 @@ impl Maglev {
             _ => false,
         };
         if !to_vip {
+            if m.fast == FastMark::Refuse {
+                m.fast = FastMark::Token(FAST_PASS);
+            }
             self.passed += 1;
             if self.drop_others {
                 m.verdict = Verdict::Drop(NOT_VIP);
@@ -580,6 +590,17 @@ impl Maglev {
         };
         let b = self.backends[i];
         self.known[b.id as usize].packets += 1;
+        // Consolidated only while the flow is tracked on this backend (a full table
+        // leaves it untracked: every packet must pick again).
+        if m.fast == FastMark::Refuse
+            && self
+                .conns
+                .find(tag, key)
+                .map(|s| self.conns.slab[s as usize].id)
+                == Some(b.id)
+        {
+            m.fast = FastMark::Token(b.id as u64);
+        }
         // A complete transport header (never in later fragments) has its checksum
         // patched: it covers the destination address through the pseudo header.
         let o4 = l.l4_off as usize;
@@ -631,6 +652,32 @@ impl Maglev {
         self.since_sweep = 0;
         self.conns.sweep(now);
         true
+    }
+}
+
+/// FastPath token of a packet not for the VIP; otherwise the token is the backend id.
+const FAST_PASS: u64 = u64::MAX;
+
+/// The connection-table key of a packet on the consolidated path, as `process` makes it.
+fn fast_key(p: &FastPacket) -> WideKey {
+    let mut k = *p.key;
+    if p.layers.is_fragment() {
+        k.sport = 0;
+        k.dport = 0;
+    }
+    WideKey(k)
+}
+
+impl Maglev {
+    /// Frees the slots of idle connections (expired ones are also replaced when their
+    /// flow is seen again, so sweeping only matters for room). Counted per packet, so
+    /// both paths sweep at the same packet whatever the batches.
+    #[inline]
+    fn tick(&mut self, now: u64) {
+        self.since_sweep += 1;
+        if self.since_sweep >= self.sweep_every {
+            self.sweep(now);
+        }
     }
 }
 
@@ -838,14 +885,6 @@ impl Nf for Maglev {
     }
 
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
-        // Free the slots of idle connections (expired ones are also replaced when their
-        // flow is seen again, so sweeping only matters for room).
-        if let Some(p) = batch.iter().next() {
-            self.since_sweep += batch.len() as u64;
-            if self.since_sweep >= self.sweep_every {
-                self.sweep(p.meta().ts_ns);
-            }
-        }
         // A node fed by several others may get more than one batch's worth.
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
             self.process_chunk(chunk);
@@ -893,6 +932,43 @@ impl Nf for Maglev {
         }
         self.set_backends(&set)?;
         Ok(format!("{} backend(s)", set.len()))
+    }
+
+    fn fast_role(&self) -> FastRole {
+        FastRole::Consolidate("connection idle-timer refresh, sweep step, per-backend counter")
+    }
+
+    fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
+        if token == FAST_PASS {
+            return true;
+        }
+        let key = fast_key(p);
+        let Some(slot) = self.conns.find(self.conns.tag(&key), &key) else {
+            return false;
+        };
+        let c = &self.conns.slab[slot as usize];
+        let t = self.conns.timeout_ns;
+        c.id as u64 == token
+            && !(t != 0 && p.ts_ns.saturating_sub(c.seen) > t)
+            && self
+                .known
+                .get(c.id as usize)
+                .is_some_and(|k| k.index != GONE)
+    }
+
+    fn fast_state(&mut self, token: u64, p: &FastPacket) {
+        self.tick(p.ts_ns);
+        if token == FAST_PASS {
+            self.passed += 1;
+            return;
+        }
+        let key = fast_key(p);
+        let tag = self.conns.tag(&key);
+        if self.conns.get_mut(tag, &key, p.ts_ns).is_some() {
+            if let Some(k) = self.known.get_mut(token as usize) {
+                k.packets += 1;
+            }
+        }
     }
 
     fn stats(&self) -> Stats {

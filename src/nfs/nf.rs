@@ -2,7 +2,8 @@
 
 use std::borrow::Cow;
 
-use crate::packet::{Batch, Fields};
+use crate::flow::FlowKey;
+use crate::packet::{Batch, Fields, Layers};
 
 /// What an NF declares about itself. Parallel planning and header-action consolidation
 /// read this, and debug builds check that the NF writes only what it declared.
@@ -23,6 +24,30 @@ pub struct Profile {
     pub outputs: &'static [&'static str],
     /// Names of the reasons the NF drops packets for, indexed by `Verdict::Drop`.
     pub drop_reasons: &'static [&'static str],
+}
+
+/// Whether FastPath may skip an NF on a flow's later packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FastRole {
+    /// Always run (the safe default for NFs that say nothing).
+    Refuse,
+    /// May be skipped on flows it marks with a token while recording; the string says
+    /// what its state function still does per packet (`catena check` prints it), empty
+    /// when nothing.
+    Consolidate(&'static str),
+}
+
+/// What a state function sees of a packet on the consolidated path: only what no NF
+/// rewrites (lengths, time, TCP flags), plus the flow key as this NF saw it on the
+/// recorded packet (the NFs before it may have rewritten addresses and ports).
+#[derive(Clone, Copy, Debug)]
+pub struct FastPacket<'a> {
+    pub key: &'a FlowKey,
+    pub layers: Layers,
+    pub ts_ns: u64,
+    pub wire_len: u32,
+    /// TCP flags with NS (9 bits) when the packet is TCP with a complete header, else 0.
+    pub tcp_flags: u16,
 }
 
 /// Per-call context from the runtime.
@@ -52,6 +77,27 @@ pub trait Nf: Send {
     /// Called once when the run's input ends, for NFs that report at the end (flow
     /// records still open, buffered output to flush).
     fn finish(&mut self) {}
+
+    /// Whether FastPath may skip this NF on later packets of a flow; see [`FastRole`].
+    /// NFs that return `Consolidate` answer [`crate::packet::FastMark::Want`] in
+    /// `process` with a token or a refusal, and implement `fast_valid`/`fast_state`.
+    fn fast_role(&self) -> FastRole {
+        FastRole::Refuse
+    }
+
+    /// Read-only check, before any state function of the path runs, that the state the
+    /// token names still holds (e.g. the NAT mapping is live): false sends the packet
+    /// down the slow path.
+    fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
+        let _ = (token, p);
+        false
+    }
+
+    /// The per-packet work of a skipped NF: must leave it in exactly the state `process`
+    /// would have (counters, idle timers, sweeps).
+    fn fast_state(&mut self, token: u64, p: &FastPacket) {
+        let _ = (token, p);
+    }
 
     /// Counters of the NF's own (table sizes, learned entries, floods), for the summary.
     fn stats(&self) -> Stats {

@@ -21,6 +21,9 @@ pub const FLOOD: u16 = u16::MAX;
 /// Egress port value meaning "not decided by any NF".
 pub const NO_PORT: u16 = u16::MAX - 1;
 
+/// [`Meta::fast_rec`] of a packet FastPath does not record.
+pub const NOT_RECORDED: u8 = u8::MAX;
+
 /// What the NF that last processed the packet decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -28,6 +31,23 @@ pub enum Verdict {
     Out(u8),
     /// Dropped, with the index of the reason in the NF's profile.
     Drop(u8),
+}
+
+/// FastPath recording: what the NF that just ran says about consolidating this packet's
+/// flow. The runtime sets [`FastMark::Want`] before an NF only on recorded packets, so
+/// NFs do that work only then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FastMark {
+    /// Not recording.
+    #[default]
+    Off,
+    /// Recording: the NF is asked to answer with `Token` or `Refuse`.
+    Want,
+    /// Later packets of the flow may skip this NF, running its state function with this
+    /// token instead.
+    Token(u64),
+    /// This NF must see every packet of the flow (its result varies per packet).
+    Refuse,
 }
 
 #[derive(Clone, Debug)]
@@ -46,6 +66,10 @@ pub struct Meta {
     pub verdict: Verdict,
     /// Header offsets, decoded on first use.
     pub layers: Layers,
+    /// FastPath recording slot (see [`FastMark`]).
+    pub fast: FastMark,
+    /// Which recording this packet belongs to while FastPath records it (runtime only).
+    pub fast_rec: u8,
 }
 
 impl Default for Meta {
@@ -59,6 +83,8 @@ impl Default for Meta {
             link: LinkKind::Ethernet,
             verdict: Verdict::Out(0),
             layers: Layers::UNPARSED,
+            fast: FastMark::Off,
+            fast_rec: NOT_RECORDED,
         }
     }
 }

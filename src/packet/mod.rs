@@ -14,5 +14,5 @@ pub use batch::{Batch, MAX_BATCH};
 pub use buf::{Packet, HEADROOM};
 pub use fields::Fields;
 pub use layers::{L3Kind, Layers};
-pub use meta::{LinkKind, Meta, Verdict, FLOOD, NO_PORT};
+pub use meta::{FastMark, LinkKind, Meta, Verdict, FLOOD, NOT_RECORDED, NO_PORT};
 pub use pool::Pool;

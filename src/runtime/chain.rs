@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use super::config::{ChainConfig, ConfigError, DEFAULT_PORTS, DEFAULT_SEED};
 use crate::nfs::{registry, Nf};
+use crate::optimise::fastpath::{self, FastConfig};
 
 /// Name of the input node in edges.
 pub const INPUT: &str = "in";
@@ -47,6 +48,10 @@ pub struct Chain {
     pub seed: u64,
     /// The trace named in the file, if any (resolved against the file's folder).
     pub default_trace: Option<PathBuf>,
+    /// Header-action consolidation, when on (see [`Chain::enable_fastpath`]).
+    pub fastpath: Option<FastConfig>,
+    /// The file's FastPath settings, used if `--fastpath` turns it on.
+    pub fastpath_settings: FastConfig,
 }
 
 pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted"];
@@ -145,15 +150,34 @@ impl Chain {
             n.next = v;
         }
         let order = topo_order(c, &nodes)?;
-        Ok(Chain {
+        let mut chain = Chain {
             name: c.name.clone().unwrap_or_else(|| "chain".into()),
             ports: c.input.ports.unwrap_or(DEFAULT_PORTS),
             seed: c.input.seed.unwrap_or(DEFAULT_SEED),
             default_trace: c.input.trace.as_deref().map(|t| c.resolve(t)),
             nodes,
             order,
-        })
-        .and_then(|ch| {
+            fastpath: None,
+            fastpath_settings: FastConfig::default(),
+        };
+        let mut fp = FastConfig::default();
+        if let Some(n) = c.fastpath_entries {
+            if n == 0 {
+                return Err(c.invalid("`fastpath_entries` must be at least 1"));
+            }
+            fp.entries = n as usize;
+        }
+        if let Some(t) = c.fastpath_timeout {
+            fp.timeout_ns = u64::from(t) * 1_000_000_000;
+        }
+        if c.fastpath == Some(true) {
+            chain
+                .enable_fastpath(fp)
+                .map_err(|e| c.invalid(format!("`fastpath = true`: {e}")))?;
+        } else {
+            chain.fastpath_settings = fp;
+        }
+        Ok(chain).and_then(|ch| {
             if ch.ports == 0 {
                 Err(c.invalid("[input] ports must be at least 1"))
             } else {
@@ -200,7 +224,29 @@ impl Chain {
             ports: ports.max(1),
             seed,
             default_trace: None,
+            fastpath: None,
+            fastpath_settings: FastConfig::default(),
         }
+    }
+
+    /// Switches FastPath on. A node fed by two others would receive packets in an
+    /// order that depends on which branch ran first, which consolidation cannot keep, so
+    /// such chains are refused.
+    pub fn enable_fastpath(&mut self, cfg: FastConfig) -> Result<(), String> {
+        for (i, n) in self.nodes.iter().enumerate() {
+            let mut preds: Vec<usize> = (0..self.nodes.len())
+                .filter(|&j| self.nodes[j].next.contains(&i))
+                .collect();
+            preds.dedup();
+            if preds.len() > 1 && self.order.contains(&i) {
+                return Err(format!(
+                    "FastPath needs a chain without merges, but `{}` is fed by `{}` and `{}`",
+                    n.name, self.nodes[preds[0]].name, self.nodes[preds[1]].name
+                ));
+            }
+        }
+        self.fastpath = Some(cfg);
+        Ok(())
     }
 
     /// Index of the node called `name`.
@@ -266,6 +312,23 @@ impl Chain {
                     String::new()
                 };
                 s.push_str(&format!("  {}{} -> {}\n", n.name, out, self.nodes[*t].name));
+            }
+        }
+        s.push_str(&format!(
+            "fastpath: {}\n",
+            if self.fastpath.is_some() {
+                "on (a flow's first packet runs every NF and is recorded; later packets take one lookup, the state functions below and one consolidated rewrite; a flow whose path holds an always-run NF runs whole)"
+            } else {
+                "off (`fastpath = true` or `catena run --fastpath` turns it on)"
+            }
+        ));
+        for n in &self.nodes {
+            if let NodeKind::Nf { nf, .. } = &n.kind {
+                s.push_str(&match fastpath::role(&**nf) {
+                    Ok("") => format!("  {:<12} consolidated; no state function\n", n.name),
+                    Ok(st) => format!("  {:<12} consolidated; state function: {st}\n", n.name),
+                    Err(why) => format!("  {:<12} always run: {why}\n", n.name),
+                });
             }
         }
         let order: Vec<&str> = std::iter::once(INPUT)

@@ -29,6 +29,12 @@ pub struct ChainConfig {
     /// `"a -> b"`, `"a:output -> b"`, or a path `"in -> fw -> out"`. Without it the NFs
     /// form a line in file order: `in -> nf1 -> … -> out`.
     pub edges: Option<Vec<String>>,
+    /// Header-action consolidation (FastPath): `fastpath = true`.
+    pub fastpath: Option<bool>,
+    /// Most FastPath entries (default 16384).
+    pub fastpath_entries: Option<u32>,
+    /// Idle seconds (capture time) after which a FastPath entry ends; 0 = never (default 60).
+    pub fastpath_timeout: Option<u32>,
     #[serde(default)]
     pub input: InputConfig,
     #[serde(default, rename = "nf")]

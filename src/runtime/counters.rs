@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::optimise::fastpath::FastStats;
+
 /// Counters of one node. Invariant checked after every run: in = out + dropped.
 #[derive(Clone, Debug, Default)]
 pub struct NodeCounters {
@@ -89,6 +91,8 @@ pub struct Summary {
     pub sinks: Vec<SinkSummary>,
     /// An input error that ended reading early (the packets before it were processed).
     pub input_error: Option<String>,
+    /// FastPath counters, when it was on.
+    pub fastpath: Option<FastStats>,
 }
 
 impl Summary {
@@ -150,6 +154,12 @@ impl Summary {
             .map(|p| format!("{}: rx {} tx {}", p.port, p.rx, p.tx))
             .collect();
         s.push_str(&format!("  ports  {}\n", ports.join("   ")));
+        if let Some(f) = &self.fastpath {
+            s.push_str(&format!(
+                "  fastpath  hits {}  misses {}  installed {}  invalidated {}  evicted {}  expired {}  ended {}  refused {}  unconsolidatable {}\n",
+                f.hits, f.misses, f.installed, f.invalidated, f.evicted, f.expired, f.ended, f.refused, f.unconsolidatable
+            ));
+        }
         for k in &self.sinks {
             s.push_str(&format!(
                 "  sink {:<8} {} packets ({} flooded){}\n",

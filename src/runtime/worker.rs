@@ -12,8 +12,11 @@ use super::control::{Command, ControlPort, Scheduled};
 use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
 use super::profile_check::Snapshot;
 use crate::io::{PcapWriter, Trace};
-use crate::nfs::Context;
-use crate::packet::{Batch, LinkKind, Pool, Verdict, FLOOD, MAX_BATCH, NO_PORT};
+use crate::nfs::{Context, FastPacket, Nf};
+use crate::optimise::fastpath::{self, FastPath, Found, FpKey, Recorder};
+use crate::packet::{
+    Batch, FastMark, LinkKind, Packet, Pool, Verdict, FLOOD, MAX_BATCH, NOT_RECORDED, NO_PORT,
+};
 
 const OVERSIZE: usize = 0;
 
@@ -70,6 +73,10 @@ pub struct Runner {
     /// Added to timestamps on this replay loop; taken off again when writing, so every
     /// loop's output carries the capture's own times.
     shift: u64,
+    /// FastPath state when the chain has it on.
+    fast: Option<Box<FastPath>>,
+    /// Where FastPath holds a chunk while it sorts it into hits and misses.
+    fast_in: Batch,
 }
 
 impl Runner {
@@ -93,9 +100,24 @@ impl Runner {
             .map(|node| NodeCounters::new(node.outputs.len(), node.drop_reasons.len()))
             .collect();
         let ports = chain.ports as usize;
-        // Run to completion holds at most one batch per edge in flight.
-        let pool = Pool::new(MAX_BATCH * (n + 2) * 2, max_packet);
+        let fast = chain.fastpath.map(|cfg| {
+            let nfs: Vec<Option<&dyn Nf>> = chain
+                .nodes
+                .iter()
+                .map(|node| match &node.kind {
+                    NodeKind::Nf { nf, .. } => Some(&**nf),
+                    _ => None,
+                })
+                .collect();
+            Box::new(FastPath::new(cfg, &nfs))
+        });
+        // Run to completion holds at most one batch per edge in flight; FastPath keeps a
+        // copy of each packet it records.
+        let copies = if fast.is_some() { Recorder::BUFFERS } else { 0 };
+        let pool = Pool::new(MAX_BATCH * (n + 2) * 2 + copies, max_packet);
         Runner {
+            fast,
+            fast_in: Batch::with_capacity(cap),
             rng: chain.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
             cx: Context { ports: chain.ports },
             chain,
@@ -192,7 +214,11 @@ impl Runner {
                 }
                 self.poll_control();
                 self.ingest(bytes, &recs[pos..end]);
-                self.drain();
+                if self.fast.is_some() {
+                    self.fast_chunk();
+                } else {
+                    self.drain(None);
+                }
                 if let Some(v) = self.violation.take() {
                     anyhow::bail!("{v}");
                 }
@@ -240,7 +266,12 @@ impl Runner {
             return Err(format!("no NF named `{nf}` (NFs: {})", names(&self.chain)));
         };
         if let NodeKind::Nf { nf, .. } = &mut self.chain.nodes[i].kind {
-            return nf.control(cmd);
+            let r = nf.control(cmd);
+            // Every entry recorded through this NF is stale now.
+            if let (Ok(_), Some(f)) = (&r, self.fast.as_deref_mut()) {
+                f.gens[i] = f.gens[i].wrapping_add(1);
+            }
+            return r;
         }
         Err(format!("`{nf}` is not an NF (NFs: {})", names(&self.chain)))
     }
@@ -292,6 +323,8 @@ impl Runner {
             m.in_port = in_port;
             m.egress = NO_PORT;
             m.link = self.link;
+            m.fast = FastMark::Off;
+            m.fast_rec = NOT_RECORDED;
             c.out[0] += 1;
             self.inbox[first].push(p);
         }
@@ -302,7 +335,9 @@ impl Runner {
     /// Runs every node that has packets waiting, in graph order, until all reach a sink
     /// or are dropped.
     #[inline]
-    fn drain(&mut self) {
+    fn drain(&mut self, fast: Option<&mut FastPath>) {
+        // Recording hooks run only while FastPath records a first packet.
+        let mut fast = fast.filter(|f| f.rec.active());
         let Runner {
             chain,
             pool,
@@ -330,7 +365,23 @@ impl Runner {
                     if let Some(snap) = check.as_mut() {
                         snap.take(spare);
                     }
+                    if let Some(f) = fast.as_deref_mut() {
+                        let (g, ok) = (f.gens[n], f.consolidable[n]);
+                        for p in spare.iter_mut() {
+                            f.rec.before(n, g, ok, p);
+                        }
+                    }
                     nf.process(spare, cx);
+                    if let Some(f) = fast.as_deref_mut() {
+                        let last = node.next.len().saturating_sub(1);
+                        for p in spare.iter_mut() {
+                            let v = match p.meta().verdict {
+                                Verdict::Out(o) => Verdict::Out((o as usize).min(last) as u8),
+                                d => d,
+                            };
+                            f.rec.after(p, v);
+                        }
+                    }
                     if let Some(snap) = check.as_ref() {
                         let p = nf.profile();
                         let bad = snap.undeclared(spare, p.writes, p.changes_length);
@@ -383,37 +434,170 @@ impl Runner {
                     let Some(s) = sinks[n].as_mut() else {
                         continue;
                     };
+                    if let Some(f) = fast.as_deref_mut() {
+                        for p in spare.iter_mut() {
+                            f.rec.at_sink(n, p, &f.writes_eth);
+                        }
+                    }
                     for p in spare.drain() {
-                        let m = p.meta();
-                        c.bytes_in += p.len() as u64;
-                        match m.egress {
-                            FLOOD => {
-                                s.flooded += 1;
-                                for (port, t) in tx.iter_mut().enumerate() {
-                                    *t += (port != m.in_port as usize) as u64;
-                                }
-                            }
-                            NO_PORT => {}
-                            e => {
-                                if let Some(t) = tx.get_mut(e as usize) {
-                                    *t += 1;
-                                }
-                            }
-                        }
-                        if let Some(w) = s.writer.as_mut() {
-                            if let Err(e) =
-                                w.write_packet(m.ts_ns.wrapping_sub(*shift), m.wire_len, p.data())
-                            {
-                                s.write_error = Some(e.to_string());
-                                s.writer = None;
-                            }
-                        }
+                        to_sink(s, c, tx, *shift, &p);
                         pool.free(p);
                     }
                 }
                 NodeKind::Input => {}
             }
         }
+    }
+
+    /// FastPath over the chunk just ingested: packets are looked up in arrival order;
+    /// hits go along their entry at once, misses gather and run the chain (recorded)
+    /// before the next hit, so every NF sees events in the order it would without
+    /// FastPath.
+    fn fast_chunk(&mut self) {
+        let Some(mut f) = self.fast.take() else {
+            self.drain(None);
+            return;
+        };
+        let first = self.chain.nodes[0].next[0];
+        std::mem::swap(&mut self.fast_in, &mut self.inbox[first]);
+        let mut input = std::mem::replace(&mut self.fast_in, Batch::with_capacity(0));
+        // Keys and hashes first with each set's tags prefetched, then the matching
+        // entries prefetched, so the chunk's lookups overlap their cache misses.
+        let mut keys = [None; MAX_BATCH];
+        for (p, k) in input.iter_mut().zip(keys.iter_mut()) {
+            *k = FpKey::of(p).map(|key| {
+                let h = f.table.hash(&key);
+                f.table.prefetch_tags(h);
+                (key, h)
+            });
+        }
+        for &(_, h) in keys.iter().flatten() {
+            f.table.prefetch_entry(h);
+        }
+        for (mut p, k) in input.drain().zip(keys) {
+            let now = p.meta().ts_ns;
+            let Some((key, h)) = k else {
+                f.stats.misses += 1;
+                self.inbox[first].push(p);
+                continue;
+            };
+            let l = p.layers();
+            if fastpath::key::ends_flow(&l, p.data()) {
+                if f.table.remove_key(&key) {
+                    f.stats.ended += 1;
+                }
+                f.stats.misses += 1;
+                self.inbox[first].push(p);
+                continue;
+            }
+            let mut found = f.table.find(&key, h, now);
+            if matches!(found, Found::Hit(_)) && !self.inbox[first].is_empty() {
+                // Earlier misses go first; they may change what the entry relies on.
+                self.flush(&mut f);
+                found = f.table.find(&key, h, now);
+            }
+            let p = match found {
+                Found::Hit(w) => match self.fast_hit(&mut f, w, p) {
+                    None => continue,
+                    Some(p) => p,
+                },
+                Found::Expired => {
+                    f.stats.expired += 1;
+                    p
+                }
+                Found::Miss => p,
+            };
+            let mut p = p;
+            f.stats.misses += 1;
+            f.rec.begin(&mut p, key, &mut self.pool);
+            self.inbox[first].push(p);
+        }
+        self.fast_in = input;
+        self.flush(&mut f);
+        self.fast = Some(f);
+    }
+
+    /// Runs the gathered misses through the chain and files their recordings.
+    fn flush(&mut self, f: &mut FastPath) {
+        let first = self.chain.nodes[0].next[0];
+        if self.inbox[first].is_empty() {
+            return;
+        }
+        self.drain(Some(f));
+        let FastPath {
+            rec, table, stats, ..
+        } = f;
+        rec.finish(&mut self.pool, |e, o| FastPath::settle(table, stats, e, o));
+    }
+
+    /// Sends `p` along entry `w`: validity checks of every NF on the path first, then
+    /// their state functions and counters, then the consolidated rewrite. Gives the
+    /// packet back when a check fails (the entry is dropped; the slow path takes it).
+    #[inline(never)]
+    fn fast_hit(&mut self, f: &mut FastPath, w: usize, mut p: Packet) -> Option<Packet> {
+        let Runner {
+            chain,
+            pool,
+            counters,
+            sinks,
+            tx,
+            shift,
+            ..
+        } = self;
+        let e = f.table.entry(w);
+        if !e.actions.fits(p.data()) {
+            return Some(p);
+        }
+        let l = p.layers();
+        let (now, wire_len) = (p.meta().ts_ns, p.meta().wire_len);
+        let tcp_flags = fastpath::key::tcp_flags(&l, p.data());
+        let fp = |key| FastPacket {
+            key,
+            layers: l,
+            ts_ns: now,
+            wire_len,
+            tcp_flags,
+        };
+        let valid = e.path().iter().enumerate().all(|(i, s)| {
+            let n = s.node as usize;
+            match &chain.nodes[n].kind {
+                NodeKind::Nf { nf, .. } => {
+                    f.gens[n] == s.gen && nf.fast_valid(s.token, &fp(e.key_of(i)))
+                }
+                _ => false,
+            }
+        });
+        if !valid {
+            f.table.remove(w);
+            f.stats.invalidated += 1;
+            return Some(p);
+        }
+        for (i, s) in e.path().iter().enumerate() {
+            let n = s.node as usize;
+            let c = &mut counters[n];
+            c.packets_in += 1;
+            if let NodeKind::Nf { nf, .. } = &mut chain.nodes[n].kind {
+                nf.fast_state(s.token, &fp(e.key_of(i)));
+            }
+            match s.verdict {
+                Verdict::Out(o) => c.out[o as usize] += 1,
+                Verdict::Drop(r) => c.drops[r as usize] += 1,
+            }
+        }
+        if let Some(k) = e.sink {
+            e.actions.apply(p.data_mut());
+            p.meta_mut().egress = e.egress;
+            let k = k as usize;
+            let c = &mut counters[k];
+            c.packets_in += 1;
+            if let Some(s) = sinks[k].as_mut() {
+                to_sink(s, c, tx, *shift, &p);
+            }
+        }
+        pool.free(p);
+        f.table.touch(w, now);
+        f.stats.hits += 1;
+        None
     }
 
     fn summary(
@@ -536,7 +720,35 @@ impl Runner {
                 .collect(),
             sinks,
             input_error: trace.error().map(|e| e.to_string()),
+            fastpath: self.fast.as_ref().map(|f| f.stats),
         })
+    }
+}
+
+/// Counts and writes one packet at a sink.
+#[inline]
+fn to_sink(s: &mut SinkState, c: &mut NodeCounters, tx: &mut [u64], shift: u64, p: &Packet) {
+    let m = p.meta();
+    c.bytes_in += p.len() as u64;
+    match m.egress {
+        FLOOD => {
+            s.flooded += 1;
+            for (port, t) in tx.iter_mut().enumerate() {
+                *t += (port != m.in_port as usize) as u64;
+            }
+        }
+        NO_PORT => {}
+        e => {
+            if let Some(t) = tx.get_mut(e as usize) {
+                *t += 1;
+            }
+        }
+    }
+    if let Some(w) = s.writer.as_mut() {
+        if let Err(e) = w.write_packet(m.ts_ns.wrapping_sub(shift), m.wire_len, p.data()) {
+            s.write_error = Some(e.to_string());
+            s.writer = None;
+        }
     }
 }
 

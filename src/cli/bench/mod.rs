@@ -4,6 +4,7 @@
 mod chart;
 mod dpi;
 mod dpi_ids;
+mod fastpath;
 mod ids;
 mod microboxes;
 mod nfs;
@@ -18,9 +19,10 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub struct Args {
     /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per
-    /// operation), nfs (filter, NAT, Maglev, monitor), microboxes (chain length,
-    /// consolidated vs per-NF TCP stacks, DPI -> IDS, peers), dpi (DPI engine next to
-    /// ndpiReader), ids (IDS engine next to Suricata).
+    /// operation), nfs (filter, NAT, Maglev, monitor), fastpath (cycles per packet with
+    /// header-action consolidation off and on), microboxes (chain length, consolidated vs
+    /// per-NF TCP stacks, DPI -> IDS, peers), dpi (DPI engine next to ndpiReader), ids
+    /// (IDS engine next to Suricata).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -57,12 +59,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "steve-decode" => steve::decode(&a),
         "steve-ops" => ops::run(&a),
         "nfs" => nfs::run(&a),
+        "fastpath" => fastpath::run(&a),
         "microboxes" => microboxes::run(&a),
         "dpi" => dpi::run(&a),
         "ids" => ids::run(&a),
         other => {
             anyhow::bail!(
-                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, microboxes, dpi, ids)"
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, dpi, ids)"
             )
         }
     }

@@ -38,7 +38,7 @@ impl Rng {
 
 /// Rules shaped like ClassBench ACLs: prefixes of mixed lengths, a protocol, a service
 /// port or range; ordered, with a final catch-all left to the default action.
-fn random_rules(n: usize, seed: u64) -> Vec<String> {
+pub(super) fn random_rules(n: usize, seed: u64) -> Vec<String> {
     let mut r = Rng(seed | 1);
     let services = [
         22u16, 25, 53, 80, 110, 123, 143, 443, 445, 993, 3306, 3389, 5060, 8080,
@@ -71,7 +71,7 @@ fn random_rules(n: usize, seed: u64) -> Vec<String> {
         .collect()
 }
 
-fn toml_list(v: &[String]) -> String {
+pub(super) fn toml_list(v: &[String]) -> String {
     let items: Vec<String> = v.iter().map(|s| format!("{s:?}")).collect();
     format!("[{}]", items.join(", "))
 }

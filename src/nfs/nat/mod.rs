@@ -44,12 +44,12 @@ use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
 
 use super::nf::{named, Stats};
-use super::nf::{Context, Nf, Profile};
+use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{prefetch, Hasher, Index};
 use crate::packet::bytes::{be16, be32, put16, put32};
 use crate::packet::checksum::{fold32, update16, update32};
-use crate::packet::{Batch, Fields, L3Kind, Layers, Packet, MAX_BATCH};
+use crate::packet::{Batch, FastMark, Fields, L3Kind, Layers, Packet, MAX_BATCH};
 
 const NO_MAPPING: u8 = 0;
 const POOL_EXHAUSTED: u8 = 1;
@@ -132,6 +132,9 @@ struct Mapping {
     deadline: u64,
     /// Position in `Nat::live`.
     pos: u32,
+    /// Which mapping this is (the creation count): FastPath tokens name it, so a flow's
+    /// entry never outlives the mapping it was recorded with.
+    serial: u32,
     ip_out: u16,
     l4_out: u16,
     ip_in: u16,
@@ -669,6 +672,7 @@ impl Nat {
             state: LIVE,
             deadline: now.saturating_add(self.timeout(proto, 0)),
             pos: self.live.len() as u32,
+            serial: self.created as u32,
             ip_out,
             l4_out,
             ip_in,
@@ -1048,15 +1052,13 @@ impl Nat {
             let l = p.layers();
             let (m, d) = p.split_mut();
             let now = m.ts_ns;
-            // Capture time is the clock: a sweep starts once per second of it (when the
-            // last one is done) and advances a few mappings per packet.
-            if now >= self.next_sweep && self.sweep_cursor == 0 {
-                self.next_sweep = now.saturating_add(SWEEP_EVERY_NS);
-                self.sweep_cursor = self.live.len();
-            }
-            if self.sweep_cursor != 0 {
-                self.sweep_some(now, SWEEP_STEP);
-            }
+            self.tick(now);
+            let want = m.fast == FastMark::Want;
+            let pre = if want {
+                fast_pre(&l, d)
+            } else {
+                FastPre::default()
+            };
             let r = match l.l3 {
                 L3Kind::Ipv4 if l.is_later_fragment() => Err(FRAGMENT),
                 L3Kind::Ipv4 => self.translate(&l, d, now),
@@ -1066,9 +1068,101 @@ impl Nat {
                     Ok(())
                 }
             };
+            if want {
+                m.fast = self.fast_mark(&l, pre, r);
+            }
             if let Err(r) = r {
                 p.drop_with(r);
             }
+        }
+    }
+}
+
+// FastPath token kinds (top byte; then the mapping's slot in 24 bits and its serial).
+const FAST_STATIC: u8 = 0;
+const FAST_OUT: u8 = 1;
+const FAST_IN: u8 = 2;
+const FAST_INTERNAL: u8 = 3;
+const FAST_NOT_IPV4: u8 = 4;
+
+/// What FastPath recording needs of a packet before it is translated.
+#[derive(Clone, Copy, Default)]
+struct FastPre {
+    src: u32,
+    dst: u32,
+    sport: u16,
+    dport: u16,
+    icmp_type: u8,
+}
+
+fn fast_pre(l: &Layers, d: &[u8]) -> FastPre {
+    let mut f = FastPre::default();
+    if l.l3 != L3Kind::Ipv4 || !l.has_l4() {
+        return f;
+    }
+    let (o3, o4) = (l.l3_off as usize, l.l4_off as usize);
+    f.src = be32(d, o3 + 12);
+    f.dst = be32(d, o3 + 16);
+    match l.l4_proto {
+        ICMP if d.len() >= o4 + 8 => {
+            f.icmp_type = d[o4];
+            f.sport = be16(d, o4 + 4);
+            f.dport = f.sport;
+        }
+        TCP | UDP => {
+            f.sport = be16(d, o4);
+            f.dport = be16(d, o4 + 2);
+        }
+        _ => {}
+    }
+    f
+}
+
+impl Nat {
+    /// Capture time is the clock: a sweep starts once per second of it (when the last one
+    /// is done) and advances a few mappings per packet, on both paths alike.
+    #[inline]
+    fn tick(&mut self, now: u64) {
+        if now >= self.next_sweep && self.sweep_cursor == 0 {
+            self.next_sweep = now.saturating_add(SWEEP_EVERY_NS);
+            self.sweep_cursor = self.live.len();
+        }
+        if self.sweep_cursor != 0 {
+            self.sweep_some(now, SWEEP_STEP);
+        }
+    }
+
+    /// The FastPath answer for a packet just processed with result `r`. Decisions that
+    /// depend on state a later packet may not find (no mapping, an empty pool, a full
+    /// table) or on the payload (ICMP errors quote packets) are refused.
+    fn fast_mark(&self, l: &Layers, pre: FastPre, r: Result<(), u8>) -> FastMark {
+        let icmp_error = l.l4_proto == ICMP && matches!(pre.icmp_type, 3 | 4 | 5 | 11 | 12);
+        match r {
+            _ if icmp_error && l.l3 == L3Kind::Ipv4 => return FastMark::Refuse,
+            Err(FRAGMENT | UNSUPPORTED) => return FastMark::Token((FAST_STATIC as u64) << 56),
+            Err(_) => return FastMark::Refuse,
+            Ok(()) => {}
+        }
+        if l.l3 != L3Kind::Ipv4 {
+            return FastMark::Token((FAST_NOT_IPV4 as u64) << 56);
+        }
+        let outgoing = self.is_inside(pre.src);
+        if outgoing && self.is_inside(pre.dst) {
+            return FastMark::Token((FAST_INTERNAL as u64) << 56);
+        }
+        let proto = l.l4_proto;
+        let slot = if outgoing {
+            let dport = if proto == ICMP { 0 } else { pre.dport };
+            self.out_find(OutKey::new(pre.src, pre.dst, pre.sport, dport, proto))
+        } else {
+            self.back_find(pre.dst, pre.dport, proto)
+        };
+        let kind = if outgoing { FAST_OUT } else { FAST_IN };
+        match slot {
+            Some(s) if s < 1 << 24 => FastMark::Token(
+                (kind as u64) << 56 | (s as u64) << 32 | self.slab[s as usize].serial as u64,
+            ),
+            _ => FastMark::Refuse,
         }
     }
 }
@@ -1113,6 +1207,57 @@ impl Nf for Nat {
             _ => Err(format!(
                 "unknown command `{cmd}` (commands: pool ADDR… LO-HI)"
             )),
+        }
+    }
+
+    fn fast_role(&self) -> FastRole {
+        FastRole::Consolidate("mapping idle-timer refresh, FIN/RST/SYN state, sweep step, counters")
+    }
+
+    fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
+        let (kind, slot, serial) = (
+            (token >> 56) as u8,
+            (token >> 32) as u32 & 0xff_ffff,
+            token as u32,
+        );
+        let Some(m) = self.slab.get(slot as usize) else {
+            return !matches!(kind, FAST_OUT | FAST_IN);
+        };
+        let k = p.key;
+        let v4 = |a: &[u8; 16]| u32::from_be_bytes([a[0], a[1], a[2], a[3]]);
+        let live = m.state & LIVE != 0 && p.ts_ns <= m.deadline && m.serial == serial;
+        match kind {
+            FAST_OUT => {
+                let dport = if k.proto == ICMP { 0 } else { k.dport };
+                live && m.out_key == OutKey::new(v4(&k.src), v4(&k.dst), k.sport, dport, k.proto)
+            }
+            FAST_IN => {
+                live && m.public == v4(&k.dst)
+                    && m.public_port == k.dport
+                    && m.proto == k.proto
+                    && m.remote == v4(&k.src)
+                    && (k.proto == ICMP || m.remote_port == k.sport)
+            }
+            _ => true,
+        }
+    }
+
+    fn fast_state(&mut self, token: u64, p: &FastPacket) {
+        let now = p.ts_ns;
+        self.tick(now);
+        let slot = (token >> 32) as u32 & 0xff_ffff;
+        match (token >> 56) as u8 {
+            FAST_OUT => {
+                self.touch(slot, now, p.tcp_flags as u8, true);
+                self.translated_out += 1;
+            }
+            FAST_IN => {
+                self.touch(slot, now, p.tcp_flags as u8, false);
+                self.translated_in += 1;
+            }
+            FAST_INTERNAL => self.internal += 1,
+            FAST_NOT_IPV4 => self.not_ipv4 += 1,
+            _ => {}
         }
     }
 

@@ -1,0 +1,452 @@
+//! Consolidated header actions: the net field writes of a whole path, plus one checksum
+//! delta per checksum, found by comparing a packet before and after the chain.
+//!
+//! Checksums: each NF patches per RFC 1624 eqn. 3, `HC' = ~(~HC + Σ(~m + m'))`. The
+//! end-around-carry fold is exact (`fold(a + fold(b)) = fold(a + b)`), so a sequence of
+//! patches equals one patch by the sum of all their word terms, which the recorder adds
+//! up NF by NF ([`step_sums`]). Not the net change: when a later NF undoes a rewrite the
+//! terms still sum to a non-zero multiple of 0xffff, which turns a 0xffff checksum into
+//! 0x0000. A UDP checksum of 0 (none) stays 0 and a computed 0 is sent as 0xffff, at
+//! every step as here. The one blind spot is an NF that patches a checksum for a field
+//! it rewrites with the same value (no byte changes); none of ours does. `tests` holds
+//! the proptest.
+
+use crate::packet::bytes::{be16, put16};
+use crate::packet::checksum::{fold32, fold64};
+use crate::packet::{L3Kind, Layers};
+
+/// Rewrites must fall in the first bytes (headers); anything later is not consolidated.
+pub const WINDOW: usize = 128;
+/// Most separate runs of rewritten bytes.
+pub const MAX_WRITES: usize = 8;
+/// Most rewritten bytes in all (both IPv6 addresses, both ports and a MAC fit).
+pub const MAX_BYTES: usize = 48;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Actions {
+    writes: [(u8, u8); MAX_WRITES],
+    nwrites: u8,
+    /// Final values of the runs in `writes`, one after the other.
+    bytes: [u8; MAX_BYTES],
+    /// (checksum offset, delta) of the IPv4 header checksum.
+    ip: Option<(u16, u16)>,
+    /// (checksum offset, delta, is UDP) of the transport checksum.
+    l4: Option<(u16, u16, bool)>,
+    /// Packets shorter than this do not have every byte the actions touch.
+    pub min_len: u16,
+    /// The Ethernet addresses the recorded packet arrived with, when some NF on the path
+    /// may rewrite one: later packets must match them (they are in no checksum or key).
+    pub eth: Option<[u8; 12]>,
+}
+
+/// Why a packet's rewrite cannot be consolidated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unfit {
+    Length,
+    OutsideHeaders,
+    TooManyWrites,
+    Mismatch,
+}
+
+impl Actions {
+    pub const NONE: Actions = Actions {
+        writes: [(0, 0); MAX_WRITES],
+        nwrites: 0,
+        bytes: [0; MAX_BYTES],
+        ip: None,
+        l4: None,
+        min_len: 0,
+        eth: None,
+    };
+
+    /// The actions that turn `orig` into `fin` (both with layout `l`), with `sums` the
+    /// checksum word sums of every NF's step (see [`step_sums`]). The caller checks them
+    /// by applying them to a copy of `orig` (see [`Unfit::Mismatch`]).
+    pub fn between(
+        orig: &[u8],
+        fin: &[u8],
+        l: &Layers,
+        match_eth: bool,
+        sums: Sums,
+    ) -> Result<Actions, Unfit> {
+        if orig.len() != fin.len() {
+            return Err(Unfit::Length);
+        }
+        let n = orig.len();
+        let cs = Checksums::of(l);
+        let mut a = Actions::NONE;
+        let mut used = 0;
+        let mut i = 0;
+        while i < n {
+            if orig[i] == fin[i] || cs.covers(i) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < n && orig[i] != fin[i] && !cs.covers(i) {
+                i += 1;
+            }
+            if i > WINDOW {
+                return Err(Unfit::OutsideHeaders);
+            }
+            let len = i - start;
+            if a.nwrites as usize == MAX_WRITES || used + len > MAX_BYTES {
+                return Err(Unfit::TooManyWrites);
+            }
+            a.writes[a.nwrites as usize] = (start as u8, len as u8);
+            a.nwrites += 1;
+            a.bytes[used..used + len].copy_from_slice(&fin[start..i]);
+            used += len;
+            a.min_len = a.min_len.max(i as u16);
+        }
+        if let (Some(c), true) = (cs.ip, sums.ip != 0) {
+            a.ip = Some((c as u16, fold64(sums.ip)));
+            a.min_len = a.min_len.max(c as u16 + 2);
+        }
+        if let (Some(c), true) = (cs.l4, sums.l4 != 0) {
+            a.l4 = Some((c as u16, fold64(sums.l4), l.l4_proto == 17));
+            a.min_len = a.min_len.max(c as u16 + 2);
+        }
+        if a.min_len as usize > n {
+            return Err(Unfit::Length);
+        }
+        if match_eth && l.has_ethernet() && n >= 12 {
+            let mut e = [0u8; 12];
+            e.copy_from_slice(&orig[..12]);
+            a.eth = Some(e);
+            a.min_len = a.min_len.max(12);
+        }
+        Ok(a)
+    }
+
+    /// Whether a packet's bytes qualify for these actions (long enough, same Ethernet
+    /// addresses where they matter).
+    #[inline]
+    pub fn fits(&self, d: &[u8]) -> bool {
+        d.len() >= self.min_len as usize && self.eth.is_none_or(|e| d[..12] == e)
+    }
+
+    /// Applies the writes and patches the checksums once.
+    #[inline]
+    pub fn apply(&self, d: &mut [u8]) {
+        let mut at = 0;
+        for &(o, n) in &self.writes[..self.nwrites as usize] {
+            let (o, n) = (o as usize, n as usize);
+            // Runs are a few bytes: fixed-size copies are moves, not calls to memcpy.
+            match n {
+                1 => d[o] = self.bytes[at],
+                2 => d[o..o + 2].copy_from_slice(&self.bytes[at..at + 2]),
+                4 => d[o..o + 4].copy_from_slice(&self.bytes[at..at + 4]),
+                6 => d[o..o + 6].copy_from_slice(&self.bytes[at..at + 6]),
+                _ => d[o..o + n].copy_from_slice(&self.bytes[at..at + n]),
+            }
+            at += n;
+        }
+        if let Some((at, delta)) = self.ip {
+            let at = at as usize;
+            put16(d, at, patch(be16(d, at), delta));
+        }
+        if let Some((at, delta, udp)) = self.l4 {
+            let at = at as usize;
+            let c = be16(d, at);
+            if !udp {
+                put16(d, at, patch(c, delta));
+            } else if c != 0 {
+                let n = patch(c, delta);
+                put16(d, at, if n == 0 { 0xffff } else { n });
+            }
+        }
+    }
+}
+
+/// Where a layout's checksums sit.
+struct Checksums {
+    ip: Option<usize>,
+    l4: Option<usize>,
+}
+
+impl Checksums {
+    fn of(l: &Layers) -> Checksums {
+        let has_l4 = l.has_l4() && !l.is_later_fragment();
+        let o4 = l.l4_off as usize;
+        Checksums {
+            ip: (l.l3 == L3Kind::Ipv4).then_some(l.l3_off as usize + 10),
+            l4: match l.l4_proto {
+                6 if has_l4 => Some(o4 + 16),
+                17 if has_l4 => Some(o4 + 6),
+                1 | 58 if has_l4 => Some(o4 + 2),
+                _ => None,
+            },
+        }
+    }
+
+    fn covers(&self, i: usize) -> bool {
+        self.ip.is_some_and(|c| i == c || i == c + 1)
+            || self.l4.is_some_and(|c| i == c || i == c + 1)
+    }
+}
+
+/// Per checksum, `Σ(~old + new)` over the 16-bit words an NF changed, summed over the
+/// NFs of a path (0: nothing it covers changed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sums {
+    pub ip: u64,
+    pub l4: u64,
+}
+
+impl Sums {
+    pub fn add(&mut self, o: Sums) {
+        self.ip += o.ip;
+        self.l4 += o.l4;
+    }
+}
+
+/// The checksum word sums of one NF's rewrite, `before` → `after` (same length; only the
+/// first bytes, up to the shorter, are compared). Summing per step, not over the net
+/// change, keeps a rewrite that a later NF undoes: the NFs' checksum patches leave a
+/// 0xffff checksum as 0x0000 then.
+pub fn step_sums(before: &[u8], after: &[u8], l: &Layers) -> Sums {
+    let n = before.len().min(after.len());
+    let mut s = Sums::default();
+    if before[..n] == after[..n] {
+        return s;
+    }
+    let cs = Checksums::of(l);
+    let o3 = l.l3_off as usize;
+    let o4 = l.l4_off as usize;
+    let ip_end = if cs.ip.is_some() && n > o3 {
+        o3 + usize::from(before[o3] & 0x0f) * 4
+    } else {
+        0
+    };
+    // The pseudo header's addresses (ICMPv4 has none).
+    let pseudo = match (cs.l4.is_some() && l.l4_proto != 1, l.l3) {
+        (true, L3Kind::Ipv4) => o3 + 12..o3 + 20,
+        (true, _) => o3 + 8..o3 + 40,
+        _ => 0..0,
+    };
+    let word = |w: usize| -> u64 {
+        let g = |b: &[u8]| {
+            u64::from(u16::from_be_bytes([
+                b[w],
+                if w + 1 < n { b[w + 1] } else { 0 },
+            ]))
+        };
+        (!g(before) & 0xffff) + g(after)
+    };
+    // Each changed 16-bit word once per checksum, aligned from the checksum's start.
+    let (mut last_ip, mut last_l4) = (usize::MAX, usize::MAX);
+    for i in 0..n {
+        if before[i] == after[i] || cs.covers(i) {
+            continue;
+        }
+        if (o3..ip_end).contains(&i) {
+            let w = i - (i - o3) % 2;
+            if w != last_ip {
+                s.ip += word(w);
+                last_ip = w;
+            }
+        }
+        let l4w = if cs.l4.is_some() && i >= o4 {
+            Some(i - (i - o4) % 2)
+        } else if pseudo.contains(&i) {
+            Some(i - (i - o3) % 2)
+        } else {
+            None
+        };
+        if let Some(w) = l4w.filter(|&w| w != last_l4) {
+            s.l4 += word(w);
+            last_l4 = w;
+        }
+    }
+    s
+}
+
+/// RFC 1624 eqn. 3 with the word deltas summed in advance.
+#[inline]
+pub fn patch(c: u16, delta: u16) -> u16 {
+    !fold32(u32::from(!c) + u32::from(delta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::checksum::{update16, update32, update_bytes};
+    use crate::packet::LinkKind;
+    use proptest::prelude::*;
+
+    /// One NF's rewrite of one field, patched the way the NFs patch: `Bytes` as Maglev
+    /// (`update_bytes`), `Words` as `update32`/`update16`, `Presummed` as the NAT (one
+    /// delta per checksum, RFC 1624 eqn. 3).
+    #[derive(Clone, Copy, Debug)]
+    enum Style {
+        Bytes,
+        Words,
+        Presummed,
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    struct Op {
+        /// 0 src addr, 1 dst addr, 2 src port, 3 dst port.
+        field: u8,
+        /// Non-zero: a rewrite to all zeros is the one case where the forms differ.
+        value: u32,
+        /// Put the field back to its original value instead.
+        restore: bool,
+        style: Style,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        (
+            0u8..4,
+            1u32..,
+            prop::bool::weighted(0.2),
+            prop_oneof![
+                Just(Style::Bytes),
+                Just(Style::Words),
+                Just(Style::Presummed)
+            ],
+        )
+            .prop_map(|(field, value, restore, style)| Op {
+                field,
+                value,
+                restore,
+                style,
+            })
+    }
+
+    fn csum() -> impl Strategy<Value = u16> {
+        prop_oneof![
+            Just(0u16),
+            Just(0xffff),
+            Just(0xfffe),
+            Just(1),
+            any::<u16>()
+        ]
+    }
+
+    const L3: usize = 14;
+    const L4: usize = 34;
+
+    fn presummed(old: &[u16], new: &[u16]) -> u16 {
+        let s: u32 = old.iter().map(|&o| u32::from(!o)).sum::<u32>()
+            + new.iter().map(|&n| u32::from(n)).sum::<u32>();
+        fold32(s)
+    }
+
+    fn l4_patch(d: &mut [u8], at: usize, udp: bool, f: impl Fn(u16) -> u16) {
+        let c = be16(d, at);
+        if !udp {
+            put16(d, at, f(c));
+        } else if c != 0 {
+            let n = f(c);
+            put16(d, at, if n == 0 { 0xffff } else { n });
+        }
+    }
+
+    /// Applies one NF rewrite with its own checksum updates.
+    fn step(d: &mut [u8], orig: &[u8], udp: bool, o: Op) {
+        let l4c = if udp { L4 + 6 } else { L4 + 16 };
+        if o.field < 2 {
+            let at = L3 + 12 + 4 * o.field as usize;
+            let old = u32::from_be_bytes([d[at], d[at + 1], d[at + 2], d[at + 3]]);
+            let new = if o.restore {
+                u32::from_be_bytes([orig[at], orig[at + 1], orig[at + 2], orig[at + 3]])
+            } else {
+                o.value
+            };
+            if new == old {
+                // An NF that patches a checksum for a field it leaves as it was is the
+                // one case consolidation cannot see (documented): such NFs skip it.
+                return;
+            }
+            d[at..at + 4].copy_from_slice(&new.to_be_bytes());
+            let (ob, nb) = (old.to_be_bytes(), new.to_be_bytes());
+            let words = |v: u32| [(v >> 16) as u16, v as u16];
+            let f = |c: u16| match o.style {
+                Style::Bytes => update_bytes(c, &ob, &nb),
+                Style::Words => update32(c, old, new),
+                Style::Presummed => patch(c, presummed(&words(old), &words(new))),
+            };
+            put16(d, L3 + 10, f(be16(d, L3 + 10)));
+            l4_patch(d, l4c, udp, f);
+        } else {
+            let at = L4 + 2 * (o.field as usize - 2);
+            let old = be16(d, at);
+            let new = if o.restore {
+                be16(orig, at)
+            } else {
+                o.value as u16 | 1
+            };
+            if new == old {
+                return;
+            }
+            put16(d, at, new);
+            l4_patch(d, l4c, udp, |c| match o.style {
+                Style::Presummed => patch(c, presummed(&[old], &[new])),
+                _ => update16(c, old, new),
+            });
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        /// Applying the consolidated actions once gives exactly the bytes of the NFs'
+        /// sequence of RFC 1624 updates, 0x0000/0xffff checksums and UDP's 0 included.
+        #[test]
+        fn one_patch_equals_the_sequence(
+            body in prop::collection::vec(any::<u8>(), 70),
+            ip_c in csum(),
+            l4_c in csum(),
+            udp in any::<bool>(),
+            ops in prop::collection::vec(op(), 1..5),
+        ) {
+            let mut orig = body.clone();
+            orig[12] = 0x08;
+            orig[13] = 0;
+            orig[L3] = 0x45;
+            orig[L3 + 6] = 0;
+            orig[L3 + 7] = 0;
+            orig[L3 + 9] = if udp { 17 } else { 6 };
+            let total = (orig.len() - L3) as u16;
+            put16(&mut orig, L3 + 2, total);
+            put16(&mut orig, L3 + 10, ip_c);
+            put16(&mut orig, if udp { L4 + 6 } else { L4 + 16 }, l4_c);
+            if !udp {
+                orig[L4 + 12] = 0x50;
+            }
+            let l = Layers::parse(LinkKind::Ethernet, &orig);
+            prop_assert!(l.has_l4());
+            let mut fin = orig.clone();
+            let mut sums = Sums::default();
+            for o in &ops {
+                let before = fin.clone();
+                step(&mut fin, &orig, udp, *o);
+                sums.add(step_sums(&before, &fin, &l));
+            }
+            let a = Actions::between(&orig, &fin, &l, false, sums).unwrap();
+            let mut once = orig.clone();
+            a.apply(&mut once);
+            prop_assert_eq!(once, fin);
+        }
+    }
+
+    #[test]
+    fn writes_past_the_headers_are_refused() {
+        let mut orig = vec![0u8; 200];
+        orig[12] = 0x08;
+        orig[L3] = 0x45;
+        orig[L3 + 9] = 17;
+        let l = Layers::parse(LinkKind::Ethernet, &orig);
+        let mut fin = orig.clone();
+        fin[150] = 1;
+        assert_eq!(
+            Actions::between(&orig, &fin, &l, false, Sums::default()),
+            Err(Unfit::OutsideHeaders)
+        );
+        assert_eq!(
+            Actions::between(&orig, &fin[..199], &l, false, Sums::default()),
+            Err(Unfit::Length)
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! FastPath: header-action consolidation. A flow's first packet runs through every NF
+//! while the runtime records what each did; later packets of the flow take one table
+//! lookup, the NFs' state functions, and the consolidated rewrite with each checksum
+//! patched once. See docs/fastpath.md for the design and its equivalence argument.
+//!
+//! - [`key`]: what identifies a flow here (ingress port, 5-tuple, header layout).
+//! - [`actions`]: the net rewrite and its checksum deltas.
+//! - [`table`]: the bounded entry table.
+//! - [`record`]: recording the first packet on the slow path.
+
+pub mod actions;
+pub mod key;
+pub mod record;
+pub mod table;
+
+use serde::Serialize;
+
+pub use actions::Actions;
+pub use key::FpKey;
+pub use record::{Outcome, Recorder};
+pub use table::{Entry, Found, Step, Table, MAX_KEYS, MAX_PATH};
+
+use crate::nfs::{FastRole, Nf};
+use crate::packet::Fields;
+
+/// FastPath settings of a chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastConfig {
+    /// Most consolidated entries.
+    pub entries: usize,
+    /// Idle time (capture time) after which an entry is dropped; 0 = never.
+    pub timeout_ns: u64,
+}
+
+impl Default for FastConfig {
+    fn default() -> Self {
+        FastConfig {
+            entries: 16384,
+            timeout_ns: 60_000_000_000,
+        }
+    }
+}
+
+/// FastPath counters for the run summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FastStats {
+    /// Packets that took a consolidated entry.
+    pub hits: u64,
+    /// Packets that ran the chain (first packets, FIN/RST, not IP, failed checks).
+    pub misses: u64,
+    pub installed: u64,
+    /// Entries dropped because an NF changed (control command) or its state check failed.
+    pub invalidated: u64,
+    /// Entries pushed out of a full set.
+    pub evicted: u64,
+    /// Entries idle past the timeout.
+    pub expired: u64,
+    /// Entries ended by a TCP FIN or RST.
+    pub ended: u64,
+    /// Recordings an NF refused (its result varies per packet for that flow).
+    pub refused: u64,
+    /// Recordings whose net rewrite could not be consolidated.
+    pub unconsolidatable: u64,
+}
+
+/// Header fields a consolidated rewrite can carry: the key pins the addresses, ports and
+/// ICMP identifier; Ethernet addresses are matched per entry.
+pub const REWRITABLE: Fields = Fields(
+    Fields::ETH_SRC.0
+        | Fields::ETH_DST.0
+        | Fields::IP_SRC.0
+        | Fields::IP_DST.0
+        | Fields::L4_SRC.0
+        | Fields::L4_DST.0
+        | Fields::ICMP.0
+        | Fields::PAYLOAD.0,
+);
+
+/// Whether FastPath can skip `nf` on consolidated flows, and if so its state function.
+pub fn role(nf: &dyn Nf) -> Result<&'static str, String> {
+    let p = nf.profile();
+    match nf.fast_role() {
+        FastRole::Refuse => Err("refuses consolidation".into()),
+        _ if p.changes_length => Err("adds or removes headers".into()),
+        _ if !REWRITABLE.contains(p.writes) => Err(format!(
+            "writes {} (not consolidated)",
+            Fields(p.writes.0 & !REWRITABLE.0)
+        )),
+        FastRole::Consolidate(state) => Ok(state),
+    }
+}
+
+/// Per-chain FastPath state kept by the runtime.
+pub struct FastPath {
+    pub table: Table,
+    pub rec: Recorder,
+    pub stats: FastStats,
+    /// Per node: bumped by every accepted control command.
+    pub gens: Vec<u32>,
+    /// Per node: the NF can be skipped.
+    pub consolidable: Vec<bool>,
+    /// Per node: the NF may rewrite an Ethernet address.
+    pub writes_eth: Vec<bool>,
+}
+
+impl FastPath {
+    /// `nfs[i]` is node i's NF (None for the input and sinks).
+    pub fn new(cfg: FastConfig, nfs: &[Option<&dyn Nf>]) -> FastPath {
+        FastPath {
+            table: Table::new(cfg.entries, cfg.timeout_ns),
+            rec: Recorder::new(),
+            stats: FastStats::default(),
+            gens: vec![0; nfs.len()],
+            consolidable: nfs
+                .iter()
+                .map(|n| n.is_some_and(|n| role(n).is_ok()))
+                .collect(),
+            writes_eth: nfs
+                .iter()
+                .map(|n| {
+                    n.is_some_and(|n| {
+                        n.profile()
+                            .writes
+                            .intersects(Fields::ETH_SRC | Fields::ETH_DST)
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Files a finished recording: installs it or counts why not.
+    pub fn settle(table: &mut Table, stats: &mut FastStats, e: &Entry, o: Outcome) {
+        match o {
+            Outcome::Done => {
+                stats.installed += 1;
+                if table.insert(e) {
+                    stats.evicted += 1;
+                }
+            }
+            Outcome::Refused => stats.refused += 1,
+            Outcome::Unfit => stats.unconsolidatable += 1,
+            Outcome::Open => {}
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! Recording a flow's first packet on the slow path: a copy of the packet as it entered,
+//! then per NF the flow key it saw, its verdict and its token; at the end the net
+//! header actions, checked by replaying them on the copy.
+
+use super::actions::{step_sums, Actions, Sums, WINDOW};
+use super::key::FpKey;
+use super::table::{Entry, Step, MAX_KEYS, MAX_PATH};
+use crate::flow::FlowKey;
+use crate::packet::{FastMark, Packet, Pool, Verdict, MAX_BATCH, NOT_RECORDED};
+
+/// How a recording ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Still going through the chain.
+    Open,
+    /// Ready to install.
+    Done,
+    /// An NF on the path refused (or never answered) for this flow.
+    Refused,
+    /// The net rewrite cannot be expressed as consolidated actions.
+    Unfit,
+}
+
+pub struct Record {
+    pub entry: Entry,
+    /// The first bytes as the current NF got them, and the checksum terms so far.
+    stage: [u8; WINDOW],
+    stage_len: usize,
+    sums: Sums,
+    /// The packet as it entered the chain (a pool buffer).
+    orig: Option<Packet>,
+    pub outcome: Outcome,
+}
+
+pub struct Recorder {
+    recs: Vec<Record>,
+    n: usize,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder::new()
+    }
+}
+
+impl Recorder {
+    pub fn new() -> Recorder {
+        Recorder {
+            recs: (0..MAX_BATCH)
+                .map(|_| Record {
+                    entry: Entry::EMPTY,
+                    stage: [0; WINDOW],
+                    stage_len: 0,
+                    sums: Sums::default(),
+                    orig: None,
+                    outcome: Outcome::Open,
+                })
+                .collect(),
+            n: 0,
+        }
+    }
+
+    /// Buffers a recording needs at most at once (taken from the runner's pool).
+    pub const BUFFERS: usize = MAX_BATCH;
+
+    pub fn active(&self) -> bool {
+        self.n > 0
+    }
+
+    /// Starts recording `p` (key `key`) with a copy of its bytes; without a free slot or
+    /// buffer the packet simply goes unrecorded.
+    pub fn begin(&mut self, p: &mut Packet, key: FpKey, pool: &mut Pool) {
+        p.meta_mut().fast_rec = NOT_RECORDED;
+        if self.n >= self.recs.len() {
+            return;
+        }
+        let Some(mut copy) = pool.alloc() else {
+            return;
+        };
+        copy.set_bytes(p.data());
+        copy.meta_mut().link = p.meta().link;
+        let r = &mut self.recs[self.n];
+        // Only what a recording reads before it writes it (the entry is large).
+        let e = &mut r.entry;
+        e.key = key;
+        e.last_ns = p.meta().ts_ns;
+        e.len = 0;
+        e.nkeys = 0;
+        e.sink = None;
+        e.egress = 0;
+        e.actions = Actions::NONE;
+        r.orig = Some(copy);
+        r.outcome = Outcome::Open;
+        r.sums = Sums::default();
+        p.meta_mut().fast_rec = self.n as u8;
+        self.n += 1;
+    }
+
+    #[inline]
+    fn rec(&mut self, p: &Packet) -> Option<&mut Record> {
+        let i = p.meta().fast_rec;
+        if i == NOT_RECORDED {
+            return None;
+        }
+        self.recs
+            .get_mut(i as usize)
+            .filter(|r| r.outcome == Outcome::Open)
+    }
+
+    /// Before NF `node` (generation `gen`) runs on `p`: `consolidable` says whether the NF
+    /// can be skipped at all.
+    pub fn before(&mut self, node: usize, gen: u32, consolidable: bool, p: &mut Packet) {
+        if p.meta().fast_rec == NOT_RECORDED {
+            return;
+        }
+        let l = p.layers();
+        let key = FlowKey::from_packet(&l, p.data());
+        let Some(r) = self.rec(p) else { return };
+        let e = &mut r.entry;
+        match key {
+            Some(key) if consolidable && (e.len as usize) < MAX_PATH => {
+                let k = match e.nkeys.checked_sub(1) {
+                    Some(last) if e.keys[last as usize] == key => last,
+                    _ if (e.nkeys as usize) < MAX_KEYS => {
+                        e.keys[e.nkeys as usize] = key;
+                        e.nkeys += 1;
+                        e.nkeys - 1
+                    }
+                    _ => {
+                        r.outcome = Outcome::Unfit;
+                        return;
+                    }
+                };
+                e.steps[e.len as usize] = Step {
+                    node: node as u16,
+                    gen,
+                    verdict: Verdict::Out(0),
+                    token: 0,
+                };
+                e.step_keys[e.len as usize] = k;
+                e.len += 1;
+                let d = p.data();
+                r.stage_len = d.len().min(WINDOW);
+                r.stage[..r.stage_len].copy_from_slice(&d[..r.stage_len]);
+                p.meta_mut().fast = FastMark::Want;
+            }
+            _ => r.outcome = Outcome::Refused,
+        }
+    }
+
+    /// After the NF ran: `verdict` is what the runtime counted (output index or drop).
+    pub fn after(&mut self, p: &mut Packet, verdict: Verdict) {
+        let mark = std::mem::take(&mut p.meta_mut().fast);
+        let l = p.layers();
+        let Some(r) = self.rec(p) else { return };
+        let d = p.data();
+        r.sums.add(step_sums(
+            &r.stage[..r.stage_len],
+            &d[..r.stage_len.min(d.len())],
+            &l,
+        ));
+        let e = &mut r.entry;
+        let Some(s) = e.len.checked_sub(1).map(|i| &mut e.steps[i as usize]) else {
+            return;
+        };
+        match mark {
+            FastMark::Token(t) => {
+                s.token = t;
+                s.verdict = verdict;
+                if let Verdict::Drop(_) = verdict {
+                    e.sink = None;
+                    r.outcome = Outcome::Done;
+                }
+            }
+            _ => r.outcome = Outcome::Refused,
+        }
+    }
+
+    /// The packet reached sink `node`: the net actions are what changed since it entered.
+    /// `writes_eth[n]`: node n may rewrite an Ethernet address.
+    pub fn at_sink(&mut self, node: usize, p: &mut Packet, writes_eth: &[bool]) {
+        let l = p.layers();
+        let Some(r) = self.rec(p) else { return };
+        let match_eth = r
+            .entry
+            .path()
+            .iter()
+            .any(|s| writes_eth.get(s.node as usize).copied().unwrap_or(true));
+        let Some(orig) = r.orig.as_mut() else { return };
+        r.entry.sink = Some(node as u16);
+        r.entry.egress = p.meta().egress;
+        r.outcome = match Actions::between(orig.data(), p.data(), &l, match_eth, r.sums) {
+            Ok(a) => {
+                // Replayed on the copy, the actions must give exactly the chain's bytes.
+                a.apply(orig.data_mut());
+                if orig.data() == p.data() {
+                    r.entry.actions = a;
+                    Outcome::Done
+                } else {
+                    Outcome::Unfit
+                }
+            }
+            Err(_) => Outcome::Unfit,
+        };
+    }
+
+    /// Ends the recordings: buffers go back to the pool and each finished one is handed
+    /// to `install` with its outcome.
+    pub fn finish(&mut self, pool: &mut Pool, mut install: impl FnMut(&Entry, Outcome)) {
+        for r in &mut self.recs[..self.n] {
+            if let Some(o) = r.orig.take() {
+                pool.free(o);
+            }
+            install(&r.entry, r.outcome);
+        }
+        self.n = 0;
+    }
+}

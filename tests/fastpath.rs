@@ -1,0 +1,599 @@
+//! FastPath equivalence: for chains of the filter, NAT, Maglev and flow monitor in several
+//! orders and lengths, on every capture in ../shared/datasets and on generated traces,
+//! the output pcap, the per-NF counters and the flow records are identical with
+//! consolidation on and off, also when rules, pools and backends change mid-trace. And
+//! the fast path is really taken.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use catena::io::gen::{generate, GenOptions, Profile as GenProfile};
+use catena::io::{PcapHeader, Trace};
+use catena::nfs::{Context, Nf, Profile};
+use catena::optimise::fastpath::{FastConfig, FastStats};
+use catena::packet::{Batch, Fields};
+use catena::packet::{L3Kind, Layers, LinkKind};
+use catena::runtime::control::Scheduled;
+use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Summary};
+
+/// Chains as letters: F filter, G filter with a TCP-flags rule (refuses TCP flows), N NAT,
+/// M Maglev, O flow monitor. Lengths 1 to 6, duplicates included.
+const CHAINS: &[&str] = &[
+    "F", "N", "M", "O", "FN", "NM", "MO", "OF", "NN", "MM", "GO", "FNM", "MNO", "ONF", "FNMO",
+    "OMNF", "NFOM", "GNMO", "FNNMO", "FNMONM",
+];
+
+/// The most common IPv4 destination of a trace: Maglev's VIP, so it balances something.
+fn top_destination(t: &Trace) -> String {
+    let mut n: HashMap<[u8; 4], usize> = HashMap::new();
+    for i in 0..t.len() {
+        let d = t.packet(i);
+        let l = Layers::parse(t.link(), d);
+        if l.l3 == L3Kind::Ipv4 {
+            let o = l.l3_off as usize + 16;
+            *n.entry([d[o], d[o + 1], d[o + 2], d[o + 3]]).or_default() += 1;
+        }
+    }
+    let best = n
+        .into_iter()
+        .max_by_key(|(a, c)| (*c, *a))
+        .map_or([203, 0, 113, 10], |(a, _)| a);
+    format!("{}.{}.{}.{}", best[0], best[1], best[2], best[3])
+}
+
+struct Setup {
+    vip: String,
+    inside: &'static str,
+    /// Virtual ingress ports (part of the FastPath key).
+    ports: u16,
+}
+
+fn nf_toml(kind: char, i: usize, s: &Setup, dir: &Path, tag: &str) -> String {
+    match kind {
+        'F' => format!(
+            "[[nf]]\nname = \"f{i}\"\nkind = \"ip_filter\"\nrules = [\"deny udp dst port 53\", \"allow tcp port 80 or 443\", \"deny icmp\", \"deny src net 10.0.0.0/9 and udp\", \"allow ip\", \"allow ip6\"]\n"
+        ),
+        'G' => format!(
+            "[[nf]]\nname = \"g{i}\"\nkind = \"ip_filter\"\nrules = [\"deny tcp flags syn,!ack and dst port 22\", \"allow tcp flags ack\", \"deny udp port 123\", \"allow all\"]\n"
+        ),
+        'N' => format!(
+            "[[nf]]\nname = \"n{i}\"\nkind = \"nat\"\ninside = \"{}\"\npublic = \"198.51.100.{}\"\ncapacity = 8192\nudp_timeout = 20\ntcp_linger = 2\n",
+            s.inside,
+            i + 1
+        ),
+        'M' => format!(
+            "[[nf]]\nname = \"m{i}\"\nkind = \"maglev\"\nvip = \"{}\"\ntable_size = 251\ncapacity = 4096\ntimeout = 15\nbackends = [{{ addr = \"10.200.0.1\" }}, {{ addr = \"10.200.0.2\", mac = \"02:00:00:00:01:02\" }}, {{ addr = \"10.200.0.3\", weight = 2 }}]\n",
+            s.vip
+        ),
+        'O' => format!(
+            "[[nf]]\nname = \"o{i}\"\nkind = \"flow_monitor\"\ntimeout = 10\ncapacity = 4096\nrecords = \"{}\"\n",
+            dir.join(format!("o{i}-{tag}.jsonl")).display()
+        ),
+        _ => unreachable!(),
+    }
+}
+
+/// A change for each NF of the chain, spread over the trace.
+fn changes(chain: &str, packets: u64) -> Vec<Scheduled> {
+    let mut v = Vec::new();
+    for (i, k) in chain.chars().enumerate() {
+        let at = packets * (i as u64 + 1) / (chain.len() as u64 + 1);
+        let (nf, cmd) = match k {
+            'F' => (
+                format!("f{i}"),
+                "rules deny tcp port 443; allow udp; deny icmp; allow ip".to_string(),
+            ),
+            'G' => (format!("g{i}"), "rules deny tcp port 80; allow all".into()),
+            'N' => (
+                format!("n{i}"),
+                format!("pool 198.51.100.{} 2000-2999", 100 + i),
+            ),
+            'M' => (
+                format!("m{i}"),
+                "backends 10.200.0.1 10.200.0.4:2@02:00:00:00:01:04".into(),
+            ),
+            'O' => continue,
+            _ => unreachable!(),
+        };
+        v.push(Scheduled { at, nf, cmd });
+    }
+    v
+}
+
+struct Outcome {
+    summary: Summary,
+    pcap: Vec<u8>,
+    records: Vec<Vec<u8>>,
+}
+
+fn run(
+    chain: &str,
+    s: &Setup,
+    trace: &Trace,
+    fast: Option<FastConfig>,
+    schedule: &[Scheduled],
+    dir: &Path,
+) -> Outcome {
+    let tag = if fast.is_some() { "on" } else { "off" };
+    let mut text = format!("name = \"eq\"\n[input]\nports = {}\n", s.ports);
+    for (i, k) in chain.chars().enumerate() {
+        text += &nf_toml(k, i, s, dir, tag);
+    }
+    let cfg = ChainConfig::parse(&text, "eq.toml").expect("config");
+    let mut c = Chain::from_config(&cfg).expect("chain");
+    if let Some(f) = fast {
+        c.enable_fastpath(f).expect("fastpath");
+    }
+    let mut r = Runner::new(c, trace.max_packet_len());
+    let out = dir.join(format!("out-{tag}.pcap"));
+    let opts = RunOptions {
+        outputs: vec![("out".into(), out.clone())],
+        schedule: schedule.to_vec(),
+        ..Default::default()
+    };
+    let summary = r.run(trace, &opts, &mut NoProgress).expect("run");
+    let records = chain
+        .chars()
+        .enumerate()
+        .filter(|(_, k)| *k == 'O')
+        .map(|(i, _)| std::fs::read(dir.join(format!("o{i}-{tag}.jsonl"))).unwrap_or_default())
+        .collect();
+    Outcome {
+        summary,
+        pcap: std::fs::read(&out).expect("output"),
+        records,
+    }
+}
+
+/// Runs `chain` on and off and asserts the same output; returns FastPath's counters.
+fn equal_on_off(
+    chain: &str,
+    s: &Setup,
+    trace: &Trace,
+    fast: FastConfig,
+    schedule: &[Scheduled],
+    what: &str,
+) -> FastStats {
+    let dir = common::tempdir();
+    let off = run(chain, s, trace, None, schedule, dir.path());
+    let on = run(chain, s, trace, Some(fast), schedule, dir.path());
+    let ctx = format!("chain {chain} on {what}");
+    assert!(off.pcap == on.pcap, "{ctx}: output pcaps differ");
+    let j = |x: &Summary| {
+        serde_json::to_string(&(
+            &x.nfs,
+            &x.ports,
+            x.packets_in,
+            x.packets_out,
+            x.packets_dropped,
+            x.bytes_out,
+            &x.input_drops,
+        ))
+        .unwrap()
+    };
+    assert_eq!(j(&off.summary), j(&on.summary), "{ctx}: summaries differ");
+    assert_eq!(off.records, on.records, "{ctx}: flow records differ");
+    assert!(off.summary.fastpath.is_none());
+    let f = on.summary.fastpath.expect("fastpath counters");
+    assert_eq!(
+        f.hits + f.misses,
+        on.summary.packets_in - input_drops(&on.summary)
+    );
+    f
+}
+
+fn input_drops(s: &Summary) -> u64 {
+    s.input_drops.iter().map(|(_, n)| n).sum()
+}
+
+fn small() -> FastConfig {
+    FastConfig {
+        entries: 512,
+        timeout_ns: 30_000_000_000,
+    }
+}
+
+fn real_setup(t: &Trace) -> Setup {
+    Setup {
+        vip: top_destination(t),
+        inside: "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 198.51.100.0/24",
+        ports: 5,
+    }
+}
+
+fn gen_setup(t: &Trace) -> Setup {
+    Setup {
+        vip: top_destination(t),
+        inside: "10.0.0.0/9, 198.51.100.0/24",
+        ports: 5,
+    }
+}
+
+fn generated(ipv6: f64, seed: u64) -> Trace {
+    generate(&GenOptions {
+        count: 12_000,
+        flows: 300,
+        ipv6_share: ipv6,
+        seed,
+        ..GenOptions::profile(GenProfile::SmallFlows)
+    })
+    .expect("generate")
+}
+
+#[test]
+fn every_capture_through_two_chains_is_equal_on_and_off() {
+    let all: Vec<PathBuf> = common::all_captures()
+        .into_iter()
+        .filter(|p| !p.ends_with("bench/ndpi-ether-merged.pcap"))
+        .collect();
+    assert!(all.len() > 100, "datasets missing");
+    // Two workers: the machine has two cores.
+    let (a, b) = all.split_at(all.len() / 2);
+    std::thread::scope(|sc| {
+        for (part, base) in [(a, 0), (b, a.len())] {
+            sc.spawn(move || {
+                for (i, p) in part.iter().enumerate() {
+                    let Ok(t) = Trace::open(p) else { continue };
+                    let s = real_setup(&t);
+                    let k = base + i;
+                    for chain in [CHAINS[k % CHAINS.len()], CHAINS[(k * 7 + 3) % CHAINS.len()]] {
+                        equal_on_off(chain, &s, &t, small(), &[], &p.display().to_string());
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn every_chain_on_the_merged_trace_is_equal_on_and_off_with_changes() {
+    let t = Trace::open(&common::dataset("bench/ndpi-ether-merged.pcap")).unwrap();
+    let s = real_setup(&t);
+    let n = t.len() as u64;
+    std::thread::scope(|sc| {
+        for half in [0, 1] {
+            let (s, t) = (&s, &t);
+            sc.spawn(move || {
+                for chain in CHAINS.iter().skip(half).step_by(2) {
+                    let f = equal_on_off(chain, s, t, small(), &[], "merged");
+                    assert!(f.hits > 0, "{chain}: no hits");
+                    if !chain.contains('O') {
+                        continue;
+                    }
+                    let f = equal_on_off(
+                        chain,
+                        s,
+                        t,
+                        FastConfig::default(),
+                        &changes(chain, n),
+                        "merged with changes",
+                    );
+                    if chain.len() > 1 {
+                        assert!(f.invalidated > 0, "{chain}: changes invalidated nothing");
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn every_chain_on_generated_traces_is_equal_on_and_off_with_changes() {
+    for (ipv6, seed) in [(0.0, 7), (0.3, 8)] {
+        let t = generated(ipv6, seed);
+        let s = gen_setup(&t);
+        let n = t.len() as u64;
+        for chain in CHAINS {
+            let f = equal_on_off(chain, &s, &t, small(), &[], "generated");
+            assert!(f.hits > 0, "{chain}: no hits");
+            equal_on_off(
+                chain,
+                &s,
+                &t,
+                small(),
+                &changes(chain, n),
+                "generated with changes",
+            );
+        }
+    }
+}
+
+#[test]
+fn long_flows_mostly_take_the_fast_path() {
+    let t = generate(&GenOptions {
+        count: 20_000,
+        flows: 50,
+        ..GenOptions::profile(GenProfile::FourSics)
+    })
+    .unwrap();
+    let s = gen_setup(&t);
+    let f = equal_on_off("FNMO", &s, &t, small(), &[], "long flows");
+    assert!(
+        f.hits * 10 > t.len() as u64 * 8,
+        "only {} of {} packets hit: {f:?}",
+        f.hits,
+        t.len()
+    );
+    assert!(f.installed > 0 && f.installed < 2_000, "{f:?}");
+}
+
+// ---- Unit cases on hand-made packets ----
+
+/// An Ethernet/IPv4/TCP frame with valid checksums.
+fn tcp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(src, dst, 64)
+        .tcp(sport, dport, 1000, 8192);
+    let b = match flags {
+        0x02 => b.syn(),
+        0x11 => b.fin().ack(1),
+        0x04 => b.rst(),
+        _ => b.ack(1),
+    };
+    let mut v = Vec::new();
+    b.write(&mut v, b"payload!").unwrap();
+    v
+}
+
+/// A trace of `frames`, each followed by a chunk's worth of ARP frames: FastPath installs
+/// entries when the chunk that recorded them ends, so packets of one flow in one chunk
+/// all take the slow path.
+fn udp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(src, dst, 64)
+        .udp(sport, dport);
+    let mut v = Vec::new();
+    b.write(&mut v, b"payload!").unwrap();
+    v
+}
+
+fn trace_of(frames: &[(u64, Vec<u8>)]) -> Trace {
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 9, 0x08, 0x06]);
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.resize(60, 0);
+    let mut all: Vec<(u64, &[u8])> = Vec::new();
+    for (ts, f) in frames {
+        all.push((*ts, f));
+        all.extend(std::iter::repeat_n((*ts, arp.as_slice()), 32));
+    }
+    Trace::from_packets(LinkKind::Ethernet, PcapHeader::new(1, false), all)
+}
+
+fn setup() -> Setup {
+    Setup {
+        vip: "203.0.113.10".into(),
+        inside: "10.0.0.0/8",
+        ports: 1,
+    }
+}
+
+const SEC: u64 = 1_000_000_000;
+
+#[test]
+fn fin_and_rst_end_entries() {
+    let mut f = Vec::new();
+    for k in 0..3u8 {
+        let (a, b) = ([10, 0, 0, 1 + k], [203, 0, 113, 10]);
+        for i in 0..6 {
+            f.push((i * SEC / 10, tcp(a, b, 4000, 80, 0x10)));
+        }
+        f.push((SEC, tcp(a, b, 4000, 80, if k == 0 { 0x04 } else { 0x11 })));
+        f.push((SEC + 1, tcp(a, b, 4000, 80, 0x10)));
+    }
+    let t = trace_of(&f);
+    let fs = equal_on_off("FNMO", &setup(), &t, small(), &[], "fin/rst");
+    assert_eq!(fs.ended, 3, "{fs:?}");
+    assert_eq!(fs.hits, 3 * 5, "{fs:?}");
+}
+
+#[test]
+fn idle_entries_expire() {
+    let (a, b) = ([10, 0, 0, 1], [203, 0, 113, 10]);
+    let f: Vec<(u64, Vec<u8>)> = [0, SEC, 100 * SEC, 101 * SEC]
+        .iter()
+        .map(|&ts| (ts, tcp(a, b, 4000, 80, 0x10)))
+        .collect();
+    let cfg = FastConfig {
+        entries: 64,
+        timeout_ns: 30 * SEC,
+    };
+    let fs = equal_on_off("FO", &setup(), &trace_of(&f), cfg, &[], "idle");
+    assert_eq!((fs.expired, fs.hits, fs.installed), (1, 2, 2), "{fs:?}");
+}
+
+#[test]
+fn a_full_table_evicts_and_counts() {
+    let mut f = Vec::new();
+    for round in 0..3u64 {
+        for k in 0..200u16 {
+            let a = [10, 0, (k >> 8) as u8, k as u8];
+            f.push((
+                round * SEC + k as u64,
+                tcp(a, [203, 0, 113, 10], 4000 + k, 80, 0x10),
+            ));
+        }
+    }
+    let cfg = FastConfig {
+        entries: 16,
+        timeout_ns: 0,
+    };
+    let fs = equal_on_off("FNMO", &setup(), &trace_of(&f), cfg, &[], "tiny table");
+    assert!(fs.evicted > 0, "{fs:?}");
+    assert!(fs.installed >= 400, "{fs:?}");
+}
+
+#[test]
+fn a_change_invalidates_entries_through_that_nf() {
+    let (a, b) = ([10, 0, 0, 1], [203, 0, 113, 10]);
+    let f: Vec<(u64, Vec<u8>)> = (0..40)
+        .map(|i| (i * SEC / 100, tcp(a, b, 4000, 443, 0x10)))
+        .collect();
+    let t = trace_of(&f);
+    // Rules change at the 20th packet of the flow (each is followed by 32 fillers): the
+    // flow is denied from then on.
+    let change = [Scheduled {
+        at: 20 * 33,
+        nf: "f0".into(),
+        cmd: "rules deny tcp port 443; allow all".into(),
+    }];
+    let fs = equal_on_off("FO", &setup(), &t, small(), &change, "rule change");
+    assert_eq!(
+        (fs.invalidated, fs.installed, fs.hits),
+        (1, 2, 38),
+        "{fs:?}"
+    );
+    // A UDP flow the filter drops never reaches Maglev: a backend change leaves its entry.
+    let f: Vec<(u64, Vec<u8>)> = (0..40)
+        .map(|i| (i * SEC / 100, udp(a, b, 4000, 443)))
+        .collect();
+    let change = [Scheduled {
+        at: 20 * 33,
+        nf: "m1".into(),
+        cmd: "backends 10.200.0.9".into(),
+    }];
+    let fs = equal_on_off(
+        "FM",
+        &setup(),
+        &trace_of(&f),
+        small(),
+        &change,
+        "backend change",
+    );
+    assert_eq!(
+        (fs.invalidated, fs.installed, fs.hits),
+        (0, 1, 39),
+        "{fs:?}"
+    );
+}
+
+#[test]
+fn refused_flows_run_the_whole_chain() {
+    // G tests TCP flags, so it refuses TCP flows: nothing is consolidated for them.
+    let (a, b) = ([10, 0, 0, 1], [203, 0, 113, 10]);
+    let f: Vec<(u64, Vec<u8>)> = (0..30)
+        .map(|i| {
+            (
+                i * SEC / 100,
+                tcp(a, b, 4000, 22, if i == 0 { 0x02 } else { 0x10 }),
+            )
+        })
+        .collect();
+    let fs = equal_on_off("GNO", &setup(), &trace_of(&f), small(), &[], "refusal");
+    assert_eq!((fs.hits, fs.installed, fs.refused), (0, 0, 30), "{fs:?}");
+}
+
+/// Two outputs, picked by the low bit of the ingress port.
+struct Split(Profile);
+
+impl Nf for Split {
+    fn profile(&self) -> &Profile {
+        &self.0
+    }
+    fn process(&mut self, b: &mut Batch, _: &Context) {
+        for p in b {
+            let o = (p.meta().in_port & 1) as u8;
+            p.forward(o);
+        }
+    }
+}
+
+fn split() -> Box<dyn Nf> {
+    Box::new(Split(Profile {
+        reads: Fields::IN_PORT,
+        writes: Fields::NONE,
+        may_drop: false,
+        changes_length: false,
+        per_flow_state: false,
+        outputs: &["even", "odd"],
+        drop_reasons: &[],
+    }))
+}
+
+#[test]
+fn chains_with_merges_are_refused_with_a_clear_error() {
+    let mon = || -> Box<dyn Nf> { Box::new(catena::nfs::FlowMonitor::new(16, 0)) };
+    let mut c = Chain::linear(
+        "m",
+        2,
+        1,
+        vec![
+            ("s".into(), split()),
+            ("a".into(), mon()),
+            ("b".into(), mon()),
+        ],
+    );
+    // s:even -> a -> b, s:odd -> b: `b` has two predecessors.
+    c.nodes[1].next = vec![2, 3];
+    let e = c.enable_fastpath(FastConfig::default()).unwrap_err();
+    assert_eq!(
+        e,
+        "FastPath needs a chain without merges, but `b` is fed by `s` and `a`"
+    );
+    // A sink fed by two branches is a merge too: the branches' packets would interleave
+    // differently.
+    let mut c = Chain::linear("m", 2, 1, vec![("s".into(), split()), ("a".into(), mon())]);
+    c.nodes[1].next = vec![2, 3];
+    assert!(c.enable_fastpath(FastConfig::default()).is_err());
+    // Both outputs into one node is no merge.
+    let mut c = Chain::linear("m", 2, 1, vec![("s".into(), split()), ("a".into(), mon())]);
+    assert!(c.enable_fastpath(FastConfig::default()).is_ok());
+    assert!(c
+        .describe()
+        .contains("s            always run: refuses consolidation"));
+}
+
+#[test]
+fn cli_check_shows_the_plan_and_run_reports_the_counters() {
+    let dir = common::tempdir();
+    let chain = dir.path().join("c.toml");
+    std::fs::write(
+        &chain,
+        "fastpath = true\nfastpath_entries = 1024\n[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules = [\"allow ip\"]\n[[nf]]\nname = \"sw\"\nkind = \"mac_switch\"\n",
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_catena");
+    let out = std::process::Command::new(bin)
+        .arg("check")
+        .arg(&chain)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fastpath: on"), "{text}");
+    assert!(
+        text.contains("acl          consolidated; state function: per-rule hit counter"),
+        "{text}"
+    );
+    assert!(text.contains("sw           always run:"), "{text}");
+    let trace = common::dataset("bench/ndpi-ether-merged.pcap");
+    let run = |extra: &str| {
+        let o = std::process::Command::new(bin)
+            .args(["run", "--json", "-i"])
+            .arg(&trace)
+            .arg(&chain)
+            .args((!extra.is_empty()).then_some(extra))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let on = run("");
+    assert!(on["fastpath"]["misses"].as_u64().unwrap() > 0, "{on}");
+    let off = run("--no-fastpath");
+    assert!(off["fastpath"].is_null());
+    assert_eq!(on["nfs"], off["nfs"]);
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "fastpath = \"yes\"\n").unwrap();
+    let o = std::process::Command::new(bin)
+        .arg("check")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("bad.toml:1:") && e.lines().count() == 1,
+        "{e}"
+    );
+}
