@@ -105,3 +105,38 @@ fn dpi_then_ids_equals_suricata_with_all_and_dynamic_subscriptions() {
         assert!(stat(&s_dyn, "dpi_detected") > 0);
     }
 }
+
+/// The IDS app's `rules_file` and `alerts` are taken from the chain file's folder, and
+/// its alerts equal the inline-rules run's.
+#[test]
+fn ids_files_are_relative_to_the_chain_file() {
+    let d = common::tempdir();
+    let folder = d.path().join("chains");
+    let elsewhere = d.path().join("cwd");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(folder.join("r.rules"), RULES).unwrap();
+    let chain = folder.join("chain.toml");
+    std::fs::write(
+        &chain,
+        "[[nf]]\nname = \"mb\"\nkind = \"microbox\"\n\
+         apps = [{ kind = \"dpi\" }, { kind = \"ids\", rules_file = \"r.rules\", alerts = \"a.txt\" }]\n",
+    )
+    .unwrap();
+    let pcap = common::dataset("ndpi/pcap/1kxun.pcap");
+    let o = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .current_dir(&elsewhere)
+        .arg("run")
+        .arg(&chain)
+        .arg("-i")
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = std::fs::read_to_string(folder.join("a.txt")).unwrap();
+    let trace = Trace::open(&pcap).unwrap();
+    let (want, _) = ours(&trace, d.path(), "");
+    let want: String = want.iter().map(|(s, n)| format!("{s} {n}\n")).collect();
+    assert_eq!(got, want);
+    assert!(!elsewhere.join("a.txt").exists());
+}

@@ -46,6 +46,11 @@ impl<'a> Params<'a> {
         self
     }
 
+    /// The folder relative file parameters are taken from (for nested parameter tables).
+    pub fn dir(&self) -> &'a Path {
+        self.dir
+    }
+
     /// A file path, if present, taken relative to the chain file's folder.
     pub fn path(&mut self, key: &'a str) -> Result<Option<PathBuf>, ParamError> {
         match self.table_str(key)? {

@@ -56,7 +56,7 @@ impl IdsApp {
             name: "rules_file",
             ty: "path",
             default: "-",
-            doc: "a rules file instead of `rules`",
+            doc: "a rules file instead of `rules` (relative to the chain file's folder)",
         },
         ParamDoc {
             name: "only",
@@ -74,16 +74,15 @@ impl IdsApp {
             name: "alerts",
             ty: "path",
             default: "-",
-            doc: "write `sid count` lines (alerts per rule) here at the end",
+            doc: "write `sid count` lines (alerts per rule) here at the end (relative to the chain file's folder)",
         },
     ];
 
     pub fn from_params(p: &mut Params) -> Result<IdsApp, ParamError> {
-        let text = match (p.table_str("rules")?, p.table_str("rules_file")?) {
+        let text = match (p.table_str("rules")?, p.path("rules_file")?) {
             (Some(t), None) => t.to_string(),
-            (None, Some(f)) => {
-                std::fs::read_to_string(f).map_err(|e| p.err(format!("rules_file `{f}`: {e}")))?
-            }
+            (None, Some(f)) => std::fs::read_to_string(&f)
+                .map_err(|e| p.err(format!("rules_file `{}`: {e}", f.display())))?,
             (Some(_), Some(_)) => return Err(p.err("give `rules` or `rules_file`, not both")),
             (None, None) => return Err(p.err("the ids app needs `rules` or `rules_file`")),
         };
@@ -95,7 +94,7 @@ impl IdsApp {
             only.push(proto_id(a));
         }
         let depth = p.int("depth", 1 << 20, 0, i64::MAX)? as u64;
-        let out = p.table_str("alerts")?.map(PathBuf::from);
+        let out = p.path("alerts")?;
         let (set, warnings) = RuleSet::parse(&text, &Vars::suricata_defaults());
         for w in &warnings {
             eprintln!("warning: ids: {w}");

@@ -301,7 +301,7 @@ fn build_app(p: &Params, i: usize, t: &toml::Table) -> Result<Box<dyn App>, Para
     let mut rest = t.clone();
     rest.remove("kind");
     let label = format!("{}.apps[{}] ({kind})", p.err("").nf, i + 1);
-    let mut ap = Params::new(&label, &rest);
+    let mut ap = Params::new(&label, &rest).in_dir(p.dir());
     let app = (k.build)(&mut ap)?;
     ap.finish(k.params)?;
     Ok(app)
