@@ -1,9 +1,11 @@
 //! The IP filter's rule language ([`rule`]) and first-match classifier ([`classify`]).
 
+pub mod cache;
 pub mod classify;
 pub mod rule;
 
 pub use super::ip_filter::packet_key;
+pub use cache::VerdictCache;
 pub use classify::{Classifier, Key};
 pub use rule::{Action, Rule};
 
