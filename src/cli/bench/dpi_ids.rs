@@ -8,9 +8,8 @@ use serde::Serialize;
 
 use catena::io::gen_http::{generate_http, HttpGenOptions};
 use catena::io::Trace;
-use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
 
-use super::{median, print_table, traces, write_results, Args};
+use super::{median_run, print_table, traces, write_results, Args};
 
 const RULES: &str = include_str!("../../../examples/ids/bench.rules");
 
@@ -54,23 +53,7 @@ pub fn run(a: &Args) -> anyhow::Result<Vec<String>> {
     let mut rows: Vec<Row> = Vec::new();
     for (label, trace) in [("http-64B", &http), ("merged", &merged)] {
         for dynamic in [false, true] {
-            let cfg = ChainConfig::parse(&chain(dynamic), "dpi-ids")?;
-            let opts = RunOptions {
-                loops: 500_000u64.div_ceil(trace.len().max(1) as u64),
-                ..Default::default()
-            };
-            let mut secs = Vec::new();
-            let mut last = None;
-            for i in 0..=a.runs {
-                let mut r = Runner::new(Chain::from_config(&cfg)?, trace.max_packet_len());
-                let s = r.run(trace, &opts, &mut NoProgress)?;
-                if i > 0 {
-                    secs.push(s.seconds);
-                    last = Some(s);
-                }
-            }
-            let s = last.expect("runs >= 1");
-            let t = median(&mut secs).max(1e-9);
+            let (s, t) = median_run(a, &chain(dynamic), "dpi-ids", trace, 500_000)?;
             rows.push(Row {
                 traffic: label.into(),
                 subscriptions: if dynamic { "dynamic" } else { "all-events" }.into(),

@@ -12,9 +12,8 @@ use serde::Serialize;
 
 use catena::io::gen_http::{generate_http, HttpGenOptions};
 use catena::io::Trace;
-use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
 
-use super::{chart, median, print_table, steve, write_results, Args};
+use super::{chart, print_table, steve, write_results, Args};
 
 #[derive(Serialize)]
 struct Row {
@@ -69,23 +68,7 @@ fn cases(traffic: &str) -> Vec<Case> {
 }
 
 fn measure(a: &Args, c: &Case, trace: &Trace) -> anyhow::Result<(u64, f64, f64)> {
-    let cfg = ChainConfig::parse(&c.chain, "microboxes")?;
-    let opts = RunOptions {
-        loops: (1_000_000u64).div_ceil(trace.len().max(1) as u64),
-        ..Default::default()
-    };
-    let mut secs = Vec::new();
-    let mut last = None;
-    for i in 0..=a.runs {
-        let mut r = Runner::new(Chain::from_config(&cfg)?, trace.max_packet_len());
-        let s = r.run(trace, &opts, &mut NoProgress)?;
-        if i > 0 {
-            secs.push(s.seconds);
-            last = Some(s);
-        }
-    }
-    let s = last.expect("runs >= 1");
-    let t = median(&mut secs).max(1e-9);
+    let (s, t) = super::median_run(a, &c.chain, "microboxes", trace, 1_000_000)?;
     Ok((s.packets_in, t, s.bytes_in as f64))
 }
 

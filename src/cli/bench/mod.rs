@@ -71,6 +71,36 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
 }
 
+/// Runs the chain `text` over `trace`, replayed until at least `min_packets` packets: one
+/// untimed warm-up run, then `a.runs` timed ones. Returns the last run's summary and the
+/// median seconds.
+pub fn median_run(
+    a: &Args,
+    text: &str,
+    name: &str,
+    trace: &catena::io::Trace,
+    min_packets: u64,
+) -> anyhow::Result<(catena::runtime::Summary, f64)> {
+    use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
+    let cfg = ChainConfig::parse(text, name)?;
+    let opts = RunOptions {
+        loops: min_packets.div_ceil(trace.len().max(1) as u64),
+        ..Default::default()
+    };
+    let mut secs = Vec::new();
+    let mut last = None;
+    for i in 0..=a.runs {
+        let mut r = Runner::new(Chain::from_config(&cfg)?, trace.max_packet_len());
+        let s = r.run(trace, &opts, &mut NoProgress)?;
+        if i > 0 {
+            secs.push(s.seconds);
+            last = Some(s);
+        }
+    }
+    let s = last.expect("runs >= 1");
+    Ok((s, median(&mut secs).max(1e-9)))
+}
+
 /// Median of the samples (mean of the middle two for an even count).
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

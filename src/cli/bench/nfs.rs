@@ -6,9 +6,8 @@ use serde::Serialize;
 
 use catena::io::{PcapHeader, Trace};
 use catena::packet::{checksum, LinkKind};
-use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
 
-use super::{median, print_table, traces, write_results, Args};
+use super::{print_table, traces, write_results, Args};
 
 #[derive(Serialize)]
 struct Row {
@@ -117,25 +116,7 @@ fn measure(
     trace: &Trace,
     chain: &str,
 ) -> anyhow::Result<Row> {
-    let cfg = ChainConfig::parse(chain, nf)?;
-    let opts = RunOptions {
-        loops: (2_000_000u64).div_ceil(trace.len().max(1) as u64),
-        ..Default::default()
-    };
-    let mut secs = Vec::new();
-    let mut last = None;
-    // One untimed run first, as in `bench steve`.
-    for i in 0..=a.runs {
-        let mut r = Runner::new(Chain::from_config(&cfg)?, trace.max_packet_len());
-        let s = r.run(trace, &opts, &mut NoProgress)?;
-        if i == 0 {
-            continue;
-        }
-        secs.push(s.seconds);
-        last = Some(s);
-    }
-    let s = last.expect("runs >= 1");
-    let t = median(&mut secs).max(1e-9);
+    let (s, t) = super::median_run(a, chain, nf, trace, 2_000_000)?;
     let n = s.packets_in as f64;
     Ok(Row {
         nf: nf.into(),
