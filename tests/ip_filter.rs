@@ -489,7 +489,10 @@ proptest! {
         let rules: Vec<Rule> = parse_rules(texts.iter().map(|s| s.as_str())).unwrap();
         let c = Classifier::new(&rules);
         for k in &keys {
-            prop_assert_eq!(c.classify(k), linear(&rules, &k.values()), "{:?}", k);
+            let want = linear(&rules, &k.values());
+            prop_assert_eq!(c.classify(k), want, "{:?}", k);
+            // The verdict cache keys on the constrained fields only.
+            prop_assert_eq!(c.classify(&c.relevant(k)), want, "relevant {:?}", k);
         }
     }
 }

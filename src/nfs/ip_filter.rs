@@ -249,7 +249,7 @@ impl Nf for IpFilter {
                 p.drop_with(MALFORMED);
                 continue;
             };
-            let found = match VerdictCache::pack(&k) {
+            let found = match VerdictCache::pack(&self.classifier.relevant(&k)) {
                 Some(packed) => match self.cache.get(packed) {
                     Some(r) => r,
                     None => {

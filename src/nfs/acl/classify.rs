@@ -217,6 +217,25 @@ impl Classifier {
         self.entry_rule.len()
     }
 
+    /// `k` with every field no rule constrains cleared: classification reads only the
+    /// constrained fields, so both keys classify alike, and a verdict cache keyed on the
+    /// result holds one entry where the full key would spread over many (TCP flags,
+    /// source ports).
+    #[inline]
+    pub fn relevant(&self, k: &Key) -> Key {
+        Key {
+            proto: if self.proto.is_some() { k.proto } else { 0 },
+            src4: k.src4.filter(|_| self.src4.is_some()),
+            dst4: k.dst4.filter(|_| self.dst4.is_some()),
+            src6: k.src6.filter(|_| self.src6.is_some()),
+            dst6: k.dst6.filter(|_| self.dst6.is_some()),
+            sport: k.sport.filter(|_| self.sport.is_some()),
+            dport: k.dport.filter(|_| self.dport.is_some()),
+            icmp: k.icmp.filter(|_| self.icmp.is_some()),
+            flags: k.flags.filter(|_| self.flags.is_some()),
+        }
+    }
+
     /// Distinct bitmaps stored.
     pub fn bitmaps(&self) -> usize {
         self.pool.len().checked_div(self.words).unwrap_or(0)
