@@ -592,14 +592,12 @@ impl Maglev {
         self.known[b.id as usize].packets += 1;
         // Consolidated only while the flow is tracked on this backend (a full table
         // leaves it untracked: every packet must pick again).
-        if m.fast == FastMark::Refuse
-            && self
-                .conns
-                .find(tag, key)
-                .map(|s| self.conns.slab[s as usize].id)
-                == Some(b.id)
-        {
-            m.fast = FastMark::Token(b.id as u64);
+        if m.fast == FastMark::Refuse {
+            if let Some(s) = self.conns.find(tag, key) {
+                if self.conns.slab[s as usize].id == b.id {
+                    m.fast = FastMark::Token(self.conns.token(s));
+                }
+            }
         }
         // A complete transport header (never in later fragments) has its checksum
         // patched: it covers the destination address through the pseudo header.
@@ -655,7 +653,8 @@ impl Maglev {
     }
 }
 
-/// FastPath token of a packet not for the VIP; otherwise the token is the backend id.
+/// FastPath token of a packet not for the VIP; otherwise the token is the tracked
+/// connection's slot and the table's epoch ([`Conns::token`]).
 const FAST_PASS: u64 = u64::MAX;
 
 /// The connection-table key of a packet on the consolidated path, as `process` makes it.
@@ -700,6 +699,9 @@ struct Conn {
 struct Conns {
     index: Index,
     slab: Vec<Conn>,
+    /// Bumped whenever a sweep removes connections (which moves others in the slab), so
+    /// a FastPath token (slot, epoch) names the same connection while the epoch holds.
+    epoch: u32,
     hasher: Hasher,
     capacity: usize,
     /// 0: connections never expire.
@@ -711,6 +713,7 @@ impl Conns {
         Conns {
             index: Index::with_capacity(capacity),
             slab: Vec::with_capacity(capacity),
+            epoch: 0,
             hasher: Hasher::default(),
             capacity,
             timeout_ns,
@@ -734,6 +737,19 @@ impl Conns {
         if let Some(s) = self.index.find(tag, |_| true) {
             prefetch(&self.slab[s as usize]);
         }
+    }
+
+    /// The FastPath token of the connection in `slot`.
+    #[inline]
+    fn token(&self, slot: u32) -> u64 {
+        (slot as u64) << 32 | self.epoch as u64
+    }
+
+    /// The slot a token names, if no sweep has moved connections since.
+    #[inline]
+    fn slot_of(&self, token: u64) -> Option<usize> {
+        let s = (token >> 32) as usize;
+        (token as u32 == self.epoch && s < self.slab.len()).then_some(s)
     }
 
     #[inline]
@@ -785,6 +801,7 @@ impl Conns {
                 continue;
             }
             self.index.remove(self.tag(&c.key), i as u32);
+            self.epoch = self.epoch.wrapping_add(1);
             let last = self.slab.len() - 1;
             if i != last {
                 let moved = self.slab[last];
@@ -942,18 +959,25 @@ impl Nf for Maglev {
         if token == FAST_PASS {
             return true;
         }
-        let key = fast_key(p);
-        let Some(slot) = self.conns.find(self.conns.tag(&key), &key) else {
+        // Same epoch: the slot holds the connection recorded (slots move only in sweeps),
+        // whose backend changes only by a control command (which invalidates the entry)
+        // or once it expired, which this checks as `get_mut` would.
+        let Some(slot) = self.conns.slot_of(token) else {
             return false;
         };
-        let c = &self.conns.slab[slot as usize];
+        let c = &self.conns.slab[slot];
         let t = self.conns.timeout_ns;
-        c.id as u64 == token
-            && !(t != 0 && p.ts_ns.saturating_sub(c.seen) > t)
+        !(t != 0 && p.ts_ns.saturating_sub(c.seen) > t)
             && self
                 .known
                 .get(c.id as usize)
                 .is_some_and(|k| k.index != GONE)
+    }
+
+    fn fast_prefetch(&self, token: u64) {
+        if let Some(c) = self.conns.slab.get((token >> 32) as usize) {
+            prefetch(c);
+        }
     }
 
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
@@ -962,10 +986,19 @@ impl Nf for Maglev {
             self.passed += 1;
             return;
         }
-        let key = fast_key(p);
-        let tag = self.conns.tag(&key);
-        if self.conns.get_mut(tag, &key, p.ts_ns).is_some() {
-            if let Some(k) = self.known.get_mut(token as usize) {
+        // The tick may have swept (and moved the connection): then find it by its key.
+        let slot = match self.conns.slot_of(token) {
+            Some(s) => Some(s),
+            None => {
+                let key = fast_key(p);
+                self.conns
+                    .find(self.conns.tag(&key), &key)
+                    .map(|s| s as usize)
+            }
+        };
+        if let Some(c) = slot.and_then(|s| self.conns.slab.get_mut(s)) {
+            c.seen = c.seen.max(p.ts_ns);
+            if let Some(k) = self.known.get_mut(c.id as usize) {
                 k.packets += 1;
             }
         }

@@ -93,6 +93,13 @@ pub trait Nf: Send {
         false
     }
 
+    /// Starts loading the state a token names (a hint, called for a whole chunk of hits
+    /// before any of them runs, so their cache misses overlap as the NFs' own batch
+    /// prefetches do). Must not change anything.
+    fn fast_prefetch(&self, token: u64) {
+        let _ = token;
+    }
+
     /// The per-packet work of a skipped NF: must leave it in exactly the state `process`
     /// would have (counters, idle timers, sweeps).
     fn fast_state(&mut self, token: u64, p: &FastPacket) {

@@ -474,7 +474,22 @@ impl Runner {
         for &(_, h) in keys.iter().flatten() {
             f.table.prefetch_entry(h);
         }
-        for (mut p, k) in input.drain().zip(keys) {
+        // Then the NF state the entries' tokens name (NAT mappings, tracked connections).
+        let mut ways = [None; MAX_BATCH];
+        for (k, way) in keys.iter().zip(ways.iter_mut()) {
+            let Some((key, h)) = k else { continue };
+            *way = f.table.way(key, *h);
+            if let Some(w) = *way {
+                for s in f.table.entry(w).path() {
+                    if let NodeKind::Nf { nf, .. } = &self.chain.nodes[s.node()].kind {
+                        nf.fast_prefetch(s.token);
+                    }
+                }
+            }
+        }
+        // Until the first flush installs entries, the ways found above still hold.
+        let mut flushed = false;
+        for ((mut p, k), way) in input.drain().zip(keys).zip(ways) {
             let now = p.meta().ts_ns;
             let Some((key, h)) = k else {
                 f.stats.misses += 1;
@@ -490,10 +505,15 @@ impl Runner {
                 self.inbox[first].push(p);
                 continue;
             }
-            let mut found = f.table.find(&key, h, now);
+            let mut found = if flushed {
+                f.table.find(&key, h, now)
+            } else {
+                f.table.find_at(way, now)
+            };
             if matches!(found, Found::Hit(_)) && !self.inbox[first].is_empty() {
                 // Earlier misses go first; they may change what the entry relies on.
                 self.flush(&mut f);
+                flushed = true;
                 found = f.table.find(&key, h, now);
             }
             let p = match found {
@@ -527,7 +547,9 @@ impl Runner {
         let FastPath {
             rec, table, stats, ..
         } = f;
-        rec.finish(&mut self.pool, |e, o| FastPath::settle(table, stats, e, o));
+        rec.finish(&mut self.pool, |e, k, o| {
+            FastPath::settle(table, stats, e, k, o)
+        });
     }
 
     /// Sends `p` along entry `w`: validity checks of every NF on the path first, then
@@ -549,39 +571,43 @@ impl Runner {
             return Some(p);
         }
         let l = p.layers();
-        let (now, wire_len) = (p.meta().ts_ns, p.meta().wire_len);
-        let tcp_flags = fastpath::key::tcp_flags(&l, p.data());
-        let fp = |key| FastPacket {
-            key,
+        let mut fp = FastPacket {
+            key: f.table.key_of(w, &e.steps[0]),
             layers: l,
-            ts_ns: now,
-            wire_len,
-            tcp_flags,
+            ts_ns: p.meta().ts_ns,
+            wire_len: p.meta().wire_len,
+            tcp_flags: fastpath::key::tcp_flags(&l, p.data()),
         };
-        let valid = e.path().iter().enumerate().all(|(i, s)| {
-            let n = s.node as usize;
-            match &chain.nodes[n].kind {
-                NodeKind::Nf { nf, .. } => {
-                    f.gens[n] == s.gen && nf.fast_valid(s.token, &fp(e.key_of(i)))
-                }
-                _ => false,
+        let now = fp.ts_ns;
+        // Every check before any state function, so a failed one leaves no trace.
+        for s in e.path() {
+            let n = s.node();
+            let ok = f.gens[n] == s.gen
+                && match &chain.nodes[n].kind {
+                    NodeKind::Nf { nf, .. } => {
+                        // A reference only: the key is read by the NFs that need it.
+                        fp.key = f.table.key_of(w, s);
+                        nf.fast_valid(s.token, &fp)
+                    }
+                    _ => false,
+                };
+            if !ok {
+                f.table.remove(w);
+                f.stats.invalidated += 1;
+                return Some(p);
             }
-        });
-        if !valid {
-            f.table.remove(w);
-            f.stats.invalidated += 1;
-            return Some(p);
         }
-        for (i, s) in e.path().iter().enumerate() {
-            let n = s.node as usize;
+        for s in e.path() {
+            let n = s.node();
             let c = &mut counters[n];
             c.packets_in += 1;
-            if let NodeKind::Nf { nf, .. } = &mut chain.nodes[n].kind {
-                nf.fast_state(s.token, &fp(e.key_of(i)));
-            }
             match s.verdict {
                 Verdict::Out(o) => c.out[o as usize] += 1,
                 Verdict::Drop(r) => c.drops[r as usize] += 1,
+            }
+            if let NodeKind::Nf { nf, .. } = &mut chain.nodes[n].kind {
+                fp.key = f.table.key_of(w, s);
+                nf.fast_state(s.token, &fp);
             }
         }
         if let Some(k) = e.sink {

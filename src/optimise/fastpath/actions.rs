@@ -127,8 +127,16 @@ impl Actions {
     }
 
     /// Applies the writes and patches the checksums once.
-    #[inline]
+    #[inline(always)]
     pub fn apply(&self, d: &mut [u8]) {
+        // Paths of filters and monitors rewrite nothing: no call at all.
+        if self.nwrites != 0 || self.ip.is_some() || self.l4.is_some() {
+            self.rewrite(d);
+        }
+    }
+
+    #[inline(never)]
+    fn rewrite(&self, d: &mut [u8]) {
         let mut at = 0;
         for &(o, n) in &self.writes[..self.nwrites as usize] {
             let (o, n) = (o as usize, n as usize);

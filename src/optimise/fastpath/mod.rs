@@ -18,7 +18,7 @@ use serde::Serialize;
 pub use actions::Actions;
 pub use key::FpKey;
 pub use record::{Outcome, Recorder};
-pub use table::{Entry, Found, Step, Table, MAX_KEYS, MAX_PATH};
+pub use table::{Entry, Found, Keys, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
 
 use crate::nfs::{FastRole, Nf};
 use crate::packet::Fields;
@@ -129,11 +129,11 @@ impl FastPath {
     }
 
     /// Files a finished recording: installs it or counts why not.
-    pub fn settle(table: &mut Table, stats: &mut FastStats, e: &Entry, o: Outcome) {
+    pub fn settle(table: &mut Table, stats: &mut FastStats, e: &Entry, k: &Keys, o: Outcome) {
         match o {
             Outcome::Done => {
                 stats.installed += 1;
-                if table.insert(e) {
+                if table.insert(e, k) {
                     stats.evicted += 1;
                 }
             }

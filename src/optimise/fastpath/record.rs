@@ -4,7 +4,7 @@
 
 use super::actions::{step_sums, Actions, Sums, WINDOW};
 use super::key::FpKey;
-use super::table::{Entry, Step, MAX_KEYS, MAX_PATH};
+use super::table::{Entry, Keys, Step, MAX_KEYS, MAX_NODES, MAX_PATH};
 use crate::flow::FlowKey;
 use crate::packet::{FastMark, Packet, Pool, Verdict, MAX_BATCH, NOT_RECORDED};
 
@@ -23,6 +23,7 @@ pub enum Outcome {
 
 pub struct Record {
     pub entry: Entry,
+    pub keys: Keys,
     /// The first bytes as the current NF got them, and the checksum terms so far.
     stage: [u8; WINDOW],
     stage_len: usize,
@@ -49,6 +50,7 @@ impl Recorder {
             recs: (0..MAX_BATCH)
                 .map(|_| Record {
                     entry: Entry::EMPTY,
+                    keys: Keys::EMPTY,
                     stage: [0; WINDOW],
                     stage_len: 0,
                     sums: Sums::default(),
@@ -85,7 +87,7 @@ impl Recorder {
         e.key = key;
         e.last_ns = p.meta().ts_ns;
         e.len = 0;
-        e.nkeys = 0;
+        r.keys.n = 0;
         e.sink = None;
         e.egress = 0;
         e.actions = Actions::NONE;
@@ -116,28 +118,22 @@ impl Recorder {
         let l = p.layers();
         let key = FlowKey::from_packet(&l, p.data());
         let Some(r) = self.rec(p) else { return };
-        let e = &mut r.entry;
+        let (e, keys) = (&mut r.entry, &mut r.keys);
         match key {
-            Some(key) if consolidable && (e.len as usize) < MAX_PATH => {
-                let k = match e.nkeys.checked_sub(1) {
-                    Some(last) if e.keys[last as usize] == key => last,
-                    _ if (e.nkeys as usize) < MAX_KEYS => {
-                        e.keys[e.nkeys as usize] = key;
-                        e.nkeys += 1;
-                        e.nkeys - 1
+            Some(key) if consolidable && (e.len as usize) < MAX_PATH && node < MAX_NODES => {
+                let k = match keys.n.checked_sub(1) {
+                    Some(last) if keys.keys[last as usize] == key => last,
+                    _ if (keys.n as usize) < MAX_KEYS => {
+                        keys.keys[keys.n as usize] = key;
+                        keys.n += 1;
+                        keys.n - 1
                     }
                     _ => {
                         r.outcome = Outcome::Unfit;
                         return;
                     }
                 };
-                e.steps[e.len as usize] = Step {
-                    node: node as u16,
-                    gen,
-                    verdict: Verdict::Out(0),
-                    token: 0,
-                };
-                e.step_keys[e.len as usize] = k;
+                e.steps[e.len as usize] = Step::new(node, k, gen);
                 e.len += 1;
                 let d = p.data();
                 r.stage_len = d.len().min(WINDOW);
@@ -185,7 +181,7 @@ impl Recorder {
             .entry
             .path()
             .iter()
-            .any(|s| writes_eth.get(s.node as usize).copied().unwrap_or(true));
+            .any(|s| writes_eth.get(s.node()).copied().unwrap_or(true));
         let Some(orig) = r.orig.as_mut() else { return };
         r.entry.sink = Some(node as u16);
         r.entry.egress = p.meta().egress;
@@ -206,12 +202,12 @@ impl Recorder {
 
     /// Ends the recordings: buffers go back to the pool and each finished one is handed
     /// to `install` with its outcome.
-    pub fn finish(&mut self, pool: &mut Pool, mut install: impl FnMut(&Entry, Outcome)) {
+    pub fn finish(&mut self, pool: &mut Pool, mut install: impl FnMut(&Entry, &Keys, Outcome)) {
         for r in &mut self.recs[..self.n] {
             if let Some(o) = r.orig.take() {
                 pool.free(o);
             }
-            install(&r.entry, r.outcome);
+            install(&r.entry, &r.keys, r.outcome);
         }
         self.n = 0;
     }

@@ -1,4 +1,4 @@
-//! The bounded table of consolidated entries: 4-way set associative, least recently
+//! The bounded table of consolidated entries: 8-way set associative, least recently
 //! used way evicted when a set is full, idle timeout on capture time. Allocated once.
 
 use std::hash::BuildHasher;
@@ -13,7 +13,7 @@ pub const MAX_PATH: usize = 8;
 /// Most distinct flow keys along a path (each NF that rewrites addresses or ports makes
 /// one more).
 pub const MAX_KEYS: usize = 4;
-const WAYS: usize = 4;
+const WAYS: usize = 8;
 
 const NO_KEY: FlowKey = FlowKey {
     src: [0; 16],
@@ -24,77 +24,115 @@ const NO_KEY: FlowKey = FlowKey {
     family: 0,
 };
 
-/// One NF on an entry's path.
+/// One NF on an entry's path, 16 bytes.
 #[derive(Clone, Copy, Debug)]
 pub struct Step {
-    pub node: u16,
+    pub token: u64,
     /// The NF's generation when recorded: a control change bumps it.
     pub gen: u32,
+    /// Node index in the low 14 bits, the index of the flow key this NF saw (in the
+    /// entry's [`Keys`]) in the top 2: a hit finds the key without touching `Keys`.
+    node_key: u16,
     /// Out(counted output) or Drop(reason), as the NF decided.
     pub verdict: Verdict,
-    pub token: u64,
 }
+
+/// Most nodes a chain may have for its NFs to be consolidated (node indices fit 14 bits).
+pub const MAX_NODES: usize = 1 << 14;
 
 impl Step {
     pub const EMPTY: Step = Step {
-        node: 0,
-        gen: 0,
-        verdict: Verdict::Out(0),
         token: 0,
+        gen: 0,
+        node_key: 0,
+        verdict: Verdict::Out(0),
     };
+
+    /// `node` < [`MAX_NODES`], `key` < [`MAX_KEYS`].
+    pub fn new(node: usize, key: u8, gen: u32) -> Step {
+        debug_assert!(node < MAX_NODES && (key as usize) < MAX_KEYS);
+        Step {
+            token: 0,
+            gen,
+            node_key: node as u16 | (key as u16) << 14,
+            verdict: Verdict::Out(0),
+        }
+    }
+
+    #[inline]
+    pub fn node(&self) -> usize {
+        (self.node_key & 0x3fff) as usize
+    }
+
+    #[inline]
+    pub fn key_index(&self) -> usize {
+        (self.node_key >> 14) as usize
+    }
 }
 
-/// A flow's consolidated path and actions. What a hit reads first (key, sink, path
-/// length) shares the first cache line.
+/// What a hit reads: the key, sink and path length in the first cache line, the actions
+/// in the next one and a half, then the steps (a path of up to six NFs ends in the fourth
+/// line). The flow keys the NFs saw are kept apart in [`Keys`]: only NFs whose state
+/// function reads the key (the flow monitor) touch them.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
 pub struct Entry {
     pub key: FpKey,
     pub last_ns: u64,
     pub len: u8,
-    pub nkeys: u8,
     pub egress: u16,
     /// The sink the packet reaches, or None when the last step drops it.
     pub sink: Option<u16>,
-    /// Per step, the index in `keys` of the flow key as that NF saw it (earlier NFs may
-    /// have rewritten it).
-    pub step_keys: [u8; MAX_PATH],
-    pub steps: [Step; MAX_PATH],
     pub actions: Actions,
-    pub keys: [FlowKey; MAX_KEYS],
+    pub steps: [Step; MAX_PATH],
 }
+
+/// Lines of an entry a hit on a path of up to six NFs reads, prefetched together.
+const HOT_LINES: usize = 4;
 
 impl Entry {
     pub const EMPTY: Entry = Entry {
         key: FpKey::EMPTY,
         last_ns: 0,
         len: 0,
-        nkeys: 0,
         egress: 0,
         sink: None,
-        step_keys: [0; MAX_PATH],
-        steps: [Step::EMPTY; MAX_PATH],
         actions: Actions::NONE,
-        keys: [NO_KEY; MAX_KEYS],
+        steps: [Step::EMPTY; MAX_PATH],
     };
 
     pub fn path(&self) -> &[Step] {
         &self.steps[..self.len as usize]
     }
-
-    /// The flow key step `i` saw.
-    #[inline]
-    pub fn key_of(&self, i: usize) -> &FlowKey {
-        &self.keys[self.step_keys[i] as usize]
-    }
 }
 
+/// The distinct flow keys along an entry's path (each NF that rewrites addresses or
+/// ports makes one more); [`Step::key_index`] picks one.
+#[derive(Clone, Copy, Debug)]
+pub struct Keys {
+    pub keys: [FlowKey; MAX_KEYS],
+    pub n: u8,
+}
+
+impl Keys {
+    pub const EMPTY: Keys = Keys {
+        keys: [NO_KEY; MAX_KEYS],
+        n: 0,
+    };
+}
+
+/// A set's tags, in one aligned half line.
+#[derive(Clone, Copy, Debug)]
+#[repr(align(32))]
+struct Tags([u32; WAYS]);
+
 pub struct Table {
-    /// Per way: 0 when empty, else the key hash's high half with the low bit set.
-    tags: Vec<u32>,
+    /// Per set and way: 0 when empty, else the key hash's low half with the low bit set.
+    tags: Vec<Tags>,
     /// Per way: logical time of last use, for LRU.
     used: Vec<u64>,
     entries: Vec<Entry>,
+    keys: Vec<Keys>,
     sets: usize,
     hasher: crate::flow::Hasher,
     clock: u64,
@@ -116,9 +154,10 @@ impl Table {
     pub fn new(capacity: usize, timeout_ns: u64) -> Table {
         let sets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
         Table {
-            tags: vec![0; sets * WAYS],
+            tags: vec![Tags([0; WAYS]); sets],
             used: vec![0; sets * WAYS],
             entries: vec![Entry::EMPTY; sets * WAYS],
+            keys: vec![Keys::EMPTY; sets * WAYS],
             sets,
             hasher: crate::flow::Hasher::default(),
             clock: 0,
@@ -145,18 +184,58 @@ impl Table {
         self.hasher.hash_one(k)
     }
 
-    /// (first way of the set, tag): the set from the high bits of a multiplied hash.
+    /// (set, tag) of hash `h`.
     #[inline]
     fn place(&self, h: u64) -> (usize, u32) {
-        let m = h.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let set = (m >> 32) as usize & (self.sets - 1);
-        (set * WAYS, h as u32 | 1)
+        // foldhash's fast hash of these structured keys (flows differing in a few
+        // address and port bits) leaves the set bits clumped: six times the expected
+        // overflowing sets. A full avalanche (murmur3's finaliser) spreads them.
+        let mut m = h ^ (h >> 33);
+        m = m.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        m ^= m >> 33;
+        m = m.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        m ^= m >> 33;
+        let set = m as usize & (self.sets - 1);
+        (set, h as u32 | 1)
     }
 
+    /// Bit i set: way i of `set` holds `tag` (all ways compared at once).
     #[inline]
-    fn way(&self, k: &FpKey, h: u64) -> Option<usize> {
-        let (base, tag) = self.place(h);
-        (base..base + WAYS).find(|&w| self.tags[w] == tag && self.entries[w].key == *k)
+    fn matching(&self, set: usize, tag: u32) -> u32 {
+        let t = &self.tags[set].0;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: SSE2 is part of x86_64; the loads read the set's 32 aligned bytes.
+        unsafe {
+            use core::arch::x86_64::*;
+            let want = _mm_set1_epi32(tag as i32);
+            let lo = _mm_cmpeq_epi32(_mm_load_si128(t.as_ptr() as *const __m128i), want);
+            let hi = _mm_cmpeq_epi32(_mm_load_si128(t.as_ptr().add(4) as *const __m128i), want);
+            (_mm_movemask_ps(_mm_castsi128_ps(lo)) | _mm_movemask_ps(_mm_castsi128_ps(hi)) << 4)
+                as u32
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let mut m = 0u32;
+            for (i, &x) in t.iter().enumerate() {
+                m |= ((x == tag) as u32) << i;
+            }
+            m
+        }
+    }
+
+    /// The way holding `k` (hash `h`), without the side effects of [`find`](Self::find).
+    #[inline]
+    pub fn way(&self, k: &FpKey, h: u64) -> Option<usize> {
+        let (set, tag) = self.place(h);
+        let mut m = self.matching(set, tag);
+        while m != 0 {
+            let w = set * WAYS + m.trailing_zeros() as usize;
+            if self.entries[w].key == *k {
+                return Some(w);
+            }
+            m &= m - 1;
+        }
+        None
     }
 
     /// Starts loading the tags a lookup of hash `h` reads, so a chunk's lookups overlap
@@ -166,26 +245,35 @@ impl Table {
         prefetch(&self.tags[self.place(h).0]);
     }
 
-    /// Starts loading every line of the entries whose tag matches hash `h` (after
+    /// Starts loading the lines a hit reads of the entries whose tag matches hash `h` (after
     /// [`prefetch_tags`](Self::prefetch_tags) had time to work).
     #[inline]
     pub fn prefetch_entry(&self, h: u64) {
-        let (base, tag) = self.place(h);
-        for w in base..base + WAYS {
-            if self.tags[w] == tag {
-                let p = &self.entries[w] as *const Entry as *const u8;
-                for line in 0..std::mem::size_of::<Entry>().div_ceil(64) {
-                    // SAFETY: within the entry, which is one allocation.
-                    prefetch(unsafe { &*p.add(line * 64) });
-                }
+        let (set, tag) = self.place(h);
+        let mut m = self.matching(set, tag);
+        while m != 0 {
+            let p = &self.entries[set * WAYS + m.trailing_zeros() as usize] as *const Entry
+                as *const u8;
+            for line in 0..HOT_LINES {
+                // SAFETY: within the entry, which is one allocation.
+                prefetch(unsafe { &*p.add(line * 64) });
             }
+            m &= m - 1;
         }
     }
 
     /// Looks `k` (hash `h`) up at capture time `now`.
     #[inline]
     pub fn find(&mut self, k: &FpKey, h: u64, now: u64) -> Found {
-        let Some(w) = self.way(k, h) else {
+        let w = self.way(k, h);
+        self.find_at(w, now)
+    }
+
+    /// [`find`](Self::find) with the way already looked up by [`way`](Self::way), when
+    /// nothing was inserted since (removals only empty the way, which this sees).
+    #[inline]
+    pub fn find_at(&mut self, w: Option<usize>, now: u64) -> Found {
+        let Some(w) = w.filter(|&w| self.tags[w / WAYS].0[w % WAYS] != 0) else {
             return Found::Miss;
         };
         let e = &self.entries[w];
@@ -203,6 +291,12 @@ impl Table {
         &self.entries[w]
     }
 
+    /// The flow key step `step` of entry `w` saw.
+    #[inline]
+    pub fn key_of(&self, w: usize, step: &Step) -> &FlowKey {
+        &self.keys[w].keys[step.key_index()]
+    }
+
     #[inline]
     pub fn touch(&mut self, w: usize, now: u64) {
         let e = &mut self.entries[w];
@@ -210,8 +304,9 @@ impl Table {
     }
 
     pub fn remove(&mut self, w: usize) {
-        if self.tags[w] != 0 {
-            self.tags[w] = 0;
+        let t = &mut self.tags[w / WAYS].0[w % WAYS];
+        if *t != 0 {
+            *t = 0;
             self.live -= 1;
         }
     }
@@ -229,13 +324,14 @@ impl Table {
 
     /// Installs `e` (replacing an entry of the same key); returns whether another entry
     /// was evicted to make room.
-    pub fn insert(&mut self, e: &Entry) -> bool {
+    pub fn insert(&mut self, e: &Entry, keys: &Keys) -> bool {
         let h = self.hash(&e.key);
-        let (base, tag) = self.place(h);
+        let (set, tag) = self.place(h);
+        let base = set * WAYS;
         let mut evicted = false;
         let w = match self.way(&e.key, h) {
             Some(w) => w,
-            None => match (base..base + WAYS).find(|&w| self.tags[w] == 0) {
+            None => match (base..base + WAYS).find(|&w| self.tags[set].0[w - base] == 0) {
                 Some(w) => {
                     self.live += 1;
                     w
@@ -249,10 +345,27 @@ impl Table {
             },
         };
         self.clock += 1;
-        self.tags[w] = tag;
+        self.tags[set].0[w - base] = tag;
         self.used[w] = self.clock;
         self.entries[w] = *e;
+        self.keys[w] = *keys;
         evicted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a hit reads (key line, actions, steps of a path of six) is the prefetched
+    /// lines and nothing more; steps stay 16 bytes.
+    #[test]
+    fn a_hit_reads_the_first_four_lines() {
+        assert_eq!(std::mem::size_of::<Step>(), 16);
+        assert_eq!(std::mem::offset_of!(Entry, actions), 64);
+        assert!(std::mem::offset_of!(Entry, steps) + 6 * 16 <= HOT_LINES * 64);
+        let s = Step::new(MAX_NODES - 1, 3, 7);
+        assert_eq!((s.node(), s.key_index(), s.gen), (MAX_NODES - 1, 3, 7));
     }
 }
 
