@@ -404,6 +404,26 @@ fn idle_entries_expire() {
     assert_eq!((fs.expired, fs.hits, fs.installed), (1, 2, 2), "{fs:?}");
 }
 
+/// Maglev tokens name a connection's slot until a sweep moves connections: a sweep that
+/// runs inside a hit's state function (idle flows leave, the live one is moved into a
+/// freed slot) must still refresh the right connection, and the next packet re-records.
+#[test]
+fn a_maglev_sweep_during_hits_moves_the_connection_and_stays_equal() {
+    let vip = [203, 0, 113, 10];
+    let mut f: Vec<(u64, Vec<u8>)> = (0..50u8)
+        .map(|k| (k as u64, tcp([10, 0, 1, k], vip, 5000, 80, 0x10)))
+        .collect();
+    // The live flow is tracked last, so removing the idle ones moves it.
+    f.extend((0..2500u64).map(|i| (SEC + i * SEC / 100, tcp([10, 0, 0, 1], vip, 4000, 80, 0x10))));
+    let cfg = FastConfig {
+        entries: 64,
+        timeout_ns: 0,
+    };
+    let fs = equal_on_off("MO", &setup(), &trace_of(&f), cfg, &[], "maglev sweep");
+    assert!(fs.invalidated >= 1, "{fs:?}");
+    assert!(fs.hits >= 2400, "{fs:?}");
+}
+
 #[test]
 fn a_full_table_evicts_and_counts() {
     let mut f = Vec::new();
