@@ -7,7 +7,9 @@
 //! and is recorded). Later packets: the same flows four more times on the same runner
 //! (every packet hits). Cycles are the whole worker loop per packet: copying the record
 //! into a pool buffer, the lookup (or recording), the NFs or their state functions and
-//! the consolidated rewrite, and handing the packet to a sink that discards it.
+//! the consolidated rewrite, and handing the packet to a sink that discards it. The same
+//! runs time an empty chain (the floor) so the table can also show what the chain alone
+//! costs, the quantity the FastPath report's figure plots.
 
 use std::path::Path;
 
@@ -33,6 +35,9 @@ struct Row {
     fastpath: bool,
     cycles_first: f64,
     cycles_subsequent: f64,
+    /// The empty chain's cycles per later packet in the same runs: subtracted, it leaves
+    /// what the NFs (off) or the consolidated path (on) cost.
+    cycles_floor: f64,
 }
 
 #[derive(Serialize)]
@@ -120,48 +125,73 @@ fn fast_cfg() -> FastConfig {
     }
 }
 
-/// Median cycles per packet (first, subsequent) over the runs, each on a fresh runner.
-fn cycles(
-    a: &Args,
-    text: &str,
+/// Cycles per packet (first, subsequent) of one run on a fresh runner.
+fn cycles_once(
+    cfg: &ChainConfig,
     fast: bool,
     first: &Trace,
     again: &Trace,
 ) -> anyhow::Result<(f64, f64)> {
-    let cfg = ChainConfig::parse(text, "fastpath")?;
-    let (mut f, mut s) = (Vec::new(), Vec::new());
-    // One untimed run first, as the other benches do.
-    for i in 0..=a.runs {
-        let mut chain = Chain::from_config(&cfg)?;
-        if fast {
-            chain
-                .enable_fastpath(fast_cfg())
-                .map_err(anyhow::Error::msg)?;
-        }
-        let mut r = Runner::new(chain, 64);
-        let opts = RunOptions::default();
-        let t0 = tsc::now();
-        r.run(first, &opts, &mut NoProgress)?;
-        let t1 = tsc::now();
-        let sum = r.run(again, &opts, &mut NoProgress)?;
-        let t2 = tsc::now();
-        if fast {
-            let fp = sum.fastpath.unwrap_or_default();
-            if fp.hits < (again.len() as u64) * 9 / 10 {
-                anyhow::bail!(
-                    "fastpath bench: only {} of {} later packets hit",
-                    fp.hits,
-                    again.len()
-                );
-            }
-        }
-        if i > 0 {
-            f.push((t1 - t0) as f64 / first.len() as f64);
-            s.push((t2 - t1) as f64 / again.len() as f64);
+    let mut chain = Chain::from_config(cfg)?;
+    if fast {
+        chain
+            .enable_fastpath(fast_cfg())
+            .map_err(anyhow::Error::msg)?;
+    }
+    let mut r = Runner::new(chain, 64);
+    let opts = RunOptions::default();
+    let t0 = tsc::now();
+    r.run(first, &opts, &mut NoProgress)?;
+    let t1 = tsc::now();
+    let sum = r.run(again, &opts, &mut NoProgress)?;
+    let t2 = tsc::now();
+    if fast {
+        let fp = sum.fastpath.unwrap_or_default();
+        if fp.hits < (again.len() as u64) * 9 / 10 {
+            anyhow::bail!(
+                "fastpath bench: only {} of {} later packets hit",
+                fp.hits,
+                again.len()
+            );
         }
     }
-    Ok((median(&mut f), median(&mut s)))
+    Ok((
+        (t1 - t0) as f64 / first.len() as f64,
+        (t2 - t1) as f64 / again.len() as f64,
+    ))
 }
+
+/// Medians of (first, subsequent) cycles for the empty chain (the floor: ingest and
+/// sink), the chain off and the chain on. The three run in turn within each run, so a
+/// noisy moment of the machine touches all three alike.
+fn cycles(
+    a: &Args,
+    text: &str,
+    first: &Trace,
+    again: &Trace,
+) -> anyhow::Result<[(f64, f64); 3]> {
+    let empty = ChainConfig::parse(EMPTY, "empty")?;
+    let cfg = ChainConfig::parse(text, "fastpath")?;
+    let mut v: [(Vec<f64>, Vec<f64>); 3] = Default::default();
+    // One untimed round first, as the other benches do.
+    for i in 0..=a.runs {
+        for (k, (c, fast)) in [(&empty, false), (&cfg, false), (&cfg, true)]
+            .into_iter()
+            .enumerate()
+        {
+            let (f, s) = cycles_once(c, fast, first, again)?;
+            if i > 0 {
+                v[k].0.push(f);
+                v[k].1.push(s);
+            }
+        }
+    }
+    Ok(v.map(|(mut f, mut s)| (median(&mut f), median(&mut s))))
+}
+
+/// No NFs: what every packet costs before and after the chain (copy into a pool
+/// buffer, the worker loop, a discarding sink).
+const EMPTY: &str = "[input]\nports = 1\n";
 
 /// The most common IPv4 destination, for the mixed chain's VIP.
 fn top_destination(t: &Trace) -> String {
@@ -300,14 +330,15 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     for nf in ["ip_filter", "nat", "maglev"] {
         for len in 1..=3 {
             let text = chain_text(nf, len, &rules);
-            for fast in [false, true] {
-                let (cf, cs) = cycles(a, &text, fast, &first, &again)?;
+            let [floor, off, on] = cycles(a, &text, &first, &again)?;
+            for (fast, (cf, cs)) in [(false, off), (true, on)] {
                 rows.push(Row {
                     nf: nf.into(),
                     chain_len: len,
                     fastpath: fast,
                     cycles_first: cf,
                     cycles_subsequent: cs,
+                    cycles_floor: floor.1,
                 });
             }
         }
@@ -323,6 +354,11 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "later on",
         "reduction %",
         "on / one NF off",
+        "floor",
+        "chain off",
+        "chain on",
+        "chain reduction %",
+        "chain on / one NF",
     ];
     let body: Vec<Vec<String>> = rows
         .chunks(2)
@@ -332,6 +368,14 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 .iter()
                 .find(|r| r.nf == off.nf && r.chain_len == 1 && !r.fastpath)
                 .map_or(1.0, |r| r.cycles_subsequent);
+            let one_chain = rows
+                .iter()
+                .find(|r| r.nf == off.nf && r.chain_len == 1 && !r.fastpath)
+                .map_or(1.0, |r| r.cycles_subsequent - r.cycles_floor);
+            let (c_off, c_on) = (
+                off.cycles_subsequent - off.cycles_floor,
+                on.cycles_subsequent - on.cycles_floor,
+            );
             vec![
                 off.nf.clone(),
                 off.chain_len.to_string(),
@@ -344,6 +388,11 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                     100.0 * (1.0 - on.cycles_subsequent / off.cycles_subsequent.max(1e-9))
                 ),
                 format!("{:.2}", on.cycles_subsequent / one.max(1e-9)),
+                format!("{:.0}", off.cycles_floor),
+                format!("{c_off:.0}"),
+                format!("{c_on:.0}"),
+                format!("{:.1}", 100.0 * (1.0 - c_on / c_off.max(1e-9))),
+                format!("{:.2}", c_on / one_chain.max(1e-9)),
             ]
         })
         .collect();
@@ -357,7 +406,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     } else {
         print_table(&header, &body);
         println!(
-            "(TSC cycles per packet, median of {} runs; {FLOWS} flows: first = one packet each, later = {AGAIN} more each)",
+            "(TSC cycles per packet, median of {} runs; {FLOWS} flows: first = one packet each, later = {AGAIN} more each;\n floor = the same runs through an empty chain; chain = later minus floor, what the NFs or the consolidated path cost)",
             a.runs
         );
         println!(

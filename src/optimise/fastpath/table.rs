@@ -9,7 +9,7 @@ use crate::flow::FlowKey;
 use crate::packet::Verdict;
 
 /// Most NFs on a consolidated path; longer paths are not consolidated.
-pub const MAX_PATH: usize = 8;
+pub const MAX_PATH: usize = 6;
 /// Most distinct flow keys along a path (each NF that rewrites addresses or ports makes
 /// one more).
 pub const MAX_KEYS: usize = 4;
@@ -70,9 +70,8 @@ impl Step {
     }
 }
 
-/// What a hit reads: the key, sink and path length in the first cache line, the actions
-/// in the next one and a half, then the steps (a path of up to six NFs ends in the fourth
-/// line). The flow keys the NFs saw are kept apart in [`Keys`]: only NFs whose state
+/// What a hit reads, in four cache lines: the key, sink and path length in the first,
+/// the actions in the next one and a half, then the steps. The flow keys the NFs saw are kept apart in [`Keys`]: only NFs whose state
 /// function reads the key (the flow monitor) touch them.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
@@ -87,7 +86,7 @@ pub struct Entry {
     pub steps: [Step; MAX_PATH],
 }
 
-/// Lines of an entry a hit on a path of up to six NFs reads, prefetched together.
+/// Lines of an entry, all of which a hit may read; prefetched together.
 const HOT_LINES: usize = 4;
 
 impl Entry {
@@ -178,25 +177,24 @@ impl Table {
         self.live == 0
     }
 
-    /// The key's hash, for [`find`](Self::find) and [`prefetch`](Self::prefetch).
+    /// The key's hash, for [`find`](Self::find) and the prefetches: foldhash, then a
+    /// full avalanche (murmur3's finaliser), done once per packet. foldhash's fast hash of
+    /// these structured keys (flows differing in a few address and port bits) leaves the
+    /// set bits clumped: six times the expected overflowing sets without it.
     #[inline]
     pub fn hash(&self, k: &FpKey) -> u64 {
-        self.hasher.hash_one(k)
-    }
-
-    /// (set, tag) of hash `h`.
-    #[inline]
-    fn place(&self, h: u64) -> (usize, u32) {
-        // foldhash's fast hash of these structured keys (flows differing in a few
-        // address and port bits) leaves the set bits clumped: six times the expected
-        // overflowing sets. A full avalanche (murmur3's finaliser) spreads them.
+        let h = self.hasher.hash_one(k);
         let mut m = h ^ (h >> 33);
         m = m.wrapping_mul(0xff51_afd7_ed55_8ccd);
         m ^= m >> 33;
         m = m.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        m ^= m >> 33;
-        let set = m as usize & (self.sets - 1);
-        (set, h as u32 | 1)
+        m ^ (m >> 33)
+    }
+
+    /// (set, tag) of hash `h`: the set from the low bits, the tag from the high half.
+    #[inline]
+    fn place(&self, h: u64) -> (usize, u32) {
+        (h as usize & (self.sets - 1), (h >> 32) as u32 | 1)
     }
 
     /// Bit i set: way i of `set` holds `tag` (all ways compared at once).
@@ -357,13 +355,12 @@ impl Table {
 mod tests {
     use super::*;
 
-    /// What a hit reads (key line, actions, steps of a path of six) is the prefetched
-    /// lines and nothing more; steps stay 16 bytes.
+    /// An entry is the four prefetched lines; steps stay 16 bytes.
     #[test]
     fn a_hit_reads_the_first_four_lines() {
         assert_eq!(std::mem::size_of::<Step>(), 16);
         assert_eq!(std::mem::offset_of!(Entry, actions), 64);
-        assert!(std::mem::offset_of!(Entry, steps) + 6 * 16 <= HOT_LINES * 64);
+        assert_eq!(std::mem::size_of::<Entry>(), HOT_LINES * 64);
         let s = Step::new(MAX_NODES - 1, 3, 7);
         assert_eq!((s.node(), s.key_index(), s.gen), (MAX_NODES - 1, 3, 7));
     }
