@@ -366,9 +366,9 @@ impl Runner {
                         snap.take(spare);
                     }
                     if let Some(f) = fast.as_deref_mut() {
-                        let (g, ok) = (f.gens[n], f.consolidable[n]);
+                        let (g, ok, w) = (f.gens[n], f.consolidable[n], f.writes[n]);
                         for p in spare.iter_mut() {
-                            f.rec.before(n, g, ok, p);
+                            f.rec.before(n, g, ok, w, p);
                         }
                     }
                     nf.process(spare, cx);
@@ -379,7 +379,7 @@ impl Runner {
                                 Verdict::Out(o) => Verdict::Out((o as usize).min(last) as u8),
                                 d => d,
                             };
-                            f.rec.after(p, v);
+                            f.rec.after(p, v, f.writes[n]);
                         }
                     }
                     if let Some(snap) = check.as_ref() {
@@ -510,6 +510,20 @@ impl Runner {
             } else {
                 f.table.find_at(way, now)
             };
+            if let Found::Hit(w) = found {
+                if f.table.entry(w).retry > 0 {
+                    // A remembered refusal: the chain, unrecorded, in order with the
+                    // other misses; every RETRY_AFTER-th packet records again.
+                    f.stats.misses += 1;
+                    if f.table.count_down(w) {
+                        f.rec.begin(&mut p, key, &mut self.pool);
+                    } else {
+                        f.stats.unrecorded += 1;
+                    }
+                    self.inbox[first].push(p);
+                    continue;
+                }
+            }
             if matches!(found, Found::Hit(_)) && !self.inbox[first].is_empty() {
                 // Earlier misses go first; they may change what the entry relies on.
                 self.flush(&mut f);

@@ -61,6 +61,8 @@ pub struct FastStats {
     pub refused: u64,
     /// Recordings whose net rewrite could not be consolidated.
     pub unconsolidatable: u64,
+    /// Packets of flows with a remembered refusal, run through the chain unrecorded.
+    pub unrecorded: u64,
 }
 
 /// Header fields a consolidated rewrite can carry: the key pins the addresses, ports and
@@ -101,6 +103,8 @@ pub struct FastPath {
     pub consolidable: Vec<bool>,
     /// Per node: the NF may rewrite an Ethernet address.
     pub writes_eth: Vec<bool>,
+    /// Per node: the NF may change any byte.
+    pub writes: Vec<bool>,
 }
 
 impl FastPath {
@@ -114,6 +118,10 @@ impl FastPath {
             consolidable: nfs
                 .iter()
                 .map(|n| n.is_some_and(|n| role(n).is_ok()))
+                .collect(),
+            writes: nfs
+                .iter()
+                .map(|n| n.is_some_and(|n| n.profile().writes != Fields::NONE))
                 .collect(),
             writes_eth: nfs
                 .iter()
@@ -137,8 +145,17 @@ impl FastPath {
                     stats.evicted += 1;
                 }
             }
-            Outcome::Refused => stats.refused += 1,
-            Outcome::Unfit => stats.unconsolidatable += 1,
+            Outcome::Refused | Outcome::Unfit => {
+                if o == Outcome::Refused {
+                    stats.refused += 1;
+                } else {
+                    stats.unconsolidatable += 1;
+                }
+                // Remembered, so the flow's next packets skip the recording's cost.
+                if table.insert(&Entry::refusal(e.key, e.last_ns), &Keys::EMPTY) {
+                    stats.evicted += 1;
+                }
+            }
             Outcome::Open => {}
         }
     }

@@ -27,6 +27,8 @@ pub struct Record {
     /// The first bytes as the current NF got them, and the checksum terms so far.
     stage: [u8; WINDOW],
     stage_len: usize,
+    /// No NF that may write ran since the last flow key was taken: it still holds.
+    key_fresh: bool,
     sums: Sums,
     /// The packet as it entered the chain (a pool buffer).
     orig: Option<Packet>,
@@ -53,6 +55,7 @@ impl Recorder {
                     keys: Keys::EMPTY,
                     stage: [0; WINDOW],
                     stage_len: 0,
+                    key_fresh: false,
                     sums: Sums::default(),
                     orig: None,
                     outcome: Outcome::Open,
@@ -92,6 +95,7 @@ impl Recorder {
         e.egress = 0;
         e.actions = Actions::NONE;
         r.orig = Some(copy);
+        r.key_fresh = false;
         r.outcome = Outcome::Open;
         r.sums = Sums::default();
         p.meta_mut().fast_rec = self.n as u8;
@@ -110,17 +114,42 @@ impl Recorder {
     }
 
     /// Before NF `node` (generation `gen`) runs on `p`: `consolidable` says whether the NF
-    /// can be skipped at all.
-    pub fn before(&mut self, node: usize, gen: u32, consolidable: bool, p: &mut Packet) {
+    /// can be skipped at all, `writes` whether it may change any byte (else its checksum
+    /// terms are not summed and the flow key after it is the one before).
+    pub fn before(
+        &mut self,
+        node: usize,
+        gen: u32,
+        consolidable: bool,
+        writes: bool,
+        p: &mut Packet,
+    ) {
         if p.meta().fast_rec == NOT_RECORDED {
             return;
         }
         let l = p.layers();
-        let key = FlowKey::from_packet(&l, p.data());
+        let fresh = self.rec(p).is_some_and(|r| r.key_fresh && r.keys.n > 0);
+        let key = if fresh {
+            None
+        } else {
+            FlowKey::from_packet(&l, p.data())
+        };
         let Some(r) = self.rec(p) else { return };
         let (e, keys) = (&mut r.entry, &mut r.keys);
+        let ok = consolidable && (e.len as usize) < MAX_PATH && node < MAX_NODES;
+        if ok && fresh {
+            e.steps[e.len as usize] = Step::new(node, keys.n - 1, gen);
+            e.len += 1;
+            r.key_fresh = !writes;
+            if writes {
+                r.stage_len = p.data().len().min(WINDOW);
+                r.stage[..r.stage_len].copy_from_slice(&p.data()[..r.stage_len]);
+            }
+            p.meta_mut().fast = FastMark::Want;
+            return;
+        }
         match key {
-            Some(key) if consolidable && (e.len as usize) < MAX_PATH && node < MAX_NODES => {
+            Some(key) if ok => {
                 let k = match keys.n.checked_sub(1) {
                     Some(last) if keys.keys[last as usize] == key => last,
                     _ if (keys.n as usize) < MAX_KEYS => {
@@ -135,9 +164,12 @@ impl Recorder {
                 };
                 e.steps[e.len as usize] = Step::new(node, k, gen);
                 e.len += 1;
-                let d = p.data();
-                r.stage_len = d.len().min(WINDOW);
-                r.stage[..r.stage_len].copy_from_slice(&d[..r.stage_len]);
+                r.key_fresh = !writes;
+                if writes {
+                    let d = p.data();
+                    r.stage_len = d.len().min(WINDOW);
+                    r.stage[..r.stage_len].copy_from_slice(&d[..r.stage_len]);
+                }
                 p.meta_mut().fast = FastMark::Want;
             }
             _ => r.outcome = Outcome::Refused,
@@ -145,16 +177,18 @@ impl Recorder {
     }
 
     /// After the NF ran: `verdict` is what the runtime counted (output index or drop).
-    pub fn after(&mut self, p: &mut Packet, verdict: Verdict) {
+    pub fn after(&mut self, p: &mut Packet, verdict: Verdict, writes: bool) {
         let mark = std::mem::take(&mut p.meta_mut().fast);
         let l = p.layers();
         let Some(r) = self.rec(p) else { return };
-        let d = p.data();
-        r.sums.add(step_sums(
-            &r.stage[..r.stage_len],
-            &d[..r.stage_len.min(d.len())],
-            &l,
-        ));
+        if writes {
+            let d = p.data();
+            r.sums.add(step_sums(
+                &r.stage[..r.stage_len],
+                &d[..r.stage_len.min(d.len())],
+                &l,
+            ));
+        }
         let e = &mut r.entry;
         let Some(s) = e.len.checked_sub(1).map(|i| &mut e.steps[i as usize]) else {
             return;

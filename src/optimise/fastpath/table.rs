@@ -37,6 +37,12 @@ pub struct Step {
     pub verdict: Verdict,
 }
 
+/// A refused flow's packets after the refusal until one is recorded again (the ones
+/// between run the chain unrecorded):
+/// refusals are mostly lasting (unsolicited traffic a NAT drops, TCP-flag rules), but a
+/// full table or an exhausted pool is not.
+pub const RETRY_AFTER: u8 = 16;
+
 /// Most nodes a chain may have for its NFs to be consolidated (node indices fit 14 bits).
 pub const MAX_NODES: usize = 1 << 14;
 
@@ -79,6 +85,9 @@ pub struct Entry {
     pub key: FpKey,
     pub last_ns: u64,
     pub len: u8,
+    /// Non-zero: a remembered refusal (no path). Its flow's packets run the chain without
+    /// the cost of recording, counting this down; the one that reaches 0 is recorded.
+    pub retry: u8,
     pub egress: u16,
     /// The sink the packet reaches, or None when the last step drops it.
     pub sink: Option<u16>,
@@ -94,11 +103,22 @@ impl Entry {
         key: FpKey::EMPTY,
         last_ns: 0,
         len: 0,
+        retry: 0,
         egress: 0,
         sink: None,
         actions: Actions::NONE,
         steps: [Step::EMPTY; MAX_PATH],
     };
+
+    /// The entry that remembers a refused (or unconsolidatable) recording of `key`.
+    pub fn refusal(key: FpKey, now: u64) -> Entry {
+        Entry {
+            key,
+            last_ns: now,
+            retry: RETRY_AFTER,
+            ..Entry::EMPTY
+        }
+    }
 
     pub fn path(&self) -> &[Step] {
         &self.steps[..self.len as usize]
@@ -293,6 +313,19 @@ impl Table {
     #[inline]
     pub fn key_of(&self, w: usize, step: &Step) -> &FlowKey {
         &self.keys[w].keys[step.key_index()]
+    }
+
+    /// One more packet through a remembered refusal; true (and the refusal is gone) when
+    /// the flow should be recorded again.
+    #[inline]
+    pub fn count_down(&mut self, w: usize) -> bool {
+        let e = &mut self.entries[w];
+        e.retry -= 1;
+        if e.retry == 0 {
+            self.remove(w);
+            return true;
+        }
+        false
     }
 
     #[inline]
