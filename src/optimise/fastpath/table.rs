@@ -384,6 +384,19 @@ impl Table {
     }
 }
 
+#[inline]
+fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch has no architectural effect; the address is a valid reference.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+            r as *const T as *const i8,
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,17 +410,4 @@ mod tests {
         let s = Step::new(MAX_NODES - 1, 3, 7);
         assert_eq!((s.node(), s.key_index(), s.gen), (MAX_NODES - 1, 3, 7));
     }
-}
-
-#[inline]
-fn prefetch<T>(r: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch has no architectural effect; the address is a valid reference.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-            r as *const T as *const i8,
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = r;
 }
