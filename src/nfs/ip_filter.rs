@@ -271,12 +271,13 @@ pub fn packed_key(m: &KeyMask, l: &Layers, d: &[u8]) -> Packed {
     let o = l.l3_off as usize;
     let (a, b) = match l.l3 {
         L3Kind::Ipv4 => {
-            // Layers guarantees the 20-byte header; source then destination address.
-            let a = d
-                .get(o + 12..o + 20)
-                .and_then(|s| <[u8; 8]>::try_from(s).ok())
-                .map_or(0, u64::from_be_bytes);
-            let proto = d[o + 9];
+            // Layers guarantees the 20-byte header: one bounds check for all of it.
+            let Some(h) = d.get(o..o + 20).and_then(|h| <&[u8; 20]>::try_from(h).ok()) else {
+                return Packed::Malformed;
+            };
+            let proto = h[9];
+            // Source then destination address.
+            let a = u64::from_be_bytes([h[12], h[13], h[14], h[15], h[16], h[17], h[18], h[19]]);
             let mut b = MARK | P_SRC4 | P_DST4 | u64::from(proto) << PROTO_SHIFT;
             if !l.is_later_fragment() {
                 b |= transport_bits(m, d, l.l4_off as usize, proto, 0);
@@ -306,11 +307,16 @@ pub fn packed_key(m: &KeyMask, l: &Layers, d: &[u8]) -> Packed {
 #[inline]
 fn transport_bits(m: &KeyMask, d: &[u8], t: usize, proto: u8, icmp_base: u64) -> u64 {
     match proto {
-        6 | 17 | 132 if d.len() >= t + 4 => {
-            let sport = (P_SPORT | u64::from(be16(d, t)) << X_SHIFT) & m.sport;
-            let mut b = sport | P_DPORT | u64::from(be16(d, t + 2)) << DPORT_SHIFT;
-            if proto == 6 && d.len() > t + 13 {
-                b |= P_FLAGS | u64::from(d[t + 13]) << FLAGS_SHIFT;
+        6 | 17 | 132 => {
+            let Some(&[s0, s1, d0, d1]) = d.get(t..t + 4) else {
+                return 0;
+            };
+            let sport = (P_SPORT | u64::from(u16::from_be_bytes([s0, s1])) << X_SHIFT) & m.sport;
+            let mut b = sport | P_DPORT | u64::from(u16::from_be_bytes([d0, d1])) << DPORT_SHIFT;
+            if proto == 6 {
+                if let Some(&f) = d.get(t + 13) {
+                    b |= P_FLAGS | u64::from(f) << FLAGS_SHIFT;
+                }
             }
             b
         }
