@@ -16,7 +16,7 @@ use super::rule::Field;
 use crate::flow::Hasher;
 
 /// Buckets by default: 4Ki × 64 bytes (12Ki keys), a quarter of L2.
-pub const DEFAULT_BUCKETS: usize = 4096;
+pub const DEFAULT_BUCKETS: usize = 8192;
 
 const WAYS: usize = 3;
 
