@@ -7,7 +7,9 @@ use std::process::Command;
 
 use catena::io::Trace;
 use catena::nfs::acl::classify::{linear, Classifier, Key};
-use catena::nfs::acl::{packed_key, packet_key, parse_rules, KeyMask, Packed, Rule, VerdictCache};
+use catena::nfs::acl::{
+    packed, packed_key, packet_key, parse_rules, KeyMask, Packed, Rule, VerdictCache,
+};
 use catena::packet::Packet;
 use common::*;
 use proptest::prelude::*;
@@ -558,8 +560,10 @@ fn packed_keys_and_a_colliding_cache_agree_with_the_classifier() {
             let trace = Trace::open(&dataset(rel)).unwrap();
             for i in 0..trace.len() {
                 let mut p = Packet::from_bytes(trace.packet(i));
+                // Unparsed (the commonest frames are read without parsing), then parsed.
+                let got = packed(&m, &mut p);
                 let l = p.layers();
-                let got = packed_key(&m, &l, p.data());
+                assert_eq!(got, packed_key(&m, &l, p.data()), "packet {i} of {rel}");
                 let k = packet_key(&mut p);
                 let want = match k.map(|k| VerdictCache::pack(&c.relevant(&k))) {
                     None => Packed::Malformed,

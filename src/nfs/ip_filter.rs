@@ -34,7 +34,7 @@ use super::nf::Stats;
 use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::bytes::{be16, be32};
-use crate::packet::{Batch, FastMark, Fields, L3Kind, Layers, Packet, MAX_BATCH};
+use crate::packet::{Batch, FastMark, Fields, L3Kind, Layers, LinkKind, Packet, MAX_BATCH};
 
 const DENIED: u8 = 0;
 const MALFORMED: u8 = 1;
@@ -275,14 +275,8 @@ pub fn packed_key(m: &KeyMask, l: &Layers, d: &[u8]) -> Packed {
             let Some(h) = d.get(o..o + 20).and_then(|h| <&[u8; 20]>::try_from(h).ok()) else {
                 return Packed::Malformed;
             };
-            let proto = h[9];
-            // Source then destination address.
-            let a = u64::from_be_bytes([h[12], h[13], h[14], h[15], h[16], h[17], h[18], h[19]]);
-            let mut b = MARK | P_SRC4 | P_DST4 | u64::from(proto) << PROTO_SHIFT;
-            if !l.is_later_fragment() {
-                b |= transport_bits(m, d, l.l4_off as usize, proto, 0);
-            }
-            (a, b)
+            let t = (!l.is_later_fragment()).then_some(l.l4_off as usize);
+            return v4_key(m, h, d, t);
         }
         L3Kind::Ipv6 => {
             if m.v6 {
@@ -300,6 +294,39 @@ pub fn packed_key(m: &KeyMask, l: &Layers, d: &[u8]) -> Packed {
         L3Kind::Malformed | L3Kind::Unparsed => return Packed::Malformed,
         L3Kind::Arp | L3Kind::Other => (0, MARK | (NOT_IP as u64) << PROTO_SHIFT),
     };
+    Packed::Key(a & m.a, b & m.b)
+}
+
+/// [`packed_key`] of a packet, not parsing the commonest frame (untagged Ethernet / IPv4
+/// without options or fragmentation, decided from the bytes as [`Layers::parse`] decides
+/// it first) into its metadata: the filter needs no more of it, and a later reader parses.
+#[inline]
+pub fn packed(m: &KeyMask, p: &mut Packet) -> Packed {
+    let meta = p.meta();
+    if meta.layers.is_unparsed() && meta.link == LinkKind::Ethernet {
+        let d = p.data();
+        if let Some(f) = d.get(..34).and_then(|f| <&[u8; 34]>::try_from(f).ok()) {
+            if f[12] == 0x08 && f[13] == 0 && f[14] == 0x45 && f[20] & 0x3f == 0 && f[21] == 0 {
+                let h: &[u8; 20] = f[14..].try_into().unwrap_or(&[0; 20]);
+                return v4_key(m, h, d, Some(34));
+            }
+        }
+    }
+    let l = p.layers();
+    packed_key(m, &l, p.data())
+}
+
+/// The packed key of an IPv4 packet with header `h` and transport header at `t` (none
+/// for a later fragment).
+#[inline]
+fn v4_key(m: &KeyMask, h: &[u8; 20], d: &[u8], t: Option<usize>) -> Packed {
+    let proto = h[9];
+    // Source then destination address.
+    let a = u64::from_be_bytes([h[12], h[13], h[14], h[15], h[16], h[17], h[18], h[19]]);
+    let mut b = MARK | P_SRC4 | P_DST4 | u64::from(proto) << PROTO_SHIFT;
+    if let Some(t) = t {
+        b |= transport_bits(m, d, t, proto, 0);
+    }
     Packed::Key(a & m.a, b & m.b)
 }
 
@@ -344,8 +371,7 @@ impl Nf for IpFilter {
             let mut keys = [Packed::Malformed; MAX_BATCH];
             let mut at = [0usize; MAX_BATCH];
             for ((p, k), i) in chunk.iter_mut().zip(&mut keys).zip(&mut at) {
-                let l = p.layers();
-                *k = packed_key(&self.mask, &l, p.data());
+                *k = packed(&self.mask, p);
                 if let Packed::Key(a, b) = *k {
                     *i = self.cache.bucket((a, b));
                     self.cache.prefetch(*i);
