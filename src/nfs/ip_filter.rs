@@ -19,7 +19,7 @@
 //! - Live changes: [`IpFilter::set_rules`] / [`IpFilter::set_classifier`] swap the whole
 //!   rule set between batches; hit counters restart.
 //!
-//! A per-flow verdict cache ([`super::acl::cache`], 4Ki 3-way buckets of packed keys)
+//! A per-flow verdict cache ([`super::acl::cache`], 8Ki 3-way buckets of packed keys)
 //! sits in front of the classifier; a rule change clears it. It changes no verdict and no
 //! counter, only how often the bitmaps are ANDed. Per batch, every packet's key is packed
 //! straight from its bytes and its bucket prefetched, then the buckets are read.
@@ -170,7 +170,7 @@ impl IpFilter {
 
 impl IpFilter {
     /// The hit counter index of a well-formed packet: its first matching rule, or the
-    /// default's (one past the rules).
+    /// default's (one past the rules). Out of line: only cache misses get here.
     #[inline(never)]
     fn classify(&self, p: &mut Packet) -> usize {
         let found = packet_key(p).and_then(|k| self.classifier.classify(&k));
