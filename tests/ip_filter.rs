@@ -7,7 +7,10 @@ use std::process::Command;
 
 use catena::io::Trace;
 use catena::nfs::acl::classify::{linear, Classifier, Key};
-use catena::nfs::acl::{parse_rules, Rule};
+use catena::nfs::acl::{
+    packed, packed_key, packet_key, parse_rules, KeyMask, Packed, Rule, VerdictCache,
+};
+use catena::packet::Packet;
 use common::*;
 use proptest::prelude::*;
 
@@ -488,11 +491,20 @@ proptest! {
     ) {
         let rules: Vec<Rule> = parse_rules(texts.iter().map(|s| s.as_str())).unwrap();
         let c = Classifier::new(&rules);
-        for k in &keys {
+        // Two buckets: keys collide and evict each other all the time.
+        let mut cache = VerdictCache::new(2);
+        for k in keys.iter().chain(&keys) {
             let want = linear(&rules, &k.values());
             prop_assert_eq!(c.classify(k), want, "{:?}", k);
             // The verdict cache keys on the constrained fields only.
             prop_assert_eq!(c.classify(&c.relevant(k)), want, "relevant {:?}", k);
+            if let Some(pk) = VerdictCache::pack(&c.relevant(k)) {
+                let v = want.unwrap_or(u32::MAX);
+                match cache.get(pk) {
+                    Some(got) => prop_assert_eq!(got, v, "cached {:?}", k),
+                    None => cache.put(pk, v),
+                }
+            }
         }
     }
 }
@@ -515,6 +527,62 @@ proptest! {
             prop_assert!(!e.contains('\n') && !e.is_empty());
         }
     }
+}
+
+/// The hot path's key, packed from the bytes under the classifier's mask, equals the
+/// packed relevant [`Key`] on every packet of the real traces (VLANs, IPv6, ICMP,
+/// fragments, truncation), and a tiny cache keyed on it returns what classifying does.
+#[test]
+fn packed_keys_and_a_colliding_cache_agree_with_the_classifier() {
+    let sets: &[&[&str]] = &[
+        &[],
+        &["allow tcp dst port 80", "deny src net 10.0.0.0/8"],
+        &["allow icmp type echo-request or echo-reply"],
+        &["deny udp src port 53", "allow icmp6 type echo-request"],
+        &["deny tcp flags syn,!ack", "allow dst port 443"],
+        &[
+            "deny net 2001:db8::/32",
+            "allow ip6 and port 53",
+            "allow not ip",
+        ],
+        &[
+            "deny src portrange 1000-2000 and icmp type 3",
+            "allow dst host 192.168.1.1",
+        ],
+    ];
+    let mut keys = 0usize;
+    for texts in sets {
+        let rules = parse_rules(texts.iter().copied()).unwrap();
+        let c = Classifier::new(&rules);
+        let m = KeyMask::new(&c);
+        let mut cache = VerdictCache::new(4);
+        for rel in TRACES {
+            let trace = Trace::open(&dataset(rel)).unwrap();
+            for i in 0..trace.len() {
+                let mut p = Packet::from_bytes(trace.packet(i));
+                // Unparsed (the commonest frames are read without parsing), then parsed.
+                let got = packed(&m, &mut p);
+                let l = p.layers();
+                assert_eq!(got, packed_key(&m, &l, p.data()), "packet {i} of {rel}");
+                let k = packet_key(&mut p);
+                let want = match k.map(|k| VerdictCache::pack(&c.relevant(&k))) {
+                    None => Packed::Malformed,
+                    Some(None) => Packed::Uncached,
+                    Some(Some((a, b))) => Packed::Key(a, b),
+                };
+                assert_eq!(got, want, "{texts:?} packet {i} of {rel}");
+                if let (Packed::Key(a, b), Some(k)) = (got, k) {
+                    keys += 1;
+                    let v = c.classify(&k).unwrap_or(u32::MAX);
+                    match cache.get((a, b)) {
+                        Some(cached) => assert_eq!(cached, v, "{texts:?} packet {i} of {rel}"),
+                        None => cache.put((a, b), v),
+                    }
+                }
+            }
+        }
+    }
+    assert!(keys > 500_000, "{keys} keys");
 }
 
 #[test]

@@ -19,17 +19,22 @@
 //! - Live changes: [`IpFilter::set_rules`] / [`IpFilter::set_classifier`] swap the whole
 //!   rule set between batches; hit counters restart.
 //!
-//! A per-flow verdict cache ([`super::acl::cache`], 16Ki slots of packed IPv4 keys) sits
-//! in front of the classifier; a rule change clears it. It changes no verdict and no
-//! counter, only how often the bitmaps are ANDed.
+//! A per-flow verdict cache ([`super::acl::cache`], 8Ki 3-way buckets of packed keys)
+//! sits in front of the classifier; a rule change clears it. It changes no verdict and no
+//! counter, only how often the bitmaps are ANDed. Per batch, every packet's key is packed
+//! straight from its bytes and its bucket prefetched, then the buckets are read.
 
+use super::acl::cache::{
+    KeyMask, DPORT_SHIFT, FLAGS_SHIFT, MARK, PROTO_SHIFT, P_DPORT, P_DST4, P_FLAGS, P_ICMP,
+    P_SPORT, P_SRC4, X_SHIFT,
+};
 use super::acl::rule::{Field, NOT_IP};
 use super::acl::{parse_rules, Action, Classifier, Key, Rule, VerdictCache};
 use super::nf::Stats;
 use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::bytes::{be16, be32};
-use crate::packet::{Batch, FastMark, Fields, L3Kind, Layers, Packet};
+use crate::packet::{Batch, FastMark, Fields, L3Kind, Layers, LinkKind, Packet, MAX_BATCH};
 
 const DENIED: u8 = 0;
 const MALFORMED: u8 = 1;
@@ -37,7 +42,8 @@ const MALFORMED: u8 = 1;
 pub struct IpFilter {
     profile: Profile,
     rules: Vec<Rule>,
-    /// Action per rule index, beside the classifier so the hot path touches no `Rule`.
+    /// Action per hit counter (rule index, then the default), beside the classifier so
+    /// the hot path touches no `Rule`.
     actions: Vec<Action>,
     classifier: Classifier,
     default: Action,
@@ -45,6 +51,9 @@ pub struct IpFilter {
     hits: Vec<u64>,
     /// Some rule tests TCP flags, which vary within a flow (FastPath refuses TCP then).
     reads_flags: bool,
+    /// The cache's key bits the rules read.
+    mask: KeyMask,
+    /// Hit counter index per packed key.
     cache: VerdictCache,
 }
 
@@ -92,11 +101,12 @@ impl IpFilter {
             },
             rules: Vec::new(),
             actions: Vec::new(),
+            mask: KeyMask::new(&Classifier::new(&[])),
             classifier: Classifier::new(&[]),
             default,
             hits: vec![0],
             reads_flags: false,
-            cache: VerdictCache::new(crate::nfs::acl::cache::DEFAULT_SLOTS),
+            cache: VerdictCache::new(crate::nfs::acl::cache::DEFAULT_BUCKETS),
         };
         f.set_rules(rules);
         f
@@ -111,6 +121,7 @@ impl IpFilter {
     /// Swaps in a classifier built elsewhere (e.g. by a control plane thread) for `rules`.
     pub fn set_classifier(&mut self, rules: Vec<Rule>, classifier: Classifier) {
         self.actions = rules.iter().map(|r| r.action).collect();
+        self.actions.push(self.default);
         self.hits = vec![0; rules.len() + 1];
         self.reads_flags = rules.iter().any(|r| {
             r.variants
@@ -118,6 +129,7 @@ impl IpFilter {
                 .any(|v| !v.atoms[Field::Flags as usize].is_empty())
         });
         self.rules = rules;
+        self.mask = KeyMask::new(&classifier);
         self.classifier = classifier;
         self.cache.clear();
     }
@@ -157,6 +169,14 @@ impl IpFilter {
 }
 
 impl IpFilter {
+    /// The hit counter index of a well-formed packet: its first matching rule, or the
+    /// default's (one past the rules). Out of line: only cache misses get here.
+    #[inline(never)]
+    fn classify(&self, p: &mut Packet) -> usize {
+        let found = packet_key(p).and_then(|k| self.classifier.classify(&k));
+        found.map_or(self.rules.len(), |i| i as usize)
+    }
+
     /// The token is the index of the hit counter the packet bumped. IPv6 extension
     /// headers are read as BPF reads them (raw bytes after the fixed header), which the
     /// flow key does not cover, so such packets are refused too.
@@ -234,6 +254,107 @@ fn transport(k: &mut Key, d: &[u8], t: usize, proto: u8, icmp_base: u16) {
     }
 }
 
+/// What the hot path makes of a packet: its packed relevant key, or why it has none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packed {
+    Key(u64, u64),
+    /// IPv6 while some rule reads IPv6 addresses: classified every time.
+    Uncached,
+    Malformed,
+}
+
+/// The cache key read straight from the bytes: equal to
+/// `VerdictCache::pack(&classifier.relevant(&packet_key(p)?))` for the classifier `m`
+/// was made from, without building a [`Key`] or touching IPv6 addresses.
+#[inline]
+pub fn packed_key(m: &KeyMask, l: &Layers, d: &[u8]) -> Packed {
+    let o = l.l3_off as usize;
+    let (a, b) = match l.l3 {
+        L3Kind::Ipv4 => {
+            // Layers guarantees the 20-byte header: one bounds check for all of it.
+            let Some(h) = d.get(o..o + 20).and_then(|h| <&[u8; 20]>::try_from(h).ok()) else {
+                return Packed::Malformed;
+            };
+            let t = (!l.is_later_fragment()).then_some(l.l4_off as usize);
+            return v4_key(m, h, d, t);
+        }
+        L3Kind::Ipv6 => {
+            if m.v6 {
+                return Packed::Uncached;
+            }
+            let nxt = d[o + 6];
+            let proto = if nxt == 44 {
+                d.get(o + 40).copied().unwrap_or(nxt)
+            } else {
+                nxt
+            };
+            let b = MARK | (256 + u64::from(proto)) << PROTO_SHIFT;
+            (0, b | transport_bits(m, d, o + 40, nxt, 256))
+        }
+        L3Kind::Malformed | L3Kind::Unparsed => return Packed::Malformed,
+        L3Kind::Arp | L3Kind::Other => (0, MARK | (NOT_IP as u64) << PROTO_SHIFT),
+    };
+    Packed::Key(a & m.a, b & m.b)
+}
+
+/// [`packed_key`] of a packet, not parsing the commonest frame (untagged Ethernet / IPv4
+/// without options or fragmentation, decided from the bytes as [`Layers::parse`] decides
+/// it first) into its metadata: the filter needs no more of it, and a later reader parses.
+#[inline]
+pub fn packed(m: &KeyMask, p: &mut Packet) -> Packed {
+    let meta = p.meta();
+    if meta.layers.is_unparsed() && meta.link == LinkKind::Ethernet {
+        let d = p.data();
+        if let Some(f) = d.get(..34).and_then(|f| <&[u8; 34]>::try_from(f).ok()) {
+            if f[12] == 0x08 && f[13] == 0 && f[14] == 0x45 && f[20] & 0x3f == 0 && f[21] == 0 {
+                let h: &[u8; 20] = f[14..].try_into().unwrap_or(&[0; 20]);
+                return v4_key(m, h, d, Some(34));
+            }
+        }
+    }
+    let l = p.layers();
+    packed_key(m, &l, p.data())
+}
+
+/// The packed key of an IPv4 packet with header `h` and transport header at `t` (none
+/// for a later fragment).
+#[inline]
+fn v4_key(m: &KeyMask, h: &[u8; 20], d: &[u8], t: Option<usize>) -> Packed {
+    let proto = h[9];
+    // Source then destination address.
+    let a = u64::from_be_bytes([h[12], h[13], h[14], h[15], h[16], h[17], h[18], h[19]]);
+    let mut b = MARK | P_SRC4 | P_DST4 | u64::from(proto) << PROTO_SHIFT;
+    if let Some(t) = t {
+        b |= transport_bits(m, d, t, proto, 0);
+    }
+    Packed::Key(a & m.a, b & m.b)
+}
+
+/// [`transport`] as packed-key bits, the source port and ICMP type already masked.
+#[inline]
+fn transport_bits(m: &KeyMask, d: &[u8], t: usize, proto: u8, icmp_base: u64) -> u64 {
+    match proto {
+        6 | 17 | 132 => {
+            let Some(&[s0, s1, d0, d1]) = d.get(t..t + 4) else {
+                return 0;
+            };
+            let sport = (P_SPORT | u64::from(u16::from_be_bytes([s0, s1])) << X_SHIFT) & m.sport;
+            let mut b = sport | P_DPORT | u64::from(u16::from_be_bytes([d0, d1])) << DPORT_SHIFT;
+            if proto == 6 {
+                if let Some(&f) = d.get(t + 13) {
+                    b |= P_FLAGS | u64::from(f) << FLAGS_SHIFT;
+                }
+            }
+            b
+        }
+        1 if icmp_base == 0 && d.len() > t => (P_ICMP | u64::from(d[t]) << X_SHIFT) & m.icmp,
+        58 if icmp_base == 256 && d.len() > t => {
+            (P_ICMP | (256 + u64::from(d[t])) << X_SHIFT) & m.icmp
+        }
+        _ => 0,
+    }
+}
+
 /// At most this many per-rule counters are shown (the busiest first, in rule order).
 const SHOWN_RULES: usize = 32;
 
@@ -242,45 +363,49 @@ impl Nf for IpFilter {
         &self.profile
     }
 
+    /// Two passes per batch: pack every key and prefetch its bucket, then look up (and
+    /// on a miss classify), so the buckets' loads overlap.
     #[inline]
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
-        for p in batch {
-            let Some(k) = packet_key(p) else {
-                p.drop_with(MALFORMED);
-                continue;
-            };
-            let found = match VerdictCache::pack(&self.classifier.relevant(&k)) {
-                Some(packed) => match self.cache.get(packed) {
-                    Some(r) => r,
-                    None => {
-                        let r = self.classifier.classify(&k);
-                        self.cache.put(packed, r);
-                        r
-                    }
-                },
-                None => self.classifier.classify(&k),
-            };
-            let (action, hit) = match found {
-                Some(i) => {
-                    let i = i as usize;
-                    if let Some(h) = self.hits.get_mut(i) {
-                        *h += 1;
-                    }
-                    (self.actions.get(i).copied().unwrap_or(self.default), i)
+        for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
+            let mut keys = [Packed::Malformed; MAX_BATCH];
+            let mut at = [0usize; MAX_BATCH];
+            for ((p, k), i) in chunk.iter_mut().zip(&mut keys).zip(&mut at) {
+                *k = packed(&self.mask, p);
+                if let Packed::Key(a, b) = *k {
+                    *i = self.cache.bucket((a, b));
+                    self.cache.prefetch(*i);
                 }
-                None => {
-                    if let Some(h) = self.hits.last_mut() {
-                        *h += 1;
-                    }
-                    (self.default, self.hits.len() - 1)
-                }
-            };
-            if p.meta().fast == FastMark::Want {
-                let l = p.layers();
-                p.meta_mut().fast = self.fast_mark(&k, &l, hit);
             }
-            if action == Action::Deny {
-                p.drop_with(DENIED);
+            for ((p, k), &i) in chunk.iter_mut().zip(&keys).zip(&at) {
+                let hit = match *k {
+                    Packed::Key(a, b) => match self.cache.get_at(i, (a, b)) {
+                        Some(h) => h as usize,
+                        None => {
+                            let h = self.classify(p);
+                            self.cache.put_at(i, (a, b), h as u32);
+                            h
+                        }
+                    },
+                    Packed::Uncached => self.classify(p),
+                    Packed::Malformed => {
+                        p.drop_with(MALFORMED);
+                        continue;
+                    }
+                };
+                if let Some(h) = self.hits.get_mut(hit) {
+                    *h += 1;
+                }
+                if p.meta().fast == FastMark::Want {
+                    let l = p.layers();
+                    p.meta_mut().fast = match packet_key(p) {
+                        Some(k) => self.fast_mark(&k, &l, hit),
+                        None => FastMark::Refuse,
+                    };
+                }
+                if self.actions.get(hit).copied().unwrap_or(self.default) == Action::Deny {
+                    p.drop_with(DENIED);
+                }
             }
         }
     }

@@ -1,100 +1,176 @@
-//! A per-flow verdict cache in front of the classifier: IPv4 (and non-IP) keys packed
-//! into two words, direct-mapped, keyed hashing. The classifier is a pure function of the
-//! key, so a hit returns exactly what classifying would; a rule change clears the cache.
-//! Most packets belong to a flow seen moments before, so most skip the bitmap ANDs.
-//! IPv6 keys are not cached (they do not pack into two words).
+//! A per-flow verdict cache in front of the classifier: keys packed into two words,
+//! 3-way set-associative buckets of one cache line each, keyed hashing. The classifier is
+//! a pure function of the key, so a hit returns exactly what classifying would; a rule
+//! change clears the cache. Most packets belong to a flow seen moments before, so most
+//! skip the bitmap ANDs. Keys holding IPv6 addresses are not cached (they do not pack
+//! into two words); IPv6 packets do pack when no rule reads IPv6 addresses.
+//!
+//! The packed layout (`b`, high to low): a fill mark (so a zeroed slot is empty), six
+//! presence bits, protocol (10 bits), TCP flags (8), source port or ICMP type (16),
+//! destination port (16). `a` holds the IPv4 source and destination addresses.
 
 use std::hash::BuildHasher;
 
-use super::classify::Key;
+use super::classify::{Classifier, Key};
+use super::rule::Field;
 use crate::flow::Hasher;
 
-/// Slots by default: 16Ki × 24 bytes, small enough to stay in L2.
-pub const DEFAULT_SLOTS: usize = 16_384;
+/// Buckets by default: 8Ki × 64 bytes (24Ki keys), as much as one core's L2; only the
+/// buckets flows touch are loaded, and each is prefetched a batch ahead.
+pub const DEFAULT_BUCKETS: usize = 8192;
 
-/// The `rule` of a cached "no rule matches".
-const NO_RULE: u32 = u32::MAX;
+const WAYS: usize = 3;
 
-#[derive(Clone, Copy)]
-struct Slot {
-    a: u64,
-    /// Never 0 for a filled slot (bit 63 is set), so a zeroed slot is empty.
-    b: u64,
-    rule: u32,
+pub const MARK: u64 = 1 << 63;
+pub const P_SRC4: u64 = 1 << 57;
+pub const P_DST4: u64 = 1 << 58;
+pub const P_SPORT: u64 = 1 << 59;
+pub const P_DPORT: u64 = 1 << 60;
+pub const P_ICMP: u64 = 1 << 61;
+pub const P_FLAGS: u64 = 1 << 62;
+pub const PROTO_SHIFT: u32 = 47;
+pub const FLAGS_SHIFT: u32 = 39;
+/// Source port or ICMP type: a packet has at most one of them.
+pub const X_SHIFT: u32 = 23;
+pub const DPORT_SHIFT: u32 = 7;
+
+/// The packed-key bits of the fields a classifier constrains: masking a packed key of
+/// every field gives the packed key of [`Classifier::relevant`], without building a
+/// [`Key`]. `sport` and `icmp` gate the shared bits (all ones or zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyMask {
+    pub a: u64,
+    pub b: u64,
+    pub sport: u64,
+    pub icmp: u64,
+    /// Some rule reads IPv6 addresses: IPv6 keys are not cached.
+    pub v6: bool,
 }
 
-const EMPTY: Slot = Slot {
-    a: 0,
-    b: 0,
-    rule: 0,
+impl KeyMask {
+    pub fn new(c: &Classifier) -> KeyMask {
+        let on = |f: Field, bits: u64| if c.constrains(f) { bits } else { 0 };
+        KeyMask {
+            a: on(Field::Src4, 0xffff_ffff << 32) | on(Field::Dst4, 0xffff_ffff),
+            b: MARK
+                | on(Field::Src4, P_SRC4)
+                | on(Field::Dst4, P_DST4)
+                | on(Field::Proto, 0x3ff << PROTO_SHIFT)
+                | on(Field::Flags, P_FLAGS | 0xff << FLAGS_SHIFT)
+                | on(Field::Dport, P_DPORT | 0xffff << DPORT_SHIFT)
+                // Gated per packet by `sport` and `icmp`, presence bits included.
+                | P_SPORT
+                | P_ICMP
+                | 0xffff << X_SHIFT,
+            sport: on(Field::Sport, !0),
+            icmp: on(Field::Icmp, !0),
+            v6: c.constrains(Field::Src6) || c.constrains(Field::Dst6),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Bucket {
+    /// Newest first; `b` is never 0 for a filled way ([`MARK`]).
+    keys: [(u64, u64); WAYS],
+    vals: [u32; WAYS],
+}
+
+const EMPTY: Bucket = Bucket {
+    keys: [(0, 0); WAYS],
+    vals: [0; WAYS],
 };
 
 pub struct VerdictCache {
-    slots: Vec<Slot>,
-    hasher: Hasher,
+    buckets: Vec<Bucket>,
+    /// Per-process random seeds of the index hash.
+    seeds: (u64, u64),
 }
 
 impl VerdictCache {
-    /// `slots` is rounded up to a power of two (at least 1).
-    pub fn new(slots: usize) -> VerdictCache {
+    /// `buckets` is rounded up to a power of two (at least 1).
+    pub fn new(buckets: usize) -> VerdictCache {
+        let h = Hasher::default();
         VerdictCache {
-            slots: vec![EMPTY; slots.max(1).next_power_of_two()],
-            hasher: Hasher::default(),
+            buckets: vec![EMPTY; buckets.max(1).next_power_of_two()],
+            seeds: (h.hash_one(1u64), h.hash_one(2u64)),
         }
     }
 
     pub fn clear(&mut self) {
-        self.slots.fill(EMPTY);
+        self.buckets.fill(EMPTY);
     }
 
-    /// The packed key, or None when it does not pack (IPv6, odd protocol numbers).
+    /// The packed key, or None when it does not pack (IPv6 addresses, odd protocol
+    /// numbers, both an ICMP type and a source port).
     #[inline]
     pub fn pack(k: &Key) -> Option<(u64, u64)> {
         if k.src6.is_some() || k.dst6.is_some() || k.proto > 0x3ff {
             return None;
         }
-        // ICMP type shares the source-port bits; a key with both does not pack.
         let x = match (k.icmp, k.sport) {
             (Some(_), Some(_)) => return None,
             (Some(t), None) => t,
             (None, s) => s.unwrap_or(0),
         };
-        let present = u64::from(k.src4.is_some())
-            | u64::from(k.dst4.is_some()) << 1
-            | u64::from(k.sport.is_some()) << 2
-            | u64::from(k.dport.is_some()) << 3
-            | u64::from(k.icmp.is_some()) << 4
-            | u64::from(k.flags.is_some()) << 5;
+        let bit = |present: bool, b: u64| if present { b } else { 0 };
         let a = u64::from(k.src4.unwrap_or(0)) << 32 | u64::from(k.dst4.unwrap_or(0));
-        let b = 1 << 63
-            | present << 57
-            | u64::from(k.proto) << 47
-            | u64::from(k.flags.unwrap_or(0)) << 39
-            | u64::from(x) << 23
-            | u64::from(k.dport.unwrap_or(0)) << 7;
+        let b = MARK
+            | bit(k.src4.is_some(), P_SRC4)
+            | bit(k.dst4.is_some(), P_DST4)
+            | bit(k.sport.is_some(), P_SPORT)
+            | bit(k.dport.is_some(), P_DPORT)
+            | bit(k.icmp.is_some(), P_ICMP)
+            | bit(k.flags.is_some(), P_FLAGS)
+            | u64::from(k.proto) << PROTO_SHIFT
+            | u64::from(k.flags.unwrap_or(0)) << FLAGS_SHIFT
+            | u64::from(x) << X_SHIFT
+            | u64::from(k.dport.unwrap_or(0)) << DPORT_SHIFT;
         Some((a, b))
     }
 
+    /// The bucket of a packed key: one folded multiply of the seeded words.
     #[inline]
-    fn index(&self, a: u64, b: u64) -> usize {
-        self.hasher.hash_one((a, b)) as usize & (self.slots.len() - 1)
+    pub fn bucket(&self, (a, b): (u64, u64)) -> usize {
+        let m = u128::from(a ^ self.seeds.0) * u128::from(b ^ self.seeds.1);
+        ((m as u64) ^ (m >> 64) as u64) as usize & (self.buckets.len() - 1)
     }
 
-    /// The cached classification of the packed key: Some(first matching rule or None).
+    /// Starts loading bucket `i` (from [`Self::bucket`]) so a later lookup finds it.
     #[inline]
-    pub fn get(&self, (a, b): (u64, u64)) -> Option<Option<u32>> {
-        let s = self.slots[self.index(a, b)];
-        (s.a == a && s.b == b).then_some((s.rule != NO_RULE).then_some(s.rule))
+    pub fn prefetch(&self, i: usize) {
+        if let Some(b) = self.buckets.get(i) {
+            crate::flow::prefetch(b);
+        }
+    }
+
+    /// The value cached for the packed key in bucket `i`.
+    #[inline]
+    pub fn get_at(&self, i: usize, k: (u64, u64)) -> Option<u32> {
+        let b = self.buckets.get(i)?;
+        (0..WAYS).find(|&w| b.keys[w] == k).map(|w| b.vals[w])
+    }
+
+    /// Caches `v` for the packed key in bucket `i`, evicting the bucket's oldest key.
+    #[inline]
+    pub fn put_at(&mut self, i: usize, k: (u64, u64), v: u32) {
+        if let Some(b) = self.buckets.get_mut(i) {
+            b.keys.copy_within(0..WAYS - 1, 1);
+            b.vals.copy_within(0..WAYS - 1, 1);
+            b.keys[0] = k;
+            b.vals[0] = v;
+        }
     }
 
     #[inline]
-    pub fn put(&mut self, (a, b): (u64, u64), rule: Option<u32>) {
-        let i = self.index(a, b);
-        self.slots[i] = Slot {
-            a,
-            b,
-            rule: rule.unwrap_or(NO_RULE),
-        };
+    pub fn get(&self, k: (u64, u64)) -> Option<u32> {
+        self.get_at(self.bucket(k), k)
+    }
+
+    #[inline]
+    pub fn put(&mut self, k: (u64, u64), v: u32) {
+        self.put_at(self.bucket(k), k, v)
     }
 }
 
@@ -135,10 +211,10 @@ mod tests {
             }
         }
         let mut c = VerdictCache::new(1024);
-        c.put(packed[0], Some(7));
-        c.put(packed[1], None);
-        assert_eq!(c.get(packed[0]), Some(Some(7)));
-        assert_eq!(c.get(packed[1]), Some(None));
+        c.put(packed[0], 7);
+        c.put(packed[1], 3);
+        assert_eq!(c.get(packed[0]), Some(7));
+        assert_eq!(c.get(packed[1]), Some(3));
         c.clear();
         assert_eq!(c.get(packed[0]), None);
         let v6 = Key {
@@ -147,5 +223,20 @@ mod tests {
         };
         assert_eq!(VerdictCache::pack(&v6), None);
         assert_eq!(VerdictCache::pack(&key(1, Some(1), Some(1), None)), None);
+    }
+
+    #[test]
+    fn a_bucket_keeps_its_newest_keys() {
+        // One bucket: every key collides, the oldest is evicted first.
+        let mut c = VerdictCache::new(1);
+        let k = |i: u32| VerdictCache::pack(&key(i, Some(1), None, None)).unwrap();
+        for i in 0..5 {
+            c.put(k(i), i);
+        }
+        for i in 0..5 {
+            let want = (i >= 5 - WAYS as u32).then_some(i);
+            assert_eq!(c.get(k(i)), want, "key {i}");
+        }
+        assert_eq!(VerdictCache::new(1).get(k(0)), None);
     }
 }

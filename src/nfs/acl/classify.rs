@@ -236,6 +236,21 @@ impl Classifier {
         }
     }
 
+    /// Whether some rule constrains field `f` (classification reads no other field).
+    pub fn constrains(&self, f: Field) -> bool {
+        match f {
+            Field::Proto => self.proto.is_some(),
+            Field::Src4 => self.src4.is_some(),
+            Field::Dst4 => self.dst4.is_some(),
+            Field::Src6 => self.src6.is_some(),
+            Field::Dst6 => self.dst6.is_some(),
+            Field::Sport => self.sport.is_some(),
+            Field::Dport => self.dport.is_some(),
+            Field::Icmp => self.icmp.is_some(),
+            Field::Flags => self.flags.is_some(),
+        }
+    }
+
     /// Distinct bitmaps stored.
     pub fn bitmaps(&self) -> usize {
         self.pool.len().checked_div(self.words).unwrap_or(0)

@@ -4,8 +4,8 @@ pub mod cache;
 pub mod classify;
 pub mod rule;
 
-pub use super::ip_filter::packet_key;
-pub use cache::VerdictCache;
+pub use super::ip_filter::{packed, packed_key, packet_key, Packed};
+pub use cache::{KeyMask, VerdictCache};
 pub use classify::{Classifier, Key};
 pub use rule::{Action, Rule};
 
