@@ -974,6 +974,10 @@ impl Nf for Maglev {
                 .is_some_and(|k| k.index != GONE)
     }
 
+    fn fast_prefetches(&self) -> bool {
+        true
+    }
+
     fn fast_prefetch(&self, token: u64) {
         if let Some(c) = self.conns.slab.get((token >> 32) as usize) {
             prefetch(c);

@@ -100,6 +100,12 @@ pub trait Nf: Send {
         let _ = token;
     }
 
+    /// Whether [`fast_prefetch`](Nf::fast_prefetch) does anything: a chain of NFs that
+    /// all say no skips the pass that would call it.
+    fn fast_prefetches(&self) -> bool {
+        false
+    }
+
     /// The per-packet work of a skipped NF: must leave it in exactly the state `process`
     /// would have (counters, idle timers, sweeps).
     fn fast_state(&mut self, token: u64, p: &FastPacket) {

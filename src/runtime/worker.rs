@@ -474,9 +474,14 @@ impl Runner {
         for &(_, h) in keys.iter().flatten() {
             f.table.prefetch_entry(h);
         }
-        // Then the NF state the entries' tokens name (NAT mappings, tracked connections).
+        // Then the NF state the entries' tokens name (NAT mappings, tracked connections),
+        // when some NF has any.
         let mut ways = [None; MAX_BATCH];
-        for (k, way) in keys.iter().zip(ways.iter_mut()) {
+        for (k, way) in
+            keys.iter()
+                .zip(ways.iter_mut())
+                .take(if f.prefetch { MAX_BATCH } else { 0 })
+        {
             let Some((key, h)) = k else { continue };
             *way = f.table.way(key, *h);
             if let Some(w) = *way {
@@ -487,8 +492,8 @@ impl Runner {
                 }
             }
         }
-        // Until the first flush installs entries, the ways found above still hold.
-        let mut flushed = false;
+        // The ways found above hold until the first flush installs entries.
+        let mut ways_hold = f.prefetch;
         for ((mut p, k), way) in input.drain().zip(keys).zip(ways) {
             let now = p.meta().ts_ns;
             let Some((key, h)) = k else {
@@ -505,10 +510,10 @@ impl Runner {
                 self.inbox[first].push(p);
                 continue;
             }
-            let mut found = if flushed {
-                f.table.find(&key, h, now)
-            } else {
+            let mut found = if ways_hold {
                 f.table.find_at(way, now)
+            } else {
+                f.table.find(&key, h, now)
             };
             if let Found::Hit(w) = found {
                 if f.table.entry(w).retry > 0 {
@@ -527,7 +532,7 @@ impl Runner {
             if matches!(found, Found::Hit(_)) && !self.inbox[first].is_empty() {
                 // Earlier misses go first; they may change what the entry relies on.
                 self.flush(&mut f);
-                flushed = true;
+                ways_hold = false;
                 found = f.table.find(&key, h, now);
             }
             let p = match found {

@@ -1233,6 +1233,10 @@ impl Nf for Nat {
         }
     }
 
+    fn fast_prefetches(&self) -> bool {
+        true
+    }
+
     fn fast_prefetch(&self, token: u64) {
         if let Some(m) = self.slab.get((token >> 32) as usize & 0xff_ffff) {
             prefetch(m);

@@ -105,6 +105,8 @@ pub struct FastPath {
     pub writes_eth: Vec<bool>,
     /// Per node: the NF may change any byte.
     pub writes: Vec<bool>,
+    /// Some NF of the chain prefetches the state its tokens name.
+    pub prefetch: bool,
 }
 
 impl FastPath {
@@ -119,6 +121,7 @@ impl FastPath {
                 .iter()
                 .map(|n| n.is_some_and(|n| role(n).is_ok()))
                 .collect(),
+            prefetch: nfs.iter().flatten().any(|n| n.fast_prefetches()),
             writes: nfs
                 .iter()
                 .map(|n| n.is_some_and(|n| n.profile().writes != Fields::NONE))
