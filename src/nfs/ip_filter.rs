@@ -123,11 +123,7 @@ impl IpFilter {
         self.actions = rules.iter().map(|r| r.action).collect();
         self.actions.push(self.default);
         self.hits = vec![0; rules.len() + 1];
-        self.reads_flags = rules.iter().any(|r| {
-            r.variants
-                .iter()
-                .any(|v| !v.atoms[Field::Flags as usize].is_empty())
-        });
+        self.reads_flags = classifier.constrains(Field::Flags);
         self.rules = rules;
         self.mask = KeyMask::new(&classifier);
         self.classifier = classifier;

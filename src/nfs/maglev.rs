@@ -991,15 +991,12 @@ impl Nf for Maglev {
             return;
         }
         // The tick may have swept (and moved the connection): then find it by its key.
-        let slot = match self.conns.slot_of(token) {
-            Some(s) => Some(s),
-            None => {
-                let key = fast_key(p);
-                self.conns
-                    .find(self.conns.tag(&key), &key)
-                    .map(|s| s as usize)
-            }
-        };
+        let slot = self.conns.slot_of(token).or_else(|| {
+            let key = fast_key(p);
+            self.conns
+                .find(self.conns.tag(&key), &key)
+                .map(|s| s as usize)
+        });
         if let Some(c) = slot.and_then(|s| self.conns.slab.get_mut(s)) {
             c.seen = c.seen.max(p.ts_ns);
             if let Some(k) = self.known.get_mut(c.id as usize) {

@@ -477,17 +477,15 @@ impl Runner {
         // Then the NF state the entries' tokens name (NAT mappings, tracked connections),
         // when some NF has any.
         let mut ways = [None; MAX_BATCH];
-        for (k, way) in
-            keys.iter()
-                .zip(ways.iter_mut())
-                .take(if f.prefetch { MAX_BATCH } else { 0 })
-        {
-            let Some((key, h)) = k else { continue };
-            *way = f.table.way(key, *h);
-            if let Some(w) = *way {
-                for s in f.table.entry(w).path() {
-                    if let NodeKind::Nf { nf, .. } = &self.chain.nodes[s.node()].kind {
-                        nf.fast_prefetch(s.token);
+        if f.prefetch {
+            for (k, way) in keys.iter().zip(ways.iter_mut()) {
+                let Some((key, h)) = k else { continue };
+                *way = f.table.way(key, *h);
+                if let Some(w) = *way {
+                    for s in f.table.entry(w).path() {
+                        if let NodeKind::Nf { nf, .. } = &self.chain.nodes[s.node()].kind {
+                            nf.fast_prefetch(s.token);
+                        }
                     }
                 }
             }
@@ -515,27 +513,25 @@ impl Runner {
             } else {
                 f.table.find(&key, h, now)
             };
-            if let Found::Hit(w) = found {
-                if f.table.entry(w).retry > 0 {
-                    // A remembered refusal: the chain, unrecorded, in order with the
-                    // other misses; every RETRY_AFTER-th packet records again.
-                    f.stats.misses += 1;
-                    if f.table.count_down(w) {
-                        f.rec.begin(&mut p, key, &mut self.pool);
-                    } else {
-                        f.stats.unrecorded += 1;
-                    }
-                    self.inbox[first].push(p);
-                    continue;
-                }
-            }
-            if matches!(found, Found::Hit(_)) && !self.inbox[first].is_empty() {
+            let consolidated = |w| f.table.entry(w).retry == 0;
+            if matches!(found, Found::Hit(w) if consolidated(w)) && !self.inbox[first].is_empty() {
                 // Earlier misses go first; they may change what the entry relies on.
                 self.flush(&mut f);
                 ways_hold = false;
                 found = f.table.find(&key, h, now);
             }
             let p = match found {
+                Found::Hit(w) if f.table.entry(w).retry > 0 => {
+                    // A remembered refusal: the chain, in order with the other misses,
+                    // unrecorded but for every RETRY_AFTER-th packet.
+                    if !f.table.count_down(w) {
+                        f.stats.misses += 1;
+                        f.stats.unrecorded += 1;
+                        self.inbox[first].push(p);
+                        continue;
+                    }
+                    p
+                }
                 Found::Hit(w) => match self.fast_hit(&mut f, w, p) {
                     None => continue,
                     Some(p) => p,

@@ -223,16 +223,17 @@ impl Classifier {
     /// source ports).
     #[inline]
     pub fn relevant(&self, k: &Key) -> Key {
+        let on = |f| self.constrains(f);
         Key {
-            proto: if self.proto.is_some() { k.proto } else { 0 },
-            src4: k.src4.filter(|_| self.src4.is_some()),
-            dst4: k.dst4.filter(|_| self.dst4.is_some()),
-            src6: k.src6.filter(|_| self.src6.is_some()),
-            dst6: k.dst6.filter(|_| self.dst6.is_some()),
-            sport: k.sport.filter(|_| self.sport.is_some()),
-            dport: k.dport.filter(|_| self.dport.is_some()),
-            icmp: k.icmp.filter(|_| self.icmp.is_some()),
-            flags: k.flags.filter(|_| self.flags.is_some()),
+            proto: if on(Field::Proto) { k.proto } else { 0 },
+            src4: k.src4.filter(|_| on(Field::Src4)),
+            dst4: k.dst4.filter(|_| on(Field::Dst4)),
+            src6: k.src6.filter(|_| on(Field::Src6)),
+            dst6: k.dst6.filter(|_| on(Field::Dst6)),
+            sport: k.sport.filter(|_| on(Field::Sport)),
+            dport: k.dport.filter(|_| on(Field::Dport)),
+            icmp: k.icmp.filter(|_| on(Field::Icmp)),
+            flags: k.flags.filter(|_| on(Field::Flags)),
         }
     }
 

@@ -149,11 +149,11 @@ impl FastPath {
                 }
             }
             Outcome::Refused | Outcome::Unfit => {
-                if o == Outcome::Refused {
-                    stats.refused += 1;
+                *if o == Outcome::Refused {
+                    &mut stats.refused
                 } else {
-                    stats.unconsolidatable += 1;
-                }
+                    &mut stats.unconsolidatable
+                } += 1;
                 // Remembered, so the flow's next packets skip the recording's cost.
                 if table.insert(&Entry::refusal(e.key, e.last_ns), &Keys::EMPTY) {
                     stats.evicted += 1;

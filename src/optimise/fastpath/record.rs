@@ -136,44 +136,39 @@ impl Recorder {
         };
         let Some(r) = self.rec(p) else { return };
         let (e, keys) = (&mut r.entry, &mut r.keys);
-        let ok = consolidable && (e.len as usize) < MAX_PATH && node < MAX_NODES;
-        if ok && fresh {
-            e.steps[e.len as usize] = Step::new(node, keys.n - 1, gen);
-            e.len += 1;
-            r.key_fresh = !writes;
-            if writes {
-                r.stage_len = p.data().len().min(WINDOW);
-                r.stage[..r.stage_len].copy_from_slice(&p.data()[..r.stage_len]);
-            }
-            p.meta_mut().fast = FastMark::Want;
+        if !(consolidable && (e.len as usize) < MAX_PATH && node < MAX_NODES) {
+            r.outcome = Outcome::Refused;
             return;
         }
-        match key {
-            Some(key) if ok => {
-                let k = match keys.n.checked_sub(1) {
-                    Some(last) if keys.keys[last as usize] == key => last,
-                    _ if (keys.n as usize) < MAX_KEYS => {
-                        keys.keys[keys.n as usize] = key;
-                        keys.n += 1;
-                        keys.n - 1
-                    }
-                    _ => {
-                        r.outcome = Outcome::Unfit;
-                        return;
-                    }
-                };
-                e.steps[e.len as usize] = Step::new(node, k, gen);
-                e.len += 1;
-                r.key_fresh = !writes;
-                if writes {
-                    let d = p.data();
-                    r.stage_len = d.len().min(WINDOW);
-                    r.stage[..r.stage_len].copy_from_slice(&d[..r.stage_len]);
+        let k = if fresh {
+            keys.n - 1
+        } else {
+            let Some(key) = key else {
+                r.outcome = Outcome::Refused;
+                return;
+            };
+            match keys.n.checked_sub(1) {
+                Some(last) if keys.keys[last as usize] == key => last,
+                _ if (keys.n as usize) < MAX_KEYS => {
+                    keys.keys[keys.n as usize] = key;
+                    keys.n += 1;
+                    keys.n - 1
                 }
-                p.meta_mut().fast = FastMark::Want;
+                _ => {
+                    r.outcome = Outcome::Unfit;
+                    return;
+                }
             }
-            _ => r.outcome = Outcome::Refused,
+        };
+        e.steps[e.len as usize] = Step::new(node, k, gen);
+        e.len += 1;
+        r.key_fresh = !writes;
+        if writes {
+            let d = p.data();
+            r.stage_len = d.len().min(WINDOW);
+            r.stage[..r.stage_len].copy_from_slice(&d[..r.stage_len]);
         }
+        p.meta_mut().fast = FastMark::Want;
     }
 
     /// After the NF ran: `verdict` is what the runtime counted (output index or drop).

@@ -38,9 +38,8 @@ pub struct Step {
 }
 
 /// A refused flow's packets after the refusal until one is recorded again (the ones
-/// between run the chain unrecorded):
-/// refusals are mostly lasting (unsolicited traffic a NAT drops, TCP-flag rules), but a
-/// full table or an exhausted pool is not.
+/// between run the chain unrecorded): refusals are mostly lasting (unsolicited traffic a
+/// NAT drops, TCP-flag rules), but a full table or an exhausted pool is not.
 pub const RETRY_AFTER: u8 = 16;
 
 /// Most nodes a chain may have for its NFs to be consolidated (node indices fit 14 bits).
@@ -77,8 +76,9 @@ impl Step {
 }
 
 /// What a hit reads, in four cache lines: the key, sink and path length in the first,
-/// the actions in the next one and a half, then the steps. The flow keys the NFs saw are kept apart in [`Keys`]: only NFs whose state
-/// function reads the key (the flow monitor) touch them.
+/// the actions in the next one and a half, then the steps. The flow keys the NFs saw are
+/// kept apart in [`Keys`]: only NFs whose state function reads the key (the flow
+/// monitor) touch them.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
 pub struct Entry {
@@ -146,7 +146,8 @@ impl Keys {
 struct Tags([u32; WAYS]);
 
 pub struct Table {
-    /// Per set and way: 0 when empty, else the key hash's low half with the low bit set.
+    /// Per set and way: 0 when empty, else the key hash's high half with the low bit set
+    /// (the set comes from the low bits).
     tags: Vec<Tags>,
     /// Per way: logical time of last use, for LRU.
     used: Vec<u64>,
