@@ -622,3 +622,92 @@ fn cli_check_shows_the_plan_and_run_reports_the_counters() {
         "{e}"
     );
 }
+
+/// The key read straight from the bytes of plain Ethernet / IPv4 / TCP or UDP packets is
+/// the key the header walk gives, on every packet of every capture, at several ingress
+/// ports; and it declines what it does not cover (tags, options, fragments, short
+/// headers, other protocols) so that the walk decides those.
+#[test]
+fn the_plain_key_is_the_parsed_key_on_every_capture() {
+    use catena::optimise::fastpath::FpKey;
+    use catena::packet::Pool;
+    let mut pool = Pool::new(1, 65_536);
+    let (mut plain, mut total) = (0usize, 0usize);
+    for path in common::all_captures() {
+        let Ok(t) = Trace::open(&path) else { continue };
+        for i in 0..t.len() {
+            let d = t.packet(i);
+            if d.len() > 65_536 {
+                continue;
+            }
+            let mut p = pool.alloc().unwrap();
+            p.set_bytes(d);
+            p.meta_mut().link = t.link();
+            p.meta_mut().in_port = (i % 3) as u16;
+            let fast = FpKey::plain(&p);
+            let walked = FpKey::parsed(&mut p);
+            total += 1;
+            if let Some(k) = fast {
+                plain += 1;
+                assert_eq!(Some(k), walked, "{} packet {i}", path.display());
+                let l = p.layers();
+                assert!(l.vlans == 0 && l.l3_off == 14 && l.l4_off == 34 && !l.is_fragment());
+            }
+            pool.free(p);
+        }
+    }
+    // Most of the datasets' traffic is plain: the fast read must be the common case.
+    assert!(total > 100_000 && plain * 2 > total, "{plain} of {total}");
+}
+
+/// Hand-made packets at the edges of the plain read: each is declined (None) or keyed as
+/// the walk keys it.
+#[test]
+fn the_plain_key_declines_what_it_does_not_cover() {
+    use catena::optimise::fastpath::FpKey;
+    use catena::packet::Pool;
+    let mut udp = vec![0u8; 42];
+    udp[12] = 0x08;
+    udp[14] = 0x45;
+    udp[23] = 17;
+    udp[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    udp[30..34].copy_from_slice(&[10, 0, 0, 2]);
+    udp[34..38].copy_from_slice(&[0x30, 0x39, 0, 53]);
+    let mut tcp = udp.clone();
+    tcp[23] = 6;
+    tcp.resize(54, 0);
+    let edit = |b: &[u8], f: &dyn Fn(&mut Vec<u8>)| {
+        let mut v = b.to_vec();
+        f(&mut v);
+        v
+    };
+    let cases: Vec<(Vec<u8>, bool)> = vec![
+        (udp.clone(), true),
+        (tcp.clone(), true),
+        (edit(&tcp, &|v| v.truncate(53)), false), // TCP header cut short
+        (edit(&udp, &|v| v.truncate(41)), false), // UDP header cut short
+        (edit(&udp, &|v| v[14] = 0x46), false),   // IPv4 options
+        (edit(&udp, &|v| v[20] = 0x20), false),   // more fragments
+        (edit(&udp, &|v| v[21] = 0x01), false),   // later fragment
+        (edit(&udp, &|v| v[20] = 0x40), true),    // don't fragment: still plain
+        (edit(&udp, &|v| v[23] = 1), false),      // ICMP
+        (edit(&udp, &|v| v[12] = 0x81), false),   // 802.1Q tag
+    ];
+    let mut pool = Pool::new(1, 2048);
+    for (i, (bytes, is_plain)) in cases.iter().enumerate() {
+        let mut p = pool.alloc().unwrap();
+        p.set_bytes(bytes);
+        let fast = FpKey::plain(&p);
+        assert_eq!(fast.is_some(), *is_plain, "case {i}");
+        if let Some(k) = fast {
+            assert_eq!(Some(k), FpKey::parsed(&mut p), "case {i}");
+        }
+        pool.free(p);
+    }
+    // Raw-IP captures never take the plain read.
+    let mut p = pool.alloc().unwrap();
+    p.set_bytes(&udp);
+    p.meta_mut().link = LinkKind::RawIp;
+    assert_eq!(FpKey::plain(&p), None);
+    pool.free(p);
+}

@@ -472,6 +472,10 @@ impl Nf for FlowMonitor {
         FastRole::Consolidate("flow counters, flags, first/last seen, idle export")
     }
 
+    fn fast_checks(&self) -> bool {
+        false
+    }
+
     fn fast_valid(&self, _token: u64, _p: &FastPacket) -> bool {
         true
     }

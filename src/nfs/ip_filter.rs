@@ -425,6 +425,10 @@ impl Nf for IpFilter {
         FastRole::Consolidate("per-rule hit counter")
     }
 
+    fn fast_checks(&self) -> bool {
+        false
+    }
+
     fn fast_valid(&self, _token: u64, _p: &FastPacket) -> bool {
         // Rule changes invalidate through the runtime's per-NF generation.
         true

@@ -660,7 +660,7 @@ const FAST_PASS: u64 = u64::MAX;
 /// The connection-table key of a packet on the consolidated path, as `process` makes it.
 fn fast_key(p: &FastPacket) -> WideKey {
     let mut k = *p.key;
-    if p.layers.is_fragment() {
+    if p.fragment {
         k.sport = 0;
         k.dport = 0;
     }

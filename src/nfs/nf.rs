@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 
 use crate::flow::FlowKey;
-use crate::packet::{Batch, Fields, Layers};
+use crate::packet::{Batch, Fields};
 
 /// What an NF declares about itself. Parallel planning and header-action consolidation
 /// read this, and debug builds check that the NF writes only what it declared.
@@ -43,7 +43,8 @@ pub enum FastRole {
 #[derive(Clone, Copy, Debug)]
 pub struct FastPacket<'a> {
     pub key: &'a FlowKey,
-    pub layers: Layers,
+    /// An IP fragment (first or later): no ports in the key.
+    pub fragment: bool,
     pub ts_ns: u64,
     pub wire_len: u32,
     /// TCP flags with NS (9 bits) when the packet is TCP with a complete header, else 0.
@@ -98,6 +99,13 @@ pub trait Nf: Send {
     /// prefetches do). Must not change anything.
     fn fast_prefetch(&self, token: u64) {
         let _ = token;
+    }
+
+    /// Whether [`fast_valid`](Nf::fast_valid) can say no: an NF whose consolidated
+    /// decisions only a control command changes (which the runtime's per-NF generation
+    /// catches) says false, and a hit skips the call.
+    fn fast_checks(&self) -> bool {
+        true
     }
 
     /// Whether [`fast_prefetch`](Nf::fast_prefetch) does anything: a chain of NFs that

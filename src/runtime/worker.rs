@@ -13,9 +13,10 @@ use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary
 use super::profile_check::Snapshot;
 use crate::io::{PcapWriter, Trace};
 use crate::nfs::{Context, FastPacket, Nf};
-use crate::optimise::fastpath::{self, FastPath, Found, FpKey, Recorder};
+use crate::optimise::fastpath::{FastPath, Found, FpKey, Recorder};
 use crate::packet::{
-    Batch, FastMark, LinkKind, Packet, Pool, Verdict, FLOOD, MAX_BATCH, NOT_RECORDED, NO_PORT,
+    Batch, FastMark, Layers, LinkKind, Packet, Pool, Verdict, FLOOD, MAX_BATCH, NOT_RECORDED,
+    NO_PORT,
 };
 
 const OVERSIZE: usize = 0;
@@ -463,27 +464,44 @@ impl Runner {
         let mut input = std::mem::replace(&mut self.fast_in, Batch::with_capacity(0));
         // Keys and hashes first with each set's tags prefetched, then the matching
         // entries prefetched, so the chunk's lookups overlap their cache misses.
-        let mut keys = [None; MAX_BATCH];
-        for (p, k) in input.iter_mut().zip(keys.iter_mut()) {
-            *k = FpKey::of(p).map(|key| {
-                let h = f.table.hash(&key);
+        let mut keys = [FpKey::EMPTY; MAX_BATCH];
+        let mut hashes = [0u64; MAX_BATCH];
+        // Bit i: packet i is IP (has a key).
+        let mut keyed = 0u64;
+        for (i, p) in input.iter_mut().enumerate() {
+            if let Some(k) = FpKey::of(p) {
+                let h = f.table.hash(&k);
                 f.table.prefetch_tags(h);
-                (key, h)
-            });
+                keys[i] = k;
+                hashes[i] = h;
+                keyed |= 1 << i;
+            }
         }
-        for &(_, h) in keys.iter().flatten() {
-            f.table.prefetch_entry(h);
+        let mut m = keyed;
+        while m != 0 {
+            f.table.prefetch_entry(hashes[m.trailing_zeros() as usize]);
+            m &= m - 1;
         }
-        // Then the NF state the entries' tokens name (NAT mappings, tracked connections),
-        // when some NF has any.
+        // Then, in chains that rewrite or have NF state to load, the entries' actions and
+        // the NF state their tokens name (NAT mappings, tracked connections).
         let mut ways = [None; MAX_BATCH];
-        if f.prefetch {
-            for (k, way) in keys.iter().zip(ways.iter_mut()) {
-                let Some((key, h)) = k else { continue };
-                *way = f.table.way(key, *h);
-                if let Some(w) = *way {
-                    for s in f.table.entry(w).path() {
-                        if let NodeKind::Nf { nf, .. } = &self.chain.nodes[s.node()].kind {
+        let ways_found = f.prefetch || f.rewrites;
+        if ways_found {
+            let mut m = keyed;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                ways[i] = f.table.way(&keys[i], hashes[i]);
+                let Some(w) = ways[i] else { continue };
+                let e = f.table.entry(w);
+                if e.rewrites() {
+                    f.table.prefetch_actions(w);
+                }
+                if f.prefetch {
+                    for s in e.path() {
+                        if let Some(NodeKind::Nf { nf, .. }) =
+                            self.chain.nodes.get(s.node()).map(|n| &n.kind)
+                        {
                             nf.fast_prefetch(s.token);
                         }
                     }
@@ -491,17 +509,17 @@ impl Runner {
             }
         }
         // The ways found above hold until the first flush installs entries.
-        let mut ways_hold = f.prefetch;
-        for ((mut p, k), way) in input.drain().zip(keys).zip(ways) {
+        let mut ways_hold = ways_found;
+        for (i, p) in input.drain().enumerate() {
             let now = p.meta().ts_ns;
-            let Some((key, h)) = k else {
+            if keyed & 1 << i == 0 {
                 f.stats.misses += 1;
                 self.inbox[first].push(p);
                 continue;
-            };
-            let l = p.layers();
-            if fastpath::key::ends_flow(&l, p.data()) {
-                if f.table.remove_key(&key) {
+            }
+            let (key, h, way) = (&keys[i], hashes[i], ways[i]);
+            if key.ends_flow(p.data()) {
+                if f.table.remove_key(key) {
                     f.stats.ended += 1;
                 }
                 f.stats.misses += 1;
@@ -511,14 +529,14 @@ impl Runner {
             let mut found = if ways_hold {
                 f.table.find_at(way, now)
             } else {
-                f.table.find(&key, h, now)
+                f.table.find(key, h, now)
             };
             let consolidated = |w| f.table.entry(w).retry == 0;
             if matches!(found, Found::Hit(w) if consolidated(w)) && !self.inbox[first].is_empty() {
                 // Earlier misses go first; they may change what the entry relies on.
                 self.flush(&mut f);
                 ways_hold = false;
-                found = f.table.find(&key, h, now);
+                found = f.table.find(key, h, now);
             }
             let p = match found {
                 Found::Hit(w) if f.table.entry(w).retry > 0 => {
@@ -532,7 +550,7 @@ impl Runner {
                     }
                     p
                 }
-                Found::Hit(w) => match self.fast_hit(&mut f, w, p) {
+                Found::Hit(w) => match self.fast_hit(&mut f, w, key, p) {
                     None => continue,
                     Some(p) => p,
                 },
@@ -544,7 +562,7 @@ impl Runner {
             };
             let mut p = p;
             f.stats.misses += 1;
-            f.rec.begin(&mut p, key, &mut self.pool);
+            f.rec.begin(&mut p, *key, &mut self.pool);
             self.inbox[first].push(p);
         }
         self.fast_in = input;
@@ -571,7 +589,13 @@ impl Runner {
     /// their state functions and counters, then the consolidated rewrite. Gives the
     /// packet back when a check fails (the entry is dropped; the slow path takes it).
     #[inline(never)]
-    fn fast_hit(&mut self, f: &mut FastPath, w: usize, mut p: Packet) -> Option<Packet> {
+    fn fast_hit(
+        &mut self,
+        f: &mut FastPath,
+        w: usize,
+        key: &FpKey,
+        mut p: Packet,
+    ) -> Option<Packet> {
         let Runner {
             chain,
             pool,
@@ -581,58 +605,64 @@ impl Runner {
             shift,
             ..
         } = self;
-        let e = f.table.entry(w);
-        if !e.actions.fits(p.data()) {
+        let (e, actions, keys) = f.table.entry_parts(w);
+        if p.len() < e.min_len as usize || e.matches_eth() && !actions.eth_matches(p.data()) {
             return Some(p);
         }
-        let l = p.layers();
+        let m = p.meta();
         let mut fp = FastPacket {
-            key: f.table.key_of(w, &e.steps[0]),
-            layers: l,
-            ts_ns: p.meta().ts_ns,
-            wire_len: p.meta().wire_len,
-            tcp_flags: fastpath::key::tcp_flags(&l, p.data()),
+            key: &keys.keys[0],
+            fragment: key.layer_flags() & Layers::FRAGMENT != 0,
+            ts_ns: m.ts_ns,
+            wire_len: m.wire_len,
+            tcp_flags: key.tcp_flags(p.data()),
         };
         let now = fp.ts_ns;
+        let path = e.path();
         // Every check before any state function, so a failed one leaves no trace.
-        for s in e.path() {
+        for s in path {
             let n = s.node();
-            let ok = f.gens[n] == s.gen
-                && match &chain.nodes[n].kind {
-                    NodeKind::Nf { nf, .. } => {
-                        // A reference only: the key is read by the NFs that need it.
-                        fp.key = f.table.key_of(w, s);
-                        nf.fast_valid(s.token, &fp)
-                    }
-                    _ => false,
-                };
+            let ok = f.gens.get(n) == Some(&s.gen)
+                && (!f.checks[n]
+                    || match chain.nodes.get(n).map(|n| &n.kind) {
+                        Some(NodeKind::Nf { nf, .. }) => {
+                            // A reference only: the key is read by the NFs that need it.
+                            fp.key = &keys.keys[s.key_index()];
+                            nf.fast_valid(s.token, &fp)
+                        }
+                        _ => false,
+                    });
             if !ok {
                 f.table.remove(w);
                 f.stats.invalidated += 1;
                 return Some(p);
             }
         }
-        for s in e.path() {
+        for s in path {
             let n = s.node();
-            let c = &mut counters[n];
-            c.packets_in += 1;
-            match s.verdict {
-                Verdict::Out(o) => c.out[o as usize] += 1,
-                Verdict::Drop(r) => c.drops[r as usize] += 1,
-            }
-            if let NodeKind::Nf { nf, .. } = &mut chain.nodes[n].kind {
-                fp.key = f.table.key_of(w, s);
+            if let (Some(c), Some(NodeKind::Nf { nf, .. })) = (
+                counters.get_mut(n),
+                chain.nodes.get_mut(n).map(|n| &mut n.kind),
+            ) {
+                c.packets_in += 1;
+                match s.verdict {
+                    Verdict::Out(o) => c.out[o as usize] += 1,
+                    Verdict::Drop(r) => c.drops[r as usize] += 1,
+                }
+                fp.key = &keys.keys[s.key_index()];
                 nf.fast_state(s.token, &fp);
             }
         }
-        if let Some(k) = e.sink {
-            e.actions.apply(p.data_mut());
+        if let Some(k) = e.sink() {
+            if e.rewrites() {
+                actions.apply(p.data_mut());
+            }
             p.meta_mut().egress = e.egress;
-            let k = k as usize;
-            let c = &mut counters[k];
-            c.packets_in += 1;
-            if let Some(s) = sinks[k].as_mut() {
+            if let (Some(c), Some(Some(s))) = (counters.get_mut(k), sinks.get_mut(k)) {
+                c.packets_in += 1;
                 to_sink(s, c, tx, *shift, &p);
+            } else if let Some(c) = counters.get_mut(k) {
+                c.packets_in += 1;
             }
         }
         pool.free(p);

@@ -124,34 +124,38 @@ impl Actions {
         Ok(a)
     }
 
-    /// Whether a packet's bytes qualify for these actions (long enough, same Ethernet
-    /// addresses where they matter).
+    /// Whether applying changes anything (paths of filters and monitors do not).
+    pub const fn rewrites(&self) -> bool {
+        self.nwrites != 0 || self.ip.is_some() || self.l4.is_some()
+    }
+
+    /// Whether the packet's Ethernet addresses are the recorded ones, when that matters
+    /// (the length is checked by the caller, against `min_len`).
     #[inline]
-    pub fn fits(&self, d: &[u8]) -> bool {
-        d.len() >= self.min_len as usize && self.eth.is_none_or(|e| d[..12] == e)
+    pub fn eth_matches(&self, d: &[u8]) -> bool {
+        self.eth.is_none_or(|e| d.get(..12) == Some(&e[..]))
     }
 
     /// Applies the writes and patches the checksums once.
-    #[inline(always)]
+    #[inline]
     pub fn apply(&self, d: &mut [u8]) {
-        // Paths of filters and monitors rewrite nothing: no call at all.
-        if self.nwrites != 0 || self.ip.is_some() || self.l4.is_some() {
-            self.rewrite(d);
-        }
-    }
-
-    #[inline(never)]
-    fn rewrite(&self, d: &mut [u8]) {
         let mut at = 0;
         for &(o, n) in &self.writes[..self.nwrites as usize] {
             let (o, n) = (o as usize, n as usize);
-            // Runs are a few bytes: fixed-size copies are moves, not calls to memcpy.
+            // Runs are a few bytes: two overlapping fixed-size moves cover any length up
+            // to 8 (bytes written twice get the same value), not a call to memcpy.
+            let (dst, src) = (&mut d[o..o + n], &self.bytes[at..at + n]);
             match n {
-                1 => d[o] = self.bytes[at],
-                2 => d[o..o + 2].copy_from_slice(&self.bytes[at..at + 2]),
-                4 => d[o..o + 4].copy_from_slice(&self.bytes[at..at + 4]),
-                6 => d[o..o + 6].copy_from_slice(&self.bytes[at..at + 6]),
-                _ => d[o..o + n].copy_from_slice(&self.bytes[at..at + n]),
+                1 => dst[0] = src[0],
+                2..=3 => {
+                    dst[..2].copy_from_slice(&src[..2]);
+                    dst[n - 2..].copy_from_slice(&src[n - 2..]);
+                }
+                4..=8 => {
+                    dst[..4].copy_from_slice(&src[..4]);
+                    dst[n - 4..].copy_from_slice(&src[n - 4..]);
+                }
+                _ => dst.copy_from_slice(src),
             }
             at += n;
         }

@@ -2,7 +2,7 @@
 //! the header layout that an NF's decision or a rewrite's offsets depend on. Packed into
 //! six words straight from the packet, so a lookup hashes and compares six integers.
 
-use crate::packet::{L3Kind, Layers, Packet};
+use crate::packet::{L3Kind, Layers, LinkKind, Packet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FpKey {
@@ -25,6 +25,47 @@ impl FpKey {
     /// The key of a packet, or None when it is not IP (never consolidated).
     #[inline]
     pub fn of(p: &mut Packet) -> Option<FpKey> {
+        Self::plain(p).or_else(|| Self::parsed(p))
+    }
+
+    /// Untagged Ethernet / IPv4 without options or fragmentation / complete TCP or UDP
+    /// header, straight from the bytes: the same key [`parsed`](Self::parsed) gives (a
+    /// test checks it on every packet of the datasets), without a header walk.
+    #[inline(always)]
+    pub fn plain(p: &Packet) -> Option<FpKey> {
+        let m = p.meta();
+        let d = p.data();
+        if m.link != LinkKind::Ethernet || d.len() < 42 {
+            return None;
+        }
+        let proto = d[23];
+        let need = match proto {
+            17 => 42,
+            6 => 54,
+            _ => return None,
+        };
+        if u16::from_be_bytes([d[12], d[13]]) != 0x0800
+            || d[14] != 0x45
+            || u16::from_be_bytes([d[20], d[21]]) & 0x3fff != 0
+            || d.len() < need
+        {
+            return None;
+        }
+        let a = |i: usize| u64::from(u32::from_be_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]));
+        // Both ports in one load, source in the low half as `parsed` packs them.
+        let ports = u32::from_be_bytes([d[34], d[35], d[36], d[37]]);
+        let ports = u64::from(ports.rotate_left(16));
+        const FLAGS: u64 = (Layers::ETHERNET | Layers::L4_COMPLETE) as u64;
+        Some(FpKey {
+            addrs: [a(26), 0, a(30), 0],
+            ports: ports | (proto as u64) << 32 | 4 << 40 | FLAGS << 48,
+            place: m.in_port as u64 | 14 << 32 | 34 << 48,
+        })
+    }
+
+    /// The key from the decoded layers (any link type, tags, options, IPv6, ICMP).
+    #[inline(never)]
+    pub fn parsed(p: &mut Packet) -> Option<FpKey> {
         let l = p.layers();
         let m = p.meta();
         let d = p.data();
@@ -68,20 +109,48 @@ impl FpKey {
     }
 }
 
-/// TCP packets with FIN or RST end their flow's entry and take the slow path.
-#[inline]
-pub fn ends_flow(l: &Layers, d: &[u8]) -> bool {
-    l.l4_proto == 6 && l.has_l4() && d.get(l.l4_off as usize + 13).is_some_and(|f| f & 0x05 != 0)
-}
+impl FpKey {
+    /// The six words, for hashing.
+    #[inline]
+    pub fn words(&self) -> [u64; 6] {
+        let [a, b, c, d] = self.addrs;
+        [a, b, c, d, self.ports, self.place]
+    }
 
-/// TCP flags with NS, as the flow monitor counts them (0 when not TCP).
-#[inline]
-pub fn tcp_flags(l: &Layers, d: &[u8]) -> u16 {
-    let o = l.l4_off as usize + 12;
-    if l.l4_proto == 6 && l.has_l4() && d.len() >= o + 2 {
-        u16::from_be_bytes([d[o], d[o + 1]]) & 0x1ff
-    } else {
-        0
+    /// IP protocol (or IPv6 final next header).
+    #[inline]
+    pub fn proto(&self) -> u8 {
+        (self.ports >> 32) as u8
+    }
+
+    /// The layout flags of [`Layers`] (fragment, later fragment, complete L4, Ethernet).
+    #[inline]
+    pub fn layer_flags(&self) -> u8 {
+        (self.ports >> 48) as u8
+    }
+
+    /// Offset of the transport header, 0 when it is not complete.
+    #[inline]
+    pub fn l4_off(&self) -> usize {
+        (self.place >> 48) as usize
+    }
+
+    /// TCP flags with NS (0 when not TCP with a complete header): from the bytes at the
+    /// offset the key pins, so a hit needs no header walk.
+    #[inline]
+    pub fn tcp_flags(&self, d: &[u8]) -> u16 {
+        let o = self.l4_off() + 12;
+        if self.proto() == 6 && self.layer_flags() & Layers::L4_COMPLETE != 0 && d.len() >= o + 2 {
+            u16::from_be_bytes([d[o], d[o + 1]]) & 0x1ff
+        } else {
+            0
+        }
+    }
+
+    /// TCP with FIN or RST: such packets end their flow's entry and take the slow path.
+    #[inline]
+    pub fn ends_flow(&self, d: &[u8]) -> bool {
+        self.tcp_flags(d) & 0x05 != 0
     }
 }
 

@@ -18,7 +18,7 @@ use serde::Serialize;
 pub use actions::Actions;
 pub use key::FpKey;
 pub use record::{Outcome, Recorder};
-pub use table::{Entry, Found, Keys, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
+pub use table::{Entry, Found, Hot, Keys, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
 
 use crate::nfs::{FastRole, Nf};
 use crate::packet::Fields;
@@ -105,8 +105,12 @@ pub struct FastPath {
     pub writes_eth: Vec<bool>,
     /// Per node: the NF may change any byte.
     pub writes: Vec<bool>,
+    /// Per node: the NF's `fast_valid` can say no (else a hit checks the generation only).
+    pub checks: Vec<bool>,
     /// Some NF of the chain prefetches the state its tokens name.
     pub prefetch: bool,
+    /// Some NF of the chain may change bytes (so entries may carry actions).
+    pub rewrites: bool,
 }
 
 impl FastPath {
@@ -122,6 +126,14 @@ impl FastPath {
                 .map(|n| n.is_some_and(|n| role(n).is_ok()))
                 .collect(),
             prefetch: nfs.iter().flatten().any(|n| n.fast_prefetches()),
+            rewrites: nfs
+                .iter()
+                .flatten()
+                .any(|n| n.profile().writes != Fields::NONE),
+            checks: nfs
+                .iter()
+                .map(|n| n.is_some_and(|n| n.fast_checks()))
+                .collect(),
             writes: nfs
                 .iter()
                 .map(|n| n.is_some_and(|n| n.profile().writes != Fields::NONE))

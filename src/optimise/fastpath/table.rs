@@ -75,12 +75,8 @@ impl Step {
     }
 }
 
-/// What a hit reads, in four cache lines: the key, sink and path length in the first,
-/// the actions in the next one and a half, then the steps. The flow keys the NFs saw are
-/// kept apart in [`Keys`]: only NFs whose state function reads the key (the flow
-/// monitor) touch them.
+/// An entry as the recorder builds it; the table keeps it as [`Hot`] plus its actions.
 #[derive(Clone, Copy, Debug)]
-#[repr(C, align(64))]
 pub struct Entry {
     pub key: FpKey,
     pub last_ns: u64,
@@ -94,9 +90,6 @@ pub struct Entry {
     pub actions: Actions,
     pub steps: [Step; MAX_PATH],
 }
-
-/// Lines of an entry, all of which a hit may read; prefetched together.
-const HOT_LINES: usize = 4;
 
 impl Entry {
     pub const EMPTY: Entry = Entry {
@@ -122,6 +115,87 @@ impl Entry {
 
     pub fn path(&self) -> &[Step] {
         &self.steps[..self.len as usize]
+    }
+}
+
+/// What a hit reads of an entry, as the table keeps it: the key and everything else a
+/// hit needs before the path in the first line, the path (up to four NFs) in the
+/// second. The actions and the flow keys the NFs saw are kept apart: a hit reads the
+/// actions only when the path rewrites something (and prefetches them then), the keys
+/// only for NFs whose state function reads one (the flow monitor).
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+pub struct Hot {
+    pub key: FpKey,
+    pub last_ns: u64,
+    pub egress: u16,
+    /// The sink, or [`NO_SINK`] when the last step drops the packet.
+    sink: u16,
+    /// Packets shorter than this lack a byte the actions touch (or compare).
+    pub min_len: u16,
+    /// Path length in the low bits, [`REWRITES`] and [`MATCH_ETH`] above.
+    len: u8,
+    /// As [`Entry::retry`].
+    pub retry: u8,
+    pub steps: [Step; MAX_PATH],
+}
+
+const NO_SINK: u16 = u16::MAX;
+/// The actions change bytes or checksums.
+const REWRITES: u8 = 0x80;
+/// The packet's Ethernet addresses must match the recorded ones (in the actions).
+const MATCH_ETH: u8 = 0x40;
+const LEN: u8 = 0x0f;
+
+/// Lines of a hot entry a hit reads for paths of up to four NFs; prefetched together.
+const HOT_LINES: usize = 2;
+
+impl Hot {
+    const EMPTY: Hot = Hot::of(&Entry::EMPTY);
+
+    const fn of(e: &Entry) -> Hot {
+        let a = &e.actions;
+        let mut len = e.len;
+        if a.rewrites() {
+            len |= REWRITES;
+        }
+        if a.eth.is_some() {
+            len |= MATCH_ETH;
+        }
+        Hot {
+            key: e.key,
+            last_ns: e.last_ns,
+            egress: e.egress,
+            sink: match e.sink {
+                Some(s) => s,
+                None => NO_SINK,
+            },
+            min_len: a.min_len,
+            len,
+            retry: e.retry,
+            steps: e.steps,
+        }
+    }
+
+    #[inline]
+    pub fn path(&self) -> &[Step] {
+        &self.steps[..(self.len & LEN) as usize]
+    }
+
+    /// The sink the packet reaches, or None when the last step drops it.
+    #[inline]
+    pub fn sink(&self) -> Option<usize> {
+        (self.sink != NO_SINK).then_some(self.sink as usize)
+    }
+
+    #[inline]
+    pub fn rewrites(&self) -> bool {
+        self.len & REWRITES != 0
+    }
+
+    #[inline]
+    pub fn matches_eth(&self) -> bool {
+        self.len & MATCH_ETH != 0
     }
 }
 
@@ -151,10 +225,11 @@ pub struct Table {
     tags: Vec<Tags>,
     /// Per way: logical time of last use, for LRU.
     used: Vec<u64>,
-    entries: Vec<Entry>,
+    entries: Vec<Hot>,
+    actions: Vec<Actions>,
     keys: Vec<Keys>,
     sets: usize,
-    hasher: crate::flow::Hasher,
+    seed: u64,
     clock: u64,
     timeout_ns: u64,
     live: usize,
@@ -176,10 +251,11 @@ impl Table {
         Table {
             tags: vec![Tags([0; WAYS]); sets],
             used: vec![0; sets * WAYS],
-            entries: vec![Entry::EMPTY; sets * WAYS],
+            entries: vec![Hot::EMPTY; sets * WAYS],
+            actions: vec![Actions::NONE; sets * WAYS],
             keys: vec![Keys::EMPTY; sets * WAYS],
             sets,
-            hasher: crate::flow::Hasher::default(),
+            seed: crate::flow::Hasher::default().hash_one(0x5eed_u64) | 1,
             clock: 0,
             timeout_ns,
             live: 0,
@@ -198,14 +274,23 @@ impl Table {
         self.live == 0
     }
 
-    /// The key's hash, for [`find`](Self::find) and the prefetches: foldhash, then a
-    /// full avalanche (murmur3's finaliser), done once per packet. foldhash's fast hash of
-    /// these structured keys (flows differing in a few address and port bits) leaves the
-    /// set bits clumped: six times the expected overflowing sets without it.
+    /// The key's hash, for [`find`](Self::find) and the prefetches: each word times its
+    /// own odd constant (the top bits of each product depend on every bit of its word),
+    /// xored with a per-process seed, then murmur3's finaliser to bring the top bits down
+    /// to the set bits. A keyed hasher fed word by word cost three times as much, and its
+    /// fast mode alone left these structured keys (flows differing in a few address and
+    /// port bits) clumped in the sets.
     #[inline]
     pub fn hash(&self, k: &FpKey) -> u64 {
-        let h = self.hasher.hash_one(k);
-        let mut m = h ^ (h >> 33);
+        let w = k.words();
+        let mut m = self.seed
+            ^ w[0].wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ w[1].wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+            ^ w[2].wrapping_mul(0x1656_67b1_9e37_79f9)
+            ^ w[3].wrapping_mul(0x85eb_ca77_c2b2_ae63)
+            ^ w[4].wrapping_mul(0x27d4_eb2f_1656_67c5)
+            ^ w[5].wrapping_mul(0xff51_afd7_ed55_8ccd);
+        m ^= m >> 33;
         m = m.wrapping_mul(0xff51_afd7_ed55_8ccd);
         m ^= m >> 33;
         m = m.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
@@ -271,8 +356,8 @@ impl Table {
         let (set, tag) = self.place(h);
         let mut m = self.matching(set, tag);
         while m != 0 {
-            let p = &self.entries[set * WAYS + m.trailing_zeros() as usize] as *const Entry
-                as *const u8;
+            let p =
+                &self.entries[set * WAYS + m.trailing_zeros() as usize] as *const Hot as *const u8;
             for line in 0..HOT_LINES {
                 // SAFETY: within the entry, which is one allocation.
                 prefetch(unsafe { &*p.add(line * 64) });
@@ -306,14 +391,24 @@ impl Table {
     }
 
     #[inline]
-    pub fn entry(&self, w: usize) -> &Entry {
+    pub fn entry(&self, w: usize) -> &Hot {
         &self.entries[w]
     }
 
-    /// The flow key step `step` of entry `w` saw.
+    /// Entry `w`, its actions and the flow keys its NFs saw (references: only what is
+    /// read is loaded).
     #[inline]
-    pub fn key_of(&self, w: usize, step: &Step) -> &FlowKey {
-        &self.keys[w].keys[step.key_index()]
+    pub fn entry_parts(&self, w: usize) -> (&Hot, &Actions, &Keys) {
+        (&self.entries[w], &self.actions[w], &self.keys[w])
+    }
+
+    /// Starts loading the actions of entry `w` (when its path rewrites something).
+    #[inline]
+    pub fn prefetch_actions(&self, w: usize) {
+        let p = &self.actions[w] as *const Actions as *const u8;
+        prefetch(&self.actions[w]);
+        // SAFETY: within the actions, which are one allocation (its last byte included).
+        prefetch(unsafe { &*p.add(std::mem::size_of::<Actions>() - 1) });
     }
 
     /// One more packet through a remembered refusal; true (and the refusal is gone) when
@@ -379,7 +474,8 @@ impl Table {
         self.clock += 1;
         self.tags[set].0[w - base] = tag;
         self.used[w] = self.clock;
-        self.entries[w] = *e;
+        self.entries[w] = Hot::of(e);
+        self.actions[w] = e.actions;
         self.keys[w] = *keys;
         evicted
     }
@@ -402,13 +498,30 @@ fn prefetch<T>(r: &T) {
 mod tests {
     use super::*;
 
-    /// An entry is the four prefetched lines; steps stay 16 bytes.
+    /// A hot entry is a header line, then the path (four steps a line); steps stay 16
+    /// bytes.
     #[test]
-    fn a_hit_reads_the_first_four_lines() {
+    fn a_hit_reads_two_lines_for_up_to_four_nfs() {
         assert_eq!(std::mem::size_of::<Step>(), 16);
-        assert_eq!(std::mem::offset_of!(Entry, actions), 64);
-        assert_eq!(std::mem::size_of::<Entry>(), HOT_LINES * 64);
+        assert_eq!(std::mem::offset_of!(Hot, steps), 64);
+        assert_eq!(std::mem::size_of::<Hot>(), 192);
+        assert!(MAX_PATH < LEN as usize);
         let s = Step::new(MAX_NODES - 1, 3, 7);
         assert_eq!((s.node(), s.key_index(), s.gen), (MAX_NODES - 1, 3, 7));
+    }
+
+    #[test]
+    fn hot_entries_keep_what_a_hit_needs() {
+        let mut e = Entry::EMPTY;
+        e.len = 3;
+        e.sink = Some(5);
+        e.egress = 2;
+        let h = Hot::of(&e);
+        assert_eq!(
+            (h.path().len(), h.sink(), h.rewrites(), h.matches_eth()),
+            (3, Some(5), false, false)
+        );
+        e.sink = None;
+        assert_eq!(Hot::of(&e).sink(), None);
     }
 }
