@@ -588,7 +588,7 @@ impl Runner {
     /// Sends `p` along entry `w`: validity checks of every NF on the path first, then
     /// their state functions and counters, then the consolidated rewrite. Gives the
     /// packet back when a check fails (the entry is dropped; the slow path takes it).
-    #[inline(never)]
+    #[inline(always)]
     fn fast_hit(
         &mut self,
         f: &mut FastPath,

@@ -223,14 +223,11 @@ pub struct Table {
     /// Per set and way: 0 when empty, else the key hash's high half with the low bit set
     /// (the set comes from the low bits).
     tags: Vec<Tags>,
-    /// Per way: logical time of last use, for LRU.
-    used: Vec<u64>,
     entries: Vec<Hot>,
     actions: Vec<Actions>,
     keys: Vec<Keys>,
     sets: usize,
     seed: u64,
-    clock: u64,
     timeout_ns: u64,
     live: usize,
 }
@@ -250,13 +247,11 @@ impl Table {
         let sets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
         Table {
             tags: vec![Tags([0; WAYS]); sets],
-            used: vec![0; sets * WAYS],
             entries: vec![Hot::EMPTY; sets * WAYS],
             actions: vec![Actions::NONE; sets * WAYS],
             keys: vec![Keys::EMPTY; sets * WAYS],
             sets,
             seed: crate::flow::Hasher::default().hash_one(0x5eed_u64) | 1,
-            clock: 0,
             timeout_ns,
             live: 0,
         }
@@ -385,8 +380,6 @@ impl Table {
             self.remove(w);
             return Found::Expired;
         }
-        self.clock += 1;
-        self.used[w] = self.clock;
         Found::Hit(w)
     }
 
@@ -465,15 +458,15 @@ impl Table {
                 }
                 None => {
                     evicted = true;
+                    // Least recently used by capture time: the entry's own `last_ns`,
+                    // so a hit writes nothing outside the line it already holds.
                     (base..base + WAYS)
-                        .min_by_key(|&w| self.used[w])
+                        .min_by_key(|&w| self.entries[w].last_ns)
                         .unwrap_or(base)
                 }
             },
         };
-        self.clock += 1;
         self.tags[set].0[w - base] = tag;
-        self.used[w] = self.clock;
         self.entries[w] = Hot::of(e);
         self.actions[w] = e.actions;
         self.keys[w] = *keys;
