@@ -658,11 +658,11 @@ impl Runner {
                 actions.apply(p.data_mut());
             }
             p.meta_mut().egress = e.egress;
-            if let (Some(c), Some(Some(s))) = (counters.get_mut(k), sinks.get_mut(k)) {
+            if let Some(c) = counters.get_mut(k) {
                 c.packets_in += 1;
-                to_sink(s, c, tx, *shift, &p);
-            } else if let Some(c) = counters.get_mut(k) {
-                c.packets_in += 1;
+                if let Some(Some(s)) = sinks.get_mut(k) {
+                    to_sink(s, c, tx, *shift, &p);
+                }
             }
         }
         pool.free(p);

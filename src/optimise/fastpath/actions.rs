@@ -421,7 +421,6 @@ mod tests {
     }
 
     proptest! {
-
         #![proptest_config(ProptestConfig::with_cases(4000))]
         /// Applying the consolidated actions once gives exactly the bytes of the NFs'
         /// sequence of RFC 1624 updates, 0x0000/0xffff checksums and UDP's 0 included.

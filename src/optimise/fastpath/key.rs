@@ -107,9 +107,7 @@ impl FpKey {
             place: m.in_port as u64 | variant << 16 | (l.l3_off as u64) << 32 | l4_off << 48,
         })
     }
-}
 
-impl FpKey {
     /// The six words, for hashing.
     #[inline]
     pub fn words(&self) -> [u64; 6] {

@@ -116,7 +116,12 @@ pub struct FastPath {
 impl FastPath {
     /// `nfs[i]` is node i's NF (None for the input and sinks).
     pub fn new(cfg: FastConfig, nfs: &[Option<&dyn Nf>]) -> FastPath {
+        let writes: Vec<bool> = nfs
+            .iter()
+            .map(|n| n.is_some_and(|n| n.profile().writes != Fields::NONE))
+            .collect();
         FastPath {
+            rewrites: writes.iter().any(|&w| w),
             table: Table::new(cfg.entries, cfg.timeout_ns),
             rec: Recorder::new(),
             stats: FastStats::default(),
@@ -126,18 +131,11 @@ impl FastPath {
                 .map(|n| n.is_some_and(|n| role(n).is_ok()))
                 .collect(),
             prefetch: nfs.iter().flatten().any(|n| n.fast_prefetches()),
-            rewrites: nfs
-                .iter()
-                .flatten()
-                .any(|n| n.profile().writes != Fields::NONE),
             checks: nfs
                 .iter()
                 .map(|n| n.is_some_and(|n| n.fast_checks()))
                 .collect(),
-            writes: nfs
-                .iter()
-                .map(|n| n.is_some_and(|n| n.profile().writes != Fields::NONE))
-                .collect(),
+            writes,
             writes_eth: nfs
                 .iter()
                 .map(|n| {
