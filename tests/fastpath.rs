@@ -188,10 +188,20 @@ fn input_drops(s: &Summary) -> u64 {
     s.input_drops.iter().map(|(_, n)| n).sum()
 }
 
+/// A small table that records a flow's first packet (the unit cases count on it).
 fn small() -> FastConfig {
     FastConfig {
         entries: 512,
         timeout_ns: 30_000_000_000,
+        record_at: 1,
+    }
+}
+
+/// [`small`] recording a flow's second packet (the default).
+fn small_second() -> FastConfig {
+    FastConfig {
+        record_at: 2,
+        ..small()
     }
 }
 
@@ -238,8 +248,10 @@ fn every_capture_through_two_chains_is_equal_on_and_off() {
                     let Ok(t) = Trace::open(p) else { continue };
                     let s = real_setup(&t);
                     let k = base + i;
-                    for chain in [CHAINS[k % CHAINS.len()], CHAINS[(k * 7 + 3) % CHAINS.len()]] {
-                        equal_on_off(chain, &s, &t, small(), &[], &p.display().to_string());
+                    // The first chain records first packets, the second second ones.
+                    let chains = [CHAINS[k % CHAINS.len()], CHAINS[(k * 7 + 3) % CHAINS.len()]];
+                    for (chain, cfg) in chains.into_iter().zip([small(), small_second()]) {
+                        equal_on_off(chain, &s, &t, cfg, &[], &p.display().to_string());
                     }
                 }
             });
@@ -259,6 +271,8 @@ fn every_chain_on_the_merged_trace_is_equal_on_and_off_with_changes() {
                 for chain in CHAINS.iter().skip(half).step_by(2) {
                     let f = equal_on_off(chain, s, t, small(), &[], "merged");
                     assert!(f.hits > 0, "{chain}: no hits");
+                    let f = equal_on_off(chain, s, t, small_second(), &[], "merged, second");
+                    assert!(f.hits > 0 && f.deferred > 0, "{chain}: {f:?}");
                     if !chain.contains('O') {
                         continue;
                     }
@@ -292,7 +306,7 @@ fn every_chain_on_generated_traces_is_equal_on_and_off_with_changes() {
                 chain,
                 &s,
                 &t,
-                small(),
+                small_second(),
                 &changes(chain, n),
                 "generated with changes",
             );
@@ -399,6 +413,7 @@ fn idle_entries_expire() {
     let cfg = FastConfig {
         entries: 64,
         timeout_ns: 30 * SEC,
+        record_at: 1,
     };
     let fs = equal_on_off("FO", &setup(), &trace_of(&f), cfg, &[], "idle");
     assert_eq!((fs.expired, fs.hits, fs.installed), (1, 2, 2), "{fs:?}");
@@ -418,6 +433,7 @@ fn a_maglev_sweep_during_hits_moves_the_connection_and_stays_equal() {
     let cfg = FastConfig {
         entries: 64,
         timeout_ns: 0,
+        record_at: 1,
     };
     let fs = equal_on_off("MO", &setup(), &trace_of(&f), cfg, &[], "maglev sweep");
     assert!(fs.invalidated >= 1, "{fs:?}");
@@ -439,6 +455,7 @@ fn a_full_table_evicts_and_counts() {
     let cfg = FastConfig {
         entries: 16,
         timeout_ns: 0,
+        record_at: 1,
     };
     let fs = equal_on_off("FNMO", &setup(), &trace_of(&f), cfg, &[], "tiny table");
     assert!(fs.evicted > 0, "{fs:?}");
@@ -508,6 +525,51 @@ fn refused_flows_run_the_whole_chain() {
         (0, 0, 2, 28),
         "{fs:?}"
     );
+}
+
+#[test]
+fn recording_the_second_packet_skips_one_packet_flows() {
+    // 40 flows of one packet, then one of 10: only the long flow is recorded (at its
+    // second packet) and its last 8 packets hit; the rest, ARP fillers included, miss.
+    let b = [203, 0, 113, 10];
+    let mut f: Vec<(u64, Vec<u8>)> = (0..40u8)
+        .map(|k| (k as u64, udp([10, 0, 2, k], b, 4000, 53)))
+        .collect();
+    f.extend((0..10u64).map(|i| (SEC + i, udp([10, 0, 0, 1], b, 4000, 80))));
+    let fs = equal_on_off(
+        "FNMO",
+        &setup(),
+        &trace_of(&f),
+        small_second(),
+        &[],
+        "second",
+    );
+    assert_eq!(
+        (fs.deferred, fs.installed, fs.hits, fs.misses),
+        (41, 1, 8, 42 + 50 * 32),
+        "{fs:?}"
+    );
+}
+
+#[test]
+fn unsolicited_inbound_packets_are_dropped_on_the_fast_path_until_a_mapping_answers() {
+    // Replies from outside to the NAT's public port before the inside host has sent
+    // anything are dropped (no mapping) on the fast path; once the inside host's packet
+    // creates the mapping they answer, the drop entry fails its check and the replies are
+    // translated.
+    let (inside, remote) = ([10, 0, 0, 1], [203, 0, 113, 7]);
+    let public = [198, 51, 100, 1];
+    // The NAT maps the first flow to the pool's first port: find it from a run.
+    let first_port = 1024;
+    let mut f: Vec<(u64, Vec<u8>)> = (0..10u64)
+        .map(|i| (i, udp(remote, public, 53, first_port)))
+        .collect();
+    f.push((SEC, udp(inside, remote, 5000, 53)));
+    f.extend((0..10u64).map(|i| (SEC + 1 + i, udp(remote, public, 53, first_port))));
+    let fs = equal_on_off("N", &setup(), &trace_of(&f), small(), &[], "unsolicited");
+    assert!(fs.hits >= 9, "the drops did not take the fast path: {fs:?}");
+    assert_eq!(fs.invalidated, 1, "{fs:?}");
+    assert_eq!(fs.refused, 0, "{fs:?}");
 }
 
 /// Two outputs, picked by the low bit of the ingress port.

@@ -170,6 +170,12 @@ impl Chain {
         if let Some(t) = c.fastpath_timeout {
             fp.timeout_ns = u64::from(t) * 1_000_000_000;
         }
+        if let Some(n) = c.fastpath_record {
+            fp.record_at = u8::try_from(n)
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| c.invalid(format!("`fastpath_record` must be 1 to 255, not {n}")))?;
+        }
         if c.fastpath == Some(true) {
             chain
                 .enable_fastpath(fp)

@@ -35,6 +35,9 @@ pub struct ChainConfig {
     pub fastpath_entries: Option<u32>,
     /// Idle seconds (capture time) after which a FastPath entry ends; 0 = never (default 60).
     pub fastpath_timeout: Option<u32>,
+    /// Which packet of a flow FastPath records, 1-255 (default 2: one-packet flows are
+    /// never recorded; 1 records the first, as the FastPath report does).
+    pub fastpath_record: Option<u32>,
     #[serde(default)]
     pub input: InputConfig,
     #[serde(default, rename = "nf")]

@@ -156,8 +156,8 @@ impl Summary {
         s.push_str(&format!("  ports  {}\n", ports.join("   ")));
         if let Some(f) = &self.fastpath {
             s.push_str(&format!(
-                "  fastpath  hits {}  misses {}  installed {}  invalidated {}  evicted {}  expired {}  ended {}  refused {}  unconsolidatable {}  unrecorded {}\n",
-                f.hits, f.misses, f.installed, f.invalidated, f.evicted, f.expired, f.ended, f.refused, f.unconsolidatable, f.unrecorded
+                "  fastpath  hits {}  misses {}  installed {}  invalidated {}  evicted {}  expired {}  ended {}  refused {}  unconsolidatable {}  unrecorded {}  deferred {}\n",
+                f.hits, f.misses, f.installed, f.invalidated, f.evicted, f.expired, f.ended, f.refused, f.unconsolidatable, f.unrecorded, f.deferred
             ));
         }
         for k in &self.sinks {

@@ -554,11 +554,21 @@ impl Runner {
                     None => continue,
                     Some(p) => p,
                 },
-                Found::Expired => {
-                    f.stats.expired += 1;
+                Found::Expired | Found::Miss => {
+                    if found == Found::Expired {
+                        f.stats.expired += 1;
+                    }
+                    if f.record_at > 1 {
+                        // Unrecorded now; the entry that counts the flow's packets is
+                        // installed at once, so the held ways are stale.
+                        f.defer(*key, now);
+                        ways_hold = false;
+                        f.stats.misses += 1;
+                        self.inbox[first].push(p);
+                        continue;
+                    }
                     p
                 }
-                Found::Miss => p,
             };
             let mut p = p;
             f.stats.misses += 1;

@@ -46,7 +46,7 @@ use std::net::Ipv4Addr;
 use super::nf::{named, Stats};
 use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
-use crate::flow::{prefetch, Hasher, Index};
+use crate::flow::{prefetch, FlowKey, Hasher, Index};
 use crate::packet::bytes::{be16, be32, put16, put32};
 use crate::packet::checksum::{fold32, update16, update32};
 use crate::packet::{Batch, FastMark, Fields, L3Kind, Layers, Packet, MAX_BATCH};
@@ -722,6 +722,21 @@ impl Nat {
         (now <= self.slab[i as usize].deadline).then_some(i)
     }
 
+    /// Whether a live mapping would take inbound packet `k` (TCP, UDP or an ICMP echo
+    /// reply, by identifier) at `now`: the acceptance test of [`translate`](Self::translate)
+    /// and [`icmp`](Self::icmp), from the flow key alone.
+    fn answers(&self, k: &FlowKey, now: u64) -> bool {
+        if k.family != 4 {
+            return false;
+        }
+        let a = |b: &[u8; 16]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        let Some(i) = self.inbound(a(&k.dst), k.dport, k.proto, now) else {
+            return false;
+        };
+        let m = &self.slab[i as usize];
+        m.remote == a(&k.src) && (k.proto == ICMP || m.remote_port == k.sport)
+    }
+
     /// Translates one IPv4 packet in place, or says why it is dropped.
     #[inline]
     fn translate(&mut self, l: &Layers, d: &mut [u8], now: u64) -> Result<(), u8> {
@@ -1084,6 +1099,8 @@ const FAST_OUT: u8 = 1;
 const FAST_IN: u8 = 2;
 const FAST_INTERNAL: u8 = 3;
 const FAST_NOT_IPV4: u8 = 4;
+/// An inbound packet no mapping answered (no slot: valid while none does).
+const FAST_NOMAP: u8 = 5;
 
 /// What FastPath recording needs of a packet before it is translated.
 #[derive(Clone, Copy, Default)]
@@ -1140,6 +1157,17 @@ impl Nat {
         match r {
             _ if icmp_error && l.l3 == L3Kind::Ipv4 => return FastMark::Refuse,
             Err(FRAGMENT | UNSUPPORTED) => return FastMark::Token((FAST_STATIC as u64) << 56),
+            // An unsolicited packet from outside: dropped for as long as no mapping
+            // answers it, which a hit checks by the same lookup (`fast_valid`). Inbound
+            // ICMP other than echo replies (and errors, refused above) never maps.
+            Err(NO_MAPPING) if l.has_l4() && !self.is_inside(pre.src) => {
+                let kind = match l.l4_proto {
+                    TCP | UDP => FAST_NOMAP,
+                    ICMP if pre.icmp_type == 0 => FAST_NOMAP,
+                    _ => FAST_STATIC,
+                };
+                return FastMark::Token((kind as u64) << 56);
+            }
             Err(_) => return FastMark::Refuse,
             Ok(()) => {}
         }
@@ -1215,6 +1243,9 @@ impl Nf for Nat {
     }
 
     fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
+        if (token >> 56) as u8 == FAST_NOMAP {
+            return !self.answers(p.key, p.ts_ns);
+        }
         let (kind, slot, serial) = (
             (token >> 56) as u8,
             (token >> 32) as u32 & 0xff_ffff,
@@ -1238,6 +1269,9 @@ impl Nf for Nat {
     }
 
     fn fast_prefetch(&self, token: u64) {
+        if (token >> 56) as u8 == FAST_NOMAP {
+            return;
+        }
         if let Some(m) = self.slab.get((token >> 32) as usize & 0xff_ffff) {
             prefetch(m);
         }

@@ -30,6 +30,10 @@ pub struct FastConfig {
     pub entries: usize,
     /// Idle time (capture time) after which an entry is dropped; 0 = never.
     pub timeout_ns: u64,
+    /// Which packet of a flow is recorded (1 = the first, as the FastPath report does).
+    /// The ones before run the chain unrecorded behind a small entry that counts them,
+    /// so with 2 a flow of one packet never pays for a recording.
+    pub record_at: u8,
 }
 
 impl Default for FastConfig {
@@ -37,6 +41,7 @@ impl Default for FastConfig {
         FastConfig {
             entries: 16384,
             timeout_ns: 60_000_000_000,
+            record_at: 2,
         }
     }
 }
@@ -63,6 +68,9 @@ pub struct FastStats {
     pub unconsolidatable: u64,
     /// Packets of flows with a remembered refusal, run through the chain unrecorded.
     pub unrecorded: u64,
+    /// Flows whose first packet ran the chain unrecorded (recording waits for the
+    /// flow's `record_at`-th packet).
+    pub deferred: u64,
 }
 
 /// Header fields a consolidated rewrite can carry: the key pins the addresses, ports and
@@ -111,6 +119,8 @@ pub struct FastPath {
     pub prefetch: bool,
     /// Some NF of the chain may change bytes (so entries may carry actions).
     pub rewrites: bool,
+    /// As [`FastConfig::record_at`].
+    pub record_at: u8,
 }
 
 impl FastPath {
@@ -121,6 +131,7 @@ impl FastPath {
             .map(|n| n.is_some_and(|n| n.profile().writes != Fields::NONE))
             .collect();
         FastPath {
+            record_at: cfg.record_at.max(1),
             rewrites: writes.iter().any(|&w| w),
             table: Table::new(cfg.entries, cfg.timeout_ns),
             rec: Recorder::new(),
@@ -146,6 +157,17 @@ impl FastPath {
                     })
                 })
                 .collect(),
+        }
+    }
+
+    /// A flow's first packet while recording waits for a later one: an entry without a
+    /// path that counts the packets down to the one to record (as a refusal does).
+    pub fn defer(&mut self, key: FpKey, now: u64) {
+        let mut e = Entry::refusal(key, now);
+        e.retry = self.record_at - 1;
+        self.stats.deferred += 1;
+        if self.table.insert(&e, &Keys::EMPTY) {
+            self.stats.evicted += 1;
         }
     }
 
