@@ -19,8 +19,10 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
-use hashbrown::hash_map::Entry;
-use hashbrown::HashMap;
+use std::hash::BuildHasher;
+
+use hashbrown::hash_table::Entry;
+use hashbrown::HashTable;
 
 use super::nf::{named, Stats};
 use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
@@ -202,7 +204,10 @@ impl Sink {
 
 pub struct FlowMonitor {
     profile: Profile,
-    table: HashMap<WideKey, FlowStats, Hasher>,
+    /// Flows by canonical key. A FastPath token names a flow's bucket, which holds
+    /// still (no resize: the table never grows past its capacity) unless the flow left.
+    table: HashTable<(WideKey, FlowStats)>,
+    hasher: Hasher,
     capacity: usize,
     /// 0: flows never expire (exported at the end only).
     timeout_ns: u64,
@@ -272,7 +277,8 @@ impl FlowMonitor {
                 outputs: &["out"],
                 drop_reasons: &[],
             },
-            table: HashMap::with_capacity_and_hasher(capacity, Hasher::default()),
+            table: HashTable::with_capacity(capacity),
+            hasher: Hasher::default(),
             capacity,
             timeout_ns,
             last_sweep_ns: 0,
@@ -360,7 +366,7 @@ impl FlowMonitor {
         self.since_sweep = 0;
         let out = &mut self.expired;
         let mut min_last = u64::MAX;
-        self.table.retain(|k, s| {
+        self.table.retain(|(k, s)| {
             let keep = now_ns.saturating_sub(s.last_ns) <= t;
             if keep {
                 min_last = min_last.min(s.last_ns);
@@ -387,53 +393,92 @@ impl FlowMonitor {
         }
     }
 
-    /// One packet of flow `key` (as seen on the wire, either direction).
+    /// One packet of flow `key` (as seen on the wire, either direction); returns the
+    /// FastPath token of its flow (its bucket + 1), or 0 when the table had no room.
     #[inline]
-    fn account(&mut self, key: &FlowKey, flags: u16, now: u64, len: u64) {
+    fn account(&mut self, key: &FlowKey, flags: u16, now: u64, len: u64) -> u64 {
         let c = WideKey(key.canonical());
         let dir = (c.0 != *key) as usize;
-        let fresh = FlowStats {
-            first_ns: now,
-            last_ns: now,
-            packets: [(dir == 0) as u64, (dir == 1) as u64],
-            bytes: [len * (dir == 0) as u64, len * (dir == 1) as u64],
-            tcp_flags: flags,
-            initiator_is_dst: dir == 1,
-        };
-        let timeout = self.timeout_ns;
+        let h = self.hasher.hash_one(c);
         let full = self.table.len() >= self.capacity;
-        match self.table.entry(c) {
+        let hasher = &self.hasher;
+        match self
+            .table
+            .entry(h, |(k, _)| *k == c, |(k, _)| hasher.hash_one(k))
+        {
             Entry::Occupied(mut e) => {
-                let s = e.get_mut();
-                if timeout != 0 && now.saturating_sub(s.last_ns) > timeout {
-                    // Idle past the timeout but not swept yet: the old connection
-                    // ends here and this packet starts a new record.
-                    let old = std::mem::replace(s, fresh);
-                    self.min_last_ns = self.min_last_ns.min(now);
-                    self.export(&c.0, &old, End::Idle);
-                } else {
-                    s.packets[dir] += 1;
-                    s.bytes[dir] += len;
-                    s.tcp_flags |= flags;
-                    // Traces are not always in time order: keep the span.
-                    s.first_ns = s.first_ns.min(now);
-                    s.last_ns = s.last_ns.max(now);
+                let b = e.bucket_index();
+                let old = update(&mut e.get_mut().1, self.timeout_ns, dir, flags, now, len);
+                if let Some(old) = old {
+                    self.restarted(&c, &old, now);
                 }
+                b as u64 + 1
             }
             Entry::Vacant(_) if full => {
                 // Make room if idle flows hold it, else count the packet.
                 if self.sweep(now) && self.table.len() < self.capacity {
-                    self.table.insert(c, fresh);
                     self.min_last_ns = self.min_last_ns.min(now);
+                    let hasher = &self.hasher;
+                    let e =
+                        self.table
+                            .insert_unique(h, (c, fresh(dir, flags, now, len)), |(k, _)| {
+                                hasher.hash_one(k)
+                            });
+                    e.bucket_index() as u64 + 1
                 } else {
                     self.overflow_packets += 1;
+                    0
                 }
             }
             Entry::Vacant(e) => {
-                e.insert(fresh);
+                let b = e.insert((c, fresh(dir, flags, now, len))).bucket_index();
                 self.min_last_ns = self.min_last_ns.min(now);
+                b as u64 + 1
             }
         }
+    }
+
+    /// A flow idle past the timeout but not swept yet came back: the old connection
+    /// ended (`old`) and the packet at `now` started a new record.
+    fn restarted(&mut self, c: &WideKey, old: &FlowStats, now: u64) {
+        self.min_last_ns = self.min_last_ns.min(now);
+        self.export(&c.0, old, End::Idle);
+    }
+}
+
+/// One more packet of a tracked flow; when the flow was idle past `timeout` (0 = none) it
+/// starts a new record and the old one is returned for export.
+#[inline]
+fn update(
+    s: &mut FlowStats,
+    timeout: u64,
+    dir: usize,
+    flags: u16,
+    now: u64,
+    len: u64,
+) -> Option<FlowStats> {
+    if timeout != 0 && now.saturating_sub(s.last_ns) > timeout {
+        return Some(std::mem::replace(s, fresh(dir, flags, now, len)));
+    }
+    s.packets[dir] += 1;
+    s.bytes[dir] += len;
+    s.tcp_flags |= flags;
+    // Traces are not always in time order: keep the span.
+    s.first_ns = s.first_ns.min(now);
+    s.last_ns = s.last_ns.max(now);
+    None
+}
+
+/// The counters of a flow's first packet.
+#[inline]
+fn fresh(dir: usize, flags: u16, now: u64, len: u64) -> FlowStats {
+    FlowStats {
+        first_ns: now,
+        last_ns: now,
+        packets: [(dir == 0) as u64, (dir == 1) as u64],
+        bytes: [len * (dir == 0) as u64, len * (dir == 1) as u64],
+        tcp_flags: flags,
+        initiator_is_dst: dir == 1,
     }
 }
 
@@ -461,9 +506,9 @@ impl Nf for FlowMonitor {
             } else {
                 0
             };
-            self.account(&key, flags, m.ts_ns, m.wire_len as u64);
+            let token = self.account(&key, flags, m.ts_ns, m.wire_len as u64);
             if m.fast == FastMark::Want {
-                m.fast = FastMark::Token(0);
+                m.fast = FastMark::Token(token);
             }
         }
     }
@@ -480,9 +525,26 @@ impl Nf for FlowMonitor {
         true
     }
 
-    fn fast_state(&mut self, _token: u64, p: &FastPacket) {
-        self.tick(p.ts_ns);
-        self.account(p.key, p.tcp_flags, p.ts_ns, p.wire_len as u64);
+    /// The token names the flow's bucket: when it still holds the flow, the packet is
+    /// counted there without hashing; else (the flow was exported or the table had no
+    /// room) it is accounted from its key, exactly as `process` would.
+    fn fast_state(&mut self, token: u64, p: &FastPacket) {
+        let (now, len) = (p.ts_ns, p.wire_len as u64);
+        self.tick(now);
+        let c = WideKey(p.key.canonical());
+        let dir = (c.0 != *p.key) as usize;
+        if let Some((k, s)) = token
+            .checked_sub(1)
+            .and_then(|b| self.table.get_bucket_mut(b as usize))
+        {
+            if *k == c {
+                if let Some(old) = update(s, self.timeout_ns, dir, p.tcp_flags, now, len) {
+                    self.restarted(&c, &old, now);
+                }
+                return;
+            }
+        }
+        self.account(p.key, p.tcp_flags, now, len);
     }
 
     fn finish(&mut self) {

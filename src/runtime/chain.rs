@@ -320,13 +320,25 @@ impl Chain {
                 s.push_str(&format!("  {}{} -> {}\n", n.name, out, self.nodes[*t].name));
             }
         }
+        let fp = self.fastpath.unwrap_or(self.fastpath_settings);
+        let nth = match fp.record_at {
+            1 => "first".to_string(),
+            2 => "second".to_string(),
+            3 => "third".to_string(),
+            k => format!("{k}th"),
+        };
         s.push_str(&format!(
-            "fastpath: {}\n",
+            "fastpath: {}\n  {} entries, idle timeout {}, records a flow's {nth} packet (the ones before run every NF unrecorded)\n",
             if self.fastpath.is_some() {
-                "on (a flow's first packet runs every NF and is recorded; later packets take one lookup, the state functions below and one consolidated rewrite; a flow whose path holds an always-run NF runs whole)"
+                "on (a flow's recorded packet runs every NF; later packets take one lookup, the state functions below and one consolidated rewrite; a flow whose path holds an always-run NF runs whole)"
             } else {
                 "off (`fastpath = true` or `catena run --fastpath` turns it on)"
-            }
+            },
+            fp.entries,
+            match fp.timeout_ns / 1_000_000_000 {
+                0 => "none".to_string(),
+                t => format!("{t} s"),
+            },
         ));
         for n in &self.nodes {
             if let NodeKind::Nf { nf, .. } = &n.kind {
