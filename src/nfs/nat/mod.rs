@@ -724,7 +724,9 @@ impl Nat {
 
     /// Whether a live mapping would take inbound packet `k` (TCP, UDP or an ICMP echo
     /// reply, by identifier) at `now`: the acceptance test of [`translate`](Self::translate)
-    /// and [`icmp`](Self::icmp), from the flow key alone.
+    /// and [`icmp`](Self::icmp), from the flow key alone. Out of line: the hits that
+    /// translate should not pay for its registers.
+    #[inline(never)]
     fn answers(&self, k: &FlowKey, now: u64) -> bool {
         if k.family != 4 {
             return false;
@@ -1243,23 +1245,20 @@ impl Nf for Nat {
     }
 
     fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
-        if (token >> 56) as u8 == FAST_NOMAP {
-            return !self.answers(p.key, p.ts_ns);
-        }
         let (kind, slot, serial) = (
             (token >> 56) as u8,
             (token >> 32) as u32 & 0xff_ffff,
             token as u32,
         );
-        let Some(m) = self.slab.get(slot as usize) else {
-            return !matches!(kind, FAST_OUT | FAST_IN);
-        };
-        // The serial names one mapping ever created, and a mapping's addresses and ports
-        // never change: the same serial is the same translation of the same flow (the
-        // entry's key pins the packet), so the flow key need not be compared again.
-        let live = m.state & LIVE != 0 && p.ts_ns <= m.deadline && m.serial == serial;
         match kind {
-            FAST_OUT | FAST_IN => live,
+            FAST_OUT | FAST_IN => self.slab.get(slot as usize).is_some_and(|m| {
+                // The serial names one mapping ever created, and a mapping's addresses
+                // and ports never change: the same serial is the same translation of the
+                // same flow (the entry's key pins the packet), so the flow key need not
+                // be compared again.
+                m.state & LIVE != 0 && p.ts_ns <= m.deadline && m.serial == serial
+            }),
+            FAST_NOMAP => !self.answers(p.key, p.ts_ns),
             _ => true,
         }
     }
@@ -1268,10 +1267,9 @@ impl Nf for Nat {
         true
     }
 
+    /// (A no-mapping token names slot 0: prefetching it is harmless, and cheaper than a
+    /// test on every hit.)
     fn fast_prefetch(&self, token: u64) {
-        if (token >> 56) as u8 == FAST_NOMAP {
-            return;
-        }
         if let Some(m) = self.slab.get((token >> 32) as usize & 0xff_ffff) {
             prefetch(m);
         }
