@@ -159,6 +159,13 @@ impl Summary {
                 "  fastpath  hits {}  misses {}  installed {}  invalidated {}  evicted {}  expired {}  ended {}  refused {}  unconsolidatable {}  unrecorded {}  deferred {}\n",
                 f.hits, f.misses, f.installed, f.invalidated, f.evicted, f.expired, f.ended, f.refused, f.unconsolidatable, f.unrecorded, f.deferred
             ));
+            // Entries pushed out before their flows end are re-recorded, at several times
+            // the chain's cost each: worth saying how to stop it.
+            if f.evicted * 4 > f.installed + f.deferred && f.evicted >= 100 {
+                s.push_str(
+                    "  fastpath  note: many entries were evicted while their flows were live; a larger `fastpath_entries` avoids re-recording them\n",
+                );
+            }
         }
         for k in &self.sinks {
             s.push_str(&format!(
