@@ -5,8 +5,8 @@
 //!
 //! First packets: a trace of F distinct UDP flows, one packet each (every packet misses
 //! and is recorded: these chains record a flow's first packet, `fastpath_record = 1`, as
-//! the report does; the mixed chain keeps the default, the second). Later packets: the same flows four more times on the same runner
-//! (every packet hits). Cycles are the whole worker loop per packet: copying the record
+//! the report does; the mixed chain keeps the default, the second). Later packets: the
+//! same flows four more times on the same runner (every packet hits). Cycles are the whole worker loop per packet: copying the record
 //! into a pool buffer, the lookup (or recording), the NFs or their state functions and
 //! the consolidated rewrite, and handing the packet to a sink that discards it. The same
 //! runs time an empty chain (the floor) so the table can also show what the chain alone

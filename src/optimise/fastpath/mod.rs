@@ -66,7 +66,8 @@ pub struct FastStats {
     pub refused: u64,
     /// Recordings whose net rewrite could not be consolidated.
     pub unconsolidatable: u64,
-    /// Packets of flows with a remembered refusal, run through the chain unrecorded.
+    /// Packets run through the chain unrecorded behind a remembered refusal (or, with
+    /// `record_at` above 2, between a flow's first packet and its recorded one).
     pub unrecorded: u64,
     /// Flows whose first packet ran the chain unrecorded (recording waits for the
     /// flow's `record_at`-th packet).
