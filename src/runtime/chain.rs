@@ -321,14 +321,8 @@ impl Chain {
             }
         }
         let fp = self.fastpath.unwrap_or(self.fastpath_settings);
-        let nth = match fp.record_at {
-            1 => "first".to_string(),
-            2 => "second".to_string(),
-            3 => "third".to_string(),
-            k => format!("{k}th"),
-        };
         s.push_str(&format!(
-            "fastpath: {}\n  {} entries, idle timeout {}, records a flow's {nth} packet (the ones before run every NF unrecorded)\n",
+            "fastpath: {}\n  {} entries, idle timeout {}, records packet {} of each flow (the ones before run every NF unrecorded)\n",
             if self.fastpath.is_some() {
                 "on (a flow's recorded packet runs every NF; later packets take one lookup, the state functions below and one consolidated rewrite; a flow whose path holds an always-run NF runs whole)"
             } else {
@@ -339,6 +333,7 @@ impl Chain {
                 0 => "none".to_string(),
                 t => format!("{t} s"),
             },
+            fp.record_at,
         ));
         for n in &self.nodes {
             if let NodeKind::Nf { nf, .. } = &n.kind {
