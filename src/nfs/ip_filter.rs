@@ -434,9 +434,13 @@ impl Nf for IpFilter {
         true
     }
 
-    fn fast_state(&mut self, token: u64, _p: &FastPacket) {
+    fn fast_counts(&self) -> bool {
+        true
+    }
+
+    fn fast_count(&mut self, token: u64, packets: u64) {
         if let Some(h) = self.hits.get_mut(token as usize) {
-            *h += 1;
+            *h += packets;
         }
     }
 

@@ -102,8 +102,8 @@ pub trait Nf: Send {
     }
 
     /// Whether [`fast_valid`](Nf::fast_valid) can say no: an NF whose consolidated
-    /// decisions only a control command changes (which the runtime's per-NF generation
-    /// catches) says false, and a hit skips the call.
+    /// decisions only a control command changes (the runtime then removes every entry
+    /// through it) says false, and a hit skips the call.
     fn fast_checks(&self) -> bool {
         true
     }
@@ -118,6 +118,21 @@ pub trait Nf: Send {
     /// would have (counters, idle timers, sweeps).
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
         let _ = (token, p);
+    }
+
+    /// Whether the state function only adds one per packet to counters the token names:
+    /// the runtime then counts a consolidated flow's packets in its entry and hands them
+    /// over with [`fast_count`](Nf::fast_count) (before the NF takes a command, before
+    /// the summary, when the entry goes), and never calls `fast_state`.
+    fn fast_counts(&self) -> bool {
+        false
+    }
+
+    /// `packets` packets of flows marked `token` took the fast path since the last call:
+    /// does what as many `fast_state` calls would have done (for NFs that say
+    /// [`fast_counts`](Nf::fast_counts)).
+    fn fast_count(&mut self, token: u64, packets: u64) {
+        let _ = (token, packets);
     }
 
     /// Counters of the NF's own (table sizes, learned entries, floods), for the summary.

@@ -13,7 +13,7 @@ use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary
 use super::profile_check::Snapshot;
 use crate::io::{PcapWriter, Trace};
 use crate::nfs::{Context, FastPacket, Nf};
-use crate::optimise::fastpath::{FastPath, Found, FpKey, Recorder};
+use crate::optimise::fastpath::{FastPath, Found, FpKey, Recorder, Step};
 use crate::packet::{
     Batch, FastMark, Layers, LinkKind, Packet, Pool, Verdict, FLOOD, MAX_BATCH, NOT_RECORDED,
     NO_PORT,
@@ -238,6 +238,7 @@ impl Runner {
             );
         }
         let seconds = start.elapsed().as_secs_f64();
+        self.settle_counts();
         // NFs that report at the end (flow records) do it now, before the summary.
         for n in &mut self.chain.nodes {
             if let NodeKind::Nf { nf, .. } = &mut n.kind {
@@ -266,17 +267,54 @@ impl Runner {
         let Some(i) = self.chain.node(nf) else {
             return Err(format!("no NF named `{nf}` (NFs: {})", names(&self.chain)));
         };
-        if let NodeKind::Nf { nf, .. } = &mut self.chain.nodes[i].kind {
-            let r = nf.control(cmd);
-            // Every entry recorded through this NF is stale now.
-            if let (Ok(_), Some(f)) = (&r, self.fast.as_deref_mut()) {
-                f.gens[i] = f.gens[i].wrapping_add(1);
-            }
-            return r;
+        if !matches!(self.chain.nodes[i].kind, NodeKind::Nf { .. }) {
+            return Err(format!("`{nf}` is not an NF (NFs: {})", names(&self.chain)));
         }
-        Err(format!("`{nf}` is not an NF (NFs: {})", names(&self.chain)))
+        // The NF's counters are whole before it answers or changes.
+        self.settle_counts();
+        let NodeKind::Nf { nf, .. } = &mut self.chain.nodes[i].kind else {
+            unreachable!("checked above")
+        };
+        let r = nf.control(cmd);
+        // Every entry recorded through this NF is stale now: gone before the next packet.
+        if let (Ok(_), Some(f)) = (&r, self.fast.as_deref_mut()) {
+            f.stats.invalidated += f.table.remove_through(i);
+        }
+        r
     }
 
+    /// Adds the hits FastPath entries hold (and retired entries held) to the per-NF
+    /// counters and to the NFs that count in entries.
+    fn settle_counts(&mut self) {
+        if let Some(f) = self.fast.as_deref_mut() {
+            let (chain, counters) = (&mut self.chain, &mut self.counters);
+            f.table
+                .drain_counts(|n, path| add_counts(chain, counters, path, n));
+        }
+    }
+}
+
+/// `n` packets took a consolidated path: each NF on it counts them as the slow path
+/// would have, per verdict, and so do NFs whose state function only counts.
+fn add_counts(chain: &mut Chain, counters: &mut [NodeCounters], path: &[Step], n: u64) {
+    for s in path {
+        let i = s.node();
+        if let Some(c) = counters.get_mut(i) {
+            c.packets_in += n;
+            match s.verdict {
+                Verdict::Out(o) => c.out[o as usize] += n,
+                Verdict::Drop(r) => c.drops[r as usize] += n,
+            }
+        }
+        if s.flags & Step::COUNT != 0 {
+            if let Some(NodeKind::Nf { nf, .. }) = chain.nodes.get_mut(i).map(|n| &mut n.kind) {
+                nf.fast_count(s.token, n);
+            }
+        }
+    }
+}
+
+impl Runner {
     /// Drains pending control commands; when none are pending this is one atomic load.
     #[inline]
     fn poll_control(&mut self) {
@@ -367,7 +405,7 @@ impl Runner {
                         snap.take(spare);
                     }
                     if let Some(f) = fast.as_deref_mut() {
-                        let (g, ok, w) = (f.gens[n], f.consolidable[n], f.writes[n]);
+                        let (g, ok, w) = (f.flags[n], f.consolidable[n], f.writes[n]);
                         for p in spare.iter_mut() {
                             f.rec.before(n, g, ok, w, p);
                         }
@@ -531,7 +569,7 @@ impl Runner {
             } else {
                 f.table.find(key, h, now)
             };
-            let consolidated = |w| f.table.entry(w).retry == 0;
+            let consolidated = |w| !f.table.entry(w).refusal();
             if matches!(found, Found::Hit(w) if consolidated(w)) && !self.inbox[first].is_empty() {
                 // Earlier misses go first; they may change what the entry relies on.
                 self.flush(&mut f);
@@ -539,7 +577,7 @@ impl Runner {
                 found = f.table.find(key, h, now);
             }
             let p = match found {
-                Found::Hit(w) if f.table.entry(w).retry > 0 => {
+                Found::Hit(w) if f.table.entry(w).refusal() => {
                     // A remembered refusal: the chain, in order with the other misses,
                     // unrecorded but for every RETRY_AFTER-th packet.
                     if !f.table.count_down(w) {
@@ -577,6 +615,13 @@ impl Runner {
         }
         self.fast_in = input;
         self.flush(&mut f);
+        // Entries that went this chunk hand over their counts.
+        if !f.table.retired.is_empty() {
+            let (chain, counters) = (&mut self.chain, &mut self.counters);
+            for r in f.table.retired.drain(..) {
+                add_counts(chain, counters, r.path(), r.count as u64);
+            }
+        }
         self.fast = Some(f);
     }
 
@@ -619,48 +664,40 @@ impl Runner {
         if p.len() < e.min_len as usize || e.matches_eth() && !actions.eth_matches(p.data()) {
             return Some(p);
         }
-        let m = p.meta();
-        let mut fp = FastPacket {
-            key: &keys.keys[0],
-            fragment: key.layer_flags() & Layers::FRAGMENT != 0,
-            ts_ns: m.ts_ns,
-            wire_len: m.wire_len,
-            tcp_flags: key.tcp_flags(p.data()),
-        };
-        let now = fp.ts_ns;
-        let path = e.path();
-        // Every check before any state function, so a failed one leaves no trace.
-        for s in path {
-            let n = s.node();
-            let ok = f.gens.get(n) == Some(&s.gen)
-                && (!f.checks[n]
-                    || match chain.nodes.get(n).map(|n| &n.kind) {
-                        Some(NodeKind::Nf { nf, .. }) => {
-                            // A reference only: the key is read by the NFs that need it.
-                            fp.key = &keys.keys[s.key_index()];
-                            nf.fast_valid(s.token, &fp)
-                        }
-                        _ => false,
-                    });
-            if !ok {
-                f.table.remove(w);
-                f.stats.invalidated += 1;
-                return Some(p);
-            }
-        }
-        for s in path {
-            let n = s.node();
-            if let (Some(c), Some(NodeKind::Nf { nf, .. })) = (
-                counters.get_mut(n),
-                chain.nodes.get_mut(n).map(|n| &mut n.kind),
-            ) {
-                c.packets_in += 1;
-                match s.verdict {
-                    Verdict::Out(o) => c.out[o as usize] += 1,
-                    Verdict::Drop(r) => c.drops[r as usize] += 1,
+        let now = p.meta().ts_ns;
+        if e.calls() {
+            let m = p.meta();
+            let mut fp = FastPacket {
+                key: &keys.keys[0],
+                fragment: key.layer_flags() & Layers::FRAGMENT != 0,
+                ts_ns: m.ts_ns,
+                wire_len: m.wire_len,
+                tcp_flags: key.tcp_flags(p.data()),
+            };
+            let path = e.path();
+            // Every check before any state function, so a failed one leaves no trace.
+            for s in path.iter().filter(|s| s.flags & Step::CHECK != 0) {
+                let ok = match chain.nodes.get(s.node()).map(|n| &n.kind) {
+                    Some(NodeKind::Nf { nf, .. }) => {
+                        // A reference only: the key is read by the NFs that need it.
+                        fp.key = &keys.keys[s.key_index()];
+                        nf.fast_valid(s.token, &fp)
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    f.table.remove(w);
+                    f.stats.invalidated += 1;
+                    return Some(p);
                 }
-                fp.key = &keys.keys[s.key_index()];
-                nf.fast_state(s.token, &fp);
+            }
+            for s in path.iter().filter(|s| s.flags & Step::STATE != 0) {
+                if let Some(NodeKind::Nf { nf, .. }) =
+                    chain.nodes.get_mut(s.node()).map(|n| &mut n.kind)
+                {
+                    fp.key = &keys.keys[s.key_index()];
+                    nf.fast_state(s.token, &fp);
+                }
             }
         }
         if let Some(k) = e.sink() {
@@ -676,7 +713,10 @@ impl Runner {
             }
         }
         pool.free(p);
-        f.table.touch(w, now);
+        if f.table.hit(w, now) {
+            let (n, path) = f.table.take_count(w);
+            add_counts(chain, counters, path, n as u64);
+        }
         f.stats.hits += 1;
         None
     }

@@ -18,7 +18,7 @@ use serde::Serialize;
 pub use actions::Actions;
 pub use key::FpKey;
 pub use record::{Outcome, Recorder};
-pub use table::{Entry, Found, Hot, Keys, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
+pub use table::{Entry, Found, Hot, Keys, Retired, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
 
 use crate::nfs::{FastRole, Nf};
 use crate::packet::Fields;
@@ -101,21 +101,33 @@ pub fn role(nf: &dyn Nf) -> Result<&'static str, String> {
     }
 }
 
+/// What a hit does for `nf`: ask whether its token holds (unless only a control command
+/// can change its decision, which removes the entries through it at once), and run its
+/// state function, or count its packets in the entry when the state function only counts.
+fn step_flags(nf: &dyn Nf) -> u8 {
+    let check = if nf.fast_checks() { Step::CHECK } else { 0 };
+    check
+        | if nf.fast_counts() {
+            Step::COUNT
+        } else {
+            Step::STATE
+        }
+}
+
 /// Per-chain FastPath state kept by the runtime.
 pub struct FastPath {
     pub table: Table,
     pub rec: Recorder,
     pub stats: FastStats,
-    /// Per node: bumped by every accepted control command.
-    pub gens: Vec<u32>,
+    /// Per node: what a hit does for the NF ([`Step::CHECK`], [`Step::STATE`],
+    /// [`Step::COUNT`]).
+    pub flags: Vec<u8>,
     /// Per node: the NF can be skipped.
     pub consolidable: Vec<bool>,
     /// Per node: the NF may rewrite an Ethernet address.
     pub writes_eth: Vec<bool>,
     /// Per node: the NF may change any byte.
     pub writes: Vec<bool>,
-    /// Per node: the NF's `fast_valid` can say no (else a hit checks the generation only).
-    pub checks: Vec<bool>,
     /// Some NF of the chain prefetches the state its tokens name.
     pub prefetch: bool,
     /// Some NF of the chain may change bytes (so entries may carry actions).
@@ -137,16 +149,12 @@ impl FastPath {
             table: Table::new(cfg.entries, cfg.timeout_ns),
             rec: Recorder::new(),
             stats: FastStats::default(),
-            gens: vec![0; nfs.len()],
+            flags: nfs.iter().map(|n| n.map_or(0, step_flags)).collect(),
             consolidable: nfs
                 .iter()
                 .map(|n| n.is_some_and(|n| role(n).is_ok()))
                 .collect(),
             prefetch: nfs.iter().flatten().any(|n| n.fast_prefetches()),
-            checks: nfs
-                .iter()
-                .map(|n| n.is_some_and(|n| n.fast_checks()))
-                .collect(),
             writes,
             writes_eth: nfs
                 .iter()

@@ -113,13 +113,13 @@ impl Recorder {
             .filter(|r| r.outcome == Outcome::Open)
     }
 
-    /// Before NF `node` (generation `gen`) runs on `p`: `consolidable` says whether the NF
-    /// can be skipped at all, `writes` whether it may change any byte (else its checksum
+    /// Before NF `node` (what a hit does for it: `flags`) runs on `p`: `consolidable` says
+    /// whether the NF can be skipped at all, `writes` whether it may change any byte (else its checksum
     /// terms are not summed and the flow key after it is the one before).
     pub fn before(
         &mut self,
         node: usize,
-        gen: u32,
+        flags: u8,
         consolidable: bool,
         writes: bool,
         p: &mut Packet,
@@ -160,7 +160,7 @@ impl Recorder {
                 }
             }
         };
-        e.steps[e.len as usize] = Step::new(node, k, gen);
+        e.steps[e.len as usize] = Step::new(node, k, flags);
         e.len += 1;
         r.key_fresh = !writes;
         if writes {

@@ -28,8 +28,8 @@ const NO_KEY: FlowKey = FlowKey {
 #[derive(Clone, Copy, Debug)]
 pub struct Step {
     pub token: u64,
-    /// The NF's generation when recorded: a control change bumps it.
-    pub gen: u32,
+    /// What a hit does for this NF: [`Step::CHECK`], [`Step::STATE`], [`Step::COUNT`].
+    pub flags: u8,
     /// Node index in the low 14 bits, the index of the flow key this NF saw (in the
     /// entry's [`Keys`]) in the top 2: a hit finds the key without touching `Keys`.
     node_key: u16,
@@ -48,17 +48,25 @@ pub const MAX_NODES: usize = 1 << 14;
 impl Step {
     pub const EMPTY: Step = Step {
         token: 0,
-        gen: 0,
+        flags: 0,
         node_key: 0,
         verdict: Verdict::Out(0),
     };
 
+    /// A hit asks the NF whether the token still holds (`fast_valid`).
+    pub const CHECK: u8 = 1;
+    /// A hit runs the NF's state function (`fast_state`).
+    pub const STATE: u8 = 2;
+    /// The NF's state function only counts: the entry counts its hits and hands them
+    /// over in one `fast_count` call (see [`Hot::count`]).
+    pub const COUNT: u8 = 4;
+
     /// `node` < [`MAX_NODES`], `key` < [`MAX_KEYS`].
-    pub fn new(node: usize, key: u8, gen: u32) -> Step {
+    pub fn new(node: usize, key: u8, flags: u8) -> Step {
         debug_assert!(node < MAX_NODES && (key as usize) < MAX_KEYS);
         Step {
             token: 0,
-            gen,
+            flags,
             node_key: node as u16 | (key as u16) << 14,
             verdict: Verdict::Out(0),
         }
@@ -133,10 +141,15 @@ pub struct Hot {
     sink: u16,
     /// Packets shorter than this lack a byte the actions touch (or compare).
     pub min_len: u16,
-    /// Path length in the low bits, [`REWRITES`] and [`MATCH_ETH`] above.
+    /// Path length in the low bits, [`REWRITES`], [`MATCH_ETH`], [`CALLS`] and
+    /// [`REFUSAL`] above.
     len: u8,
-    /// As [`Entry::retry`].
-    pub retry: u8,
+    /// A remembered refusal's countdown ([`Entry::retry`]); a consolidated entry's hits
+    /// not yet added to the counters of its path (the per-NF counters and the
+    /// [`Step::COUNT`] NFs'), so a hit bumps one byte instead of two counters per NF.
+    /// They are added when it reaches 255, when the entry goes ([`Table::retired`]) and
+    /// before anything reads or changes the NFs ([`Table::drain_counts`]).
+    count: u8,
     pub steps: [Step; MAX_PATH],
 }
 
@@ -145,6 +158,10 @@ const NO_SINK: u16 = u16::MAX;
 const REWRITES: u8 = 0x80;
 /// The packet's Ethernet addresses must match the recorded ones (in the actions).
 const MATCH_ETH: u8 = 0x40;
+/// Some NF on the path has a check or a state function to call per packet.
+const CALLS: u8 = 0x20;
+/// A remembered refusal (no path).
+const REFUSAL: u8 = 0x10;
 const LEN: u8 = 0x0f;
 
 /// Lines of a hot entry a hit reads for paths of up to four NFs; prefetched together.
@@ -162,6 +179,16 @@ impl Hot {
         if a.eth.is_some() {
             len |= MATCH_ETH;
         }
+        if e.retry > 0 {
+            len |= REFUSAL;
+        }
+        let mut i = 0;
+        while i < e.len as usize {
+            if e.steps[i].flags & (Step::CHECK | Step::STATE) != 0 {
+                len |= CALLS;
+            }
+            i += 1;
+        }
         Hot {
             key: e.key,
             last_ns: e.last_ns,
@@ -172,7 +199,7 @@ impl Hot {
             },
             min_len: a.min_len,
             len,
-            retry: e.retry,
+            count: e.retry,
             steps: e.steps,
         }
     }
@@ -196,6 +223,32 @@ impl Hot {
     #[inline]
     pub fn matches_eth(&self) -> bool {
         self.len & MATCH_ETH != 0
+    }
+
+    /// Some NF on the path has a check or a state function to call per packet.
+    #[inline]
+    pub fn calls(&self) -> bool {
+        self.len & CALLS != 0
+    }
+
+    /// A remembered refusal (or a deferred flow): no path, its packets run the chain.
+    #[inline]
+    pub fn refusal(&self) -> bool {
+        self.len & REFUSAL != 0
+    }
+}
+
+/// The counts of an entry that left the table with hits not yet added.
+#[derive(Clone, Copy, Debug)]
+pub struct Retired {
+    pub steps: [Step; MAX_PATH],
+    pub len: u8,
+    pub count: u8,
+}
+
+impl Retired {
+    pub fn path(&self) -> &[Step] {
+        &self.steps[..self.len as usize]
     }
 }
 
@@ -230,6 +283,9 @@ pub struct Table {
     seed: u64,
     timeout_ns: u64,
     live: usize,
+    /// Removed or replaced entries whose counts are still to be added (by the worker,
+    /// after each chunk).
+    pub retired: Vec<Retired>,
 }
 
 /// What a table operation did, for the counters.
@@ -254,6 +310,7 @@ impl Table {
             seed: crate::flow::Hasher::default().hash_one(0x5eed_u64) | 1,
             timeout_ns,
             live: 0,
+            retired: Vec::with_capacity(4 * crate::packet::MAX_BATCH),
         }
     }
 
@@ -409,25 +466,87 @@ impl Table {
     #[inline]
     pub fn count_down(&mut self, w: usize) -> bool {
         let e = &mut self.entries[w];
-        e.retry -= 1;
-        if e.retry == 0 {
+        e.count -= 1;
+        if e.count == 0 {
             self.remove(w);
             return true;
         }
         false
     }
 
+    /// A hit on consolidated entry `w` at `now`; true when its count is full and must be
+    /// added now ([`take_count`](Self::take_count)).
     #[inline]
-    pub fn touch(&mut self, w: usize, now: u64) {
+    pub fn hit(&mut self, w: usize, now: u64) -> bool {
         let e = &mut self.entries[w];
         e.last_ns = e.last_ns.max(now);
+        e.count += 1;
+        e.count == u8::MAX
     }
 
+    /// Entry `w`'s hits not yet added, and its path; the count restarts.
+    #[inline]
+    pub fn take_count(&mut self, w: usize) -> (u8, &[Step]) {
+        let e = &mut self.entries[w];
+        let n = std::mem::take(&mut e.count);
+        (n, &e.steps[..(e.len & LEN) as usize])
+    }
+
+    /// Hands every live entry's and every retired entry's hits not yet added to `add`
+    /// (count, path), so the counters are whole: before a summary, before an NF takes a
+    /// command. Walks the whole table: not per packet.
+    pub fn drain_counts(&mut self, mut add: impl FnMut(u64, &[Step])) {
+        for r in self.retired.drain(..) {
+            add(r.count as u64, r.path());
+        }
+        for (set, t) in self.tags.iter().enumerate() {
+            for (i, &tag) in t.0.iter().enumerate() {
+                let e = &mut self.entries[set * WAYS + i];
+                if tag != 0 && !e.refusal() && e.count > 0 {
+                    add(
+                        std::mem::take(&mut e.count) as u64,
+                        &e.steps[..(e.len & LEN) as usize],
+                    );
+                }
+            }
+        }
+    }
+
+    /// Removes every entry whose path goes through `node` (after
+    /// [`drain_counts`](Self::drain_counts): their counts are kept in `retired`
+    /// otherwise); returns how many.
+    pub fn remove_through(&mut self, node: usize) -> u64 {
+        let mut n = 0;
+        for w in 0..self.entries.len() {
+            if self.tags[w / WAYS].0[w % WAYS] != 0
+                && self.entries[w].path().iter().any(|s| s.node() == node)
+            {
+                self.remove(w);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Empties way `w`; hits it had not added go to `retired`.
     pub fn remove(&mut self, w: usize) {
         let t = &mut self.tags[w / WAYS].0[w % WAYS];
         if *t != 0 {
             *t = 0;
             self.live -= 1;
+            self.retire(w);
+        }
+    }
+
+    #[inline]
+    fn retire(&mut self, w: usize) {
+        let e = &self.entries[w];
+        if !e.refusal() && e.count > 0 {
+            self.retired.push(Retired {
+                steps: e.steps,
+                len: e.len & LEN,
+                count: e.count,
+            });
         }
     }
 
@@ -450,7 +569,10 @@ impl Table {
         let base = set * WAYS;
         let mut evicted = false;
         let w = match self.way(&e.key, h) {
-            Some(w) => w,
+            Some(w) => {
+                self.retire(w);
+                w
+            }
             None => match (base..base + WAYS).find(|&w| self.tags[set].0[w - base] == 0) {
                 Some(w) => {
                     self.live += 1;
@@ -460,9 +582,11 @@ impl Table {
                     evicted = true;
                     // Least recently used by capture time: the entry's own `last_ns`,
                     // so a hit writes nothing outside the line it already holds.
-                    (base..base + WAYS)
+                    let w = (base..base + WAYS)
                         .min_by_key(|&w| self.entries[w].last_ns)
-                        .unwrap_or(base)
+                        .unwrap_or(base);
+                    self.retire(w);
+                    w
                 }
             },
         };
@@ -499,8 +623,11 @@ mod tests {
         assert_eq!(std::mem::offset_of!(Hot, steps), 64);
         assert_eq!(std::mem::size_of::<Hot>(), 192);
         assert!(MAX_PATH < LEN as usize);
-        let s = Step::new(MAX_NODES - 1, 3, 7);
-        assert_eq!((s.node(), s.key_index(), s.gen), (MAX_NODES - 1, 3, 7));
+        let s = Step::new(MAX_NODES - 1, 3, Step::COUNT);
+        assert_eq!(
+            (s.node(), s.key_index(), s.flags),
+            (MAX_NODES - 1, 3, Step::COUNT)
+        );
     }
 
     #[test]
