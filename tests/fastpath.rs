@@ -507,6 +507,30 @@ fn a_change_invalidates_entries_through_that_nf() {
 }
 
 #[test]
+fn hits_counted_in_entries_reach_the_counters_before_a_change_and_at_the_end() {
+    // A hit counts in its entry (one byte, handed over at 255); the per-NF counters and
+    // the filter's per-rule hit counters must still equal the slow path's: across two
+    // hand-overs, before the rule change at the flow's 600th packet (which restarts the
+    // filter's hit counters, so hits counted before it must not land after it), and at
+    // the end of the run.
+    let (a, b) = ([10, 0, 0, 1], [203, 0, 113, 10]);
+    let f: Vec<(u64, Vec<u8>)> = (0..700)
+        .map(|i| (i * SEC / 1000, tcp(a, b, 4000, 443, 0x10)))
+        .collect();
+    let change = [Scheduled {
+        at: 600 * 33,
+        nf: "f0".into(),
+        cmd: "rules allow tcp port 443; deny udp; allow all".into(),
+    }];
+    let fs = equal_on_off("FO", &setup(), &trace_of(&f), small(), &change, "counts");
+    assert_eq!(
+        (fs.installed, fs.invalidated, fs.hits),
+        (2, 1, 698),
+        "{fs:?}"
+    );
+}
+
+#[test]
 fn refused_flows_run_the_whole_chain() {
     // G tests TCP flags, so it refuses TCP flows: nothing is consolidated for them. The
     // refusal is remembered: 15 packets run unrecorded, the 16th is recorded again.

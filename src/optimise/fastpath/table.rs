@@ -590,10 +590,25 @@ impl Table {
                 }
             },
         };
+        // Only what hits will read is written: the path's steps, the actions when they
+        // rewrite or match, the flow keys when a state function may read one. A recording
+        // costs mostly these cache misses, and a remembered refusal is the first line.
+        let hot = Hot::of(e);
         self.tags[set].0[w - base] = tag;
-        self.entries[w] = Hot::of(e);
-        self.actions[w] = e.actions;
-        self.keys[w] = *keys;
+        let n = e.len as usize;
+        let d = &mut self.entries[w];
+        (d.key, d.last_ns, d.egress, d.sink) = (hot.key, hot.last_ns, hot.egress, hot.sink);
+        (d.min_len, d.len, d.count) = (hot.min_len, hot.len, hot.count);
+        d.steps[..n].copy_from_slice(&hot.steps[..n]);
+        if hot.rewrites() || hot.matches_eth() {
+            self.actions[w] = e.actions;
+        }
+        if hot.calls() {
+            let k = &mut self.keys[w];
+            let n = keys.n as usize;
+            k.keys[..n].copy_from_slice(&keys.keys[..n]);
+            k.n = keys.n;
+        }
         evicted
     }
 }
