@@ -422,7 +422,7 @@ impl Nf for IpFilter {
     /// The verdict depends only on fields in FastPath's flow key (addresses, protocol,
     /// ports, ICMP type, fragment layout), unless a rule tests TCP flags.
     fn fast_role(&self) -> FastRole {
-        FastRole::Consolidate("per-rule hit counter")
+        FastRole::Consolidate("per-rule hit counter (counted in the entry, no call per packet)")
     }
 
     fn fast_checks(&self) -> bool {
