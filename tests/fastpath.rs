@@ -440,6 +440,42 @@ fn a_maglev_sweep_during_hits_moves_the_connection_and_stays_equal() {
     assert!(fs.hits >= 2400, "{fs:?}");
 }
 
+/// NAT translations refresh the mapping's shared idle timer on a hit without calling the
+/// NAT; it is called when a sweep step is due (here every packet after the 50 idle
+/// mappings time out at 20 s is a hit, so those sweeps run only inside hits) and for a
+/// SYN (here one in the middle of a TCP flow).
+#[test]
+fn nat_timers_refreshed_on_hits_stay_equal_through_sweeps_and_syns() {
+    let remote = [203, 0, 113, 7];
+    let mut f: Vec<(u64, Vec<u8>)> = (0..50u8)
+        .map(|k| (k as u64, udp([10, 0, 1, k], remote, 5000, 53)))
+        .collect();
+    f.extend((0..2500u64).map(|i| {
+        let ts = SEC + i * SEC / 100;
+        if i % 2 == 0 {
+            (ts, udp([10, 0, 0, 1], remote, 4000, 53))
+        } else {
+            let flags = if i == 1 || i == 1201 { 0x02 } else { 0x10 };
+            (ts, tcp([10, 0, 0, 2], remote, 4001, 443, flags))
+        }
+    }));
+    // No fillers between the packets: they would run the NAT and step its sweeps.
+    let t = Trace::from_packets(
+        LinkKind::Ethernet,
+        PcapHeader::new(1, false),
+        f.iter().map(|(ts, p)| (*ts, p.as_slice())),
+    );
+    let cfg = FastConfig {
+        entries: 64,
+        timeout_ns: 0,
+        record_at: 1,
+    };
+    for chain in ["NO", "NNF"] {
+        let fs = equal_on_off(chain, &setup(), &t, cfg, &[], "nat sweep");
+        assert!(fs.hits >= 2450, "{chain}: {fs:?}");
+    }
+}
+
 #[test]
 fn a_full_table_evicts_and_counts() {
     let mut f = Vec::new();
