@@ -440,12 +440,12 @@ fn a_maglev_sweep_during_hits_moves_the_connection_and_stays_equal() {
     assert!(fs.hits >= 2400, "{fs:?}");
 }
 
-/// NAT translations refresh the mapping's shared idle timer on a hit without calling the
-/// NAT; it is called when a sweep step is due (here every packet after the 50 idle
-/// mappings time out at 20 s is a hit, so those sweeps run only inside hits) and for a
-/// SYN (here one in the middle of a TCP flow).
+/// The NAT's sweeps step per packet, from `process` and from a hit's state function
+/// alike: here every packet after the 50 idle mappings time out at 20 s is a hit, so
+/// those sweeps run only inside hits; a SYN in the middle of a TCP flow goes through the
+/// state function too (it may reopen a lingering mapping).
 #[test]
-fn nat_timers_refreshed_on_hits_stay_equal_through_sweeps_and_syns() {
+fn nat_sweeps_inside_hits_stay_equal() {
     let remote = [203, 0, 113, 7];
     let mut f: Vec<(u64, Vec<u8>)> = (0..50u8)
         .map(|k| (k as u64, udp([10, 0, 1, k], remote, 5000, 53)))

@@ -2,7 +2,6 @@
 
 pub mod acl;
 pub mod dpi;
-pub mod fast_timers;
 mod firewall;
 mod flow_monitor;
 pub mod ids;

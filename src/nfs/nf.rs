@@ -135,16 +135,6 @@ pub trait Nf: Send {
         let _ = (token, packets);
     }
 
-    /// Idle timers FastPath may check and refresh itself on a hit (see
-    /// [`super::fast_timers`]): steps whose token has [`super::fast_timers::TIMER_TOKEN`] set
-    /// are checked by the slot's tag and deadline instead of `fast_valid`, and refreshed
-    /// instead of calling `fast_state` unless the packet carries TCP SYN or capture time
-    /// reached the NF's quiet-until time; their counters are counted in the entry
-    /// (`fast_count`), so `fast_state` must not count them.
-    fn fast_timers(&self) -> Option<std::sync::Arc<super::fast_timers::FastTimers>> {
-        None
-    }
-
     /// Counters of the NF's own (table sizes, learned entries, floods), for the summary.
     fn stats(&self) -> Stats {
         Vec::new()

@@ -11,9 +11,7 @@ use super::chain::{Chain, NodeKind, INPUT_DROPS};
 use super::control::{Command, ControlPort, Scheduled};
 use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
 use super::profile_check::Snapshot;
-use crate::flow::prefetch;
 use crate::io::{PcapWriter, Trace};
-use crate::nfs::fast_timers::timer_of;
 use crate::nfs::{Context, FastPacket, Nf};
 use crate::optimise::fastpath::{FastPath, Found, FpKey, Recorder, Step};
 use crate::packet::{
@@ -22,8 +20,6 @@ use crate::packet::{
 };
 
 const OVERSIZE: usize = 0;
-/// TCP SYN: may reopen a lingering NAT mapping, so a timer step calls its NF.
-const SYN: u16 = 0x02;
 
 /// How the worker reports progress on long runs.
 pub trait Progress {
@@ -422,7 +418,7 @@ impl Runner {
                                 Verdict::Out(o) => Verdict::Out((o as usize).min(last) as u8),
                                 d => d,
                             };
-                            f.rec.after(p, v, f.writes[n], f.timers[n].is_some());
+                            f.rec.after(p, v, f.writes[n]);
                         }
                     }
                     if let Some(snap) = check.as_ref() {
@@ -541,14 +537,7 @@ impl Runner {
                 }
                 if f.prefetch {
                     for s in e.path() {
-                        if s.flags & Step::TIMER != 0 {
-                            if let Some(t) = f.timers[s.node()]
-                                .as_deref()
-                                .and_then(|t| t.slot(timer_of(s.token).0))
-                            {
-                                prefetch(t);
-                            }
-                        } else if let Some(NodeKind::Nf { nf, .. }) =
+                        if let Some(NodeKind::Nf { nf, .. }) =
                             self.chain.nodes.get(s.node()).map(|n| &n.kind)
                         {
                             nf.fast_prefetch(s.token);
@@ -687,25 +676,14 @@ impl Runner {
             };
             let path = e.path();
             // Every check before any state function, so a failed one leaves no trace.
-            for s in path
-                .iter()
-                .filter(|s| s.flags & (Step::CHECK | Step::TIMER) != 0)
-            {
-                let ok = if s.flags & Step::TIMER != 0 {
-                    let (slot, tag) = timer_of(s.token);
-                    f.timers[s.node()]
-                        .as_deref()
-                        .and_then(|t| t.slot(slot))
-                        .is_some_and(|t| t.holds(tag, now))
-                } else {
-                    match chain.nodes.get(s.node()).map(|n| &n.kind) {
-                        Some(NodeKind::Nf { nf, .. }) => {
-                            // A reference only: the key is read by the NFs that need it.
-                            fp.key = &keys.keys[s.key_index()];
-                            nf.fast_valid(s.token, &fp)
-                        }
-                        _ => false,
+            for s in path.iter().filter(|s| s.flags & Step::CHECK != 0) {
+                let ok = match chain.nodes.get(s.node()).map(|n| &n.kind) {
+                    Some(NodeKind::Nf { nf, .. }) => {
+                        // A reference only: the key is read by the NFs that need it.
+                        fp.key = &keys.keys[s.key_index()];
+                        nf.fast_valid(s.token, &fp)
                     }
+                    _ => false,
                 };
                 if !ok {
                     f.table.remove(w);
@@ -713,21 +691,7 @@ impl Runner {
                     return Some(p);
                 }
             }
-            for s in path
-                .iter()
-                .filter(|s| s.flags & (Step::STATE | Step::TIMER) != 0)
-            {
-                if s.flags & Step::TIMER != 0 && fp.tcp_flags & SYN == 0 {
-                    // A timer is refreshed here unless the NF has a sweep step due.
-                    if let Some(t) = f.timers[s.node()].as_deref() {
-                        if now < t.quiet_until() {
-                            if let Some(slot) = t.slot(timer_of(s.token).0) {
-                                slot.refresh(now);
-                            }
-                            continue;
-                        }
-                    }
-                }
+            for s in path.iter().filter(|s| s.flags & Step::STATE != 0) {
                 if let Some(NodeKind::Nf { nf, .. }) =
                     chain.nodes.get_mut(s.node()).map(|n| &mut n.kind)
                 {

@@ -42,9 +42,7 @@
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
-use std::sync::Arc;
 
-use super::fast_timers::{timer_of, FastTimers, TIMER_TOKEN};
 use super::nf::{named, Stats};
 use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
@@ -130,8 +128,13 @@ struct Mapping {
     public_port: u16,
     proto: u8,
     state: u8,
+    /// Capture time after which the mapping is dead.
+    deadline: u64,
     /// Position in `Nat::live`.
     pos: u32,
+    /// Which mapping this is (the creation count): FastPath tokens name it, so a flow's
+    /// entry never outlives the mapping it was recorded with.
+    serial: u32,
     ip_out: u16,
     l4_out: u16,
     ip_in: u16,
@@ -285,11 +288,6 @@ pub struct Nat {
     /// (public address, port, protocol) → slot.
     back: Index,
     slab: Vec<Mapping>,
-    /// Per slot: the mapping's idle deadline and timeout, and its tag (the creation count
-    /// plus one, 0 once released: FastPath tokens name it, so a flow's entry never
-    /// outlives the mapping it was recorded with). Shared with FastPath, whose hits
-    /// check and refresh them without a call.
-    timers: Arc<FastTimers>,
     free_slots: Vec<u32>,
     /// Slots of the live mappings, densely, so sweeps cost what is live.
     live: Vec<u32>,
@@ -421,7 +419,6 @@ impl Nat {
             out: Index::with_capacity(cap),
             back: Index::with_capacity(cap),
             slab: Vec::with_capacity(cap),
-            timers: FastTimers::new(cap),
             free_slots: Vec::with_capacity(cap),
             live: Vec::with_capacity(cap),
             sweep_cursor: 0,
@@ -500,9 +497,8 @@ impl Nat {
         now_ns: u64,
     ) -> Option<(Ipv4Addr, u16)> {
         let k = OutKey::new(src.0.into(), dst.0.into(), src.1, dst.1, proto);
-        let i = self.out_find(k)?;
-        let m = &self.slab[i as usize];
-        (now_ns <= self.deadline(i)).then_some((m.public.into(), m.public_port))
+        let m = &self.slab[self.out_find(k)? as usize];
+        (now_ns <= m.deadline).then_some((m.public.into(), m.public_port))
     }
 
     #[inline]
@@ -553,12 +549,6 @@ impl Nat {
         }
     }
 
-    /// Capture time after which mapping `i` is dead.
-    #[inline]
-    fn deadline(&self, i: u32) -> u64 {
-        self.timers.slot(i).map_or(0, |t| t.deadline())
-    }
-
     /// Ends mapping `i`: its keys leave both tables and its pair returns to the pool.
     fn release(&mut self, i: u32) {
         let m = &mut self.slab[i as usize];
@@ -566,9 +556,6 @@ impl Nat {
             return;
         }
         m.state = 0;
-        if let Some(t) = self.timers.slot(i) {
-            t.set_tag(0);
-        }
         let m = *m;
         self.live.swap_remove(m.pos as usize);
         if let Some(&moved) = self.live.get(m.pos as usize) {
@@ -587,18 +574,6 @@ impl Nat {
     pub fn sweep(&mut self, now: u64) {
         self.sweep_cursor = self.live.len();
         self.sweep_some(now, usize::MAX);
-        self.publish_quiet();
-    }
-
-    /// Tells FastPath until when a packet has no sweep step to take here.
-    #[inline]
-    fn publish_quiet(&self) {
-        let t = if self.sweep_cursor == 0 {
-            self.next_sweep
-        } else {
-            0
-        };
-        self.timers.set_quiet_until(t);
     }
 
     /// Examines up to `budget` mappings of the sweep in progress. It walks `live`
@@ -613,7 +588,7 @@ impl Nat {
             self.sweep_cursor -= 1;
             n -= 1;
             let i = self.live[self.sweep_cursor];
-            if now > self.deadline(i) {
+            if now > self.slab[i as usize].deadline {
                 self.release(i);
             }
         }
@@ -636,7 +611,7 @@ impl Nat {
     #[inline]
     fn outbound(&mut self, key: OutKey, t: (u32, u32, u16, u16, u8), now: u64) -> Result<u32, u8> {
         if let Some(i) = self.out_find(key) {
-            if now <= self.deadline(i) {
+            if now <= self.slab[i as usize].deadline {
                 return Ok(i);
             }
             self.release(i);
@@ -695,7 +670,9 @@ impl Nat {
             public_port,
             proto,
             state: LIVE,
+            deadline: now.saturating_add(self.timeout(proto, 0)),
             pos: self.live.len() as u32,
+            serial: self.created as u32,
             ip_out,
             l4_out,
             ip_in,
@@ -705,10 +682,6 @@ impl Nat {
             self.slab[slot as usize] = m;
         } else {
             self.slab.push(m);
-        }
-        if let Some(t) = self.timers.slot(slot) {
-            t.set(now, self.timeout(proto, 0));
-            t.set_tag((self.created as u32).wrapping_add(1).max(1));
         }
         self.live.push(slot);
         self.out.insert(self.out_tag(key), slot);
@@ -737,17 +710,16 @@ impl Nat {
         }
         let proto = m.proto;
         let t = self.timeout(proto, s);
-        self.slab[i as usize].state = s;
-        if let Some(timer) = self.timers.slot(i) {
-            timer.set(now, t);
-        }
+        let m = &mut self.slab[i as usize];
+        m.state = s;
+        m.deadline = now.saturating_add(t);
     }
 
     /// The live mapping whose public side is (`addr`, `port`) for `proto`.
     #[inline]
     fn inbound(&self, addr: u32, port: u16, proto: u8, now: u64) -> Option<u32> {
         let i = self.back_find(addr, port, proto)?;
-        (now <= self.deadline(i)).then_some(i)
+        (now <= self.slab[i as usize].deadline).then_some(i)
     }
 
     /// Whether a live mapping would take inbound packet `k` (TCP, UDP or an ICMP echo
@@ -911,7 +883,9 @@ impl Nat {
             let dport = if qp == ICMP { 0 } else { qs };
             let key = OutKey::new(qdst, qsrc, qd, dport, qp);
             let i = self.out_find(key).ok_or(NO_MAPPING)?;
-            (now <= self.deadline(i)).then_some(i).ok_or(NO_MAPPING)?
+            (now <= self.slab[i as usize].deadline)
+                .then_some(i)
+                .ok_or(NO_MAPPING)?
         } else {
             let i = self.inbound(qsrc, qs, qp, now).ok_or(NO_MAPPING)?;
             let m = &self.slab[i as usize];
@@ -1121,8 +1095,7 @@ impl Nat {
     }
 }
 
-// FastPath token kinds (top byte below the timer bit; translations are timer tokens:
-// the mapping's slot in 24 bits and its tag, see `fast_timers`).
+// FastPath token kinds (top byte; then the mapping's slot in 24 bits and its serial).
 const FAST_STATIC: u8 = 0;
 const FAST_OUT: u8 = 1;
 const FAST_IN: u8 = 2;
@@ -1130,12 +1103,6 @@ const FAST_INTERNAL: u8 = 3;
 const FAST_NOT_IPV4: u8 = 4;
 /// An inbound packet no mapping answered (no slot: valid while none does).
 const FAST_NOMAP: u8 = 5;
-
-/// A token's kind (its top byte, the timer bit aside).
-#[inline]
-fn kind_of(token: u64) -> u8 {
-    (token >> 56) as u8 & 0x7f
-}
 
 /// What FastPath recording needs of a packet before it is translated.
 #[derive(Clone, Copy, Default)]
@@ -1182,7 +1149,6 @@ impl Nat {
         if self.sweep_cursor != 0 {
             self.sweep_some(now, SWEEP_STEP);
         }
-        self.publish_quiet();
     }
 
     /// The FastPath answer for a packet just processed with result `r`. Decisions that
@@ -1222,10 +1188,10 @@ impl Nat {
             self.back_find(pre.dst, pre.dport, proto)
         };
         let kind = if outgoing { FAST_OUT } else { FAST_IN };
-        match slot.and_then(|s| Some((s, self.timers.slot(s)?.tag()))) {
-            Some((s, tag)) if s < 1 << 24 => {
-                FastMark::Token(TIMER_TOKEN | (kind as u64) << 56 | (s as u64) << 32 | tag as u64)
-            }
+        match slot {
+            Some(s) if s < 1 << 24 => FastMark::Token(
+                (kind as u64) << 56 | (s as u64) << 32 | self.slab[s as usize].serial as u64,
+            ),
             _ => FastMark::Refuse,
         }
     }
@@ -1275,24 +1241,23 @@ impl Nf for Nat {
     }
 
     fn fast_role(&self) -> FastRole {
-        FastRole::Consolidate(
-            "translations: idle timer checked and refreshed, counters counted in the entry, no call \
-             (the NAT runs for a due sweep step or a SYN); other cases: sweep step, counters",
-        )
+        FastRole::Consolidate("mapping idle-timer refresh, FIN/RST/SYN state, sweep step, counters")
     }
 
     fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
-        match kind_of(token) {
-            // The tag names one mapping ever created, and a mapping's addresses and ports
-            // never change: the same tag is the same translation of the same flow (the
-            // entry's key pins the packet), so the flow key need not be compared again.
-            // (FastPath checks these timer tokens itself, without this call.)
-            FAST_OUT | FAST_IN => {
-                let (slot, tag) = timer_of(token);
-                self.timers
-                    .slot(slot)
-                    .is_some_and(|t| t.holds(tag, p.ts_ns))
-            }
+        let (kind, slot, serial) = (
+            (token >> 56) as u8,
+            (token >> 32) as u32 & 0xff_ffff,
+            token as u32,
+        );
+        match kind {
+            FAST_OUT | FAST_IN => self.slab.get(slot as usize).is_some_and(|m| {
+                // The serial names one mapping ever created, and a mapping's addresses
+                // and ports never change: the same serial is the same translation of the
+                // same flow (the entry's key pins the packet), so the flow key need not
+                // be compared again.
+                m.state & LIVE != 0 && p.ts_ns <= m.deadline && m.serial == serial
+            }),
             FAST_NOMAP => !self.answers(p.key, p.ts_ns),
             _ => true,
         }
@@ -1302,37 +1267,31 @@ impl Nf for Nat {
         true
     }
 
-    /// Only the timer slot a translating hit touches is needed, and FastPath loads that
-    /// itself; the no-mapping check's lookup is not worth loading ahead.
-    fn fast_prefetch(&self, _token: u64) {}
+    /// (A no-mapping token names slot 0: prefetching it is harmless, and cheaper than a
+    /// test on every hit.)
+    fn fast_prefetch(&self, token: u64) {
+        if let Some(m) = self.slab.get((token >> 32) as usize & 0xff_ffff) {
+            prefetch(m);
+        }
+    }
 
-    /// The sweep step, and for translations the idle refresh with the TCP state (their
-    /// counters are counted in the entry: [`fast_count`](Nf::fast_count)). FastPath calls
-    /// this for a translation only when a sweep step is due or the packet carries SYN;
-    /// otherwise it refreshes the timer itself.
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
         let now = p.ts_ns;
         self.tick(now);
-        let slot = timer_of(token).0;
-        match kind_of(token) {
-            FAST_OUT => self.touch(slot, now, p.tcp_flags as u8, true),
-            FAST_IN => self.touch(slot, now, p.tcp_flags as u8, false),
+        let slot = (token >> 32) as u32 & 0xff_ffff;
+        match (token >> 56) as u8 {
+            FAST_OUT => {
+                self.touch(slot, now, p.tcp_flags as u8, true);
+                self.translated_out += 1;
+            }
+            FAST_IN => {
+                self.touch(slot, now, p.tcp_flags as u8, false);
+                self.translated_in += 1;
+            }
             FAST_INTERNAL => self.internal += 1,
             FAST_NOT_IPV4 => self.not_ipv4 += 1,
             _ => {}
         }
-    }
-
-    fn fast_count(&mut self, token: u64, packets: u64) {
-        match kind_of(token) {
-            FAST_OUT => self.translated_out += packets,
-            FAST_IN => self.translated_in += packets,
-            _ => {}
-        }
-    }
-
-    fn fast_timers(&self) -> Option<Arc<FastTimers>> {
-        Some(self.timers.clone())
     }
 
     fn stats(&self) -> Stats {

@@ -20,9 +20,6 @@ pub use key::FpKey;
 pub use record::{Outcome, Recorder};
 pub use table::{Entry, Found, Hot, Keys, Retired, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
 
-use std::sync::Arc;
-
-use crate::nfs::fast_timers::FastTimers;
 use crate::nfs::{FastRole, Nf};
 use crate::packet::Fields;
 
@@ -125,8 +122,6 @@ pub struct FastPath {
     /// Per node: what a hit does for the NF ([`Step::CHECK`], [`Step::STATE`],
     /// [`Step::COUNT`]).
     pub flags: Vec<u8>,
-    /// Per node: the idle timers the NF shares (checked and refreshed by hits).
-    pub timers: Vec<Option<Arc<FastTimers>>>,
     /// Per node: the NF can be skipped.
     pub consolidable: Vec<bool>,
     /// Per node: the NF may rewrite an Ethernet address.
@@ -155,10 +150,6 @@ impl FastPath {
             rec: Recorder::new(),
             stats: FastStats::default(),
             flags: nfs.iter().map(|n| n.map_or(0, step_flags)).collect(),
-            timers: nfs
-                .iter()
-                .map(|n| n.and_then(|n| n.fast_timers()))
-                .collect(),
             consolidable: nfs
                 .iter()
                 .map(|n| n.is_some_and(|n| role(n).is_ok()))

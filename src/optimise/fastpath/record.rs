@@ -6,7 +6,6 @@ use super::actions::{step_sums, Actions, Sums, WINDOW};
 use super::key::FpKey;
 use super::table::{Entry, Keys, Step, MAX_KEYS, MAX_NODES, MAX_PATH};
 use crate::flow::FlowKey;
-use crate::nfs::fast_timers::TIMER_TOKEN;
 use crate::packet::{FastMark, Packet, Pool, Verdict, MAX_BATCH, NOT_RECORDED};
 
 /// How a recording ended.
@@ -172,9 +171,8 @@ impl Recorder {
         p.meta_mut().fast = FastMark::Want;
     }
 
-    /// After the NF ran: `verdict` is what the runtime counted (output index or drop);
-    /// `timers`: the NF shares idle timers, which its timer tokens name.
-    pub fn after(&mut self, p: &mut Packet, verdict: Verdict, writes: bool, timers: bool) {
+    /// After the NF ran: `verdict` is what the runtime counted (output index or drop).
+    pub fn after(&mut self, p: &mut Packet, verdict: Verdict, writes: bool) {
         let mark = std::mem::take(&mut p.meta_mut().fast);
         let l = p.layers();
         let Some(r) = self.rec(p) else { return };
@@ -193,9 +191,6 @@ impl Recorder {
         match mark {
             FastMark::Token(t) => {
                 s.token = t;
-                if timers && t & TIMER_TOKEN != 0 {
-                    s.flags = Step::TIMER | Step::COUNT;
-                }
                 s.verdict = verdict;
                 if let Verdict::Drop(_) = verdict {
                     e.sink = None;

@@ -28,8 +28,7 @@ const NO_KEY: FlowKey = FlowKey {
 #[derive(Clone, Copy, Debug)]
 pub struct Step {
     pub token: u64,
-    /// What a hit does for this NF: [`Step::CHECK`], [`Step::STATE`], [`Step::COUNT`],
-    /// [`Step::TIMER`].
+    /// What a hit does for this NF: [`Step::CHECK`], [`Step::STATE`], [`Step::COUNT`].
     pub flags: u8,
     /// Node index in the low 14 bits, the index of the flow key this NF saw (in the
     /// entry's [`Keys`]) in the top 2: a hit finds the key without touching `Keys`.
@@ -61,10 +60,6 @@ impl Step {
     /// The NF's state function only counts: the entry counts its hits and hands them
     /// over in one `fast_count` call (see [`Hot::count`]).
     pub const COUNT: u8 = 4;
-    /// The token names one of the NF's shared idle timers (`Nf::fast_timers`): a hit
-    /// checks its tag and deadline and refreshes it without a call, unless the NF has a
-    /// sweep step due or the packet carries TCP SYN (then `fast_state` runs).
-    pub const TIMER: u8 = 8;
 
     /// `node` < [`MAX_NODES`], `key` < [`MAX_KEYS`].
     pub fn new(node: usize, key: u8, flags: u8) -> Step {
@@ -189,7 +184,7 @@ impl Hot {
         }
         let mut i = 0;
         while i < e.len as usize {
-            if e.steps[i].flags & (Step::CHECK | Step::STATE | Step::TIMER) != 0 {
+            if e.steps[i].flags & (Step::CHECK | Step::STATE) != 0 {
                 len |= CALLS;
             }
             i += 1;
