@@ -272,10 +272,10 @@ impl Runner {
         }
         // The NF's counters are whole before it answers or changes.
         self.settle_counts();
-        let NodeKind::Nf { nf, .. } = &mut self.chain.nodes[i].kind else {
-            unreachable!("checked above")
+        let r = match &mut self.chain.nodes[i].kind {
+            NodeKind::Nf { nf, .. } => nf.control(cmd),
+            _ => return Err(format!("`{nf}` is not an NF")),
         };
-        let r = nf.control(cmd);
         // Every entry recorded through this NF is stale now: gone before the next packet.
         if let (Ok(_), Some(f)) = (&r, self.fast.as_deref_mut()) {
             f.stats.invalidated += f.table.remove_through(i);
