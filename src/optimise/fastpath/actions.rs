@@ -18,11 +18,14 @@ use crate::packet::{L3Kind, Layers};
 /// Rewrites must fall in the first bytes (headers); anything later is not consolidated.
 pub const WINDOW: usize = 128;
 /// Most separate runs of rewritten bytes.
-pub const MAX_WRITES: usize = 8;
-/// Most rewritten bytes in all (both IPv6 addresses, both ports and a MAC fit).
-pub const MAX_BYTES: usize = 48;
+pub const MAX_WRITES: usize = 6;
+/// Most rewritten bytes in all: an IPv6 address and a MAC (Maglev), or both IPv4
+/// addresses, both ports and a MAC (NAT then Maglev) fit. Kept small so the actions are
+/// one cache line (a hit that rewrites reads them; a wider form straddled two lines).
+pub const MAX_BYTES: usize = 24;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(align(64))]
 pub struct Actions {
     writes: [(u8, u8); MAX_WRITES],
     nwrites: u8,
@@ -305,6 +308,11 @@ mod tests {
     use crate::packet::checksum::{update16, update32, update_bytes};
     use crate::packet::LinkKind;
     use proptest::prelude::*;
+
+    #[test]
+    fn actions_are_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Actions>(), 64);
+    }
 
     /// One NF's rewrite of one field, patched the way the NFs patch: `Bytes` as Maglev
     /// (`update_bytes`), `Words` as `update32`/`update16`, `Presummed` as the NAT (one

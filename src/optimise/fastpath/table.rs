@@ -452,13 +452,11 @@ impl Table {
         (&self.entries[w], &self.actions[w], &self.keys[w])
     }
 
-    /// Starts loading the actions of entry `w` (when its path rewrites something).
+    /// Starts loading the actions of entry `w` (when its path rewrites something): one
+    /// aligned line.
     #[inline]
     pub fn prefetch_actions(&self, w: usize) {
-        let p = &self.actions[w] as *const Actions as *const u8;
         prefetch(&self.actions[w]);
-        // SAFETY: within the actions, which are one allocation (its last byte included).
-        prefetch(unsafe { &*p.add(std::mem::size_of::<Actions>() - 1) });
     }
 
     /// One more packet through a remembered refusal; true (and the refusal is gone) when
