@@ -25,7 +25,6 @@ pub const MAX_WRITES: usize = 6;
 pub const MAX_BYTES: usize = 24;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(align(64))]
 pub struct Actions {
     writes: [(u8, u8); MAX_WRITES],
     nwrites: u8,
@@ -310,8 +309,8 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn actions_are_one_cache_line() {
-        assert_eq!(std::mem::size_of::<Actions>(), 64);
+    fn actions_fit_one_cache_line() {
+        assert!(std::mem::size_of::<Actions>() <= 64);
     }
 
     /// One NF's rewrite of one field, patched the way the NFs patch: `Bytes` as Maglev

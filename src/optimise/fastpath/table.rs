@@ -267,6 +267,11 @@ impl Keys {
     };
 }
 
+/// An entry's actions in one aligned line of their own (a rewriting hit reads one line).
+#[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
+struct ActionsLine(Actions);
+
 /// A set's tags, in one aligned half line.
 #[derive(Clone, Copy, Debug)]
 #[repr(align(32))]
@@ -277,7 +282,7 @@ pub struct Table {
     /// (the set comes from the low bits).
     tags: Vec<Tags>,
     entries: Vec<Hot>,
-    actions: Vec<Actions>,
+    actions: Vec<ActionsLine>,
     keys: Vec<Keys>,
     sets: usize,
     seed: u64,
@@ -304,7 +309,7 @@ impl Table {
         Table {
             tags: vec![Tags([0; WAYS]); sets],
             entries: vec![Hot::EMPTY; sets * WAYS],
-            actions: vec![Actions::NONE; sets * WAYS],
+            actions: vec![ActionsLine(Actions::NONE); sets * WAYS],
             keys: vec![Keys::EMPTY; sets * WAYS],
             sets,
             seed: crate::flow::Hasher::default().hash_one(0x5eed_u64) | 1,
@@ -449,7 +454,7 @@ impl Table {
     /// read is loaded).
     #[inline]
     pub fn entry_parts(&self, w: usize) -> (&Hot, &Actions, &Keys) {
-        (&self.entries[w], &self.actions[w], &self.keys[w])
+        (&self.entries[w], &self.actions[w].0, &self.keys[w])
     }
 
     /// Starts loading the actions of entry `w` (when its path rewrites something): one
@@ -599,7 +604,7 @@ impl Table {
         (d.min_len, d.len, d.count) = (hot.min_len, hot.len, hot.count);
         d.steps[..n].copy_from_slice(&hot.steps[..n]);
         if hot.rewrites() || hot.matches_eth() {
-            self.actions[w] = e.actions;
+            self.actions[w] = ActionsLine(e.actions);
         }
         if hot.calls() {
             let k = &mut self.keys[w];
@@ -635,6 +640,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Step>(), 16);
         assert_eq!(std::mem::offset_of!(Hot, steps), 64);
         assert_eq!(std::mem::size_of::<Hot>(), 192);
+        assert_eq!(std::mem::size_of::<ActionsLine>(), 64);
         assert!(MAX_PATH < LEN as usize);
         let s = Step::new(MAX_NODES - 1, 3, Step::COUNT);
         assert_eq!(
