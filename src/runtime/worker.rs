@@ -616,12 +616,9 @@ impl Runner {
         self.fast_in = input;
         self.flush(&mut f);
         // Entries that went this chunk hand over their counts.
-        if !f.table.retired.is_empty() {
-            let (chain, counters) = (&mut self.chain, &mut self.counters);
-            for r in f.table.retired.drain(..) {
-                add_counts(chain, counters, r.path(), r.count as u64);
-            }
-        }
+        let (chain, counters) = (&mut self.chain, &mut self.counters);
+        f.table
+            .drain_retired(|n, path| add_counts(chain, counters, path, n));
         self.fast = Some(f);
     }
 

@@ -114,8 +114,8 @@ impl Recorder {
     }
 
     /// Before NF `node` (what a hit does for it: `flags`) runs on `p`: `consolidable` says
-    /// whether the NF can be skipped at all, `writes` whether it may change any byte (else its checksum
-    /// terms are not summed and the flow key after it is the one before).
+    /// whether the NF can be skipped at all, `writes` whether it may change any byte (else
+    /// its checksum terms are not summed and the flow key after it is the one before).
     pub fn before(
         &mut self,
         node: usize,

@@ -58,7 +58,7 @@ impl Step {
     /// A hit runs the NF's state function (`fast_state`).
     pub const STATE: u8 = 2;
     /// The NF's state function only counts: the entry counts its hits and hands them
-    /// over in one `fast_count` call (see [`Hot::count`]).
+    /// over in one `fast_count` call (see the count in [`Hot`]).
     pub const COUNT: u8 = 4;
 
     /// `node` < [`MAX_NODES`], `key` < [`MAX_KEYS`].
@@ -147,8 +147,9 @@ pub struct Hot {
     /// A remembered refusal's countdown ([`Entry::retry`]); a consolidated entry's hits
     /// not yet added to the counters of its path (the per-NF counters and the
     /// [`Step::COUNT`] NFs'), so a hit bumps one byte instead of two counters per NF.
-    /// They are added when it reaches 255, when the entry goes ([`Table::retired`]) and
-    /// before anything reads or changes the NFs ([`Table::drain_counts`]).
+    /// They are added when it reaches 255, when the entry goes
+    /// ([`Table::drain_retired`]) and before anything reads or changes the NFs
+    /// ([`Table::drain_counts`]).
     count: u8,
     pub steps: [Step; MAX_PATH],
 }
@@ -240,14 +241,14 @@ impl Hot {
 
 /// The counts of an entry that left the table with hits not yet added.
 #[derive(Clone, Copy, Debug)]
-pub struct Retired {
-    pub steps: [Step; MAX_PATH],
-    pub len: u8,
-    pub count: u8,
+struct Retired {
+    steps: [Step; MAX_PATH],
+    len: u8,
+    count: u8,
 }
 
 impl Retired {
-    pub fn path(&self) -> &[Step] {
+    fn path(&self) -> &[Step] {
         &self.steps[..self.len as usize]
     }
 }
@@ -288,9 +289,9 @@ pub struct Table {
     seed: u64,
     timeout_ns: u64,
     live: usize,
-    /// Removed or replaced entries whose counts are still to be added (by the worker,
-    /// after each chunk).
-    pub retired: Vec<Retired>,
+    /// Removed or replaced entries whose counts are still to be added
+    /// ([`drain_retired`](Self::drain_retired), after each chunk).
+    retired: Vec<Retired>,
 }
 
 /// What a table operation did, for the counters.
@@ -492,24 +493,29 @@ impl Table {
     pub fn take_count(&mut self, w: usize) -> (u8, &[Step]) {
         let e = &mut self.entries[w];
         let n = std::mem::take(&mut e.count);
-        (n, &e.steps[..(e.len & LEN) as usize])
+        (n, e.path())
+    }
+
+    /// Hands the counts of the entries that left the table since the last call to `add`
+    /// (count, path).
+    #[inline]
+    pub fn drain_retired(&mut self, mut add: impl FnMut(u64, &[Step])) {
+        for r in self.retired.drain(..) {
+            add(r.count as u64, r.path());
+        }
     }
 
     /// Hands every live entry's and every retired entry's hits not yet added to `add`
     /// (count, path), so the counters are whole: before a summary, before an NF takes a
     /// command. Walks the whole table: not per packet.
     pub fn drain_counts(&mut self, mut add: impl FnMut(u64, &[Step])) {
-        for r in self.retired.drain(..) {
-            add(r.count as u64, r.path());
-        }
+        self.drain_retired(&mut add);
         for (set, t) in self.tags.iter().enumerate() {
             for (i, &tag) in t.0.iter().enumerate() {
                 let e = &mut self.entries[set * WAYS + i];
                 if tag != 0 && !e.refusal() && e.count > 0 {
-                    add(
-                        std::mem::take(&mut e.count) as u64,
-                        &e.steps[..(e.len & LEN) as usize],
-                    );
+                    let n = std::mem::take(&mut e.count);
+                    add(n as u64, e.path());
                 }
             }
         }
@@ -547,7 +553,7 @@ impl Table {
         if !e.refusal() && e.count > 0 {
             self.retired.push(Retired {
                 steps: e.steps,
-                len: e.len & LEN,
+                len: e.path().len() as u8,
                 count: e.count,
             });
         }
