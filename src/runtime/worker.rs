@@ -13,7 +13,7 @@ use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary
 use super::profile_check::Snapshot;
 use crate::io::{PcapWriter, Trace};
 use crate::nfs::{Context, FastPacket, Nf};
-use crate::optimise::fastpath::{FastPath, Found, FpKey, Recorder, Step};
+use crate::optimise::fastpath::{FastPath, Found, FpKey, Probe, Recorder, Step, HOT_LINES};
 use crate::packet::{
     Batch, FastMark, Layers, LinkKind, Packet, Pool, Verdict, FLOOD, MAX_BATCH, NOT_RECORDED,
     NO_PORT,
@@ -515,9 +515,14 @@ impl Runner {
                 keyed |= 1 << i;
             }
         }
+        // Then each set's tags compared once, the matching entries prefetched (their
+        // first line, or two when hits may call NFs).
+        let mut probes = [Probe::NONE; MAX_BATCH];
+        let lines = if f.calls { HOT_LINES } else { 1 };
         let mut m = keyed;
         while m != 0 {
-            f.table.prefetch_entry(hashes[m.trailing_zeros() as usize]);
+            let i = m.trailing_zeros() as usize;
+            probes[i] = f.table.probe(hashes[i], lines);
             m &= m - 1;
         }
         // Then, in chains that rewrite or have NF state to load, the entries' actions and
@@ -529,8 +534,10 @@ impl Runner {
             while m != 0 {
                 let i = m.trailing_zeros() as usize;
                 m &= m - 1;
-                ways[i] = f.table.way(&keys[i], hashes[i]);
-                let Some(w) = ways[i] else { continue };
+                ways[i] = f.table.way_in(probes[i], &keys[i]);
+                let Some(w) = ways[i] else {
+                    continue;
+                };
                 let e = f.table.entry(w);
                 if e.rewrites() {
                     f.table.prefetch_actions(w);
@@ -546,8 +553,8 @@ impl Runner {
                 }
             }
         }
-        // The ways found above hold until the first flush installs entries.
-        let mut ways_hold = ways_found;
+        // The probes hold until the first flush or deferral inserts entries.
+        let mut probes_hold = true;
         for (i, p) in input.drain().enumerate() {
             let now = p.meta().ts_ns;
             if keyed & 1 << i == 0 {
@@ -555,7 +562,7 @@ impl Runner {
                 self.inbox[first].push(p);
                 continue;
             }
-            let (key, h, way) = (&keys[i], hashes[i], ways[i]);
+            let (key, h) = (&keys[i], hashes[i]);
             if key.ends_flow(p.data()) {
                 if f.table.remove_key(key) {
                     f.stats.ended += 1;
@@ -564,16 +571,19 @@ impl Runner {
                 self.inbox[first].push(p);
                 continue;
             }
-            let mut found = if ways_hold {
-                f.table.find_at(way, now)
+            let way = if !probes_hold {
+                f.table.way(key, h)
+            } else if ways_found {
+                ways[i].filter(|&w| f.table.live(w))
             } else {
-                f.table.find(key, h, now)
+                f.table.way_in(probes[i], key)
             };
+            let mut found = f.table.find_at(way, now);
             let consolidated = |w| !f.table.entry(w).refusal();
             if matches!(found, Found::Hit(w) if consolidated(w)) && !self.inbox[first].is_empty() {
                 // Earlier misses go first; they may change what the entry relies on.
                 self.flush(&mut f);
-                ways_hold = false;
+                probes_hold = false;
                 found = f.table.find(key, h, now);
             }
             let p = match found {
@@ -598,9 +608,9 @@ impl Runner {
                     }
                     if f.record_at > 1 {
                         // Unrecorded now; the entry that counts the flow's packets is
-                        // installed at once, so the held ways are stale.
+                        // installed at once, so the probes are stale.
                         f.defer(*key, now);
-                        ways_hold = false;
+                        probes_hold = false;
                         f.stats.misses += 1;
                         self.inbox[first].push(p);
                         continue;

@@ -108,6 +108,16 @@ impl FpKey {
         })
     }
 
+    /// A distinct key per `n`, for the table's tests.
+    #[cfg(test)]
+    pub fn numbered(n: u64) -> FpKey {
+        FpKey {
+            addrs: [n, 0, !n, 0],
+            ports: 6 << 32,
+            place: 0,
+        }
+    }
+
     /// The six words, for hashing.
     #[inline]
     pub fn words(&self) -> [u64; 6] {

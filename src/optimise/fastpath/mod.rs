@@ -18,7 +18,9 @@ use serde::Serialize;
 pub use actions::Actions;
 pub use key::FpKey;
 pub use record::{Outcome, Recorder};
-pub use table::{Entry, Found, Hot, Keys, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
+pub use table::{
+    Entry, Found, Hot, Keys, Probe, Step, Table, HOT_LINES, MAX_KEYS, MAX_NODES, MAX_PATH,
+};
 
 use crate::nfs::{FastRole, Nf};
 use crate::packet::Fields;
@@ -132,6 +134,9 @@ pub struct FastPath {
     pub prefetch: bool,
     /// Some NF of the chain may change bytes (so entries may carry actions).
     pub rewrites: bool,
+    /// Some NF of the chain has a check or a state function a hit calls (so hits may
+    /// read their entry's path).
+    pub calls: bool,
     /// As [`FastConfig::record_at`].
     pub record_at: u8,
 }
@@ -143,13 +148,15 @@ impl FastPath {
             .iter()
             .map(|n| n.is_some_and(|n| n.profile().writes != Fields::NONE))
             .collect();
+        let flags: Vec<u8> = nfs.iter().map(|n| n.map_or(0, step_flags)).collect();
         FastPath {
             record_at: cfg.record_at.max(1),
+            calls: flags.iter().any(|f| f & (Step::CHECK | Step::STATE) != 0),
             rewrites: writes.iter().any(|&w| w),
             table: Table::new(cfg.entries, cfg.timeout_ns),
             rec: Recorder::new(),
             stats: FastStats::default(),
-            flags: nfs.iter().map(|n| n.map_or(0, step_flags)).collect(),
+            flags,
             consolidable: nfs
                 .iter()
                 .map(|n| n.is_some_and(|n| role(n).is_ok()))

@@ -165,8 +165,8 @@ const CALLS: u8 = 0x20;
 const REFUSAL: u8 = 0x10;
 const LEN: u8 = 0x0f;
 
-/// Lines of a hot entry a hit reads for paths of up to four NFs; prefetched together.
-const HOT_LINES: usize = 2;
+/// Lines of a hot entry a hit reads for paths of up to four NFs.
+pub const HOT_LINES: usize = 2;
 
 impl Hot {
     const EMPTY: Hot = Hot::of(&Entry::EMPTY);
@@ -294,6 +294,17 @@ pub struct Table {
     retired: Vec<Retired>,
 }
 
+/// A set and the ways in it whose tag matched a hash ([`Table::probe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    set: u32,
+    mask: u32,
+}
+
+impl Probe {
+    pub const NONE: Probe = Probe { set: 0, mask: 0 };
+}
+
 /// What a table operation did, for the counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Found {
@@ -389,11 +400,26 @@ impl Table {
     #[inline]
     pub fn way(&self, k: &FpKey, h: u64) -> Option<usize> {
         let (set, tag) = self.place(h);
-        let mut m = self.matching(set, tag);
+        self.way_in(
+            Probe {
+                set: set as u32,
+                mask: self.matching(set, tag),
+            },
+            k,
+        )
+    }
+
+    /// The way of probe `p` holding `k`: the tags compared once in [`probe`](Self::probe)
+    /// serve the lookup too, as long as nothing was inserted since (removals only empty
+    /// ways, which this sees).
+    #[inline]
+    pub fn way_in(&self, p: Probe, k: &FpKey) -> Option<usize> {
+        let set = p.set as usize;
+        let mut m = p.mask;
         while m != 0 {
-            let w = set * WAYS + m.trailing_zeros() as usize;
-            if self.entries[w].key == *k {
-                return Some(w);
+            let i = m.trailing_zeros() as usize;
+            if self.tags[set].0[i] != 0 && self.entries[set * WAYS + i].key == *k {
+                return Some(set * WAYS + i);
             }
             m &= m - 1;
         }
@@ -407,20 +433,27 @@ impl Table {
         prefetch(&self.tags[self.place(h).0]);
     }
 
-    /// Starts loading the lines a hit reads of the entries whose tag matches hash `h` (after
-    /// [`prefetch_tags`](Self::prefetch_tags) had time to work).
+    /// Compares hash `h`'s tag with its set's (after [`prefetch_tags`](Self::prefetch_tags)
+    /// had time to work) and starts loading the first `lines` lines of each entry that
+    /// matches: one when no NF of the chain has per-packet work (a hit then reads only
+    /// the entry's first line), two otherwise (the path too).
     #[inline]
-    pub fn prefetch_entry(&self, h: u64) {
+    pub fn probe(&self, h: u64, lines: usize) -> Probe {
         let (set, tag) = self.place(h);
-        let mut m = self.matching(set, tag);
+        let mask = self.matching(set, tag);
+        let mut m = mask;
         while m != 0 {
             let p =
                 &self.entries[set * WAYS + m.trailing_zeros() as usize] as *const Hot as *const u8;
-            for line in 0..HOT_LINES {
+            for line in 0..lines.min(HOT_LINES) {
                 // SAFETY: within the entry, which is one allocation.
                 prefetch(unsafe { &*p.add(line * 64) });
             }
             m &= m - 1;
+        }
+        Probe {
+            set: set as u32,
+            mask,
         }
     }
 
@@ -431,11 +464,11 @@ impl Table {
         self.find_at(w, now)
     }
 
-    /// [`find`](Self::find) with the way already looked up by [`way`](Self::way), when
-    /// nothing was inserted since (removals only empty the way, which this sees).
+    /// [`find`](Self::find) with the way already looked up by [`way`](Self::way) or
+    /// [`way_in`](Self::way_in).
     #[inline]
     pub fn find_at(&mut self, w: Option<usize>, now: u64) -> Found {
-        let Some(w) = w.filter(|&w| self.tags[w / WAYS].0[w % WAYS] != 0) else {
+        let Some(w) = w else {
             return Found::Miss;
         };
         let e = &self.entries[w];
@@ -444,6 +477,12 @@ impl Table {
             return Found::Expired;
         }
         Found::Hit(w)
+    }
+
+    /// Way `w` holds an entry (it may have been emptied since it was looked up).
+    #[inline]
+    pub fn live(&self, w: usize) -> bool {
+        self.tags[w / WAYS].0[w % WAYS] != 0
     }
 
     #[inline]
@@ -668,5 +707,36 @@ mod tests {
         );
         e.sink = None;
         assert_eq!(Hot::of(&e).sink(), None);
+    }
+
+    /// A probe's matching ways serve the lookup until an insert: it finds what `way`
+    /// finds, and sees removals made after it.
+    #[test]
+    fn a_probe_finds_what_way_finds_and_sees_removals() {
+        let mut t = Table::new(64, 0);
+        let keys: Vec<FpKey> = (0..48).map(FpKey::numbered).collect();
+        for k in &keys {
+            let mut e = Entry::EMPTY;
+            (e.key, e.len) = (*k, 1);
+            t.insert(&e, &Keys::EMPTY);
+        }
+        let probes: Vec<Probe> = keys.iter().map(|k| t.probe(t.hash(k), 1)).collect();
+        for (k, p) in keys.iter().zip(&probes) {
+            assert_eq!(t.way_in(*p, k), t.way(k, t.hash(k)));
+        }
+        let found = keys
+            .iter()
+            .filter(|k| t.way(k, t.hash(k)).is_some())
+            .count();
+        assert_eq!(found, t.len());
+        assert!(found > 0);
+        let (k, p) = keys
+            .iter()
+            .zip(&probes)
+            .find(|(k, _)| t.way(k, t.hash(k)).is_some())
+            .unwrap();
+        t.remove_key(k);
+        assert_eq!(t.way_in(*p, k), None);
+        assert_eq!(t.way_in(Probe::NONE, k), None);
     }
 }
