@@ -403,6 +403,59 @@ fn fin_and_rst_end_entries() {
     assert_eq!(fs.hits, 3 * 5, "{fs:?}");
 }
 
+/// Packets of a flow right after its FIN, in the FIN's chunk: the entry is gone, so they
+/// take the slow path and are recorded again.
+#[test]
+fn packets_after_a_fin_in_the_same_chunk_miss() {
+    let (a, b) = ([10, 0, 0, 1], [203, 0, 113, 10]);
+    let mut f: Vec<(u64, Vec<u8>)> = (0..5)
+        .map(|i| (i * SEC / 10, tcp(a, b, 4000, 80, 0x10)))
+        .collect();
+    f.push((SEC, tcp(a, b, 4000, 80, 0x11)));
+    f.push((SEC + 1, tcp(a, b, 4000, 80, 0x10)));
+    f.push((SEC + 2, tcp(a, b, 4000, 80, 0x10)));
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 9, 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.resize(60, 0);
+    // A chunk's worth of fillers after each of the first five (each is its own chunk's
+    // flow packet); the FIN and the two after it share one chunk.
+    let mut all: Vec<(u64, &[u8])> = Vec::new();
+    for (i, (ts, p)) in f.iter().enumerate() {
+        all.push((*ts, p));
+        if i < 5 || i == 7 {
+            all.extend(std::iter::repeat_n((*ts, arp.as_slice()), 32));
+        }
+    }
+    let t = Trace::from_packets(LinkKind::Ethernet, PcapHeader::new(1, false), all);
+    let fs = equal_on_off("FNMO", &setup(), &t, small(), &[], "after fin");
+    assert_eq!((fs.ended, fs.hits, fs.installed), (1, 4, 3), "{fs:?}");
+}
+
+/// The packet after the one that ends a remembered refusal's countdown, in the same
+/// chunk: the refusal the chunk's probe found is gone, so it is a miss (recorded, and
+/// refused again), not one more unrecorded packet of a dead countdown.
+#[test]
+fn a_refusal_that_ends_mid_chunk_is_gone_for_the_next_packet() {
+    let (a, b) = ([10, 0, 0, 1], [203, 0, 113, 10]);
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 9, 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.resize(60, 0);
+    let frames: Vec<Vec<u8>> = (0..18).map(|_| tcp(a, b, 4000, 80, 0x10)).collect();
+    // Packets 1-16 each end their chunk (fillers after them); 17 and 18 share one.
+    let mut all: Vec<(u64, &[u8])> = Vec::new();
+    for (i, p) in frames.iter().enumerate() {
+        let ts = i as u64 * SEC / 100;
+        all.push((ts, p));
+        if i < 16 || i == 17 {
+            all.extend(std::iter::repeat_n((ts, arp.as_slice()), 32));
+        }
+    }
+    let t = Trace::from_packets(LinkKind::Ethernet, PcapHeader::new(1, false), all);
+    let fs = equal_on_off("GO", &setup(), &t, small(), &[], "refusal ends mid-chunk");
+    // Refused at packets 1, 17 and 18; the 15 between 1 and 17 ran unrecorded.
+    assert_eq!((fs.refused, fs.unrecorded, fs.hits), (3, 15, 0), "{fs:?}");
+}
+
 #[test]
 fn idle_entries_expire() {
     let (a, b) = ([10, 0, 0, 1], [203, 0, 113, 10]);

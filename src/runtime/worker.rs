@@ -13,7 +13,7 @@ use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary
 use super::profile_check::Snapshot;
 use crate::io::{PcapWriter, Trace};
 use crate::nfs::{Context, FastPacket, Nf};
-use crate::optimise::fastpath::{FastPath, Found, FpKey, Probe, Recorder, Step, HOT_LINES};
+use crate::optimise::fastpath::{FastPath, Found, FpKey, Probe, Recorder, Step};
 use crate::packet::{
     Batch, FastMark, Layers, LinkKind, Packet, Pool, Verdict, FLOOD, MAX_BATCH, NOT_RECORDED,
     NO_PORT,
@@ -518,11 +518,10 @@ impl Runner {
         // Then each set's tags compared once, the matching entries prefetched (their
         // first line, or two when hits may call NFs).
         let mut probes = [Probe::NONE; MAX_BATCH];
-        let lines = if f.calls { HOT_LINES } else { 1 };
         let mut m = keyed;
         while m != 0 {
             let i = m.trailing_zeros() as usize;
-            probes[i] = f.table.probe(hashes[i], lines);
+            probes[i] = f.table.probe(hashes[i], f.calls);
             m &= m - 1;
         }
         // Then, in chains that rewrite or have NF state to load, the entries' actions and
@@ -555,11 +554,14 @@ impl Runner {
         }
         // The probes hold until the first flush or deferral inserts entries.
         let mut probes_hold = true;
+        // Misses wait in the first NF's inbox (empty at the start: swapped out above).
+        let mut pending = false;
         for (i, p) in input.drain().enumerate() {
             let now = p.meta().ts_ns;
             if keyed & 1 << i == 0 {
                 f.stats.misses += 1;
                 self.inbox[first].push(p);
+                pending = true;
                 continue;
             }
             let (key, h) = (&keys[i], hashes[i]);
@@ -569,6 +571,7 @@ impl Runner {
                 }
                 f.stats.misses += 1;
                 self.inbox[first].push(p);
+                pending = true;
                 continue;
             }
             let way = if !probes_hold {
@@ -576,32 +579,33 @@ impl Runner {
             } else if ways_found {
                 ways[i].filter(|&w| f.table.live(w))
             } else {
-                f.table.way_in(probes[i], key)
+                f.table.way_in(probes[i], key).filter(|&w| f.table.live(w))
             };
             let mut found = f.table.find_at(way, now);
-            let consolidated = |w| !f.table.entry(w).refusal();
-            if matches!(found, Found::Hit(w) if consolidated(w)) && !self.inbox[first].is_empty() {
+            if pending && matches!(found, Found::Hit(_)) {
                 // Earlier misses go first; they may change what the entry relies on.
                 self.flush(&mut f);
+                pending = false;
                 probes_hold = false;
                 found = f.table.find(key, h, now);
             }
             let p = match found {
-                Found::Hit(w) if f.table.entry(w).refusal() => {
+                Found::Hit(w) => match self.fast_hit(&mut f, w, key, p) {
+                    None => continue,
+                    Some(p) => p,
+                },
+                Found::Refusal(w) => {
                     // A remembered refusal: the chain, in order with the other misses,
                     // unrecorded but for every RETRY_AFTER-th packet.
                     if !f.table.count_down(w) {
                         f.stats.misses += 1;
                         f.stats.unrecorded += 1;
                         self.inbox[first].push(p);
+                        pending = true;
                         continue;
                     }
                     p
                 }
-                Found::Hit(w) => match self.fast_hit(&mut f, w, key, p) {
-                    None => continue,
-                    Some(p) => p,
-                },
                 Found::Expired | Found::Miss => {
                     if found == Found::Expired {
                         f.stats.expired += 1;
@@ -613,6 +617,7 @@ impl Runner {
                         probes_hold = false;
                         f.stats.misses += 1;
                         self.inbox[first].push(p);
+                        pending = true;
                         continue;
                     }
                     p
@@ -622,6 +627,7 @@ impl Runner {
             f.stats.misses += 1;
             f.rec.begin(&mut p, *key, &mut self.pool);
             self.inbox[first].push(p);
+            pending = true;
         }
         self.fast_in = input;
         self.flush(&mut f);

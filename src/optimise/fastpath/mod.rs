@@ -18,9 +18,7 @@ use serde::Serialize;
 pub use actions::Actions;
 pub use key::FpKey;
 pub use record::{Outcome, Recorder};
-pub use table::{
-    Entry, Found, Hot, Keys, Probe, Step, Table, HOT_LINES, MAX_KEYS, MAX_NODES, MAX_PATH,
-};
+pub use table::{Entry, Found, Hot, Keys, Probe, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
 
 use crate::nfs::{FastRole, Nf};
 use crate::packet::Fields;
