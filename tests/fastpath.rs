@@ -351,9 +351,7 @@ fn tcp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, flags: u8) -> Vec<u8>
     v
 }
 
-/// A trace of `frames`, each followed by a chunk's worth of ARP frames: FastPath installs
-/// entries when the chunk that recorded them ends, so packets of one flow in one chunk
-/// all take the slow path.
+/// An Ethernet/IPv4/UDP frame with valid checksums.
 fn udp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
     let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
         .ipv4(src, dst, 64)
@@ -363,15 +361,26 @@ fn udp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
     v
 }
 
+/// A trace of `frames`, each followed by a chunk's worth of ARP frames: FastPath installs
+/// entries when the chunk that recorded them ends, so packets of one flow in one chunk
+/// all take the slow path.
 fn trace_of(frames: &[(u64, Vec<u8>)]) -> Trace {
+    trace_filled(frames, |_| true)
+}
+
+/// [`trace_of`] with the chunk of fillers only after the frames `filled` picks: frames
+/// without them share a chunk with the next.
+fn trace_filled(frames: &[(u64, Vec<u8>)], filled: impl Fn(usize) -> bool) -> Trace {
     let mut arp = vec![0xffu8; 6];
     arp.extend_from_slice(&[2, 0, 0, 0, 0, 9, 0x08, 0x06]);
     arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
     arp.resize(60, 0);
     let mut all: Vec<(u64, &[u8])> = Vec::new();
-    for (ts, f) in frames {
+    for (i, (ts, f)) in frames.iter().enumerate() {
         all.push((*ts, f));
-        all.extend(std::iter::repeat_n((*ts, arp.as_slice()), 32));
+        if filled(i) {
+            all.extend(std::iter::repeat_n((*ts, arp.as_slice()), 32));
+        }
     }
     Trace::from_packets(LinkKind::Ethernet, PcapHeader::new(1, false), all)
 }
@@ -414,19 +423,8 @@ fn packets_after_a_fin_in_the_same_chunk_miss() {
     f.push((SEC, tcp(a, b, 4000, 80, 0x11)));
     f.push((SEC + 1, tcp(a, b, 4000, 80, 0x10)));
     f.push((SEC + 2, tcp(a, b, 4000, 80, 0x10)));
-    let mut arp = vec![0xffu8; 6];
-    arp.extend_from_slice(&[2, 0, 0, 0, 0, 9, 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
-    arp.resize(60, 0);
-    // A chunk's worth of fillers after each of the first five (each is its own chunk's
-    // flow packet); the FIN and the two after it share one chunk.
-    let mut all: Vec<(u64, &[u8])> = Vec::new();
-    for (i, (ts, p)) in f.iter().enumerate() {
-        all.push((*ts, p));
-        if i < 5 || i == 7 {
-            all.extend(std::iter::repeat_n((*ts, arp.as_slice()), 32));
-        }
-    }
-    let t = Trace::from_packets(LinkKind::Ethernet, PcapHeader::new(1, false), all);
+    // Each of the first five ends its chunk; the FIN and the two after it share one.
+    let t = trace_filled(&f, |i| i < 5 || i == 7);
     let fs = equal_on_off("FNMO", &setup(), &t, small(), &[], "after fin");
     assert_eq!((fs.ended, fs.hits, fs.installed), (1, 4, 3), "{fs:?}");
 }
@@ -437,20 +435,11 @@ fn packets_after_a_fin_in_the_same_chunk_miss() {
 #[test]
 fn a_refusal_that_ends_mid_chunk_is_gone_for_the_next_packet() {
     let (a, b) = ([10, 0, 0, 1], [203, 0, 113, 10]);
-    let mut arp = vec![0xffu8; 6];
-    arp.extend_from_slice(&[2, 0, 0, 0, 0, 9, 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
-    arp.resize(60, 0);
-    let frames: Vec<Vec<u8>> = (0..18).map(|_| tcp(a, b, 4000, 80, 0x10)).collect();
-    // Packets 1-16 each end their chunk (fillers after them); 17 and 18 share one.
-    let mut all: Vec<(u64, &[u8])> = Vec::new();
-    for (i, p) in frames.iter().enumerate() {
-        let ts = i as u64 * SEC / 100;
-        all.push((ts, p));
-        if i < 16 || i == 17 {
-            all.extend(std::iter::repeat_n((ts, arp.as_slice()), 32));
-        }
-    }
-    let t = Trace::from_packets(LinkKind::Ethernet, PcapHeader::new(1, false), all);
+    let f: Vec<(u64, Vec<u8>)> = (0..18)
+        .map(|i| (i * SEC / 100, tcp(a, b, 4000, 80, 0x10)))
+        .collect();
+    // Packets 1-16 each end their chunk; 17 and 18 share one.
+    let t = trace_filled(&f, |i| i < 16 || i == 17);
     let fs = equal_on_off("GO", &setup(), &t, small(), &[], "refusal ends mid-chunk");
     // Refused at packets 1, 17 and 18; the 15 between 1 and 17 ran unrecorded.
     assert_eq!((fs.refused, fs.unrecorded, fs.hits), (3, 15, 0), "{fs:?}");
