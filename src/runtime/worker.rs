@@ -554,14 +554,11 @@ impl Runner {
         }
         // The probes hold until the first flush or deferral inserts entries.
         let mut probes_hold = true;
-        // Misses wait in the first NF's inbox (empty at the start: swapped out above).
-        let mut pending = false;
         for (i, p) in input.drain().enumerate() {
             let now = p.meta().ts_ns;
             if keyed & 1 << i == 0 {
                 f.stats.misses += 1;
                 self.inbox[first].push(p);
-                pending = true;
                 continue;
             }
             let (key, h) = (&keys[i], hashes[i]);
@@ -571,7 +568,6 @@ impl Runner {
                 }
                 f.stats.misses += 1;
                 self.inbox[first].push(p);
-                pending = true;
                 continue;
             }
             let way = if !probes_hold {
@@ -582,10 +578,9 @@ impl Runner {
                 f.table.way_in(probes[i], key).filter(|&w| f.table.live(w))
             };
             let mut found = f.table.find_at(way, now);
-            if pending && matches!(found, Found::Hit(_)) {
+            if matches!(found, Found::Hit(_)) && !self.inbox[first].is_empty() {
                 // Earlier misses go first; they may change what the entry relies on.
                 self.flush(&mut f);
-                pending = false;
                 probes_hold = false;
                 found = f.table.find(key, h, now);
             }
@@ -601,7 +596,6 @@ impl Runner {
                         f.stats.misses += 1;
                         f.stats.unrecorded += 1;
                         self.inbox[first].push(p);
-                        pending = true;
                         continue;
                     }
                     p
@@ -617,7 +611,6 @@ impl Runner {
                         probes_hold = false;
                         f.stats.misses += 1;
                         self.inbox[first].push(p);
-                        pending = true;
                         continue;
                     }
                     p
@@ -627,7 +620,6 @@ impl Runner {
             f.stats.misses += 1;
             f.rec.begin(&mut p, *key, &mut self.pool);
             self.inbox[first].push(p);
-            pending = true;
         }
         self.fast_in = input;
         self.flush(&mut f);
