@@ -11,7 +11,7 @@ use super::chain::{Chain, NodeKind, INPUT_DROPS};
 use super::control::{Command, ControlPort, Scheduled};
 use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
 use super::profile_check::Snapshot;
-use crate::io::{PcapWriter, Trace};
+use crate::io::{PcapHeader, PcapWriter, Source, Trace, TraceSource};
 use crate::nfs::{Context, FastPacket, Nf};
 use crate::optimise::fastpath::{FastPath, Found, FpKey, Probe, Recorder, Step};
 use crate::packet::{
@@ -149,7 +149,7 @@ impl Runner {
     }
 
     /// Opens the sinks' output files. Errors name the file.
-    fn open_sinks(&mut self, trace: &Trace, opts: &RunOptions) -> anyhow::Result<()> {
+    fn open_sinks(&mut self, header: PcapHeader, opts: &RunOptions) -> anyhow::Result<()> {
         self.sinks = Vec::with_capacity(self.chain.nodes.len());
         for node in &self.chain.nodes {
             let NodeKind::Sink { path } = &node.kind else {
@@ -164,7 +164,7 @@ impl Runner {
                 .or_else(|| path.clone());
             let writer =
                 match &path {
-                    Some(p) => Some(PcapWriter::create(p, trace.header()).map_err(|e| {
+                    Some(p) => Some(PcapWriter::create(p, header).map_err(|e| {
                         anyhow::anyhow!("{}: cannot create output: {e}", p.display())
                     })?),
                     None => None,
@@ -186,11 +186,18 @@ impl Runner {
         opts: &RunOptions,
         progress: &mut dyn Progress,
     ) -> anyhow::Result<Summary> {
-        self.open_sinks(trace, opts)?;
-        self.link = trace.link();
-        let (bytes, recs) = trace.raw();
-        let total = recs.len() as u64 * opts.loops;
-        let span = trace.span_ns();
+        self.run_source(&mut TraceSource::new(trace), opts, progress)
+    }
+
+    /// Runs a source (`opts.loops` passes) through the chain, chunk by chunk as it reads.
+    pub fn run_source(
+        &mut self,
+        src: &mut dyn Source,
+        opts: &RunOptions,
+        progress: &mut dyn Progress,
+    ) -> anyhow::Result<Summary> {
+        self.open_sinks(src.header(), opts)?;
+        self.link = src.link();
         let start = Instant::now();
         let mut done = 0u64;
         let mut next_report = 0u64;
@@ -198,9 +205,12 @@ impl Runner {
         schedule.sort_by_key(|c| c.at);
         let mut next_change = 0;
         for lp in 0..opts.loops {
-            self.shift = span.wrapping_mul(lp);
-            let mut pos = 0;
-            while pos < recs.len() {
+            // Each loop after the first shifts time by the first loop's span.
+            if lp > 0 && !src.rewind() {
+                break;
+            }
+            self.shift = src.span_ns().wrapping_mul(lp);
+            loop {
                 // A batch ends where a scheduled change applies, so the change falls
                 // exactly between the packets it names.
                 while let Some(c) = schedule.get(next_change).filter(|c| c.at <= done) {
@@ -209,12 +219,17 @@ impl Runner {
                     })?;
                     next_change += 1;
                 }
-                let mut end = (pos + MAX_BATCH).min(recs.len());
+                let mut want = MAX_BATCH;
                 if let Some(c) = schedule.get(next_change) {
-                    end = end.min(pos + (c.at - done).max(1) as usize);
+                    want = want.min((c.at - done).max(1) as usize);
                 }
+                let (bytes, chunk) = src.next_chunk(want);
+                if chunk.is_empty() {
+                    break;
+                }
+                let n = chunk.len() as u64;
                 self.poll_control();
-                self.ingest(bytes, &recs[pos..end]);
+                self.ingest(bytes, chunk);
                 if self.fast.is_some() {
                     self.fast_chunk();
                 } else {
@@ -223,10 +238,9 @@ impl Runner {
                 if let Some(v) = self.violation.take() {
                     anyhow::bail!("{v}");
                 }
-                done += (end - pos) as u64;
-                pos = end;
+                done += n;
                 if done >= next_report {
-                    progress.update(done, total);
+                    progress.update(done, src.records_hint().saturating_mul(opts.loops));
                     next_report = done + 65_536;
                 }
             }
@@ -246,7 +260,8 @@ impl Runner {
             }
         }
         progress.finish();
-        self.summary(trace, opts, seconds)
+        let input_error = src.error().map(|e| e.to_string());
+        self.summary(input_error, opts, seconds)
     }
 
     /// Takes commands from a control socket to be applied between batches.
@@ -728,7 +743,7 @@ impl Runner {
 
     fn summary(
         &mut self,
-        trace: &Trace,
+        input_error: Option<String>,
         opts: &RunOptions,
         seconds: f64,
     ) -> anyhow::Result<Summary> {
@@ -829,6 +844,8 @@ impl Runner {
             bytes_out,
             seconds,
             mpps: input.packets_in as f64 / secs / 1e6,
+            seconds_total: seconds,
+            mpps_total: input.packets_in as f64 / secs / 1e6,
             data_rate_gbps: input.bytes_in as f64 * 8.0 / secs / 1e9,
             throughput_gbps: bytes_out as f64 * 8.0 / secs / 1e9,
             input_drops: INPUT_DROPS
@@ -845,7 +862,7 @@ impl Runner {
                 })
                 .collect(),
             sinks,
-            input_error: trace.error().map(|e| e.to_string()),
+            input_error,
             fastpath: self.fast.as_ref().map(|f| f.stats),
         })
     }
