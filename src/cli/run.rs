@@ -86,18 +86,20 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         ),
     };
     let mut input = match &input {
-        Some(path) => match PcapStream::open(path)? {
-            Opened::Pcap(s) => {
-                if a.loops > 1 && !s.replayable() {
-                    anyhow::bail!(
-                        "{}: --loops needs a file that can be read again, not a pipe or a device",
-                        path.display()
-                    );
-                }
-                Input::Stream(s)
+        Some(path) => {
+            // Checked before opening: opening a pipe waits for its writer.
+            let regular = std::fs::metadata(path).is_ok_and(|m| m.is_file());
+            if a.loops > 1 && !regular && path.exists() {
+                anyhow::bail!(
+                    "{}: --loops needs a file that can be read again, not a pipe or a device",
+                    path.display()
+                );
             }
-            Opened::Pcapng => Input::Held(Trace::load(path)?),
-        },
+            match PcapStream::open(path)? {
+                Opened::Pcap(s) => Input::Stream(s),
+                Opened::Pcapng => Input::Held(Trace::load(path)?),
+            }
+        }
         None => Input::Held(
             generate(&GenOptions::profile(Profile::SmallFlows)).map_err(anyhow::Error::msg)?,
         ),

@@ -5,8 +5,8 @@ pub mod gen_http;
 mod linktype;
 pub mod pcap_read;
 mod pcap_stream;
-mod source;
 pub mod pcap_write;
+mod source;
 mod trace;
 
 pub use linktype::{link_from_pcap, pcap_linktype};

@@ -32,11 +32,11 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use pcap_parser::parse_pcap_header;
 use pcap_parser::pcapng::{
     parse_interfacedescriptionblock_be, parse_interfacedescriptionblock_le,
     parse_sectionheaderblock,
 };
-use pcap_parser::parse_pcap_header;
 
 use super::linktype::{describe_linktype, link_from_pcap, SUPPORTED_LINKS};
 use super::trace::{Backing, PcapHeader, Record, Trace};
@@ -491,7 +491,7 @@ impl PcapFormat {
     #[inline]
     pub(crate) fn record(&self, rest: &[u8]) -> Result<RawRecord, RecordProblem> {
         let h = self.rec_hdr_len;
-        let Some(hdr) = rest.get(..16) .filter(|_| rest.len() >= h) else {
+        let Some(hdr) = rest.get(..16).filter(|_| rest.len() >= h) else {
             return Err(RecordProblem::TruncatedHeader {
                 have: rest.len() as u64,
                 need: h as u64,

@@ -98,8 +98,7 @@ impl PcapStream {
                 path: path.to_owned(),
             });
         }
-        if head.len() >= 4 && u32::from_le_bytes([head[0], head[1], head[2], head[3]]) == SHB_TYPE
-        {
+        if head.len() >= 4 && u32::from_le_bytes([head[0], head[1], head[2], head[3]]) == SHB_TYPE {
             if !regular {
                 return Err(open_err(io::Error::other(
                     "pcapng from a pipe or a device: give a file, or convert it (editcap -F pcap)",
@@ -129,11 +128,6 @@ impl PcapStream {
             changed: false,
             loops_done: 0,
         })))
-    }
-
-    /// Whether another loop can read the input again (not a pipe or a device).
-    pub fn replayable(&self) -> bool {
-        self.regular
     }
 
     /// Moves the bytes from `keep` on to the front of the buffer (records of the chunk
@@ -322,5 +316,135 @@ fn read_some(file: &mut File, buf: &mut [u8], len: &mut usize, eof: &mut bool) -
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::Trace;
+
+    /// A little-endian µs pcap with records of the given sizes, then `tail` raw bytes.
+    fn pcap(snaplen: u32, sizes: &[usize], tail: &[u8]) -> Vec<u8> {
+        let mut b = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        b.extend(snaplen.to_le_bytes());
+        b.extend(1u32.to_le_bytes());
+        for (i, &n) in sizes.iter().enumerate() {
+            b.extend((i as u32 + 1).to_le_bytes());
+            b.extend((i as u32 % 1000).to_le_bytes());
+            b.extend((n as u32).to_le_bytes());
+            b.extend((n as u32 + 4).to_le_bytes());
+            b.extend((0..n).map(|j| (i * 7 + j) as u8));
+        }
+        b.extend_from_slice(tail);
+        b
+    }
+
+    fn stream(bytes: &[u8]) -> (tempfile::TempDir, Box<PcapStream>) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t.pcap");
+        std::fs::write(&p, bytes).unwrap();
+        match PcapStream::open(&p).unwrap() {
+            Opened::Pcap(s) => (d, s),
+            Opened::Pcapng => panic!("pcapng"),
+        }
+    }
+
+    /// (ts, wire_len, bytes) of one pass, in chunks of at most `max`.
+    fn pass(s: &mut PcapStream, max: usize) -> Vec<(u64, u32, Vec<u8>)> {
+        let mut v = Vec::new();
+        loop {
+            let (bytes, chunk) = s.next_chunk(max);
+            if chunk.is_empty() {
+                return v;
+            }
+            assert!(chunk.len() <= max);
+            for r in chunk {
+                let o = r.off as usize;
+                v.push((
+                    r.ts_ns,
+                    r.wire_len,
+                    bytes[o..o + r.caplen as usize].to_vec(),
+                ));
+            }
+        }
+    }
+
+    fn indexed(bytes: &[u8]) -> (Vec<(u64, u32, Vec<u8>)>, Option<String>) {
+        let t = Trace::from_bytes(Path::new("t"), bytes.to_vec()).unwrap();
+        let v = (0..t.len())
+            .map(|i| {
+                (
+                    t.record(i).ts_ns,
+                    t.record(i).wire_len,
+                    t.packet(i).to_vec(),
+                )
+            })
+            .collect();
+        (v, t.error().map(|e| e.to_string()))
+    }
+
+    #[test]
+    fn yields_what_the_index_holds_across_buffer_refills_and_loops() {
+        // Sizes that straddle the 1 MiB buffer many times, and one record (3 MiB) larger
+        // than the buffer; then a record cut short at the end of the file.
+        let mut sizes: Vec<usize> = (0..3000).map(|i| [60, 1514, 9000, 333][i % 4]).collect();
+        sizes.insert(1500, 3 << 20);
+        let cut = [1u8, 0, 0, 0, 0, 0, 0, 0, 100, 0, 0, 0, 100, 0, 0, 0, 9, 9];
+        let bytes = pcap(4 << 20, &sizes, &cut);
+        let (want, err) = indexed(&bytes);
+        assert_eq!(want.len(), 3001);
+        for max in [1, 32, 1000] {
+            let (_d, mut s) = stream(&bytes);
+            assert_eq!(pass(&mut s, max), want, "chunks of {max}");
+            let path = s.path.display().to_string();
+            let got = s.error().map(|e| e.to_string().replace(&path, "t"));
+            assert_eq!(got, err, "chunks of {max}");
+            // The next loop: the same records again, the error kept, span of the first.
+            assert!(s.rewind());
+            assert_eq!(pass(&mut s, max), want);
+            assert_eq!(s.span_ns(), 3001 * 1_000_000_000 - 1_000_000_000 + 1);
+            assert_eq!(s.records_hint(), 3001);
+        }
+        // The buffer grew for the one big record only.
+        let (_d, mut s) = stream(&bytes);
+        pass(&mut s, 32);
+        assert!(s.buf.len() <= (3 << 20) + 64, "{}", s.buf.len());
+    }
+
+    #[test]
+    fn a_file_cut_shorter_between_loops_is_reported_not_read_past() {
+        let bytes = pcap(65535, &[100; 50], &[]);
+        let (d, mut s) = stream(&bytes);
+        assert_eq!(pass(&mut s, 32).len(), 50);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(d.path().join("t.pcap"))
+            .unwrap();
+        f.set_len(24 + 20 * 116 + 50).unwrap();
+        assert!(s.rewind());
+        assert_eq!(pass(&mut s, 32).len(), 20);
+        let e = s.error().unwrap().to_string();
+        assert!(
+            e.ends_with(
+                "t.pcap: the file changed while it was replayed: loop 2 ended at record 21, \
+                 the first loop read 50"
+            ),
+            "{e}"
+        );
+        assert!(!s.rewind());
+    }
+
+    #[test]
+    fn devices_and_pipes_are_read_in_bounded_memory() {
+        // /dev/zero never ends: the header is refused after one buffer.
+        let e = match PcapStream::open(Path::new("/dev/zero")) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted /dev/zero"),
+        };
+        assert!(
+            e.starts_with("/dev/zero: not a pcap or pcapng file: bad magic 00000000"),
+            "{e}"
+        );
     }
 }
