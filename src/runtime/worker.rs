@@ -358,7 +358,7 @@ impl Runner {
                 c.drops[OVERSIZE] += 1;
                 continue;
             }
-            let Some(mut p) = self.pool.alloc_raw() else {
+            let Some(mut p) = self.pool.alloc_raw_for(r.caplen as usize) else {
                 c.drops[1] += 1;
                 continue;
             };
