@@ -350,8 +350,11 @@ mod tests {
         }
     }
 
-    /// (ts, wire_len, bytes) of one pass, in chunks of at most `max`.
-    fn pass(s: &mut PcapStream, max: usize) -> Vec<(u64, u32, Vec<u8>)> {
+    /// (ts, wire_len, bytes) of each packet.
+    type Packets = Vec<(u64, u32, Vec<u8>)>;
+
+    /// One pass, in chunks of at most `max`.
+    fn pass(s: &mut PcapStream, max: usize) -> Packets {
         let mut v = Vec::new();
         loop {
             let (bytes, chunk) = s.next_chunk(max);
@@ -370,7 +373,7 @@ mod tests {
         }
     }
 
-    fn indexed(bytes: &[u8]) -> (Vec<(u64, u32, Vec<u8>)>, Option<String>) {
+    fn indexed(bytes: &[u8]) -> (Packets, Option<String>) {
         let t = Trace::from_bytes(Path::new("t"), bytes.to_vec()).unwrap();
         let v = (0..t.len())
             .map(|i| {
