@@ -11,8 +11,10 @@ mod mac_switch;
 mod maglev;
 pub mod microbox;
 mod nat;
+mod malformed;
 mod nf;
 mod params;
+pub mod prefix;
 pub mod registry;
 mod wire;
 

@@ -53,6 +53,7 @@ pub struct Classifier {
     proto: Option<Direct>,
     icmp: Option<Direct>,
     flags: Option<Direct>,
+    frag: Option<Direct>,
     sport: Option<Direct>,
     dport: Option<Direct>,
     src4: Option<Segments<u32>>,
@@ -74,6 +75,8 @@ pub struct Key {
     pub dport: Option<u16>,
     pub icmp: Option<u16>,
     pub flags: Option<u8>,
+    /// IPv4 fragmentation as in [`Field::Frag`]; None when not IPv4.
+    pub frag: Option<u8>,
 }
 
 impl Key {
@@ -88,6 +91,7 @@ impl Key {
             self.dport.map(u128::from),
             self.icmp.map(u128::from),
             self.flags.map(u128::from),
+            self.frag.map(u128::from),
         ]
     }
 }
@@ -139,6 +143,7 @@ impl Classifier {
             proto: None,
             icmp: None,
             flags: None,
+            frag: None,
             sport: None,
             dport: None,
             src4: None,
@@ -155,13 +160,19 @@ impl Classifier {
                 Field::Proto => 512,
                 Field::Icmp => 511,
                 Field::Flags => 255,
+                Field::Frag => 2,
                 Field::Sport | Field::Dport => 65535,
                 Field::Src4 | Field::Dst4 => u32::MAX as u128,
                 Field::Src6 | Field::Dst6 => u128::MAX,
             };
             let (starts, bms, absent) = b.segments(n, &cons, max);
             match f {
-                Field::Proto | Field::Icmp | Field::Flags | Field::Sport | Field::Dport => {
+                Field::Proto
+                | Field::Icmp
+                | Field::Flags
+                | Field::Frag
+                | Field::Sport
+                | Field::Dport => {
                     let mut table = vec![0u32; max as usize + 1];
                     for (k, &s) in starts.iter().enumerate() {
                         let end = starts.get(k + 1).map_or(max as usize + 1, |&e| e as usize);
@@ -172,6 +183,7 @@ impl Classifier {
                         Field::Proto => c.proto = d,
                         Field::Icmp => c.icmp = d,
                         Field::Flags => c.flags = d,
+                        Field::Frag => c.frag = d,
                         Field::Sport => c.sport = d,
                         _ => c.dport = d,
                     }
@@ -234,6 +246,7 @@ impl Classifier {
             dport: k.dport.filter(|_| on(Field::Dport)),
             icmp: k.icmp.filter(|_| on(Field::Icmp)),
             flags: k.flags.filter(|_| on(Field::Flags)),
+            frag: k.frag.filter(|_| on(Field::Frag)),
         }
     }
 
@@ -249,6 +262,7 @@ impl Classifier {
             Field::Dport => self.dport.is_some(),
             Field::Icmp => self.icmp.is_some(),
             Field::Flags => self.flags.is_some(),
+            Field::Frag => self.frag.is_some(),
         }
     }
 
@@ -298,6 +312,9 @@ impl Classifier {
         }
         if let Some(d) = &self.flags {
             push(d.get(k.flags.map(u32::from)));
+        }
+        if let Some(d) = &self.frag {
+            push(d.get(k.frag.map(u32::from)));
         }
         let w = self.words;
         let mut sl: [&[u64]; FIELDS] = [&[]; FIELDS];

@@ -4,7 +4,7 @@ pub mod cache;
 pub mod classify;
 pub mod rule;
 
-pub use super::ip_filter::{packed, packed_key, packet_key, Packed};
+pub use super::ip_filter::{bpf_key, packed, packed_key, packet_key, Packed};
 pub use cache::{KeyMask, VerdictCache};
 pub use classify::{Classifier, Key};
 pub use rule::{Action, Rule};
