@@ -102,9 +102,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else {
         print!("{}", s.render());
     }
-    // The good packets were processed and written; the bad record still fails the run.
-    if let Some(e) = &s.input_error {
-        eprintln!("error: {e}");
+    // The good packets were processed and written; the bad record still fails the run,
+    // and so does output that could not be written (one line, after the summary).
+    let mut errors: Vec<&str> = s.input_error.iter().map(String::as_str).collect();
+    errors.extend(s.output_errors.iter().map(String::as_str));
+    if !errors.is_empty() {
+        eprintln!("error: {}", errors.join("; "));
         return Ok(1);
     }
     Ok(0)

@@ -71,7 +71,7 @@ impl IpFilter {
             name: "rules",
             ty: "list of strings",
             default: "[]",
-            doc: "rules in order, e.g. [\"allow tcp dst port 80 or 443\", \"deny src net 10.0.0.0/8\"]",
+            doc: "rules in order, e.g. [\"allow tcp dst port 80 or 443\", \"deny src net 10.0.0.0/8\"]; primitives: ip, ip6, tcp, udp, sctp, icmp, icmp6, [ip|ip6] proto N|NAME (`\\udp` too), [src|dst] host|net|port|portrange, icmp[6] type T, tcp flags F, ip frag|unfrag, ip[6:2] & 0x1fff|0x3fff !=|= 0; and/not/or between values of one field",
         },
         ParamDoc {
             name: "rules_file",

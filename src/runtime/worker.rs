@@ -187,6 +187,14 @@ impl Runner {
         progress: &mut dyn Progress,
     ) -> anyhow::Result<Summary> {
         self.open_sinks(trace, opts)?;
+        // NFs' own files (flow records, alerts) too: a path that cannot be written is an
+        // error before the first packet.
+        for n in &mut self.chain.nodes {
+            if let NodeKind::Nf { nf, .. } = &mut n.kind {
+                nf.open_outputs()
+                    .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
+            }
+        }
         self.link = trace.link();
         let (bytes, recs) = trace.raw();
         let total = recs.len() as u64 * opts.loops;
@@ -738,6 +746,8 @@ impl Runner {
         let mut dropped = 0u64;
         let mut out = 0u64;
         let mut bytes_out = 0u64;
+        // Output lost after the run started: reported after the summary, exit non-zero.
+        let mut output_errors = Vec::new();
         for (i, node) in nodes.iter().enumerate() {
             let c = &self.counters[i];
             dropped += c.packets_dropped();
@@ -760,6 +770,9 @@ impl Runner {
                             c.packets_dropped()
                         );
                     }
+                    if let Some(e) = nf.output_error() {
+                        output_errors.push(format!("nf `{}`: {e}", node.name));
+                    }
                     nfs.push(NfSummary {
                         name: node.name.clone(),
                         kind: kind.clone(),
@@ -781,23 +794,15 @@ impl Runner {
                     };
                     out += c.packets_in;
                     bytes_out += c.bytes_in;
-                    if let Some(w) = s.writer {
-                        w.finish().map_err(|e| {
-                            anyhow::anyhow!(
-                                "{}: writing failed: {e}",
-                                s.path
-                                    .as_ref()
-                                    .map_or(String::new(), |p| p.display().to_string())
-                            )
-                        })?;
-                    }
+                    let path = s
+                        .path
+                        .as_ref()
+                        .map_or(String::new(), |p| p.display().to_string());
+                    let finished = s.writer.map(|w| w.finish().map(drop));
                     if let Some(e) = s.write_error {
-                        anyhow::bail!(
-                            "{}: writing failed: {e}",
-                            s.path
-                                .as_ref()
-                                .map_or(String::new(), |p| p.display().to_string())
-                        );
+                        output_errors.push(format!("{path}: writing failed: {e}"));
+                    } else if let Some(Err(e)) = finished {
+                        output_errors.push(format!("{path}: writing failed: {e}"));
                     }
                     sinks.push(SinkSummary {
                         name: node.name.clone(),
@@ -846,6 +851,7 @@ impl Runner {
                 .collect(),
             sinks,
             input_error: trace.error().map(|e| e.to_string()),
+            output_errors,
             fastpath: self.fast.as_ref().map(|f| f.stats),
         })
     }

@@ -354,6 +354,22 @@ impl Nf for Microbox {
         }
     }
 
+    fn open_outputs(&mut self) -> Result<(), String> {
+        for u in &mut self.units {
+            for a in &mut u.apps {
+                a.open_outputs()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn output_error(&self) -> Option<String> {
+        self.units
+            .iter()
+            .flat_map(|u| u.apps.iter())
+            .find_map(|a| a.output_error())
+    }
+
     fn stats(&self) -> crate::nfs::Stats {
         let mut out: Vec<(&'static str, u64)> = Vec::new();
         let mut add = |k: &'static str, v: u64| match out.iter_mut().find(|(n, _)| *n == k) {
