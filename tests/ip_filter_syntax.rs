@@ -93,9 +93,7 @@ fn equal_to_tcpdump(nf: &str, rel: &str, expr: &str) -> (usize, catena::runtime:
 }
 
 fn filter(rule: &str, extra: &str) -> String {
-    format!(
-        "[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules = [{rule:?}]\n{extra}"
-    )
+    format!("[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules = [{rule:?}]\n{extra}")
 }
 
 #[test]
@@ -133,13 +131,25 @@ fn protocol_and_fragment_primitives_decide_as_tcpdump() {
         (&["allow proto udp"], "deny", "proto \\udp"),
         (&["allow proto \\udp"], "deny", "proto \\udp"),
         (&["allow ip proto tcp"], "deny", "ip proto \\tcp"),
-        (&["allow ip proto tcp or udp"], "deny", "ip proto \\tcp or \\udp"),
+        (
+            &["allow ip proto tcp or udp"],
+            "deny",
+            "ip proto \\tcp or \\udp",
+        ),
         (&["allow ip6 proto icmp6"], "deny", "ip6 proto 58"),
         (&["allow \\udp"], "deny", "udp"),
         (&["allow ip frag"], "deny", "ip[6:2] & 0x3fff != 0"),
         (&["allow ip unfrag"], "deny", "ip and ip[6:2] & 0x3fff = 0"),
-        (&["allow ip[6:2] & 0x1fff != 0"], "deny", "ip[6:2] & 0x1fff != 0"),
-        (&["allow ip[6:2] & 0x1fff = 0"], "deny", "ip[6:2] & 0x1fff = 0"),
+        (
+            &["allow ip[6:2] & 0x1fff != 0"],
+            "deny",
+            "ip[6:2] & 0x1fff != 0",
+        ),
+        (
+            &["allow ip[6:2] & 0x1fff = 0"],
+            "deny",
+            "ip[6:2] & 0x1fff = 0",
+        ),
         (&["deny ip frag"], "allow", "not (ip[6:2] & 0x3fff != 0)"),
         (
             &["deny udp and ip frag", "allow udp port 53", "allow ip6"],
@@ -187,11 +197,7 @@ fn malformed_pass_equals_tcpdump_and_drop_is_the_default() {
     // The firewall: tcpdump's `ip and (tcp or udp) and (port 80 or port 443)`.
     let fw = "[[nf]]\nname = \"fw\"\nkind = \"firewall\"\nmalformed = \"pass\"\n";
     for rel in MALFORMED.iter().chain(&FRAGMENTED[..1]) {
-        let (_, s) = equal_to_tcpdump(
-            fw,
-            rel,
-            "ip and (tcp or udp) and (port 80 or port 443)",
-        );
+        let (_, s) = equal_to_tcpdump(fw, rel, "ip and (tcp or udp) and (port 80 or port 443)");
         assert_eq!(drops(&s, "malformed"), 0, "firewall on {rel}");
     }
 }

@@ -39,7 +39,10 @@ fn refused_up_front(o: &Output, what: &str) {
     assert!(!e.contains("panicked"), "{e}");
     assert_eq!(e.trim_end().lines().count(), 1, "not one line: {e}");
     assert!(e.starts_with("error: ") && e.contains(what), "{e}");
-    assert!(o.stdout.is_empty(), "a summary was printed: the run started");
+    assert!(
+        o.stdout.is_empty(),
+        "a summary was printed: the run started"
+    );
 }
 
 /// Failed while writing: the summary (JSON on stdout), then one `error:` line naming
@@ -105,7 +108,10 @@ fn pcap_sinks_that_cannot_be_written_fail_the_run() {
     refused_up_front(&run(wire, &["-o", &d]), "cannot create output");
     let missing = dir.path().join("x/out.pcap").display().to_string();
     refused_up_front(&run(wire, &["-o", &missing]), "cannot create output");
-    failed_after_summary(&run(wire, &["-o", "/dev/full"]), "/dev/full: writing failed");
+    failed_after_summary(
+        &run(wire, &["-o", "/dev/full"]),
+        "/dev/full: writing failed",
+    );
     // A named sink of the chain file too.
     let named = "edges = [\"in -> w -> log\"]\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n[[sink]]\nname = \"log\"\npath = \"/dev/full\"\n";
     failed_after_summary(&run(named, &[]), "/dev/full: writing failed");

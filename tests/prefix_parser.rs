@@ -25,7 +25,9 @@ fn check(text: &str) -> (bool, String) {
 
 /// The reason after the NF's name and the parameter: what the prefix parser said.
 fn reason(err: &str) -> &str {
-    let i = err.find("bad prefix").unwrap_or_else(|| panic!("no prefix error: {err}"));
+    let i = err
+        .find("bad prefix")
+        .unwrap_or_else(|| panic!("no prefix error: {err}"));
     err[i..].trim_end()
 }
 
@@ -37,7 +39,10 @@ fn nat_and_ip_filter_reject_a_prefix_with_host_bits_alike() {
         "[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules = [\"allow src net 10.1.2.3/8\"]\n",
     );
     assert!(!ok, "ip_filter accepted net 10.1.2.3/8");
-    assert_eq!(reason(&nat), "bad prefix `10.1.2.3/8`: bits set past the /8");
+    assert_eq!(
+        reason(&nat),
+        "bad prefix `10.1.2.3/8`: bits set past the /8"
+    );
     assert_eq!(reason(&nat), reason(&acl));
     for e in [&nat, &acl] {
         assert_eq!(e.trim_end().lines().count(), 1, "{e}");

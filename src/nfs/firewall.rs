@@ -220,6 +220,10 @@ fn full_decode(d: &[u8]) -> u64 {
 }
 
 impl Nf for Firewall {
+    fn memory(&self) -> usize {
+        self.learn.memory() + std::mem::size_of_val(&*self.allowed)
+    }
+
     fn profile(&self) -> &Profile {
         &self.profile
     }

@@ -178,11 +178,13 @@ impl Sink {
         if self.failed.is_some() {
             return false;
         }
-        let res = self.open().and_then(|()| match (self.w.as_mut(), self.format) {
-            (Some(w), Format::Json) => r.write_json(w),
-            (Some(w), Format::Csv) => r.write_csv(w),
-            (None, _) => Ok(()),
-        });
+        let res = self
+            .open()
+            .and_then(|()| match (self.w.as_mut(), self.format) {
+                (Some(w), Format::Json) => r.write_json(w),
+                (Some(w), Format::Csv) => r.write_csv(w),
+                (None, _) => Ok(()),
+            });
         self.check(res)
     }
 
@@ -254,7 +256,7 @@ impl FlowMonitor {
             name: "capacity",
             ty: "integer",
             default: "65536",
-            doc: "most flows tracked at once; packets of new flows beyond it are counted, not tracked",
+            doc: "most flows tracked at once (1..=67,108,864); packets of new flows beyond it are counted, not tracked",
         },
     ];
 
@@ -485,6 +487,15 @@ fn fresh(dir: usize, flags: u16, now: u64, len: u64) -> FlowStats {
 }
 
 impl Nf for FlowMonitor {
+    /// The flow table, the list a final export drains it into, and the writer's buffer.
+    fn memory(&self) -> usize {
+        use crate::flow::footprint::{hash_table_bytes, vec_bytes};
+        type Flow = (WideKey, FlowStats);
+        hash_table_bytes::<Flow>(self.capacity)
+            + vec_bytes::<Flow>(self.capacity)
+            + if self.sink.is_some() { 1 << 20 } else { 0 }
+    }
+
     fn profile(&self) -> &Profile {
         &self.profile
     }

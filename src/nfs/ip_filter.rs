@@ -34,8 +34,8 @@ use super::acl::cache::{
     P_FRAG, P_ICMP, P_SPORT, P_SRC4, X_SHIFT,
 };
 use super::acl::rule::{Field, FRAG_FIRST, FRAG_LATER, FRAG_NONE, NOT_IP};
-use super::malformed::{bpf_view, BpfView, Malformed};
 use super::acl::{parse_rules, Action, Classifier, Key, Rule, VerdictCache};
+use super::malformed::{bpf_view, BpfView, Malformed};
 use super::nf::Stats;
 use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
@@ -77,7 +77,7 @@ impl IpFilter {
             name: "rules_file",
             ty: "path",
             default: "-",
-            doc: "a file of rules, one per line, `#` comments (path relative to the chain file's folder); follows `rules`",
+            doc: "a file of rules, one per line, `#` comments (path relative to the chain file's folder); follows `rules`; at most 100,000 rules in all",
         },
         ParamDoc {
             name: "default",
@@ -171,6 +171,13 @@ impl IpFilter {
             })?;
             rules.extend(more);
         }
+        if rules.len() > super::acl::MAX_RULES {
+            return Err(p.err(format!(
+                "{} rules is more than the {} one filter may hold",
+                rules.len(),
+                super::acl::MAX_RULES
+            )));
+        }
         let malformed = Malformed::from_params(p)?;
         Ok(IpFilter::new(rules, default).with_malformed(malformed))
     }
@@ -230,7 +237,11 @@ pub fn packet_key(p: &mut Packet) -> Option<Key> {
     let o = l.l3_off as usize;
     match l.l3 {
         // Layers guarantees the 20-byte header.
-        L3Kind::Ipv4 => Some(v4_fields(d, o, (!l.is_later_fragment()).then_some(l.l4_off))),
+        L3Kind::Ipv4 => Some(v4_fields(
+            d,
+            o,
+            (!l.is_later_fragment()).then_some(l.l4_off),
+        )),
         L3Kind::Ipv6 => Some(v6_fields(d, o)),
         L3Kind::Malformed | L3Kind::Unparsed => None,
         L3Kind::Arp | L3Kind::Other => Some(NOT_IP_KEY),
@@ -505,6 +516,11 @@ impl Nf for IpFilter {
         let n = rules.len();
         self.set_rules(rules);
         Ok(format!("{n} rule(s)"))
+    }
+
+    /// The verdict cache and the classifier (a rule change builds one of similar size).
+    fn memory(&self) -> usize {
+        self.cache.memory() + self.classifier.memory()
     }
 
     /// The verdict depends only on fields in FastPath's flow key (addresses, protocol,

@@ -148,6 +148,13 @@ pub trait Nf: Send {
         let _ = (token, packets);
     }
 
+    /// Bytes the NF's tables and buffers take at their configured bounds (the most it
+    /// holds, not what it holds now). `catena check` prints the chain's sum and
+    /// `--max-memory` refuses a chain above it. NFs without tables keep the default.
+    fn memory(&self) -> usize {
+        0
+    }
+
     /// Counters of the NF's own (table sizes, learned entries, floods), for the summary.
     fn stats(&self) -> Stats {
         Vec::new()

@@ -4,6 +4,7 @@ mod chain;
 mod config;
 pub mod control;
 mod counters;
+pub mod limits;
 mod profile_check;
 mod worker;
 

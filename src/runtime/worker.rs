@@ -13,7 +13,7 @@ use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary
 use super::profile_check::Snapshot;
 use crate::io::{PcapWriter, Trace};
 use crate::nfs::{Context, FastPacket, Nf};
-use crate::optimise::fastpath::{FastPath, Found, FpKey, Probe, Recorder, Step};
+use crate::optimise::fastpath::{FastPath, Found, FpKey, Probe, Step};
 use crate::packet::{
     Batch, FastMark, Layers, LinkKind, Packet, Pool, Verdict, FLOOD, MAX_BATCH, NOT_RECORDED,
     NO_PORT,
@@ -112,10 +112,9 @@ impl Runner {
                 .collect();
             Box::new(FastPath::new(cfg, &nfs))
         });
-        // Run to completion holds at most one batch per edge in flight; FastPath keeps a
-        // copy of each packet it records.
-        let copies = if fast.is_some() { Recorder::BUFFERS } else { 0 };
-        let pool = Pool::new(MAX_BATCH * (n + 2) * 2 + copies, max_packet);
+        // Run to completion holds one chunk in flight (packets never multiply); FastPath
+        // keeps a copy of each packet it records.
+        let pool = Pool::new(super::limits::pool_buffers(fast.is_some()), max_packet);
         Runner {
             fast,
             fast_in: Batch::with_capacity(cap),

@@ -102,6 +102,11 @@ impl VerdictCache {
         }
     }
 
+    /// Bytes of the buckets.
+    pub fn memory(&self) -> usize {
+        std::mem::size_of_val(&*self.buckets)
+    }
+
     pub fn clear(&mut self) {
         self.buckets.fill(EMPTY);
     }

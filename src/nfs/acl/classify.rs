@@ -266,6 +266,40 @@ impl Classifier {
         }
     }
 
+    /// Bytes the classifier holds (bitmaps, lookup tables, segment lists).
+    pub fn memory(&self) -> usize {
+        use std::mem::size_of_val;
+        let direct = [
+            &self.proto,
+            &self.icmp,
+            &self.flags,
+            &self.frag,
+            &self.sport,
+            &self.dport,
+        ];
+        let d: usize = direct
+            .iter()
+            .flat_map(|d| d.iter())
+            .map(|d| size_of_val(&*d.table))
+            .sum();
+        let s4: usize = [&self.src4, &self.dst4]
+            .iter()
+            .flat_map(|s| s.iter())
+            .map(|s| {
+                size_of_val(&*s.starts)
+                    + size_of_val(&*s.bms)
+                    + size_of_val(&*s.l1)
+                    + size_of_val(&*s.l2)
+            })
+            .sum();
+        let s6: usize = [&self.src6, &self.dst6]
+            .iter()
+            .flat_map(|s| s.iter())
+            .map(|s| size_of_val(&*s.starts) + size_of_val(&*s.bms))
+            .sum();
+        size_of_val(&*self.pool) + size_of_val(&*self.entry_rule) + d + s4 + s6
+    }
+
     /// Distinct bitmaps stored.
     pub fn bitmaps(&self) -> usize {
         self.pool.len().checked_div(self.words).unwrap_or(0)

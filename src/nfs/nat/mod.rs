@@ -320,7 +320,7 @@ impl Nat {
             name: "public",
             ty: "string of addresses",
             default: "\"198.51.100.1\"",
-            doc: "public addresses new flows are translated to (comma/space separated)",
+            doc: "public addresses new flows are translated to (comma/space separated; at most 4,194,304 (address, port) pairs with `ports`)",
         },
         ParamDoc {
             name: "ports",
@@ -356,7 +356,7 @@ impl Nat {
             name: "capacity",
             ty: "integer",
             default: "262144",
-            doc: "most live mappings; new flows beyond it are dropped (table-full)",
+            doc: "most live mappings (1..=16,777,216); new flows beyond it are dropped (table-full)",
         },
     ];
 
@@ -974,9 +974,9 @@ fn parse_prefixes(s: &str) -> Result<Vec<(Ipv4Addr, u8)>, String> {
             let p = crate::nfs::prefix::Prefix::parse(t)?;
             match p.addr {
                 std::net::IpAddr::V4(a) => Ok((a, p.len)),
-                std::net::IpAddr::V6(_) => {
-                    Err(format!("`{t}` is an IPv6 prefix; the NAT translates IPv4 only"))
-                }
+                std::net::IpAddr::V6(_) => Err(format!(
+                    "`{t}` is an IPv6 prefix; the NAT translates IPv4 only"
+                )),
             }
         })
         .collect();
@@ -1203,6 +1203,17 @@ fn tag(h: u64) -> u32 {
 }
 
 impl Nf for Nat {
+    /// Both indexes, the mapping slab and its slot lists at capacity, and the port pools.
+    fn memory(&self) -> usize {
+        use crate::flow::footprint::{index_bytes, vec_bytes};
+        let cap = self.capacity;
+        let pairs: usize = self.pool.free.iter().map(|q| q.capacity()).sum();
+        2 * index_bytes(cap)
+            + vec_bytes::<Mapping>(cap)
+            + 2 * vec_bytes::<u32>(cap)
+            + vec_bytes::<u32>(pairs)
+    }
+
     fn profile(&self) -> &Profile {
         &self.profile
     }
