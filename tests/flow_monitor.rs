@@ -311,8 +311,7 @@ fn unwritable_records_fail_the_run() {
     };
     let e = chain("/nonexistent/dir/f.jsonl")
         .run(&trace, &RunOptions::default(), &mut NoProgress)
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert!(
         e.to_string()
             .starts_with("nf `m`: records `/nonexistent/dir/f.jsonl`: "),

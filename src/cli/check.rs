@@ -27,9 +27,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     mem.check(limit)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.config.display()))?;
     print!("{}", chain.describe());
-    println!("{}", mem.describe(limit));
     if let Some(t) = &chain.default_trace {
         println!("default trace: {}", t.display());
     }
+    println!("{}", mem.describe(limit));
     Ok(0)
 }
