@@ -27,6 +27,24 @@ impl Pool {
     /// traces with TSO-sized captures too: `count` 2 KiB buffers now and, when
     /// `max_packet` needs more, up to `count` of the larger class made as packets need
     /// them (ask with [`alloc_raw_for`](Self::alloc_raw_for)).
+    /// Bytes `Pool::new(count, max_packet)` allocates at most (buffers with their
+    /// metadata): the 2 KiB buffers and, when `max_packet` needs them, as many larger ones.
+    pub fn bytes(count: usize, max_packet: usize) -> usize {
+        let need = max_packet + HEADROOM;
+        let per = |class: usize| {
+            count
+                .saturating_mul(class + std::mem::size_of::<Meta>() + std::mem::size_of::<Packet>())
+        };
+        let big = if need <= 2048 {
+            0
+        } else if need <= 9216 + HEADROOM {
+            per(9216 + HEADROOM)
+        } else {
+            per(65536 + HEADROOM)
+        };
+        per(2048).saturating_add(big)
+    }
+
     pub fn new(count: usize, max_packet: usize) -> Pool {
         let need = max_packet + HEADROOM;
         let small: fn() -> Packet = Packet::new_boxed::<2048>;

@@ -100,6 +100,14 @@ impl Runner {
         progress: &mut dyn Progress,
     ) -> anyhow::Result<Summary> {
         self.walk.open_sinks(src.header(), &opts.outputs)?;
+        // NFs' own files (flow records, alerts) too: a path that cannot be written is an
+        // error before the first packet.
+        for n in &mut self.walk.chain.nodes {
+            if let NodeKind::Nf { nf, .. } = &mut n.kind {
+                nf.open_outputs()
+                    .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
+            }
+        }
         self.walk.link = src.link();
         let start = Instant::now();
         let mut done = 0u64;
