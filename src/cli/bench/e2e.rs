@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use catena::io::{PcapWriter, Trace};
+use catena::io::gen::{GenOptions, Profile};
 
 use super::{median, print_table, traces, write_results, Args};
 
@@ -253,35 +253,43 @@ struct Row {
     tcpdump_copy_s: f64,
 }
 
-/// Writes the named trace to a pcap in `dir` (`merged` replayed `merged_loops` times, so
-/// that process start-up does not dominate) and returns its path.
+/// Writes the named trace to a pcap in `dir` (`merged` replayed `MERGED_LOOPS` times, so
+/// that process start-up does not dominate) and returns its path. Done by child
+/// processes (`catena gen`, `catena run --loops -o`), so this process never holds a
+/// trace: a child's peak RSS would otherwise include the parent's pages it was forked
+/// with.
 fn trace_file(name: &str, a: &Args, dir: &Path) -> anyhow::Result<(String, PathBuf)> {
-    if Path::new(name).exists() && !matches!(name, "merged") {
-        return Ok((name.to_string(), PathBuf::from(name)));
-    }
-    let t = traces::load(name, a.scale)?;
-    let loops: u64 = if name == "merged" { 22 } else { 1 };
-    let label = if loops > 1 {
-        format!("{name} x{loops}")
-    } else {
-        name.to_string()
-    };
+    const MERGED_LOOPS: u64 = 22;
+    let me = std::env::current_exe()?;
     let p = dir.join(format!("{name}.pcap"));
-    write_replayed(&t, loops, &p)?;
-    Ok((label, p))
-}
-
-fn write_replayed(t: &Trace, loops: u64, p: &Path) -> anyhow::Result<()> {
-    let mut w = PcapWriter::create(p, t.header())?;
-    let span = t.span_ns();
-    for l in 0..loops {
-        for i in 0..t.len() {
-            let r = t.record(i);
-            w.write_packet(r.ts_ns + span * l, r.wire_len, t.packet(i))?;
-        }
+    let mut c = Command::new(&me);
+    let label = if let Ok(profile) = name.parse::<Profile>() {
+        let n = ((GenOptions::profile(profile).count as f64 * a.scale) as usize).max(1);
+        c.args(["gen", "--profile", name, "-n", &n.to_string(), "-o"])
+            .arg(&p);
+        name.to_string()
+    } else if name == "merged" {
+        // The wire passes every packet in order; the writer keeps capture timestamps.
+        let chain = dir.join("copy.toml");
+        std::fs::write(
+            &chain,
+            "[input]\nports = 2\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n",
+        )?;
+        c.arg("run")
+            .arg(&chain)
+            .arg("-i")
+            .arg(traces::merged_path());
+        c.args(["--loops", &MERGED_LOOPS.to_string(), "--json", "-o"])
+            .arg(&p);
+        format!("merged x{MERGED_LOOPS}")
+    } else {
+        return Ok((name.to_string(), PathBuf::from(name)));
+    };
+    let st = c.stdout(Stdio::null()).status()?;
+    if !st.success() {
+        anyhow::bail!("writing the {name} trace failed: {c:?}");
     }
-    w.finish()?;
-    Ok(())
+    Ok((label, p))
 }
 
 pub fn run(a: &Args) -> anyhow::Result<i32> {
