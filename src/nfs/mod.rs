@@ -13,6 +13,7 @@ pub mod microbox;
 mod nat;
 mod nf;
 mod params;
+pub mod pipeline;
 pub mod registry;
 mod wire;
 
@@ -28,4 +29,5 @@ pub use nat::{Nat, NatConfig};
 pub use nf::{named, Stats};
 pub use nf::{Context, FastPacket, FastRole, Nf, Profile};
 pub use params::{ParamDoc, ParamError, Params};
+pub use pipeline::Pipeline;
 pub use wire::Wire;
