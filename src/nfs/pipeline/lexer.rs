@@ -138,12 +138,12 @@ fn number(src: &str, i: usize) -> Result<(Tok, usize), Diag> {
         let mut v = 0u128;
         for part in 0..4 {
             let e = word_end(j);
-            let n: u8 = src[j..e].parse().map_err(|_| bad(e, "IPv4 address"))?;
+            let n: u8 = src[j..e].parse().map_err(|_| bad(e, "valid IPv4 address"))?;
             v = v << 8 | n as u128;
             j = e;
             if part < 3 {
                 if b.get(j) != Some(&b'.') {
-                    return Err(bad(j, "IPv4 address"));
+                    return Err(bad(j, "valid IPv4 address"));
                 }
                 j += 1;
             }

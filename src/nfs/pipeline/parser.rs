@@ -7,15 +7,15 @@ use super::lexer::{lex, Tok, Token};
 
 pub fn parse(src: &str) -> Result<Program, Diag> {
     let toks = lex(src)?;
-    Parser { toks, at: 0 }.program()
+    Parser { toks, at: 0, depth: 0, nodes: 0 }.program()
 }
 
 /// Parses one table entry's key and action as `catena ctl … add` gives it:
 /// `PATTERN[, PATTERN…] [priority N] -> ACTION`.
 pub fn parse_entry(src: &str) -> Result<Entry, Diag> {
     let toks = lex(src)?;
-    let mut p = Parser { toks, at: 0 };
-    let e = p.entry_body(p.peek().span, "->")?;
+    let mut p = Parser { toks, at: 0, depth: 0, nodes: 0 };
+    let e = p.entry_body("->")?;
     p.expect_eof()?;
     Ok(e)
 }
@@ -23,7 +23,7 @@ pub fn parse_entry(src: &str) -> Result<Entry, Diag> {
 /// Parses a key alone, for `catena ctl … del`.
 pub fn parse_key(src: &str) -> Result<Vec<(Pattern, Span)>, Diag> {
     let toks = lex(src)?;
-    let mut p = Parser { toks, at: 0 };
+    let mut p = Parser { toks, at: 0, depth: 0, nodes: 0 };
     let k = p.patterns()?;
     p.expect_eof()?;
     Ok(k)
@@ -32,7 +32,16 @@ pub fn parse_key(src: &str) -> Result<Vec<(Pattern, Span)>, Diag> {
 struct Parser {
     toks: Vec<Token>,
     at: usize,
+    /// Nesting of blocks and parentheses: bounded so no input overflows the stack.
+    depth: u32,
+    /// Operators in the expression being parsed: bounded so evaluating it cannot
+    /// recurse without limit.
+    nodes: u32,
 }
+
+const MAX_NODES: u32 = 256;
+
+const MAX_DEPTH: u32 = 64;
 
 type R<T> = Result<T, Diag>;
 
@@ -347,7 +356,7 @@ impl Parser {
                     self.expect_sym(";")?;
                 }
                 "entry" => {
-                    let e = self.entry_body(w.span, "=>")?;
+                    let e = self.entry_body("=>")?;
                     t.entries.push(e);
                     self.expect_sym(";")?;
                 }
@@ -394,7 +403,8 @@ impl Parser {
     }
 
     /// `PATTERN (, PATTERN)* [priority N] ARROW ACTION`
-    fn entry_body(&mut self, start: Span, arrow: &str) -> R<Entry> {
+    fn entry_body(&mut self, arrow: &str) -> R<Entry> {
+        let start = self.peek().span;
         let pats = self.patterns()?;
         let priority = if self.eat_word("priority") {
             Some(self.small("a priority", u32::MAX as u128)?.0)
@@ -431,8 +441,20 @@ impl Parser {
     }
 
     fn block(&mut self) -> R<Block> {
-        self.expect_sym("{")?;
-        self.stmts()
+        let open = self.expect_sym("{")?;
+        self.deeper(open)?;
+        let b = self.stmts();
+        self.depth -= 1;
+        b
+    }
+
+    fn deeper(&mut self, at: Span) -> R<()> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            self.depth -= 1;
+            return Err(Diag::new(at, format!("nested more than {MAX_DEPTH} deep")));
+        }
+        Ok(())
     }
 
     /// Statements up to and including the closing `}`.
@@ -445,6 +467,14 @@ impl Parser {
     }
 
     fn stmt(&mut self) -> R<Stmt> {
+        let at = self.peek().span;
+        self.deeper(at)?;
+        let s = self.stmt_inner();
+        self.depth -= 1;
+        s
+    }
+
+    fn stmt_inner(&mut self) -> R<Stmt> {
         let w = self.name("a statement")?;
         let s = match w.text.as_str() {
             "if" => {
@@ -557,6 +587,7 @@ impl Parser {
     }
 
     fn expr(&mut self) -> R<Expr> {
+        self.nodes = 0;
         self.binary(0)
     }
 
@@ -587,13 +618,21 @@ impl Parser {
         loop {
             if level == 2 && self.eat_word("in") {
                 let set = self.name("a ports parameter")?;
+                self.nodes += 1;
+                if self.nodes > MAX_NODES {
+                    return Err(Diag::new(set.span, format!("expression longer than {MAX_NODES} operators")));
+                }
                 l = Expr::In(Box::new(l), set);
                 continue;
             }
             let Some(&(_, op)) = LEVELS[level].iter().find(|(s, _)| self.is_sym(s)) else {
                 return Ok(l);
             };
-            self.bump();
+            let at = self.bump().span;
+            self.nodes += 1;
+            if self.nodes > MAX_NODES {
+                return Err(Diag::new(at, format!("expression longer than {MAX_NODES} operators")));
+            }
             let r = self.binary(level + 1)?;
             let span = l.span().to(r.span());
             l = Expr::Bin(op, Box::new(l), Box::new(r), span);
@@ -605,13 +644,19 @@ impl Parser {
         match t.tok {
             Tok::Sym("!") => {
                 self.bump();
-                let e = self.unary()?;
+                self.deeper(t.span)?;
+                let e = self.unary();
+                self.depth -= 1;
+                let e = e?;
                 let span = t.span.to(e.span());
                 Ok(Expr::Not(Box::new(e), span))
             }
             Tok::Sym("(") => {
                 self.bump();
-                let e = self.expr()?;
+                self.deeper(t.span)?;
+                let e = self.binary(0);
+                self.depth -= 1;
+                let e = e?;
                 self.expect_sym(")")?;
                 Ok(e)
             }
