@@ -372,7 +372,8 @@ impl<'a> Checker<'a> {
                 .map(|(i, d)| {
                     let used = self.used[i].clone();
                     let unused = d.extract.iter().map(|n| n.text.clone()).filter(|n| !used.contains(n)).collect();
-                    (d.name.text.clone(), d.layout.text.clone(), used, unused)
+                    let n = self.layouts[d.layout.text.as_str()].fields.len();
+                    (d.name.text.clone(), format!("{}, {n} fields", d.layout.text), used, unused)
                 })
                 .collect(),
             reads: self.reads,
@@ -728,6 +729,10 @@ impl<'a> Checker<'a> {
     }
 
     fn expr(&mut self, e: &Expr) -> R<Ex> {
+        Ok(self.expr_tree(e)?.simplify())
+    }
+
+    fn expr_tree(&mut self, e: &Expr) -> R<Ex> {
         Ok(match e {
             Expr::Num(v, _, s) => {
                 if *v > u64::MAX as u128 {
@@ -759,12 +764,12 @@ impl<'a> Checker<'a> {
                 self.reads = self.reads | self.field_bit(p);
                 Ex::Field(f)
             }
-            Expr::Not(a, _) => Ex::Not(Box::new(self.expr(a)?)),
+            Expr::Not(a, _) => Ex::Not(Box::new(self.expr_tree(a)?)),
             Expr::In(a, set) => {
                 let i = self.sets.iter().position(|(n, _)| *n == set.text).ok_or_else(|| {
                     Diag::new(set.span, format!("`{}` is not a `ports` parameter", set.text))
                 })?;
-                Ex::In(Box::new(self.expr(a)?), i as u16)
+                Ex::In(Box::new(self.expr_tree(a)?), i as u16)
             }
             Expr::Bin(op, a, b, _) => {
                 // A literal compared with a field must fit it, or the test is constant.
@@ -777,7 +782,7 @@ impl<'a> Checker<'a> {
                         }
                     }
                 }
-                Ex::Bin(*op, Box::new(self.expr(a)?), Box::new(self.expr(b)?))
+                Ex::Bin(*op, Box::new(self.expr_tree(a)?), Box::new(self.expr_tree(b)?))
             }
         })
     }
@@ -824,7 +829,8 @@ impl<'a> Checker<'a> {
         match (layout, f.text.as_str()) {
             ("ethernet", "src") => Fields::ETH_SRC,
             ("ethernet", "dst") => Fields::ETH_DST,
-            ("ethernet" | "vlan" | "sll" | "sll2", "type") => Fields::ETH_TYPE,
+            ("ethernet" | "sll" | "sll2", "type") => Fields::ETH_TYPE,
+            ("vlan", "type") => Fields::ETH_TYPE | Fields::VLAN,
             ("vlan", _) => Fields::VLAN,
             ("ipv4" | "ipv6", "src") => Fields::IP_SRC,
             ("ipv4" | "ipv6", "dst") => Fields::IP_DST,

@@ -91,6 +91,13 @@ impl Read {
                 mask,
             } => {
                 let o = base + off as usize;
+                // One 8-byte load when the packet has the bytes, shifted into place.
+                if nbytes <= 8 {
+                    if let Some(w) = d.get(o..o + 8) {
+                        let w = u64::from_be_bytes(w.try_into().expect("8 bytes"));
+                        return (w >> ((8 - nbytes as u32) * 8 + shift as u32)) & mask;
+                    }
+                }
                 let Some(s) = d.get(o..o + nbytes as usize) else {
                     return 0;
                 };
@@ -132,9 +139,28 @@ impl Read {
     }
 }
 
+/// An operand read without recursion: most expressions are a comparison of two of these.
+#[derive(Clone, Copy, Debug)]
+pub enum Leaf {
+    Const(u64),
+    Field(FieldRef),
+    InPort,
+    Ports,
+    Link,
+    Len,
+}
+
 /// A compiled expression. Boxes are built once at compile time; evaluation only reads.
+/// [`Ex::simplify`] turns the common shapes into the flat variants at the top.
 #[derive(Clone, Debug)]
 pub enum Ex {
+    Leaf(Leaf),
+    /// `leaf OP leaf`: one match, no recursion.
+    Flat(BinOp, Leaf, Leaf),
+    /// `(leaf OP leaf) OP leaf`, e.g. `(in_port ^ 1) < ports`.
+    Flat2(BinOp, BinOp, Leaf, Leaf, Leaf),
+    /// `leaf in SET`.
+    InLeaf(Leaf, u16),
     Const(u64),
     Field(FieldRef),
     InPort,
@@ -145,6 +171,50 @@ pub enum Ex {
     Bin(BinOp, Box<Ex>, Box<Ex>),
     /// Membership in a port set (a 65536-bit map).
     In(Box<Ex>, u16),
+}
+
+impl Ex {
+    fn leaf(&self) -> Option<Leaf> {
+        Some(match self {
+            Ex::Leaf(l) => *l,
+            Ex::Const(v) => Leaf::Const(*v),
+            Ex::Field(f) => Leaf::Field(*f),
+            Ex::InPort => Leaf::InPort,
+            Ex::Ports => Leaf::Ports,
+            Ex::Link => Leaf::Link,
+            Ex::Len => Leaf::Len,
+            _ => return None,
+        })
+    }
+
+    /// Rewrites the tree bottom-up into flat variants where the shape allows.
+    pub fn simplify(self) -> Ex {
+        match self {
+            Ex::Not(a) => Ex::Not(Box::new(a.simplify())),
+            Ex::In(a, s) => {
+                let a = a.simplify();
+                match a.leaf() {
+                    Some(l) => Ex::InLeaf(l, s),
+                    None => Ex::In(Box::new(a), s),
+                }
+            }
+            Ex::Bin(op, a, b) => {
+                let (a, b) = (a.simplify(), b.simplify());
+                let short_circuit = matches!(op, BinOp::And | BinOp::Or);
+                match (&a, a.leaf(), b.leaf()) {
+                    (_, Some(x), Some(y)) if !short_circuit => Ex::Flat(op, x, y),
+                    (Ex::Flat(op1, x, y), _, Some(z))
+                        if !short_circuit && !matches!(op1, BinOp::And | BinOp::Or) =>
+                    {
+                        Ex::Flat2(*op1, op, *x, *y, z)
+                    }
+                    _ => Ex::Bin(op, Box::new(a), Box::new(b)),
+                }
+            }
+            // Single operands stay as they are (constants stay visible to the checker).
+            e => e,
+        }
+    }
 }
 
 /// An entry action whose output port is computed when a packet learns it.
@@ -360,35 +430,20 @@ impl Code {
                     let v = self.eval(value, p);
                     set(*field, v, *csum, p);
                 }
-                Op::Learn { table, keys, act } => {
-                    let key = self.key(keys, p);
-                    let a = match act {
-                        ActTmpl::Output(e) => Act::Output(self.eval(e, p) as u16),
-                        ActTmpl::Fixed(a) => *a,
-                    };
-                    s.tables[*table as usize].learn(key, a, p.m.ts_ns);
-                }
+                Op::Learn { table, keys, act } => self.learn(*table, keys, act, s, p),
                 Op::Remove { table, keys } => {
                     let key = self.key(keys, p);
                     s.tables[*table as usize].remove_learned(key);
                 }
                 Op::Count(c) => s.counters[*c as usize].1 += 1,
                 Op::If(c, t, e) => {
-                    let b = if self.eval(c, p) != 0 { t } else { e };
+                    let b = if self.eval_flat(c, p) != 0 { t } else { e };
                     if let Some(f) = self.block(b, s, p) {
                         return Some(f);
                     }
                 }
                 Op::Match(e, arms) => {
-                    let v = self.eval(e, p);
-                    let hit = arms.iter().find(|a| {
-                        (a.any || a.values.contains(&v))
-                            && a.guard.is_none_or(|d| {
-                                p.entered & (1 << d) == 0
-                                    || p.sc.visits[d as usize] < self.decoders[d as usize].repeat
-                            })
-                    });
-                    if let Some(a) = hit {
+                    if let Some(a) = self.arm(e, arms, p) {
                         if let Some(f) = self.block(&a.body, s, p) {
                             return Some(f);
                         }
@@ -414,6 +469,29 @@ impl Code {
         None
     }
 
+    /// The first arm matching the value (kept out of `block` so its loop stays small).
+    #[inline(never)]
+    fn arm<'b>(&self, e: &Ex, arms: &'b [Arm], p: &Pkt) -> Option<&'b Arm> {
+        let v = self.eval(e, p);
+        arms.iter().find(|a| {
+            (a.any || a.values.contains(&v))
+                && a.guard.is_none_or(|d| {
+                    p.entered & (1 << d) == 0
+                        || p.sc.visits[d as usize] < self.decoders[d as usize].repeat
+                })
+        })
+    }
+
+    #[inline(never)]
+    fn learn(&self, table: u16, keys: &[(Ex, u32)], act: &ActTmpl, s: &mut State, p: &Pkt) {
+        let key = self.key(keys, p);
+        let a = match act {
+            ActTmpl::Output(e) => Act::Output(self.eval(e, p) as u16),
+            ActTmpl::Fixed(a) => *a,
+        };
+        s.tables[table as usize].learn(key, a, p.m.ts_ns);
+    }
+
     fn key(&self, keys: &[(Ex, u32)], p: &Pkt) -> u128 {
         let mut k: u128 = 0;
         for (e, bits) in keys {
@@ -423,9 +501,45 @@ impl Code {
         k
     }
 
+    #[inline(always)]
+    fn leaf(&self, l: Leaf, p: &Pkt) -> u64 {
+        match l {
+            Leaf::Const(v) => v,
+            Leaf::Field(f) => p.field(f),
+            Leaf::InPort => p.m.in_port as u64,
+            Leaf::Ports => p.ports as u64,
+            Leaf::Link => link_code(p.m.link),
+            Leaf::Len => p.d.len() as u64,
+        }
+    }
+
+    #[inline(always)]
+    fn member(&self, v: u64, set: u16) -> u64 {
+        (v < 65536 && self.sets[set as usize][v as usize >> 6] & (1 << (v & 63)) != 0) as u64
+    }
+
+    /// Flat shapes evaluated in place; only deeper trees recurse.
+    #[inline(always)]
+    fn eval_flat(&self, e: &Ex, p: &Pkt) -> u64 {
+        match e {
+            Ex::Flat(op, a, b) => binop(*op, self.leaf(*a, p), self.leaf(*b, p)),
+            Ex::InLeaf(l, set) => self.member(self.leaf(*l, p), *set),
+            Ex::Const(v) => *v,
+            _ => self.eval(e, p),
+        }
+    }
+
     #[inline]
     fn eval(&self, e: &Ex, p: &Pkt) -> u64 {
         match e {
+            Ex::Leaf(l) => self.leaf(*l, p),
+            Ex::Flat(op, a, b) => binop(*op, self.leaf(*a, p), self.leaf(*b, p)),
+            Ex::Flat2(op1, op2, a, b, c) => binop(
+                *op2,
+                binop(*op1, self.leaf(*a, p), self.leaf(*b, p)),
+                self.leaf(*c, p),
+            ),
+            Ex::InLeaf(l, set) => self.member(self.leaf(*l, p), *set),
             Ex::Const(v) => *v,
             Ex::Field(f) => p.field(*f),
             Ex::InPort => p.m.in_port as u64,
@@ -433,13 +547,11 @@ impl Code {
             Ex::Link => link_code(p.m.link),
             Ex::Len => p.d.len() as u64,
             Ex::Not(a) => (self.eval(a, p) == 0) as u64,
-            Ex::In(a, set) => {
-                let v = self.eval(a, p);
-                (v < 65536 && self.sets[*set as usize][v as usize >> 6] & (1 << (v & 63)) != 0)
-                    as u64
+            Ex::In(a, set) => self.member(self.eval(a, p), *set),
+            Ex::Bin(BinOp::And, a, b) => {
+                (self.eval_flat(a, p) != 0 && self.eval_flat(b, p) != 0) as u64
             }
-            Ex::Bin(BinOp::And, a, b) => (self.eval(a, p) != 0 && self.eval(b, p) != 0) as u64,
-            Ex::Bin(BinOp::Or, a, b) => (self.eval(a, p) != 0 || self.eval(b, p) != 0) as u64,
+            Ex::Bin(BinOp::Or, a, b) => (self.eval_flat(a, p) != 0 || self.eval_flat(b, p) != 0) as u64,
             Ex::Bin(op, a, b) => binop(*op, self.eval(a, p), self.eval(b, p)),
         }
     }
@@ -479,6 +591,7 @@ fn act(a: Act, p: &mut Pkt) -> Flow {
     Flow::Done
 }
 
+#[inline(never)]
 fn set(f: FieldRef, v: u64, csum: Option<FieldRef>, p: &mut Pkt) {
     if p.valid & (1 << f.hdr) == 0 {
         return;
