@@ -27,10 +27,7 @@ fn nf(kind: &str, toml_text: &str) -> Box<dyn Nf> {
 fn pair(app: &str, params: &str) -> (Box<dyn Nf>, Box<dyn Nf>) {
     (
         nf(app, params),
-        nf(
-            "pipeline",
-            &format!("program = \"{app}.stv\"\n{params}"),
-        ),
+        nf("pipeline", &format!("program = \"{app}.stv\"\n{params}")),
     )
 }
 
@@ -82,9 +79,18 @@ fn compare<'a>(
             let (va, vb) = (reason(a, pm.verdict), reason(b, qm.verdict));
             assert_eq!(va, vb, "{what}: packet {} verdicts differ", n + k);
             if matches!(pm.verdict, Verdict::Out(_)) {
-                assert_eq!(pm.egress, qm.egress, "{what}: packet {} egress differs", n + k);
+                assert_eq!(
+                    pm.egress,
+                    qm.egress,
+                    "{what}: packet {} egress differs",
+                    n + k
+                );
             }
-            assert!(p.data() == q.data(), "{what}: packet {} bytes differ", n + k);
+            assert!(
+                p.data() == q.data(),
+                "{what}: packet {} bytes differ",
+                n + k
+            );
         }
         n += ins.len();
     }
@@ -100,10 +106,7 @@ fn same_stats(what: &str, a: &dyn Nf, b: &dyn Nf, table: &str) {
             "table_full" => format!("{table}.full"),
             o => o.to_string(),
         };
-        let got = sb
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or(0, |(_, v)| *v);
+        let got = sb.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v);
         assert_eq!(v, got, "{what}: native {k} = {v}, program {name} = {got}");
     }
 }
@@ -262,7 +265,10 @@ fn generated_traces_with_timeouts_and_full_tables_match() {
                     .iter()
                     .find(|(k, _)| k == "table_full")
                     .map_or(0, |x| x.1);
-                assert!(full > 0 || seed == 7, "{app} seed {seed}: the table never filled");
+                assert!(
+                    full > 0 || seed == 7,
+                    "{app} seed {seed}: the table never filled"
+                );
             }
         }
     }
@@ -312,10 +318,23 @@ fn firewall_program_passes_what_tcpdump_selects() {
                 .arg(bpf(ports, trace.link() == LinkKind::Ethernet))
                 .output()
                 .unwrap();
-            assert!(st.status.success(), "tcpdump: {}", String::from_utf8_lossy(&st.stderr));
+            assert!(
+                st.status.success(),
+                "tcpdump: {}",
+                String::from_utf8_lossy(&st.stderr)
+            );
             let (a, b) = (packets(&ours), packets(&theirs));
-            assert_eq!(a.len(), b.len(), "{rel} {ports:?}: program passed {}, tcpdump {}", a.len(), b.len());
-            assert!(a == b, "{rel} {ports:?}: passed packets differ from tcpdump's");
+            assert_eq!(
+                a.len(),
+                b.len(),
+                "{rel} {ports:?}: program passed {}, tcpdump {}",
+                a.len(),
+                b.len()
+            );
+            assert!(
+                a == b,
+                "{rel} {ports:?}: passed packets differ from tcpdump's"
+            );
             assert_eq!(s.packets_in, s.packets_out + s.packets_dropped);
             compared += a.len();
         }
@@ -329,19 +348,33 @@ fn firewall_program_passes_what_tcpdump_selects() {
 fn example_chains_mirror_the_native_ones() {
     use catena::runtime::{Chain, ChainConfig};
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    for f in ["wire", "mac_switch", "ipv4_switch", "firewall", "vlan_switch"] {
+    for f in [
+        "wire",
+        "mac_switch",
+        "ipv4_switch",
+        "firewall",
+        "vlan_switch",
+    ] {
         let cfg = ChainConfig::load(&examples().join(format!("{f}.toml")))
             .unwrap_or_else(|e| panic!("{f}: {e}"));
         Chain::from_config(&cfg).unwrap_or_else(|e| panic!("{f}: {e}"));
-        assert_eq!(cfg.nfs[0].get("kind").and_then(|k| k.as_str()), Some("pipeline"));
+        assert_eq!(
+            cfg.nfs[0].get("kind").and_then(|k| k.as_str()),
+            Some("pipeline")
+        );
         if f == "vlan_switch" {
             continue;
         }
         let native = ChainConfig::load(&root.join(format!("{f}.toml"))).unwrap();
         let (a, b) = (&native.input, &cfg.input);
         assert_eq!(
-            native.resolve(a.trace.as_deref().unwrap()).canonicalize().unwrap(),
-            cfg.resolve(b.trace.as_deref().unwrap()).canonicalize().unwrap(),
+            native
+                .resolve(a.trace.as_deref().unwrap())
+                .canonicalize()
+                .unwrap(),
+            cfg.resolve(b.trace.as_deref().unwrap())
+                .canonicalize()
+                .unwrap(),
             "{f}: trace"
         );
         assert_eq!((a.ports, a.seed), (b.ports, b.seed), "{f}: ports and seed");

@@ -110,7 +110,10 @@ fn every_broken_program_points_at_its_mistake() {
         // The second line is the source line, the third underlines from the column.
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(lines.len(), 3, "{err}");
-        assert_eq!(lines[1].trim_start(), src.lines().nth(line - 1).unwrap_or("").trim_start());
+        assert_eq!(
+            lines[1].trim_start(),
+            src.lines().nth(line - 1).unwrap_or("").trim_start()
+        );
         let caret = lines[2].find('^').expect("underline");
         assert_eq!(caret - 2, col - 1, "underline misplaced:\n{err}");
     }
@@ -118,7 +121,11 @@ fn every_broken_program_points_at_its_mistake() {
 
 #[test]
 fn deep_nesting_and_long_expressions_are_errors_not_overflows() {
-    let deep = format!("start {{ if {}1{} {{ pass; }} }}", "(".repeat(5000), ")".repeat(5000));
+    let deep = format!(
+        "start {{ if {}1{} {{ pass; }} }}",
+        "(".repeat(5000),
+        ")".repeat(5000)
+    );
     assert!(err(&deep).contains("nested more than"));
     let long = format!("start {{ if 1{} {{ pass; }} }}", " + 1".repeat(5000));
     assert!(err(&long).contains("longer than"));
@@ -127,14 +134,89 @@ fn deep_nesting_and_long_expressions_are_errors_not_overflows() {
 }
 
 const WORDS: &[&str] = &[
-    "layout", "decoder", "table", "start", "drops", "param", "key", "exact", "prefix",
-    "ternary", "entry", "miss", "extract", "short", "peek", "repeat", "if", "else", "match",
-    "set", "learn", "remove", "count", "output", "flood", "drop", "goto", "next", "pass",
-    "in", "size", "checksum", "capacity", "idle_timeout", "hard_timeout", "priority", "mask",
-    "int", "seconds", "ports", "link", "in_port", "ethernet", "_", "a", "b", "e", "mac",
-    "{", "}", "(", ")", "[", "]", ";", ":", ",", ".", "=", "=>", "->", "==", "!=", "<", "<=",
-    "&&", "||", "!", "&", "|", "^", "+", "-", "*", "/", "0", "1", "48", "0x8100",
-    "10.0.0.1", "02:00:00:00:00:01", "65536", "340282366920938463463374607431768211456",
+    "layout",
+    "decoder",
+    "table",
+    "start",
+    "drops",
+    "param",
+    "key",
+    "exact",
+    "prefix",
+    "ternary",
+    "entry",
+    "miss",
+    "extract",
+    "short",
+    "peek",
+    "repeat",
+    "if",
+    "else",
+    "match",
+    "set",
+    "learn",
+    "remove",
+    "count",
+    "output",
+    "flood",
+    "drop",
+    "goto",
+    "next",
+    "pass",
+    "in",
+    "size",
+    "checksum",
+    "capacity",
+    "idle_timeout",
+    "hard_timeout",
+    "priority",
+    "mask",
+    "int",
+    "seconds",
+    "ports",
+    "link",
+    "in_port",
+    "ethernet",
+    "_",
+    "a",
+    "b",
+    "e",
+    "mac",
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    ";",
+    ":",
+    ",",
+    ".",
+    "=",
+    "=>",
+    "->",
+    "==",
+    "!=",
+    "<",
+    "<=",
+    "&&",
+    "||",
+    "!",
+    "&",
+    "|",
+    "^",
+    "+",
+    "-",
+    "*",
+    "/",
+    "0",
+    "1",
+    "48",
+    "0x8100",
+    "10.0.0.1",
+    "02:00:00:00:00:01",
+    "65536",
+    "340282366920938463463374607431768211456",
 ];
 
 proptest! {

@@ -77,7 +77,10 @@ fn entries_added_and_removed_mid_replay_match_tcpdump_per_segment() {
     let mut expected = Vec::new();
     for (k, (range, filter)) in [
         (format!("1-{a}"), "greater 0"),
-        (format!("{}-{b}", a + 1), "not (ip and src net 192.168.0.0/16)"),
+        (
+            format!("{}-{b}", a + 1),
+            "not (ip and src net 192.168.0.0/16)",
+        ),
         (format!("{}-{n}", b + 1), "not (ip and src net 10.0.0.0/8)"),
     ]
     .into_iter()
@@ -98,9 +101,15 @@ fn entries_added_and_removed_mid_replay_match_tcpdump_per_segment() {
         expected.extend(packets(&pass));
     }
     let got = packets(&ours);
-    assert!(got.len() < n && s.packets_dropped > 1000, "the entries dropped nothing");
+    assert!(
+        got.len() < n && s.packets_dropped > 1000,
+        "the entries dropped nothing"
+    );
     assert_eq!(got.len(), expected.len());
-    assert!(got == expected, "forwarded packets differ from tcpdump's per segment");
+    assert!(
+        got == expected,
+        "forwarded packets differ from tcpdump's per segment"
+    );
 }
 
 #[test]
@@ -110,15 +119,35 @@ fn control_commands_answer_and_refuse_clearly() {
     std::fs::write(&prog, ACL).unwrap();
     let table: toml::Table = toml::from_str(&format!("program = \"{}\"", prog.display())).unwrap();
     let mut nf = catena::nfs::registry::build("acl", "pipeline", &table).unwrap();
-    let ok = |nf: &mut Box<dyn catena::nfs::Nf>, c: &str| nf.control(c).unwrap_or_else(|e| panic!("{c}: {e}"));
-    assert_eq!(ok(&mut nf, "add block 10.0.0.0/8 -> drop denied"), "table `block`: 1 entries");
-    assert_eq!(ok(&mut nf, "add block 10.1.0.0/16 -> pass"), "table `block`: 2 entries");
-    assert_eq!(ok(&mut nf, "del block 10.0.0.0/8"), "table `block`: removed 1 entry");
+    let ok = |nf: &mut Box<dyn catena::nfs::Nf>, c: &str| {
+        nf.control(c).unwrap_or_else(|e| panic!("{c}: {e}"))
+    };
+    assert_eq!(
+        ok(&mut nf, "add block 10.0.0.0/8 -> drop denied"),
+        "table `block`: 1 entries"
+    );
+    assert_eq!(
+        ok(&mut nf, "add block 10.1.0.0/16 -> pass"),
+        "table `block`: 2 entries"
+    );
+    assert_eq!(
+        ok(&mut nf, "del block 10.0.0.0/8"),
+        "table `block`: removed 1 entry"
+    );
     for (cmd, says) in [
         ("add nope 1 -> pass", "unknown table `nope` (tables: block)"),
-        ("add block 10.0.0.0/33 -> pass", "prefix longer than the 32-bit field"),
-        ("add block 10.0.0.0/8 -> drop why", "unknown drop reason `why`"),
-        ("add block 10.0.0.0/8 -> goto block", "`goto` entries are given in the program"),
+        (
+            "add block 10.0.0.0/33 -> pass",
+            "prefix longer than the 32-bit field",
+        ),
+        (
+            "add block 10.0.0.0/8 -> drop why",
+            "unknown drop reason `why`",
+        ),
+        (
+            "add block 10.0.0.0/8 -> goto block",
+            "`goto` entries are given in the program",
+        ),
         ("add block 10.0.0.0/8 ->", "column 14: expected an action"),
         ("del block 10.9.0.0/16", "has no entry"),
         ("add block 1, 2 -> pass", "the key has 1 field(s), 2 given"),
@@ -131,7 +160,10 @@ fn control_commands_answer_and_refuse_clearly() {
         let r = nf.control(&format!("add block 172.16.{i}.0/24 -> pass"));
         assert_eq!(r.is_ok(), i < 15, "{r:?}");
     }
-    assert!(nf.control("add block 172.17.0.0/24 -> pass").unwrap_err().contains("is full (16 entries)"));
+    assert!(nf
+        .control("add block 172.17.0.0/24 -> pass")
+        .unwrap_err()
+        .contains("is full (16 entries)"));
 }
 
 /// `set` keeps the header checksum correct: a TTL decrement gives the same bytes as the
@@ -178,6 +210,10 @@ start { next eth; }
             continue;
         }
         assert_eq!(p.data(), &want[..], "ihl {ihl} ttl {ttl}");
-        assert_eq!(checksum::checksum(&p.data()[14..h]), 0, "header checksum invalid");
+        assert_eq!(
+            checksum::checksum(&p.data()[14..h]),
+            0,
+            "header checksum invalid"
+        );
     }
 }

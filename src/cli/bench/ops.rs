@@ -307,20 +307,36 @@ fn pipeline_ops(iters: u64) -> anyhow::Result<Vec<(&'static str, (f64, f64))>> {
     let ip = "decoder eth: ethernet { extract dst, src, type; short { drop bad; } next ip; }
 decoder ip: ipv4 { extract version, ttl, src, dst; short { drop bad; } BODY }\n";
     let prog = |dec: &str, body: &str, tables: &str| {
-        format!("{tables}{}start {{ next eth; }}\n", dec.replace("BODY", body))
+        format!(
+            "{tables}{}start {{ next eth; }}\n",
+            dec.replace("BODY", body)
+        )
     };
     let none: &[String] = &[];
     let empty = program_ns("start { pass; }", none, HOT, iters)?;
     let eth_only = program_ns(&prog(eth, "pass;", ""), none, HOT, iters)?;
     let eth_keys = program_ns(&prog(eth, "pass;", ""), none, KEYS, iters)?;
     let decoded = program_ns(&prog(ip, "pass;", ""), none, HOT, iters)?;
-    let read = program_ns(&prog(ip, "if ip.src == 1 { drop bad; } pass;", ""), none, HOT, iters)?;
-    let write = program_ns(&prog(ip, "set ip.ttl = ip.ttl - 1; pass;", ""), none, HOT, iters)?;
+    let read = program_ns(
+        &prog(ip, "if ip.src == 1 { drop bad; } pass;", ""),
+        none,
+        HOT,
+        iters,
+    )?;
+    let write = program_ns(
+        &prog(ip, "set ip.ttl = ip.ttl - 1; pass;", ""),
+        none,
+        HOT,
+        iters,
+    )?;
     let output = program_ns("start { output 1; }", none, HOT, iters)?;
     // Exact match on the destination MAC over KEYS entries, each a goto to a second stage.
     let mut entries = String::new();
     for i in 0..KEYS as u32 {
-        entries.push_str(&format!("  entry 0x0200{:08x} => goto stage2;\n", i & 0xffff));
+        entries.push_str(&format!(
+            "  entry 0x0200{:08x} => goto stage2;\n",
+            i & 0xffff
+        ));
     }
     let tables = format!(
         "table mac {{ key eth.dst exact; capacity {KEYS};\n{entries} miss {{ pass; }} }}\n\
@@ -329,7 +345,11 @@ decoder ip: ipv4 { extract version, ttl, src, dst; short { drop bad; } BODY }\n"
     let matched = program_ns(&prog(eth, "goto mac;", &tables), none, KEYS, iters)?;
     let learn_t = "table hosts { key ip.dst exact; capacity 65536; miss { pass; } }\n";
     let learn = program_ns(
-        &prog(ip, "learn hosts(ip.src) -> output in_port; goto hosts;", learn_t),
+        &prog(
+            ip,
+            "learn hosts(ip.src) -> output in_port; goto hosts;",
+            learn_t,
+        ),
         none,
         KEYS,
         iters,
@@ -358,7 +378,10 @@ decoder ip: ipv4 { extract version, ttl, src, dst; short { drop bad; } BODY }\n"
     Ok(vec![
         ("pipeline: NF loop (start { pass; })", empty),
         ("pipeline: decode ethernet", d(eth_only, empty)),
-        ("pipeline: decode + ipv4 (size, bounds)", d(decoded, eth_only)),
+        (
+            "pipeline: decode + ipv4 (size, bounds)",
+            d(decoded, eth_only),
+        ),
         ("pipeline: field read + compare", d(read, decoded)),
         ("pipeline: field write + checksum", d(write, decoded)),
         ("pipeline: table match + goto", d(matched, eth_keys)),

@@ -176,7 +176,10 @@ fn run_grid(a: &Args, apps: &[(&str, &str)], name: &str, first: &str) -> anyhow:
     if a.pipeline && name == "steve" {
         // Each program right after its native twin: same trace, same run, same machine state.
         for &(app, native, ports) in PROGRAMS {
-            let at = apps.iter().position(|(n, _)| n == native).map_or(apps.len(), |i| i + 1);
+            let at = apps
+                .iter()
+                .position(|(n, _)| n == native)
+                .map_or(apps.len(), |i| i + 1);
             apps.insert(at, (program_row(app), program_chain(app, ports)));
         }
     }
@@ -219,7 +222,10 @@ pub fn apps(a: &Args) -> anyhow::Result<i32> {
             }
         }
         if a.pipeline {
-            println!("\nprogram vs native NF (same run, median of {}): time per packet, whole run", a.runs);
+            println!(
+                "\nprogram vs native NF (same run, median of {}): time per packet, whole run",
+                a.runs
+            );
             for t in traces::names(&a.traces) {
                 for &(app, native, _) in PROGRAMS {
                     let get = |n: &str| rows.iter().find(|r| r.app == n && r.trace == t);

@@ -124,7 +124,11 @@ pub fn check(
         .start
         .iter()
         .map(|(_, b)| b)
-        .chain(prog.decoders.iter().flat_map(|d| d.short.iter().chain([&d.body])))
+        .chain(
+            prog.decoders
+                .iter()
+                .flat_map(|d| d.short.iter().chain([&d.body])),
+        )
         .chain(prog.tables.iter().filter_map(|t| t.miss.as_ref()))
     {
         mark_learns(b, &c.tables, &mut c.learns);
@@ -156,22 +160,34 @@ impl<'a> Checker<'a> {
     fn declare(&mut self, values: &HashMap<String, ParamVal>) -> R<()> {
         let p = self.prog;
         for par in &p.params {
-            let v = values.get(&par.name.text).cloned().unwrap_or(match &par.default {
-                ParamValue::Num(n) => match par.ty {
-                    ParamType::Seconds => ParamVal::Seconds((*n as u64).saturating_mul(1_000_000_000)),
-                    _ => ParamVal::Int(*n as u64),
-                },
-                ParamValue::List(l) => ParamVal::Ports(l.iter().map(|&x| x as u16).collect()),
-            });
+            let v = values
+                .get(&par.name.text)
+                .cloned()
+                .unwrap_or(match &par.default {
+                    ParamValue::Num(n) => match par.ty {
+                        ParamType::Seconds => {
+                            ParamVal::Seconds((*n as u64).saturating_mul(1_000_000_000))
+                        }
+                        _ => ParamVal::Int(*n as u64),
+                    },
+                    ParamValue::List(l) => ParamVal::Ports(l.iter().map(|&x| x as u16).collect()),
+                });
             if let ParamValue::List(l) = &par.default {
                 if let Some(bad) = l.iter().find(|&&x| x > 65535) {
                     return Err(Diag::new(
                         par.name.span,
-                        format!("port {bad} in the default of `{}` is out of range 0..=65535", par.name.text),
+                        format!(
+                            "port {bad} in the default of `{}` is out of range 0..=65535",
+                            par.name.text
+                        ),
                     ));
                 }
             }
-            if self.params.insert(&par.name.text, (par.ty, v.clone())).is_some() {
+            if self
+                .params
+                .insert(&par.name.text, (par.ty, v.clone()))
+                .is_some()
+            {
                 return Err(dup("parameter", &par.name));
             }
             if let ParamVal::Ports(ports) = v {
@@ -199,7 +215,10 @@ impl<'a> Checker<'a> {
                 if f.bits > 64 {
                     return Err(Diag::new(
                         f.name.span,
-                        format!("field `{}` is {} bits wide; fields are at most 64 bits", f.name.text, f.bits),
+                        format!(
+                            "field `{}` is {} bits wide; fields are at most 64 bits",
+                            f.name.text, f.bits
+                        ),
                     ));
                 }
                 if info.fields.iter().any(|(n, _, _)| *n == f.name.text) {
@@ -209,12 +228,20 @@ impl<'a> Checker<'a> {
                 info.bits += f.bits;
             }
             if info.bits == 0 {
-                return Err(Diag::new(l.name.span, format!("layout `{}` has no fields", l.name.text)));
+                return Err(Diag::new(
+                    l.name.span,
+                    format!("layout `{}` has no fields", l.name.text),
+                ));
             }
             if info.bits > 8 * 1024 {
                 return Err(Diag::new(l.name.span, "a layout is at most 1024 bytes"));
             }
-            for (n, want) in l.size.iter().map(|(n, _)| (n, 0)).chain(l.checksum.iter().map(|n| (n, 16))) {
+            for (n, want) in l
+                .size
+                .iter()
+                .map(|(n, _)| (n, 0))
+                .chain(l.checksum.iter().map(|n| (n, 16)))
+            {
                 match info.fields.iter().find(|(f, _, _)| *f == n.text) {
                     None => {
                         return Err(Diag::new(
@@ -223,10 +250,16 @@ impl<'a> Checker<'a> {
                         ))
                     }
                     Some((_, _, b)) if want == 16 && *b != 16 => {
-                        return Err(Diag::new(n.span, format!("a checksum field is 16 bits, `{}` is {b}", n.text)))
+                        return Err(Diag::new(
+                            n.span,
+                            format!("a checksum field is 16 bits, `{}` is {b}", n.text),
+                        ))
                     }
                     Some((_, _, b)) if want == 0 && *b > 16 => {
-                        return Err(Diag::new(n.span, format!("a size field is at most 16 bits, `{}` is {b}", n.text)))
+                        return Err(Diag::new(
+                            n.span,
+                            format!("a size field is at most 16 bits, `{}` is {b}", n.text),
+                        ))
                     }
                     _ => {}
                 }
@@ -237,10 +270,16 @@ impl<'a> Checker<'a> {
         }
         for (i, d) in p.decoders.iter().enumerate() {
             if i >= MAX_DECODERS {
-                return Err(Diag::new(d.name.span, format!("at most {MAX_DECODERS} decoders")));
+                return Err(Diag::new(
+                    d.name.span,
+                    format!("at most {MAX_DECODERS} decoders"),
+                ));
             }
             let Some(l) = self.layouts.get(d.layout.text.as_str()) else {
-                return Err(Diag::new(d.layout.span, format!("unknown layout `{}`", d.layout.text)));
+                return Err(Diag::new(
+                    d.layout.span,
+                    format!("unknown layout `{}`", d.layout.text),
+                ));
             };
             for e in &d.extract {
                 if !l.fields.iter().any(|(n, _, _)| *n == e.text) {
@@ -260,7 +299,10 @@ impl<'a> Checker<'a> {
             }
         }
         if p.start.is_none() {
-            return Err(Diag::new(Span::new(0, 0), "the program has no `start { … }` block"));
+            return Err(Diag::new(
+                Span::new(0, 0),
+                "the program has no `start { … }` block",
+            ));
         }
         Ok(())
     }
@@ -275,9 +317,18 @@ impl<'a> Checker<'a> {
         for (i, d) in p.decoders.iter().enumerate() {
             self.node = 1 + i;
             let l = &self.layouts[d.layout.text.as_str()];
-            let size = match &p.layouts.iter().find(|x| x.name.text == d.layout.text).and_then(|x| x.size.clone()) {
+            let size = match &p
+                .layouts
+                .iter()
+                .find(|x| x.name.text == d.layout.text)
+                .and_then(|x| x.size.clone())
+            {
                 Some((f, mul)) => {
-                    let (_, off, bits) = l.fields.iter().find(|(n, _, _)| *n == f.text).expect("checked");
+                    let (_, off, bits) = l
+                        .fields
+                        .iter()
+                        .find(|(n, _, _)| *n == f.text)
+                        .expect("checked");
                     Some((Read::new(*off, *bits), *mul as u16))
                 }
                 None => None,
@@ -304,7 +355,10 @@ impl<'a> Checker<'a> {
         for (i, t) in p.tables.iter().enumerate() {
             self.node = 1 + nd + i;
             if t.keys.is_empty() {
-                return Err(Diag::new(t.name.span, format!("table `{}` has no `key`", t.name.text)));
+                return Err(Diag::new(
+                    t.name.span,
+                    format!("table `{}` has no `key`", t.name.text),
+                ));
             }
             let mut kf = Vec::new();
             let mut total = 0;
@@ -315,7 +369,10 @@ impl<'a> Checker<'a> {
                 kf.push((f, f.bits));
             }
             if total > 128 {
-                return Err(Diag::new(t.name.span, format!("table `{}`'s key is {total} bits; at most 128", t.name.text)));
+                return Err(Diag::new(
+                    t.name.span,
+                    format!("table `{}`'s key is {total} bits; at most 128", t.name.text),
+                ));
             }
             let is_exact = t.keys.iter().all(|k| k.kind == MatchKind::Exact);
             let capacity = match &t.capacity {
@@ -323,7 +380,13 @@ impl<'a> Checker<'a> {
                 Some(v) => self.int(v, ParamType::Int)?,
             };
             if capacity == 0 || capacity > 1 << 26 {
-                return Err(Diag::new(t.name.span, format!("table `{}`: capacity {capacity} is out of range 1..=67108864", t.name.text)));
+                return Err(Diag::new(
+                    t.name.span,
+                    format!(
+                        "table `{}`: capacity {capacity} is out of range 1..=67108864",
+                        t.name.text
+                    ),
+                ));
             }
             let idle = match &t.idle_timeout {
                 None => 0,
@@ -335,23 +398,56 @@ impl<'a> Checker<'a> {
             };
             let learns = self.learn_target(i);
             if learns && !is_exact {
-                return Err(Diag::new(t.name.span, format!("table `{}` is learned into, so its key must be exact", t.name.text)));
+                return Err(Diag::new(
+                    t.name.span,
+                    format!(
+                        "table `{}` is learned into, so its key must be exact",
+                        t.name.text
+                    ),
+                ));
             }
             if !learns && (idle != 0 || hard != 0) {
-                let s = t.idle_timeout.as_ref().or(t.hard_timeout.as_ref()).map_or(t.name.span, value_span);
-                return Err(Diag::new(s, format!("table `{}` has timeouts but nothing `learn`s into it", t.name.text)));
+                let s = t
+                    .idle_timeout
+                    .as_ref()
+                    .or(t.hard_timeout.as_ref())
+                    .map_or(t.name.span, value_span);
+                return Err(Diag::new(
+                    s,
+                    format!(
+                        "table `{}` has timeouts but nothing `learn`s into it",
+                        t.name.text
+                    ),
+                ));
             }
-            let mut table = Table::new(&t.name.text, total, is_exact, capacity as usize, learns, idle, hard);
+            let mut table = Table::new(
+                &t.name.text,
+                total,
+                is_exact,
+                capacity as usize,
+                learns,
+                idle,
+                hard,
+            );
             for e in &t.entries {
                 let (value, mask, prio) = self.key_pattern(t, &e.pats, e.span)?;
                 let act = self.entry_act(&e.action, true)?.1;
                 if e.priority.is_some() && is_exact {
-                    return Err(Diag::new(e.span, "`priority` is for prefix and ternary tables"));
+                    return Err(Diag::new(
+                        e.span,
+                        "`priority` is for prefix and ternary tables",
+                    ));
                 }
                 let r = if is_exact {
                     table.add_exact(value, act)
                 } else {
-                    table.add_masked(Masked { value, mask, priority: e.priority.unwrap_or(prio), act, hits: 0 })
+                    table.add_masked(Masked {
+                        value,
+                        mask,
+                        priority: e.priority.unwrap_or(prio),
+                        act,
+                        hits: 0,
+                    })
                 };
                 r.map_err(|m| Diag::new(e.span, m))?;
             }
@@ -371,9 +467,19 @@ impl<'a> Checker<'a> {
                 .enumerate()
                 .map(|(i, d)| {
                     let used = self.used[i].clone();
-                    let unused = d.extract.iter().map(|n| n.text.clone()).filter(|n| !used.contains(n)).collect();
+                    let unused = d
+                        .extract
+                        .iter()
+                        .map(|n| n.text.clone())
+                        .filter(|n| !used.contains(n))
+                        .collect();
                     let n = self.layouts[d.layout.text.as_str()].fields.len();
-                    (d.name.text.clone(), format!("{}, {n} fields", d.layout.text), used, unused)
+                    (
+                        d.name.text.clone(),
+                        format!("{}, {n} fields", d.layout.text),
+                        used,
+                        unused,
+                    )
                 })
                 .collect(),
             reads: self.reads,
@@ -390,7 +496,10 @@ impl<'a> Checker<'a> {
                 misses,
                 sets: self.sets.into_iter().map(|(_, s)| s).collect(),
             },
-            state: State { tables, counters: self.counters },
+            state: State {
+                tables,
+                counters: self.counters,
+            },
             scratch: Default::default(),
             drops: drops.clone(),
         };
@@ -427,17 +536,34 @@ impl<'a> Checker<'a> {
         }
         for (i, d) in p.decoders.iter().enumerate() {
             if !seen[1 + i] {
-                return Err(Diag::new(d.name.span, format!("decoder `{}` is never entered (no reachable `next {}`)", d.name.text, d.name.text)));
+                return Err(Diag::new(
+                    d.name.span,
+                    format!(
+                        "decoder `{}` is never entered (no reachable `next {}`)",
+                        d.name.text, d.name.text
+                    ),
+                ));
             }
         }
         for (i, t) in p.tables.iter().enumerate() {
             if !seen[1 + nd + i] {
-                return Err(Diag::new(t.name.span, format!("table `{}` is unreachable (no reachable `goto {}`)", t.name.text, t.name.text)));
+                return Err(Diag::new(
+                    t.name.span,
+                    format!(
+                        "table `{}` is unreachable (no reachable `goto {}`)",
+                        t.name.text, t.name.text
+                    ),
+                ));
             }
         }
         // Loops: depth-first search with colours; the edge closing a loop is reported.
         let mut colour = vec![0u8; n];
-        fn dfs(a: usize, adj: &[Vec<(usize, Span)>], colour: &mut [u8], names: &dyn Fn(usize) -> String) -> R<()> {
+        fn dfs(
+            a: usize,
+            adj: &[Vec<(usize, Span)>],
+            colour: &mut [u8],
+            names: &dyn Fn(usize) -> String,
+        ) -> R<()> {
             colour[a] = 1;
             for &(b, s) in &adj[a] {
                 if colour[b] == 1 {
@@ -468,17 +594,29 @@ impl<'a> Checker<'a> {
                 if *n > u32::MAX as u128 {
                     return Err(Diag::new(*s, "number too large"));
                 }
-                Ok(if want == ParamType::Seconds { *n as u64 * 1_000_000_000 } else { *n as u64 })
+                Ok(if want == ParamType::Seconds {
+                    *n as u64 * 1_000_000_000
+                } else {
+                    *n as u64
+                })
             }
             ast::Value::Param(name) => match self.params.get(name.text.as_str()) {
-                None => Err(Diag::new(name.span, format!("unknown parameter `{}`", name.text))),
+                None => Err(Diag::new(
+                    name.span,
+                    format!("unknown parameter `{}`", name.text),
+                )),
                 Some((ty, val)) if *ty == want => Ok(match val {
                     ParamVal::Int(n) | ParamVal::Seconds(n) => *n,
                     ParamVal::Ports(_) => 0,
                 }),
                 Some((ty, _)) => Err(Diag::new(
                     name.span,
-                    format!("parameter `{}` is {}, here {} is needed", name.text, ty_name(*ty), ty_name(want)),
+                    format!(
+                        "parameter `{}` is {}, here {} is needed",
+                        name.text,
+                        ty_name(*ty),
+                        ty_name(want)
+                    ),
                 )),
             },
         }
@@ -486,9 +624,22 @@ impl<'a> Checker<'a> {
 
     /// A table entry's patterns as one (value, mask) over the concatenated key, and the
     /// default priority (the number of bits it fixes: longest prefix first).
-    fn key_pattern(&self, t: &ast::Table, pats: &[(Pattern, Span)], span: Span) -> R<(u128, u128, u32)> {
+    fn key_pattern(
+        &self,
+        t: &ast::Table,
+        pats: &[(Pattern, Span)],
+        span: Span,
+    ) -> R<(u128, u128, u32)> {
         if pats.len() != t.keys.len() {
-            return Err(Diag::new(span, format!("table `{}` has {} key field(s), this entry gives {}", t.name.text, t.keys.len(), pats.len())));
+            return Err(Diag::new(
+                span,
+                format!(
+                    "table `{}` has {} key field(s), this entry gives {}",
+                    t.name.text,
+                    t.keys.len(),
+                    pats.len()
+                ),
+            ));
         }
         let (mut value, mut mask) = (0u128, 0u128);
         for (k, (pat, ps)) in t.keys.iter().zip(pats) {
@@ -498,23 +649,38 @@ impl<'a> Checker<'a> {
                 (Pattern::Any, MatchKind::Prefix | MatchKind::Ternary) => (0, 0),
                 (Pattern::Prefix(v, len), MatchKind::Prefix) => {
                     if *len > bits {
-                        return Err(Diag::new(*ps, format!("prefix length {len} is longer than the {bits}-bit field")));
+                        return Err(Diag::new(
+                            *ps,
+                            format!("prefix length {len} is longer than the {bits}-bit field"),
+                        ));
                     }
                     let m = ones(bits) & !ones(bits - len);
                     (*v & m, m)
                 }
                 (Pattern::Mask(v, m), MatchKind::Ternary) => {
                     if !fits(*m, bits) {
-                        return Err(Diag::new(*ps, format!("mask {m:#x} is wider than the {bits}-bit field")));
+                        return Err(Diag::new(
+                            *ps,
+                            format!("mask {m:#x} is wider than the {bits}-bit field"),
+                        ));
                     }
                     (*v & *m, *m)
                 }
                 (_, kind) => {
-                    return Err(Diag::new(*ps, format!("this pattern does not suit a {} key field", kind_name(kind))))
+                    return Err(Diag::new(
+                        *ps,
+                        format!("this pattern does not suit a {} key field", kind_name(kind)),
+                    ))
                 }
             };
             if !fits(v, bits) {
-                return Err(Diag::new(*ps, format!("{v:#x} does not fit in the {bits}-bit key field `{}`", k.field.text())));
+                return Err(Diag::new(
+                    *ps,
+                    format!(
+                        "{v:#x} does not fit in the {bits}-bit key field `{}`",
+                        k.field.text()
+                    ),
+                ));
             }
             value = if bits >= 128 { v } else { value << bits | v };
             mask = if bits >= 128 { m } else { mask << bits | m };
@@ -534,7 +700,9 @@ impl<'a> Checker<'a> {
                         }
                         (None, Act::Output(*v as u16))
                     }
-                    (true, _) => return Err(Diag::new(e.span(), "a table entry's port must be a number")),
+                    (true, _) => {
+                        return Err(Diag::new(e.span(), "a table entry's port must be a number"))
+                    }
                     (false, _) => (Some(ex), Act::Pass),
                 }
             }
@@ -551,29 +719,48 @@ impl<'a> Checker<'a> {
     fn drop(&mut self, r: &ast::Name) -> R<u8> {
         self.may_drop = true;
         self.drops.get(r.text.as_str()).copied().ok_or_else(|| {
-            Diag::new(r.span, format!("unknown drop reason `{}` (declare it with `drops {};`)", r.text, r.text))
+            Diag::new(
+                r.span,
+                format!(
+                    "unknown drop reason `{}` (declare it with `drops {};`)",
+                    r.text, r.text
+                ),
+            )
         })
     }
 
     fn goto(&mut self, t: &ast::Name) -> R<u16> {
-        let i = *self.tables.get(t.text.as_str()).ok_or_else(|| Diag::new(t.span, format!("unknown table `{}`", t.text)))?;
-        self.edges.push((self.node, 1 + self.prog.decoders.len() + i, t.span));
+        let i = *self
+            .tables
+            .get(t.text.as_str())
+            .ok_or_else(|| Diag::new(t.span, format!("unknown table `{}`", t.text)))?;
+        self.edges
+            .push((self.node, 1 + self.prog.decoders.len() + i, t.span));
         Ok(i as u16)
     }
 
     fn table_ref(&self, t: &ast::Name) -> R<usize> {
-        self.tables.get(t.text.as_str()).copied().ok_or_else(|| Diag::new(t.span, format!("unknown table `{}`", t.text)))
+        self.tables
+            .get(t.text.as_str())
+            .copied()
+            .ok_or_else(|| Diag::new(t.span, format!("unknown table `{}`", t.text)))
     }
 
     fn block(&mut self, b: &[Stmt]) -> R<Vec<Op>> {
         let mut ops = Vec::new();
         for (i, s) in b.iter().enumerate() {
             let op = self.stmt(s)?;
-            let terminal = matches!(op, Op::Output(_) | Op::Flood | Op::Drop(_) | Op::Goto(_) | Op::Next(_) | Op::Pass);
+            let terminal = matches!(
+                op,
+                Op::Output(_) | Op::Flood | Op::Drop(_) | Op::Goto(_) | Op::Next(_) | Op::Pass
+            );
             ops.push(op);
             if terminal {
                 if let Some(next) = b.get(i + 1) {
-                    return Err(Diag::new(stmt_span(next), "unreachable: the statement before ends the packet's walk"));
+                    return Err(Diag::new(
+                        stmt_span(next),
+                        "unreachable: the statement before ends the packet's walk",
+                    ));
                 }
             }
         }
@@ -587,14 +774,30 @@ impl<'a> Checker<'a> {
                 let v = self.expr(e)?;
                 if let Ex::Const(c) = v {
                     if !fits(c as u128, f.bits) {
-                        return Err(Diag::new(e.span(), format!("{c:#x} does not fit in the {}-bit field `{}`", f.bits, path.text())));
+                        return Err(Diag::new(
+                            e.span(),
+                            format!(
+                                "{c:#x} does not fit in the {}-bit field `{}`",
+                                f.bits,
+                                path.text()
+                            ),
+                        ));
                     }
                 }
                 self.writes = self.writes | self.field_bit(path);
                 let csum = self.checksum_of(path)?;
-                Op::Set { field: f, value: v, csum }
+                Op::Set {
+                    field: f,
+                    value: v,
+                    csum,
+                }
             }
-            Stmt::Learn { span, table, keys, action } => {
+            Stmt::Learn {
+                span,
+                table,
+                keys,
+                action,
+            } => {
                 let t = self.table_ref(table)?;
                 let ks = self.keys(t, keys, *span)?;
                 self.learns[t] = true;
@@ -603,20 +806,33 @@ impl<'a> Checker<'a> {
                     Some(e) => ActTmpl::Output(e),
                     None => ActTmpl::Fixed(act),
                 };
-                Op::Learn { table: t as u16, keys: ks, act }
+                Op::Learn {
+                    table: t as u16,
+                    keys: ks,
+                    act,
+                }
             }
             Stmt::Remove { span, table, keys } => {
                 let t = self.table_ref(table)?;
                 let ks = self.keys(t, keys, *span)?;
                 self.learns[t] = true;
-                Op::Remove { table: t as u16, keys: ks }
+                Op::Remove {
+                    table: t as u16,
+                    keys: ks,
+                }
             }
             Stmt::Count(n) => {
                 let i = match self.counters.iter().position(|(c, _)| *c == n.text) {
                     Some(i) => i,
                     None => {
                         if self.prog.tables.iter().any(|t| t.name.text == n.text) {
-                            return Err(Diag::new(n.span, format!("`{}` names a table; its counters are kept already", n.text)));
+                            return Err(Diag::new(
+                                n.span,
+                                format!(
+                                    "`{}` names a table; its counters are kept already",
+                                    n.text
+                                ),
+                            ));
                         }
                         self.counters.push((n.text.clone(), 0));
                         self.counters.len() - 1
@@ -633,7 +849,10 @@ impl<'a> Checker<'a> {
                 for a in arms {
                     if seen_any {
                         let s = a.pats.first().map_or(e.span(), arm_span);
-                        return Err(Diag::new(s, "unreachable arm: `_` above matches everything"));
+                        return Err(Diag::new(
+                            s,
+                            "unreachable arm: `_` above matches everything",
+                        ));
                     }
                     let mut values = Vec::new();
                     let mut any = false;
@@ -655,10 +874,17 @@ impl<'a> Checker<'a> {
                     seen_any |= any;
                     let body = self.block(&a.body)?;
                     let guard = match body.as_slice() {
-                        [Op::Next(d)] if self.prog.decoders[*d as usize].repeat.is_some() => Some(*d),
+                        [Op::Next(d)] if self.prog.decoders[*d as usize].repeat.is_some() => {
+                            Some(*d)
+                        }
                         _ => None,
                     };
-                    out.push(plan::Arm { values, any, guard, body });
+                    out.push(plan::Arm {
+                        values,
+                        any,
+                        guard,
+                        body,
+                    });
                 }
                 Op::Match(ex, out)
             }
@@ -679,7 +905,10 @@ impl<'a> Checker<'a> {
             Stmt::Drop(r) => Op::Drop(self.drop(r)?),
             Stmt::Goto(t) => Op::Goto(self.goto(t)?),
             Stmt::Next(d) => {
-                let i = *self.decoders.get(d.text.as_str()).ok_or_else(|| Diag::new(d.span, format!("unknown decoder `{}`", d.text)))?;
+                let i = *self
+                    .decoders
+                    .get(d.text.as_str())
+                    .ok_or_else(|| Diag::new(d.span, format!("unknown decoder `{}`", d.text)))?;
                 self.edges.push((self.node, 1 + i, d.span));
                 Op::Next(i as u16)
             }
@@ -690,14 +919,28 @@ impl<'a> Checker<'a> {
     fn keys(&mut self, t: usize, keys: &[Expr], span: Span) -> R<Vec<(Ex, u32)>> {
         let tk = &self.prog.tables[t].keys;
         if keys.len() != tk.len() {
-            return Err(Diag::new(span, format!("table `{}` has {} key field(s), {} given", self.prog.tables[t].name.text, tk.len(), keys.len())));
+            return Err(Diag::new(
+                span,
+                format!(
+                    "table `{}` has {} key field(s), {} given",
+                    self.prog.tables[t].name.text,
+                    tk.len(),
+                    keys.len()
+                ),
+            ));
         }
         let mut out = Vec::new();
         for (e, k) in keys.iter().zip(tk) {
             let want = self.field(&k.field)?.bits;
             if let Some(w) = self.width(e) {
                 if w > want {
-                    return Err(Diag::new(e.span(), format!("this is {w} bits wide; key field `{}` is {want}", k.field.text())));
+                    return Err(Diag::new(
+                        e.span(),
+                        format!(
+                            "this is {w} bits wide; key field `{}` is {want}",
+                            k.field.text()
+                        ),
+                    ));
                 }
             }
             out.push((self.expr(e)?, want));
@@ -766,9 +1009,16 @@ impl<'a> Checker<'a> {
             }
             Expr::Not(a, _) => Ex::Not(Box::new(self.expr_tree(a)?)),
             Expr::In(a, set) => {
-                let i = self.sets.iter().position(|(n, _)| *n == set.text).ok_or_else(|| {
-                    Diag::new(set.span, format!("`{}` is not a `ports` parameter", set.text))
-                })?;
+                let i = self
+                    .sets
+                    .iter()
+                    .position(|(n, _)| *n == set.text)
+                    .ok_or_else(|| {
+                        Diag::new(
+                            set.span,
+                            format!("`{}` is not a `ports` parameter", set.text),
+                        )
+                    })?;
                 Ex::In(Box::new(self.expr_tree(a)?), i as u16)
             }
             Expr::Bin(op, a, b, _) => {
@@ -782,7 +1032,11 @@ impl<'a> Checker<'a> {
                         }
                     }
                 }
-                Ex::Bin(*op, Box::new(self.expr_tree(a)?), Box::new(self.expr_tree(b)?))
+                Ex::Bin(
+                    *op,
+                    Box::new(self.expr_tree(a)?),
+                    Box::new(self.expr_tree(b)?),
+                )
             }
         })
     }
@@ -790,30 +1044,67 @@ impl<'a> Checker<'a> {
     /// `dec.field` resolved to its read; the field must be extracted by the decoder.
     fn field(&self, p: &ast::Path) -> R<FieldRef> {
         let Some(fname) = &p.field else {
-            return Err(Diag::new(p.head.span, format!("`{}` is not a header field (write `DECODER.FIELD`)", p.head.text)));
+            return Err(Diag::new(
+                p.head.span,
+                format!(
+                    "`{}` is not a header field (write `DECODER.FIELD`)",
+                    p.head.text
+                ),
+            ));
         };
         let Some(&di) = self.decoders.get(p.head.text.as_str()) else {
-            return Err(Diag::new(p.head.span, format!("unknown decoder `{}`", p.head.text)));
+            return Err(Diag::new(
+                p.head.span,
+                format!("unknown decoder `{}`", p.head.text),
+            ));
         };
         let d = &self.prog.decoders[di];
         let l = &self.layouts[d.layout.text.as_str()];
         let Some((_, off, bits)) = l.fields.iter().find(|(n, _, _)| *n == fname.text) else {
-            return Err(Diag::new(fname.span, format!("layout `{}` has no field `{}`", d.layout.text, fname.text)));
+            return Err(Diag::new(
+                fname.span,
+                format!("layout `{}` has no field `{}`", d.layout.text, fname.text),
+            ));
         };
         if !d.extract.iter().any(|e| e.text == fname.text) {
-            return Err(Diag::new(p.span(), format!("decoder `{}` does not extract `{}` (add it to its `extract` list)", d.name.text, fname.text)));
+            return Err(Diag::new(
+                p.span(),
+                format!(
+                    "decoder `{}` does not extract `{}` (add it to its `extract` list)",
+                    d.name.text, fname.text
+                ),
+            ));
         }
-        Ok(FieldRef { hdr: di as u8, read: Read::new(*off, *bits), bits: *bits })
+        Ok(FieldRef {
+            hdr: di as u8,
+            read: Read::new(*off, *bits),
+            bits: *bits,
+        })
     }
 
     fn checksum_of(&self, p: &ast::Path) -> R<Option<FieldRef>> {
         let di = self.decoders[p.head.text.as_str()];
         let d = &self.prog.decoders[di];
-        let layout = self.prog.layouts.iter().find(|l| l.name.text == d.layout.text).expect("resolved");
-        let Some(c) = &layout.checksum else { return Ok(None) };
+        let layout = self
+            .prog
+            .layouts
+            .iter()
+            .find(|l| l.name.text == d.layout.text)
+            .expect("resolved");
+        let Some(c) = &layout.checksum else {
+            return Ok(None);
+        };
         let l = &self.layouts[d.layout.text.as_str()];
-        let (_, off, bits) = l.fields.iter().find(|(n, _, _)| *n == c.text).expect("checked");
-        Ok(Some(FieldRef { hdr: di as u8, read: Read::new(*off, *bits), bits: *bits }))
+        let (_, off, bits) = l
+            .fields
+            .iter()
+            .find(|(n, _, _)| *n == c.text)
+            .expect("checked");
+        Ok(Some(FieldRef {
+            hdr: di as u8,
+            read: Read::new(*off, *bits),
+            bits: *bits,
+        }))
     }
 
     /// The profile bit of a header field: by well-known layout and field names; any

@@ -8,7 +8,10 @@ pub enum Tok {
     Ident(String),
     /// A number; `bits` is the width its spelling implies (32 for IPv4, 48 for a MAC), 0
     /// when plain.
-    Num { value: u128, bits: u32 },
+    Num {
+        value: u128,
+        bits: u32,
+    },
     Sym(&'static str),
     Eof,
 }
@@ -138,7 +141,9 @@ fn number(src: &str, i: usize) -> Result<(Tok, usize), Diag> {
         let mut v = 0u128;
         for part in 0..4 {
             let e = word_end(j);
-            let n: u8 = src[j..e].parse().map_err(|_| bad(e, "valid IPv4 address"))?;
+            let n: u8 = src[j..e]
+                .parse()
+                .map_err(|_| bad(e, "valid IPv4 address"))?;
             v = v << 8 | n as u128;
             j = e;
             if part < 3 {

@@ -23,7 +23,11 @@ pub struct Compiled {
 
 /// Compiles `src` (named `file` in errors) with the given parameter values; parameters
 /// not given take the program's defaults. Errors are rendered with the line underlined.
-pub fn compile(file: &str, src: &str, values: &HashMap<String, ParamVal>) -> Result<Compiled, String> {
+pub fn compile(
+    file: &str,
+    src: &str,
+    values: &HashMap<String, ParamVal>,
+) -> Result<Compiled, String> {
     let render = |d: Diag| d.render(file, src);
     let prog = parse(src).map_err(render)?;
     let (plan, report, drops) = check(&prog, values).map_err(render)?;
@@ -85,7 +89,11 @@ impl Pipeline {
     pub fn from_file(path: &Path, values: &HashMap<String, ParamVal>) -> Result<Pipeline, String> {
         let src = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read program {}: {e}", path.display()))?;
-        Ok(Pipeline::new(compile(&path.display().to_string(), &src, values)?))
+        Ok(Pipeline::new(compile(
+            &path.display().to_string(),
+            &src,
+            values,
+        )?))
     }
 
     pub fn from_params(p: &mut Params) -> Result<Pipeline, ParamError> {
@@ -169,7 +177,10 @@ impl Pipeline {
         let (value, mask, _) = self.key(ti, &pats, key)?;
         match self.plan.state.tables[ti].del(value, mask) {
             0 => Err(format!("table `{tname}` has no entry {key}")),
-            n => Ok(format!("table `{tname}`: removed {n} entr{}", if n == 1 { "y" } else { "ies" })),
+            n => Ok(format!(
+                "table `{tname}`: removed {n} entr{}",
+                if n == 1 { "y" } else { "ies" }
+            )),
         }
     }
 
@@ -182,7 +193,12 @@ impl Pipeline {
     }
 
     /// A key typed at `ctl` as (value, mask, bits fixed), checked against the table's key.
-    fn key(&self, ti: usize, pats: &[(Pattern, super::error::Span)], text: &str) -> Result<(u128, u128, u32), String> {
+    fn key(
+        &self,
+        ti: usize,
+        pats: &[(Pattern, super::error::Span)],
+        text: &str,
+    ) -> Result<(u128, u128, u32), String> {
         let widths = &self.plan.code.keys[ti];
         let exact = self.plan.state.tables[ti].is_exact();
         if pats.len() != widths.len() {
@@ -195,20 +211,32 @@ impl Pipeline {
         let (mut value, mut mask) = (0u128, 0u128);
         for ((pat, _), (_, bits)) in pats.iter().zip(widths) {
             let bits = *bits;
-            let all = if bits >= 128 { u128::MAX } else { (1u128 << bits) - 1 };
+            let all = if bits >= 128 {
+                u128::MAX
+            } else {
+                (1u128 << bits) - 1
+            };
             let (v, m) = match pat {
                 Pattern::Exact(v) => (*v, all),
-                _ if exact => return Err(format!("`{text}`: this table matches exactly; give plain values")),
+                _ if exact => {
+                    return Err(format!(
+                        "`{text}`: this table matches exactly; give plain values"
+                    ))
+                }
                 Pattern::Any => (0, 0),
                 Pattern::Prefix(v, len) if *len <= bits => {
                     let m = all & !(all >> len);
                     (v & m, m)
                 }
-                Pattern::Prefix(..) => return Err(format!("`{text}`: prefix longer than the {bits}-bit field")),
+                Pattern::Prefix(..) => {
+                    return Err(format!("`{text}`: prefix longer than the {bits}-bit field"))
+                }
                 Pattern::Mask(v, m) => (v & m, *m),
             };
             if v & !all != 0 || m & !all != 0 {
-                return Err(format!("`{text}`: a value does not fit its {bits}-bit field"));
+                return Err(format!(
+                    "`{text}`: a value does not fit its {bits}-bit field"
+                ));
             }
             value = value << bits | v;
             mask = mask << bits | m;
@@ -278,11 +306,20 @@ impl Nf for Pipeline {
             let n = &t.name;
             s.push((format!("{n}.hits").into(), t.hits));
             s.push((format!("{n}.misses").into(), t.misses));
-            s.push((format!("{n}.entries").into(), (t.fixed_len() + t.learned_len()) as u64));
+            s.push((
+                format!("{n}.entries").into(),
+                (t.fixed_len() + t.learned_len()) as u64,
+            ));
             s.push((format!("{n}.full").into(), t.full));
             s.extend(t.entry_hits().into_iter().map(|(k, v)| (k.into(), v)));
         }
-        s.extend(self.plan.state.counters.iter().map(|(k, v)| (k.clone().into(), *v)));
+        s.extend(
+            self.plan
+                .state
+                .counters
+                .iter()
+                .map(|(k, v)| (k.clone().into(), *v)),
+        );
         s
     }
 }

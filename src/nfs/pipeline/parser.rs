@@ -7,14 +7,25 @@ use super::lexer::{lex, Tok, Token};
 
 pub fn parse(src: &str) -> Result<Program, Diag> {
     let toks = lex(src)?;
-    Parser { toks, at: 0, depth: 0, nodes: 0 }.program()
+    Parser {
+        toks,
+        at: 0,
+        depth: 0,
+        nodes: 0,
+    }
+    .program()
 }
 
 /// Parses one table entry's key and action as `catena ctl … add` gives it:
 /// `PATTERN[, PATTERN…] [priority N] -> ACTION`.
 pub fn parse_entry(src: &str) -> Result<Entry, Diag> {
     let toks = lex(src)?;
-    let mut p = Parser { toks, at: 0, depth: 0, nodes: 0 };
+    let mut p = Parser {
+        toks,
+        at: 0,
+        depth: 0,
+        nodes: 0,
+    };
     let e = p.entry_body("->")?;
     p.expect_eof()?;
     Ok(e)
@@ -23,7 +34,12 @@ pub fn parse_entry(src: &str) -> Result<Entry, Diag> {
 /// Parses a key alone, for `catena ctl … del`.
 pub fn parse_key(src: &str) -> Result<Vec<(Pattern, Span)>, Diag> {
     let toks = lex(src)?;
-    let mut p = Parser { toks, at: 0, depth: 0, nodes: 0 };
+    let mut p = Parser {
+        toks,
+        at: 0,
+        depth: 0,
+        nodes: 0,
+    };
     let k = p.patterns()?;
     p.expect_eof()?;
     Ok(k)
@@ -178,9 +194,8 @@ impl Parser {
                     }
                 },
                 _ => {
-                    return Err(self.unexpected(
-                        "`param`, `drops`, `layout`, `decoder`, `table` or `start`",
-                    ))
+                    return Err(self
+                        .unexpected("`param`, `drops`, `layout`, `decoder`, `table` or `start`"))
                 }
             }
         }
@@ -241,7 +256,8 @@ impl Parser {
                 self.expect_sym("*")?;
                 let (n, _) = self.small("a size multiplier", 64)?;
                 l.size = Some((f, n));
-            } else if self.is_word("checksum") && matches!(self.toks[self.at + 1].tok, Tok::Ident(_))
+            } else if self.is_word("checksum")
+                && matches!(self.toks[self.at + 1].tok, Tok::Ident(_))
             {
                 self.bump();
                 l.checksum = Some(self.name("a field name")?);
@@ -319,7 +335,9 @@ impl Parser {
             miss: None,
         };
         while !self.eat_sym("}") {
-            let w = self.name("`key`, `capacity`, `idle_timeout`, `hard_timeout`, `entry`, `miss` or `}`")?;
+            let w = self.name(
+                "`key`, `capacity`, `idle_timeout`, `hard_timeout`, `entry`, `miss` or `}`",
+            )?;
             match w.text.as_str() {
                 "key" => {
                     loop {
@@ -620,7 +638,10 @@ impl Parser {
                 let set = self.name("a ports parameter")?;
                 self.nodes += 1;
                 if self.nodes > MAX_NODES {
-                    return Err(Diag::new(set.span, format!("expression longer than {MAX_NODES} operators")));
+                    return Err(Diag::new(
+                        set.span,
+                        format!("expression longer than {MAX_NODES} operators"),
+                    ));
                 }
                 l = Expr::In(Box::new(l), set);
                 continue;
@@ -631,7 +652,10 @@ impl Parser {
             let at = self.bump().span;
             self.nodes += 1;
             if self.nodes > MAX_NODES {
-                return Err(Diag::new(at, format!("expression longer than {MAX_NODES} operators")));
+                return Err(Diag::new(
+                    at,
+                    format!("expression longer than {MAX_NODES} operators"),
+                ));
             }
             let r = self.binary(level + 1)?;
             let span = l.span().to(r.span());

@@ -49,7 +49,11 @@ impl Read {
                     off,
                     nbytes: nbytes as u8,
                     shift: (nbytes * 8 - rem - bits) as u8,
-                    mask: if bits >= 64 { u64::MAX } else { (1 << bits) - 1 },
+                    mask: if bits >= 64 {
+                        u64::MAX
+                    } else {
+                        (1 << bits) - 1
+                    },
                 }
             }
         }
@@ -495,7 +499,11 @@ impl Code {
     fn key(&self, keys: &[(Ex, u32)], p: &Pkt) -> u128 {
         let mut k: u128 = 0;
         for (e, bits) in keys {
-            let mask = if *bits >= 64 { u64::MAX } else { (1 << bits) - 1 };
+            let mask = if *bits >= 64 {
+                u64::MAX
+            } else {
+                (1 << bits) - 1
+            };
             k = k << bits | (self.eval(e, p) & mask) as u128;
         }
         k
@@ -551,7 +559,9 @@ impl Code {
             Ex::Bin(BinOp::And, a, b) => {
                 (self.eval_flat(a, p) != 0 && self.eval_flat(b, p) != 0) as u64
             }
-            Ex::Bin(BinOp::Or, a, b) => (self.eval_flat(a, p) != 0 || self.eval_flat(b, p) != 0) as u64,
+            Ex::Bin(BinOp::Or, a, b) => {
+                (self.eval_flat(a, p) != 0 || self.eval_flat(b, p) != 0) as u64
+            }
             Ex::Bin(op, a, b) => binop(*op, self.eval(a, p), self.eval(b, p)),
         }
     }

@@ -114,7 +114,10 @@ impl Table {
     /// Adds or replaces a fixed exact entry; refused beyond the capacity.
     pub fn add_exact(&mut self, key: u128, act: Act) -> Result<(), String> {
         if !self.exact.contains_key(&key) && self.exact.len() >= self.capacity {
-            return Err(format!("table `{}` is full ({} entries)", self.name, self.capacity));
+            return Err(format!(
+                "table `{}` is full ({} entries)",
+                self.name, self.capacity
+            ));
         }
         self.exact.insert(key, (act, 0));
         Ok(())
@@ -132,7 +135,10 @@ impl Table {
             return Ok(());
         }
         if self.masked.len() >= self.capacity {
-            return Err(format!("table `{}` is full ({} entries)", self.name, self.capacity));
+            return Err(format!(
+                "table `{}` is full ({} entries)",
+                self.name, self.capacity
+            ));
         }
         let at = self.masked.partition_point(|o| o.priority >= e.priority);
         self.masked.insert(at, e);
