@@ -781,6 +781,7 @@ impl Runner {
                     };
                     out += c.packets_in;
                     bytes_out += c.bytes_in;
+                    let clamped_timestamps = s.writer.as_ref().map_or(0, |w| w.clamped());
                     if let Some(w) = s.writer {
                         w.finish().map_err(|e| {
                             anyhow::anyhow!(
@@ -804,6 +805,7 @@ impl Runner {
                         packets: c.packets_in,
                         bytes: c.bytes_in,
                         flooded: s.flooded,
+                        clamped_timestamps,
                         path: s.path.map(|p| p.display().to_string()),
                     });
                 }
