@@ -11,6 +11,7 @@ use super::chain::{Chain, NodeKind, INPUT_DROPS};
 use super::control::{Command, ControlPort, Scheduled};
 use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
 use super::profile_check::Snapshot;
+use crate::flow::RunClock;
 use crate::io::{PcapWriter, Trace};
 use crate::nfs::{Context, FastPacket, Nf};
 use crate::optimise::fastpath::{FastPath, Found, FpKey, Probe, Recorder, Step};
@@ -74,6 +75,8 @@ pub struct Runner {
     /// Added to timestamps on this replay loop; taken off again when writing, so every
     /// loop's output carries the capture's own times.
     shift: u64,
+    /// The time every NF's timers read (docs/time.md), stamped at ingest.
+    clock: RunClock,
     /// FastPath state when the chain has it on.
     fast: Option<Box<FastPath>>,
     /// Where FastPath holds a chunk while it sorts it into hits and misses.
@@ -130,6 +133,7 @@ impl Runner {
             violation: None,
             control: None,
             shift: 0,
+            clock: RunClock::new(),
             counters,
             sinks: Vec::new(),
             rx: vec![0; ports],
@@ -197,6 +201,7 @@ impl Runner {
         let mut schedule = opts.schedule.clone();
         schedule.sort_by_key(|c| c.at);
         let mut next_change = 0;
+        self.clock.start(recs.iter().take(3).map(|r| r.ts_ns));
         for lp in 0..opts.loops {
             self.shift = span.wrapping_mul(lp);
             let mut pos = 0;
@@ -214,7 +219,15 @@ impl Runner {
                     end = end.min(pos + (c.at - done).max(1) as usize);
                 }
                 self.poll_control();
-                self.ingest(bytes, &recs[pos..end]);
+                // The run clock looks one packet ahead, across loops too.
+                let after = match recs.get(end) {
+                    Some(r) => Some(r.ts_ns.wrapping_add(self.shift)),
+                    None if lp + 1 < opts.loops => recs
+                        .first()
+                        .map(|r| r.ts_ns.wrapping_add(span.wrapping_mul(lp + 1))),
+                    None => None,
+                };
+                self.ingest(bytes, &recs[pos..end], after);
                 if self.fast.is_some() {
                     self.fast_chunk();
                 } else {
@@ -331,12 +344,15 @@ impl Runner {
     /// Copies one chunk of records into pool buffers, as a NIC would, and queues them at
     /// the input's successor.
     #[inline]
-    fn ingest(&mut self, bytes: &[u8], chunk: &[crate::io::Record]) {
+    /// `after`: the capture time of the record after the chunk, for the run clock.
+    fn ingest(&mut self, bytes: &[u8], chunk: &[crate::io::Record], after: Option<u64>) {
         let shift = self.shift;
         let first = self.chain.nodes[0].next[0];
         let max = self.pool.max_packet();
         let c = &mut self.counters[0];
-        for r in chunk {
+        for (i, r) in chunk.iter().enumerate() {
+            let next = chunk.get(i + 1).map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)));
+            let now = self.clock.tick(r.ts_ns.wrapping_add(shift), next);
             c.packets_in += 1;
             c.bytes_in += r.caplen as u64;
             if r.caplen as usize > max {
@@ -358,6 +374,7 @@ impl Runner {
             p.set_bytes(&bytes[off..off + r.caplen as usize]);
             let m = p.meta_mut();
             m.ts_ns = r.ts_ns.wrapping_add(shift);
+            m.now_ns = now;
             m.wire_len = r.wire_len;
             m.in_port = in_port;
             m.egress = NO_PORT;
@@ -555,7 +572,7 @@ impl Runner {
         // The probes hold until the first flush or deferral inserts entries.
         let mut probes_hold = true;
         for (i, p) in input.drain().enumerate() {
-            let now = p.meta().ts_ns;
+            let now = p.meta().now_ns;
             if keyed & 1 << i == 0 {
                 f.stats.misses += 1;
                 self.inbox[first].push(p);
@@ -669,13 +686,14 @@ impl Runner {
         if p.len() < e.min_len as usize || e.matches_eth() && !actions.eth_matches(p.data()) {
             return Some(p);
         }
-        let now = p.meta().ts_ns;
+        let now = p.meta().now_ns;
         if e.calls() {
             let m = p.meta();
             let mut fp = FastPacket {
                 key: &keys.keys[0],
                 fragment: key.layer_flags() & Layers::FRAGMENT != 0,
                 ts_ns: m.ts_ns,
+                now_ns: now,
                 wire_len: m.wire_len,
                 tcp_flags: key.tcp_flags(p.data()),
             };

@@ -1068,7 +1068,7 @@ impl Nat {
         for p in pkts.iter_mut() {
             let l = p.layers();
             let (m, d) = p.split_mut();
-            let now = m.ts_ns;
+            let now = m.now_ns;
             self.tick(now);
             let want = m.fast == FastMark::Want;
             let pre = if want {
@@ -1256,9 +1256,9 @@ impl Nf for Nat {
                 // and ports never change: the same serial is the same translation of the
                 // same flow (the entry's key pins the packet), so the flow key need not
                 // be compared again.
-                m.state & LIVE != 0 && p.ts_ns <= m.deadline && m.serial == serial
+                m.state & LIVE != 0 && p.now_ns <= m.deadline && m.serial == serial
             }),
-            FAST_NOMAP => !self.answers(p.key, p.ts_ns),
+            FAST_NOMAP => !self.answers(p.key, p.now_ns),
             _ => true,
         }
     }
@@ -1276,7 +1276,7 @@ impl Nf for Nat {
     }
 
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
-        let now = p.ts_ns;
+        let now = p.now_ns;
         self.tick(now);
         let slot = (token >> 32) as u32 & 0xff_ffff;
         match (token >> 56) as u8 {
