@@ -70,10 +70,17 @@ fn a_connection_ends_idle_with_fastpath_on_and_off() {
     );
     let off = run(&t, false);
     let on = run(&t, true);
-    assert!(on.fastpath.expect("fastpath").hits >= 20, "the test needs hits");
+    assert!(
+        on.fastpath.expect("fastpath").hits >= 20,
+        "the test needs hits"
+    );
     for s in [&off, &on] {
         assert_eq!(
-            (stat(s, "flows"), stat(s, "ended_idle"), stat(s, "ended_final")),
+            (
+                stat(s, "flows"),
+                stat(s, "ended_idle"),
+                stat(s, "ended_final")
+            ),
             (2, 1, 1)
         );
     }

@@ -45,8 +45,16 @@ fn inside_to_inside_fragments_pass_untouched() {
     for fast in [false, true] {
         let out = dir.path().join(format!("out-{fast}.pcap"));
         let s = run("10.0.0.0/8", fast, &out);
-        assert_eq!((s.packets_out, drops(&s, "fragment")), (1252, 0), "fastpath {fast}");
-        assert_eq!(common::packets(&out), input, "fastpath {fast}: bytes changed");
+        assert_eq!(
+            (s.packets_out, drops(&s, "fragment")),
+            (1252, 0),
+            "fastpath {fast}"
+        );
+        assert_eq!(
+            common::packets(&out),
+            input,
+            "fastpath {fast}: bytes changed"
+        );
     }
 }
 
@@ -57,7 +65,11 @@ fn outbound_later_fragments_are_dropped_as_mazunat_does() {
     for fast in [false, true] {
         let out = dir.path().join(format!("out-{fast}.pcap"));
         let s = run("10.0.0.0/9", fast, &out);
-        assert_eq!((s.packets_out, drops(&s, "fragment")), (4, 1248), "fastpath {fast}");
+        assert_eq!(
+            (s.packets_out, drops(&s, "fragment")),
+            (4, 1248),
+            "fastpath {fast}"
+        );
         // The first fragments leave translated: source 198.51.100.1.
         for (_, b) in common::packets(&out) {
             assert_eq!(&b[26..30], &[198, 51, 100, 1]);

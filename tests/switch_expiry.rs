@@ -38,8 +38,9 @@ fn run(kind: &str, params: &str, frames: &[(u64, Vec<u8>)]) -> Summary {
         PcapHeader::new(1, false),
         frames.iter().map(|(ts, f)| (*ts, f.as_slice())),
     );
-    let text =
-        format!("name = \"sw\"\n[input]\nports = 4\n[[nf]]\nname = \"sw\"\nkind = \"{kind}\"\n{params}\n");
+    let text = format!(
+        "name = \"sw\"\n[input]\nports = 4\n[[nf]]\nname = \"sw\"\nkind = \"{kind}\"\n{params}\n"
+    );
     common::run_chain(&text, &t, None)
 }
 

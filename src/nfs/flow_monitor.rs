@@ -1,5 +1,5 @@
 //! Flow monitor: per-connection packet and byte counts, first/last seen and the TCP flags
-//! seen, exported as flow records when a flow has been idle for `timeout` (capture time)
+//! seen, exported as flow records when a flow has been idle for `timeout` (run clock)
 //! and at the end of the run. It never drops and never writes packet bytes.
 //!
 //! A record is one connection, both directions (the table is keyed by
@@ -385,7 +385,7 @@ impl FlowMonitor {
 }
 
 impl FlowMonitor {
-    /// At most one sweep per second of capture time; traces may step back in time, so a
+    /// At most one sweep per second of run-clock time; traces may step back in time, so a
     /// jump either way counts. Counted per packet so that both FastPath paths sweep at
     /// the same packet whatever the batches.
     #[inline]
@@ -412,8 +412,15 @@ impl FlowMonitor {
         {
             Entry::Occupied(mut e) => {
                 let b = e.bucket_index();
-                let old =
-                    update(&mut e.get_mut().1, self.timeout_ns, dir, flags, ts, now, len);
+                let old = update(
+                    &mut e.get_mut().1,
+                    self.timeout_ns,
+                    dir,
+                    flags,
+                    ts,
+                    now,
+                    len,
+                );
                 if let Some(old) = old {
                     self.restarted(&c, &old, now);
                 }
@@ -424,11 +431,11 @@ impl FlowMonitor {
                 if self.sweep(now) && self.table.len() < self.capacity {
                     self.min_last_ns = self.min_last_ns.min(now);
                     let hasher = &self.hasher;
-                    let e =
-                        self.table
-                            .insert_unique(h, (c, fresh(dir, flags, ts, now, len)), |(k, _)| {
-                                hasher.hash_one(k)
-                            });
+                    let e = self.table.insert_unique(
+                        h,
+                        (c, fresh(dir, flags, ts, now, len)),
+                        |(k, _)| hasher.hash_one(k),
+                    );
                     e.bucket_index() as u64 + 1
                 } else {
                     self.overflow_packets += 1;
@@ -436,7 +443,9 @@ impl FlowMonitor {
                 }
             }
             Entry::Vacant(e) => {
-                let b = e.insert((c, fresh(dir, flags, ts, now, len))).bucket_index();
+                let b = e
+                    .insert((c, fresh(dir, flags, ts, now, len)))
+                    .bucket_index();
                 self.min_last_ns = self.min_last_ns.min(now);
                 b as u64 + 1
             }

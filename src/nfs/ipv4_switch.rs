@@ -21,7 +21,7 @@ impl Ipv4Learning {
             name: "timeout",
             ty: "seconds",
             default: "0 (never)",
-            doc: "idle time after which a learned address is forgotten (capture time)",
+            doc: "idle time after which a learned address is forgotten (run clock: docs/time.md)",
         },
         ParamDoc {
             name: "capacity",

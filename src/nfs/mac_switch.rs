@@ -34,7 +34,7 @@ impl MacSwitch {
             name: "timeout",
             ty: "seconds",
             default: "0 (never)",
-            doc: "idle time after which a learned MAC is forgotten (capture time)",
+            doc: "idle time after which a learned MAC is forgotten (run clock: docs/time.md)",
         },
         ParamDoc {
             name: "capacity",

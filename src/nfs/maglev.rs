@@ -272,7 +272,7 @@ impl Maglev {
             name: "timeout",
             ty: "seconds",
             default: "60",
-            doc: "idle time after which a connection is forgotten (capture time; 0 = never)",
+            doc: "idle time after which a connection is forgotten (run clock: docs/time.md; 0 = never)",
         },
         ParamDoc {
             name: "seed",
@@ -640,7 +640,7 @@ impl Maglev {
         }
     }
 
-    /// Drops idle connections, at most once per second of capture time (any jump counts:
+    /// Drops idle connections, at most once per second of run-clock time (any jump counts:
     /// traces may step back). Returns whether it ran.
     fn sweep(&mut self, now: u64) -> bool {
         if now.abs_diff(self.last_sweep_ns) < 1_000_000_000 {
@@ -688,7 +688,7 @@ struct Conn {
     key: WideKey,
     /// Stable backend id.
     id: u32,
-    /// Last seen (capture time).
+    /// Last seen (run clock).
     seen: u64,
 }
 

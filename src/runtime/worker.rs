@@ -351,7 +351,9 @@ impl Runner {
         let max = self.pool.max_packet();
         let c = &mut self.counters[0];
         for (i, r) in chunk.iter().enumerate() {
-            let next = chunk.get(i + 1).map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)));
+            let next = chunk
+                .get(i + 1)
+                .map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)));
             let now = self.clock.tick(r.ts_ns.wrapping_add(shift), next);
             c.packets_in += 1;
             c.bytes_in += r.caplen as u64;

@@ -126,7 +126,7 @@ impl Microbox {
             name: "timeout",
             ty: "seconds",
             default: "120",
-            doc: "idle time (capture time) after which a connection ends; 0 = never",
+            doc: "idle time (run clock: docs/time.md) after which a connection ends; 0 = never",
         },
         ParamDoc {
             name: "midstream",

@@ -126,9 +126,7 @@ impl FpKey {
         match l.l4_proto {
             6 | 17 | 132 => !l.has_l4(),
             // The key holds an echo's identifier, which needs 8 bytes.
-            1 | 58 => {
-                !l.has_l4() || matches!(d[t], 0 | 8 | 128 | 129) && d.len() < t + 8
-            }
+            1 | 58 => !l.has_l4() || matches!(d[t], 0 | 8 | 128 | 129) && d.len() < t + 8,
             _ => false,
         }
     }
