@@ -217,9 +217,9 @@ mod tests {
         let mut t: TimedTable<u32, u16> = TimedTable::new(4, 100);
         assert_eq!(t.learn(1, 7, 0), Learned::Inserted);
         assert_eq!(t.get(&1, 100), Some(7));
-        assert_eq!(t.learn(1, 8, 150), Learned::Updated);
-        assert_eq!(t.get(&1, 250), Some(8));
-        assert_eq!(t.get(&1, 251), None);
+        assert_eq!(t.learn(1, 8, 90), Learned::Updated);
+        assert_eq!(t.get(&1, 190), Some(8));
+        assert_eq!(t.get(&1, 191), None);
         // Expired but not yet freed: the next learn's sweep step frees it.
         assert_eq!(t.len(), 1);
         assert_eq!(t.learn(2, 1, 400), Learned::Inserted);

@@ -160,8 +160,9 @@ mod tests {
             let frac: u32 = if nanos { 999_999_999 } else { 999_999 };
             assert_eq!(&out[24..28], &u32::MAX.to_le_bytes());
             assert_eq!(&out[28..32], &frac.to_le_bytes());
-            assert_eq!(&out[44..48], &u32::MAX.to_le_bytes());
-            assert_eq!(&out[48..52], &(if nanos { 5u32 } else { 0 }).to_le_bytes());
+            // The second record starts after 16 bytes of header and 1 of data.
+            assert_eq!(&out[41..45], &u32::MAX.to_le_bytes());
+            assert_eq!(&out[45..49], &(if nanos { 5u32 } else { 0 }).to_le_bytes());
         }
     }
 }
