@@ -1,6 +1,7 @@
 //! Flow keys, hashing, bounded tables with timeouts.
 
 mod clock;
+pub mod footprint;
 mod index;
 mod key;
 mod timed_table;
