@@ -132,6 +132,7 @@ fn process(nf: &mut Maglev, pkts: &[Vec<u8>]) -> Vec<(Verdict, Vec<u8>)> {
         for (k, d) in chunk.iter().enumerate() {
             let mut p = Packet::from_bytes(d);
             p.meta_mut().ts_ns = 1_000_000_000 + k as u64;
+            p.meta_mut().now_ns = 1_000_000_000 + k as u64;
             b.push(p);
         }
         nf.process(&mut b, &Context { ports: 1 });

@@ -80,6 +80,7 @@ fn ping(src: [u8; 4], dst: [u8; 4], id: u16, reply: bool) -> Vec<u8> {
 fn step(n: &mut Nat, bytes: &[u8], ts: u64) -> Result<Vec<u8>, u8> {
     let mut p = Packet::from_bytes(bytes);
     p.meta_mut().ts_ns = ts;
+    p.meta_mut().now_ns = ts;
     let mut b = Batch::new();
     b.push(p);
     n.process(&mut b, &Context { ports: 2 });
@@ -652,6 +653,7 @@ fn time_nat(n: &mut Nat, pkts: &[(Vec<u8>, u64)], loops: u64) -> f64 {
                 let mut p = free.pop().unwrap();
                 p.set_bytes(b);
                 p.meta_mut().ts_ns = ts + l * span;
+                p.meta_mut().now_ns = ts + l * span;
                 batch.push(p);
             }
             let t = std::time::Instant::now();
@@ -738,6 +740,7 @@ fn outputs(n: &mut Nat, pkts: &[(Vec<u8>, u64)], size: usize) -> Vec<Result<Vec<
         for (bytes, ts) in chunk {
             let mut p = Packet::from_bytes(bytes);
             p.meta_mut().ts_ns = *ts;
+            p.meta_mut().now_ns = *ts;
             b.push(p);
         }
         n.process(&mut b, &Context { ports: 2 });

@@ -1,11 +1,13 @@
 //! Flow keys, hashing, bounded tables with timeouts.
 
+mod clock;
 pub mod footprint;
 mod index;
 mod key;
 mod timed_table;
 mod wide_key;
 
+pub use clock::RunClock;
 pub use index::{prefetch, Index};
 pub use key::FlowKey;
 pub use timed_table::{Learned, TimedTable};

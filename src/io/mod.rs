@@ -13,5 +13,5 @@ pub use linktype::{link_from_pcap, pcap_linktype};
 pub use pcap_read::TraceError;
 pub use pcap_stream::{Opened, PcapStream, READ_BUFFER};
 pub use pcap_write::PcapWriter;
-pub use source::{Source, TraceSource};
+pub use source::{After, Source, TraceSource};
 pub use trace::{PcapHeader, Record, Trace};

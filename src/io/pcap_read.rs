@@ -489,6 +489,16 @@ impl PcapFormat {
     /// Reads the record at the start of `rest` (which runs to the end of the file, or of
     /// what has been read of it so far).
     #[inline]
+    /// The capture time of the record starting `rest`, when its header is there.
+    pub(crate) fn peek_ts(&self, rest: &[u8]) -> Option<u64> {
+        let hdr = rest.get(..16).filter(|_| rest.len() >= self.rec_hdr_len)?;
+        let be = self.big_endian;
+        Some(
+            read_u32(hdr, 0, be) as u64 * 1_000_000_000
+                + read_u32(hdr, 4, be) as u64 * self.frac_ns,
+        )
+    }
+
     pub(crate) fn record(&self, rest: &[u8]) -> Result<RawRecord, RecordProblem> {
         let h = self.rec_hdr_len;
         let Some(hdr) = rest.get(..16).filter(|_| rest.len() >= h) else {

@@ -17,7 +17,7 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::pcap_read::{PcapFormat, RecordProblem, PCAP_HEADER_LEN, SHB_TYPE};
-use super::source::Source;
+use super::source::{After, Source};
 use super::trace::{PcapHeader, Record};
 use super::TraceError;
 use crate::packet::LinkKind;
@@ -56,6 +56,8 @@ pub struct PcapStream {
     /// The pass is over (end of input, a bad record, or the first pass's count reached).
     done: bool,
     ts_min: u64,
+    /// The first record's capture time: what follows a pass (the next one's start).
+    first_ts: Option<u64>,
     ts_max: u64,
     error: Option<TraceError>,
     /// The input changed between loops: no further pass.
@@ -123,6 +125,7 @@ impl PcapStream {
             first_pass: None,
             done: false,
             ts_min: u64::MAX,
+            first_ts: None,
             ts_max: 0,
             error: None,
             changed: false,
@@ -192,7 +195,7 @@ impl Source for PcapStream {
         (self.fmt.caplen_limit() as usize).min(MAX_BUFFERED_PACKET)
     }
 
-    fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record]) {
+    fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record], After) {
         self.chunk.clear();
         // Where this chunk's first record starts: what a refill must keep.
         let mut start = self.pos;
@@ -245,7 +248,24 @@ impl Source for PcapStream {
                 }
             }
         }
-        (&self.buf[..self.len], &self.chunk)
+        if self.first_ts.is_none() {
+            self.first_ts = self.chunk.first().map(|r| r.ts_ns);
+        }
+        let next = if self.error.is_some() {
+            After::Unknown
+        } else if self.done
+            || self.first_pass == Some(self.count)
+            || (self.eof && self.pos == self.len)
+        {
+            let span = self.span_ns();
+            self.first_ts
+                .map_or(After::Unknown, |t| After::PassEnd(t.wrapping_add(span)))
+        } else {
+            self.fmt
+                .peek_ts(&self.buf[self.pos..self.len])
+                .map_or(After::Unknown, After::Record)
+        };
+        (&self.buf[..self.len], &self.chunk, next)
     }
 
     fn rewind(&mut self) -> bool {
@@ -357,7 +377,7 @@ mod tests {
     fn pass(s: &mut PcapStream, max: usize) -> Packets {
         let mut v = Vec::new();
         loop {
-            let (bytes, chunk) = s.next_chunk(max);
+            let (bytes, chunk, _) = s.next_chunk(max);
             if chunk.is_empty() {
                 return v;
             }

@@ -17,6 +17,7 @@ pub struct PcapWriter<W: Write> {
     w: W,
     nanos: bool,
     packets: u64,
+    clamped: u64,
 }
 
 /// The 24-byte little-endian file header for `h`.
@@ -49,22 +50,26 @@ impl<W: Write> PcapWriter<W> {
             w,
             nanos: header.nanos,
             packets: 0,
+            clamped: 0,
         })
     }
 
     /// Appends one record. The captured length is `data.len()`; `wire_len` is written as
-    /// given (it may be larger for truncated captures). Timestamps past 2106 (the u32
-    /// seconds field) and packets over 4 GiB are refused rather than silently wrapped.
+    /// given (it may be larger for truncated captures). A timestamp past what the format
+    /// holds (second 2^32-1, early 2106: the readers accept pcaps with a fraction over
+    /// one second, pcapng with a coarse `if_tsresol` or a large `if_tsoffset`) is written
+    /// as the last instant the format holds and counted in [`clamped`](Self::clamped),
+    /// so every packet the reader accepted is written. Packets over 4 GiB are refused.
     pub fn write_packet(&mut self, ts_ns: u64, wire_len: u32, data: &[u8]) -> io::Result<()> {
         let caplen = u32::try_from(data.len())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "packet over 4 GiB"))?;
-        let secs = u32::try_from(ts_ns / 1_000_000_000).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("timestamp {ts_ns} ns is past the pcap limit (year 2106)"),
-            )
-        })?;
-        let sub_ns = (ts_ns % 1_000_000_000) as u32;
+        let (secs, sub_ns) = match u32::try_from(ts_ns / 1_000_000_000) {
+            Ok(s) => (s, (ts_ns % 1_000_000_000) as u32),
+            Err(_) => {
+                self.clamped += 1;
+                (u32::MAX, 999_999_999)
+            }
+        };
         // µs files truncate, so a µs file read (µs * 1000) and written back is identical.
         let frac = if self.nanos { sub_ns } else { sub_ns / 1000 };
         let mut h = [0u8; 16];
@@ -91,6 +96,11 @@ impl<W: Write> PcapWriter<W> {
     /// Records written so far.
     pub fn packets(&self) -> u64 {
         self.packets
+    }
+
+    /// Records whose timestamp was past the format's last instant and was written as it.
+    pub fn clamped(&self) -> u64 {
+        self.clamped
     }
 
     /// Flushes and returns the inner writer. Call it: dropping a `BufWriter` hides errors.
@@ -139,9 +149,20 @@ mod tests {
     }
 
     #[test]
-    fn refuses_timestamps_past_2106() {
-        let mut w = PcapWriter::new(Vec::new(), PcapHeader::new(1, true)).unwrap();
-        let e = w.write_packet(u64::MAX, 1, &[0]).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    fn clamps_timestamps_past_2106_and_counts_them() {
+        for nanos in [false, true] {
+            let mut w = PcapWriter::new(Vec::new(), PcapHeader::new(1, nanos)).unwrap();
+            w.write_packet(u64::MAX, 1, &[0]).unwrap();
+            w.write_packet(u64::from(u32::MAX) * 1_000_000_000 + 5, 1, &[0])
+                .unwrap();
+            assert_eq!((w.packets(), w.clamped()), (2, 1));
+            let out = w.finish().unwrap();
+            let frac: u32 = if nanos { 999_999_999 } else { 999_999 };
+            assert_eq!(&out[24..28], &u32::MAX.to_le_bytes());
+            assert_eq!(&out[28..32], &frac.to_le_bytes());
+            // The second record starts after 16 bytes of header and 1 of data.
+            assert_eq!(&out[41..45], &u32::MAX.to_le_bytes());
+            assert_eq!(&out[45..49], &(if nanos { 5u32 } else { 0 }).to_le_bytes());
+        }
     }
 }

@@ -6,6 +6,19 @@ use super::trace::{PcapHeader, Record, Trace};
 use super::TraceError;
 use crate::packet::LinkKind;
 
+/// What follows a chunk, as far as a source knows without reading further.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum After {
+    /// The next record of this pass, stamped so (unshifted).
+    Record(u64),
+    /// The pass ended: a next pass would start with a record stamped so (the first
+    /// record's time plus one span, unshifted otherwise).
+    PassEnd(u64),
+    /// Not known: the next record's header lies past a stream's read buffer, or the
+    /// pass was empty or ended on an error.
+    Unknown,
+}
+
 /// Records handed to the worker a chunk at a time.
 pub trait Source {
     fn link(&self) -> LinkKind;
@@ -14,8 +27,10 @@ pub trait Source {
     /// The largest packet this source can yield (sizes the packet buffers).
     fn max_packet_len(&self) -> usize;
     /// Up to `max` next records of this pass and the bytes their offsets point into,
-    /// valid until the next call. Empty at the end of the pass (or at an error).
-    fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record]);
+    /// valid until the next call. Empty at the end of the pass (or at an error). The
+    /// third value is what follows the chunk, for the run clock's look-ahead
+    /// (docs/time.md).
+    fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record], After);
     /// Starts another pass over the same records. `false` when there cannot be one: the
     /// input changed under us (then [`Source::error`] says so) or cannot be read again.
     fn rewind(&mut self) -> bool;
@@ -57,12 +72,17 @@ impl Source for TraceSource<'_> {
         self.trace.max_packet_len()
     }
     #[inline]
-    fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record]) {
+    fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record], After) {
         let (bytes, recs) = self.trace.raw();
         let end = (self.pos + max).min(recs.len());
         let chunk = &recs[self.pos..end];
         self.pos = end;
-        (bytes, chunk)
+        let after = match (recs.get(end), recs.first()) {
+            (Some(r), _) => After::Record(r.ts_ns),
+            (None, Some(r)) => After::PassEnd(r.ts_ns.wrapping_add(self.span)),
+            (None, None) => After::Unknown,
+        };
+        (bytes, chunk, after)
     }
     fn rewind(&mut self) -> bool {
         self.pos = 0;

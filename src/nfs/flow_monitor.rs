@@ -1,5 +1,5 @@
 //! Flow monitor: per-connection packet and byte counts, first/last seen and the TCP flags
-//! seen, exported as flow records when a flow has been idle for `timeout` (capture time)
+//! seen, exported as flow records when a flow has been idle for `timeout` (run clock)
 //! and at the end of the run. It never drops and never writes packet bytes.
 //!
 //! A record is one connection, both directions (the table is keyed by
@@ -33,8 +33,11 @@ use crate::packet::{Batch, FastMark, Fields, L3Kind};
 /// One connection's counters. Direction 0 is from the canonical key's source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowStats {
+    /// Capture times of the first and last packet (what records report).
     pub first_ns: u64,
     pub last_ns: u64,
+    /// Run-clock time of the last packet: what the idle timeout reads (docs/time.md).
+    pub seen_ns: u64,
     pub packets: [u64; 2],
     pub bytes: [u64; 2],
     /// OR of the TCP flags of every packet (FIN 0x01 … CWR 0x80, NS 0x100).
@@ -371,9 +374,9 @@ impl FlowMonitor {
         let out = &mut self.expired;
         let mut min_last = u64::MAX;
         self.table.retain(|(k, s)| {
-            let keep = now_ns.saturating_sub(s.last_ns) <= t;
+            let keep = now_ns.saturating_sub(s.seen_ns) <= t;
             if keep {
-                min_last = min_last.min(s.last_ns);
+                min_last = min_last.min(s.seen_ns);
             } else {
                 out.push((*k, *s));
             }
@@ -386,7 +389,7 @@ impl FlowMonitor {
 }
 
 impl FlowMonitor {
-    /// At most one sweep per second of capture time; traces may step back in time, so a
+    /// At most one sweep per second of run-clock time; traces may step back in time, so a
     /// jump either way counts. Counted per packet so that both FastPath paths sweep at
     /// the same packet whatever the batches.
     #[inline]
@@ -400,7 +403,8 @@ impl FlowMonitor {
     /// One packet of flow `key` (as seen on the wire, either direction); returns the
     /// FastPath token of its flow (its bucket + 1), or 0 when the table had no room.
     #[inline]
-    fn account(&mut self, key: &FlowKey, flags: u16, now: u64, len: u64) -> u64 {
+    /// `ts`: capture time (for the record); `now`: run-clock time (for the timers).
+    fn account(&mut self, key: &FlowKey, flags: u16, ts: u64, now: u64, len: u64) -> u64 {
         let c = WideKey(key.canonical());
         let dir = (c.0 != *key) as usize;
         let h = self.hasher.hash_one(c);
@@ -412,7 +416,15 @@ impl FlowMonitor {
         {
             Entry::Occupied(mut e) => {
                 let b = e.bucket_index();
-                let old = update(&mut e.get_mut().1, self.timeout_ns, dir, flags, now, len);
+                let old = update(
+                    &mut e.get_mut().1,
+                    self.timeout_ns,
+                    dir,
+                    flags,
+                    ts,
+                    now,
+                    len,
+                );
                 if let Some(old) = old {
                     self.restarted(&c, &old, now);
                 }
@@ -423,11 +435,11 @@ impl FlowMonitor {
                 if self.sweep(now) && self.table.len() < self.capacity {
                     self.min_last_ns = self.min_last_ns.min(now);
                     let hasher = &self.hasher;
-                    let e =
-                        self.table
-                            .insert_unique(h, (c, fresh(dir, flags, now, len)), |(k, _)| {
-                                hasher.hash_one(k)
-                            });
+                    let e = self.table.insert_unique(
+                        h,
+                        (c, fresh(dir, flags, ts, now, len)),
+                        |(k, _)| hasher.hash_one(k),
+                    );
                     e.bucket_index() as u64 + 1
                 } else {
                     self.overflow_packets += 1;
@@ -435,7 +447,9 @@ impl FlowMonitor {
                 }
             }
             Entry::Vacant(e) => {
-                let b = e.insert((c, fresh(dir, flags, now, len))).bucket_index();
+                let b = e
+                    .insert((c, fresh(dir, flags, ts, now, len)))
+                    .bucket_index();
                 self.min_last_ns = self.min_last_ns.min(now);
                 b as u64 + 1
             }
@@ -458,27 +472,30 @@ fn update(
     timeout: u64,
     dir: usize,
     flags: u16,
+    ts: u64,
     now: u64,
     len: u64,
 ) -> Option<FlowStats> {
-    if timeout != 0 && now.saturating_sub(s.last_ns) > timeout {
-        return Some(std::mem::replace(s, fresh(dir, flags, now, len)));
+    if timeout != 0 && now.saturating_sub(s.seen_ns) > timeout {
+        return Some(std::mem::replace(s, fresh(dir, flags, ts, now, len)));
     }
     s.packets[dir] += 1;
     s.bytes[dir] += len;
     s.tcp_flags |= flags;
     // Traces are not always in time order: keep the span.
-    s.first_ns = s.first_ns.min(now);
-    s.last_ns = s.last_ns.max(now);
+    s.first_ns = s.first_ns.min(ts);
+    s.last_ns = s.last_ns.max(ts);
+    s.seen_ns = now;
     None
 }
 
 /// The counters of a flow's first packet.
 #[inline]
-fn fresh(dir: usize, flags: u16, now: u64, len: u64) -> FlowStats {
+fn fresh(dir: usize, flags: u16, ts: u64, now: u64, len: u64) -> FlowStats {
     FlowStats {
-        first_ns: now,
-        last_ns: now,
+        first_ns: ts,
+        last_ns: ts,
+        seen_ns: now,
         packets: [(dir == 0) as u64, (dir == 1) as u64],
         bytes: [len * (dir == 0) as u64, len * (dir == 1) as u64],
         tcp_flags: flags,
@@ -504,7 +521,7 @@ impl Nf for FlowMonitor {
         for p in batch {
             let l = p.layers();
             let (m, d) = p.split_mut();
-            self.tick(m.ts_ns);
+            self.tick(m.now_ns);
             let Some(key) = FlowKey::from_packet(&l, d) else {
                 if l.l3 == L3Kind::Malformed {
                     self.malformed += 1;
@@ -519,7 +536,7 @@ impl Nf for FlowMonitor {
             } else {
                 0
             };
-            let token = self.account(&key, flags, m.ts_ns, m.wire_len as u64);
+            let token = self.account(&key, flags, m.ts_ns, m.now_ns, m.wire_len as u64);
             if m.fast == FastMark::Want {
                 m.fast = FastMark::Token(token);
             }
@@ -542,7 +559,7 @@ impl Nf for FlowMonitor {
     /// counted there without hashing; else (the flow was exported or the table had no
     /// room) it is accounted from its key, exactly as `process` would.
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
-        let (now, len) = (p.ts_ns, p.wire_len as u64);
+        let (ts, now, len) = (p.ts_ns, p.now_ns, p.wire_len as u64);
         self.tick(now);
         let c = WideKey(p.key.canonical());
         let dir = (c.0 != *p.key) as usize;
@@ -551,13 +568,13 @@ impl Nf for FlowMonitor {
             .and_then(|b| self.table.get_bucket_mut(b as usize))
         {
             if *k == c {
-                if let Some(old) = update(s, self.timeout_ns, dir, p.tcp_flags, now, len) {
+                if let Some(old) = update(s, self.timeout_ns, dir, p.tcp_flags, ts, now, len) {
                     self.restarted(&c, &old, now);
                 }
                 return;
             }
         }
-        self.account(p.key, p.tcp_flags, now, len);
+        self.account(p.key, p.tcp_flags, ts, now, len);
     }
 
     fn finish(&mut self) {
@@ -612,6 +629,7 @@ mod tests {
         b[47] = flags;
         let mut p = Packet::from_bytes(&b);
         p.meta_mut().ts_ns = ts;
+        p.meta_mut().now_ns = ts;
         p.meta_mut().wire_len = 100;
         p
     }

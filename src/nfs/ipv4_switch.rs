@@ -21,7 +21,7 @@ impl Ipv4Learning {
             name: "timeout",
             ty: "seconds",
             default: "0 (never)",
-            doc: "idle time after which a learned address is forgotten (capture time)",
+            doc: "idle time after which a learned address is forgotten (run clock: docs/time.md)",
         },
         ParamDoc {
             name: "capacity",
@@ -48,10 +48,10 @@ impl Ipv4Learning {
     /// Learns `src` on the ingress port and sets the egress port for `dst`.
     #[inline(always)]
     pub(crate) fn switch(&mut self, m: &mut Meta, src: u32, dst: u32) {
-        if self.table.learn(src, m.in_port, m.ts_ns) == Learned::Full {
+        if self.table.learn(src, m.in_port, m.now_ns) == Learned::Full {
             self.table_full += 1;
         }
-        m.egress = match self.table.get(&dst, m.ts_ns) {
+        m.egress = match self.table.get(&dst, m.now_ns) {
             Some(port) => port,
             None => {
                 self.floods += 1;

@@ -34,7 +34,7 @@ impl MacSwitch {
             name: "timeout",
             ty: "seconds",
             default: "0 (never)",
-            doc: "idle time after which a learned MAC is forgotten (capture time)",
+            doc: "idle time after which a learned MAC is forgotten (run clock: docs/time.md)",
         },
         ParamDoc {
             name: "capacity",
@@ -86,10 +86,10 @@ impl Nf for MacSwitch {
                 continue;
             }
             let (dst, src) = (mac_key(d, 0), mac_key(d, 6));
-            if self.table.learn(src, m.in_port, m.ts_ns) == Learned::Full {
+            if self.table.learn(src, m.in_port, m.now_ns) == Learned::Full {
                 self.table_full += 1;
             }
-            m.egress = match self.table.get(&dst, m.ts_ns) {
+            m.egress = match self.table.get(&dst, m.now_ns) {
                 Some(port) => port,
                 None => {
                     self.floods += 1;
@@ -132,7 +132,7 @@ mod tests {
         b[12..14].copy_from_slice(&[0x08, 0x00]);
         let mut p = Packet::from_bytes(&b);
         p.meta_mut().in_port = port;
-        p.meta_mut().ts_ns = ts_s * 1_000_000_000;
+        p.meta_mut().now_ns = ts_s * 1_000_000_000;
         p
     }
 

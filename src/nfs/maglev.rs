@@ -272,7 +272,7 @@ impl Maglev {
             name: "timeout",
             ty: "seconds",
             default: "60",
-            doc: "idle time after which a connection is forgotten (capture time; 0 = never)",
+            doc: "idle time after which a connection is forgotten (run clock: docs/time.md; 0 = never)",
         },
         ParamDoc {
             name: "seed",
@@ -513,7 +513,7 @@ impl Maglev {
         for (p, f) in pkts.iter_mut().zip(flows) {
             // Sweeps are counted per packet, in packet order, so FastPath's state
             // function (which ticks too) sweeps at the same packet whatever the batches.
-            self.tick(p.meta().ts_ns);
+            self.tick(p.meta().now_ns);
             if let Some((tag, key)) = f {
                 self.forward(p, tag, &key);
             }
@@ -584,7 +584,7 @@ impl Maglev {
         let l = p.layers();
         let (m, d) = p.split_mut();
         let o3 = l.l3_off as usize;
-        let Some(i) = self.pick(tag, key, m.ts_ns) else {
+        let Some(i) = self.pick(tag, key, m.now_ns) else {
             m.verdict = Verdict::Drop(NO_BACKEND);
             return;
         };
@@ -640,7 +640,7 @@ impl Maglev {
         }
     }
 
-    /// Drops idle connections, at most once per second of capture time (any jump counts:
+    /// Drops idle connections, at most once per second of run-clock time (any jump counts:
     /// traces may step back). Returns whether it ran.
     fn sweep(&mut self, now: u64) -> bool {
         if now.abs_diff(self.last_sweep_ns) < 1_000_000_000 {
@@ -688,7 +688,7 @@ struct Conn {
     key: WideKey,
     /// Stable backend id.
     id: u32,
-    /// Last seen (capture time).
+    /// Last seen (run clock).
     seen: u64,
 }
 
@@ -976,7 +976,7 @@ impl Nf for Maglev {
         };
         let c = &self.conns.slab[slot];
         let t = self.conns.timeout_ns;
-        !(t != 0 && p.ts_ns.saturating_sub(c.seen) > t)
+        !(t != 0 && p.now_ns.saturating_sub(c.seen) > t)
             && self
                 .known
                 .get(c.id as usize)
@@ -994,7 +994,7 @@ impl Nf for Maglev {
     }
 
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
-        self.tick(p.ts_ns);
+        self.tick(p.now_ns);
         if token == FAST_PASS {
             self.passed += 1;
             return;
@@ -1007,7 +1007,7 @@ impl Nf for Maglev {
                 .map(|s| s as usize)
         });
         if let Some(c) = slot.and_then(|s| self.conns.slab.get_mut(s)) {
-            c.seen = c.seen.max(p.ts_ns);
+            c.seen = c.seen.max(p.now_ns);
             if let Some(k) = self.known.get_mut(c.id as usize) {
                 k.packets += 1;
             }

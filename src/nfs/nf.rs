@@ -45,7 +45,10 @@ pub struct FastPacket<'a> {
     pub key: &'a FlowKey,
     /// An IP fragment (first or later): no ports in the key.
     pub fragment: bool,
+    /// Capture time (for records that report it).
     pub ts_ns: u64,
+    /// Run-clock time: what timers read (docs/time.md).
+    pub now_ns: u64,
     pub wire_len: u32,
     /// TCP flags with NS (9 bits) when the packet is TCP with a complete header, else 0.
     pub tcp_flags: u16,

@@ -54,6 +54,10 @@ pub enum FastMark {
 pub struct Meta {
     /// Capture timestamp in nanoseconds since the epoch (shifted per replay loop).
     pub ts_ns: u64,
+    /// The run clock's time for this packet (`crate::flow::RunClock`, docs/time.md):
+    /// what every timer reads. Never earlier than an earlier packet's; `ts_ns` stays
+    /// the capture's own time for output files and records.
+    pub now_ns: u64,
     /// Length on the wire as the capture recorded it (may exceed the bytes held).
     pub wire_len: u32,
     /// Cached flow hash; 0 means not computed yet.
@@ -76,6 +80,7 @@ impl Default for Meta {
     fn default() -> Self {
         Meta {
             ts_ns: 0,
+            now_ns: 0,
             wire_len: 0,
             flow_hash: 0,
             in_port: 0,

@@ -63,6 +63,8 @@ pub struct SinkSummary {
     pub packets: u64,
     pub bytes: u64,
     pub flooded: u64,
+    /// Packets written with a timestamp clamped to the format's last instant (2106).
+    pub clamped_timestamps: u64,
     pub path: Option<String>,
 }
 
@@ -192,10 +194,18 @@ impl Summary {
         }
         for k in &self.sinks {
             s.push_str(&format!(
-                "  sink {:<8} {} packets ({} flooded){}\n",
+                "  sink {:<8} {} packets ({} flooded{}){}\n",
                 k.name,
                 k.packets,
                 k.flooded,
+                if k.clamped_timestamps > 0 {
+                    format!(
+                        ", {} timestamps past 2106 written as 2106-02-07 06:28:15",
+                        k.clamped_timestamps
+                    )
+                } else {
+                    String::new()
+                },
                 k.path
                     .as_ref()
                     .map_or(String::new(), |p| format!(" -> {p}"))

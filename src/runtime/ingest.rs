@@ -11,9 +11,10 @@ const POOL_EXHAUSTED: usize = 1;
 
 impl Walk {
     /// Copies one chunk of records into pool buffers and queues them at the input's
-    /// successor.
+    /// successor, each stamped with the run clock's time (`after`: the capture time of
+    /// the record after the chunk, for the clock's look-ahead; docs/time.md).
     #[inline]
-    pub fn ingest(&mut self, bytes: &[u8], chunk: &[Record]) {
+    pub fn ingest(&mut self, bytes: &[u8], chunk: &[Record], after: Option<u64>) {
         let Walk {
             pool,
             inbox,
@@ -24,13 +25,18 @@ impl Walk {
             link,
             shift,
             first,
+            clock,
             ..
         } = self;
         let (shift, link) = (*shift, *link);
         let max = pool.max_packet();
         let c = &mut counters[0];
         let q = &mut inbox[*first];
-        for r in chunk {
+        for (i, r) in chunk.iter().enumerate() {
+            let next = chunk
+                .get(i + 1)
+                .map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)));
+            let now = clock.tick(r.ts_ns.wrapping_add(shift), next);
             c.packets_in += 1;
             c.bytes_in += r.caplen as u64;
             if r.caplen as usize > max {
@@ -52,6 +58,7 @@ impl Walk {
             p.set_bytes(&bytes[off..off + r.caplen as usize]);
             let m = p.meta_mut();
             m.ts_ns = r.ts_ns.wrapping_add(shift);
+            m.now_ns = now;
             m.wire_len = r.wire_len;
             m.in_port = in_port;
             m.egress = NO_PORT;

@@ -66,6 +66,7 @@ impl SinkState {
             .path
             .as_ref()
             .map_or(String::new(), |p| p.display().to_string());
+        let clamped_timestamps = self.writer.as_ref().map_or(0, |w| w.clamped());
         let finished = self.writer.map(|w| w.finish().map(drop));
         let error = match (self.write_error, finished) {
             (Some(e), _) => Some(format!("{shown}: writing failed: {e}")),
@@ -77,6 +78,7 @@ impl SinkState {
             packets: c.packets_in,
             bytes: c.bytes_in,
             flooded: self.flooded,
+            clamped_timestamps,
             path: self.path.map(|p| p.display().to_string()),
         };
         (s, error)

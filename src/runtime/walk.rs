@@ -6,6 +6,7 @@ use super::chain::{Chain, NodeKind};
 use super::counters::NodeCounters;
 use super::profile_check::Snapshot;
 use super::sink::{to_sink, SinkState};
+use crate::flow::RunClock;
 use crate::nfs::{Context, Nf};
 use crate::optimise::fastpath::FastPath;
 use crate::packet::{Batch, LinkKind, Pool, Verdict, MAX_BATCH};
@@ -35,6 +36,8 @@ pub(super) struct Walk {
     /// Added to timestamps on this replay loop; taken off again when writing, so every
     /// loop's output carries the capture's own times.
     pub shift: u64,
+    /// The time every NF's timers read (docs/time.md), stamped at ingest.
+    pub clock: RunClock,
     /// The input's successor, where ingested packets queue.
     pub first: usize,
 }
@@ -67,6 +70,7 @@ impl Walk {
             check: cfg!(debug_assertions).then(|| Snapshot::new(cap)),
             violation: None,
             shift: 0,
+            clock: RunClock::new(),
             first: chain.nodes[0].next[0],
             chain,
         }

@@ -11,7 +11,7 @@ use super::control::{Command, ControlPort, Scheduled};
 use super::counters::Summary;
 use super::profile_check::Snapshot;
 use super::walk::Walk;
-use crate::io::{Source, Trace, TraceSource};
+use crate::io::{After, Source, Trace, TraceSource};
 use crate::nfs::Nf;
 use crate::optimise::fastpath::FastPath;
 use crate::packet::MAX_BATCH;
@@ -115,6 +115,7 @@ impl Runner {
         let mut schedule = opts.schedule.clone();
         schedule.sort_by_key(|c| c.at);
         let mut next_change = 0;
+        let mut started = false;
         for lp in 0..opts.loops {
             // Each loop after the first shifts time by the first loop's span.
             if lp > 0 && !src.rewind() {
@@ -134,13 +135,25 @@ impl Runner {
                 if let Some(c) = schedule.get(next_change) {
                     want = want.min((c.at - done).max(1) as usize);
                 }
-                let (bytes, chunk) = src.next_chunk(want);
+                let (bytes, chunk, next) = src.next_chunk(want);
                 if chunk.is_empty() {
                     break;
                 }
                 let n = chunk.len() as u64;
                 self.poll_control();
-                self.walk.ingest(bytes, chunk);
+                if !started {
+                    started = true;
+                    self.walk.clock.start(chunk.iter().take(3).map(|r| r.ts_ns));
+                }
+                // The run clock looks one packet ahead, across loops too.
+                let after = match next {
+                    After::Record(t) => Some(t.wrapping_add(self.walk.shift)),
+                    After::PassEnd(t) if lp + 1 < opts.loops => {
+                        Some(t.wrapping_add(self.walk.shift))
+                    }
+                    _ => None,
+                };
+                self.walk.ingest(bytes, chunk, after);
                 match self.fast.as_deref_mut() {
                     Some(f) => f.chunk(&mut self.walk),
                     None => self.walk.drain(None),

@@ -190,8 +190,9 @@ impl Stack {
         self.free.append(&mut self.retired);
     }
 
-    /// Ends idle connections (at most once per quarter timeout of capture time), as many
-    /// as the queue has room for; the rest wait for the next batch.
+    /// Ends idle connections (at most once per quarter timeout of run-clock time), as
+    /// many as the queue has room for; the rest wait for the next call. Called before
+    /// every packet with that packet's clock time (a compare when none is due).
     pub fn sweep(&mut self, now: u64, q: &mut Queue) {
         if self.cfg.timeout_ns == 0 || self.cfg.level == Level::L3 || now < self.next_sweep_ns {
             return;
@@ -281,7 +282,7 @@ impl Stack {
             q.push(ev);
             return;
         }
-        let now = p.meta().ts_ns;
+        let now = p.meta().now_ns;
         let d = p.data();
         // The segment ends where the IP header says (Ethernet padding is not payload).
         let l3 = l.l3_off as usize;

@@ -126,7 +126,7 @@ impl Microbox {
             name: "timeout",
             ty: "seconds",
             default: "120",
-            doc: "idle time (capture time) after which a connection ends; 0 = never",
+            doc: "idle time (run clock: docs/time.md) after which a connection ends; 0 = never",
         },
         ParamDoc {
             name: "midstream",
@@ -314,18 +314,19 @@ impl Nf for Microbox {
 
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
         let n = batch.len();
-        let now = batch.iter().next().map_or(0, |p| p.meta().ts_ns);
         let bn = self.batch_no;
         self.batch_no += 1;
         for u in &mut self.units {
             u.q.start_batch(n);
-            u.stack.sweep(now, &mut u.q);
             for i in 0..n {
                 if !u.q.has_room() {
                     stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, batch, bn, u.first);
                     u.q.clear();
                 }
                 let p = &mut batch.as_mut_slice()[i];
+                // Idle connections end by each packet's run-clock time (a compare when
+                // no sweep is due), so where the runtime cuts batches changes nothing.
+                u.stack.sweep(p.meta().now_ns, &mut u.q);
                 // In the per-nf mode a packet an earlier unit dropped goes no further.
                 if matches!(p.meta().verdict, Verdict::Drop(_)) {
                     continue;

@@ -14,13 +14,18 @@
 //!   are translated both ways, quoted header included (`ICMPRewriter`).
 //! - Each mapping holds its own public port, so a live mapping is never shared or reused;
 //!   freed ports go to the back of a FIFO free list, so a port is reused as late as possible.
-//! - Mappings expire after an idle timeout per protocol, on capture time; TCP mappings
-//!   switch to the short `tcp_linger` once a FIN was seen in both directions or any RST
-//!   (a SYN from inside reopens them). A sweep once per second of capture time frees
-//!   expired mappings; a lookup that finds an expired one treats it as gone at once.
+//! - Mappings expire after an idle timeout per protocol, on the run clock (docs/time.md,
+//!   so capture time stepping back never ages a mapping); TCP mappings switch to the
+//!   short `tcp_linger` once a FIN was seen in both directions or any RST (a SYN from
+//!   inside reopens them). A sweep once per second of clock time frees expired mappings;
+//!   a lookup that finds an expired one treats it as gone at once.
 //! - Non-IPv4 packets (IPv6, ARP, …) pass untouched and are counted: MazuNAT translates
-//!   IPv4 only, and IPv6 needs no address sharing. Later IPv4 fragments carry no ports and
-//!   are dropped (`fragment`), as `IPRewriter` drops them; first fragments are translated.
+//!   IPv4 only, and IPv6 needs no address sharing. Later IPv4 fragments carry no ports:
+//!   inside-to-inside ones pass untouched like every inside-to-inside packet (MazuNAT
+//!   routes those around its rewriter); the others are dropped (`fragment`), as MazuNAT's
+//!   `IPRewriter` kills non-first fragments on its pattern inputs (`tcprewriter.cc`,
+//!   `udprewriter.cc`): without reassembly no port says which mapping they belong to.
+//!   First fragments are translated.
 //!   IPv4 protocols other than TCP, UDP and ICMP are dropped (`unsupported`), as MazuNAT's
 //!   classifiers drop them. There is no hairpinning: an inside packet to a public address
 //!   is translated and sent on like any other.
@@ -739,6 +744,16 @@ impl Nat {
         m.remote == a(&k.src) && (k.proto == ICMP || m.remote_port == k.sport)
     }
 
+    /// A later IPv4 fragment: passes when inside-to-inside, else dropped (module notes).
+    fn later_fragment(&mut self, l: &Layers, d: &[u8]) -> Result<(), u8> {
+        let o3 = l.l3_off as usize;
+        if self.is_inside(be32(d, o3 + 12)) && self.is_inside(be32(d, o3 + 16)) {
+            self.internal += 1;
+            return Ok(());
+        }
+        Err(FRAGMENT)
+    }
+
     /// Translates one IPv4 packet in place, or says why it is dropped.
     #[inline]
     fn translate(&mut self, l: &Layers, d: &mut [u8], now: u64) -> Result<(), u8> {
@@ -1067,7 +1082,7 @@ impl Nat {
         for p in pkts.iter_mut() {
             let l = p.layers();
             let (m, d) = p.split_mut();
-            let now = m.ts_ns;
+            let now = m.now_ns;
             self.tick(now);
             let want = m.fast == FastMark::Want;
             let pre = if want {
@@ -1076,7 +1091,7 @@ impl Nat {
                 FastPre::default()
             };
             let r = match l.l3 {
-                L3Kind::Ipv4 if l.is_later_fragment() => Err(FRAGMENT),
+                L3Kind::Ipv4 if l.is_later_fragment() => self.later_fragment(&l, d),
                 L3Kind::Ipv4 => self.translate(&l, d, now),
                 L3Kind::Malformed => Err(MALFORMED),
                 _ => {
@@ -1137,8 +1152,8 @@ fn fast_pre(l: &Layers, d: &[u8]) -> FastPre {
 }
 
 impl Nat {
-    /// Capture time is the clock: a sweep starts once per second of it (when the last one
-    /// is done) and advances a few mappings per packet, on both paths alike.
+    /// The run clock (docs/time.md) drives it: a sweep starts once per second of it (when
+    /// the last one is done) and advances a few mappings per packet, on both paths alike.
     #[inline]
     fn tick(&mut self, now: u64) {
         if now >= self.next_sweep && self.sweep_cursor == 0 {
@@ -1174,6 +1189,10 @@ impl Nat {
         }
         if l.l3 != L3Kind::Ipv4 {
             return FastMark::Token((FAST_NOT_IPV4 as u64) << 56);
+        }
+        // A later fragment that passed is inside-to-inside (its addresses are in the key).
+        if l.is_later_fragment() {
+            return FastMark::Token((FAST_INTERNAL as u64) << 56);
         }
         let outgoing = self.is_inside(pre.src);
         if outgoing && self.is_inside(pre.dst) {
@@ -1266,9 +1285,9 @@ impl Nf for Nat {
                 // and ports never change: the same serial is the same translation of the
                 // same flow (the entry's key pins the packet), so the flow key need not
                 // be compared again.
-                m.state & LIVE != 0 && p.ts_ns <= m.deadline && m.serial == serial
+                m.state & LIVE != 0 && p.now_ns <= m.deadline && m.serial == serial
             }),
-            FAST_NOMAP => !self.answers(p.key, p.ts_ns),
+            FAST_NOMAP => !self.answers(p.key, p.now_ns),
             _ => true,
         }
     }
@@ -1286,7 +1305,7 @@ impl Nf for Nat {
     }
 
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
-        let now = p.ts_ns;
+        let now = p.now_ns;
         self.tick(now);
         let slot = (token >> 32) as u32 & 0xff_ffff;
         match (token >> 56) as u8 {

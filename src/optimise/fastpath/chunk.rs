@@ -99,7 +99,7 @@ impl FastPath {
         // The probes hold until the first flush or deferral inserts entries.
         let mut probes_hold = true;
         for (i, p) in input.drain().enumerate() {
-            let now = p.meta().ts_ns;
+            let now = p.meta().now_ns;
             if keyed & 1 << i == 0 {
                 self.stats.misses += 1;
                 h.misses().push(p);
@@ -194,13 +194,14 @@ impl FastPath {
         if p.len() < e.min_len as usize || e.matches_eth() && !actions.eth_matches(p.data()) {
             return Some(p);
         }
-        let now = p.meta().ts_ns;
+        let now = p.meta().now_ns;
         if e.calls() {
             let m = p.meta();
             let mut fp = FastPacket {
                 key: &keys.keys[0],
                 fragment: key.layer_flags() & Layers::FRAGMENT != 0,
                 ts_ns: m.ts_ns,
+                now_ns: now,
                 wire_len: m.wire_len,
                 tcp_flags: key.tcp_flags(p.data()),
             };

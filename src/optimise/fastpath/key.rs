@@ -81,6 +81,9 @@ impl FpKey {
             _ => return None,
         };
         let t = l.l4_off as usize;
+        if Self::cut_short(&l, d) {
+            return None;
+        }
         let (mut sport, mut dport, mut variant) = (0u64, 0u64, 0u64);
         if l.has_l4() {
             let r = |i: usize| u64::from(u16::from_be_bytes([d[t + i], d[t + i + 1]]));
@@ -106,6 +109,26 @@ impl FpKey {
                 | (m.link as u64) << 56,
             place: m.in_port as u64 | variant << 16 | (l.l3_off as u64) << 32 | l4_off << 48,
         })
+    }
+
+    /// A transport header the capture cut short (header-only snaplens: 38-byte frames,
+    /// tagged TCP at 54 bytes): the NFs still read whatever ports, flags or ICMP fields
+    /// are there, but the key could not hold the same fields, so one verdict would be
+    /// applied to packets the NFs tell apart. Such packets are never consolidated (they
+    /// take the whole chain); later fragments, which carry no transport header at all,
+    /// are keyed as the NFs see them (no ports).
+    #[inline]
+    fn cut_short(l: &Layers, d: &[u8]) -> bool {
+        if l.is_later_fragment() {
+            return false;
+        }
+        let t = l.l4_off as usize;
+        match l.l4_proto {
+            6 | 17 | 132 => !l.has_l4(),
+            // The key holds an echo's identifier, which needs 8 bytes.
+            1 | 58 => !l.has_l4() || matches!(d[t], 0 | 8 | 128 | 129) && d.len() < t + 8,
+            _ => false,
+        }
     }
 
     /// A distinct key per `n`, for the table's tests.

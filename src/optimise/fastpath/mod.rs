@@ -31,7 +31,7 @@ use crate::packet::{Batch, Fields};
 pub struct FastConfig {
     /// Most consolidated entries.
     pub entries: usize,
-    /// Idle time (capture time) after which an entry is dropped; 0 = never.
+    /// Idle time (run clock: docs/time.md) after which an entry is dropped; 0 = never.
     pub timeout_ns: u64,
     /// Which packet of a flow is recorded (1 = the first, as the FastPath report does).
     /// The ones before run the chain unrecorded behind a small entry that counts them,

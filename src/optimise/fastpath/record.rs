@@ -88,7 +88,7 @@ impl Recorder {
         // Only what a recording reads before it writes it (the entry is large).
         let e = &mut r.entry;
         e.key = key;
-        e.last_ns = p.meta().ts_ns;
+        e.last_ns = p.meta().now_ns;
         e.len = 0;
         r.keys.n = 0;
         e.sink = None;
