@@ -8,6 +8,7 @@ mod gen;
 mod nfs;
 mod progress;
 mod run;
+mod signals;
 
 use clap::{Parser, Subcommand};
 

@@ -3,12 +3,15 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use catena::io::Trace;
-use catena::runtime::{control, Chain, ChainConfig, RunOptions, Runner};
+use catena::io::{Rate, Trace};
+use catena::runtime::{control, ports, Chain, ChainConfig, Live, RunOptions, Runner};
 
 use super::progress::Bar;
+use super::signals;
 
-/// Run a chain over a pcap/pcapng trace and print what each NF did.
+/// Run a chain over a pcap/pcapng trace and print what each NF did. A chain with
+/// `[[port]]` tables runs on them instead: live (AF_PACKET) until SIGINT/SIGTERM, then
+/// it drains, flushes and prints the summary; replayed pcap ports end it when done.
 #[derive(clap::Args)]
 pub struct Args {
     /// Chain file (TOML); see examples/ and `catena nfs`.
@@ -42,6 +45,9 @@ pub struct Args {
     /// Override the chain's number of virtual ingress ports.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     ports: Option<u16>,
+    /// Pace of replayed `kind = "pcap"` ports: `10000pps`, `100Mbps`, `1Gbps` or `top`.
+    #[arg(long)]
+    rate: Option<String>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -58,6 +64,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     if a.no_fastpath {
         chain.fastpath = None;
+    }
+    if !chain.port_specs.is_empty() {
+        return run_ports(a, chain);
+    }
+    if a.rate.is_some() {
+        anyhow::bail!("--rate paces `kind = \"pcap\"` ports; this chain has no [[port]] tables");
     }
     let input = a
         .input
@@ -103,6 +115,62 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         print!("{}", s.render());
     }
     // The good packets were processed and written; the bad record still fails the run.
+    if let Some(e) = &s.input_error {
+        eprintln!("error: {e}");
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// A chain with `[[port]]` tables: packets come from and leave by its ports.
+fn run_ports(a: Args, chain: Chain) -> anyhow::Result<i32> {
+    let file = a.config.display().to_string();
+    if a.input.is_some() || a.loops > 1 || !a.change.is_empty() || a.ports.is_some() {
+        anyhow::bail!(
+            "{file}: the chain takes packets from its [[port]] tables; --input, --loops, --change and --ports do not apply (replay a file with a `kind = \"pcap\"` port)"
+        );
+    }
+    let rate = a
+        .rate
+        .as_deref()
+        .map(str::parse::<Rate>)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--rate {e}"))?;
+    let specs = chain.port_specs.clone();
+    let live = specs.iter().any(|s| s.is_live());
+    let ports = ports::open(&specs, rate).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let max = ports.iter().map(|p| p.max_frame()).max().unwrap_or(0);
+    let mut opts = RunOptions::default();
+    if let Some(o) = a.output {
+        opts.outputs.push(("out".into(), o));
+    }
+    let mut runner = Runner::new(chain, max.max(64));
+    let _server = match &a.control {
+        Some(path) => {
+            let (server, port) = control::serve(path)
+                .map_err(|e| anyhow::anyhow!("{}: cannot listen: {e}", path.display()))?;
+            runner.attach_control(port);
+            Some(server)
+        }
+        None => None,
+    };
+    signals::install_service_handlers();
+    if live && !a.json {
+        eprintln!("catena: running on {} port(s); Ctrl-C or SIGTERM stops", specs.len());
+    }
+    let s = runner.run_live(
+        ports,
+        &opts,
+        Live {
+            stop: &signals::STOP,
+            on_tick: None,
+        },
+    )?;
+    if a.json {
+        println!("{}", serde_json::to_string(&s)?);
+    } else {
+        print!("{}", s.render());
+    }
     if let Some(e) = &s.input_error {
         eprintln!("error: {e}");
         return Ok(1);

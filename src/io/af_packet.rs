@@ -118,6 +118,20 @@ pub fn ifindex(iface: &str) -> io::Result<i32> {
     Ok(i as i32)
 }
 
+/// Checks, without taking any packet, that `iface` exists and that this process may
+/// open AF_PACKET sockets.
+pub fn probe(iface: &str) -> io::Result<()> {
+    ifindex(iface)?;
+    // SAFETY: opening and closing a socket.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(os_err("cannot open an AF_PACKET socket", iface));
+    }
+    // SAFETY: a fresh descriptor, closed once.
+    drop(unsafe { OwnedFd::from_raw_fd(raw) });
+    Ok(())
+}
+
 impl AfPacket {
     pub fn open(cfg: &AfPacketConfig) -> io::Result<AfPacket> {
         let iface = cfg.iface.as_str();

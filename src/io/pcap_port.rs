@@ -66,12 +66,16 @@ pub struct PcapPort {
 }
 
 impl PcapPort {
-    /// Replays `read` (if given) at `rate`; writes what is sent to `write` (if given).
-    pub fn open(read: Option<&Path>, write: Option<&Path>, rate: Rate) -> anyhow::Result<PcapPort> {
+    /// Replays `read` (if given) at `rate`; writes what is sent to `write` (if given),
+    /// with `read`'s file header or else `header`.
+    pub fn open(
+        read: Option<&Path>,
+        write: Option<&Path>,
+        rate: Rate,
+        header: PcapHeader,
+    ) -> anyhow::Result<PcapPort> {
         let trace = read.map(Trace::open).transpose()?;
-        let header = trace
-            .as_ref()
-            .map_or(PcapHeader::new(1, true), |t| t.header());
+        let header = trace.as_ref().map_or(header, |t| t.header());
         let writer = write
             .map(|p| {
                 PcapWriter::create(p, header)
@@ -89,13 +93,6 @@ impl PcapPort {
             write_error: None,
             c: PortCounters::default(),
         })
-    }
-
-    /// The replayed trace's error that ended it early, if any.
-    pub fn input_error(&self) -> Option<String> {
-        self.trace
-            .as_ref()
-            .and_then(|t| t.error().map(|e| e.to_string()))
     }
 
     /// Packets the pace allows by now (all, at top speed).
@@ -216,6 +213,20 @@ impl Port for PcapPort {
         Ok(())
     }
 
+    fn input_error(&self) -> Option<String> {
+        self.trace
+            .as_ref()
+            .and_then(|t| t.error().map(|e| e.to_string()))
+    }
+
+    fn header(&self) -> Option<PcapHeader> {
+        self.trace.as_ref().map(|t| t.header())
+    }
+
+    fn max_frame(&self) -> usize {
+        self.trace.as_ref().map_or(0, |t| t.max_packet_len())
+    }
+
     fn receives(&self) -> bool {
         self.trace.is_some()
     }
@@ -246,7 +257,7 @@ mod tests {
         let p = dir.path().join("t.pcap");
         t.write_pcap(&p).unwrap();
         // 20 packets at 200 pps: about 95 ms; at top speed all at once.
-        let mut port = PcapPort::open(Some(&p), None, Rate::PacketsPerSec(200.0)).unwrap();
+        let mut port = PcapPort::open(Some(&p), None, Rate::PacketsPerSec(200.0), h).unwrap();
         let mut pool = Pool::new(64, 60);
         let mut b = Batch::with_capacity(64);
         let start = Instant::now();
@@ -261,7 +272,7 @@ mod tests {
         assert_eq!(n, 20);
         let ms = start.elapsed().as_millis();
         assert!(ms >= 90, "paced replay took {ms} ms");
-        let mut port = PcapPort::open(Some(&p), None, Rate::Top).unwrap();
+        let mut port = PcapPort::open(Some(&p), None, Rate::Top, h).unwrap();
         assert_eq!(port.recv(&mut pool, &mut b, 32), Recv::Got(20));
         assert_eq!(port.recv(&mut pool, &mut b, 32), Recv::Ended);
     }

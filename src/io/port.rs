@@ -5,6 +5,7 @@ use std::os::fd::RawFd;
 
 use serde::Serialize;
 
+use super::PcapHeader;
 use crate::packet::{Batch, Pool};
 
 /// What a port counted. Kernel drops are read from the kernel (`PACKET_STATISTICS`).
@@ -59,6 +60,18 @@ pub trait Port: Send {
     fn finish(&mut self) -> std::io::Result<()> {
         self.flush();
         Ok(())
+    }
+    /// An input error that ended a replayed file early (the packets before it were taken).
+    fn input_error(&self) -> Option<String> {
+        None
+    }
+    /// The file header of a replayed capture (outputs then look like the input).
+    fn header(&self) -> Option<PcapHeader> {
+        None
+    }
+    /// Largest frame this port may hand over (sizes the pool's buffers).
+    fn max_frame(&self) -> usize {
+        9216
     }
     /// The port receives packets (a write-only pcap port does not).
     fn receives(&self) -> bool {

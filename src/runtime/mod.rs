@@ -4,10 +4,11 @@ mod chain;
 mod config;
 pub mod control;
 mod counters;
+pub mod ports;
 mod profile_check;
 mod worker;
 
 pub use chain::{Chain, Node, NodeKind, INPUT};
 pub use config::{ChainConfig, ConfigError};
 pub use counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
-pub use worker::{NoProgress, Progress, RunOptions, Runner};
+pub use worker::{Live, NoProgress, Progress, RunOptions, Runner};

@@ -11,13 +11,16 @@ use super::chain::{Chain, NodeKind, INPUT_DROPS};
 use super::control::{Command, ControlPort, Scheduled};
 use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
 use super::profile_check::Snapshot;
-use crate::io::{PcapWriter, Trace};
+use crate::io::{PcapHeader, PcapWriter, Port, Trace};
 use crate::nfs::{Context, FastPacket, Nf};
 use crate::optimise::fastpath::{FastPath, Found, FpKey, Probe, Recorder, Step};
 use crate::packet::{
     Batch, FastMark, Layers, LinkKind, Packet, Pool, Verdict, FLOOD, MAX_BATCH, NOT_RECORDED,
     NO_PORT,
 };
+
+mod live;
+pub use live::Live;
 
 const OVERSIZE: usize = 0;
 
@@ -78,6 +81,8 @@ pub struct Runner {
     fast: Option<Box<FastPath>>,
     /// Where FastPath holds a chunk while it sorts it into hits and misses.
     fast_in: Batch,
+    /// Live ports, by port number: packets reaching a sink leave by their egress port.
+    live: Vec<Box<dyn Port>>,
 }
 
 impl Runner {
@@ -119,6 +124,7 @@ impl Runner {
         Runner {
             fast,
             fast_in: Batch::with_capacity(cap),
+            live: Vec::new(),
             rng: chain.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
             cx: Context { ports: chain.ports },
             chain,
@@ -149,7 +155,7 @@ impl Runner {
     }
 
     /// Opens the sinks' output files. Errors name the file.
-    fn open_sinks(&mut self, trace: &Trace, opts: &RunOptions) -> anyhow::Result<()> {
+    fn open_sinks(&mut self, header: PcapHeader, opts: &RunOptions) -> anyhow::Result<()> {
         self.sinks = Vec::with_capacity(self.chain.nodes.len());
         for node in &self.chain.nodes {
             let NodeKind::Sink { path } = &node.kind else {
@@ -164,7 +170,7 @@ impl Runner {
                 .or_else(|| path.clone());
             let writer =
                 match &path {
-                    Some(p) => Some(PcapWriter::create(p, trace.header()).map_err(|e| {
+                    Some(p) => Some(PcapWriter::create(p, header).map_err(|e| {
                         anyhow::anyhow!("{}: cannot create output: {e}", p.display())
                     })?),
                     None => None,
@@ -186,7 +192,7 @@ impl Runner {
         opts: &RunOptions,
         progress: &mut dyn Progress,
     ) -> anyhow::Result<Summary> {
-        self.open_sinks(trace, opts)?;
+        self.open_sinks(trace.header(), opts)?;
         self.link = trace.link();
         let (bytes, recs) = trace.raw();
         let total = recs.len() as u64 * opts.loops;
@@ -246,7 +252,7 @@ impl Runner {
             }
         }
         progress.finish();
-        self.summary(trace, opts, seconds)
+        self.summary(trace.error().map(|e| e.to_string()), opts, seconds)
     }
 
     /// Takes commands from a control socket to be applied between batches.
@@ -389,6 +395,7 @@ impl Runner {
             check,
             violation,
             shift,
+            live,
             ..
         } = self;
         for &n in &chain.order {
@@ -479,7 +486,7 @@ impl Runner {
                         }
                     }
                     for p in spare.drain() {
-                        to_sink(s, c, tx, *shift, &p);
+                        to_sink(s, c, tx, live, *shift, &p);
                         pool.free(p);
                     }
                 }
@@ -663,6 +670,7 @@ impl Runner {
             sinks,
             tx,
             shift,
+            live,
             ..
         } = self;
         let (e, actions, keys) = f.table.entry_parts(w);
@@ -713,7 +721,7 @@ impl Runner {
             if let Some(c) = counters.get_mut(k) {
                 c.packets_in += 1;
                 if let Some(Some(s)) = sinks.get_mut(k) {
-                    to_sink(s, c, tx, *shift, &p);
+                    to_sink(s, c, tx, live, *shift, &p);
                 }
             }
         }
@@ -728,7 +736,7 @@ impl Runner {
 
     fn summary(
         &mut self,
-        trace: &Trace,
+        input_error: Option<String>,
         opts: &RunOptions,
         seconds: f64,
     ) -> anyhow::Result<Summary> {
@@ -842,10 +850,12 @@ impl Runner {
                     port: p,
                     rx: self.rx[p as usize],
                     tx: self.tx[p as usize],
+                    name: self.live.get(p as usize).map(|l| l.describe()),
+                    live: self.live.get(p as usize).map(|l| l.counters()),
                 })
                 .collect(),
             sinks,
-            input_error: trace.error().map(|e| e.to_string()),
+            input_error,
             fastpath: self.fast.as_ref().map(|f| f.stats),
         })
     }
@@ -853,7 +863,14 @@ impl Runner {
 
 /// Counts and writes one packet at a sink.
 #[inline]
-fn to_sink(s: &mut SinkState, c: &mut NodeCounters, tx: &mut [u64], shift: u64, p: &Packet) {
+fn to_sink(
+    s: &mut SinkState,
+    c: &mut NodeCounters,
+    tx: &mut [u64],
+    live: &mut [Box<dyn Port>],
+    shift: u64,
+    p: &Packet,
+) {
     let m = p.meta();
     c.bytes_in += p.len() as u64;
     match m.egress {
@@ -862,11 +879,19 @@ fn to_sink(s: &mut SinkState, c: &mut NodeCounters, tx: &mut [u64], shift: u64, 
             for (port, t) in tx.iter_mut().enumerate() {
                 *t += (port != m.in_port as usize) as u64;
             }
+            for (port, l) in live.iter_mut().enumerate() {
+                if port != m.in_port as usize {
+                    l.send(p.data(), m.ts_ns.wrapping_sub(shift), m.wire_len);
+                }
+            }
         }
         NO_PORT => {}
         e => {
             if let Some(t) = tx.get_mut(e as usize) {
                 *t += 1;
+            }
+            if let Some(l) = live.get_mut(e as usize) {
+                l.send(p.data(), m.ts_ns.wrapping_sub(shift), m.wire_len);
             }
         }
     }

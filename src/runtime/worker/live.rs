@@ -1,0 +1,195 @@
+//! Live input: the worker pulls batches from ports (AF_PACKET, paced pcap replays) rather
+//! than from a trace, and what reaches a sink leaves by its egress port (the sink's
+//! `to_sink` queues it; one flush per port per batch sends it). It runs until `stop` is
+//! set (SIGINT/SIGTERM) or every receiving port has ended (a replayed file), then
+//! flushes, closes the ports and returns the summary.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{RunOptions, Runner, OVERSIZE};
+use crate::io::{PcapHeader, Port, Recv};
+use crate::packet::{FastMark, MAX_BATCH, NOT_RECORDED, NO_PORT};
+use crate::runtime::counters::Summary;
+
+/// Longest wait for packets before the stop flag and control commands are looked at again.
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+/// How often kernel counters (drops) are read.
+const REFRESH: Duration = Duration::from_millis(500);
+
+/// What a live run watches besides its ports.
+pub struct Live<'a> {
+    /// Set by a signal handler: finish the batch in hand and end.
+    pub stop: &'a AtomicBool,
+    /// Called between batches about every `REFRESH` with the counters so far (the HTTP
+    /// API's live `/stats`); None to skip.
+    pub on_tick: Option<&'a mut dyn FnMut(&mut Runner)>,
+}
+
+impl Runner {
+    /// Runs the chain on live ports (port `i` is virtual port `i`) until stopped or every
+    /// receiving port has ended. `opts.outputs` still sets sink files; loops and
+    /// schedules do not apply to live input.
+    pub fn run_live(
+        &mut self,
+        ports: Vec<Box<dyn Port>>,
+        opts: &RunOptions,
+        mut live: Live<'_>,
+    ) -> anyhow::Result<Summary> {
+        anyhow::ensure!(
+            ports.len() == self.chain.ports as usize,
+            "internal error: {} ports for a chain of {}",
+            ports.len(),
+            self.chain.ports
+        );
+        // Sinks' files look like the first replayed capture, else like `tcpdump -w`'s.
+        let header = ports
+            .iter()
+            .find_map(|p| p.header())
+            .unwrap_or(PcapHeader::new(1, false));
+        self.open_sinks(header, opts)?;
+        self.live = ports;
+        let start = Instant::now();
+        let mut next_refresh = start + REFRESH;
+        let mut rr = 0usize;
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.live.len());
+        loop {
+            if live.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            self.poll_control();
+            let (got, ended) = self.ingest_ports(rr);
+            rr = rr.wrapping_add(1);
+            if got > 0 {
+                if self.fast.is_some() {
+                    self.fast_chunk();
+                } else {
+                    self.drain(None);
+                }
+                for p in &mut self.live {
+                    p.flush();
+                }
+                if let Some(v) = self.violation.take() {
+                    anyhow::bail!("{v}");
+                }
+            } else if ended {
+                break;
+            } else {
+                self.wait(&mut fds);
+            }
+            let now = Instant::now();
+            if now >= next_refresh {
+                next_refresh = now + REFRESH;
+                for p in &mut self.live {
+                    p.refresh();
+                }
+                if let Some(f) = live.on_tick.as_mut() {
+                    f(self);
+                }
+            }
+        }
+        for p in &mut self.live {
+            p.flush();
+            p.refresh();
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        self.settle_counts();
+        for n in &mut self.chain.nodes {
+            if let super::NodeKind::Nf { nf, .. } = &mut n.kind {
+                nf.finish();
+            }
+        }
+        let mut errors = Vec::new();
+        let mut input_error = None;
+        for p in &mut self.live {
+            if let Err(e) = p.finish() {
+                errors.push(e.to_string());
+            }
+            input_error = input_error.or_else(|| p.input_error());
+        }
+        let mut s = self.summary(input_error, opts, seconds)?;
+        s.input = self
+            .live
+            .iter()
+            .map(|p| p.describe())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if let Some(e) = errors.into_iter().next() {
+            anyhow::bail!("{e}");
+        }
+        Ok(s)
+    }
+
+    /// One batch at most from the ports, taken in turn from a rotating first port so
+    /// none starves. Returns the packets taken and whether every receiving port ended.
+    fn ingest_ports(&mut self, rr: usize) -> (usize, bool) {
+        let first = self.chain.nodes[0].next[0];
+        let n = self.live.len();
+        let mut got = 0;
+        let mut ended = true;
+        for k in 0..n {
+            let i = (rr + k) % n;
+            let port = &mut self.live[i];
+            if !port.receives() {
+                continue;
+            }
+            let room = MAX_BATCH - got;
+            if room == 0 {
+                ended = false;
+                break;
+            }
+            let before = self.inbox[first].len();
+            let oversize0 = port.counters().rx_oversize;
+            let r = port.recv(&mut self.pool, &mut self.inbox[first], room);
+            let oversize = port.counters().rx_oversize - oversize0;
+            let k = match r {
+                Recv::Ended => 0,
+                Recv::Got(k) => {
+                    ended = false;
+                    k
+                }
+            };
+            let c = &mut self.counters[0];
+            c.packets_in += (k as u64) + oversize;
+            c.drops[OVERSIZE] += oversize;
+            c.out[0] += k as u64;
+            self.rx[i] += k as u64;
+            for p in &mut self.inbox[first].as_mut_slice()[before..] {
+                c.bytes_in += p.len() as u64;
+                let m = p.meta_mut();
+                m.in_port = i as u16;
+                m.egress = NO_PORT;
+                m.fast = FastMark::Off;
+                m.fast_rec = NOT_RECORDED;
+            }
+            got += k;
+        }
+        (got, ended)
+    }
+
+    /// Waits for a live port to have packets, a paced replay's next packet, or
+    /// `IDLE_WAIT`, whichever is first: one `poll` per idle round, none while busy.
+    fn wait(&mut self, fds: &mut Vec<libc::pollfd>) {
+        fds.clear();
+        let mut timeout = IDLE_WAIT.as_nanos() as u64;
+        for p in &self.live {
+            if let Some(fd) = p.fd() {
+                fds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            if let Some(ns) = p.next_in_ns() {
+                timeout = timeout.min(ns);
+            }
+        }
+        if timeout == 0 {
+            return;
+        }
+        let ms = timeout.div_ceil(1_000_000) as i32;
+        // SAFETY: `fds` holds `fds.len()` initialised pollfd entries. EINTR (a signal)
+        // just ends the wait early.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    }
+}
