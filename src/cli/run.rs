@@ -155,7 +155,7 @@ fn run_ports(a: Args, chain: Chain) -> anyhow::Result<i32> {
         None => None,
     };
     signals::install_service_handlers();
-    if live && !a.json {
+    if live {
         eprintln!("catena: running on {} port(s); Ctrl-C or SIGTERM stops", specs.len());
     }
     let s = runner.run_live(
