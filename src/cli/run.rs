@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use catena::io::{Rate, Trace};
-use catena::runtime::{control, ports, Chain, ChainConfig, Live, RunOptions, Runner};
+use catena::runtime::{api, control, ports, Chain, ChainConfig, Live, RunOptions, Runner};
 
 use super::progress::Bar;
 use super::signals;
@@ -45,6 +45,10 @@ pub struct Args {
     /// Override the chain's number of virtual ingress ports.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     ports: Option<u16>,
+    /// Serve the HTTP API on this loopback address (chains with [[port]] tables): GET
+    /// /stats, GET /metrics, POST /nf/NAME with a command as the body.
+    #[arg(long, value_name = "ADDR:PORT")]
+    api: Option<String>,
     /// Pace of replayed `kind = "pcap"` ports: `10000pps`, `100Mbps`, `1Gbps` or `top`.
     #[arg(long)]
     rate: Option<String>,
@@ -67,6 +71,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     if !chain.port_specs.is_empty() {
         return run_ports(a, chain);
+    }
+    if a.api.is_some() {
+        anyhow::bail!("--api serves chains with [[port]] tables; this one replays a trace");
     }
     if a.rate.is_some() {
         anyhow::bail!("--rate paces `kind = \"pcap\"` ports; this chain has no [[port]] tables");
@@ -154,6 +161,24 @@ fn run_ports(a: Args, chain: Chain) -> anyhow::Result<i32> {
         }
         None => None,
     };
+    let shared = api::Shared::default();
+    let _api = match &a.api {
+        Some(addr) => {
+            let sa: std::net::SocketAddr = addr
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--api `{addr}`: write it as 127.0.0.1:9100"))?;
+            if !sa.ip().is_loopback() {
+                anyhow::bail!("--api `{addr}`: the API has no authentication; bind it to a loopback address such as 127.0.0.1:9100");
+            }
+            let (tx, port) = control::channel_pair();
+            runner.attach_control(port);
+            let srv = api::serve(addr, tx, shared.clone())
+                .map_err(|e| anyhow::anyhow!("--api: {e}"))?;
+            eprintln!("catena: API on http://{}", srv.addr);
+            Some(srv)
+        }
+        None => None,
+    };
     signals::install_service_handlers();
     if live {
         eprintln!("catena: running on {} port(s); Ctrl-C or SIGTERM stops", specs.len());
@@ -163,7 +188,7 @@ fn run_ports(a: Args, chain: Chain) -> anyhow::Result<i32> {
         &opts,
         Live {
             stop: &signals::STOP,
-            on_tick: None,
+            publish: a.api.is_some().then(|| shared.clone()),
         },
     )?;
     if a.json {

@@ -1,5 +1,6 @@
 //! Executes a chain: the config, the graph built from it, and the run-to-completion worker.
 
+pub mod api;
 mod chain;
 mod config;
 pub mod control;

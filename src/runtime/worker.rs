@@ -73,7 +73,8 @@ pub struct Runner {
     link: LinkKind,
     check: Option<Snapshot>,
     violation: Option<String>,
-    control: Option<ControlPort>,
+    /// Where live changes come from (the Unix socket, the HTTP API).
+    control: Vec<ControlPort>,
     /// Added to timestamps on this replay loop; taken off again when writing, so every
     /// loop's output carries the capture's own times.
     shift: u64,
@@ -134,7 +135,7 @@ impl Runner {
             link: LinkKind::Ethernet,
             check: cfg!(debug_assertions).then(|| Snapshot::new(cap)),
             violation: None,
-            control: None,
+            control: Vec::new(),
             shift: 0,
             counters,
             sinks: Vec::new(),
@@ -255,9 +256,10 @@ impl Runner {
         self.summary(trace.error().map(|e| e.to_string()), opts, seconds)
     }
 
-    /// Takes commands from a control socket to be applied between batches.
+    /// Takes commands from a control socket to be applied between batches (several
+    /// sources may be attached).
     pub fn attach_control(&mut self, port: ControlPort) {
-        self.control = Some(port);
+        self.control.push(port);
     }
 
     /// Applies `cmd` to the NF named `nf` now (between batches).
@@ -324,8 +326,10 @@ impl Runner {
     /// Drains pending control commands; when none are pending this is one atomic load.
     #[inline]
     fn poll_control(&mut self) {
-        let Some(port) = &self.control else { return };
-        let pending: Vec<Command> = port.rx.try_iter().collect();
+        if self.control.is_empty() {
+            return;
+        }
+        let pending: Vec<Command> = self.control.iter().flat_map(|p| p.rx.try_iter()).collect();
         for c in pending {
             let r = self.apply(&c.nf, &c.cmd);
             if let Some(reply) = c.reply {
@@ -734,12 +738,38 @@ impl Runner {
         None
     }
 
+    /// Closes the sinks' files (errors name the file), then the summary.
     fn summary(
         &mut self,
         input_error: Option<String>,
         opts: &RunOptions,
         seconds: f64,
     ) -> anyhow::Result<Summary> {
+        for s in self.sinks.iter_mut().flatten() {
+            let name = s
+                .path
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string());
+            if let Some(w) = s.writer.take() {
+                w.finish()
+                    .map_err(|e| anyhow::anyhow!("{name}: writing failed: {e}"))?;
+            }
+            if let Some(e) = &s.write_error {
+                anyhow::bail!("{name}: writing failed: {e}");
+            }
+        }
+        self.snapshot(input_error, opts.loops, seconds)
+    }
+
+    /// The counters so far as a summary, checking conservation (between batches, when
+    /// every buffer is back in the pool). Sinks' files stay open.
+    pub(crate) fn snapshot(
+        &mut self,
+        input_error: Option<String>,
+        loops: u64,
+        seconds: f64,
+    ) -> anyhow::Result<Summary> {
+        self.settle_counts();
         let nodes = &self.chain.nodes;
         let mut nfs = Vec::new();
         let mut sinks = Vec::new();
@@ -784,35 +814,17 @@ impl Runner {
                     })
                 }
                 NodeKind::Sink { .. } => {
-                    let Some(s) = self.sinks[i].take() else {
+                    let Some(s) = self.sinks[i].as_ref() else {
                         continue;
                     };
                     out += c.packets_in;
                     bytes_out += c.bytes_in;
-                    if let Some(w) = s.writer {
-                        w.finish().map_err(|e| {
-                            anyhow::anyhow!(
-                                "{}: writing failed: {e}",
-                                s.path
-                                    .as_ref()
-                                    .map_or(String::new(), |p| p.display().to_string())
-                            )
-                        })?;
-                    }
-                    if let Some(e) = s.write_error {
-                        anyhow::bail!(
-                            "{}: writing failed: {e}",
-                            s.path
-                                .as_ref()
-                                .map_or(String::new(), |p| p.display().to_string())
-                        );
-                    }
                     sinks.push(SinkSummary {
                         name: node.name.clone(),
                         packets: c.packets_in,
                         bytes: c.bytes_in,
                         flooded: s.flooded,
-                        path: s.path.map(|p| p.display().to_string()),
+                        path: s.path.as_ref().map(|p| p.display().to_string()),
                     });
                 }
             }
@@ -829,7 +841,7 @@ impl Runner {
         Ok(Summary {
             chain: self.chain.name.clone(),
             input: String::new(),
-            loops: opts.loops,
+            loops,
             packets_in: input.packets_in,
             packets_out: out,
             packets_dropped: dropped,

@@ -10,20 +10,21 @@ use std::time::{Duration, Instant};
 use super::{RunOptions, Runner, OVERSIZE};
 use crate::io::{PcapHeader, Port, Recv};
 use crate::packet::{FastMark, MAX_BATCH, NOT_RECORDED, NO_PORT};
+use crate::runtime::api::{BatchHist, Shared};
 use crate::runtime::counters::Summary;
 
 /// Longest wait for packets before the stop flag and control commands are looked at again.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
 /// How often kernel counters (drops) are read.
-const REFRESH: Duration = Duration::from_millis(500);
+const REFRESH: Duration = Duration::from_millis(250);
 
 /// What a live run watches besides its ports.
 pub struct Live<'a> {
     /// Set by a signal handler: finish the batch in hand and end.
     pub stop: &'a AtomicBool,
-    /// Called between batches about every `REFRESH` with the counters so far (the HTTP
-    /// API's live `/stats`); None to skip.
-    pub on_tick: Option<&'a mut dyn FnMut(&mut Runner)>,
+    /// Where the counters so far are published about every `REFRESH`, between batches
+    /// (the HTTP API's live `/stats` and `/metrics`); None to skip.
+    pub publish: Option<Shared>,
 }
 
 impl Runner {
@@ -34,7 +35,7 @@ impl Runner {
         &mut self,
         ports: Vec<Box<dyn Port>>,
         opts: &RunOptions,
-        mut live: Live<'_>,
+        live: Live<'_>,
     ) -> anyhow::Result<Summary> {
         anyhow::ensure!(
             ports.len() == self.chain.ports as usize,
@@ -53,11 +54,13 @@ impl Runner {
         let mut next_refresh = start + REFRESH;
         let mut rr = 0usize;
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.live.len());
+        let mut batches = BatchHist::default();
         loop {
             if live.stop.load(Ordering::Relaxed) {
                 break;
             }
             self.poll_control();
+            let t0 = Instant::now();
             let (got, ended) = self.ingest_ports(rr);
             rr = rr.wrapping_add(1);
             if got > 0 {
@@ -69,6 +72,7 @@ impl Runner {
                 for p in &mut self.live {
                     p.flush();
                 }
+                batches.record(t0.elapsed().as_secs_f64());
                 if let Some(v) = self.violation.take() {
                     anyhow::bail!("{v}");
                 }
@@ -83,8 +87,8 @@ impl Runner {
                 for p in &mut self.live {
                     p.refresh();
                 }
-                if let Some(f) = live.on_tick.as_mut() {
-                    f(self);
+                if let Some(shared) = &live.publish {
+                    self.publish(shared, &batches, start);
                 }
             }
         }
@@ -108,16 +112,37 @@ impl Runner {
             input_error = input_error.or_else(|| p.input_error());
         }
         let mut s = self.summary(input_error, opts, seconds)?;
-        s.input = self
-            .live
-            .iter()
-            .map(|p| p.describe())
-            .collect::<Vec<_>>()
-            .join(", ");
+        s.input = self.inputs();
+        if let Some(shared) = &live.publish {
+            let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());
+            g.summary = Some(s.clone());
+            g.batches = batches;
+        }
         if let Some(e) = errors.into_iter().next() {
             anyhow::bail!("{e}");
         }
         Ok(s)
+    }
+
+    fn inputs(&self) -> String {
+        self.live
+            .iter()
+            .map(|p| p.describe())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Publishes the counters so far unless a reader holds the lock (then next time):
+    /// the worker never waits for the API.
+    fn publish(&mut self, shared: &Shared, batches: &BatchHist, start: Instant) {
+        let Ok(mut s) = self.snapshot(None, 1, start.elapsed().as_secs_f64()) else {
+            return;
+        };
+        s.input = self.inputs();
+        if let Ok(mut g) = shared.try_lock() {
+            g.summary = Some(s);
+            g.batches = batches.clone();
+        }
     }
 
     /// One batch at most from the ports, taken in turn from a rotating first port so
