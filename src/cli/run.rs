@@ -70,7 +70,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         chain.fastpath = None;
     }
     if !chain.port_specs.is_empty() {
-        return run_ports(a, chain);
+        return run_ports(a, chain, &cfg);
     }
     if a.api.is_some() {
         anyhow::bail!("--api serves chains with [[port]] tables; this one replays a trace");
@@ -130,7 +130,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 }
 
 /// A chain with `[[port]]` tables: packets come from and leave by its ports.
-fn run_ports(a: Args, chain: Chain) -> anyhow::Result<i32> {
+fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
     let file = a.config.display().to_string();
     if a.input.is_some() || a.loops > 1 || !a.change.is_empty() || a.ports.is_some() {
         anyhow::bail!(
@@ -152,6 +152,7 @@ fn run_ports(a: Args, chain: Chain) -> anyhow::Result<i32> {
         opts.outputs.push(("out".into(), o));
     }
     let mut runner = Runner::new(chain, max.max(64));
+    runner.reload_from(&a.config, cfg);
     let _server = match &a.control {
         Some(path) => {
             let (server, port) = control::serve(path)
@@ -188,6 +189,7 @@ fn run_ports(a: Args, chain: Chain) -> anyhow::Result<i32> {
         &opts,
         Live {
             stop: &signals::STOP,
+            reload: Some(&signals::RELOAD),
             publish: a.api.is_some().then(|| shared.clone()),
         },
     )?;

@@ -7,6 +7,7 @@ pub mod control;
 mod counters;
 pub mod ports;
 mod profile_check;
+pub mod reload;
 mod worker;
 
 pub use chain::{Chain, Node, NodeKind, INPUT};

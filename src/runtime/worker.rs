@@ -84,6 +84,8 @@ pub struct Runner {
     fast_in: Batch,
     /// Live ports, by port number: packets reaching a sink leave by their egress port.
     live: Vec<Box<dyn Port>>,
+    /// The chain file as loaded, when the run may reload it (`* reload`, SIGHUP).
+    reload: Option<Box<super::reload::Base>>,
 }
 
 impl Runner {
@@ -126,6 +128,7 @@ impl Runner {
             fast,
             fast_in: Batch::with_capacity(cap),
             live: Vec::new(),
+            reload: None,
             rng: chain.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
             cx: Context { ports: chain.ports },
             chain,
@@ -264,6 +267,9 @@ impl Runner {
 
     /// Applies `cmd` to the NF named `nf` now (between batches).
     pub fn apply(&mut self, nf: &str, cmd: &str) -> Result<String, String> {
+        if nf == live::CHAIN {
+            return self.chain_command(cmd);
+        }
         let names = |c: &Chain| {
             c.nodes
                 .iter()

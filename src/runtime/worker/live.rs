@@ -11,6 +11,7 @@ use super::{RunOptions, Runner, OVERSIZE};
 use crate::io::{PcapHeader, Port, Recv};
 use crate::packet::{FastMark, MAX_BATCH, NOT_RECORDED, NO_PORT};
 use crate::runtime::api::{BatchHist, Shared};
+use crate::runtime::reload::Base;
 use crate::runtime::counters::Summary;
 
 /// Longest wait for packets before the stop flag and control commands are looked at again.
@@ -22,12 +23,47 @@ const REFRESH: Duration = Duration::from_millis(250);
 pub struct Live<'a> {
     /// Set by a signal handler: finish the batch in hand and end.
     pub stop: &'a AtomicBool,
+    /// Set by SIGHUP: reload the chain file between batches (see [`Runner::reload_from`]).
+    pub reload: Option<&'a AtomicBool>,
     /// Where the counters so far are published about every `REFRESH`, between batches
     /// (the HTTP API's live `/stats` and `/metrics`); None to skip.
     pub publish: Option<Shared>,
 }
 
+/// The name commands for the whole chain go to: `* reload` (not a valid node name).
+pub const CHAIN: &str = "*";
+
 impl Runner {
+    /// Lets the run reload `path` (the file `cfg` was read from) on `* reload` or SIGHUP.
+    pub fn reload_from(&mut self, path: &std::path::Path, cfg: &crate::runtime::ChainConfig) {
+        self.reload = Some(Box::new(Base::new(path, cfg, &self.chain)));
+    }
+
+    /// A command for the whole chain: `reload` re-reads the file and applies changed NF
+    /// parameters as the NFs' live commands; anything else is refused.
+    pub(super) fn chain_command(&mut self, cmd: &str) -> Result<String, String> {
+        if cmd.trim() != "reload" {
+            return Err(format!("unknown chain command `{cmd}` (commands: reload)"));
+        }
+        let Some(mut base) = self.reload.take() else {
+            return Err("this run cannot reload: it was not started from a chain file".into());
+        };
+        let plan = base.plan();
+        self.reload = Some(base);
+        let cmds = plan.map_err(|e| format!("{e}; the old chain keeps running"))?;
+        if cmds.is_empty() {
+            return Ok("no NF parameter changed".into());
+        }
+        let mut done = Vec::new();
+        for (nf, c) in &cmds {
+            let r = self
+                .apply(nf, c)
+                .map_err(|e| format!("`{nf} {c}`: {e} (changes before it were applied)"))?;
+            done.push(format!("{nf}: {r}"));
+        }
+        Ok(format!("{} change(s): {}", cmds.len(), done.join("; ")))
+    }
+
     /// Runs the chain on live ports (port `i` is virtual port `i`) until stopped or every
     /// receiving port has ended. `opts.outputs` still sets sink files; loops and
     /// schedules do not apply to live input.
@@ -60,6 +96,12 @@ impl Runner {
                 break;
             }
             self.poll_control();
+            if live.reload.is_some_and(|r| r.swap(false, Ordering::Relaxed)) {
+                match self.chain_command("reload") {
+                    Ok(r) => eprintln!("catena: reload: {r}"),
+                    Err(e) => eprintln!("catena: reload refused: {e}"),
+                }
+            }
             let t0 = Instant::now();
             let (got, ended) = self.ingest_ports(rr);
             rr = rr.wrapping_add(1);
