@@ -9,6 +9,7 @@ mod netns;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -128,18 +129,28 @@ fn stats_metrics_and_commands_over_http() {
                 assert!(Instant::now() < end, "replay did not finish: {last}");
                 std::thread::sleep(Duration::from_millis(300));
             }
-            let mut replies = Vec::new();
-            replies.push(post(api_port, "/nf/fw", b"allow_ports 80 443 8080 3128"));
-            replies.push(post(api_port, "/nf/nope", b"flush"));
-            replies.push(post(api_port, "/nf/fw", b"frobnicate"));
-            replies.push(post(api_port, "/nf/fw", &[0xff, 0xfe]));
-            replies.push(post(api_port, "/nf/fw", &vec![b'a'; 5000]));
-            replies.push(post(api_port, "/nf/b%20ad", b"flush"));
-            replies.push(get(api_port, "/nf/fw"));
-            replies.push(get(api_port, "/nope"));
-            replies.push(http(api_port, b"\x16\x03\x01garbage\r\n\r\n"));
+            let mut replies = vec![
+                post(api_port, "/nf/fw", b"allow_ports 80 443 8080 3128"),
+                post(api_port, "/nf/nope", b"flush"),
+                post(api_port, "/nf/fw", b"frobnicate"),
+                post(api_port, "/nf/fw", &[0xff, 0xfe]),
+                post(api_port, "/nf/fw", &[b'a'; 5000]),
+                post(api_port, "/nf/b%20ad", b"flush"),
+                get(api_port, "/nf/fw"),
+                get(api_port, "/nope"),
+                http(api_port, b"\x16\x03\x01garbage\r\n\r\n"),
+            ];
             let unix = Command::new(env!("CARGO_BIN_EXE_catena"))
-                .args(["ctl", sock.to_str().unwrap(), "fw", "allow_ports", "80", "443", "8080", "3128"])
+                .args([
+                    "ctl",
+                    sock.to_str().unwrap(),
+                    "fw",
+                    "allow_ports",
+                    "80",
+                    "443",
+                    "8080",
+                    "3128",
+                ])
                 .output()
                 .unwrap();
             replies.push((0, String::from_utf8_lossy(&unix.stdout).to_string()));
@@ -162,15 +173,33 @@ fn stats_metrics_and_commands_over_http() {
     };
     assert!(status.success());
     let mut out = String::new();
-    child.0.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     let fin: Value = serde_json::from_str(&out).unwrap();
     let live: Value = serde_json::from_str(&stats).unwrap();
-    assert_eq!(without_time(live), without_time(fin.clone()), "/stats vs --json");
+    assert_eq!(
+        without_time(live),
+        without_time(fin.clone()),
+        "/stats vs --json"
+    );
 
     let codes: Vec<u16> = replies.iter().map(|r| r.0).collect();
-    assert_eq!(codes, [200, 400, 400, 400, 413, 400, 405, 404, 400, 0], "{replies:?}");
+    assert_eq!(
+        codes,
+        [200, 400, 400, 400, 413, 400, 405, 404, 400, 0],
+        "{replies:?}"
+    );
     assert_eq!(replies[0].1, "ok 4 port(s) allowed\n");
-    assert!(replies[1].1.starts_with("error no NF named `nope`"), "{}", replies[1].1);
+    assert!(
+        replies[1].1.starts_with("error no NF named `nope`"),
+        "{}",
+        replies[1].1
+    );
     // The Unix socket's reply to the same command is the same text.
     assert_eq!(replies[9].1, "4 port(s) allowed\n");
 
@@ -189,14 +218,22 @@ fn stats_metrics_and_commands_over_http() {
             .unwrap_or_else(|| panic!("no {name} {label:?} in {metrics}"))
     };
     let nf = &fin["nfs"][0];
-    assert_eq!(value("catena_nf_packets_in_total", ("nf", "fw")), nf["packets_in"].as_f64().unwrap());
-    assert_eq!(value("catena_nf_packets_out_total", ("nf", "fw")), nf["packets_out"].as_f64().unwrap());
+    assert_eq!(
+        value("catena_nf_packets_in_total", ("nf", "fw")),
+        nf["packets_in"].as_f64().unwrap()
+    );
+    assert_eq!(
+        value("catena_nf_packets_out_total", ("nf", "fw")),
+        nf["packets_out"].as_f64().unwrap()
+    );
     for pair in nf["drops"].as_array().unwrap() {
         let (reason, n) = (pair[0].as_str().unwrap(), pair[1].as_f64().unwrap());
         let got = scrape
             .samples
             .iter()
-            .find(|s| s.metric == "catena_nf_dropped_total" && s.labels.get("reason") == Some(reason))
+            .find(|s| {
+                s.metric == "catena_nf_dropped_total" && s.labels.get("reason") == Some(reason)
+            })
             .map(|s| match s.value {
                 prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
                 _ => f64::NAN,
@@ -209,8 +246,7 @@ fn stats_metrics_and_commands_over_http() {
         fin["ports"][1]["tx"].as_f64().unwrap()
     );
     assert_eq!(value("catena_port_kernel_drops_total", ("port", "1")), 0.0);
-    assert!(scrape.samples.iter().any(|s| s.metric == "catena_batch_seconds"
-        || s.metric.starts_with("catena_batch_seconds")));
+    assert!(scrape.samples.iter().any(
+        |s| s.metric == "catena_batch_seconds" || s.metric.starts_with("catena_batch_seconds")
+    ));
 }
-
-use std::path::PathBuf;

@@ -122,7 +122,13 @@ fn nf_counters(s: &Value) -> Vec<Value> {
         .unwrap()
         .iter()
         .map(|n| {
-            serde_json::json!([n["name"], n["packets_in"], n["packets_out"], n["drops"], n["stats"]])
+            serde_json::json!([
+                n["name"],
+                n["packets_in"],
+                n["packets_out"],
+                n["drops"],
+                n["stats"]
+            ])
         })
         .collect()
 }
@@ -172,14 +178,29 @@ fn live_equals_replay(test: &str, nfs: &str) {
     )
     .unwrap();
     let catena = spawn_until(
-        in_ns(&ns.names[1], &[bin(), "run", chain.to_str().unwrap(), "--json"]),
+        in_ns(
+            &ns.names[1],
+            &[bin(), "run", chain.to_str().unwrap(), "--json"],
+        ),
         "running on",
     );
     let got = dir.path().join("got.pcap");
     let tcpdump = spawn_until(
         in_ns(
             &ns.names[2],
-            &["tcpdump", "-i", &b0, "-w", got.to_str().unwrap(), "-U", "-n", "-Z", "root", "-s", "0"],
+            &[
+                "tcpdump",
+                "-i",
+                &b0,
+                "-w",
+                got.to_str().unwrap(),
+                "-U",
+                "-n",
+                "-Z",
+                "root",
+                "-s",
+                "0",
+            ],
         ),
         "listening on",
     );
@@ -190,8 +211,15 @@ fn live_equals_replay(test: &str, nfs: &str) {
     .output()
     .unwrap();
     let said = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(o.status.success(), "tcpreplay: {said} {}", String::from_utf8_lossy(&o.stderr));
-    assert!(said.contains(&format!("Successful packets:        {PACKETS}")), "{said}");
+    assert!(
+        o.status.success(),
+        "tcpreplay: {said} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        said.contains(&format!("Successful packets:        {PACKETS}")),
+        "{said}"
+    );
     let n = want["sinks"][0]["packets"].as_u64().unwrap() as usize;
     let end = Instant::now() + Duration::from_secs(5);
     while count(&got) < count(&expected) && Instant::now() < end {
@@ -206,13 +234,24 @@ fn live_equals_replay(test: &str, nfs: &str) {
     drop(tcpdump.finish(5));
     let live: Value = serde_json::from_str(&out).unwrap();
 
-    assert_eq!(live["packets_in"], PACKETS, "catena took every packet A sent");
+    assert_eq!(
+        live["packets_in"], PACKETS,
+        "catena took every packet A sent"
+    );
     assert_eq!(live["ports"][0]["live"]["kernel_drops"], 0);
     assert_eq!(live["ports"][1]["live"]["tx_errors"], 0);
-    assert_eq!(nf_counters(&live), nf_counters(&want), "NF counters live vs replay");
+    assert_eq!(
+        nf_counters(&live),
+        nf_counters(&want),
+        "NF counters live vs replay"
+    );
     assert!(n > 0);
     let (g, e) = (frames(&got), frames(&expected));
-    assert_eq!(g.len(), e.len(), "packets B received vs the replay's output");
+    assert_eq!(
+        g.len(),
+        e.len(),
+        "packets B received vs the replay's output"
+    );
     for (i, (a, b)) in g.iter().zip(&e).enumerate() {
         assert_eq!(a, b, "packet {i} differs");
     }
@@ -220,7 +259,10 @@ fn live_equals_replay(test: &str, nfs: &str) {
 
 #[test]
 fn wire_live_equals_replay() {
-    live_equals_replay("wire_live_equals_replay", "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n");
+    live_equals_replay(
+        "wire_live_equals_replay",
+        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+    );
 }
 
 #[test]
@@ -228,5 +270,21 @@ fn firewall_live_equals_replay() {
     live_equals_replay(
         "firewall_live_equals_replay",
         "[[nf]]\nname = \"fw\"\nkind = \"firewall\"\nallow_ports = [80, 443]\n",
+    );
+}
+
+#[test]
+fn nat_live_equals_replay() {
+    live_equals_replay(
+        "nat_live_equals_replay",
+        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"\npublic = \"198.51.100.1, 198.51.100.2\"\n",
+    );
+}
+
+#[test]
+fn maglev_live_equals_replay() {
+    live_equals_replay(
+        "maglev_live_equals_replay",
+        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"lb\"\nkind = \"maglev\"\nvip = \"10.0.0.1\"\nbackends = [{ addr = \"10.9.0.1\" }, { addr = \"10.9.0.2\", weight = 2 }, { addr = \"10.9.0.3\" }]\n",
     );
 }

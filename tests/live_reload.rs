@@ -68,7 +68,12 @@ fn sighup_applies_new_ports_between_batches() {
     let sock = dir.path().join("ctl.sock");
     let mut child = Command::new(bin())
         .args(["run", file.to_str().unwrap(), "--rate", "4000pps", "--json"])
-        .args(["-o", out.to_str().unwrap(), "--control", sock.to_str().unwrap()])
+        .args([
+            "-o",
+            out.to_str().unwrap(),
+            "--control",
+            sock.to_str().unwrap(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -80,7 +85,10 @@ fn sighup_applies_new_ports_between_batches() {
             let _ = tx.send(l);
         }
     });
-    let next_line = || rx.recv_timeout(Duration::from_secs(3)).expect("a line on stderr");
+    let next_line = || {
+        rx.recv_timeout(Duration::from_secs(3))
+            .expect("a line on stderr")
+    };
     let hup = || {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
@@ -91,11 +99,17 @@ fn sighup_applies_new_ports_between_batches() {
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(Duration::from_millis(100));
-    std::fs::write(&file, chain(&cap, "80, 443", "\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n"))
-        .unwrap();
+    std::fs::write(
+        &file,
+        chain(&cap, "80, 443", "\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n"),
+    )
+    .unwrap();
     hup();
     let l = next_line();
-    assert!(l.starts_with("catena: reload refused: the chain's shape changed"), "{l}");
+    assert!(
+        l.starts_with("catena: reload refused: the chain's shape changed"),
+        "{l}"
+    );
     assert!(l.ends_with("; the old chain keeps running"), "{l}");
     std::fs::write(&file, "[[nf]\n").unwrap();
     let ctl = Command::new(bin())
@@ -104,13 +118,19 @@ fn sighup_applies_new_ports_between_batches() {
         .unwrap();
     assert!(!ctl.status.success());
     let e = String::from_utf8_lossy(&ctl.stderr);
-    assert!(e.contains("live.toml:1:") && e.trim().lines().count() == 1, "{e}");
+    assert!(
+        e.contains("live.toml:1:") && e.trim().lines().count() == 1,
+        "{e}"
+    );
     // ...then the new ports apply.
     std::fs::write(&file, chain(&cap, "80, 443, 4500", "")).unwrap();
     hup();
     let l = next_line();
     assert_eq!(l, "catena: reload: 1 change(s): fw: 3 port(s) allowed");
-    assert!(start.elapsed() < Duration::from_millis(900), "reloaded after the replay ended");
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "reloaded after the replay ended"
+    );
     let end = Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {

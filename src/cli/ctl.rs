@@ -21,7 +21,9 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let (nf, cmd) = match (a.nf.as_str(), a.command.is_empty()) {
         ("reload", true) => ("*", "reload".to_string()),
-        (_, true) => anyhow::bail!("give a command: `catena ctl SOCKET NF COMMAND…` or `catena ctl SOCKET reload`"),
+        (_, true) => anyhow::bail!(
+            "give a command: `catena ctl SOCKET NF COMMAND…` or `catena ctl SOCKET reload`"
+        ),
         (nf, false) => (nf, a.command.join(" ")),
     };
     let reply = control::send(&a.socket, nf, &cmd)

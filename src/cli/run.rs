@@ -173,8 +173,8 @@ fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
             }
             let (tx, port) = control::channel_pair();
             runner.attach_control(port);
-            let srv = api::serve(addr, tx, shared.clone())
-                .map_err(|e| anyhow::anyhow!("--api: {e}"))?;
+            let srv =
+                api::serve(addr, tx, shared.clone()).map_err(|e| anyhow::anyhow!("--api: {e}"))?;
             eprintln!("catena: API on http://{}", srv.addr);
             Some(srv)
         }
@@ -182,7 +182,10 @@ fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
     };
     signals::install_service_handlers();
     if live {
-        eprintln!("catena: running on {} port(s); Ctrl-C or SIGTERM stops", specs.len());
+        eprintln!(
+            "catena: running on {} port(s); Ctrl-C or SIGTERM stops",
+            specs.len()
+        );
     }
     let s = runner.run_live(
         ports,

@@ -147,8 +147,13 @@ impl AfPacket {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let s = fd.as_raw_fd();
         let e = |what: &str| os_err(what, iface);
-        setopt(s, libc::SOL_PACKET, libc::PACKET_VERSION, &(libc::tpacket_versions::TPACKET_V3 as i32))
-            .map_err(|_| e("TPACKET_V3 not supported"))?;
+        setopt(
+            s,
+            libc::SOL_PACKET,
+            libc::PACKET_VERSION,
+            &(libc::tpacket_versions::TPACKET_V3 as i32),
+        )
+        .map_err(|_| e("TPACKET_V3 not supported"))?;
         let frame = 2048u32;
         let req = libc::tpacket_req3 {
             tp_block_size: cfg.block_size,
@@ -274,7 +279,9 @@ impl AfPacket {
     fn block_hdr(&self, b: usize) -> libc::tpacket_hdr_v1 {
         // SAFETY: read after the status says the block is ours; the header lies at offset 8.
         unsafe {
-            std::ptr::read_volatile(self.ring.add(b * self.block_size + 8) as *const libc::tpacket_hdr_v1)
+            std::ptr::read_volatile(
+                self.ring.add(b * self.block_size + 8) as *const libc::tpacket_hdr_v1
+            )
         }
     }
 

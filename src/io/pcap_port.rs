@@ -99,7 +99,9 @@ impl PcapPort {
     fn allowed(&self, now: Instant) -> usize {
         let Some(t) = &self.trace else { return 0 };
         let left = t.len() - self.pos;
-        let secs = self.start.map_or(0.0, |s| now.duration_since(s).as_secs_f64());
+        let secs = self
+            .start
+            .map_or(0.0, |s| now.duration_since(s).as_secs_f64());
         match self.rate {
             Rate::Top => left,
             Rate::PacketsPerSec(pps) => {
@@ -210,7 +212,9 @@ impl Port for PcapPort {
                 .map_err(|e| std::io::Error::other(format!("{name}: writing failed: {e}")))?;
         }
         if let Some(e) = &self.write_error {
-            return Err(std::io::Error::other(format!("{name}: writing failed: {e}")));
+            return Err(std::io::Error::other(format!(
+                "{name}: writing failed: {e}"
+            )));
         }
         Ok(())
     }
@@ -254,7 +258,11 @@ mod tests {
     fn paced_replay_takes_its_time() {
         let f = [0u8; 60];
         let h = PcapHeader::new(1, false);
-        let t = Trace::from_packets(crate::packet::LinkKind::Ethernet, h, (0..20).map(|i| (i, &f[..])));
+        let t = Trace::from_packets(
+            crate::packet::LinkKind::Ethernet,
+            h,
+            (0..20).map(|i| (i, &f[..])),
+        );
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.pcap");
         t.write_pcap(&p).unwrap();

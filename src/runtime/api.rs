@@ -34,7 +34,18 @@ const REPLY_WAIT: Duration = Duration::from_secs(5);
 
 /// Upper bounds (seconds) of the batch-latency histogram's buckets; the last is +Inf.
 pub const BATCH_BOUNDS: [f64; 12] = [
-    1e-6, 2e-6, 5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 10e-3, f64::INFINITY,
+    1e-6,
+    2e-6,
+    5e-6,
+    10e-6,
+    20e-6,
+    50e-6,
+    100e-6,
+    200e-6,
+    500e-6,
+    1e-3,
+    10e-3,
+    f64::INFINITY,
 ];
 
 /// Time from taking a batch off the ports to its frames sent, per batch.
@@ -144,7 +155,9 @@ fn handle(mut req: tiny_http::Request, tx: &Sender<Command>, shared: &Shared) {
     let path = url.split('?').next().unwrap_or("");
     let resp = match (req.method(), path) {
         (Method::Get, "/stats") => match snapshot(shared, |p| {
-            p.summary.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default())
+            p.summary
+                .as_ref()
+                .map(|s| serde_json::to_string(s).unwrap_or_default())
         }) {
             Some(json) => {
                 text(200, &(json + "\n")).with_header(header("Content-Type", "application/json"))
@@ -201,7 +214,10 @@ fn command(
     };
     let cmd = cmd.trim();
     if cmd.is_empty() || cmd.contains('\n') {
-        return text(400, "error send one command line as the body, e.g. `allow_ports 80 443`\n");
+        return text(
+            400,
+            "error send one command line as the body, e.g. `allow_ports 80 443`\n",
+        );
     }
     let (rtx, rrx) = channel();
     let sent = tx.send(Command {
@@ -240,7 +256,11 @@ fn metrics(p: &Published) -> Option<String> {
     let (nf_in, nf_out, nf_drop) = (family(), family(), family());
     for n in &s.nfs {
         add(&nf_in, &[("nf", &n.name), ("kind", &n.kind)], n.packets_in);
-        add(&nf_out, &[("nf", &n.name), ("kind", &n.kind)], n.packets_out);
+        add(
+            &nf_out,
+            &[("nf", &n.name), ("kind", &n.kind)],
+            n.packets_out,
+        );
         for (reason, v) in &n.drops {
             add(&nf_drop, &[("nf", &n.name), ("reason", reason)], *v);
         }
@@ -255,7 +275,11 @@ fn metrics(p: &Published) -> Option<String> {
     for (reason, v) in &s.input_drops {
         add(&input_drops, &[("reason", reason)], *v);
     }
-    r.register("input_dropped", "Packets dropped before the first NF", input_drops);
+    r.register(
+        "input_dropped",
+        "Packets dropped before the first NF",
+        input_drops,
+    );
     let (rx, tx, kd, te) = (family(), family(), family(), family());
     for port in &s.ports {
         let num = port.port.to_string();
@@ -270,7 +294,11 @@ fn metrics(p: &Published) -> Option<String> {
     }
     r.register("port_rx_packets", "Packets received per port", rx);
     r.register("port_tx_packets", "Packets sent per port", tx);
-    r.register("port_kernel_drops", "Packets the kernel dropped before catena read them", kd);
+    r.register(
+        "port_kernel_drops",
+        "Packets the kernel dropped before catena read them",
+        kd,
+    );
     r.register("port_tx_errors", "Frames a port could not send", te);
     if let Some(f) = &s.fastpath {
         let fp = family();
@@ -281,7 +309,11 @@ fn metrics(p: &Published) -> Option<String> {
                 }
             }
         }
-        r.register("fastpath", "FastPath counters (hits, misses, installed, …)", fp);
+        r.register(
+            "fastpath",
+            "FastPath counters (hits, misses, installed, …)",
+            fp,
+        );
     }
     r.register(
         "batch_seconds",

@@ -160,8 +160,13 @@ pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dy
                 write,
                 rate: r,
             } => {
-                let p = PcapPort::open(read.as_deref(), write.as_deref(), rate.unwrap_or(*r), header)
-                    .map_err(|x| e(x.to_string()))?;
+                let p = PcapPort::open(
+                    read.as_deref(),
+                    write.as_deref(),
+                    rate.unwrap_or(*r),
+                    header,
+                )
+                .map_err(|x| e(x.to_string()))?;
                 v.push(Box::new(p));
             }
         }

@@ -64,11 +64,22 @@ impl Netns {
             ip(&["netns", "add", &name]);
             g.names.push(name.clone());
             ip(&["-n", &name, "link", "set", "lo", "up"]);
-            let o = in_ns(&name, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
-                .output()
-                .expect("sysctl");
-            assert!(o.status.success(), "sysctl: {}", String::from_utf8_lossy(&o.stderr));
-            let _ = in_ns(&name, &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"]).output();
+            let o = in_ns(
+                &name,
+                &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
+            )
+            .output()
+            .expect("sysctl");
+            assert!(
+                o.status.success(),
+                "sysctl: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let _ = in_ns(
+                &name,
+                &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+            )
+            .output();
         }
         g
     }
@@ -76,10 +87,15 @@ impl Netns {
     /// A veth pair named after this test (`tag` + suffix, ≤ 15 bytes), one end in
     /// namespace `a`, the other in `b`, both up with `mtu`. Returns the two names.
     pub fn veth(&self, a: usize, b: usize, suffix: &str, mtu: u32) -> (String, String) {
-        let (x, y) = (format!("{}{suffix}a", self.tag), format!("{}{suffix}b", self.tag));
+        let (x, y) = (
+            format!("{}{suffix}a", self.tag),
+            format!("{}{suffix}b", self.tag),
+        );
         assert!(x.len() <= 15, "interface name {x} too long");
         let (na, nb) = (&self.names[a], &self.names[b]);
-        ip(&["-n", na, "link", "add", &x, "type", "veth", "peer", "name", &y, "netns", nb]);
+        ip(&[
+            "-n", na, "link", "add", &x, "type", "veth", "peer", "name", &y, "netns", nb,
+        ]);
         let m = mtu.to_string();
         ip(&["-n", na, "link", "set", &x, "mtu", &m, "up"]);
         ip(&["-n", nb, "link", "set", &y, "mtu", &m, "up"]);

@@ -11,8 +11,8 @@ use super::{RunOptions, Runner, OVERSIZE};
 use crate::io::{PcapHeader, Port, Recv};
 use crate::packet::{FastMark, MAX_BATCH, NOT_RECORDED, NO_PORT};
 use crate::runtime::api::{BatchHist, Shared};
-use crate::runtime::reload::Base;
 use crate::runtime::counters::Summary;
+use crate::runtime::reload::Base;
 
 /// Longest wait for packets before the stop flag and control commands are looked at again.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
@@ -96,7 +96,10 @@ impl Runner {
                 break;
             }
             self.poll_control();
-            if live.reload.is_some_and(|r| r.swap(false, Ordering::Relaxed)) {
+            if live
+                .reload
+                .is_some_and(|r| r.swap(false, Ordering::Relaxed))
+            {
                 match self.chain_command("reload") {
                     Ok(r) => eprintln!("catena: reload: {r}"),
                     Err(e) => eprintln!("catena: reload refused: {e}"),
