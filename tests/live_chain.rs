@@ -122,19 +122,30 @@ fn nf_counters(s: &Value) -> Vec<Value> {
         .unwrap()
         .iter()
         .map(|n| {
+            // The merged capture jumps years between its parts, so in the replay every
+            // mapping has expired by the end; live, none has. What was created, translated
+            // and dropped must agree.
+            let stats: Vec<&Value> = n["stats"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p[0] != "mappings" && p[0] != "expired")
+                .collect();
             serde_json::json!([
                 n["name"],
                 n["packets_in"],
                 n["packets_out"],
                 n["drops"],
-                n["stats"]
+                stats
             ])
         })
         .collect()
 }
 
 /// Runs `nfs` (TOML `[[nf]]` tables) live between A and B and as a pcap replay; checks
-/// that B got exactly the replay's output and the NFs counted the same.
+/// that B got exactly the replay's output and the NFs counted the same. Idle timeouts
+/// run on packet times (capture times in the replay, arrival times live), so the cases
+/// with timeouts set them beyond the capture's span.
 fn live_equals_replay(test: &str, nfs: &str) {
     if !netns::can_run(test) {
         return;
@@ -277,7 +288,7 @@ fn firewall_live_equals_replay() {
 fn nat_live_equals_replay() {
     live_equals_replay(
         "nat_live_equals_replay",
-        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"\npublic = \"198.51.100.1, 198.51.100.2\"\n",
+        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"\npublic = \"198.51.100.1, 198.51.100.2\"\ntcp_timeout = 86400\ntcp_linger = 86400\nudp_timeout = 86400\nicmp_timeout = 86400\n",
     );
 }
 
@@ -285,6 +296,6 @@ fn nat_live_equals_replay() {
 fn maglev_live_equals_replay() {
     live_equals_replay(
         "maglev_live_equals_replay",
-        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"lb\"\nkind = \"maglev\"\nvip = \"10.0.0.1\"\nbackends = [{ addr = \"10.9.0.1\" }, { addr = \"10.9.0.2\", weight = 2 }, { addr = \"10.9.0.3\" }]\n",
+        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"lb\"\nkind = \"maglev\"\nvip = \"10.0.0.1\"\nbackends = [{ addr = \"10.9.0.1\" }, { addr = \"10.9.0.2\", weight = 2 }, { addr = \"10.9.0.3\" }]\ntimeout = 0\n",
     );
 }
