@@ -188,3 +188,61 @@ fn missing_interface_is_one_line_saying_what_to_do() {
         "interface `nosuchif0` not found: create it or fix `iface` (see `ip link`)"
     );
 }
+
+fn check(toml: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c.toml");
+    std::fs::write(&f, toml).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args(["check", f.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr).to_string();
+    (o.status.success(), e.replace(f.to_str().unwrap(), "c.toml"))
+}
+
+#[test]
+fn check_says_what_to_do_about_ports() {
+    let port = |kind: &str, extra: &str| {
+        format!("[[port]]\nname = \"a\"\nkind = \"{kind}\"\n{extra}\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n")
+    };
+    let cases = [
+        (
+            port("af_packet", "iface = \"nosuchif0\""),
+            "error: c.toml: port `a`: interface `nosuchif0` not found: create it or fix `iface` (see `ip link`)\n",
+        ),
+        (
+            port("af_xdp", "iface = \"lo\""),
+            "error: c.toml: port `a`: kind `af_xdp` is not supported yet: use `kind = \"af_packet\"`\n",
+        ),
+        (
+            port("af_packet", ""),
+            "error: c.toml: port `a`: needs `iface = \"NAME\"`\n",
+        ),
+        (
+            port("tap", ""),
+            "error: c.toml: port `a`: unknown kind `tap` (kinds: af_packet, pcap)\n",
+        ),
+        (
+            port("pcap", "rate = \"fast\""),
+            "error: c.toml: port `a`: needs `path` (a capture to replay) or `write` (a file to record to)\n",
+        ),
+        (
+            format!("[input]\nports = 2\n{}", port("af_packet", "iface = \"lo\"")),
+            "error: c.toml: a chain with [[port]] tables takes its packets from them: drop `[input] ports` and `trace` (replay a file with a `kind = \"pcap\"` port)\n",
+        ),
+    ];
+    for (toml, want) in cases {
+        let (ok, e) = check(&toml);
+        assert!(!ok);
+        assert_eq!(e, want);
+    }
+    // An existing interface passes (as root; otherwise the permission error is one line).
+    let (ok, e) = check(&port("af_packet", "iface = \"lo\""));
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(ok, "{e}");
+    } else {
+        assert!(e.contains("AF_PACKET needs CAP_NET_RAW") && e.lines().count() == 1, "{e}");
+    }
+}
