@@ -146,7 +146,7 @@ fn nf_counters(s: &Value) -> Vec<Value> {
 /// that B got exactly the replay's output and the NFs counted the same. Idle timeouts
 /// run on packet times (capture times in the replay, arrival times live), so the cases
 /// with timeouts set them beyond the capture's span.
-fn live_equals_replay(test: &str, nfs: &str) {
+fn live_equals_replay(test: &str, nfs: &str, replies: bool) {
     if !netns::can_run(test) {
         return;
     }
@@ -238,24 +238,44 @@ fn live_equals_replay(test: &str, nfs: &str) {
     }
     // A little longer, to see any packet too many.
     std::thread::sleep(Duration::from_millis(200));
+    tcpdump.signal(libc::SIGINT);
+    drop(tcpdump.finish(5));
+    let (sent_back, to_public) = if replies {
+        replies_from_b(&ns, dir.path(), &a0, &b0, &got, &cap)
+    } else {
+        (0, 0)
+    };
     catena.signal(libc::SIGTERM);
     let (out, code) = catena.finish(5);
     assert_eq!(code, Some(0), "catena exit; stdout {out}");
-    tcpdump.signal(libc::SIGINT);
-    drop(tcpdump.finish(5));
     let live: Value = serde_json::from_str(&out).unwrap();
 
     assert_eq!(
-        live["packets_in"], PACKETS,
-        "catena took every packet A sent"
+        live["packets_in"],
+        PACKETS + sent_back,
+        "catena took every packet A and B sent"
     );
     assert_eq!(live["ports"][0]["live"]["kernel_drops"], 0);
     assert_eq!(live["ports"][1]["live"]["tx_errors"], 0);
-    assert_eq!(
-        nf_counters(&live),
-        nf_counters(&want),
-        "NF counters live vs replay"
-    );
+    if replies {
+        let stat = |k: &str| {
+            live["nfs"][1]["stats"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p[0] == k)
+                .map(|p| p[1].as_u64().unwrap())
+        };
+        // Replies to inside-to-inside packets pass untouched; the rest are translated.
+        assert_eq!(stat("translated_in"), Some(to_public as u64));
+        assert!(to_public > 100);
+    } else {
+        assert_eq!(
+            nf_counters(&live),
+            nf_counters(&want),
+            "NF counters live vs replay"
+        );
+    }
     assert!(n > 0);
     let (g, e) = (frames(&got), frames(&expected));
     assert_eq!(
@@ -273,6 +293,7 @@ fn wire_live_equals_replay() {
     live_equals_replay(
         "wire_live_equals_replay",
         "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+        false,
     );
 }
 
@@ -281,15 +302,15 @@ fn firewall_live_equals_replay() {
     live_equals_replay(
         "firewall_live_equals_replay",
         "[[nf]]\nname = \"fw\"\nkind = \"firewall\"\nallow_ports = [80, 443]\n",
+        false,
     );
 }
 
+const NAT: &str = "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"\npublic = \"198.51.100.1, 198.51.100.2\"\ntcp_timeout = 86400\ntcp_linger = 86400\nudp_timeout = 86400\nicmp_timeout = 86400\n";
+
 #[test]
 fn nat_live_equals_replay() {
-    live_equals_replay(
-        "nat_live_equals_replay",
-        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"\npublic = \"198.51.100.1, 198.51.100.2\"\ntcp_timeout = 86400\ntcp_linger = 86400\nudp_timeout = 86400\nicmp_timeout = 86400\n",
-    );
+    live_equals_replay("nat_live_equals_replay", NAT, false);
 }
 
 #[test]
@@ -297,5 +318,114 @@ fn maglev_live_equals_replay() {
     live_equals_replay(
         "maglev_live_equals_replay",
         "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"lb\"\nkind = \"maglev\"\nvip = \"10.0.0.1\"\nbackends = [{ addr = \"10.9.0.1\" }, { addr = \"10.9.0.2\", weight = 2 }, { addr = \"10.9.0.3\" }]\ntimeout = 0\n",
+        false,
     );
+}
+
+#[test]
+fn nat_replies_from_b_are_translated_back() {
+    live_equals_replay("nat_replies_from_b_are_translated_back", NAT, true);
+}
+
+/// B answers every TCP/UDP packet it got (addresses, ports and MACs swapped, so the
+/// checksums stay valid); A must receive, in order, exactly its own packets with those
+/// fields swapped: the NAT translated each reply back to the original bytes. Returns
+/// how many replies B sent, and how many of them went to the NAT's public addresses.
+fn replies_from_b(
+    ns: &Netns,
+    dir: &Path,
+    a0: &str,
+    b0: &str,
+    got: &Path,
+    cap: &Path,
+) -> (usize, usize) {
+    let t = Trace::open(got).unwrap();
+    let out = dir.join("replies.pcap");
+    let mut w = catena::io::PcapWriter::create(&out, t.header()).unwrap();
+    let (mut n, mut public) = (0, 0);
+    for i in 0..t.len() {
+        if let Some(r) = swapped(t.packet(i)) {
+            public += (r[30..33] == [198, 51, 100]) as usize;
+            w.write_packet(t.record(i).ts_ns, r.len() as u32, &r)
+                .unwrap();
+            n += 1;
+        }
+    }
+    w.finish().unwrap();
+    assert!(n > 100, "B has {n} packets to answer");
+    let at_a = dir.join("at_a.pcap");
+    let tcpdump = spawn_until(
+        in_ns(
+            &ns.names[0],
+            &[
+                "tcpdump",
+                "-i",
+                a0,
+                "-Q",
+                "in",
+                "-w",
+                at_a.to_str().unwrap(),
+                "-U",
+                "-n",
+                "-Z",
+                "root",
+                "-s",
+                "0",
+            ],
+        ),
+        "listening on",
+    );
+    let o = in_ns(
+        &ns.names[2],
+        &["tcpreplay", "-i", b0, "--pps=20000", out.to_str().unwrap()],
+    )
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "tcpreplay from B failed");
+    let end = Instant::now() + Duration::from_secs(5);
+    while count(&at_a) < n && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    tcpdump.signal(libc::SIGINT);
+    drop(tcpdump.finish(5));
+    let back = frames(&at_a);
+    assert_eq!(back.len(), n, "replies that reached A");
+    // Each, swapped again, is one of A's original packets, in capture order.
+    let original = frames(cap);
+    let mut j = 0;
+    for (i, f) in back.iter().enumerate() {
+        let o = swapped(f).unwrap();
+        while j < original.len() && original[j] != o {
+            j += 1;
+        }
+        assert!(
+            j < original.len(),
+            "reply {i} at A is not one of A's packets swapped"
+        );
+        j += 1;
+    }
+    (n, public)
+}
+
+/// An untagged IPv4 TCP/UDP frame (not a fragment) with MACs, addresses and ports
+/// swapped.
+fn swapped(f: &[u8]) -> Option<Vec<u8>> {
+    if f.len() < 38 || f[12..14] != [0x08, 0x00] || f[14] >> 4 != 4 {
+        return None;
+    }
+    let ihl = usize::from(f[14] & 15) * 4;
+    let frag = u16::from_be_bytes([f[20], f[21]]) & 0x3fff;
+    let l4 = 14 + ihl;
+    if !matches!(f[23], 6 | 17) || frag != 0 || f.len() < l4 + 4 {
+        return None;
+    }
+    let mut r = f.to_vec();
+    r[..6].copy_from_slice(&f[6..12]);
+    r[6..12].copy_from_slice(&f[..6]);
+    r[26..30].copy_from_slice(&f[30..34]);
+    r[30..34].copy_from_slice(&f[26..30]);
+    r[l4..l4 + 2].copy_from_slice(&f[l4 + 2..l4 + 4]);
+    r[l4 + 2..l4 + 4].copy_from_slice(&f[l4..l4 + 2]);
+    Some(r)
 }

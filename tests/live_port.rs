@@ -243,6 +243,9 @@ fn check_says_what_to_do_about_ports() {
     if unsafe { libc::geteuid() } == 0 {
         assert!(ok, "{e}");
     } else {
-        assert!(e.contains("AF_PACKET needs CAP_NET_RAW") && e.lines().count() == 1, "{e}");
+        assert!(
+            e.contains("AF_PACKET needs CAP_NET_RAW") && e.lines().count() == 1,
+            "{e}"
+        );
     }
 }
