@@ -1,13 +1,22 @@
-//! Executes a chain: the config, the graph built from it, and the run-to-completion worker.
+//! Executes a chain: the config, the graph built from it, and the run-to-completion worker
+//! (`worker`) that ingests chunks (`ingest`), walks them over the graph (`walk`, with
+//! FastPath lent the walk through `fastpath_host`) to the sinks (`sink`), and sums up
+//! (`summary`). With `[[port]]` tables (`ports`) the worker runs live (`worker/live.rs`),
+//! serves the HTTP API (`api`) and reloads its file (`reload`).
 
 pub mod api;
 mod chain;
 mod config;
 pub mod control;
 mod counters;
+mod fastpath_host;
+mod ingest;
 pub mod ports;
 mod profile_check;
 pub mod reload;
+mod sink;
+mod summary;
+mod walk;
 mod worker;
 
 pub use chain::{Chain, Node, NodeKind, INPUT};

@@ -7,12 +7,15 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{RunOptions, Runner, OVERSIZE};
+use super::{RunOptions, Runner};
 use crate::io::{PcapHeader, Port, Recv};
 use crate::packet::{FastMark, MAX_BATCH, NOT_RECORDED, NO_PORT};
 use crate::runtime::api::{BatchHist, Shared};
 use crate::runtime::counters::Summary;
 use crate::runtime::reload::Base;
+
+/// The input's drop reason for packets larger than the buffers (`chain::INPUT_DROPS`).
+const OVERSIZE: usize = 0;
 
 /// Longest wait for packets before the stop flag and control commands are looked at again.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
@@ -36,7 +39,7 @@ pub const CHAIN: &str = "*";
 impl Runner {
     /// Lets the run reload `path` (the file `cfg` was read from) on `* reload` or SIGHUP.
     pub fn reload_from(&mut self, path: &std::path::Path, cfg: &crate::runtime::ChainConfig) {
-        self.reload = Some(Box::new(Base::new(path, cfg, &self.chain)));
+        self.reload = Some(Box::new(Base::new(path, cfg, &self.walk.chain)));
     }
 
     /// A command for the whole chain: `reload` re-reads the file and applies changed NF
@@ -74,22 +77,22 @@ impl Runner {
         live: Live<'_>,
     ) -> anyhow::Result<Summary> {
         anyhow::ensure!(
-            ports.len() == self.chain.ports as usize,
+            ports.len() == self.walk.chain.ports as usize,
             "internal error: {} ports for a chain of {}",
             ports.len(),
-            self.chain.ports
+            self.walk.chain.ports
         );
         // Sinks' files look like the first replayed capture, else like `tcpdump -w`'s.
         let header = ports
             .iter()
             .find_map(|p| p.header())
             .unwrap_or(PcapHeader::new(1, false));
-        self.open_sinks(header, opts)?;
-        self.live = ports;
+        self.walk.open_sinks(header, &opts.outputs)?;
+        self.walk.live = ports;
         let start = Instant::now();
         let mut next_refresh = start + REFRESH;
         let mut rr = 0usize;
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.live.len());
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.walk.live.len());
         let mut batches = BatchHist::default();
         loop {
             if live.stop.load(Ordering::Relaxed) {
@@ -109,16 +112,15 @@ impl Runner {
             let (got, ended) = self.ingest_ports(rr);
             rr = rr.wrapping_add(1);
             if got > 0 {
-                if self.fast.is_some() {
-                    self.fast_chunk();
-                } else {
-                    self.drain(None);
+                match self.fast.as_deref_mut() {
+                    Some(f) => f.chunk(&mut self.walk),
+                    None => self.walk.drain(None),
                 }
-                for p in &mut self.live {
+                for p in &mut self.walk.live {
                     p.flush();
                 }
                 batches.record(t0.elapsed().as_secs_f64());
-                if let Some(v) = self.violation.take() {
+                if let Some(v) = self.walk.violation.take() {
                     anyhow::bail!("{v}");
                 }
             } else if ended {
@@ -129,7 +131,7 @@ impl Runner {
             let now = Instant::now();
             if now >= next_refresh {
                 next_refresh = now + REFRESH;
-                for p in &mut self.live {
+                for p in &mut self.walk.live {
                     p.refresh();
                 }
                 if let Some(shared) = &live.publish {
@@ -137,26 +139,27 @@ impl Runner {
                 }
             }
         }
-        for p in &mut self.live {
+        for p in &mut self.walk.live {
             p.flush();
             p.refresh();
         }
         let seconds = start.elapsed().as_secs_f64();
         self.settle_counts();
-        for n in &mut self.chain.nodes {
+        for n in &mut self.walk.chain.nodes {
             if let super::NodeKind::Nf { nf, .. } = &mut n.kind {
                 nf.finish();
             }
         }
         let mut errors = Vec::new();
         let mut input_error = None;
-        for p in &mut self.live {
+        for p in &mut self.walk.live {
             if let Err(e) = p.finish() {
                 errors.push(e.to_string());
             }
             input_error = input_error.or_else(|| p.input_error());
         }
-        let mut s = self.summary(input_error, opts, seconds)?;
+        let stats = self.fast.as_ref().map(|f| f.stats);
+        let mut s = self.walk.summary(input_error, opts.loops, seconds, stats)?;
         s.input = self.inputs();
         if let Some(shared) = &live.publish {
             let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());
@@ -170,7 +173,8 @@ impl Runner {
     }
 
     fn inputs(&self) -> String {
-        self.live
+        self.walk
+            .live
             .iter()
             .map(|p| p.describe())
             .collect::<Vec<_>>()
@@ -180,7 +184,10 @@ impl Runner {
     /// Publishes the counters so far unless a reader holds the lock (then next time):
     /// the worker never waits for the API.
     fn publish(&mut self, shared: &Shared, batches: &BatchHist, start: Instant) {
-        let Ok(mut s) = self.snapshot(None, 1, start.elapsed().as_secs_f64()) else {
+        self.settle_counts();
+        let stats = self.fast.as_ref().map(|f| f.stats);
+        let secs = start.elapsed().as_secs_f64();
+        let Ok(mut s) = self.walk.snapshot(None, 1, secs, stats) else {
             return;
         };
         s.input = self.inputs();
@@ -193,13 +200,14 @@ impl Runner {
     /// One batch at most from the ports, taken in turn from a rotating first port so
     /// none starves. Returns the packets taken and whether every receiving port ended.
     fn ingest_ports(&mut self, rr: usize) -> (usize, bool) {
-        let first = self.chain.nodes[0].next[0];
-        let n = self.live.len();
+        let w = &mut self.walk;
+        let first = w.first;
+        let n = w.live.len();
         let mut got = 0;
         let mut ended = true;
         for k in 0..n {
             let i = (rr + k) % n;
-            let port = &mut self.live[i];
+            let port = &mut w.live[i];
             if !port.receives() {
                 continue;
             }
@@ -208,9 +216,9 @@ impl Runner {
                 ended = false;
                 break;
             }
-            let before = self.inbox[first].len();
+            let before = w.inbox[first].len();
             let oversize0 = port.counters().rx_oversize;
-            let r = port.recv(&mut self.pool, &mut self.inbox[first], room);
+            let r = port.recv(&mut w.pool, &mut w.inbox[first], room);
             let oversize = port.counters().rx_oversize - oversize0;
             let k = match r {
                 Recv::Ended => 0,
@@ -219,12 +227,12 @@ impl Runner {
                     k
                 }
             };
-            let c = &mut self.counters[0];
+            let c = &mut w.counters[0];
             c.packets_in += (k as u64) + oversize;
             c.drops[OVERSIZE] += oversize;
             c.out[0] += k as u64;
-            self.rx[i] += k as u64;
-            for p in &mut self.inbox[first].as_mut_slice()[before..] {
+            w.rx[i] += k as u64;
+            for p in &mut w.inbox[first].as_mut_slice()[before..] {
                 c.bytes_in += p.len() as u64;
                 let m = p.meta_mut();
                 m.in_port = i as u16;
@@ -242,7 +250,7 @@ impl Runner {
     fn wait(&mut self, fds: &mut Vec<libc::pollfd>) {
         fds.clear();
         let mut timeout = IDLE_WAIT.as_nanos() as u64;
-        for p in &self.live {
+        for p in &self.walk.live {
             if let Some(fd) = p.fd() {
                 fds.push(libc::pollfd {
                     fd,
