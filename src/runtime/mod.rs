@@ -11,6 +11,7 @@ pub mod control;
 mod counters;
 mod fastpath_host;
 mod ingest;
+pub mod limits;
 pub mod ports;
 mod profile_check;
 pub mod reload;

@@ -58,21 +58,19 @@ impl Walk {
 }
 
 impl SinkState {
-    /// Flushes and closes the file, or the first write error naming the file.
-    pub fn close(&mut self) -> anyhow::Result<()> {
-        let shown = || {
-            self.path
-                .as_ref()
-                .map_or(String::new(), |p| p.display().to_string())
-        };
-        if let Some(w) = self.writer.take() {
-            w.finish()
-                .map_err(|e| anyhow::anyhow!("{}: writing failed: {e}", shown()))?;
+    /// Flushes and closes the file; the first write error naming the file, if any (the
+    /// run reports it after its summary and exits non-zero).
+    pub fn close(&mut self) -> Option<String> {
+        let shown = self
+            .path
+            .as_ref()
+            .map_or(String::new(), |p| p.display().to_string());
+        let finished = self.writer.take().map(|w| w.finish().map(drop));
+        match (self.write_error.take(), finished) {
+            (Some(e), _) => Some(format!("{shown}: writing failed: {e}")),
+            (None, Some(Err(e))) => Some(format!("{shown}: writing failed: {e}")),
+            _ => None,
         }
-        if let Some(e) = &self.write_error {
-            anyhow::bail!("{}: writing failed: {e}", shown());
-        }
-        Ok(())
     }
 
     /// The summary of sink `name` with counters `c` (its file may still be open).

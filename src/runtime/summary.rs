@@ -16,10 +16,13 @@ impl Walk {
         seconds: f64,
         fastpath: Option<FastStats>,
     ) -> anyhow::Result<Summary> {
+        let mut closed = Vec::new();
         for s in self.sinks.iter_mut().flatten() {
-            s.close()?;
+            closed.extend(s.close());
         }
-        self.snapshot(input_error, loops, seconds, fastpath)
+        let mut s = self.snapshot(input_error, loops, seconds, fastpath)?;
+        s.output_errors.extend(closed);
+        Ok(s)
     }
 
     /// The counters so far, checked for conservation (between batches, when every
@@ -37,6 +40,8 @@ impl Walk {
         let mut dropped = 0u64;
         let mut out = 0u64;
         let mut bytes_out = 0u64;
+        // Output lost after the run started: reported after the summary, exit non-zero.
+        let mut output_errors = Vec::new();
         for (i, node) in nodes.iter().enumerate() {
             let c = &self.counters[i];
             dropped += c.packets_dropped();
@@ -58,6 +63,9 @@ impl Walk {
                             c.packets_out(),
                             c.packets_dropped()
                         );
+                    }
+                    if let Some(e) = nf.output_error() {
+                        output_errors.push(format!("nf `{}`: {e}", node.name));
                     }
                     nfs.push(NfSummary {
                         name: node.name.clone(),
@@ -123,6 +131,7 @@ impl Walk {
                 .collect(),
             sinks,
             input_error,
+            output_errors,
             fastpath,
         })
     }

@@ -88,6 +88,12 @@ impl Runner {
             .find_map(|p| p.header())
             .unwrap_or(PcapHeader::new(1, false));
         self.walk.open_sinks(header, &opts.outputs)?;
+        for n in &mut self.walk.chain.nodes {
+            if let super::NodeKind::Nf { nf, .. } = &mut n.kind {
+                nf.open_outputs()
+                    .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
+            }
+        }
         self.walk.live = ports;
         let start = Instant::now();
         let mut next_refresh = start + REFRESH;
