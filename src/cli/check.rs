@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use catena::runtime::limits;
-use catena::runtime::{Chain, ChainConfig};
+use catena::runtime::{ports, Chain, ChainConfig};
 
 /// Validate a chain file and print its graph, NF profiles, execution plan and the memory
 /// it will allocate (refused above --max-memory).
@@ -27,6 +27,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     mem.check(limit)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.config.display()))?;
     print!("{}", chain.describe());
+    // Live ports: the interface must exist and we must be allowed to open it.
+    ports::probe(&chain.port_specs).map_err(|e| anyhow::anyhow!("{}: {e}", a.config.display()))?;
     if let Some(t) = &chain.default_trace {
         println!("default trace: {}", t.display());
     }

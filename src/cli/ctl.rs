@@ -10,15 +10,23 @@ use catena::runtime::control;
 pub struct Args {
     /// The socket given to `catena run --control`.
     socket: PathBuf,
-    /// The NF's name in the chain.
+    /// The NF's name in the chain, or `reload` (re-read the chain file and apply changed
+    /// NF parameters; a chain with [[port]] tables).
     nf: String,
     /// The command and its arguments, e.g. `allow_ports 80 443 8080` or `flush`.
-    #[arg(required = true, trailing_var_arg = true)]
+    #[arg(trailing_var_arg = true)]
     command: Vec<String>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let reply = control::send(&a.socket, &a.nf, &a.command.join(" "))
+    let (nf, cmd) = match (a.nf.as_str(), a.command.is_empty()) {
+        ("reload", true) => ("*", "reload".to_string()),
+        (_, true) => anyhow::bail!(
+            "give a command: `catena ctl SOCKET NF COMMAND…` or `catena ctl SOCKET reload`"
+        ),
+        (nf, false) => (nf, a.command.join(" ")),
+    };
+    let reply = control::send(&a.socket, nf, &cmd)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.socket.display()))?;
     match reply {
         Ok(r) => {

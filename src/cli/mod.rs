@@ -9,6 +9,7 @@ mod nfs;
 mod pipeline;
 mod progress;
 mod run;
+mod signals;
 
 use clap::{Parser, Subcommand};
 

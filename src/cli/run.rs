@@ -4,12 +4,15 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use catena::io::gen::{generate, GenOptions, Profile};
-use catena::io::{Opened, PcapStream, Source, Trace, TraceSource};
-use catena::runtime::{control, limits, Chain, ChainConfig, RunOptions, Runner};
+use catena::io::{Opened, PcapStream, Rate, Source, Trace, TraceSource};
+use catena::runtime::{api, control, limits, ports, Chain, ChainConfig, Live, RunOptions, Runner};
 
 use super::progress::Bar;
+use super::signals;
 
-/// Run a chain over a pcap/pcapng trace and print what each NF did.
+/// Run a chain over a pcap/pcapng trace and print what each NF did. A chain with
+/// `[[port]]` tables runs on them instead: live (AF_PACKET) until SIGINT/SIGTERM, then
+/// it drains, flushes and prints the summary; replayed pcap ports end it when done.
 #[derive(clap::Args)]
 pub struct Args {
     /// Chain file (TOML); see examples/ and `catena nfs`.
@@ -43,6 +46,13 @@ pub struct Args {
     /// Override the chain's number of virtual ingress ports.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     ports: Option<u16>,
+    /// Serve the HTTP API on this loopback address (chains with [[port]] tables): GET
+    /// /stats, GET /metrics, POST /nf/NAME with a command as the body.
+    #[arg(long, value_name = "ADDR:PORT")]
+    api: Option<String>,
+    /// Pace of replayed `kind = "pcap"` ports: `10000pps`, `100Mbps`, `1Gbps` or `top`.
+    #[arg(long)]
+    rate: Option<String>,
     /// Refuse a chain that would allocate more than this (e.g. 2G, 512M; default: half
     /// the machine's RAM); `catena check` prints what a chain allocates.
     #[arg(long, value_name = "SIZE", value_parser = limits::parse_size)]
@@ -73,6 +83,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     if a.no_fastpath {
         chain.fastpath = None;
+    }
+    if !chain.port_specs.is_empty() {
+        return run_ports(a, chain, &cfg);
+    }
+    if a.api.is_some() {
+        anyhow::bail!("--api serves chains with [[port]] tables; this one replays a trace");
+    }
+    if a.rate.is_some() {
+        anyhow::bail!("--rate paces `kind = \"pcap\"` ports; this chain has no [[port]] tables");
     }
     let (input, name) = match (&a.input, &chain.default_trace) {
         (Some(i), _) => (Some(i.clone()), i.display().to_string()),
@@ -157,6 +176,92 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     // The good packets were processed and written; the bad record still fails the run,
     // and so does output that could not be written (one line, after the summary).
+    let mut errors: Vec<&str> = s.input_error.iter().map(String::as_str).collect();
+    errors.extend(s.output_errors.iter().map(String::as_str));
+    if !errors.is_empty() {
+        eprintln!("error: {}", errors.join("; "));
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// A chain with `[[port]]` tables: packets come from and leave by its ports.
+fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
+    let file = a.config.display().to_string();
+    if a.input.is_some() || a.loops > 1 || !a.change.is_empty() || a.ports.is_some() {
+        anyhow::bail!(
+            "{file}: the chain takes packets from its [[port]] tables; --input, --loops, --change and --ports do not apply (replay a file with a `kind = \"pcap\"` port)"
+        );
+    }
+    let rate = a
+        .rate
+        .as_deref()
+        .map(str::parse::<Rate>)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--rate {e}"))?;
+    let specs = chain.port_specs.clone();
+    let live = specs.iter().any(|s| s.is_live());
+    let ports = ports::open(&specs, rate).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let max = ports.iter().map(|p| p.max_frame()).max().unwrap_or(0);
+    let mut opts = RunOptions::default();
+    if let Some(o) = a.output {
+        opts.outputs.push(("out".into(), o));
+    }
+    let limit = a.max_memory.unwrap_or_else(limits::default_max_memory);
+    chain
+        .memory(max.max(64))
+        .check(limit)
+        .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let mut runner = Runner::new(chain, max.max(64));
+    runner.reload_from(&a.config, cfg);
+    let _server = match &a.control {
+        Some(path) => {
+            let (server, port) = control::serve(path)
+                .map_err(|e| anyhow::anyhow!("{}: cannot listen: {e}", path.display()))?;
+            runner.attach_control(port);
+            Some(server)
+        }
+        None => None,
+    };
+    let shared = api::Shared::default();
+    let _api = match &a.api {
+        Some(addr) => {
+            let sa: std::net::SocketAddr = addr
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--api `{addr}`: write it as 127.0.0.1:9100"))?;
+            if !sa.ip().is_loopback() {
+                anyhow::bail!("--api `{addr}`: the API has no authentication; bind it to a loopback address such as 127.0.0.1:9100");
+            }
+            let (tx, port) = control::channel_pair();
+            runner.attach_control(port);
+            let srv =
+                api::serve(addr, tx, shared.clone()).map_err(|e| anyhow::anyhow!("--api: {e}"))?;
+            eprintln!("catena: API on http://{}", srv.addr);
+            Some(srv)
+        }
+        None => None,
+    };
+    signals::install_service_handlers();
+    if live {
+        eprintln!(
+            "catena: running on {} port(s); Ctrl-C or SIGTERM stops",
+            specs.len()
+        );
+    }
+    let s = runner.run_live(
+        ports,
+        &opts,
+        Live {
+            stop: &signals::STOP,
+            reload: Some(&signals::RELOAD),
+            publish: a.api.is_some().then(|| shared.clone()),
+        },
+    )?;
+    if a.json {
+        println!("{}", serde_json::to_string(&s)?);
+    } else {
+        print!("{}", s.render());
+    }
     let mut errors: Vec<&str> = s.input_error.iter().map(String::as_str).collect();
     errors.extend(s.output_errors.iter().map(String::as_str));
     if !errors.is_empty() {

@@ -1,17 +1,23 @@
-//! Ports and traces: pcap/pcapng in and out, the synthetic generator.
+//! Ports and traces: pcap/pcapng in and out, the synthetic generator, live AF_PACKET ports.
 
+pub mod af_packet;
 pub mod gen;
 pub mod gen_http;
 mod linktype;
+pub mod pcap_port;
 pub mod pcap_read;
 mod pcap_stream;
 pub mod pcap_write;
+mod port;
 mod source;
 mod trace;
 
+pub use af_packet::{AfPacket, AfPacketConfig};
 pub use linktype::{link_from_pcap, pcap_linktype};
+pub use pcap_port::{PcapPort, Rate};
 pub use pcap_read::TraceError;
 pub use pcap_stream::{Opened, PcapStream, READ_BUFFER};
 pub use pcap_write::PcapWriter;
+pub use port::{Port, PortCounters, Recv};
 pub use source::{After, Source, TraceSource};
 pub use trace::{PcapHeader, Record, Trace};

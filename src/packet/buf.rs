@@ -65,6 +65,19 @@ impl Packet {
         true
     }
 
+    /// Appends bytes at the end; false, leaving the packet unchanged, if they do not fit.
+    #[inline]
+    pub fn extend(&mut self, bytes: &[u8]) -> bool {
+        let b = &mut *self.0;
+        let end = (b.start + b.len) as usize;
+        if end + bytes.len() > b.data.len() {
+            return false;
+        }
+        b.data[end..end + bytes.len()].copy_from_slice(bytes);
+        b.len += bytes.len() as u32;
+        true
+    }
+
     #[inline]
     pub fn data(&self) -> &[u8] {
         let b = &*self.0;
@@ -176,6 +189,16 @@ mod tests {
         assert!(p.pull_front(3));
         assert_eq!(p.data(), &[2, 3]);
         assert!(!p.pull_front(3));
+    }
+
+    #[test]
+    fn extend_appends_within_the_buffer() {
+        let mut p = Packet::from_bytes(&[1, 2]);
+        assert!(p.extend(&[3, 4]));
+        assert_eq!(p.data(), &[1, 2, 3, 4]);
+        let room = p.capacity() - HEADROOM - 4;
+        assert!(!p.extend(&vec![0; room + 1]));
+        assert_eq!(p.len(), 4);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use super::config::{ChainConfig, ConfigError, DEFAULT_PORTS, DEFAULT_SEED};
 use super::limits;
+use super::ports::{self, PortSpec};
 use crate::nfs::{registry, Nf};
 use crate::optimise::fastpath::{self, FastConfig};
 
@@ -53,12 +54,20 @@ pub struct Chain {
     pub fastpath: Option<FastConfig>,
     /// The file's FastPath settings, used if `--fastpath` turns it on.
     pub fastpath_settings: FastConfig,
+    /// `[[port]]` tables: when present, the chain reads from and sends to them.
+    pub port_specs: Vec<PortSpec>,
 }
 
 pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted"];
 
 impl Chain {
     pub fn from_config(c: &ChainConfig) -> Result<Chain, ConfigError> {
+        let port_specs = ports::specs(c)?;
+        if !port_specs.is_empty() && (c.input.ports.is_some() || c.input.trace.is_some()) {
+            return Err(c.invalid(
+                "a chain with [[port]] tables takes its packets from them: drop `[input] ports` and `trace` (replay a file with a `kind = \"pcap\"` port)",
+            ));
+        }
         let mut nodes = vec![Node {
             name: INPUT.into(),
             kind: NodeKind::Input,
@@ -179,7 +188,12 @@ impl Chain {
         let order = topo_order(c, &nodes)?;
         let mut chain = Chain {
             name: c.name.clone().unwrap_or_else(|| "chain".into()),
-            ports: c.input.ports.unwrap_or(DEFAULT_PORTS),
+            ports: if port_specs.is_empty() {
+                c.input.ports.unwrap_or(DEFAULT_PORTS)
+            } else {
+                port_specs.len() as u16
+            },
+            port_specs,
             seed: c.input.seed.unwrap_or(DEFAULT_SEED),
             default_trace: c.input.trace.as_deref().map(|t| c.resolve(t)),
             nodes,
@@ -262,6 +276,7 @@ impl Chain {
             default_trace: None,
             fastpath: None,
             fastpath_settings: FastConfig::default(),
+            port_specs: Vec::new(),
         }
     }
 
@@ -302,6 +317,9 @@ impl Chain {
             self.ports,
             self.seed
         );
+        for (i, p) in self.port_specs.iter().enumerate() {
+            s.push_str(&format!("port {i} `{}`: {}\n", p.name, p.describe()));
+        }
         s.push_str("nodes:\n");
         for n in &self.nodes {
             match &n.kind {

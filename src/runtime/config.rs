@@ -44,6 +44,9 @@ pub struct ChainConfig {
     pub nfs: Vec<toml::Table>,
     #[serde(default, rename = "sink")]
     pub sinks: Vec<SinkConfig>,
+    /// Live and file ports, numbered in file order (virtual port 0 is the first table).
+    #[serde(default, rename = "port")]
+    pub ports: Vec<PortConfig>,
     /// Where the file was read from: relative paths in it are taken from its folder.
     #[serde(skip)]
     pub dir: PathBuf,
@@ -72,6 +75,27 @@ pub struct SinkConfig {
     pub name: String,
     /// pcap file to write (relative to the chain file); `--output` sets it for `out`.
     pub path: Option<String>,
+}
+
+/// One `[[port]]` table.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortConfig {
+    pub name: String,
+    /// `af_packet`, `pcap` (`af_xdp` is refused: not supported yet).
+    pub kind: String,
+    /// af_packet: the interface.
+    pub iface: Option<String>,
+    /// af_packet: join this fanout group (flows spread by hash among its sockets).
+    pub fanout: Option<u16>,
+    /// af_packet: promiscuous mode (default true).
+    pub promisc: Option<bool>,
+    /// pcap: a capture replayed into the chain on this port (relative to the chain file).
+    pub path: Option<String>,
+    /// pcap: a file that frames sent out of this port are written to.
+    pub write: Option<String>,
+    /// pcap: replay pace, `N pps`, `N Mbps`, `N Gbps` or `top` (default; `--rate` overrides).
+    pub rate: Option<String>,
 }
 
 pub const DEFAULT_PORTS: u16 = 5;

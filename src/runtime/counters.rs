@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::io::PortCounters;
 use crate::optimise::fastpath::FastStats;
 
 /// Counters of one node. Invariant checked after every run: in = out + dropped.
@@ -55,6 +56,12 @@ pub struct PortSummary {
     pub rx: u64,
     /// Packets sent out of this port (a flooded packet counts on every port it leaves by).
     pub tx: u64,
+    /// A `[[port]]`'s description: `af_packet:IFACE`, `pcap:PATH`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// That port's own counters (kernel drops and tx errors among them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<PortCounters>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -179,6 +186,14 @@ impl Summary {
             .map(|p| format!("{}: rx {} tx {}", p.port, p.rx, p.tx))
             .collect();
         s.push_str(&format!("  ports  {}\n", ports.join("   ")));
+        for p in &self.ports {
+            if let (Some(name), Some(c)) = (&p.name, &p.live) {
+                s.push_str(&format!(
+                    "  port {} {:<20} rx {}  tx {}  kernel drops {}  tx errors {}  oversize {}\n",
+                    p.port, name, c.rx, c.tx, c.kernel_drops, c.tx_errors, c.rx_oversize
+                ));
+            }
+        }
         if let Some(f) = &self.fastpath {
             s.push_str(&format!(
                 "  fastpath  hits {}  misses {}  installed {}  invalidated {}  evicted {}  expired {}  ended {}  refused {}  unconsolidatable {}  unrecorded {}  deferred {}\n",

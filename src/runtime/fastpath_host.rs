@@ -33,7 +33,7 @@ impl Host for Walk {
         if let Some(c) = self.counters.get_mut(node) {
             c.packets_in += 1;
             if let Some(Some(s)) = self.sinks.get_mut(node) {
-                to_sink(s, c, &mut self.tx, self.shift, p);
+                to_sink(s, c, &mut self.tx, &mut self.live, self.shift, p);
             }
         }
     }

@@ -1,8 +1,10 @@
 //! Executes a chain: the config, the graph built from it, and the run-to-completion worker
 //! (`worker`) that ingests chunks (`ingest`), walks them over the graph (`walk`, with
 //! FastPath lent the walk through `fastpath_host`) to the sinks (`sink`), and sums up
-//! (`summary`).
+//! (`summary`). With `[[port]]` tables (`ports`) the worker runs live (`worker/live.rs`),
+//! serves the HTTP API (`api`) and reloads its file (`reload`).
 
+pub mod api;
 mod chain;
 mod config;
 pub mod control;
@@ -10,7 +12,9 @@ mod counters;
 mod fastpath_host;
 mod ingest;
 pub mod limits;
+pub mod ports;
 mod profile_check;
+pub mod reload;
 mod sink;
 mod summary;
 mod walk;
@@ -19,4 +23,4 @@ mod worker;
 pub use chain::{Chain, Node, NodeKind, INPUT};
 pub use config::{ChainConfig, ConfigError};
 pub use counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
-pub use worker::{NoProgress, Progress, RunOptions, Runner};
+pub use worker::{Live, NoProgress, Progress, RunOptions, Runner};

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::chain::NodeKind;
 use super::counters::{NodeCounters, SinkSummary};
 use super::walk::Walk;
-use crate::io::{PcapHeader, PcapWriter};
+use crate::io::{PcapHeader, PcapWriter, Port};
 use crate::packet::{Packet, FLOOD, NO_PORT};
 
 type Writer = PcapWriter<BufWriter<std::fs::File>>;
@@ -18,6 +18,8 @@ pub(super) struct SinkState {
     /// The first write error; the writer is closed then, and the run fails at the end.
     write_error: Option<String>,
     flooded: u64,
+    /// Timestamps the writer clamped, kept once it is closed.
+    clamped: u64,
 }
 
 impl Walk {
@@ -51,6 +53,7 @@ impl Walk {
                 path,
                 write_error: None,
                 flooded: 0,
+                clamped: 0,
             }));
         }
         Ok(())
@@ -58,30 +61,34 @@ impl Walk {
 }
 
 impl SinkState {
-    /// Flushes and closes the file: the summary of sink `name` with counters `c`, and
-    /// the first write error naming the file (the run reports it after its summary and
-    /// exits non-zero).
-    pub fn close(self, name: &str, c: &NodeCounters) -> (SinkSummary, Option<String>) {
+    /// Flushes and closes the file; the first write error naming the file, if any (the
+    /// run reports it after its summary and exits non-zero).
+    pub fn close(&mut self) -> Option<String> {
         let shown = self
             .path
             .as_ref()
             .map_or(String::new(), |p| p.display().to_string());
-        let clamped_timestamps = self.writer.as_ref().map_or(0, |w| w.clamped());
-        let finished = self.writer.map(|w| w.finish().map(drop));
-        let error = match (self.write_error, finished) {
+        if let Some(w) = &self.writer {
+            self.clamped = w.clamped();
+        }
+        let finished = self.writer.take().map(|w| w.finish().map(drop));
+        match (self.write_error.take(), finished) {
             (Some(e), _) => Some(format!("{shown}: writing failed: {e}")),
             (None, Some(Err(e))) => Some(format!("{shown}: writing failed: {e}")),
             _ => None,
-        };
-        let s = SinkSummary {
+        }
+    }
+
+    /// The summary of sink `name` with counters `c` (its file may still be open).
+    pub fn summary(&self, name: &str, c: &NodeCounters) -> SinkSummary {
+        SinkSummary {
             name: name.to_string(),
             packets: c.packets_in,
             bytes: c.bytes_in,
             flooded: self.flooded,
-            clamped_timestamps,
-            path: self.path.map(|p| p.display().to_string()),
-        };
-        (s, error)
+            clamped_timestamps: self.writer.as_ref().map_or(self.clamped, |w| w.clamped()),
+            path: self.path.as_ref().map(|p| p.display().to_string()),
+        }
     }
 }
 
@@ -91,6 +98,7 @@ pub(super) fn to_sink(
     s: &mut SinkState,
     c: &mut NodeCounters,
     tx: &mut [u64],
+    live: &mut [Box<dyn Port>],
     shift: u64,
     p: &Packet,
 ) {
@@ -102,11 +110,19 @@ pub(super) fn to_sink(
             for (port, t) in tx.iter_mut().enumerate() {
                 *t += (port != m.in_port as usize) as u64;
             }
+            for (port, l) in live.iter_mut().enumerate() {
+                if port != m.in_port as usize {
+                    l.send(p.data(), m.ts_ns.wrapping_sub(shift), m.wire_len);
+                }
+            }
         }
         NO_PORT => {}
         e => {
             if let Some(t) = tx.get_mut(e as usize) {
                 *t += 1;
+            }
+            if let Some(l) = live.get_mut(e as usize) {
+                l.send(p.data(), m.ts_ns.wrapping_sub(shift), m.wire_len);
             }
         }
     }

@@ -16,6 +16,24 @@ impl Walk {
         seconds: f64,
         fastpath: Option<FastStats>,
     ) -> anyhow::Result<Summary> {
+        let mut closed = Vec::new();
+        for s in self.sinks.iter_mut().flatten() {
+            closed.extend(s.close());
+        }
+        let mut s = self.snapshot(input_error, loops, seconds, fastpath)?;
+        s.output_errors.extend(closed);
+        Ok(s)
+    }
+
+    /// The counters so far, checked for conservation (between batches, when every
+    /// buffer is back in the pool); sinks' files stay open.
+    pub fn snapshot(
+        &self,
+        input_error: Option<String>,
+        loops: u64,
+        seconds: f64,
+        fastpath: Option<FastStats>,
+    ) -> anyhow::Result<Summary> {
         let nodes = &self.chain.nodes;
         let mut nfs = Vec::new();
         let mut sinks = Vec::new();
@@ -65,14 +83,12 @@ impl Walk {
                     })
                 }
                 NodeKind::Sink { .. } => {
-                    let Some(s) = self.sinks[i].take() else {
+                    let Some(s) = self.sinks[i].as_ref() else {
                         continue;
                     };
                     out += c.packets_in;
                     bytes_out += c.bytes_in;
-                    let (s, error) = s.close(&node.name, c);
-                    sinks.push(s);
-                    output_errors.extend(error);
+                    sinks.push(s.summary(&node.name, c));
                 }
             }
         }
@@ -111,6 +127,8 @@ impl Walk {
                     port: p,
                     rx: self.rx[p as usize],
                     tx: self.tx[p as usize],
+                    name: self.live.get(p as usize).map(|l| l.describe()),
+                    live: self.live.get(p as usize).map(|l| l.counters()),
                 })
                 .collect(),
             sinks,

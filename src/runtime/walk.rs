@@ -7,6 +7,7 @@ use super::counters::NodeCounters;
 use super::profile_check::Snapshot;
 use super::sink::{to_sink, SinkState};
 use crate::flow::RunClock;
+use crate::io::Port;
 use crate::nfs::{Context, Nf};
 use crate::optimise::fastpath::FastPath;
 use crate::packet::{Batch, LinkKind, Pool, Verdict, MAX_BATCH};
@@ -40,6 +41,8 @@ pub(super) struct Walk {
     pub clock: RunClock,
     /// The input's successor, where ingested packets queue.
     pub first: usize,
+    /// Live ports, by port number: packets reaching a sink leave by their egress port.
+    pub live: Vec<Box<dyn Port>>,
 }
 
 impl Walk {
@@ -72,6 +75,7 @@ impl Walk {
             shift: 0,
             clock: RunClock::new(),
             first: chain.nodes[0].next[0],
+            live: Vec::new(),
             chain,
         }
     }
@@ -114,6 +118,7 @@ impl Walk {
             check,
             violation,
             shift,
+            live,
             ..
         } = self;
         for &n in &chain.order {
@@ -192,7 +197,7 @@ impl Walk {
                         f.at_sink(n, spare);
                     }
                     for p in spare.drain() {
-                        to_sink(s, c, tx, *shift, &p);
+                        to_sink(s, c, tx, live, *shift, &p);
                         pool.free(p);
                     }
                 }

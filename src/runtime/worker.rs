@@ -12,9 +12,12 @@ use super::counters::Summary;
 use super::profile_check::Snapshot;
 use super::walk::Walk;
 use crate::io::{After, Source, Trace, TraceSource};
+
+mod live;
 use crate::nfs::Nf;
 use crate::optimise::fastpath::FastPath;
 use crate::packet::MAX_BATCH;
+pub use live::Live;
 
 /// How the worker reports progress on long runs.
 pub trait Progress {
@@ -46,7 +49,10 @@ pub struct Runner {
     walk: Walk,
     /// FastPath state when the chain has it on.
     fast: Option<Box<FastPath>>,
-    control: Option<ControlPort>,
+    /// Where live changes come from (the Unix socket, the HTTP API).
+    control: Vec<ControlPort>,
+    /// The chain file as loaded, when the run may reload it (`* reload`, SIGHUP).
+    reload: Option<Box<super::reload::Base>>,
 }
 
 impl Runner {
@@ -67,7 +73,8 @@ impl Runner {
         Runner {
             walk: Walk::new(chain, max_packet, fast.is_some()),
             fast,
-            control: None,
+            control: Vec::new(),
+            reload: None,
         }
     }
 
@@ -188,13 +195,17 @@ impl Runner {
         self.walk.summary(input_error, opts.loops, seconds, stats)
     }
 
-    /// Takes commands from a control socket to be applied between batches.
+    /// Takes commands from a control socket to be applied between batches (several
+    /// sources may be attached).
     pub fn attach_control(&mut self, port: ControlPort) {
-        self.control = Some(port);
+        self.control.push(port);
     }
 
     /// Applies `cmd` to the NF named `nf` now (between batches).
     pub fn apply(&mut self, nf: &str, cmd: &str) -> Result<String, String> {
+        if nf == live::CHAIN {
+            return self.chain_command(cmd);
+        }
         let chain = &self.walk.chain;
         let names = || {
             chain
@@ -234,8 +245,10 @@ impl Runner {
     /// Drains pending control commands; when none are pending this is one atomic load.
     #[inline]
     fn poll_control(&mut self) {
-        let Some(port) = &self.control else { return };
-        let pending: Vec<Command> = port.rx.try_iter().collect();
+        if self.control.is_empty() {
+            return;
+        }
+        let pending: Vec<Command> = self.control.iter().flat_map(|p| p.rx.try_iter()).collect();
         for c in pending {
             let r = self.apply(&c.nf, &c.cmd);
             if let Some(reply) = c.reply {

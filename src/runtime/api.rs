@@ -1,0 +1,326 @@
+//! The HTTP control API of a running chain (`catena run --api 127.0.0.1:9100`):
+//! `GET /stats` (the `--json` summary, refreshed a few times a second), `GET /metrics`
+//! (Prometheus/OpenMetrics text) and `POST /nf/NAME` with a command in the body (the
+//! Unix socket's commands and replies). tiny_http: a blocking server on its own threads
+//! is all this needs (no async runtime to carry).
+//!
+//! The worker never waits for the API: it publishes a snapshot with `try_lock` between
+//! batches (skipping a turn if a reader holds it), and commands reach it through the
+//! same channel as the Unix socket's, applied between batches. Requests are bounded (a
+//! 4 KiB body, at most `MAX_IN_FLIGHT` at once, 5 s for a command's reply) and garbage
+//! gets a 4xx.
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::control::Command;
+use super::counters::Summary;
+
+/// Largest request body (a command line).
+pub const MAX_BODY: usize = 4096;
+const MAX_IN_FLIGHT: usize = 8;
+const REPLY_WAIT: Duration = Duration::from_secs(5);
+
+/// Upper bounds (seconds) of the batch-latency histogram's buckets; the last is +Inf.
+pub const BATCH_BOUNDS: [f64; 12] = [
+    1e-6,
+    2e-6,
+    5e-6,
+    10e-6,
+    20e-6,
+    50e-6,
+    100e-6,
+    200e-6,
+    500e-6,
+    1e-3,
+    10e-3,
+    f64::INFINITY,
+];
+
+/// Time from taking a batch off the ports to its frames sent, per batch.
+#[derive(Clone, Debug, Default)]
+pub struct BatchHist {
+    /// Batches per bucket of [`BATCH_BOUNDS`] (not cumulative).
+    pub counts: [u64; 12],
+    pub sum_secs: f64,
+    pub count: u64,
+}
+
+impl BatchHist {
+    #[inline]
+    pub fn record(&mut self, secs: f64) {
+        let i = BATCH_BOUNDS.iter().position(|&b| secs <= b).unwrap_or(11);
+        self.counts[i] += 1;
+        self.sum_secs += secs;
+        self.count += 1;
+    }
+}
+
+impl EncodeMetric for BatchHist {
+    fn encode(&self, mut e: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let buckets: Vec<(f64, u64)> = BATCH_BOUNDS.iter().copied().zip(self.counts).collect();
+        e.encode_histogram::<NoLabelSet>(self.sum_secs, self.count, &buckets, None)
+    }
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// What the worker last published.
+#[derive(Default)]
+pub struct Published {
+    pub summary: Option<Summary>,
+    pub batches: BatchHist,
+}
+
+pub type Shared = Arc<Mutex<Published>>;
+
+/// The running server; dropping it stops it.
+pub struct ApiServer {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Listens on `addr`; commands go to the worker through `tx`.
+pub fn serve(addr: &str, tx: Sender<Command>, shared: Shared) -> std::io::Result<ApiServer> {
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| std::io::Error::other(format!("cannot listen on {addr}: {e}")))?;
+    let addr = server
+        .server_addr()
+        .to_ip()
+        .ok_or_else(|| std::io::Error::other("not an IP address"))?;
+    let server = Arc::new(server);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (srv, st) = (server.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        let busy = Arc::new(AtomicUsize::new(0));
+        while !st.load(Ordering::Relaxed) {
+            let Ok(Some(req)) = srv.recv_timeout(Duration::from_millis(200)) else {
+                continue;
+            };
+            if busy.fetch_add(1, Ordering::AcqRel) >= MAX_IN_FLIGHT {
+                busy.fetch_sub(1, Ordering::AcqRel);
+                let _ = req.respond(text(503, "busy: too many requests at once\n"));
+                continue;
+            }
+            let (tx, shared, busy) = (tx.clone(), shared.clone(), busy.clone());
+            std::thread::spawn(move || {
+                handle(req, &tx, &shared);
+                busy.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+    });
+    Ok(ApiServer {
+        addr,
+        stop,
+        server,
+        thread: Some(thread),
+    })
+}
+
+fn text(code: u16, body: &str) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    tiny_http::Response::from_string(body).with_status_code(code)
+}
+
+fn header(k: &str, v: &str) -> tiny_http::Header {
+    tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).expect("static header")
+}
+
+fn handle(mut req: tiny_http::Request, tx: &Sender<Command>, shared: &Shared) {
+    use tiny_http::Method;
+    let url = req.url().to_string();
+    let path = url.split('?').next().unwrap_or("");
+    let resp = match (req.method(), path) {
+        (Method::Get, "/stats") => match snapshot(shared, |p| {
+            p.summary
+                .as_ref()
+                .map(|s| serde_json::to_string(s).unwrap_or_default())
+        }) {
+            Some(json) => {
+                text(200, &(json + "\n")).with_header(header("Content-Type", "application/json"))
+            }
+            None => text(503, "no statistics yet: the chain has not started\n"),
+        },
+        (Method::Get, "/metrics") => match snapshot(shared, metrics) {
+            Some(m) => text(200, &m).with_header(header(
+                "Content-Type",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )),
+            None => text(503, "no metrics yet: the chain has not started\n"),
+        },
+        (Method::Post, p) if p.starts_with("/nf/") => command(&mut req, &p[4..], tx),
+        (_, "/stats" | "/metrics") => text(405, "use GET\n"),
+        (_, p) if p.starts_with("/nf/") => text(405, "use POST with the command as the body\n"),
+        _ => text(404, "not found: GET /stats, GET /metrics, POST /nf/NAME\n"),
+    };
+    let _ = req.respond(resp);
+}
+
+/// Reads what the worker published, under the lock only as long as `f` takes.
+fn snapshot<T>(shared: &Shared, f: impl FnOnce(&Published) -> Option<T>) -> Option<T> {
+    let g = shared.lock().unwrap_or_else(|e| e.into_inner());
+    f(&g)
+}
+
+fn command(
+    req: &mut tiny_http::Request,
+    nf: &str,
+    tx: &Sender<Command>,
+) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    if nf.is_empty()
+        || !nf
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return text(400, "error bad NF name in the path: POST /nf/NAME\n");
+    }
+    let mut body = Vec::new();
+    if req
+        .as_reader()
+        .take(MAX_BODY as u64 + 1)
+        .read_to_end(&mut body)
+        .is_err()
+    {
+        return text(400, "error the body could not be read\n");
+    }
+    if body.len() > MAX_BODY {
+        return text(413, "error the command is longer than 4096 bytes\n");
+    }
+    let Ok(cmd) = std::str::from_utf8(&body) else {
+        return text(400, "error the command is not UTF-8 text\n");
+    };
+    let cmd = cmd.trim();
+    if cmd.is_empty() || cmd.contains('\n') {
+        return text(
+            400,
+            "error send one command line as the body, e.g. `allow_ports 80 443`\n",
+        );
+    }
+    let (rtx, rrx) = channel();
+    let sent = tx.send(Command {
+        nf: nf.to_string(),
+        cmd: cmd.to_string(),
+        reply: Some(rtx),
+    });
+    if sent.is_err() {
+        return text(503, "error the run has ended\n");
+    }
+    match rrx.recv_timeout(REPLY_WAIT) {
+        Ok(Ok(r)) => text(200, &format!("ok {}\n", r.replace('\n', " "))),
+        Ok(Err(e)) => text(400, &format!("error {}\n", e.replace('\n', " "))),
+        Err(_) => text(503, "error no reply from the worker in 5 s\n"),
+    }
+}
+
+type Labels = Vec<(String, String)>;
+
+fn family() -> Family<Labels, Counter> {
+    Family::default()
+}
+
+fn add(f: &Family<Labels, Counter>, labels: &[(&str, &str)], v: u64) {
+    let l: Labels = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    f.get_or_create(&l).inc_by(v);
+}
+
+/// The published counters in the Prometheus text exposition.
+fn metrics(p: &Published) -> Option<String> {
+    let s = p.summary.as_ref()?;
+    let mut r = Registry::with_prefix("catena");
+    let (nf_in, nf_out, nf_drop) = (family(), family(), family());
+    for n in &s.nfs {
+        add(&nf_in, &[("nf", &n.name), ("kind", &n.kind)], n.packets_in);
+        add(
+            &nf_out,
+            &[("nf", &n.name), ("kind", &n.kind)],
+            n.packets_out,
+        );
+        for (reason, v) in &n.drops {
+            add(&nf_drop, &[("nf", &n.name), ("reason", reason)], *v);
+        }
+    }
+    r.register("nf_packets_in", "Packets into each NF", nf_in);
+    r.register("nf_packets_out", "Packets out of each NF", nf_out);
+    r.register("nf_dropped", "Packets each NF dropped, by reason", nf_drop);
+    let input = family();
+    add(&input, &[], s.packets_in);
+    r.register("packets_in", "Packets taken from the ports", input);
+    let input_drops = family();
+    for (reason, v) in &s.input_drops {
+        add(&input_drops, &[("reason", reason)], *v);
+    }
+    r.register(
+        "input_dropped",
+        "Packets dropped before the first NF",
+        input_drops,
+    );
+    let (rx, tx, kd, te) = (family(), family(), family(), family());
+    for port in &s.ports {
+        let num = port.port.to_string();
+        let name = port.name.clone().unwrap_or_default();
+        let l = [("port", num.as_str()), ("name", name.as_str())];
+        add(&rx, &l, port.rx);
+        add(&tx, &l, port.tx);
+        if let Some(c) = &port.live {
+            add(&kd, &l, c.kernel_drops);
+            add(&te, &l, c.tx_errors);
+        }
+    }
+    r.register("port_rx_packets", "Packets received per port", rx);
+    r.register("port_tx_packets", "Packets sent per port", tx);
+    r.register(
+        "port_kernel_drops",
+        "Packets the kernel dropped before catena read them",
+        kd,
+    );
+    r.register("port_tx_errors", "Frames a port could not send", te);
+    if let Some(f) = &s.fastpath {
+        let fp = family();
+        if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(f) {
+            for (k, v) in m {
+                if let Some(v) = v.as_u64() {
+                    add(&fp, &[("counter", &k)], v);
+                }
+            }
+        }
+        r.register(
+            "fastpath",
+            "FastPath counters (hits, misses, installed, …)",
+            fp,
+        );
+    }
+    r.register(
+        "batch_seconds",
+        "Time from taking a batch off the ports to its frames sent",
+        p.batches.clone(),
+    );
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &r).ok()?;
+    Some(out)
+}

@@ -1,0 +1,175 @@
+//! `[[port]]` tables: checked when the chain is read, probed by `catena check`, opened
+//! by `catena run`. Port numbers are the tables' order, so NFs that pair ports (wire:
+//! 0↔1) work unchanged.
+
+use std::path::PathBuf;
+
+use super::config::{ChainConfig, ConfigError};
+use crate::io::{af_packet, AfPacket, AfPacketConfig, PcapHeader, PcapPort, Port, Rate, Trace};
+
+pub const KINDS: &str = "af_packet, pcap";
+
+#[derive(Clone, Debug)]
+pub enum PortKind {
+    AfPacket(AfPacketConfig),
+    Pcap {
+        read: Option<PathBuf>,
+        write: Option<PathBuf>,
+        rate: Rate,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct PortSpec {
+    pub name: String,
+    pub kind: PortKind,
+}
+
+impl PortSpec {
+    pub fn describe(&self) -> String {
+        match &self.kind {
+            PortKind::AfPacket(c) => format!(
+                "af_packet on {}{}",
+                c.iface,
+                c.fanout
+                    .map_or(String::new(), |g| format!(", fanout group {g}"))
+            ),
+            PortKind::Pcap { read, write, rate } => {
+                let mut v = Vec::new();
+                if let Some(r) = read {
+                    v.push(format!("replays {} ({rate:?})", r.display()));
+                }
+                if let Some(w) = write {
+                    v.push(format!("writes {}", w.display()));
+                }
+                format!("pcap: {}", v.join(", "))
+            }
+        }
+    }
+
+    /// The port is live (on an interface) rather than a file.
+    pub fn is_live(&self) -> bool {
+        matches!(self.kind, PortKind::AfPacket(_))
+    }
+}
+
+/// The `[[port]]` tables, checked.
+pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
+    let mut out: Vec<PortSpec> = Vec::new();
+    for p in &c.ports {
+        let bad = |msg: String| c.invalid(format!("port `{}`: {msg}", p.name));
+        if out.iter().any(|q| q.name == p.name) {
+            return Err(c.invalid(format!("two ports are named `{}`", p.name)));
+        }
+        let only = |what: &str, set: bool| {
+            if set {
+                Err(bad(format!("`{what}` does not apply to kind `{}`", p.kind)))
+            } else {
+                Ok(())
+            }
+        };
+        let kind = match p.kind.as_str() {
+            "af_packet" => {
+                only("path", p.path.is_some())?;
+                only("write", p.write.is_some())?;
+                only("rate", p.rate.is_some())?;
+                let iface = p
+                    .iface
+                    .as_deref()
+                    .ok_or_else(|| bad("needs `iface = \"NAME\"`".into()))?;
+                if iface.is_empty() || iface.len() > 15 || iface.contains(['/', ' ']) {
+                    return Err(bad(format!("`{iface}` is not an interface name")));
+                }
+                let mut cfg = AfPacketConfig::new(iface);
+                cfg.fanout = p.fanout;
+                cfg.promisc = p.promisc.unwrap_or(true);
+                PortKind::AfPacket(cfg)
+            }
+            "pcap" => {
+                only("iface", p.iface.is_some())?;
+                only("fanout", p.fanout.is_some())?;
+                only("promisc", p.promisc.is_some())?;
+                if p.path.is_none() && p.write.is_none() {
+                    return Err(bad(
+                        "needs `path` (a capture to replay) or `write` (a file to record to)"
+                            .into(),
+                    ));
+                }
+                let rate = match &p.rate {
+                    None => Rate::Top,
+                    Some(r) => r.parse().map_err(|e: String| bad(format!("`rate`: {e}")))?,
+                };
+                PortKind::Pcap {
+                    read: p.path.as_deref().map(|x| c.resolve(x)),
+                    write: p.write.as_deref().map(|x| c.resolve(x)),
+                    rate,
+                }
+            }
+            "af_xdp" => {
+                return Err(bad(
+                    "kind `af_xdp` is not supported yet: use `kind = \"af_packet\"`".into(),
+                ))
+            }
+            k => return Err(bad(format!("unknown kind `{k}` (kinds: {KINDS})"))),
+        };
+        out.push(PortSpec {
+            name: p.name.clone(),
+            kind,
+        });
+    }
+    if out.len() > usize::from(u16::MAX - 2) {
+        return Err(c.invalid("too many ports"));
+    }
+    Ok(out)
+}
+
+/// Checks that live ports can be opened here: the interface exists and we may open
+/// AF_PACKET sockets. One line saying what to do otherwise.
+pub fn probe(specs: &[PortSpec]) -> Result<(), String> {
+    for s in specs {
+        if let PortKind::AfPacket(c) = &s.kind {
+            af_packet::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
+        }
+    }
+    Ok(())
+}
+
+/// The file header pcap outputs get: the first replayed capture's (so a pcap → pcap run
+/// writes its input back byte for byte), else Ethernet with µs times, as `tcpdump -w`.
+pub fn output_header(specs: &[PortSpec]) -> anyhow::Result<PcapHeader> {
+    for s in specs {
+        if let PortKind::Pcap { read: Some(r), .. } = &s.kind {
+            return Ok(Trace::open(r)?.header());
+        }
+    }
+    Ok(PcapHeader::new(1, false))
+}
+
+/// Opens every port; `rate` overrides the pcap ports' pace.
+pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dyn Port>>> {
+    let header = output_header(specs)?;
+    let mut v: Vec<Box<dyn Port>> = Vec::with_capacity(specs.len());
+    for s in specs {
+        let e = |e: String| anyhow::anyhow!("port `{}`: {e}", s.name);
+        match &s.kind {
+            PortKind::AfPacket(c) => {
+                v.push(Box::new(AfPacket::open(c).map_err(|x| e(x.to_string()))?));
+            }
+            PortKind::Pcap {
+                read,
+                write,
+                rate: r,
+            } => {
+                let p = PcapPort::open(
+                    read.as_deref(),
+                    write.as_deref(),
+                    rate.unwrap_or(*r),
+                    header,
+                )
+                .map_err(|x| e(x.to_string()))?;
+                v.push(Box::new(p));
+            }
+        }
+    }
+    Ok(v)
+}

@@ -1,0 +1,120 @@
+//! Network namespaces and veth pairs that a test creates and always removes (the guard's
+//! Drop deletes the namespaces, which deletes the veths in them), so live tests never
+//! touch an interface they did not make.
+#![allow(dead_code)]
+
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// True when this process may create namespaces; otherwise prints why the test skips.
+pub fn can_run(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped {test}: needs root (network namespaces and veth pairs)");
+        return false;
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        eprintln!("skipped {test}: needs `ip` (iproute2)");
+        return false;
+    }
+    true
+}
+
+fn ip(args: &[&str]) {
+    let o = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        o.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr).trim()
+    );
+}
+
+/// Runs `cmd` inside namespace `ns`.
+pub fn in_ns(ns: &str, cmd: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).args(cmd);
+    c
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Namespaces made by one test; all are deleted when it drops (also on panic).
+pub struct Netns {
+    pub names: Vec<String>,
+    tag: String,
+}
+
+impl Netns {
+    /// `n` fresh namespaces with loopback up and IPv6 off (no stray neighbour
+    /// discovery traffic on the veths).
+    pub fn new(n: usize) -> Netns {
+        let tag = format!(
+            "c{}x{}",
+            std::process::id() % 100_000,
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut g = Netns {
+            names: Vec::new(),
+            tag,
+        };
+        for i in 0..n {
+            let name = format!("{}n{i}", g.tag);
+            ip(&["netns", "add", &name]);
+            g.names.push(name.clone());
+            ip(&["-n", &name, "link", "set", "lo", "up"]);
+            let o = in_ns(
+                &name,
+                &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
+            )
+            .output()
+            .expect("sysctl");
+            assert!(
+                o.status.success(),
+                "sysctl: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let _ = in_ns(
+                &name,
+                &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+            )
+            .output();
+        }
+        g
+    }
+
+    /// A veth pair named after this test (`tag` + suffix, ≤ 15 bytes), one end in
+    /// namespace `a`, the other in `b`, both up with `mtu`. Returns the two names.
+    pub fn veth(&self, a: usize, b: usize, suffix: &str, mtu: u32) -> (String, String) {
+        let (x, y) = (
+            format!("{}{suffix}a", self.tag),
+            format!("{}{suffix}b", self.tag),
+        );
+        assert!(x.len() <= 15, "interface name {x} too long");
+        let (na, nb) = (&self.names[a], &self.names[b]);
+        ip(&[
+            "-n", na, "link", "add", &x, "type", "veth", "peer", "name", &y, "netns", nb,
+        ]);
+        let m = mtu.to_string();
+        ip(&["-n", na, "link", "set", &x, "mtu", &m, "up"]);
+        ip(&["-n", nb, "link", "set", &y, "mtu", &m, "up"]);
+        (x, y)
+    }
+
+    /// Moves the calling thread into namespace `i` (sockets it opens live there).
+    pub fn enter(&self, i: usize) {
+        let f = std::fs::File::open(format!("/var/run/netns/{}", self.names[i])).expect("netns");
+        // SAFETY: setns on a namespace file descriptor; affects this thread only.
+        let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
