@@ -130,6 +130,8 @@ pub struct Group {
 #[derive(Clone, Debug)]
 pub struct Rule {
     pub sid: u32,
+    /// A `drop` or `reject` rule: inline, its match drops the flow.
+    pub drops: bool,
     pub gid: u32,
     pub rev: u32,
     pub msg: String,
@@ -198,9 +200,12 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
         ));
     }
     let action = h[0].to_ascii_lowercase();
-    // pass silences other rules and drop/reject stop inspecting the flow even in IDS
-    // mode: neither is modelled, so only alert rules load.
-    if action != "alert" {
+    // `pass` silences other rules, which is not modelled. drop/reject alert, and inline
+    // (the microbox's ids app) also drop the flow.
+    if !matches!(
+        action.as_str(),
+        "alert" | "drop" | "reject" | "rejectsrc" | "rejectdst" | "rejectboth"
+    ) {
         return Err(skip("action", format!("`{}` is not supported", h[0])));
     }
     let proto = Proto::parse(h[1])
@@ -221,6 +226,7 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
     let sid = sid.ok_or_else(|| skip("sid", "missing or not a number"))?;
     let mut r = Rule {
         sid,
+        drops: action != "alert",
         gid: 1,
         rev: 0,
         msg: String::new(),
