@@ -169,7 +169,16 @@ impl std::fmt::Display for ProtoName {
 fn ip(w: &mut impl Write, a: Ip) -> io::Result<()> {
     match a {
         Ip::V4(v) => write!(w, "{}", Ipv4Addr::from(v)),
-        Ip::V6(v) => write!(w, "{}", Ipv6Addr::from(v)),
+        // Suricata writes every group, four digits each.
+        Ip::V6(v) => {
+            for (i, g) in Ipv6Addr::from(v).segments().iter().enumerate() {
+                if i > 0 {
+                    w.write_all(b":")?;
+                }
+                write!(w, "{g:04x}")?;
+            }
+            Ok(())
+        }
     }
 }
 

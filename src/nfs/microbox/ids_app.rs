@@ -168,10 +168,14 @@ impl IdsApp {
     ];
 
     pub fn from_params(p: &mut Params) -> Result<IdsApp, ParamError> {
-        let text = match (p.table_str("rules")?, p.path("rules_file")?) {
-            (Some(t), None) => t.to_string(),
-            (None, Some(f)) => std::fs::read_to_string(&f)
-                .map_err(|e| p.err(format!("rules_file `{}`: {e}", f.display())))?,
+        // Warnings name the rule's place: `FILE:LINE`, or `rules:LINE` for inline rules.
+        let (text, origin) = match (p.table_str("rules")?, p.path("rules_file")?) {
+            (Some(t), None) => (t.to_string(), "rules".to_string()),
+            (None, Some(f)) => (
+                std::fs::read_to_string(&f)
+                    .map_err(|e| p.err(format!("rules_file `{}`: {e}", f.display())))?,
+                f.display().to_string(),
+            ),
             (Some(_), Some(_)) => return Err(p.err("give `rules` or `rules_file`, not both")),
             (None, None) => return Err(p.err("the ids app needs `rules` or `rules_file`")),
         };
@@ -207,7 +211,11 @@ impl IdsApp {
         )? as usize;
         let (set, warnings) = RuleSet::parse(&text, &Vars::suricata_defaults());
         for w in &warnings {
-            eprintln!("warning: ids: {w}");
+            let sid = w.sid.map_or(String::new(), |s| format!(" sid {s}"));
+            eprintln!(
+                "warning: ids: {origin}:{}{sid}: `{}`: {}; rule skipped",
+                w.line, w.keyword, w.reason
+            );
         }
         if set.is_empty() {
             return Err(p.err("no rule could be loaded (see the warnings above)"));
@@ -229,7 +237,7 @@ impl IdsApp {
         let mut drop_names = Vec::new();
         for (i, r) in set.rules.iter().enumerate() {
             if r.drops && drop_names.len() < MAX_DROP_REASONS {
-                drop_names.push(format!("ids sid {}", r.sid));
+                drop_names.push(format!("ids inline sid {}", r.sid));
                 drop_reason[i] = drop_names.len() as u8;
             }
         }
@@ -702,7 +710,7 @@ impl App for IdsApp {
     }
 
     fn drop_reasons(&self) -> Vec<String> {
-        let mut v = vec!["ids".to_string()];
+        let mut v = vec!["ids inline".to_string()];
         v.extend(self.drop_names.iter().cloned());
         v
     }
