@@ -155,6 +155,21 @@ impl Ids {
         self.cands.clear();
     }
 
+    /// Suricata's flow-end pseudo packet in `p`'s direction (sent to flush the other
+    /// direction's unacknowledged bytes): IP-only rules match it when it is the first
+    /// packet of its direction. Other rules do not run on it.
+    pub fn on_pseudo_packet(&mut self, p: &PacketInfo, alerts: &mut Vec<Alert>) {
+        if !p.first_in_dir {
+            return;
+        }
+        for &i in &self.set.packet.always {
+            let r = &self.set.rules[i as usize];
+            if r.ip_only && r.header.proto != Proto::Http && header_ok(r, p) {
+                push(alerts, r, i);
+            }
+        }
+    }
+
     /// New in-order bytes of one direction of a TCP flow (`p` is the segment carrying them).
     pub fn on_stream(
         &mut self,

@@ -42,6 +42,8 @@ struct Conn {
     /// The stack's state as of the last packet event delivered ([`TcpState`] as u8).
     state: u8,
     seen: [bool; 2],
+    /// Some packet of the direction carried payload.
+    payload: [bool; 2],
     pkts: [u64; 2],
     bytes: [u64; 2],
     start_ns: u64,
@@ -62,6 +64,18 @@ struct Loose {
     seen: [bool; 2],
     id: u64,
     dropped_by: u32,
+    last_ns: u64,
+}
+
+/// Suricata's default flow timeouts (`flow-timeouts`): a flow seen one way only ends
+/// after 30 s idle (TCP 60 s), one seen both ways after 300 s.
+fn loose_timeout_ns(established: bool, tcp: bool) -> u64 {
+    const S: u64 = 1_000_000_000;
+    match (established, tcp) {
+        (true, _) => 300 * S,
+        (false, true) => 60 * S,
+        (false, false) => 30 * S,
+    }
 }
 
 /// A FIN or RST of a tracked flow whose end of direction is inspected after its bytes.
@@ -241,7 +255,7 @@ impl IdsApp {
                 drop_reason[i] = drop_names.len() as u8;
             }
         }
-        let timeout_ns = 120_000_000_000;
+        let timeout_ns = loose_timeout_ns(true, true);
         IdsApp {
             rules_loaded: set.len() as u64,
             rules_skipped: 0,
@@ -339,7 +353,12 @@ impl IdsApp {
         let ck = key.canonical();
         let from_src = *key == ck;
         let wk = WideKey(ck);
-        if let Some(f) = self.loose.get_mut(&wk, now) {
+        let tcp = key.proto == 6;
+        let live = |f: &Loose| {
+            now.saturating_sub(f.last_ns) <= loose_timeout_ns(f.seen[0] && f.seen[1], tcp)
+        };
+        if let Some(f) = self.loose.get_mut(&wk, now).filter(|f| live(f)) {
+            f.last_ns = now;
             let to_server = from_src == f.client_is_src;
             let d = usize::from(!to_server);
             let first = !f.seen[d];
@@ -360,11 +379,27 @@ impl IdsApp {
             seen,
             id,
             dropped_by: 0,
+            last_ns: now,
         };
         if self.loose.learn(wk, f, now) == crate::flow::Learned::Full {
             self.loose_full += 1;
         }
         (to_server, true, false, 0, id)
+    }
+
+    fn remember_closed(&mut self, k: &FlowKey, c: &Conn) {
+        let ck = k.canonical();
+        let f = Loose {
+            client_is_src: *k == ck,
+            // A direction with no packet counts as seen after its flow-end pseudo packet.
+            seen: [c.seen[0] || c.payload[1], c.seen[1] || c.payload[0]],
+            id: c.id,
+            dropped_by: c.dropped_by,
+            last_ns: c.last_ns,
+        };
+        if self.loose.learn(WideKey(ck), f, c.last_ns) == crate::flow::Learned::Full {
+            self.loose_full += 1;
+        }
     }
 
     fn mark_loose_dropped(&mut self, key: &FlowKey, rule: u32, now: u64) {
@@ -398,6 +433,7 @@ impl IdsApp {
             c.seen[dir] = true;
             c.pkts[dir] += 1;
             c.bytes[dir] += len;
+            c.payload[dir] |= pay_len > 0;
             if c.start_ns == 0 {
                 c.start_ns = ts;
             }
@@ -629,7 +665,16 @@ impl IdsApp {
                 }
             }
         }
+        self.pseudo_packets(ev, cx);
         let c = self.conns[i];
+        if matches!(
+            EndReason::from_u32(ev.info),
+            EndReason::Closed | EndReason::Reset
+        ) {
+            // Segments after the close (a late ACK, a RST) still belong to this flow for
+            // Suricata, which keeps closed flows a while: not a new flow's first packets.
+            self.remember_closed(&k, &c);
+        }
         if let (Some(e), Some(t)) = (
             self.eve.as_mut(),
             Self::tuple(cx, ev.flow, 0, &c, c.last_ns),
@@ -654,6 +699,38 @@ impl IdsApp {
                 alerted: c.alerted,
             };
             e.flow(&EveTuple { app_proto, ..t }, &f);
+        }
+    }
+}
+
+impl IdsApp {
+    /// At a flow's end Suricata flushes each direction's unacknowledged bytes with a
+    /// pseudo packet from the other side; when that side never sent a packet, IP-only
+    /// rules match it (so a one-packet TCP flow alerts them both ways). Done alike here:
+    /// a direction that carried payload while the other sent nothing.
+    fn pseudo_packets(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
+        let i = ev.flow as usize;
+        let c = self.conns[i];
+        if c.dropped_by != 0 {
+            return;
+        }
+        self.alerts.clear();
+        let Some(k) = cx.conn(ev.flow).map(|c| c.key) else {
+            return;
+        };
+        for d in 0..2 {
+            if c.payload[d] && !c.seen[1 - d] {
+                let mut info = stream_info(&k, d == 1, c.state >= TcpState::Established as u8);
+                info.first_in_dir = true;
+                self.ids.on_pseudo_packet(&info, &mut self.alerts);
+                if !self.alerts.is_empty() {
+                    if let Some(t) = Self::tuple(cx, ev.flow, (1 - d) as u8, &c, c.last_ns) {
+                        self.publish(ev, cx, &t, c.app);
+                        self.conns[i].alerted = true;
+                    }
+                    self.alerts.clear();
+                }
+            }
         }
     }
 }
