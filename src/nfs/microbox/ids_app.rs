@@ -108,6 +108,7 @@ pub struct IdsApp {
     dropped: Vec<u64>,
     out: Option<PathBuf>,
     eve: Option<Eve>,
+    eve_flows: bool,
     rules_loaded: u64,
     rules_skipped: u64,
     packets: u64,
@@ -154,6 +155,12 @@ impl IdsApp {
             ty: "path",
             default: "-",
             doc: "write EVE JSON here: alert records and flow records (relative to the chain file's folder)",
+        },
+        ParamDoc {
+            name: "eve_flows",
+            ty: "bool",
+            default: "true",
+            doc: "write flow records to `eve` too (false: alert records only)",
         },
         ParamDoc {
             name: "inline",
@@ -208,6 +215,11 @@ impl IdsApp {
             Some(_) => return Err(p.err("`inline` must be true or false")),
         };
         let out = p.path("alerts")?;
+        let eve_flows = match p.value("eve_flows") {
+            None => true,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(_) => return Err(p.err("`eve_flows` must be true or false")),
+        };
         let eve = match p.path("eve")? {
             None => None,
             Some(path) => Some(
@@ -242,6 +254,7 @@ impl IdsApp {
         app.loose = TimedTable::new(flows, app.timeout_ns);
         app.out = out;
         app.eve = eve;
+        app.eve_flows = eve_flows;
         Ok(app)
     }
 
@@ -278,6 +291,7 @@ impl IdsApp {
             drop_names,
             out: None,
             eve: None,
+            eve_flows: true,
             packets: 0,
             data_events: 0,
             inspected: 0,
@@ -675,10 +689,8 @@ impl IdsApp {
             // Suricata, which keeps closed flows a while: not a new flow's first packets.
             self.remember_closed(&k, &c);
         }
-        if let (Some(e), Some(t)) = (
-            self.eve.as_mut(),
-            Self::tuple(cx, ev.flow, 0, &c, c.last_ns),
-        ) {
+        let eve = self.eve.as_mut().filter(|_| self.eve_flows);
+        if let (Some(e), Some(t)) = (eve, Self::tuple(cx, ev.flow, 0, &c, c.last_ns)) {
             let mut name = [0u8; 24];
             let app_proto = app_name(c.app, &mut name);
             let f = EveFlow {
