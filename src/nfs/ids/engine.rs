@@ -127,7 +127,9 @@ impl Ids {
             &mut self.seen,
             &mut self.cands,
         );
-        let stream_too = p.ip_proto == 6 && !p.reassembled && !payload.is_empty();
+        // Stream rules run on TCP packets whose bytes are not reassembled; anchored ones
+        // on reassembled packets too, as Suricata does (docs/ids.md).
+        let stream_too = p.ip_proto == 6 && !payload.is_empty();
         if stream_too {
             collect(
                 &self.set.stream,
@@ -142,6 +144,9 @@ impl Ids {
             let r = &self.set.rules[i as usize];
             if r.header.proto == Proto::Http || (r.ip_only && !p.first_in_dir) {
                 continue; // HTTP needs the flow's verdict: stream path only
+            }
+            if r.kind == Kind::Stream && p.reassembled && !r.anchored {
+                continue;
             }
             if header_ok(r, p)
                 && r.pkt

@@ -152,6 +152,9 @@ pub struct Rule {
     /// Suricata's "IP-only" rules (addresses and protocol, nothing else) are matched on
     /// the first packet of each flow direction only.
     pub ip_only: bool,
+    /// A stream rule with content anchored at the start (`offset`, `depth`, `startswith`):
+    /// Suricata inspects it on each TCP packet's payload as well as on the stream.
+    pub anchored: bool,
 }
 
 /// Why a rule was not loaded: the keyword (or header field) and the reason.
@@ -239,6 +242,7 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
         prefilter: None,
         line: raw.line,
         ip_only: false,
+        anchored: false,
         pkt: Vec::new(),
     };
     // Tests in rule order, each with its buffer; grouped per buffer afterwards.
@@ -383,6 +387,11 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
         && r.flow == FlowOpt::default()
         && r.header.sport.is_any()
         && r.header.dport.is_any();
+    r.anchored = r.kind == Kind::Stream
+        && groups.iter().flat_map(|g| &g.tests).any(|t| {
+            matches!(t, super::content::Test::Content(c)
+                if !c.negated && (c.offset.is_some() || c.depth.is_some() || c.startswith))
+        });
     r.prefilter = choose_prefilter(&groups);
     r.groups = groups;
     Ok(r)

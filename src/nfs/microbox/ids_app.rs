@@ -679,7 +679,9 @@ impl IdsApp {
                 }
             }
         }
-        self.pseudo_packets(ev, cx);
+        if EndReason::from_u32(ev.info) == EndReason::Idle {
+            self.pseudo_packets(ev, cx);
+        }
         let c = self.conns[i];
         if matches!(
             EndReason::from_u32(ev.info),
@@ -716,8 +718,8 @@ impl IdsApp {
 }
 
 impl IdsApp {
-    /// At a flow's end Suricata flushes each direction's unacknowledged bytes with a
-    /// pseudo packet from the other side; when that side never sent a packet, IP-only
+    /// When a flow times out Suricata flushes each direction's unacknowledged bytes with
+    /// a pseudo packet from the other side (not at the end of the input); when that side never sent a packet, IP-only
     /// rules match it (so a one-packet TCP flow alerts them both ways). Done alike here:
     /// a direction that carried payload while the other sent nothing.
     fn pseudo_packets(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
