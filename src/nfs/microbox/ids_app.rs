@@ -107,6 +107,11 @@ pub struct IdsApp {
     drop_names: Vec<String>,
     dropped: Vec<u64>,
     out: Option<PathBuf>,
+    /// The alerts file, created before the first packet ([`App::open_outputs`]).
+    out_file: Option<std::fs::File>,
+    /// The first failure writing the alerts or EVE file.
+    out_error: Option<String>,
+    eve_path: Option<PathBuf>,
     eve: Option<Eve>,
     eve_flows: bool,
     rules_loaded: u64,
@@ -220,13 +225,7 @@ impl IdsApp {
             Some(toml::Value::Boolean(b)) => *b,
             Some(_) => return Err(p.err("`eve_flows` must be true or false")),
         };
-        let eve = match p.path("eve")? {
-            None => None,
-            Some(path) => Some(
-                Eve::create(&path)
-                    .map_err(|e| p.err(format!("eve: cannot write `{}`: {e}", path.display())))?,
-            ),
-        };
+        let eve_path = p.path("eve")?;
         let mut cfg = IdsConfig::default();
         cfg.http.body = p.int("http_body_limit", cfg.http.body as i64, 0, 1 << 30)? as usize;
         cfg.http.decompress_layers = p.int(
@@ -253,7 +252,7 @@ impl IdsApp {
         app.inline = inline;
         app.loose = TimedTable::new(flows, app.timeout_ns);
         app.out = out;
-        app.eve = eve;
+        app.eve_path = eve_path;
         app.eve_flows = eve_flows;
         Ok(app)
     }
@@ -290,6 +289,9 @@ impl IdsApp {
             drop_reason,
             drop_names,
             out: None,
+            out_file: None,
+            out_error: None,
+            eve_path: None,
             eve: None,
             eve_flows: true,
             packets: 0,
@@ -860,6 +862,20 @@ impl App for IdsApp {
         }
     }
 
+    fn open_outputs(&mut self) -> Result<(), String> {
+        if let Some(path) = &self.out {
+            let f = std::fs::File::create(path)
+                .map_err(|e| format!("ids: alerts `{}`: {e}", path.display()))?;
+            self.out_file = Some(f);
+        }
+        if let Some(path) = &self.eve_path {
+            self.eve = Some(
+                Eve::create(path).map_err(|e| format!("ids: eve `{}`: {e}", path.display()))?,
+            );
+        }
+        Ok(())
+    }
+
     fn finish(&mut self) {
         if let Some(path) = &self.out {
             let text: String = self
@@ -867,15 +883,27 @@ impl App for IdsApp {
                 .iter()
                 .map(|(s, n)| format!("{s} {n}\n"))
                 .collect();
-            if let Err(e) = std::fs::write(path, text) {
-                eprintln!("error: ids: cannot write {}: {e}", path.display());
+            // Opened before the run; created here only when the app runs outside one.
+            let res = match self.out_file.take() {
+                Some(mut f) => {
+                    use std::io::Write;
+                    f.write_all(text.as_bytes())
+                }
+                None => std::fs::write(path, text),
+            };
+            if let Err(e) = res {
+                self.out_error = Some(format!("ids: alerts `{}`: {e}", path.display()));
             }
         }
         if let Some(e) = self.eve.as_mut() {
             if let Err(msg) = e.finish() {
-                eprintln!("error: ids: {msg}");
+                self.out_error.get_or_insert(format!("ids: {msg}"));
             }
         }
+    }
+
+    fn output_error(&self) -> Option<String> {
+        self.out_error.clone()
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
