@@ -371,7 +371,10 @@ fn bad_eve_path_and_rule_files_are_one_line_errors() {
     assert!(!o.status.success());
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("eve") && err.contains("no/such/dir"), "{err}");
-    assert!(!out.exists(), "no packet was processed");
+    assert!(
+        !out.exists() || common::packets(&out).is_empty(),
+        "no packet was processed"
+    );
 
     // A syntax error names file:line; an unsupported keyword names sid and keyword.
     std::fs::write(

@@ -88,9 +88,9 @@ impl Eve {
             timestamp(&mut self.w, f.start_ns)?;
             self.w.write_all(b",\"end\":")?;
             timestamp(&mut self.w, f.end_ns)?;
-            write!(
+            writeln!(
                 self.w,
-                ",\"age\":{},\"state\":\"{}\",\"reason\":\"{}\",\"alerted\":{}}}}}\n",
+                ",\"age\":{},\"state\":\"{}\",\"reason\":\"{}\",\"alerted\":{}}}}}",
                 f.end_ns.saturating_sub(f.start_ns) / 1_000_000_000,
                 f.state,
                 f.reason,

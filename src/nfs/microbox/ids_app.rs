@@ -869,9 +869,8 @@ impl App for IdsApp {
             self.out_file = Some(f);
         }
         if let Some(path) = &self.eve_path {
-            self.eve = Some(
-                Eve::create(path).map_err(|e| format!("ids: eve `{}`: {e}", path.display()))?,
-            );
+            self.eve =
+                Some(Eve::create(path).map_err(|e| format!("ids: eve `{}`: {e}", path.display()))?);
         }
         Ok(())
     }
