@@ -40,6 +40,12 @@ pub trait App: Send {
         false
     }
 
+    /// The app's drop reasons (the first is the app's own); [`Ctx::drop_packet_as`] picks
+    /// one by index, so an app can count drops per cause (an IDS, per rule).
+    fn drop_reasons(&self) -> Vec<String> {
+        vec![self.name().to_string()]
+    }
+
     fn on_event(&mut self, ev: &Event, cx: &mut Ctx<'_>);
 
     /// Takes the batch's events: [`deliver`] hands the ones the app subscribed to to
@@ -110,7 +116,13 @@ impl Ctx<'_> {
 
     /// Drops the event's packet; the microbox counts it under this app's name.
     pub fn drop_packet(&mut self, ev: &Event) {
-        let reason = self.reason;
+        self.drop_packet_as(ev, 0);
+    }
+
+    /// Drops the event's packet, counted under the app's drop reason `k`
+    /// ([`App::drop_reasons`]).
+    pub fn drop_packet_as(&mut self, ev: &Event, k: u8) {
+        let reason = self.reason.saturating_add(k);
         if let Some(p) = self.packet(ev) {
             p.meta_mut().verdict = Verdict::Drop(reason);
         }
@@ -185,14 +197,15 @@ impl Ctx<'_> {
     }
 }
 
-/// Delivers the queued events to the apps in order (see the module doc).
+/// Delivers the queued events to the apps in order (see the module doc). `reasons[k]` is
+/// the NF's first drop reason for app `k`.
 pub fn dispatch(
     apps: &mut [Box<dyn App>],
     stack: &mut Stack,
     q: &mut Queue,
     batch: &mut Batch,
     batch_no: u64,
-    reason_base: usize,
+    reasons: &[u8],
 ) {
     debug_assert!(apps.len() <= MAX_APPS);
     let pkts = batch.as_mut_slice();
@@ -201,7 +214,7 @@ pub fn dispatch(
     for (k, app) in apps.iter_mut().enumerate() {
         let mut cx = Ctx {
             app: k,
-            reason: (reason_base + k) as u8,
+            reason: reasons.get(k).copied().unwrap_or(0),
             batch: pkts,
             stack,
             q,

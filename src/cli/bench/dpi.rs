@@ -3,7 +3,9 @@
 //! in memory (flow table, header walk, TCP ordering and detection included); for
 //! ndpiReader both its own "Packet Processing Time" (reading the pcap included) and the
 //! wall time of the whole process (start-up and protocol setup too) are reported.
-//! Ratios are ndpiReader time / our time, taken in the same run.
+//! The whole `catena dpi --summary FILE` process is timed too, so the table shows
+//! processing next to processing and whole process next to whole process. Ratios are
+//! ndpiReader time / our time of the same kind, taken in the same run.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -22,7 +24,8 @@ struct Row {
     packets: u64,
     seconds: f64,
     mpps: f64,
-    /// Time of this tool over time of catena's engine (> 1: catena is faster).
+    /// Time of this tool over catena's time of the same kind (processing or whole
+    /// process; > 1: catena is faster).
     ratio_vs_catena: f64,
     flows: Option<u64>,
     labelled: Option<u64>,
@@ -76,6 +79,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         let path = trace_path(name);
         let n = trace.len() as u64;
         let (mut ours, mut wall, mut proc_) = (Vec::new(), Vec::new(), Vec::new());
+        let mut our_wall = Vec::new();
         let mut labels = Vec::new();
         // One untimed warm-up run of each first.
         for i in 0..=a.runs {
@@ -89,33 +93,58 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             labels = l.finish();
             let t = t0.elapsed().as_secs_f64();
             let (w, p) = ndpi_reader(&path)?;
+            let t1 = Instant::now();
+            let o = Command::new(std::env::current_exe()?)
+                .args(["dpi", "--summary"])
+                .arg(&path)
+                .output()?;
+            if !o.status.success() {
+                anyhow::bail!("catena dpi: {}", String::from_utf8_lossy(&o.stderr).trim());
+            }
+            let tw = t1.elapsed().as_secs_f64();
             if i > 0 {
+                our_wall.push(tw);
                 ours.push(t);
                 wall.push(w);
                 proc_.push(p);
             }
         }
         let ours = median(&mut ours).max(1e-9);
+        let our_wall = median(&mut our_wall).max(1e-9);
         let flows = labels.len() as u64;
         let labelled = labels.iter().filter(|f| f.label().is_some()).count() as u64;
-        let row = |tool: &str, s: f64, fl: Option<u64>, lb: Option<u64>| Row {
+        let row = |tool: &str, s: f64, base: f64, fl: Option<u64>, lb: Option<u64>| Row {
             tool: tool.into(),
             trace: name.clone(),
             packets: n,
             seconds: s,
             mpps: n as f64 / s.max(1e-9) / 1e6,
-            ratio_vs_catena: s / ours,
+            ratio_vs_catena: s / base,
             flows: fl,
             labelled: lb,
         };
-        rows.push(row("catena dpi", ours, Some(flows), Some(labelled)));
+        rows.push(row(
+            "catena dpi (processing)",
+            ours,
+            ours,
+            Some(flows),
+            Some(labelled),
+        ));
         rows.push(row(
             "ndpiReader (processing)",
             median(&mut proc_),
+            ours,
             None,
             None,
         ));
-        rows.push(row("ndpiReader (wall)", median(&mut wall), None, None));
+        rows.push(row("catena dpi (wall)", our_wall, our_wall, None, None));
+        rows.push(row(
+            "ndpiReader (wall)",
+            median(&mut wall),
+            our_wall,
+            None,
+            None,
+        ));
     }
     let header = [
         "tool",
@@ -149,7 +178,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     } else {
         print_table(&header, &body);
         println!(
-            "(median of {} runs; × catena = that tool's time / catena's time)",
+            "(median of {} runs; × catena = that tool's time / catena's time of the same kind)",
             a.runs
         );
     }

@@ -1,8 +1,11 @@
-//! `catena bench ids`: the IDS engine against Suricata on the same traces and rules.
-//! Ours: the engine fed by the minimal replay (flows + in-order reassembly), one core.
-//! Peer: `suricata -r FILE -S RULES -k none --runmode single -l TMPDIR` (default
-//! suricata.yaml, so its logging is on), wall time of the whole process including start-up,
-//! which is also reported alone (the same command on a one-packet trace).
+//! `catena bench ids`: the IDS against Suricata, doing the same work with the same output.
+//! Ours: the product path — a chain with one `microbox` NF whose `ids` app writes EVE alert
+//! records — timed from the first packet to the flushed output (the chain, rules
+//! included, is built before the clock starts); and the whole `catena run` process.
+//! Peer: `suricata -c examples/ids/suricata-alerts-only.yaml` (EVE alert records only)
+//! with `-k none`, `stream.midstream=true`, `packet-alert-max=255`, in `--runmode single`
+//! and `autofp`; its start-up and rule loading (the same command on a one-packet trace)
+//! is subtracted for its processing time. Alert counts are printed beside the times.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,8 +14,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use catena::io::Trace;
-use catena::nfs::ids::replay::{replay, ReplayOptions};
-use catena::nfs::ids::{Ids, IdsConfig, RuleSet, Vars};
+use catena::nfs::ids::{RuleSet, Vars};
+use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
 
 use super::{median, print_table, traces, write_results, Args};
 
@@ -21,20 +24,45 @@ struct Row {
     trace: String,
     packets: u64,
     rules: usize,
+    /// Processing: first packet to flushed EVE file.
     catena_s: f64,
-    catena_kpps: f64,
-    catena_alerts: usize,
-    suricata_s: f64,
-    suricata_startup_s: f64,
-    suricata_kpps: f64,
-    suricata_alerts: usize,
-    /// catena packets/s ÷ Suricata packets/s (Suricata's start-up subtracted).
-    ratio: f64,
+    /// The whole `catena run` process (rule loading included).
+    catena_process_s: f64,
+    catena_alerts: u64,
+    /// Suricata single-threaded: whole process, and with start-up subtracted.
+    single_process_s: f64,
+    single_s: f64,
+    single_alerts: u64,
+    autofp_process_s: f64,
+    autofp_s: f64,
+    autofp_alerts: u64,
+    /// Suricata single processing time ÷ catena processing time.
+    ratio_single: f64,
+    ratio_autofp: f64,
+    /// Whole process ÷ whole process (single).
+    ratio_process: f64,
 }
 
 /// The checked-in rule file: the in-scope suricata-verify rules plus a few common ones.
 fn default_rules() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/ids/bench.rules")
+}
+
+fn yaml() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/ids/suricata-alerts-only.yaml")
+}
+
+fn chain_text(rules: &Path, eve: &Path) -> String {
+    format!(
+        "[[nf]]\nname = \"ids\"\nkind = \"microbox\"\ntimeout = 600\n\
+         apps = [{{ kind = \"ids\", rules_file = '{}', eve = '{}', eve_flows = false }}]\n",
+        rules.display(),
+        eve.display()
+    )
+}
+
+fn lines(p: &Path) -> u64 {
+    std::fs::read_to_string(p).map_or(0, |s| s.lines().count() as u64)
 }
 
 pub fn run(a: &Args) -> anyhow::Result<i32> {
@@ -54,6 +82,11 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     };
     let tmp = std::env::temp_dir().join(format!("catena-bench-ids-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
+    let rules_abs = std::fs::canonicalize(&rules_path)?;
+    let eve = tmp.join("catena-eve.json");
+    let chain_file = tmp.join("chain.toml");
+    std::fs::write(&chain_file, chain_text(&rules_abs, &eve))?;
+    let cfg = ChainConfig::parse(&chain_text(&rules_abs, &eve), "bench-ids")?;
     let mut rows = Vec::new();
     for name in &names {
         let trace = traces::load(name, a.scale)?;
@@ -67,8 +100,6 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             }
         };
         let packets = trace.len() as u64;
-        let (mut ours, mut theirs, mut startup) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut our_alerts, mut their_alerts) = (0, 0);
         let one = tmp.join("one.pcap");
         Trace::from_packets(
             trace.link(),
@@ -76,34 +107,50 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             std::iter::once((0u64, trace.packet(0))),
         )
         .write_pcap(&one)?;
+        let mut t: [Vec<f64>; 6] = Default::default();
+        let mut alerts = [0u64; 3];
         for _ in 0..a.runs {
-            let (set, _) = RuleSet::parse(&text, &Vars::suricata_defaults());
-            let mut ids = Ids::new(set, IdsConfig::default());
-            let mut alerts = Vec::with_capacity(1 << 16);
-            let t = Instant::now();
-            replay(&trace, &mut ids, &ReplayOptions::default(), &mut alerts);
-            ours.push(t.elapsed().as_secs_f64());
-            our_alerts = alerts.len();
-            let (s, n) = suricata(&pcap, &rules_path, &tmp)?;
-            theirs.push(s);
-            their_alerts = n;
-            startup.push(suricata(&one, &rules_path, &tmp)?.0);
+            let mut r = Runner::new(Chain::from_config(&cfg)?, trace.max_packet_len());
+            let s = r.run(&trace, &RunOptions::default(), &mut NoProgress)?;
+            t[0].push(s.seconds);
+            drop(r);
+            alerts[0] = lines(&eve);
+            let w = Instant::now();
+            let o = Command::new(std::env::current_exe()?)
+                .arg("run")
+                .arg(&chain_file)
+                .arg("-i")
+                .arg(&pcap)
+                .output()?;
+            if !o.status.success() {
+                anyhow::bail!("catena run: {}", String::from_utf8_lossy(&o.stderr).trim());
+            }
+            t[1].push(w.elapsed().as_secs_f64());
+            for (k, mode) in ["single", "autofp"].iter().enumerate() {
+                let (whole, n) = suricata(&pcap, &rules_path, &tmp, mode)?;
+                let (start, _) = suricata(&one, &rules_path, &tmp, mode)?;
+                t[2 + 2 * k].push(whole);
+                t[3 + 2 * k].push((whole - start).max(1e-6));
+                alerts[1 + k] = n;
+            }
         }
-        let (o, s, st) = (median(&mut ours), median(&mut theirs), median(&mut startup));
-        let s_kpps = packets as f64 / (s - st).max(1e-6) / 1e3;
-        let o_kpps = packets as f64 / o.max(1e-9) / 1e3;
+        let [c, cp, sp, s, ap, au] = t.map(|mut v| median(&mut v));
         rows.push(Row {
             trace: name.clone(),
             packets,
             rules: n_rules,
-            catena_s: o,
-            catena_kpps: o_kpps,
-            catena_alerts: our_alerts,
-            suricata_s: s,
-            suricata_startup_s: st,
-            suricata_kpps: s_kpps,
-            suricata_alerts: their_alerts,
-            ratio: o_kpps / s_kpps,
+            catena_s: c,
+            catena_process_s: cp,
+            catena_alerts: alerts[0],
+            single_process_s: sp,
+            single_s: s,
+            single_alerts: alerts[1],
+            autofp_process_s: ap,
+            autofp_s: au,
+            autofp_alerts: alerts[2],
+            ratio_single: s / c.max(1e-9),
+            ratio_autofp: au / c.max(1e-9),
+            ratio_process: sp / cp.max(1e-9),
         });
     }
     let _ = std::fs::remove_dir_all(&tmp);
@@ -112,13 +159,16 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "packets",
         "rules",
         "catena s",
-        "catena kpps",
         "catena alerts",
-        "suricata s",
-        "startup s",
-        "suricata kpps",
-        "suricata alerts",
-        "ratio",
+        "single s",
+        "single alerts",
+        "autofp s",
+        "autofp alerts",
+        "x single",
+        "x autofp",
+        "catena proc s",
+        "single proc s",
+        "x proc",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -128,13 +178,16 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 r.packets.to_string(),
                 r.rules.to_string(),
                 format!("{:.3}", r.catena_s),
-                format!("{:.0}", r.catena_kpps),
                 r.catena_alerts.to_string(),
-                format!("{:.3}", r.suricata_s),
-                format!("{:.3}", r.suricata_startup_s),
-                format!("{:.0}", r.suricata_kpps),
-                r.suricata_alerts.to_string(),
-                format!("{:.2}", r.ratio),
+                format!("{:.3}", r.single_s),
+                r.single_alerts.to_string(),
+                format!("{:.3}", r.autofp_s),
+                r.autofp_alerts.to_string(),
+                format!("{:.2}", r.ratio_single),
+                format!("{:.2}", r.ratio_autofp),
+                format!("{:.3}", r.catena_process_s),
+                format!("{:.3}", r.single_process_s),
+                format!("{:.2}", r.ratio_process),
             ]
         })
         .collect();
@@ -147,18 +200,27 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Runs Suricata once: (wall seconds, alerts in fast.log).
-fn suricata(pcap: &Path, rules: &Path, tmp: &Path) -> anyhow::Result<(f64, usize)> {
+/// Runs Suricata once: (wall seconds, alert records in its EVE file).
+fn suricata(pcap: &Path, rules: &Path, tmp: &Path, mode: &str) -> anyhow::Result<(f64, u64)> {
     let log = tmp.join("suricata");
     let _ = std::fs::remove_dir_all(&log);
     std::fs::create_dir_all(&log)?;
     let t = Instant::now();
     let out = Command::new("suricata")
+        .arg("-c")
+        .arg(yaml())
         .arg("-r")
         .arg(pcap)
         .arg("-S")
         .arg(rules)
-        .args(["-k", "none", "--runmode", "single", "-l"])
+        .args(["-k", "none", "--runmode", mode])
+        .args([
+            "--set",
+            "stream.midstream=true",
+            "--set",
+            "packet-alert-max=255",
+        ])
+        .arg("-l")
         .arg(&log)
         .output()
         .map_err(|e| anyhow::anyhow!("running suricata: {e} (apt-get install suricata)"))?;
@@ -172,8 +234,5 @@ fn suricata(pcap: &Path, rules: &Path, tmp: &Path) -> anyhow::Result<(f64, usize
                 .unwrap_or("")
         );
     }
-    let alerts = std::fs::read_to_string(log.join("fast.log"))
-        .map(|s| s.lines().count())
-        .unwrap_or(0);
-    Ok((secs, alerts))
+    Ok((secs, lines(&log.join("eve.json"))))
 }

@@ -127,7 +127,9 @@ impl Ids {
             &mut self.seen,
             &mut self.cands,
         );
-        let stream_too = p.ip_proto == 6 && !p.reassembled && !payload.is_empty();
+        // Stream rules run on TCP packets whose bytes are not reassembled; anchored ones
+        // on reassembled packets too, as Suricata does (docs/ids.md).
+        let stream_too = p.ip_proto == 6 && !payload.is_empty();
         if stream_too {
             collect(
                 &self.set.stream,
@@ -143,6 +145,9 @@ impl Ids {
             if r.header.proto == Proto::Http || (r.ip_only && !p.first_in_dir) {
                 continue; // HTTP needs the flow's verdict: stream path only
             }
+            if r.kind == Kind::Stream && p.reassembled && !r.anchored {
+                continue;
+            }
             if header_ok(r, p)
                 && r.pkt
                     .iter()
@@ -153,6 +158,21 @@ impl Ids {
             }
         }
         self.cands.clear();
+    }
+
+    /// Suricata's flow-end pseudo packet in `p`'s direction (sent to flush the other
+    /// direction's unacknowledged bytes): IP-only rules match it when it is the first
+    /// packet of its direction. Other rules do not run on it.
+    pub fn on_pseudo_packet(&mut self, p: &PacketInfo, alerts: &mut Vec<Alert>) {
+        if !p.first_in_dir {
+            return;
+        }
+        for &i in &self.set.packet.always {
+            let r = &self.set.rules[i as usize];
+            if r.ip_only && r.header.proto != Proto::Http && header_ok(r, p) {
+                push(alerts, r, i);
+            }
+        }
     }
 
     /// New in-order bytes of one direction of a TCP flow (`p` is the segment carrying them).

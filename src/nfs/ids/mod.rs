@@ -3,7 +3,9 @@
 //! packet rules and `on_stream` for stream and HTTP rules. See docs/ids.md.
 
 mod content;
+mod decode;
 mod engine;
+mod eve;
 mod flow;
 mod header;
 mod http;
@@ -15,7 +17,9 @@ mod rule;
 mod ruleset;
 mod vars;
 
+pub use decode::{decode, Decoded};
 pub use engine::{Alert, Ids, IdsConfig, PacketInfo};
+pub use eve::{Eve, EveFlow, EveTuple};
 pub use flow::IdsFlow;
 pub use header::Ip;
 pub use http::HttpLimits;

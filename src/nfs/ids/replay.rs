@@ -8,13 +8,12 @@
 use std::collections::HashMap;
 
 use crate::io::Trace;
-use crate::packet::bytes::{be16, be32};
-use crate::packet::{L3Kind, Layers};
+use crate::packet::Layers;
 
+use super::decode::decode;
 use super::engine::{Alert, Ids, PacketInfo};
 use super::flow::IdsFlow;
 use super::header::Ip;
-use super::pktcheck::PktFields;
 
 /// Suricata's `stream.midstream` and the out-of-order bound.
 #[derive(Clone, Copy, Debug)]
@@ -90,42 +89,11 @@ pub fn replay(
         st.packets += 1;
         let b = trace.packet(i);
         let l = Layers::parse(link, b);
-        let l3 = l.l3_off as usize;
-        let (src, dst, ip_end) = match l.l3 {
-            L3Kind::Ipv4 if b.len() >= l3 + 20 => (
-                Ip::V4(be32(b, l3 + 12)),
-                Ip::V4(be32(b, l3 + 16)),
-                l3 + be16(b, l3 + 2) as usize,
-            ),
-            L3Kind::Ipv6 if b.len() >= l3 + 40 => {
-                let a = |o: usize| u128::from_be_bytes(b[o..o + 16].try_into().unwrap_or([0; 16]));
-                (
-                    Ip::V6(a(l3 + 8)),
-                    Ip::V6(a(l3 + 24)),
-                    l3 + 40 + be16(b, l3 + 4) as usize,
-                )
-            }
-            _ => continue,
-        };
+        let Some(dec) = decode(&l, b) else { continue };
         st.ip_packets += 1;
-        let end = ip_end.min(b.len());
-        let proto = l.l4_proto;
-        let l4 = l.l4_off as usize;
-        let has_l4 = l.has_l4() && !l.is_later_fragment();
-        let (sport, dport) = if has_l4 && matches!(proto, 6 | 17) {
-            (be16(b, l4), be16(b, l4 + 2))
-        } else {
-            (0, 0)
-        };
-        let (payload, tcp) = match proto {
-            6 if has_l4 && b.len() >= l4 + 20 => {
-                let off = l4 + (b[l4 + 12] >> 4) as usize * 4;
-                let pl = b.get(off..end.max(off)).unwrap_or(&[]);
-                (pl, Some((be32(b, l4 + 4), b[l4 + 13])))
-            }
-            17 | 1 | 58 if has_l4 => (b.get(l4 + 8..end.max(l4 + 8)).unwrap_or(&[]), None),
-            _ => (b.get(l4.min(end)..end).unwrap_or(&[]), None),
-        };
+        let (src, dst, sport, dport, proto, tcp) =
+            (dec.src, dec.dst, dec.sport, dec.dport, dec.proto, dec.tcp);
+        let payload = &b[dec.payload.clone()];
         let key = canonical(src, sport, dst, dport, proto);
         let flow = flows.entry(key).or_insert_with(|| {
             st.flows += 1;
@@ -187,24 +155,7 @@ pub fn replay(
             established,
             reassembled: deliver.is_some(),
             first_in_dir,
-            fields: PktFields {
-                tcp_flags: tcp.map_or(0, |t| t.1),
-                icmp_type: if has_l4 && matches!(proto, 1 | 58) {
-                    b[l4]
-                } else {
-                    0
-                },
-                icmp_code: if has_l4 && matches!(proto, 1 | 58) {
-                    b[l4 + 1]
-                } else {
-                    0
-                },
-                ttl: if l.l3 == L3Kind::Ipv4 {
-                    b[l3 + 8]
-                } else {
-                    b[l3 + 7]
-                },
-            },
+            fields: dec.fields,
         };
         ids.on_packet(&info, payload, alerts);
         if let Some(seq) = deliver {

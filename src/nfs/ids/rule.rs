@@ -130,6 +130,8 @@ pub struct Group {
 #[derive(Clone, Debug)]
 pub struct Rule {
     pub sid: u32,
+    /// A `drop` or `reject` rule: inline, its match drops the flow.
+    pub drops: bool,
     pub gid: u32,
     pub rev: u32,
     pub msg: String,
@@ -150,6 +152,9 @@ pub struct Rule {
     /// Suricata's "IP-only" rules (addresses and protocol, nothing else) are matched on
     /// the first packet of each flow direction only.
     pub ip_only: bool,
+    /// A stream rule with content anchored at the start (`offset`, `depth`, `startswith`):
+    /// Suricata inspects it on each TCP packet's payload as well as on the stream.
+    pub anchored: bool,
 }
 
 /// Why a rule was not loaded: the keyword (or header field) and the reason.
@@ -198,9 +203,12 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
         ));
     }
     let action = h[0].to_ascii_lowercase();
-    // pass silences other rules and drop/reject stop inspecting the flow even in IDS
-    // mode: neither is modelled, so only alert rules load.
-    if action != "alert" {
+    // `pass` silences other rules, which is not modelled. drop/reject alert, and inline
+    // (the microbox's ids app) also drop the flow.
+    if !matches!(
+        action.as_str(),
+        "alert" | "drop" | "reject" | "rejectsrc" | "rejectdst" | "rejectboth"
+    ) {
         return Err(skip("action", format!("`{}` is not supported", h[0])));
     }
     let proto = Proto::parse(h[1])
@@ -221,6 +229,7 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
     let sid = sid.ok_or_else(|| skip("sid", "missing or not a number"))?;
     let mut r = Rule {
         sid,
+        drops: action != "alert",
         gid: 1,
         rev: 0,
         msg: String::new(),
@@ -233,6 +242,7 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
         prefilter: None,
         line: raw.line,
         ip_only: false,
+        anchored: false,
         pkt: Vec::new(),
     };
     // Tests in rule order, each with its buffer; grouped per buffer afterwards.
@@ -377,6 +387,11 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
         && r.flow == FlowOpt::default()
         && r.header.sport.is_any()
         && r.header.dport.is_any();
+    r.anchored = r.kind == Kind::Stream
+        && groups.iter().flat_map(|g| &g.tests).any(|t| {
+            matches!(t, super::content::Test::Content(c)
+                if !c.negated && (c.offset.is_some() || c.depth.is_some() || c.startswith))
+        });
     r.prefilter = choose_prefilter(&groups);
     r.groups = groups;
     Ok(r)

@@ -1,31 +1,88 @@
-//! `ids`: the IDS engine ([`crate::nfs::ids`]) as an app on the stack, inspecting TCP
-//! flows' reassembled bytes (stream and HTTP rules) and publishing an `IdsAlert` (info =
-//! sid, bytes = msg) per alert.
+//! `ids`: the IDS engine ([`crate::nfs::ids`]) as an app on the stack. It runs every rule
+//! kind on one path:
+//! - packet rules (IP, ICMP, UDP, header-only TCP, IP-only) on the stack's packet events,
+//!   as do stream rules on TCP packets whose bytes the stack does not reassemble;
+//! - stream and HTTP rules on tracked TCP flows' reassembled bytes (data events).
+//!
+//! Alerts are published as `IdsAlert` events (info = sid, bytes = msg), counted per rule
+//! (`alerts`), and written as EVE JSON (`eve`) with flow records that carry the DPI label.
+//! Inline (`inline = true`, the default), a `drop`/`reject` rule's match drops the packet
+//! and every later packet of its flow, counted per rule.
 //!
 //! Subscriptions, after the Microboxes paper's Figure 7c:
 //! - `only = ["HTTP", …]` (dynamic): a flow's data is subscribed to only once a DPI app
 //!   before this one labels it with one of these protocols;
 //! - without `only`: every flow's data from its start.
 //!
-//! Either way the IDS decides it has seen enough of a flow — and unsubscribes — once both
-//! directions passed `depth` bytes (Suricata's `stream.reassembly.depth`, 1 MiB by default).
-//!
-//! Packet-only rules (UDP, ICMP, no flow) need no stack and are not run here.
+//! Either way the IDS decides it has seen enough of a flow's bytes — and unsubscribes from
+//! its data — once both directions passed `depth` bytes (Suricata's
+//! `stream.reassembly.depth`, 1 MiB by default).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::flow::FlowKey;
+use crate::flow::{FlowKey, TimedTable, WideKey};
 use crate::nfs::dpi::AppProto;
-use crate::nfs::ids::{Alert, Ids, IdsConfig, IdsFlow, PacketInfo, PktFields, RuleSet, Vars};
+use crate::nfs::ids::{
+    decode, Alert, Eve, EveFlow, EveTuple, Ids, IdsConfig, IdsFlow, Ip, PacketInfo, PktFields,
+    RuleSet, Vars,
+};
 use crate::nfs::params::{ParamDoc, ParamError, Params};
-use crate::stack::{App, Ctx, Event, Kind, Kinds, Level, TcpState};
+use crate::packet::wire::tcp::flags;
+use crate::stack::{App, Ctx, EndReason, Event, Kind, Kinds, Level, TcpState, NO_FLOW, NO_PKT};
 
 use super::dpi_app::proto_id;
 
-struct Flow {
-    state: IdsFlow,
-    seen: [u64; 2],
+/// Drop rules counted under a reason of their own (the rest under the app's first).
+const MAX_DROP_REASONS: usize = 128;
+
+/// What the app keeps of a tracked TCP connection (indexed by the stack's flow id).
+#[derive(Clone, Copy, Default)]
+struct Conn {
+    /// The stack's state as of the last packet event delivered ([`TcpState`] as u8).
+    state: u8,
+    seen: [bool; 2],
+    /// Some packet of the direction carried payload.
+    payload: [bool; 2],
+    pkts: [u64; 2],
+    bytes: [u64; 2],
+    start_ns: u64,
+    last_ns: u64,
+    id: u64,
+    /// `DpiResult` info (0 = none yet).
+    app: u32,
+    alerted: bool,
+    /// 1 + index of the drop rule that dropped the flow; 0 = not dropped.
+    dropped_by: u32,
+}
+
+/// A flow the stack does not track (UDP, ICMP, other IP, untracked TCP), by canonical key.
+#[derive(Clone, Copy)]
+struct Loose {
+    /// The canonical key's source is the flow's client.
+    client_is_src: bool,
+    seen: [bool; 2],
+    id: u64,
+    dropped_by: u32,
+    last_ns: u64,
+}
+
+/// Suricata's default flow timeouts (`flow-timeouts`): a flow seen one way only ends
+/// after 30 s idle (TCP 60 s), one seen both ways after 300 s.
+fn loose_timeout_ns(established: bool, tcp: bool) -> u64 {
+    const S: u64 = 1_000_000_000;
+    match (established, tcp) {
+        (true, _) => 300 * S,
+        (false, true) => 60 * S,
+        (false, false) => 30 * S,
+    }
+}
+
+/// A FIN or RST of a tracked flow whose end of direction is inspected after its bytes.
+#[derive(Clone, Copy)]
+struct PendingEnd {
+    flow: u32,
+    dir: u8,
 }
 
 pub struct IdsApp {
@@ -33,19 +90,37 @@ pub struct IdsApp {
     /// `DpiResult` ids that turn inspection on; empty = inspect every flow.
     only: Vec<u32>,
     depth: u64,
-    flows: Vec<Option<Flow>>,
+    inline: bool,
+    /// Per stack flow id: the engine's stream state, while inspected.
+    flows: Vec<Option<IdsFlow>>,
+    seen_bytes: Vec<[u64; 2]>,
+    conns: Vec<Conn>,
+    loose: TimedTable<WideKey, Loose>,
+    next_sweep_ns: u64,
+    timeout_ns: u64,
+    next_id: u64,
+    pending: Option<PendingEnd>,
     alerts: Vec<Alert>,
     by_sid: BTreeMap<u32, u64>,
+    /// Per rule index: its drop reason (0 = the app's own).
+    drop_reason: Vec<u8>,
+    drop_names: Vec<String>,
+    dropped: Vec<u64>,
     out: Option<PathBuf>,
     /// The alerts file, created before the first packet ([`App::open_outputs`]).
     out_file: Option<std::fs::File>,
-    /// The first failure writing the alerts file.
+    /// The first failure writing the alerts or EVE file.
     out_error: Option<String>,
+    eve_path: Option<PathBuf>,
+    eve: Option<Eve>,
+    eve_flows: bool,
     rules_loaded: u64,
     rules_skipped: u64,
+    packets: u64,
     data_events: u64,
     inspected: u64,
     alerted: u64,
+    loose_full: u64,
 }
 
 impl IdsApp {
@@ -66,7 +141,7 @@ impl IdsApp {
             name: "only",
             ty: "list of DPI protocol names",
             default: "all flows",
-            doc: "inspect a flow only once a DPI app before this one labels it so (dynamic subscription)",
+            doc: "inspect a flow's bytes only once a DPI app before this one labels it so (dynamic subscription)",
         },
         ParamDoc {
             name: "depth",
@@ -80,13 +155,53 @@ impl IdsApp {
             default: "-",
             doc: "write `sid count` lines (alerts per rule) here at the end (relative to the chain file's folder)",
         },
+        ParamDoc {
+            name: "eve",
+            ty: "path",
+            default: "-",
+            doc: "write EVE JSON here: alert records and flow records (relative to the chain file's folder)",
+        },
+        ParamDoc {
+            name: "eve_flows",
+            ty: "bool",
+            default: "true",
+            doc: "write flow records to `eve` too (false: alert records only)",
+        },
+        ParamDoc {
+            name: "inline",
+            ty: "bool",
+            default: "true",
+            doc: "drop/reject rules drop the matching packet and the rest of its flow; false = they only alert",
+        },
+        ParamDoc {
+            name: "http_body_limit",
+            ty: "bytes",
+            default: "32768",
+            doc: "HTTP body bytes inspected per message (libhtp's response-body-limit)",
+        },
+        ParamDoc {
+            name: "decompress_layers",
+            ty: "integer",
+            default: "3",
+            doc: "Content-Encoding layers undone (libhtp's response-body-decompress-layer-limit)",
+        },
+        ParamDoc {
+            name: "flows",
+            ty: "integer",
+            default: "65536",
+            doc: "most untracked flows (UDP, ICMP, …) followed at once for direction and IP-only rules",
+        },
     ];
 
     pub fn from_params(p: &mut Params) -> Result<IdsApp, ParamError> {
-        let text = match (p.table_str("rules")?, p.path("rules_file")?) {
-            (Some(t), None) => t.to_string(),
-            (None, Some(f)) => std::fs::read_to_string(&f)
-                .map_err(|e| p.err(format!("rules_file `{}`: {e}", f.display())))?,
+        // Warnings name the rule's place: `FILE:LINE`, or `rules:LINE` for inline rules.
+        let (text, origin) = match (p.table_str("rules")?, p.path("rules_file")?) {
+            (Some(t), None) => (t.to_string(), "rules".to_string()),
+            (None, Some(f)) => (
+                std::fs::read_to_string(&f)
+                    .map_err(|e| p.err(format!("rules_file `{}`: {e}", f.display())))?,
+                f.display().to_string(),
+            ),
             (Some(_), Some(_)) => return Err(p.err("give `rules` or `rules_file`, not both")),
             (None, None) => return Err(p.err("the ids app needs `rules` or `rules_file`")),
         };
@@ -98,58 +213,562 @@ impl IdsApp {
             only.push(proto_id(a));
         }
         let depth = p.int("depth", 1 << 20, 0, i64::MAX)? as u64;
+        let flows = p.int("flows", 65_536, 1, 1 << 24)? as usize;
+        let inline = match p.value("inline") {
+            None => true,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(_) => return Err(p.err("`inline` must be true or false")),
+        };
         let out = p.path("alerts")?;
+        let eve_flows = match p.value("eve_flows") {
+            None => true,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(_) => return Err(p.err("`eve_flows` must be true or false")),
+        };
+        let eve_path = p.path("eve")?;
+        let mut cfg = IdsConfig::default();
+        cfg.http.body = p.int("http_body_limit", cfg.http.body as i64, 0, 1 << 30)? as usize;
+        cfg.http.decompress_layers = p.int(
+            "decompress_layers",
+            cfg.http.decompress_layers as i64,
+            0,
+            16,
+        )? as usize;
         let (set, warnings) = RuleSet::parse(&text, &Vars::suricata_defaults());
         for w in &warnings {
-            eprintln!("warning: ids: {w}");
+            let sid = w.sid.map_or(String::new(), |s| format!(" sid {s}"));
+            eprintln!(
+                "warning: ids: {origin}:{}{sid}: `{}`: {}; rule skipped",
+                w.line, w.keyword, w.reason
+            );
         }
         if set.is_empty() {
             return Err(p.err("no rule could be loaded (see the warnings above)"));
         }
-        Ok(IdsApp {
+        let mut app = IdsApp::new(set, cfg);
+        app.rules_skipped = warnings.len() as u64;
+        app.only = only;
+        app.depth = if depth == 0 { u64::MAX } else { depth };
+        app.inline = inline;
+        app.loose = TimedTable::new(flows, app.timeout_ns);
+        app.out = out;
+        app.eve_path = eve_path;
+        app.eve_flows = eve_flows;
+        Ok(app)
+    }
+
+    /// An app inspecting every flow with `set`, inline, with no output files.
+    pub fn new(set: RuleSet, cfg: IdsConfig) -> IdsApp {
+        let mut drop_reason = vec![0u8; set.len()];
+        let mut drop_names = Vec::new();
+        for (i, r) in set.rules.iter().enumerate() {
+            if r.drops && drop_names.len() < MAX_DROP_REASONS {
+                drop_names.push(format!("ids inline sid {}", r.sid));
+                drop_reason[i] = drop_names.len() as u8;
+            }
+        }
+        let timeout_ns = loose_timeout_ns(true, true);
+        IdsApp {
             rules_loaded: set.len() as u64,
-            rules_skipped: warnings.len() as u64,
-            ids: Ids::new(set, IdsConfig::default()),
-            only,
-            depth: if depth == 0 { u64::MAX } else { depth },
+            rules_skipped: 0,
+            ids: Ids::new(set, cfg),
+            only: Vec::new(),
+            depth: 1 << 20,
+            inline: true,
             flows: Vec::new(),
+            seen_bytes: Vec::new(),
+            conns: Vec::new(),
+            loose: TimedTable::new(65_536, timeout_ns),
+            next_sweep_ns: 0,
+            timeout_ns,
+            next_id: 1,
+            pending: None,
             alerts: Vec::with_capacity(64),
             by_sid: BTreeMap::new(),
-            out,
+            dropped: vec![0; drop_names.len() + 1],
+            drop_reason,
+            drop_names,
+            out: None,
             out_file: None,
             out_error: None,
+            eve_path: None,
+            eve: None,
+            eve_flows: true,
+            packets: 0,
             data_events: 0,
             inspected: 0,
             alerted: 0,
-        })
-    }
-
-    fn start(&mut self, f: u32) {
-        let i = f as usize;
-        if i >= self.flows.len() {
-            // Grows to the stack's flow bound at most, once.
-            self.flows.resize_with(i + 1, || None);
+            loose_full: 0,
         }
-        self.inspected += 1;
-        self.flows[i] = Some(Flow {
-            state: self.ids.new_flow(),
-            seen: [0; 2],
-        });
     }
 
-    /// Counts the alerts the engine just raised and publishes them after `ev`'s cause.
-    fn publish(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
+    /// Inline drop rules are loaded (the app may drop packets).
+    pub fn is_inline(&self) -> bool {
+        self.inline && self.ids.rules().rules.iter().any(|r| r.drops)
+    }
+
+    /// Alerts per sid so far.
+    pub fn alerts_by_sid(&self) -> &BTreeMap<u32, u64> {
+        &self.by_sid
+    }
+
+    fn conn(&mut self, f: u32) -> &mut Conn {
+        let i = f as usize;
+        if i >= self.conns.len() {
+            // Grows to the stack's flow bound at most, once.
+            self.conns.resize(i + 1, Conn::default());
+            self.flows.resize_with(i + 1, || None);
+            self.seen_bytes.resize(i + 1, [0; 2]);
+        }
+        &mut self.conns[i]
+    }
+
+    fn start(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        // The flow's state on its first packet: SYN, SYN-ACK, or a pickup.
+        let state = cx
+            .packet(ev)
+            .and_then(|p| {
+                let l = p.layers();
+                p.data().get(l.l4_off as usize + 13).copied()
+            })
+            .map_or(TcpState::Established, |fl| {
+                let fl = u16::from(fl);
+                match (fl & flags::SYN != 0, fl & flags::ACK != 0) {
+                    (true, false) => TcpState::SynSent,
+                    (true, true) => TcpState::SynReceived,
+                    _ => TcpState::Established,
+                }
+            });
+        let inspect = self.only.is_empty();
+        let new_flow = inspect.then(|| self.ids.new_flow());
+        let c = self.conn(ev.flow);
+        *c = Conn {
+            state: state as u8,
+            id,
+            ..Conn::default()
+        };
+        let i = ev.flow as usize;
+        self.flows[i] = new_flow;
+        self.seen_bytes[i] = [0; 2];
+        if inspect {
+            self.inspected += 1;
+        }
+    }
+
+    /// Direction, first-packet-of-direction, "established" and the drop mark of a packet
+    /// of a flow the stack does not track (the first sender is the client, unless it
+    /// sent a SYN-ACK).
+    fn loose_flow(
+        &mut self,
+        key: &FlowKey,
+        synack: bool,
+        now: u64,
+    ) -> (bool, bool, bool, u32, u64) {
+        let ck = key.canonical();
+        let from_src = *key == ck;
+        let wk = WideKey(ck);
+        let tcp = key.proto == 6;
+        let live = |f: &Loose| {
+            now.saturating_sub(f.last_ns) <= loose_timeout_ns(f.seen[0] && f.seen[1], tcp)
+        };
+        if let Some(f) = self.loose.get_mut(&wk, now).filter(|f| live(f)) {
+            f.last_ns = now;
+            let to_server = from_src == f.client_is_src;
+            let d = usize::from(!to_server);
+            let first = !f.seen[d];
+            f.seen[d] = true;
+            return (to_server, first, f.seen[0] && f.seen[1], f.dropped_by, f.id);
+        }
+        if now >= self.next_sweep_ns && self.loose.len() >= self.loose.capacity() {
+            self.loose.sweep(now, |_, _| {});
+            self.next_sweep_ns = now + self.timeout_ns / 4;
+        }
+        let to_server = !synack;
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut seen = [false; 2];
+        seen[usize::from(!to_server)] = true;
+        let f = Loose {
+            client_is_src: from_src == to_server,
+            seen,
+            id,
+            dropped_by: 0,
+            last_ns: now,
+        };
+        if self.loose.learn(wk, f, now) == crate::flow::Learned::Full {
+            self.loose_full += 1;
+        }
+        (to_server, true, false, 0, id)
+    }
+
+    fn remember_closed(&mut self, k: &FlowKey, c: &Conn) {
+        let ck = k.canonical();
+        let f = Loose {
+            client_is_src: *k == ck,
+            // A direction with no packet counts as seen after its flow-end pseudo packet.
+            seen: [c.seen[0] || c.payload[1], c.seen[1] || c.payload[0]],
+            id: c.id,
+            dropped_by: c.dropped_by,
+            last_ns: c.last_ns,
+        };
+        if self.loose.learn(WideKey(ck), f, c.last_ns) == crate::flow::Learned::Full {
+            self.loose_full += 1;
+        }
+    }
+
+    fn mark_loose_dropped(&mut self, key: &FlowKey, rule: u32, now: u64) {
+        if let Some(f) = self.loose.get_mut(&WideKey(key.canonical()), now) {
+            f.dropped_by = rule + 1;
+        }
+    }
+
+    /// One packet: packet rules (and stream rules when its bytes are not reassembled).
+    fn on_packet(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
+        self.flush_end(cx);
+        let tracked = ev.flow != NO_FLOW;
+        let Some(p) = cx.packet(ev) else { return };
+        let l = p.layers();
+        let ts = p.meta().ts_ns;
+        let len = p.data().len() as u64;
+        let Some(d) = decode(&l, p.data()) else {
+            return;
+        };
+        let Some(key) = FlowKey::from_packet(&l, p.data()) else {
+            return;
+        };
+        self.packets += 1;
+        let pay_len = d.payload.len();
+        let tcp_flags = u16::from(d.tcp.map_or(0, |t| t.1));
+        let (syn, ack) = (tcp_flags & flags::SYN != 0, tcp_flags & flags::ACK != 0);
+        let (to_server, first_in_dir, established, dropped_by, flow_id, app) = if tracked {
+            let dir = usize::from(ev.dir);
+            let c = self.conn(ev.flow);
+            let first = !c.seen[dir];
+            c.seen[dir] = true;
+            c.pkts[dir] += 1;
+            c.bytes[dir] += len;
+            c.payload[dir] |= pay_len > 0;
+            if c.start_ns == 0 {
+                c.start_ns = ts;
+            }
+            c.last_ns = ts;
+            // The state this packet leaves (the stack's state change follows the packet).
+            let st = TcpState::from_u8(c.state);
+            let est = st >= TcpState::Established
+                || (st == TcpState::SynReceived
+                    && ((dir == 0 && ack && !syn) || (dir == 1 && !syn && pay_len > 0)));
+            if est && st < TcpState::Established {
+                c.state = TcpState::Established as u8;
+            }
+            let r = (dir == 0, first, est, c.dropped_by, c.id, c.app);
+            if tcp_flags & (flags::FIN | flags::RST) != 0 {
+                self.pending = Some(PendingEnd {
+                    flow: ev.flow,
+                    dir: ev.dir,
+                });
+            }
+            r
+        } else {
+            let synack = syn && ack;
+            let (ts_, first, est, dropped, id) = self.loose_flow(&key, synack, ts);
+            // An untracked TCP flow has no handshake seen.
+            (ts_, first, est && d.proto != 6, dropped, id, 0)
+        };
+        if dropped_by != 0 {
+            self.drop(ev, cx, dropped_by - 1);
+            return;
+        }
+        let info = PacketInfo {
+            ip_proto: d.proto,
+            src: d.src,
+            dst: d.dst,
+            sport: d.sport,
+            dport: d.dport,
+            to_server,
+            established,
+            reassembled: tracked && pay_len > 0,
+            first_in_dir,
+            fields: d.fields,
+        };
+        self.alerts.clear();
+        if let Some(p) = cx.packet(ev) {
+            let payload = p.data().get(d.payload.clone()).unwrap_or(&[]);
+            self.ids.on_packet(&info, payload, &mut self.alerts);
+        }
+        if self.alerts.is_empty() {
+            return;
+        }
+        let t = EveTuple {
+            ts_ns: ts,
+            flow_id,
+            src: d.src,
+            sport: d.sport,
+            dst: d.dst,
+            dport: d.dport,
+            proto: d.proto,
+            to_server,
+            app_proto: "",
+        };
+        if let Some(rule) = self.publish(ev, cx, &t, app) {
+            if tracked {
+                self.conn(ev.flow).dropped_by = rule + 1;
+            } else {
+                self.mark_loose_dropped(&key, rule, ts);
+            }
+            self.drop(ev, cx, rule);
+        } else if tracked {
+            self.conn(ev.flow).alerted = true;
+        }
+    }
+
+    fn drop(&mut self, ev: &Event, cx: &mut Ctx<'_>, rule: u32) {
+        let r = self.drop_reason.get(rule as usize).copied().unwrap_or(0);
+        self.dropped[usize::from(r)] += 1;
+        cx.drop_packet_as(ev, r);
+    }
+
+    /// Counts, publishes and logs the alerts the engine just raised; the first inline drop
+    /// rule among them, if any.
+    fn publish(&mut self, ev: &Event, cx: &mut Ctx<'_>, t: &EveTuple, app: u32) -> Option<u32> {
+        let mut drop = None;
+        let mut name = [0u8; 24];
+        let app_proto = app_name(app, &mut name);
+        let t = EveTuple { app_proto, ..*t };
         for a in &self.alerts {
             self.alerted += 1;
             *self.by_sid.entry(a.sid).or_insert(0) += 1;
-            let msg = self.ids.rules().rules[a.rule as usize].msg.as_bytes();
-            cx.publish(ev, Kind::IdsAlert, a.sid, msg);
+            let r = &self.ids.rules().rules[a.rule as usize];
+            let blocked = self.inline && r.drops;
+            if blocked && drop.is_none() {
+                drop = Some(a.rule);
+            }
+            if let Some(e) = self.eve.as_mut() {
+                e.alert(&t, r, blocked);
+            }
+            cx.publish(ev, Kind::IdsAlert, a.sid, r.msg.as_bytes());
+        }
+        drop
+    }
+
+    /// The tuple of the packet that carried `dir`'s bytes of tracked flow `f`.
+    fn tuple(cx: &Ctx<'_>, f: u32, dir: u8, c: &Conn, ts: u64) -> Option<EveTuple<'static>> {
+        let k = cx.conn(f)?.key;
+        let (src, dst, sport, dport) = if dir == 0 {
+            (k.src_ip(), k.dst_ip(), k.sport, k.dport)
+        } else {
+            (k.dst_ip(), k.src_ip(), k.dport, k.sport)
+        };
+        Some(EveTuple {
+            ts_ns: ts,
+            flow_id: c.id,
+            src: src.into(),
+            sport,
+            dst: dst.into(),
+            dport,
+            proto: 6,
+            to_server: dir == 0,
+            app_proto: "",
+        })
+    }
+
+    /// Stream alerts of tracked flow `ev.flow`: published, logged, and inline drops.
+    fn stream_alerts(&mut self, ev: &Event, cx: &mut Ctx<'_>, dir: u8) {
+        if self.alerts.is_empty() {
+            return;
+        }
+        let c = *self.conn(ev.flow);
+        let ts = if ev.pkt == NO_PKT {
+            c.last_ns
+        } else {
+            cx.packet(ev).map_or(c.last_ns, |p| p.meta().ts_ns)
+        };
+        let Some(t) = Self::tuple(cx, ev.flow, dir, &c, ts) else {
+            return;
+        };
+        let drop = self.publish(ev, cx, &t, c.app);
+        let c = self.conn(ev.flow);
+        c.alerted = true;
+        if let Some(rule) = drop {
+            if c.dropped_by == 0 {
+                c.dropped_by = rule + 1;
+            }
+            if ev.pkt != NO_PKT {
+                self.drop(ev, cx, rule);
+            }
+        }
+    }
+
+    fn on_data(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
+        self.data_events += 1;
+        let i = ev.flow as usize;
+        if self.conns.get(i).is_some_and(|c| c.dropped_by != 0) {
+            return;
+        }
+        let Some(c) = cx.conn(ev.flow) else { return };
+        let k = c.key;
+        let established = c.state >= TcpState::Established;
+        let Some(Some(fl)) = self.flows.get_mut(i) else {
+            return;
+        };
+        let info = stream_info(&k, ev.dir == 0, established);
+        let bytes = cx.bytes(ev);
+        let seen = &mut self.seen_bytes[i];
+        seen[usize::from(ev.dir)] += bytes.len() as u64;
+        let done = seen[0] >= self.depth && seen[1] >= self.depth;
+        self.alerts.clear();
+        self.ids.on_stream(fl, &info, bytes, &mut self.alerts);
+        // A FIN or RST on this packet ends its direction after its bytes.
+        if let Some(pe) = self.pending {
+            if pe.flow == ev.flow && pe.dir == ev.dir {
+                self.pending = None;
+                self.ids.on_stream_end(fl, &info, &mut self.alerts);
+            }
+        }
+        self.stream_alerts(ev, cx, ev.dir);
+        if done {
+            self.flows[i] = None;
+            cx.unsubscribe(ev.flow, Kind::Data);
+        }
+    }
+
+    /// A FIN or RST whose packet brought no bytes: its direction ends now.
+    fn flush_end(&mut self, cx: &mut Ctx<'_>) {
+        let Some(pe) = self.pending.take() else {
+            return;
+        };
+        let Some(c) = cx.conn(pe.flow) else { return };
+        let (k, established) = (c.key, c.state >= TcpState::Established);
+        let Some(Some(fl)) = self.flows.get_mut(pe.flow as usize) else {
+            return;
+        };
+        self.alerts.clear();
+        let info = stream_info(&k, pe.dir == 0, established);
+        self.ids.on_stream_end(fl, &info, &mut self.alerts);
+        let ev = Event {
+            kind: Kind::Data,
+            dir: pe.dir,
+            from: crate::stack::FROM_STACK,
+            pkt: NO_PKT,
+            flow: pe.flow,
+            info: 0,
+            bytes: crate::stack::Bytes::None,
+        };
+        self.stream_alerts(&ev, cx, pe.dir);
+    }
+
+    fn on_end(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
+        self.flush_end(cx);
+        let i = ev.flow as usize;
+        if i >= self.conns.len() {
+            return;
+        }
+        let Some(c) = cx.conn(ev.flow) else { return };
+        let (k, established, state) = (c.key, c.state >= TcpState::Established, c.state);
+        if let Some(mut fl) = self.flows[i].take() {
+            self.alerts.clear();
+            // Requests or responses cut short by the end are inspected as they are.
+            for to_server in [true, false] {
+                let info = stream_info(&k, to_server, established);
+                self.ids.on_stream_end(&mut fl, &info, &mut self.alerts);
+            }
+            if !self.alerts.is_empty() {
+                let c = self.conns[i];
+                if let Some(t) = Self::tuple(cx, ev.flow, 0, &c, c.last_ns) {
+                    self.publish(ev, cx, &t, c.app);
+                    self.conns[i].alerted = true;
+                }
+            }
+        }
+        if EndReason::from_u32(ev.info) == EndReason::Idle {
+            self.pseudo_packets(ev, cx);
+        }
+        let c = self.conns[i];
+        if matches!(
+            EndReason::from_u32(ev.info),
+            EndReason::Closed | EndReason::Reset
+        ) {
+            // Segments after the close (a late ACK, a RST) still belong to this flow for
+            // Suricata, which keeps closed flows a while: not a new flow's first packets.
+            self.remember_closed(&k, &c);
+        }
+        let eve = self.eve.as_mut().filter(|_| self.eve_flows);
+        if let (Some(e), Some(t)) = (eve, Self::tuple(cx, ev.flow, 0, &c, c.last_ns)) {
+            let mut name = [0u8; 24];
+            let app_proto = app_name(c.app, &mut name);
+            let f = EveFlow {
+                pkts: c.pkts,
+                bytes: c.bytes,
+                start_ns: c.start_ns,
+                end_ns: c.last_ns,
+                state: match state {
+                    TcpState::SynSent | TcpState::SynReceived => "new",
+                    TcpState::Closed => "closed",
+                    _ => "established",
+                },
+                reason: if EndReason::from_u32(ev.info) == EndReason::Final {
+                    "shutdown"
+                } else {
+                    "timeout"
+                },
+                alerted: c.alerted,
+            };
+            e.flow(&EveTuple { app_proto, ..t }, &f);
         }
     }
 }
 
+impl IdsApp {
+    /// When a flow times out Suricata flushes each direction's unacknowledged bytes with
+    /// a pseudo packet from the other side (not at the end of the input); when that side never sent a packet, IP-only
+    /// rules match it (so a one-packet TCP flow alerts them both ways). Done alike here:
+    /// a direction that carried payload while the other sent nothing.
+    fn pseudo_packets(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
+        let i = ev.flow as usize;
+        let c = self.conns[i];
+        if c.dropped_by != 0 {
+            return;
+        }
+        self.alerts.clear();
+        let Some(k) = cx.conn(ev.flow).map(|c| c.key) else {
+            return;
+        };
+        for d in 0..2 {
+            if c.payload[d] && !c.seen[1 - d] {
+                let mut info = stream_info(&k, d == 1, c.state >= TcpState::Established as u8);
+                info.first_in_dir = true;
+                self.ids.on_pseudo_packet(&info, &mut self.alerts);
+                if !self.alerts.is_empty() {
+                    if let Some(t) = Self::tuple(cx, ev.flow, (1 - d) as u8, &c, c.last_ns) {
+                        self.publish(ev, cx, &t, c.app);
+                        self.conns[i].alerted = true;
+                    }
+                    self.alerts.clear();
+                }
+            }
+        }
+    }
+}
+
+/// The DPI label `app` in Suricata's spelling (lower case), in `buf`; "" when none.
+fn app_name(app: u32, buf: &mut [u8; 24]) -> &str {
+    let Some(p) = app
+        .checked_sub(1)
+        .and_then(|i| AppProto::ALL.get(i as usize))
+    else {
+        return "";
+    };
+    let n = p.name().as_bytes();
+    let n = &n[..n.len().min(buf.len())];
+    for (b, c) in buf.iter_mut().zip(n) {
+        *b = c.to_ascii_lowercase();
+    }
+    std::str::from_utf8(&buf[..n.len()]).unwrap_or("")
+}
+
 /// The engine's view of one direction of connection `k` (oriented from its client).
-fn packet_info(k: &FlowKey, to_server: bool, established: bool) -> PacketInfo {
+fn stream_info(k: &FlowKey, to_server: bool, established: bool) -> PacketInfo {
     let (src, dst, sport, dport) = if to_server {
         (k.src_ip(), k.dst_ip(), k.sport, k.dport)
     } else {
@@ -157,15 +776,14 @@ fn packet_info(k: &FlowKey, to_server: bool, established: bool) -> PacketInfo {
     };
     PacketInfo {
         ip_proto: 6,
-        src: src.into(),
-        dst: dst.into(),
+        src: Ip::from(src),
+        dst: Ip::from(dst),
         sport,
         dport,
         to_server,
         established,
         reassembled: true,
-        // Stream bytes, not a packet: IP-only and header rules are packet rules, which
-        // this app does not run.
+        // Stream bytes, not a packet: packet rules ran on the packet event.
         first_in_dir: false,
         fields: PktFields::default(),
     }
@@ -180,62 +798,66 @@ impl App for IdsApp {
         Level::Bytestream
     }
 
+    fn may_drop(&self) -> bool {
+        self.is_inline()
+    }
+
+    fn drop_reasons(&self) -> Vec<String> {
+        let mut v = vec!["ids inline".to_string()];
+        v.extend(self.drop_names.iter().cloned());
+        v
+    }
+
     fn kinds(&self) -> Kinds {
-        Kinds::of(&[Kind::FlowStart, Kind::DpiResult, Kind::Data, Kind::FlowEnd])
+        Kinds::of(&[
+            Kind::Packet,
+            Kind::FlowStart,
+            Kind::StateChange,
+            Kind::DpiResult,
+            Kind::Data,
+            Kind::FlowEnd,
+        ])
     }
 
     fn initial(&self) -> Kinds {
+        let k = Kinds::of(&[
+            Kind::Packet,
+            Kind::FlowStart,
+            Kind::StateChange,
+            Kind::DpiResult,
+            Kind::FlowEnd,
+        ]);
         if self.only.is_empty() {
-            Kinds::of(&[Kind::FlowStart, Kind::Data, Kind::FlowEnd])
+            k.with(Kind::Data)
         } else {
-            Kinds::of(&[Kind::DpiResult, Kind::FlowEnd])
+            k
         }
+    }
+
+    fn on_batch(&mut self, cx: &mut Ctx<'_>) {
+        crate::stack::app::deliver(self, cx);
+        self.flush_end(cx);
     }
 
     fn on_event(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
         match ev.kind {
-            Kind::FlowStart => self.start(ev.flow),
-            Kind::DpiResult if self.only.contains(&ev.info) => {
-                self.start(ev.flow);
-                cx.subscribe(ev.flow, Kind::Data);
+            Kind::Packet => self.on_packet(ev, cx),
+            Kind::FlowStart => self.start(ev, cx),
+            Kind::StateChange => {
+                let new = (ev.info & 0xff) as u8;
+                let c = self.conn(ev.flow);
+                c.state = c.state.max(new);
             }
-            Kind::Data => {
-                self.data_events += 1;
-                let Some(c) = cx.conn(ev.flow) else { return };
-                let k = c.key;
-                let established = c.state >= TcpState::Established;
-                let Some(Some(fl)) = self.flows.get_mut(ev.flow as usize) else {
-                    return;
-                };
-                let info = packet_info(&k, ev.dir == 0, established);
-                let bytes = cx.bytes(ev);
-                fl.seen[usize::from(ev.dir)] += bytes.len() as u64;
-                self.alerts.clear();
-                self.ids
-                    .on_stream(&mut fl.state, &info, bytes, &mut self.alerts);
-                let done = fl.seen[0] >= self.depth && fl.seen[1] >= self.depth;
-                self.publish(ev, cx);
-                if done {
-                    self.flows[ev.flow as usize] = None;
-                    cx.unsubscribe(ev.flow, Kind::Data);
+            Kind::DpiResult => {
+                self.conn(ev.flow).app = ev.info;
+                if self.only.contains(&ev.info) && self.flows[ev.flow as usize].is_none() {
+                    self.flows[ev.flow as usize] = Some(self.ids.new_flow());
+                    self.inspected += 1;
+                    cx.subscribe(ev.flow, Kind::Data);
                 }
             }
-            Kind::FlowEnd => {
-                let Some(fl) = self.flows.get_mut(ev.flow as usize).and_then(Option::take) else {
-                    return;
-                };
-                let Some(c) = cx.conn(ev.flow) else { return };
-                let (k, established) = (c.key, c.state >= TcpState::Established);
-                let mut fl = fl;
-                self.alerts.clear();
-                // Requests or responses cut short by the end are inspected as they are.
-                for to_server in [true, false] {
-                    let info = packet_info(&k, to_server, established);
-                    self.ids
-                        .on_stream_end(&mut fl.state, &info, &mut self.alerts);
-                }
-                self.publish(ev, cx);
-            }
+            Kind::Data => self.on_data(ev, cx),
+            Kind::FlowEnd => self.on_end(ev, cx),
             _ => {}
         }
     }
@@ -246,26 +868,36 @@ impl App for IdsApp {
                 .map_err(|e| format!("ids: alerts `{}`: {e}", path.display()))?;
             self.out_file = Some(f);
         }
+        if let Some(path) = &self.eve_path {
+            self.eve =
+                Some(Eve::create(path).map_err(|e| format!("ids: eve `{}`: {e}", path.display()))?);
+        }
         Ok(())
     }
 
     fn finish(&mut self) {
-        let Some(path) = &self.out else { return };
-        let text: String = self
-            .by_sid
-            .iter()
-            .map(|(s, n)| format!("{s} {n}\n"))
-            .collect();
-        // Opened before the run; created here only when the app runs outside one.
-        let res = match self.out_file.take() {
-            Some(mut f) => {
-                use std::io::Write;
-                f.write_all(text.as_bytes())
+        if let Some(path) = &self.out {
+            let text: String = self
+                .by_sid
+                .iter()
+                .map(|(s, n)| format!("{s} {n}\n"))
+                .collect();
+            // Opened before the run; created here only when the app runs outside one.
+            let res = match self.out_file.take() {
+                Some(mut f) => {
+                    use std::io::Write;
+                    f.write_all(text.as_bytes())
+                }
+                None => std::fs::write(path, text),
+            };
+            if let Err(e) = res {
+                self.out_error = Some(format!("ids: alerts `{}`: {e}", path.display()));
             }
-            None => std::fs::write(path, text),
-        };
-        if let Err(e) = res {
-            self.out_error = Some(format!("ids: alerts `{}`: {e}", path.display()));
+        }
+        if let Some(e) = self.eve.as_mut() {
+            if let Err(msg) = e.finish() {
+                self.out_error.get_or_insert(format!("ids: {msg}"));
+            }
         }
     }
 
@@ -277,9 +909,12 @@ impl App for IdsApp {
         vec![
             ("ids_rules_loaded", self.rules_loaded),
             ("ids_rules_skipped", self.rules_skipped),
+            ("ids_packets", self.packets),
             ("ids_data_events", self.data_events),
             ("ids_flows_inspected", self.inspected),
             ("ids_alerts", self.alerted),
+            ("ids_dropped", self.dropped.iter().sum()),
+            ("ids_untracked_full", self.loose_full),
         ]
     }
 }

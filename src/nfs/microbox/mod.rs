@@ -86,8 +86,8 @@ struct Unit {
     stack: Stack,
     q: Queue,
     apps: Vec<Box<dyn App>>,
-    /// Index of the unit's first app among all apps (its drop reason).
-    first: usize,
+    /// Each app's first drop reason in the NF's profile.
+    reasons: Vec<u8>,
 }
 
 pub struct Microbox {
@@ -216,10 +216,18 @@ impl Microbox {
         let mut writes = Fields::NONE;
         let mut may_drop = false;
         let mut reasons = Vec::new();
+        let mut bases = Vec::new();
         for a in &apps {
             writes = writes | a.writes();
             may_drop |= a.may_drop();
-            reasons.push(&*Box::leak(a.name().to_string().into_boxed_str()));
+            bases.push(reasons.len().min(255) as u8);
+            for r in a.drop_reasons() {
+                // Verdicts carry the reason in a byte: an app's reasons past it are not
+                // listed (the app counts those drops under its first reason).
+                if reasons.len() < 255 {
+                    reasons.push(&*Box::leak(r.into_boxed_str()));
+                }
+            }
         }
         let profile = Profile {
             reads: Fields::IP_SRC
@@ -242,7 +250,7 @@ impl Microbox {
         } else {
             vec![apps]
         };
-        let mut first = 0;
+        let mut bases = bases.into_iter();
         let units = groups
             .into_iter()
             .map(|apps| {
@@ -256,14 +264,12 @@ impl Microbox {
                     stack.initial[k] = a.initial();
                     want = want.union(a.kinds());
                 }
-                let u = Unit {
+                Unit {
                     q: Queue::new(stack.ring_bytes(), want),
                     stack,
+                    reasons: bases.by_ref().take(apps.len()).collect(),
                     apps,
-                    first,
-                };
-                first += u.apps.len();
-                u
+                }
             })
             .collect();
         Microbox {
@@ -320,7 +326,7 @@ impl Nf for Microbox {
             u.q.start_batch(n);
             for i in 0..n {
                 if !u.q.has_room() {
-                    stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, batch, bn, u.first);
+                    stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, batch, bn, &u.reasons);
                     u.q.clear();
                 }
                 let p = &mut batch.as_mut_slice()[i];
@@ -333,7 +339,7 @@ impl Nf for Microbox {
                 }
                 u.stack.packet(i as u16, p, &mut u.q);
             }
-            stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, batch, bn, u.first);
+            stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, batch, bn, &u.reasons);
             stack::translate_batch(&mut u.stack, &u.q, batch, bn);
             u.q.clear();
             u.stack.end_batch();
@@ -346,7 +352,14 @@ impl Nf for Microbox {
         for u in &mut self.units {
             u.q.start_batch(0);
             u.stack.finish(&mut u.q);
-            stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, &mut empty, bn, u.first);
+            stack::dispatch(
+                &mut u.apps,
+                &mut u.stack,
+                &mut u.q,
+                &mut empty,
+                bn,
+                &u.reasons,
+            );
             u.q.clear();
             u.stack.end_batch();
             for a in &mut u.apps {

@@ -1,0 +1,228 @@
+//! EVE JSON output, in Suricata's field names: one `alert` record per alert and one
+//! `flow` record per finished flow, one JSON object per line. Records go through a
+//! buffered writer (no system call per alert) and are formatted without allocating.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+
+use super::header::Ip;
+use super::rule::Rule;
+
+/// Where and between whom a record's packet or flow went.
+#[derive(Clone, Copy, Debug)]
+pub struct EveTuple<'a> {
+    pub ts_ns: u64,
+    pub flow_id: u64,
+    pub src: Ip,
+    pub sport: u16,
+    pub dst: Ip,
+    pub dport: u16,
+    pub proto: u8,
+    /// The packet went from the flow's client to its server.
+    pub to_server: bool,
+    /// The application protocol in Suricata's spelling (`http`, `tls`, …); "" = none.
+    pub app_proto: &'a str,
+}
+
+/// A flow record's counters (oriented from the client).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EveFlow {
+    pub pkts: [u64; 2],
+    pub bytes: [u64; 2],
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Suricata's `flow.state`: `new`, `established` or `closed`.
+    pub state: &'static str,
+    /// Suricata's `flow.reason`: `timeout` or `shutdown`.
+    pub reason: &'static str,
+    pub alerted: bool,
+}
+
+pub struct Eve {
+    w: BufWriter<File>,
+    path: PathBuf,
+    error: Option<io::Error>,
+    pub records: u64,
+}
+
+impl Eve {
+    /// Opens (truncates) `path`; the error is the caller's one-line message.
+    pub fn create(path: &Path) -> io::Result<Eve> {
+        Ok(Eve {
+            w: BufWriter::with_capacity(1 << 16, File::create(path)?),
+            path: path.to_path_buf(),
+            error: None,
+            records: 0,
+        })
+    }
+
+    pub fn alert(&mut self, t: &EveTuple, r: &Rule, blocked: bool) {
+        let res = (|| {
+            self.head(t, "alert")?;
+            write!(
+                self.w,
+                ",\"direction\":\"{}\",\"alert\":{{\"action\":\"{}\",\"gid\":{},\"signature_id\":{},\"rev\":{},\"signature\":",
+                if t.to_server { "to_server" } else { "to_client" },
+                if blocked { "blocked" } else { "allowed" },
+                r.gid,
+                r.sid,
+                r.rev
+            )?;
+            serde_json::to_writer(&mut self.w, r.msg.as_str()).map_err(io::Error::other)?;
+            self.w.write_all(b"}}\n")
+        })();
+        self.done(res);
+    }
+
+    pub fn flow(&mut self, t: &EveTuple, f: &EveFlow) {
+        let res = (|| {
+            self.head(t, "flow")?;
+            self.w.write_all(b",\"flow\":{")?;
+            write!(
+                self.w,
+                "\"pkts_toserver\":{},\"pkts_toclient\":{},\"bytes_toserver\":{},\"bytes_toclient\":{},\"start\":",
+                f.pkts[0], f.pkts[1], f.bytes[0], f.bytes[1]
+            )?;
+            timestamp(&mut self.w, f.start_ns)?;
+            self.w.write_all(b",\"end\":")?;
+            timestamp(&mut self.w, f.end_ns)?;
+            writeln!(
+                self.w,
+                ",\"age\":{},\"state\":\"{}\",\"reason\":\"{}\",\"alerted\":{}}}}}",
+                f.end_ns.saturating_sub(f.start_ns) / 1_000_000_000,
+                f.state,
+                f.reason,
+                f.alerted
+            )
+        })();
+        self.done(res);
+    }
+
+    fn head(&mut self, t: &EveTuple, kind: &str) -> io::Result<()> {
+        self.w.write_all(b"{\"timestamp\":")?;
+        timestamp(&mut self.w, t.ts_ns)?;
+        write!(
+            self.w,
+            ",\"flow_id\":{},\"event_type\":\"{kind}\",",
+            t.flow_id
+        )?;
+        self.w.write_all(b"\"src_ip\":\"")?;
+        ip(&mut self.w, t.src)?;
+        write!(self.w, "\",\"src_port\":{},\"dest_ip\":\"", t.sport)?;
+        ip(&mut self.w, t.dst)?;
+        write!(
+            self.w,
+            "\",\"dest_port\":{},\"proto\":\"{}\"",
+            t.dport,
+            proto_name(t.proto)
+        )?;
+        if !t.app_proto.is_empty() {
+            write!(self.w, ",\"app_proto\":\"{}\"", t.app_proto)?;
+        }
+        Ok(())
+    }
+
+    fn done(&mut self, res: io::Result<()>) {
+        match res {
+            Ok(()) => self.records += 1,
+            Err(e) => {
+                if self.error.is_none() {
+                    self.error = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Flushes; the first write error, if any, as a one-line message.
+    pub fn finish(&mut self) -> Result<(), String> {
+        let flushed = self.w.flush();
+        match self.error.take().map_or(flushed, Err) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(format!("eve: cannot write {}: {e}", self.path.display())),
+        }
+    }
+}
+
+/// Suricata's names for IP protocols (its `proto` field); others as the number.
+fn proto_name(p: u8) -> ProtoName {
+    ProtoName(p)
+}
+
+struct ProtoName(u8);
+
+impl std::fmt::Display for ProtoName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            1 => f.write_str("ICMP"),
+            6 => f.write_str("TCP"),
+            17 => f.write_str("UDP"),
+            58 => f.write_str("IPv6-ICMP"),
+            132 => f.write_str("SCTP"),
+            47 => f.write_str("GRE"),
+            n => write!(f, "{n}"),
+        }
+    }
+}
+
+fn ip(w: &mut impl Write, a: Ip) -> io::Result<()> {
+    match a {
+        Ip::V4(v) => write!(w, "{}", Ipv4Addr::from(v)),
+        // Suricata writes every group, four digits each.
+        Ip::V6(v) => {
+            for (i, g) in Ipv6Addr::from(v).segments().iter().enumerate() {
+                if i > 0 {
+                    w.write_all(b":")?;
+                }
+                write!(w, "{g:04x}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `"2010-09-10T08:29:37.123456+0000"`: Suricata's format, in UTC.
+pub fn timestamp(w: &mut impl Write, ts_ns: u64) -> io::Result<()> {
+    let secs = ts_ns / 1_000_000_000;
+    let micros = ts_ns % 1_000_000_000 / 1000;
+    let (y, m, d) = civil(secs / 86_400);
+    let s = secs % 86_400;
+    write!(
+        w,
+        "\"{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}+0000\"",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's method).
+fn civil(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_in_suricatas_format() {
+        let mut v = Vec::new();
+        // 2010-09-10 08:29:37.123456 UTC (date -u -d @1284107377)
+        timestamp(&mut v, 1_284_107_377_123_456_789).unwrap();
+        assert_eq!(v, b"\"2010-09-10T08:29:37.123456+0000\"");
+        v.clear();
+        timestamp(&mut v, 951_782_400 * 1_000_000_000).unwrap(); // 2000-02-29
+        assert_eq!(v, b"\"2000-02-29T00:00:00.000000+0000\"");
+    }
+}
