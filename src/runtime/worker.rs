@@ -8,11 +8,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::chain::{Chain, NodeKind, INPUT_DROPS};
-use super::control::{Command, ControlPort, Scheduled};
+use super::control::{Command, ControlPort, Reply, Scheduled};
 use super::counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
 use super::profile_check::Snapshot;
 use crate::io::{PcapWriter, Trace};
-use crate::nfs::{Context, FastPacket, Nf};
+use crate::nfs::{Context, FastPacket, Nf, Prepared, Preparer};
 use crate::optimise::fastpath::{FastPath, Found, FpKey, Probe, Recorder, Step};
 use crate::packet::{
     Batch, FastMark, Layers, LinkKind, Packet, Pool, Verdict, FLOOD, MAX_BATCH, NOT_RECORDED,
@@ -196,6 +196,13 @@ impl Runner {
         let mut next_report = 0u64;
         let mut schedule = opts.schedule.clone();
         schedule.sort_by_key(|c| c.at);
+        // Compiled before the first packet, so applying one at its packet is a swap.
+        let mut prepared = Vec::with_capacity(schedule.len());
+        for c in &schedule {
+            prepared.push(self.prepare(&c.nf, &c.cmd).map_err(|e| {
+                anyhow::anyhow!("change at packet {}: `{} {}`: {e}", c.at, c.nf, c.cmd)
+            })?);
+        }
         let mut next_change = 0;
         for lp in 0..opts.loops {
             self.shift = span.wrapping_mul(lp);
@@ -204,7 +211,8 @@ impl Runner {
                 // A batch ends where a scheduled change applies, so the change falls
                 // exactly between the packets it names.
                 while let Some(c) = schedule.get(next_change).filter(|c| c.at <= done) {
-                    self.apply(&c.nf, &c.cmd).map_err(|e| {
+                    let p = prepared[next_change].as_mut();
+                    self.apply_prepared(&c.nf, &c.cmd, p).map_err(|e| {
                         anyhow::anyhow!("change at packet {}: `{} {}`: {e}", c.at, c.nf, c.cmd)
                     })?;
                     next_change += 1;
@@ -256,6 +264,39 @@ impl Runner {
 
     /// Applies `cmd` to the NF named `nf` now (between batches).
     pub fn apply(&mut self, nf: &str, cmd: &str) -> Result<String, String> {
+        self.apply_prepared(nf, cmd, None)
+    }
+
+    /// The NFs whose commands are compiled before they reach the worker, by name.
+    pub fn preparers(&self) -> std::collections::HashMap<String, Preparer> {
+        let mut m = std::collections::HashMap::new();
+        for n in &self.chain.nodes {
+            if let NodeKind::Nf { nf, .. } = &n.kind {
+                if let Some(p) = nf.preparer() {
+                    m.insert(n.name.clone(), p);
+                }
+            }
+        }
+        m
+    }
+
+    /// `cmd` for NF `nf` compiled now, when that NF compiles its commands (else None).
+    fn prepare(&self, nf: &str, cmd: &str) -> Result<Option<Prepared>, String> {
+        let node = self.chain.node(nf).map(|i| &self.chain.nodes[i].kind);
+        match node {
+            Some(NodeKind::Nf { nf, .. }) => nf.preparer().map(|p| p(cmd)).transpose(),
+            _ => Ok(None),
+        }
+    }
+
+    /// Applies `cmd` (with its compiled form, if any) to the NF named `nf` now; on
+    /// success `prepared` holds what the change replaced.
+    pub fn apply_prepared(
+        &mut self,
+        nf: &str,
+        cmd: &str,
+        prepared: Option<&mut Prepared>,
+    ) -> Result<String, String> {
         let names = |c: &Chain| {
             c.nodes
                 .iter()
@@ -272,8 +313,9 @@ impl Runner {
         }
         // The NF's counters are whole before it answers or changes.
         self.settle_counts();
-        let r = match &mut self.chain.nodes[i].kind {
-            NodeKind::Nf { nf, .. } => nf.control(cmd),
+        let r = match (&mut self.chain.nodes[i].kind, prepared) {
+            (NodeKind::Nf { nf, .. }, Some(p)) => nf.control_prepared(cmd, p),
+            (NodeKind::Nf { nf, .. }, None) => nf.control(cmd),
             _ => return Err(format!("`{nf}` is not an NF")),
         };
         // Every entry recorded through this NF is stale now: gone before the next packet.
@@ -320,10 +362,12 @@ impl Runner {
     fn poll_control(&mut self) {
         let Some(port) = &self.control else { return };
         let pending: Vec<Command> = port.rx.try_iter().collect();
-        for c in pending {
-            let r = self.apply(&c.nf, &c.cmd);
+        for mut c in pending {
+            let result = self.apply_prepared(&c.nf, &c.cmd, c.prepared.as_mut());
             if let Some(reply) = c.reply {
-                let _ = reply.send(r);
+                // What the change replaced is freed by the sender's thread.
+                let replaced = c.prepared.take();
+                let _ = reply.send(Reply { result, replaced });
             }
         }
     }
