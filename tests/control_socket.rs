@@ -24,14 +24,20 @@ fn example(name: &str) -> String {
 /// `sock` (extra arguments after).
 fn spawn_run(sock: &Path, extra: &[&str], umask: Option<u32>) -> Child {
     let mut c = Command::new(BIN);
-    c.args(["run", &example("firewall.toml"), "--json", "--loops", "1000000"])
-        .arg("--control")
-        .arg(sock)
-        .args(extra)
-        .arg("-i")
-        .arg(dataset("bench/ndpi-ether-merged.pcap"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    c.args([
+        "run",
+        &example("firewall.toml"),
+        "--json",
+        "--loops",
+        "1000000",
+    ])
+    .arg("--control")
+    .arg(sock)
+    .args(extra)
+    .arg("-i")
+    .arg(dataset("bench/ndpi-ether-merged.pcap"))
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
     if let Some(m) = umask {
         // SAFETY: umask is async-signal-safe and has no preconditions.
         unsafe {
@@ -56,7 +62,10 @@ fn wait_listening(child: &mut Child, sock: &Path) {
             child.stderr.take().unwrap().read_to_string(&mut e).unwrap();
             panic!("run ended ({st}) before listening: {e}");
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "socket never appeared");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "socket never appeared"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -114,14 +123,20 @@ fn control_replaces_nothing_but_a_stale_socket_of_ours() {
     let link = d.path().join("link");
     std::os::unix::fs::symlink(&precious, &link).unwrap();
     refused(&link);
-    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     assert_eq!(std::fs::read(&precious).unwrap(), b"keep me\n");
     // A socket someone listens on is left to them.
     let live = d.path().join("live.sock");
     let listener = UnixListener::bind(&live).unwrap();
     let e = refused(&live);
     assert!(e.contains("listens there"), "{e}");
-    assert!(UnixStream::connect(&live).is_ok(), "the live socket still works");
+    assert!(
+        UnixStream::connect(&live).is_ok(),
+        "the live socket still works"
+    );
     drop(listener);
     // Now stale (the file stays after its listener closed): replaced, and removed at exit.
     assert!(live.exists());
@@ -206,7 +221,9 @@ fn connections_at_once_are_bounded() {
     // The probe's connection is counted until its thread sees it closed.
     std::thread::sleep(Duration::from_secs(1));
     // Eight idle connections hold every slot; the ninth is told so and closed.
-    let held: Vec<UnixStream> = (0..8).map(|_| UnixStream::connect(&sock).unwrap()).collect();
+    let held: Vec<UnixStream> = (0..8)
+        .map(|_| UnixStream::connect(&sock).unwrap())
+        .collect();
     let extra = UnixStream::connect(&sock).unwrap();
     let r = reply(&extra);
     assert!(r.starts_with("error busy"), "{r:?}");
@@ -293,7 +310,13 @@ fn filter_and_balancer_commands_take_the_config_s_parser_and_limits() {
     let sock = d.path().join("acl.sock");
     let mut c = Command::new(BIN);
     let mut child = c
-        .args(["run", &example("ip_filter.toml"), "--json", "--loops", "1000000"])
+        .args([
+            "run",
+            &example("ip_filter.toml"),
+            "--json",
+            "--loops",
+            "1000000",
+        ])
         .arg("--control")
         .arg(&sock)
         .arg("-i")
@@ -309,7 +332,14 @@ fn filter_and_balancer_commands_take_the_config_s_parser_and_limits() {
     assert!(e.contains("unknown command `rulesallow`"), "{e}");
     // A big rule set goes in whole (compiled off the worker) and is answered.
     let rules: Vec<String> = (0..40_000u32)
-        .map(|i| format!("deny src host 10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255))
+        .map(|i| {
+            format!(
+                "deny src host 10.{}.{}.{}",
+                i >> 16,
+                (i >> 8) & 255,
+                i & 255
+            )
+        })
         .collect();
     let cmd = format!("rules {}; allow ip", rules.join("; "));
     // Too long for one argument of `catena ctl`: the library's client sends it.

@@ -528,13 +528,20 @@ mod tests {
         let mut f = filter(&["allow tcp", "deny udp", "allow icmp"], Action::Deny);
         let prepare = f.preparer().unwrap();
         let mut p = prepare("rules deny tcp").unwrap();
-        assert_eq!(f.control_prepared("rules deny tcp", &mut p).unwrap(), "1 rule(s)");
+        assert_eq!(
+            f.control_prepared("rules deny tcp", &mut p).unwrap(),
+            "1 rule(s)"
+        );
         assert_eq!(
             step(&mut f, v4(1, 2, 6, 5000, 80, 0)).1,
             Verdict::Drop(DENIED)
         );
         let old = p.downcast_ref::<Compiled>().unwrap();
-        assert_eq!(old.rules.len(), 3, "the replaced rules are returned to be freed");
+        assert_eq!(
+            old.rules.len(),
+            3,
+            "the replaced rules are returned to be freed"
+        );
         assert!(prepare("rules allow tcp port 99999").is_err());
     }
 

@@ -404,7 +404,11 @@ impl Maglev {
                 ));
             }
             if b.weight > MAX_WEIGHT {
-                return Err(format!("backend {}: weight {}", b.addr, weight_err(b.weight)));
+                return Err(format!(
+                    "backend {}: weight {}",
+                    b.addr,
+                    weight_err(b.weight)
+                ));
             }
             if !addrs.insert(b.addr) {
                 return Err(format!("backend {} is listed twice", b.addr));
@@ -1055,8 +1059,13 @@ mod tests {
         assert!(e.contains("must be an integer in 0..=65535"), "{e}");
         assert!(lb.control("backends 10.0.0.1:4294967295").is_err());
         assert!(lb.control("backends 10.0.0.1:-1").is_err());
-        assert_eq!(lb.control("backends 10.0.0.1:65535 10.0.0.2:0").unwrap(), "2 backend(s)");
-        let e = lb.set_backends(&[b("10.0.0.1").with_weight(70_000)]).unwrap_err();
+        assert_eq!(
+            lb.control("backends 10.0.0.1:65535 10.0.0.2:0").unwrap(),
+            "2 backend(s)"
+        );
+        let e = lb
+            .set_backends(&[b("10.0.0.1").with_weight(70_000)])
+            .unwrap_err();
         assert!(e.contains("0..=65535"), "{e}");
         assert!(lb.control("backendsx 10.0.0.1").is_err());
     }

@@ -137,8 +137,8 @@ fn make_room(path: &Path) -> std::io::Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let dm = std::fs::metadata(dir)
-        .map_err(|e| refuse(format!("directory {}: {e}", dir.display())))?;
+    let dm =
+        std::fs::metadata(dir).map_err(|e| refuse(format!("directory {}: {e}", dir.display())))?;
     if dm.permissions().mode() & 0o002 != 0 {
         return Err(refuse(format!(
             "directory {} is writable by every user: put the socket in a private directory (e.g. $XDG_RUNTIME_DIR)",
@@ -483,7 +483,11 @@ mod tests {
         });
         let c = port.rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert_eq!((c.nf.as_str(), c.cmd.as_str()), ("acl", "rules x"));
-        let by = *c.prepared.unwrap().downcast::<std::thread::ThreadId>().unwrap();
+        let by = *c
+            .prepared
+            .unwrap()
+            .downcast::<std::thread::ThreadId>()
+            .unwrap();
         assert_ne!(by, std::thread::current().id());
         c.reply
             .unwrap()

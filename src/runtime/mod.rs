@@ -1,10 +1,18 @@
-//! Executes a chain: the config, the graph built from it, and the run-to-completion worker.
+//! Executes a chain: the config, the graph built from it, and the run-to-completion worker
+//! (`worker`) that ingests chunks (`ingest`), walks them over the graph (`walk`, with
+//! FastPath lent the walk through `fastpath_host`) to the sinks (`sink`), and sums up
+//! (`summary`).
 
 mod chain;
 mod config;
 pub mod control;
 mod counters;
+mod fastpath_host;
+mod ingest;
 mod profile_check;
+mod sink;
+mod summary;
+mod walk;
 mod worker;
 
 pub use chain::{Chain, Node, NodeKind, INPUT};

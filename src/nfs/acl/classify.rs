@@ -523,7 +523,9 @@ fn bits_hash(bm: &[u64]) -> u64 {
 
 /// Bit `e`'s share of a bitmap's hash (SplitMix64's finaliser of `e`).
 fn bit_hash(e: usize) -> u64 {
-    let mut z = (e as u64).wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut z = (e as u64)
+        .wrapping_add(1)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
@@ -619,7 +621,12 @@ mod tests {
         for i in 0..300u32 {
             let k = Key {
                 proto: 6,
-                src4: Some(u32::from_be_bytes([10, 0, (i / 200) as u8, (i % 200 + 1) as u8])),
+                src4: Some(u32::from_be_bytes([
+                    10,
+                    0,
+                    (i / 200) as u8,
+                    (i % 200 + 1) as u8,
+                ])),
                 ..Key::default()
             };
             assert_eq!(c.classify(&k), Some(i), "host {i}");

@@ -7,8 +7,10 @@
 //! - [`actions`]: the net rewrite and its checksum deltas.
 //! - [`table`]: the bounded entry table.
 //! - [`record`]: recording the first packet on the slow path.
+//! - [`chunk`]: a chunk sorted into hits and misses, and the interface to the runtime.
 
 pub mod actions;
+pub mod chunk;
 pub mod key;
 pub mod record;
 pub mod table;
@@ -16,12 +18,13 @@ pub mod table;
 use serde::Serialize;
 
 pub use actions::Actions;
+pub use chunk::{count_path, Host};
 pub use key::FpKey;
 pub use record::{Outcome, Recorder};
 pub use table::{Entry, Found, Hot, Keys, Probe, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
 
 use crate::nfs::{FastRole, Nf};
-use crate::packet::Fields;
+use crate::packet::{Batch, Fields};
 
 /// FastPath settings of a chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,11 +140,15 @@ pub struct FastPath {
     pub calls: bool,
     /// As [`FastConfig::record_at`].
     pub record_at: u8,
+    /// Where a chunk is held while it is sorted into hits and misses (swapped with the
+    /// runtime's queue of misses, so it has the same capacity).
+    chunk_in: Batch,
 }
 
 impl FastPath {
-    /// `nfs[i]` is node i's NF (None for the input and sinks).
-    pub fn new(cfg: FastConfig, nfs: &[Option<&dyn Nf>]) -> FastPath {
+    /// `nfs[i]` is node i's NF (None for the input and sinks); `batch_cap` is the
+    /// capacity of the runtime's batches.
+    pub fn new(cfg: FastConfig, nfs: &[Option<&dyn Nf>], batch_cap: usize) -> FastPath {
         let writes: Vec<bool> = nfs
             .iter()
             .map(|n| n.is_some_and(|n| n.profile().writes != Fields::NONE))
@@ -153,6 +160,7 @@ impl FastPath {
             rewrites: writes.iter().any(|&w| w),
             table: Table::new(cfg.entries, cfg.timeout_ns),
             rec: Recorder::new(),
+            chunk_in: Batch::with_capacity(batch_cap),
             stats: FastStats::default(),
             flags,
             consolidable: nfs

@@ -1,0 +1,294 @@
+//! FastPath over one chunk of packets: sorted into hits and misses in arrival order; hits
+//! go along their entry at once, misses gather and run the chain (recorded) before the
+//! next hit, so every NF sees events in the order it would without FastPath.
+//!
+//! The runtime owns the chain, the buffers and the counters; it lends them through
+//! [`Host`], so this layer never names the runtime's types.
+
+use super::table::{Found, Probe, Step};
+use super::{FastPath, FpKey};
+use crate::nfs::{FastPacket, Nf};
+use crate::packet::{Batch, Layers, Packet, Pool, Verdict, MAX_BATCH};
+
+/// What FastPath needs from the runtime that runs the chain.
+pub trait Host {
+    /// Node `node`'s NF (None for the input and sinks).
+    fn nf(&mut self, node: usize) -> Option<&mut dyn Nf>;
+    /// Packets waiting to run the chain from its first NF: the chunk just ingested before
+    /// [`FastPath::chunk`] takes it, then the misses it gathers.
+    fn misses(&mut self) -> &mut Batch;
+    /// Runs the waiting misses through the chain with `f`'s recording hooks.
+    fn run_chain(&mut self, f: &mut FastPath);
+    fn pool(&mut self) -> &mut Pool;
+    /// A hit reaches sink `node` (rewritten, egress set): count and write it; the caller
+    /// frees the buffer.
+    fn to_sink(&mut self, node: usize, p: &Packet);
+    /// `n` packets left node `node` with `verdict`.
+    fn count(&mut self, node: usize, verdict: Verdict, n: u64);
+}
+
+/// `n` packets took a consolidated path: each NF on it counts them as the slow path
+/// would have, per verdict, and so do NFs whose state function only counts.
+pub fn count_path<H: Host>(h: &mut H, path: &[Step], n: u64) {
+    for s in path {
+        h.count(s.node(), s.verdict, n);
+        if s.flags & Step::COUNT != 0 {
+            if let Some(nf) = h.nf(s.node()) {
+                nf.fast_count(s.token, n);
+            }
+        }
+    }
+}
+
+impl FastPath {
+    /// Runs the chunk waiting in `h.misses()`: hits along their entries, misses through
+    /// the chain in order with them.
+    pub fn chunk<H: Host>(&mut self, h: &mut H) {
+        std::mem::swap(&mut self.chunk_in, h.misses());
+        let mut input = std::mem::replace(&mut self.chunk_in, Batch::with_capacity(0));
+        // Keys and hashes first with each set's tags prefetched, then the matching
+        // entries prefetched, so the chunk's lookups overlap their cache misses.
+        let mut keys = [FpKey::EMPTY; MAX_BATCH];
+        let mut hashes = [0u64; MAX_BATCH];
+        // Bit i: packet i is IP (has a key).
+        let mut keyed = 0u64;
+        for (i, p) in input.iter_mut().enumerate() {
+            if let Some(k) = FpKey::of(p) {
+                let h = self.table.hash(&k);
+                self.table.prefetch_tags(h);
+                keys[i] = k;
+                hashes[i] = h;
+                keyed |= 1 << i;
+            }
+        }
+        // Then each set's tags compared once, the matching entries prefetched (their
+        // first line, or two when hits may call NFs).
+        let mut probes = [Probe::NONE; MAX_BATCH];
+        let mut m = keyed;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            probes[i] = self.table.probe(hashes[i], self.calls);
+            m &= m - 1;
+        }
+        // Then, in chains that rewrite or have NF state to load, the entries' actions and
+        // the NF state their tokens name (NAT mappings, tracked connections).
+        let mut ways = [None; MAX_BATCH];
+        let ways_found = self.prefetch || self.rewrites;
+        if ways_found {
+            let mut m = keyed;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                ways[i] = self.table.way_in(probes[i], &keys[i]);
+                let Some(w) = ways[i] else {
+                    continue;
+                };
+                let e = self.table.entry(w);
+                if e.rewrites() {
+                    self.table.prefetch_actions(w);
+                }
+                if self.prefetch {
+                    for s in e.path() {
+                        if let Some(nf) = h.nf(s.node()) {
+                            nf.fast_prefetch(s.token);
+                        }
+                    }
+                }
+            }
+        }
+        // The probes hold until the first flush or deferral inserts entries.
+        let mut probes_hold = true;
+        for (i, p) in input.drain().enumerate() {
+            let now = p.meta().ts_ns;
+            if keyed & 1 << i == 0 {
+                self.stats.misses += 1;
+                h.misses().push(p);
+                continue;
+            }
+            let (key, hash) = (&keys[i], hashes[i]);
+            if key.ends_flow(p.data()) {
+                if self.table.remove_key(key) {
+                    self.stats.ended += 1;
+                }
+                self.stats.misses += 1;
+                h.misses().push(p);
+                continue;
+            }
+            let way = if !probes_hold {
+                self.table.way(key, hash)
+            } else if ways_found {
+                ways[i].filter(|&w| self.table.live(w))
+            } else {
+                self.table
+                    .way_in(probes[i], key)
+                    .filter(|&w| self.table.live(w))
+            };
+            let mut found = self.table.find_at(way, now);
+            if matches!(found, Found::Hit(_)) && !h.misses().is_empty() {
+                // Earlier misses go first; they may change what the entry relies on.
+                self.flush(h);
+                probes_hold = false;
+                found = self.table.find(key, hash, now);
+            }
+            let p = match found {
+                Found::Hit(w) => match self.hit(h, w, key, p) {
+                    None => continue,
+                    Some(p) => p,
+                },
+                Found::Refusal(w) => {
+                    // A remembered refusal: the chain, in order with the other misses,
+                    // unrecorded but for every RETRY_AFTER-th packet.
+                    if !self.table.count_down(w) {
+                        self.stats.misses += 1;
+                        self.stats.unrecorded += 1;
+                        h.misses().push(p);
+                        continue;
+                    }
+                    p
+                }
+                Found::Expired | Found::Miss => {
+                    if found == Found::Expired {
+                        self.stats.expired += 1;
+                    }
+                    if self.record_at > 1 {
+                        // Unrecorded now; the entry that counts the flow's packets is
+                        // installed at once, so the probes are stale.
+                        self.defer(*key, now);
+                        probes_hold = false;
+                        self.stats.misses += 1;
+                        h.misses().push(p);
+                        continue;
+                    }
+                    p
+                }
+            };
+            let mut p = p;
+            self.stats.misses += 1;
+            self.rec.begin(&mut p, *key, h.pool());
+            h.misses().push(p);
+        }
+        self.chunk_in = input;
+        self.flush(h);
+        // Entries that went this chunk hand over their counts.
+        self.table.drain_retired(|n, path| count_path(h, path, n));
+    }
+
+    /// Runs the gathered misses through the chain and files their recordings.
+    fn flush<H: Host>(&mut self, h: &mut H) {
+        if h.misses().is_empty() {
+            return;
+        }
+        h.run_chain(self);
+        let FastPath {
+            rec, table, stats, ..
+        } = self;
+        rec.finish(h.pool(), |e, k, o| FastPath::settle(table, stats, e, k, o));
+    }
+
+    /// Sends `p` along entry `w`: validity checks of every NF on the path first, then
+    /// their state functions and counters, then the consolidated rewrite. Gives the
+    /// packet back when a check fails (the entry is dropped; the slow path takes it).
+    #[inline(always)]
+    fn hit<H: Host>(&mut self, h: &mut H, w: usize, key: &FpKey, mut p: Packet) -> Option<Packet> {
+        let (e, actions, keys) = self.table.entry_parts(w);
+        if p.len() < e.min_len as usize || e.matches_eth() && !actions.eth_matches(p.data()) {
+            return Some(p);
+        }
+        let now = p.meta().ts_ns;
+        if e.calls() {
+            let m = p.meta();
+            let mut fp = FastPacket {
+                key: &keys.keys[0],
+                fragment: key.layer_flags() & Layers::FRAGMENT != 0,
+                ts_ns: m.ts_ns,
+                wire_len: m.wire_len,
+                tcp_flags: key.tcp_flags(p.data()),
+            };
+            let path = e.path();
+            // Every check before any state function, so a failed one leaves no trace.
+            for s in path.iter().filter(|s| s.flags & Step::CHECK != 0) {
+                let ok = match h.nf(s.node()) {
+                    Some(nf) => {
+                        // A reference only: the key is read by the NFs that need it.
+                        fp.key = &keys.keys[s.key_index()];
+                        nf.fast_valid(s.token, &fp)
+                    }
+                    None => false,
+                };
+                if !ok {
+                    self.table.remove(w);
+                    self.stats.invalidated += 1;
+                    return Some(p);
+                }
+            }
+            for s in path.iter().filter(|s| s.flags & Step::STATE != 0) {
+                if let Some(nf) = h.nf(s.node()) {
+                    fp.key = &keys.keys[s.key_index()];
+                    nf.fast_state(s.token, &fp);
+                }
+            }
+        }
+        if let Some(k) = e.sink() {
+            if e.rewrites() {
+                actions.apply(p.data_mut());
+            }
+            p.meta_mut().egress = e.egress;
+            h.to_sink(k, &p);
+        }
+        h.pool().free(p);
+        if self.table.hit(w, now) {
+            let (n, path) = self.table.take_count(w);
+            count_path(h, path, n as u64);
+        }
+        self.stats.hits += 1;
+        None
+    }
+
+    /// Hands the hits entries hold (and retired entries held) to the counters, so they
+    /// are whole (before a summary or a control command).
+    pub fn settle_counts<H: Host>(&mut self, h: &mut H) {
+        self.table.drain_counts(|n, path| count_path(h, path, n));
+    }
+
+    /// NF `node` changed (a control command): every entry recorded through it is stale,
+    /// gone before the next packet.
+    pub fn invalidate_through(&mut self, node: usize) {
+        self.stats.invalidated += self.table.remove_through(node);
+    }
+
+    /// Recording hook before node `n`'s NF processes `b` (only while recording).
+    #[inline]
+    pub fn before_nf(&mut self, n: usize, b: &mut Batch) {
+        let (g, ok, w) = (self.flags[n], self.consolidable[n], self.writes[n]);
+        for p in b.iter_mut() {
+            self.rec.before(n, g, ok, w, p);
+        }
+    }
+
+    /// Recording hook after node `n`'s NF (with `outputs` outputs) processed `b`.
+    #[inline]
+    pub fn after_nf(&mut self, n: usize, b: &mut Batch, outputs: usize) {
+        let last = outputs.saturating_sub(1);
+        for p in b.iter_mut() {
+            let v = match p.meta().verdict {
+                Verdict::Out(o) => Verdict::Out((o as usize).min(last) as u8),
+                d => d,
+            };
+            self.rec.after(p, v, self.writes[n]);
+        }
+    }
+
+    /// Recording hook as `b` reaches sink `n`.
+    #[inline]
+    pub fn at_sink(&mut self, n: usize, b: &mut Batch) {
+        for p in b.iter_mut() {
+            self.rec.at_sink(n, p, &self.writes_eth);
+        }
+    }
+
+    /// A recording is under way (the chain's walk calls the hooks only then).
+    #[inline]
+    pub fn recording(&self) -> bool {
+        self.rec.active()
+    }
+}

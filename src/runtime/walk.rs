@@ -1,0 +1,200 @@
+//! The walk over the graph: every node with packets waiting runs once, in graph order,
+//! until each packet has reached a sink or been dropped. Batches move between nodes by
+//! swapping vectors; per packet there is no allocation, lock or system call.
+
+use super::chain::{Chain, NodeKind};
+use super::counters::NodeCounters;
+use super::profile_check::Snapshot;
+use super::sink::{to_sink, SinkState};
+use crate::nfs::{Context, Nf};
+use crate::optimise::fastpath::{FastPath, Recorder};
+use crate::packet::{Batch, LinkKind, Pool, Verdict, MAX_BATCH};
+
+/// One instance of the chain with everything a walk touches: the NFs, their queues,
+/// counters, the sinks and the buffer pool.
+pub(super) struct Walk {
+    pub chain: Chain,
+    pub pool: Pool,
+    /// Packets waiting at each node.
+    pub inbox: Vec<Batch>,
+    /// The batch a node runs on (swapped out of its inbox).
+    pub spare: Batch,
+    pub counters: Vec<NodeCounters>,
+    /// Per node: the open sink, for sink nodes.
+    pub sinks: Vec<Option<SinkState>>,
+    /// Packets received and sent per port.
+    pub rx: Vec<u64>,
+    pub tx: Vec<u64>,
+    pub cx: Context,
+    /// The draw of ingress ports.
+    pub rng: u64,
+    pub link: LinkKind,
+    /// Checks NFs against their profiles (debug builds, or when asked).
+    pub check: Option<Snapshot>,
+    pub violation: Option<String>,
+    /// Added to timestamps on this replay loop; taken off again when writing, so every
+    /// loop's output carries the capture's own times.
+    pub shift: u64,
+    /// The input's successor, where ingested packets queue.
+    pub first: usize,
+}
+
+impl Walk {
+    /// A walk of `chain` over packets of at most `max_packet` bytes; `recording` adds
+    /// the buffers FastPath's recordings hold.
+    pub fn new(chain: Chain, max_packet: usize, recording: bool) -> Walk {
+        let n = chain.nodes.len();
+        let cap = Walk::batch_cap(&chain);
+        let counters = chain
+            .nodes
+            .iter()
+            .map(|node| NodeCounters::new(node.outputs.len(), node.drop_reasons.len()))
+            .collect();
+        let ports = chain.ports as usize;
+        // Run to completion holds at most one batch per edge in flight; FastPath keeps a
+        // copy of each packet it records.
+        let copies = if recording { Recorder::BUFFERS } else { 0 };
+        Walk {
+            pool: Pool::new(MAX_BATCH * (n + 2) * 2 + copies, max_packet),
+            inbox: (0..n).map(|_| Batch::with_capacity(cap)).collect(),
+            spare: Batch::with_capacity(cap),
+            counters,
+            sinks: Vec::new(),
+            rx: vec![0; ports],
+            tx: vec![0; ports],
+            cx: Context { ports: chain.ports },
+            rng: chain.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            link: LinkKind::Ethernet,
+            check: cfg!(debug_assertions).then(|| Snapshot::new(cap)),
+            violation: None,
+            shift: 0,
+            first: chain.nodes[0].next[0],
+            chain,
+        }
+    }
+
+    /// A node fed by k predecessors may receive k batches before it runs. Batches are
+    /// swapped between nodes, so all get the largest capacity any node needs.
+    pub fn batch_cap(chain: &Chain) -> usize {
+        let mut indeg = vec![0usize; chain.nodes.len()];
+        for node in &chain.nodes {
+            for &t in &node.next {
+                indeg[t] += 1;
+            }
+        }
+        MAX_BATCH * indeg.iter().copied().max().unwrap_or(1).max(1)
+    }
+
+    /// Node `i`'s NF, if it is one.
+    #[inline]
+    pub fn nf_mut(&mut self, i: usize) -> Option<&mut dyn Nf> {
+        match self.chain.nodes.get_mut(i).map(|n| &mut n.kind) {
+            Some(NodeKind::Nf { nf, .. }) => Some(&mut **nf),
+            _ => None,
+        }
+    }
+
+    /// Runs every node that has packets waiting, in graph order, until all reach a sink
+    /// or are dropped. `fast` adds FastPath's recording hooks while it records.
+    #[inline]
+    pub fn drain(&mut self, fast: Option<&mut FastPath>) {
+        let mut fast = fast.filter(|f| f.recording());
+        let Walk {
+            chain,
+            pool,
+            inbox,
+            spare,
+            counters,
+            sinks,
+            tx,
+            cx,
+            check,
+            violation,
+            shift,
+            ..
+        } = self;
+        for &n in &chain.order {
+            if inbox[n].is_empty() {
+                continue;
+            }
+            std::mem::swap(spare, &mut inbox[n]);
+            let node = &mut chain.nodes[n];
+            let c = &mut counters[n];
+            c.packets_in += spare.len() as u64;
+            match &mut node.kind {
+                NodeKind::Nf { nf, kind } => {
+                    if let Some(snap) = check.as_mut() {
+                        snap.take(spare);
+                    }
+                    if let Some(f) = fast.as_deref_mut() {
+                        f.before_nf(n, spare);
+                    }
+                    nf.process(spare, cx);
+                    if let Some(f) = fast.as_deref_mut() {
+                        f.after_nf(n, spare, node.next.len());
+                    }
+                    if let Some(snap) = check.as_ref() {
+                        let p = nf.profile();
+                        let bad = snap.undeclared(spare, p.writes, p.changes_length);
+                        if !bad.is_empty() && violation.is_none() {
+                            *violation = Some(format!(
+                                "NF `{}` ({kind}) wrote {} without declaring it in its profile",
+                                node.name,
+                                bad.join(", ")
+                            ));
+                        }
+                    }
+                    if let [t] = node.next[..] {
+                        let mut dropped = 0;
+                        for p in spare.iter() {
+                            if let Verdict::Drop(r) = p.meta().verdict {
+                                c.drops[r as usize] += 1;
+                                dropped += 1;
+                            }
+                        }
+                        c.out[0] += (spare.len() - dropped) as u64;
+                        if dropped == 0 && inbox[t].is_empty() {
+                            // The common case: the whole batch moves on by a pointer swap.
+                            std::mem::swap(spare, &mut inbox[t]);
+                        } else {
+                            for p in spare.drain() {
+                                match p.meta().verdict {
+                                    Verdict::Out(_) => inbox[t].push(p),
+                                    Verdict::Drop(_) => pool.free(p),
+                                }
+                            }
+                        }
+                    } else {
+                        for mut p in spare.drain() {
+                            match p.meta().verdict {
+                                Verdict::Out(o) => {
+                                    let o = (o as usize).min(node.next.len() - 1);
+                                    c.out[o] += 1;
+                                    p.forward(0);
+                                    inbox[node.next[o]].push(p);
+                                }
+                                Verdict::Drop(r) => {
+                                    c.drops[r as usize] += 1;
+                                    pool.free(p);
+                                }
+                            }
+                        }
+                    }
+                }
+                NodeKind::Sink { .. } => {
+                    let Some(s) = sinks[n].as_mut() else {
+                        continue;
+                    };
+                    if let Some(f) = fast.as_deref_mut() {
+                        f.at_sink(n, spare);
+                    }
+                    for p in spare.drain() {
+                        to_sink(s, c, tx, *shift, &p);
+                        pool.free(p);
+                    }
+                }
+                NodeKind::Input => {}
+            }
+        }
+    }
+}
