@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use catena::io::Trace;
-use catena::runtime::{control, Chain, ChainConfig, RunOptions, Runner};
+use catena::runtime::{control, limits, Chain, ChainConfig, RunOptions, Runner};
 
 use super::progress::Bar;
 
@@ -47,10 +47,15 @@ pub struct Args {
     /// Override the chain's number of virtual ingress ports.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     ports: Option<u16>,
+    /// Refuse a chain that would allocate more than this (e.g. 2G, 512M; default: half
+    /// the machine's RAM); `catena check` prints what a chain allocates.
+    #[arg(long, value_name = "SIZE", value_parser = limits::parse_size)]
+    max_memory: Option<u64>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let cfg = ChainConfig::load(&a.config)?;
+    let mut cfg = ChainConfig::load(&a.config)?;
+    cfg.max_memory = a.max_memory;
     let mut chain = Chain::from_config(&cfg)?;
     if let Some(p) = a.ports {
         chain.ports = p;
@@ -88,6 +93,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 .map_err(|e: String| anyhow::anyhow!("--change {e}"))?,
         );
     }
+    let limit = a.max_memory.unwrap_or_else(limits::default_max_memory);
+    chain
+        .memory(trace.max_packet_len())
+        .check(limit)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.config.display()))?;
     let mut runner = Runner::new(chain, trace.max_packet_len());
     // Kept alive for the run; dropping it removes the socket file.
     let _server = match &a.control {
@@ -110,9 +120,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else {
         print!("{}", s.render());
     }
-    // The good packets were processed and written; the bad record still fails the run.
-    if let Some(e) = &s.input_error {
-        eprintln!("error: {e}");
+    // The good packets were processed and written; the bad record still fails the run,
+    // and so does output that could not be written (one line, after the summary).
+    let mut errors: Vec<&str> = s.input_error.iter().map(String::as_str).collect();
+    errors.extend(s.output_errors.iter().map(String::as_str));
+    if !errors.is_empty() {
+        eprintln!("error: {}", errors.join("; "));
         return Ok(1);
     }
     Ok(0)

@@ -9,10 +9,12 @@ mod ip_filter;
 mod ipv4_switch;
 mod mac_switch;
 mod maglev;
+mod malformed;
 pub mod microbox;
 mod nat;
 mod nf;
 mod params;
+pub mod prefix;
 pub mod registry;
 mod wire;
 

@@ -103,7 +103,9 @@ impl<'a> Params<'a> {
             }
         };
         if !(0.0..=1e9).contains(&s) {
-            return Err(self.err(format!("`{key}` = {s} seconds is out of range 0..=1e9")));
+            return Err(self.err(format!(
+                "`{key}` = {s} seconds is out of range 0..=1000000000"
+            )));
         }
         Ok((s * 1e9) as u64)
     }
