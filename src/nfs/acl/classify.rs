@@ -645,8 +645,14 @@ mod tests {
     fn holding_sets_intersect_atoms_and_their_complements() {
         let pos = Atom::new(false, vec![(10, 20), (30, 40)]);
         let neg = Atom::new(true, vec![(15, 32)]);
-        assert_eq!(holding(std::slice::from_ref(&pos), 100), vec![(10, 20), (30, 40)]);
-        assert_eq!(holding(std::slice::from_ref(&neg), 100), vec![(0, 14), (33, 100)]);
+        assert_eq!(
+            holding(std::slice::from_ref(&pos), 100),
+            vec![(10, 20), (30, 40)]
+        );
+        assert_eq!(
+            holding(std::slice::from_ref(&neg), 100),
+            vec![(0, 14), (33, 100)]
+        );
         assert_eq!(holding(&[pos, neg], 100), vec![(10, 14), (33, 40)]);
         // Ranges touching either end of the domain, and one past it.
         assert_eq!(complement(&[(0, 5), (95, 200)], 100), vec![(6, 94)]);
