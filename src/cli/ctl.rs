@@ -1,11 +1,13 @@
 //! `catena ctl`: send a live change to a running `catena run --control SOCKET`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use catena::runtime::control;
 
 /// Send a command to an NF of a running chain (`catena run --control SOCKET`); the change
-/// applies between two batches, and the NF's reply is printed.
+/// applies between two batches, and the NF's reply is printed. Whoever can open the
+/// socket may reconfigure the chain: it is the owner's only (mode 0600).
 #[derive(clap::Args)]
 pub struct Args {
     /// The socket given to `catena run --control`.
@@ -16,6 +18,17 @@ pub struct Args {
     /// The command and its arguments, e.g. `allow_ports 80 443 8080` or `flush`.
     #[arg(trailing_var_arg = true)]
     command: Vec<String>,
+    /// Seconds to wait for the reply (connecting, sending, the change being applied)
+    /// before giving up with an error; raise it for very big rule sets.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS", value_parser = timeout)]
+    timeout: f64,
+}
+
+fn timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if t > 0.0 && t <= 86_400.0 => Ok(t),
+        _ => Err(format!("`{s}`: give seconds in (0, 86400]")),
+    }
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -26,7 +39,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         ),
         (nf, false) => (nf, a.command.join(" ")),
     };
-    let reply = control::send(&a.socket, nf, &cmd)
+    let wait = Duration::from_secs_f64(a.timeout);
+    let reply = control::send(&a.socket, nf, &cmd, wait)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.socket.display()))?;
     match reply {
         Ok(r) => {

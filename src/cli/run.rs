@@ -30,9 +30,14 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Listen for live changes on this Unix socket: lines `NF COMMAND…`, applied between
-    /// batches (see `catena ctl`).
+    /// batches (see `catena ctl`). Whoever can connect may reconfigure the chain: the
+    /// socket is made mode 0600, in a directory not writable by every user, and only a
+    /// stale socket of yours is ever replaced at that path.
     #[arg(long, value_name = "SOCKET")]
     control: Option<PathBuf>,
+    /// Close a control connection that sends no complete line within this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    control_idle: u64,
     /// Apply a change just before packet INDEX (0-based, across loops) enters the chain:
     /// `--change "5000 fw allow_ports 53"`. Repeatable; exactly reproducible.
     #[arg(long, value_name = "INDEX NF COMMAND")]
@@ -158,8 +163,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // Kept alive for the run; dropping it removes the socket file.
     let _server = match &a.control {
         Some(path) => {
-            let (server, port) = control::serve(path)
-                .map_err(|e| anyhow::anyhow!("{}: cannot listen: {e}", path.display()))?;
+            let opts = control::ServeOptions {
+                idle: std::time::Duration::from_secs(a.control_idle),
+            };
+            let (server, port) = control::serve(path, opts, runner.preparers())
+                .map_err(|e| anyhow::anyhow!("--control {}: {e}", path.display()))?;
             runner.attach_control(port);
             Some(server)
         }
@@ -216,8 +224,11 @@ fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
     runner.reload_from(&a.config, cfg);
     let _server = match &a.control {
         Some(path) => {
-            let (server, port) = control::serve(path)
-                .map_err(|e| anyhow::anyhow!("{}: cannot listen: {e}", path.display()))?;
+            let opts = control::ServeOptions {
+                idle: std::time::Duration::from_secs(a.control_idle),
+            };
+            let (server, port) = control::serve(path, opts, runner.preparers())
+                .map_err(|e| anyhow::anyhow!("--control {}: {e}", path.display()))?;
             runner.attach_control(port);
             Some(server)
         }
@@ -234,8 +245,8 @@ fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
             }
             let (tx, port) = control::channel_pair();
             runner.attach_control(port);
-            let srv =
-                api::serve(addr, tx, shared.clone()).map_err(|e| anyhow::anyhow!("--api: {e}"))?;
+            let srv = api::serve(addr, tx, shared.clone(), runner.preparers())
+                .map_err(|e| anyhow::anyhow!("--api: {e}"))?;
             eprintln!("catena: API on http://{}", srv.addr);
             Some(srv)
         }

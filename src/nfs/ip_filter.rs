@@ -130,13 +130,18 @@ impl IpFilter {
 
     /// Swaps in a classifier built elsewhere (e.g. by a control plane thread) for `rules`.
     pub fn set_classifier(&mut self, rules: Vec<Rule>, classifier: Classifier) {
-        self.actions = rules.iter().map(|r| r.action).collect();
-        self.actions.push(self.default);
-        self.hits = vec![0; rules.len() + 1];
-        self.reads_flags = classifier.constrains(Field::Flags);
         self.rules = rules;
-        self.mask = KeyMask::new(&classifier);
         self.classifier = classifier;
+        self.installed();
+    }
+
+    /// Derives what the hot path reads from the rules and classifier just installed.
+    fn installed(&mut self) {
+        self.actions = self.rules.iter().map(|r| r.action).collect();
+        self.actions.push(self.default);
+        self.hits = vec![0; self.rules.len() + 1];
+        self.reads_flags = self.classifier.constrains(Field::Flags);
+        self.mask = KeyMask::new(&self.classifier);
         self.cache.clear();
     }
 
@@ -447,6 +452,27 @@ fn transport_bits(m: &KeyMask, d: &[u8], t: usize, proto: u8, icmp_base: u64) ->
     }
 }
 
+/// A rule set parsed and compiled from a command, ready to be swapped in.
+struct Compiled {
+    rules: Vec<Rule>,
+    classifier: Classifier,
+}
+
+/// The filter's one command parser: `rules R1; R2; …` (the word `rules`, then rules in
+/// the config's syntax separated by `;`), compiled here, wherever the caller runs.
+fn prepare(cmd: &str) -> Result<super::Prepared, String> {
+    let cmd = cmd.trim();
+    let (verb, list) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
+    if verb != "rules" {
+        return Err(format!(
+            "unknown command `{verb}` (commands: rules R1; R2; …)"
+        ));
+    }
+    let rules = parse_rules(list.split(';')).map_err(|(n, _, e)| format!("rule {n}: {e}"))?;
+    let classifier = Classifier::new(&rules);
+    Ok(Box::new(Compiled { rules, classifier }))
+}
+
 /// At most this many per-rule counters are shown (the busiest first, in rule order).
 const SHOWN_RULES: usize = 32;
 
@@ -507,15 +533,29 @@ impl Nf for IpFilter {
 
     /// `rules R1; R2; …` replaces the whole rule list (the default action stays).
     fn control(&mut self, cmd: &str) -> Result<String, String> {
-        let Some(list) = cmd.trim().strip_prefix("rules") else {
-            return Err(format!(
-                "unknown command `{cmd}` (commands: rules R1; R2; …)"
-            ));
+        let mut prepared = prepare(cmd)?;
+        self.control_prepared(cmd, &mut prepared)
+    }
+
+    /// Rule sets are parsed and compiled off the worker (tens of thousands of rules take
+    /// most of a second); the worker swaps them in.
+    fn preparer(&self) -> Option<super::Preparer> {
+        Some(prepare)
+    }
+
+    fn control_prepared(
+        &mut self,
+        cmd: &str,
+        prepared: &mut super::Prepared,
+    ) -> Result<String, String> {
+        let Some(c) = prepared.downcast_mut::<Compiled>() else {
+            return self.control(cmd);
         };
-        let rules = parse_rules(list.split(';')).map_err(|(n, _, e)| format!("rule {n}: {e}"))?;
-        let n = rules.len();
-        self.set_rules(rules);
-        Ok(format!("{n} rule(s)"))
+        // The old rules and classifier go back in `prepared`, to be freed by the caller.
+        std::mem::swap(&mut self.rules, &mut c.rules);
+        std::mem::swap(&mut self.classifier, &mut c.classifier);
+        self.installed();
+        Ok(format!("{} rule(s)", self.rules.len()))
     }
 
     /// The verdict cache and the classifier (a rule change builds one of similar size).
@@ -574,6 +614,39 @@ mod tests {
 
     fn filter(rules: &[&str], default: Action) -> IpFilter {
         IpFilter::new(parse_rules(rules.iter().copied()).unwrap(), default)
+    }
+
+    #[test]
+    fn the_command_word_is_a_whole_word() {
+        let mut f = filter(&["allow tcp"], Action::Deny);
+        let e = f.control("rulesallow ip").unwrap_err();
+        assert!(e.starts_with("unknown command `rulesallow`"), "{e}");
+        assert_eq!(f.rules().len(), 1, "a refused command changes nothing");
+        assert!(f.control("rule allow ip").is_err());
+        assert_eq!(f.control("rules\tallow ip; deny udp").unwrap(), "2 rule(s)");
+        assert_eq!(f.control("rules").unwrap(), "0 rule(s)");
+    }
+
+    #[test]
+    fn a_prepared_rule_set_swaps_in_and_hands_back_the_old_one() {
+        let mut f = filter(&["allow tcp", "deny udp", "allow icmp"], Action::Deny);
+        let prepare = f.preparer().unwrap();
+        let mut p = prepare("rules deny tcp").unwrap();
+        assert_eq!(
+            f.control_prepared("rules deny tcp", &mut p).unwrap(),
+            "1 rule(s)"
+        );
+        assert_eq!(
+            step(&mut f, v4(1, 2, 6, 5000, 80, 0)).1,
+            Verdict::Drop(DENIED)
+        );
+        let old = p.downcast_ref::<Compiled>().unwrap();
+        assert_eq!(
+            old.rules.len(),
+            3,
+            "the replaced rules are returned to be freed"
+        );
+        assert!(prepare("rules allow tcp port 99999").is_err());
     }
 
     #[test]

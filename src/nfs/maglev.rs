@@ -43,6 +43,8 @@ pub const DEFAULT_TABLE_SIZE: usize = 65537;
 pub const MAX_TABLE_SIZE: usize = 16_777_213;
 /// Backend indices are stored as `u16` to keep the lookup table small (cache friendly).
 pub const MAX_BACKENDS: usize = u16::MAX as usize;
+/// Largest backend weight, in the config and in commands alike.
+pub const MAX_WEIGHT: u32 = u16::MAX as u32;
 
 const EMPTY: u16 = u16::MAX;
 const GONE: u16 = u16::MAX;
@@ -392,17 +394,26 @@ impl Maglev {
                 MAX_BACKENDS.min(self.m)
             ));
         }
-        for (i, b) in backends.iter().enumerate() {
+        let mut addrs = std::collections::HashSet::with_capacity(backends.len());
+        let mut names = std::collections::HashSet::with_capacity(backends.len());
+        for b in backends {
             if b.addr.is_ipv6() != self.v6 {
                 return Err(format!(
                     "backend {} is not of the VIP's address family",
                     b.addr
                 ));
             }
-            if backends[..i].iter().any(|o| o.addr == b.addr) {
+            if b.weight > MAX_WEIGHT {
+                return Err(format!(
+                    "backend {}: weight {}",
+                    b.addr,
+                    weight_err(b.weight)
+                ));
+            }
+            if !addrs.insert(b.addr) {
                 return Err(format!("backend {} is listed twice", b.addr));
             }
-            if backends[..i].iter().any(|o| o.name == b.name) {
+            if !names.insert(b.name.as_str()) {
                 return Err(format!("backend name `{}` is used twice", b.name));
             }
         }
@@ -829,6 +840,18 @@ fn slot(table: &[u16], hasher: &FixedState, key: &WideKey) -> Option<usize> {
     Some(table[s] as usize)
 }
 
+/// The one check of a backend's weight, for the config and the `backends` command.
+fn weight(w: i64) -> Result<u32, String> {
+    u32::try_from(w)
+        .ok()
+        .filter(|&w| w <= MAX_WEIGHT)
+        .ok_or_else(|| weight_err(w))
+}
+
+fn weight_err(v: impl std::fmt::Display) -> String {
+    format!("{v} must be an integer in 0..={MAX_WEIGHT}")
+}
+
 fn parse_backends(p: &mut Params) -> Result<Vec<Backend>, ParamError> {
     let Some(v) = p.value("backends") else {
         return Err(p.err(
@@ -876,12 +899,10 @@ fn parse_backends(p: &mut Params) -> Result<Vec<Backend>, ParamError> {
         }
         match t.get("weight") {
             None => {}
-            Some(toml::Value::Integer(w)) if (0..=65535).contains(w) => b.weight = *w as u32,
-            Some(v) => {
-                return Err(p.err(format!(
-                    "`backends[{n}].weight` = {v} must be an integer in 0..=65535"
-                )))
+            Some(toml::Value::Integer(w)) => {
+                b.weight = weight(*w).map_err(|e| p.err(format!("`backends[{n}].weight` = {e}")))?
             }
+            Some(v) => return Err(p.err(format!("`backends[{n}].weight` = {}", weight_err(v)))),
         }
         if let Some(k) = t
             .keys()
@@ -938,8 +959,10 @@ impl Nf for Maglev {
             let (addr, weight) = match rest.rsplit_once(':') {
                 Some((a, wt)) if !a.contains(':') || a.starts_with('[') => (
                     a.trim_matches(['[', ']']),
-                    wt.parse::<u32>()
-                        .map_err(|_| format!("`{wt}` is not a weight"))?,
+                    wt.parse::<i64>()
+                        .map_err(|_| weight_err(format_args!("weight `{wt}`")))
+                        .and_then(weight)
+                        .map_err(|e| format!("backend `{w}`: {e}"))?,
                 ),
                 _ => (rest, 1),
             };
@@ -1035,6 +1058,26 @@ impl Nf for Maglev {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weights_are_capped_alike_in_commands_and_config() {
+        let b = |a: &str| Backend::new(a.parse().unwrap());
+        let vip = "10.0.0.100".parse().unwrap();
+        let mut lb = Maglev::new(vip, &[b("10.0.0.1")], 251, 64, 1_000_000_000).unwrap();
+        let e = lb.control("backends 10.0.0.1:65536").unwrap_err();
+        assert!(e.contains("must be an integer in 0..=65535"), "{e}");
+        assert!(lb.control("backends 10.0.0.1:4294967295").is_err());
+        assert!(lb.control("backends 10.0.0.1:-1").is_err());
+        assert_eq!(
+            lb.control("backends 10.0.0.1:65535 10.0.0.2:0").unwrap(),
+            "2 backend(s)"
+        );
+        let e = lb
+            .set_backends(&[b("10.0.0.1").with_weight(70_000)])
+            .unwrap_err();
+        assert!(e.contains("0..=65535"), "{e}");
+        assert!(lb.control("backendsx 10.0.0.1").is_err());
+    }
 
     #[test]
     fn primes() {

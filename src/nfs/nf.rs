@@ -5,6 +5,12 @@ use std::borrow::Cow;
 use crate::flow::FlowKey;
 use crate::packet::{Batch, Fields};
 
+/// A command parsed and compiled off the worker (see [`Nf::preparer`]).
+pub type Prepared = Box<dyn std::any::Any + Send>;
+
+/// Parses and compiles a command without the NF's state; see [`Nf::preparer`].
+pub type Preparer = fn(&str) -> Result<Prepared, String>;
+
 /// What an NF declares about itself. Parallel planning and header-action consolidation
 /// read this, and debug builds check that the NF writes only what it declared.
 #[derive(Clone, Debug)]
@@ -76,6 +82,21 @@ pub trait Nf: Send {
     fn control(&mut self, cmd: &str) -> Result<String, String> {
         let _ = cmd;
         Err("this NF takes no commands".into())
+    }
+
+    /// For NFs whose commands are costly to parse or compile (rule sets): a function that
+    /// does that part from the command alone, on any thread, so that the worker only
+    /// swaps the result in with [`Nf::control_prepared`]. `control(cmd)` must equal
+    /// preparing then applying.
+    fn preparer(&self) -> Option<Preparer> {
+        None
+    }
+
+    /// Applies `cmd` as prepared by [`Nf::preparer`]'s function; on success `prepared`
+    /// is left holding what the change replaced, to be freed off the worker.
+    fn control_prepared(&mut self, cmd: &str, prepared: &mut Prepared) -> Result<String, String> {
+        let _ = prepared;
+        self.control(cmd)
     }
 
     /// Called once when the run's input ends, for NFs that report at the end (flow

@@ -24,8 +24,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::control::Command;
+use super::control::{Command, Reply};
 use super::counters::Summary;
+use crate::nfs::Preparer;
 
 /// Largest request body (a command line).
 pub const MAX_BODY: usize = 4096;
@@ -104,8 +105,19 @@ impl Drop for ApiServer {
     }
 }
 
-/// Listens on `addr`; commands go to the worker through `tx`.
-pub fn serve(addr: &str, tx: Sender<Command>, shared: Shared) -> std::io::Result<ApiServer> {
+/// NFs whose commands are compiled off the worker (by name), and the lock that makes
+/// compilations one at a time.
+type Preparers = Arc<(std::collections::HashMap<String, Preparer>, Mutex<()>)>;
+
+/// Listens on `addr`; commands go to the worker through `tx`, compiled first on the
+/// request's thread when their NF has a preparer (as the Unix socket does).
+pub fn serve(
+    addr: &str,
+    tx: Sender<Command>,
+    shared: Shared,
+    preparers: std::collections::HashMap<String, Preparer>,
+) -> std::io::Result<ApiServer> {
+    let preparers: Preparers = Arc::new((preparers, Mutex::new(())));
     let server = tiny_http::Server::http(addr)
         .map_err(|e| std::io::Error::other(format!("cannot listen on {addr}: {e}")))?;
     let addr = server
@@ -126,11 +138,17 @@ pub fn serve(addr: &str, tx: Sender<Command>, shared: Shared) -> std::io::Result
                 let _ = req.respond(text(503, "busy: too many requests at once\n"));
                 continue;
             }
-            let (tx, shared, busy) = (tx.clone(), shared.clone(), busy.clone());
-            std::thread::spawn(move || {
-                handle(req, &tx, &shared);
-                busy.fetch_sub(1, Ordering::AcqRel);
+            let (tx, shared, prep, b) =
+                (tx.clone(), shared.clone(), preparers.clone(), busy.clone());
+            // A thread that cannot be made drops this request (the client sees the
+            // connection close); the server carries on.
+            let spawned = std::thread::Builder::new().spawn(move || {
+                handle(req, &tx, &shared, &prep);
+                b.fetch_sub(1, Ordering::AcqRel);
             });
+            if spawned.is_err() {
+                busy.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     });
     Ok(ApiServer {
@@ -149,7 +167,12 @@ fn header(k: &str, v: &str) -> tiny_http::Header {
     tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).expect("static header")
 }
 
-fn handle(mut req: tiny_http::Request, tx: &Sender<Command>, shared: &Shared) {
+fn handle(
+    mut req: tiny_http::Request,
+    tx: &Sender<Command>,
+    shared: &Shared,
+    preparers: &Preparers,
+) {
     use tiny_http::Method;
     let url = req.url().to_string();
     let path = url.split('?').next().unwrap_or("");
@@ -171,7 +194,7 @@ fn handle(mut req: tiny_http::Request, tx: &Sender<Command>, shared: &Shared) {
             )),
             None => text(503, "no metrics yet: the chain has not started\n"),
         },
-        (Method::Post, p) if p.starts_with("/nf/") => command(&mut req, &p[4..], tx),
+        (Method::Post, p) if p.starts_with("/nf/") => command(&mut req, &p[4..], tx, preparers),
         (_, "/stats" | "/metrics") => text(405, "use GET\n"),
         (_, p) if p.starts_with("/nf/") => text(405, "use POST with the command as the body\n"),
         _ => text(404, "not found: GET /stats, GET /metrics, POST /nf/NAME\n"),
@@ -189,6 +212,7 @@ fn command(
     req: &mut tiny_http::Request,
     nf: &str,
     tx: &Sender<Command>,
+    preparers: &Preparers,
 ) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
     if nf.is_empty()
         || !nf
@@ -219,18 +243,35 @@ fn command(
             "error send one command line as the body, e.g. `allow_ports 80 443`\n",
         );
     }
+    let prepared = match preparers.0.get(nf) {
+        Some(prepare) => {
+            let _one = preparers.1.lock().unwrap_or_else(|e| e.into_inner());
+            match prepare(cmd) {
+                Ok(p) => Some(p),
+                Err(e) => return text(400, &format!("error {}\n", e.replace('\n', " "))),
+            }
+        }
+        None => None,
+    };
     let (rtx, rrx) = channel();
     let sent = tx.send(Command {
         nf: nf.to_string(),
         cmd: cmd.to_string(),
+        prepared,
         reply: Some(rtx),
     });
     if sent.is_err() {
         return text(503, "error the run has ended\n");
     }
     match rrx.recv_timeout(REPLY_WAIT) {
-        Ok(Ok(r)) => text(200, &format!("ok {}\n", r.replace('\n', " "))),
-        Ok(Err(e)) => text(400, &format!("error {}\n", e.replace('\n', " "))),
+        Ok(Reply {
+            result: Ok(r),
+            replaced,
+        }) => {
+            drop(replaced);
+            text(200, &format!("ok {}\n", r.replace('\n', " ")))
+        }
+        Ok(Reply { result: Err(e), .. }) => text(400, &format!("error {}\n", e.replace('\n', " "))),
         Err(_) => text(503, "error no reply from the worker in 5 s\n"),
     }
 }

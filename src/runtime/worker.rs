@@ -7,14 +7,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::chain::{Chain, NodeKind};
-use super::control::{Command, ControlPort, Scheduled};
+use super::control::{Command, ControlPort, Reply, Scheduled};
 use super::counters::Summary;
 use super::profile_check::Snapshot;
 use super::walk::Walk;
 use crate::io::{After, Source, Trace, TraceSource};
 
 mod live;
-use crate::nfs::Nf;
+use crate::nfs::{Nf, Prepared, Preparer};
 use crate::optimise::fastpath::FastPath;
 use crate::packet::MAX_BATCH;
 pub use live::Live;
@@ -121,6 +121,13 @@ impl Runner {
         let mut next_report = 0u64;
         let mut schedule = opts.schedule.clone();
         schedule.sort_by_key(|c| c.at);
+        // Compiled before the first packet, so applying one at its packet is a swap.
+        let mut prepared = Vec::with_capacity(schedule.len());
+        for c in &schedule {
+            prepared.push(self.prepare(&c.nf, &c.cmd).map_err(|e| {
+                anyhow::anyhow!("change at packet {}: `{} {}`: {e}", c.at, c.nf, c.cmd)
+            })?);
+        }
         let mut next_change = 0;
         let mut started = false;
         for lp in 0..opts.loops {
@@ -133,7 +140,8 @@ impl Runner {
                 // A batch ends where a scheduled change applies, so the change falls
                 // exactly between the packets it names.
                 while let Some(c) = schedule.get(next_change).filter(|c| c.at <= done) {
-                    self.apply(&c.nf, &c.cmd).map_err(|e| {
+                    let p = prepared[next_change].as_mut();
+                    self.apply_prepared(&c.nf, &c.cmd, p).map_err(|e| {
                         anyhow::anyhow!("change at packet {}: `{} {}`: {e}", c.at, c.nf, c.cmd)
                     })?;
                     next_change += 1;
@@ -203,6 +211,39 @@ impl Runner {
 
     /// Applies `cmd` to the NF named `nf` now (between batches).
     pub fn apply(&mut self, nf: &str, cmd: &str) -> Result<String, String> {
+        self.apply_prepared(nf, cmd, None)
+    }
+
+    /// The NFs whose commands are compiled before they reach the worker, by name.
+    pub fn preparers(&self) -> std::collections::HashMap<String, Preparer> {
+        let mut m = std::collections::HashMap::new();
+        for n in &self.walk.chain.nodes {
+            if let NodeKind::Nf { nf, .. } = &n.kind {
+                if let Some(p) = nf.preparer() {
+                    m.insert(n.name.clone(), p);
+                }
+            }
+        }
+        m
+    }
+
+    /// `cmd` for NF `nf` compiled now, when that NF compiles its commands (else None).
+    fn prepare(&self, nf: &str, cmd: &str) -> Result<Option<Prepared>, String> {
+        let chain = &self.walk.chain;
+        match chain.node(nf).map(|i| &chain.nodes[i].kind) {
+            Some(NodeKind::Nf { nf, .. }) => nf.preparer().map(|p| p(cmd)).transpose(),
+            _ => Ok(None),
+        }
+    }
+
+    /// Applies `cmd` (with its compiled form, if any) to the NF named `nf` now; on
+    /// success `prepared` holds what the change replaced.
+    pub fn apply_prepared(
+        &mut self,
+        nf: &str,
+        cmd: &str,
+        prepared: Option<&mut Prepared>,
+    ) -> Result<String, String> {
         if nf == live::CHAIN {
             return self.chain_command(cmd);
         }
@@ -224,9 +265,10 @@ impl Runner {
         }
         // The NF's counters are whole before it answers or changes.
         self.settle_counts();
-        let r = match self.walk.nf_mut(i) {
-            Some(nf) => nf.control(cmd),
-            None => return Err(format!("`{nf}` is not an NF")),
+        let r = match (self.walk.nf_mut(i), prepared) {
+            (Some(nf), Some(p)) => nf.control_prepared(cmd, p),
+            (Some(nf), None) => nf.control(cmd),
+            (None, _) => return Err(format!("`{nf}` is not an NF")),
         };
         if let (Ok(_), Some(f)) = (&r, self.fast.as_deref_mut()) {
             f.invalidate_through(i);
@@ -249,10 +291,12 @@ impl Runner {
             return;
         }
         let pending: Vec<Command> = self.control.iter().flat_map(|p| p.rx.try_iter()).collect();
-        for c in pending {
-            let r = self.apply(&c.nf, &c.cmd);
+        for mut c in pending {
+            let result = self.apply_prepared(&c.nf, &c.cmd, c.prepared.as_mut());
             if let Some(reply) = c.reply {
-                let _ = reply.send(r);
+                // What the change replaced is freed by the sender's thread.
+                let replaced = c.prepared.take();
+                let _ = reply.send(Reply { result, replaced });
             }
         }
     }

@@ -16,7 +16,7 @@
 //! O(segments x entries / 8) bytes per field: 1,000 rules with distinct prefixes take
 //! well under 1 MiB.
 
-use std::collections::HashMap;
+use hashbrown::HashTable;
 
 use super::rule::{Atom, Field, Rule, ALL_FIELDS, FIELDS};
 
@@ -99,7 +99,8 @@ impl Key {
 struct Builder {
     words: usize,
     pool: Vec<u64>,
-    dedup: HashMap<Vec<u64>, u32>,
+    /// (hash, id) of every bitmap in the pool.
+    dedup: HashTable<(u64, u32)>,
 }
 
 impl Classifier {
@@ -120,14 +121,15 @@ impl Classifier {
         let mut b = Builder {
             words,
             pool: Vec::new(),
-            dedup: HashMap::new(),
+            dedup: HashTable::new(),
         };
         let mut ones = vec![0u64; words];
         for (i, w) in ones.iter_mut().enumerate() {
             let bits = n.saturating_sub(i * 64).min(64);
             *w = if bits == 64 { !0 } else { (1u64 << bits) - 1 };
         }
-        b.intern(ones);
+        let h = bits_hash(&ones);
+        b.intern(&ones, h);
         let per_field = |f: Field| -> Vec<(usize, &[Atom])> {
             entries
                 .iter()
@@ -416,22 +418,34 @@ impl Segments<u32> {
 const DEEPER: u32 = 1 << 31;
 
 /// The two-level IPv4 index: most /16s (and then /24s) hold one segment, so most lookups
-/// are one or two loads.
+/// are one or two loads. Built by walking the starts once (addresses only increase), not
+/// by a search per block.
 fn v4_index(starts: &[u32], bms: &[u32]) -> (Vec<u32>, Vec<u32>) {
-    let seg = |a: u32| starts.partition_point(|&s| s <= a).max(1) - 1;
+    // The segment holding `a`, moving `at` forward from the segment of an earlier address.
+    let seg = |at: usize, a: u32| {
+        let mut i = at;
+        while starts.get(i + 1).is_some_and(|&s| s <= a) {
+            i += 1;
+        }
+        i
+    };
     let mut l1 = Vec::with_capacity(65536);
     let mut l2 = Vec::new();
+    let mut lo = 0;
     for h in 0..65536u32 {
         let a = h << 16;
-        let (lo, hi) = (seg(a), seg(a | 0xffff));
+        lo = seg(lo, a);
+        let hi = seg(lo, a | 0xffff);
         if lo == hi {
             l1.push(bms[lo]);
             continue;
         }
         l1.push(DEEPER | (l2.len() / 256) as u32);
+        let mut lo = lo;
         for m in 0..256u32 {
             let b = a | m << 8;
-            let (lo, hi) = (seg(b), seg(b | 0xff));
+            lo = seg(lo, b);
+            let hi = seg(lo, b | 0xff);
             l2.push(if lo == hi {
                 bms[lo]
             } else {
@@ -452,18 +466,33 @@ impl Segments<u128> {
 }
 
 impl Builder {
-    fn intern(&mut self, bm: Vec<u64>) -> u32 {
-        if let Some(&id) = self.dedup.get(&bm) {
+    /// The id of bitmap `bm` (whose [`bits_hash`] is `h`), stored once. The dedup table
+    /// holds hashes and ids and compares against the pool, so no bitmap is kept twice.
+    fn intern(&mut self, bm: &[u64], h: u64) -> u32 {
+        let w = self.words;
+        if w == 0 {
+            // No entries: every bitmap is the empty one.
+            return 0;
+        }
+        let pool = &self.pool;
+        let same = |&(hh, id): &(u64, u32)| hh == h && pool[id as usize * w..][..w] == *bm;
+        if let Some(&(_, id)) = self.dedup.find(h, same) {
             return id;
         }
-        let id = (self.pool.len() / self.words.max(1)) as u32;
-        self.pool.extend_from_slice(&bm);
-        self.dedup.insert(bm, id);
+        let id = (self.pool.len() / w) as u32;
+        self.pool.extend_from_slice(bm);
+        self.dedup.insert_unique(h, (h, id), |&(h, _)| h);
         id
     }
 
     /// Segment starts over `0..=max`, their bitmap ids, and the absent bitmap id, for the
     /// entries `cons` that constrain this field (all others hold everywhere).
+    ///
+    /// One sweep over the starts: each entry's set of values where all its atoms hold is
+    /// a few ranges whose ends are among the starts, so its bit is switched on and off by
+    /// events at those starts instead of testing every entry at every segment (which made
+    /// compilation quadratic in rules). Work: sorting the events, plus one hash and at most
+    /// one copy of the bitmap per segment.
     fn segments(
         &mut self,
         n: usize,
@@ -484,19 +513,39 @@ impl Builder {
         starts.sort_unstable();
         starts.dedup();
         let mut base = vec![0u64; self.words];
-        let constrained: std::collections::HashSet<usize> = cons.iter().map(|c| c.0).collect();
-        for e in (0..n).filter(|e| !constrained.contains(e)) {
+        let mut constrained = vec![false; n];
+        for &(e, _) in cons {
+            constrained[e] = true;
+        }
+        for e in (0..n).filter(|&e| !constrained[e]) {
             base[e / 64] |= 1 << (e % 64);
         }
-        let mut bms = Vec::with_capacity(starts.len());
-        for &s in &starts {
-            let mut bm = base.clone();
-            for &(e, atoms) in cons {
-                if atoms.iter().all(|a| a.holds(Some(s))) {
-                    bm[e / 64] |= 1 << (e % 64);
+        // (value, on, entry): at one value an entry's bit goes off before it goes on.
+        let mut events: Vec<(u128, bool, u32)> = Vec::with_capacity(2 * cons.len());
+        for &(e, atoms) in cons {
+            for (lo, hi) in holding(atoms, max) {
+                events.push((lo, true, e as u32));
+                if hi < max {
+                    events.push((hi + 1, false, e as u32));
                 }
             }
-            bms.push(self.intern(bm));
+        }
+        events.sort_unstable();
+        let mut bm = base.clone();
+        // The bitmap's hash follows its bits (one XOR per event), so no segment's bitmap
+        // is hashed whole.
+        let mut h = bits_hash(&bm);
+        let mut ev = events.iter().peekable();
+        let mut bms = Vec::with_capacity(starts.len());
+        for &s in &starts {
+            while let Some(&(_, on, e)) = ev.next_if(|x| x.0 <= s) {
+                let (w, bit) = (e as usize / 64, 1u64 << (e % 64));
+                if (bm[w] & bit != 0) != on {
+                    bm[w] ^= bit;
+                    h ^= bit_hash(e as usize);
+                }
+            }
+            bms.push(self.intern(&bm, h));
         }
         let mut bm = base;
         for &(e, atoms) in cons {
@@ -504,12 +553,146 @@ impl Builder {
                 bm[e / 64] |= 1 << (e % 64);
             }
         }
-        let absent = self.intern(bm);
+        let absent = self.intern(&bm, bits_hash(&bm));
         (starts, bms, absent)
     }
+}
+
+/// A bitmap's hash: the XOR of its set bits' [`bit_hash`] (Zobrist hashing), so flipping
+/// one bit updates it in one step.
+fn bits_hash(bm: &[u64]) -> u64 {
+    let mut h = 0;
+    for (i, &w) in bm.iter().enumerate() {
+        let mut w = w;
+        while w != 0 {
+            h ^= bit_hash(i * 64 + w.trailing_zeros() as usize);
+            w &= w - 1;
+        }
+    }
+    h
+}
+
+/// Bit `e`'s share of a bitmap's hash (SplitMix64's finaliser of `e`).
+fn bit_hash(e: usize) -> u64 {
+    let mut z = (e as u64)
+        .wrapping_add(1)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The values in `0..=max` where every atom holds, as sorted, disjoint, non-adjacent
+/// ranges whose ends are the atoms' range ends.
+fn holding(atoms: &[Atom], max: u128) -> Vec<(u128, u128)> {
+    let mut set = vec![(0, max)];
+    for a in atoms {
+        let r = if a.neg {
+            complement(&a.ranges, max)
+        } else {
+            a.ranges.clone()
+        };
+        set = intersect(&set, &r);
+    }
+    set
+}
+
+/// `0..=max` minus `ranges` (sorted, disjoint).
+fn complement(ranges: &[(u128, u128)], max: u128) -> Vec<(u128, u128)> {
+    let mut out = Vec::with_capacity(ranges.len() + 1);
+    let mut next = Some(0u128);
+    for &(lo, hi) in ranges {
+        let Some(from) = next else { break };
+        if lo > from {
+            out.push((from, (lo - 1).min(max)));
+        }
+        next = hi.checked_add(1).filter(|&v| v <= max).map(|v| v.max(from));
+    }
+    if let Some(from) = next.filter(|&v| v <= max) {
+        out.push((from, max));
+    }
+    out
+}
+
+/// The intersection of two sorted lists of disjoint ranges.
+fn intersect(a: &[(u128, u128)], b: &[(u128, u128)]) -> Vec<(u128, u128)> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        let lo = a[i].0.max(b[j].0);
+        let hi = a[i].1.min(b[j].1);
+        if lo <= hi {
+            out.push((lo, hi));
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
 }
 
 /// The reference semantics: a linear scan (tests compare the classifier against it).
 pub fn linear(rules: &[Rule], v: &Values) -> Option<u32> {
     rules.iter().position(|r| r.matches(v)).map(|i| i as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holding_sets_intersect_atoms_and_their_complements() {
+        let pos = Atom::new(false, vec![(10, 20), (30, 40)]);
+        let neg = Atom::new(true, vec![(15, 32)]);
+        assert_eq!(
+            holding(std::slice::from_ref(&pos), 100),
+            vec![(10, 20), (30, 40)]
+        );
+        assert_eq!(
+            holding(std::slice::from_ref(&neg), 100),
+            vec![(0, 14), (33, 100)]
+        );
+        assert_eq!(holding(&[pos, neg], 100), vec![(10, 14), (33, 40)]);
+        // Ranges touching either end of the domain, and one past it.
+        assert_eq!(complement(&[(0, 5), (95, 200)], 100), vec![(6, 94)]);
+        assert_eq!(complement(&[], u128::MAX), vec![(0, u128::MAX)]);
+        assert_eq!(complement(&[(0, u128::MAX)], u128::MAX), vec![]);
+        assert_eq!(
+            holding(&[Atom::new(true, vec![(7, 7)])], u128::MAX),
+            vec![(0, 6), (8, u128::MAX)]
+        );
+    }
+
+    #[test]
+    fn equal_bitmaps_are_stored_once() {
+        // 300 rules on one host each, alternating with the gaps between them: the gaps all
+        // share the "no host rule" bitmap, so bitmaps = hosts + gap + ones + absent at most.
+        let mut text = String::new();
+        for i in 0..300u32 {
+            text.push_str(&format!("deny src host 10.0.{}.{}\n", i / 200, i % 200 + 1));
+        }
+        let rules = crate::nfs::acl::parse_rules(text.lines()).unwrap();
+        let c = Classifier::new(&rules);
+        assert!(c.bitmaps() <= 300 + 3, "{} bitmaps", c.bitmaps());
+        for i in 0..300u32 {
+            let k = Key {
+                proto: 6,
+                src4: Some(u32::from_be_bytes([
+                    10,
+                    0,
+                    (i / 200) as u8,
+                    (i % 200 + 1) as u8,
+                ])),
+                ..Key::default()
+            };
+            assert_eq!(c.classify(&k), Some(i), "host {i}");
+        }
+        let other = Key {
+            proto: 6,
+            src4: Some(u32::from_be_bytes([10, 0, 0, 250])),
+            ..Key::default()
+        };
+        assert_eq!(c.classify(&other), None);
+    }
 }
