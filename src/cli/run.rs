@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use catena::io::Trace;
-use catena::runtime::{control, Chain, ChainConfig, RunOptions, Runner};
+use catena::runtime::{control, Chain, ChainConfig, RunOptions, Shards};
 
 use super::progress::Bar;
 
@@ -42,11 +42,15 @@ pub struct Args {
     /// Override the chain's number of virtual ingress ports.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     ports: Option<u16>,
+    /// Shard the input over N run-to-completion workers by a symmetric flow hash
+    /// (overrides the file's `workers`); each flow's packets keep their order.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    workers: Option<u32>,
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
-    let cfg = ChainConfig::load(&a.config)?;
-    let mut chain = Chain::from_config(&cfg)?;
+/// The chain of the file with the command line's overrides.
+fn build(a: &Args, cfg: &ChainConfig) -> anyhow::Result<Chain> {
+    let mut chain = Chain::from_config(cfg)?;
     if let Some(p) = a.ports {
         chain.ports = p;
     }
@@ -58,6 +62,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     if a.no_fastpath {
         chain.fastpath = None;
+    }
+    Ok(chain)
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let cfg = ChainConfig::load(&a.config)?;
+    let chain = build(&a, &cfg)?;
+    let workers = a.workers.map_or(chain.workers, |w| w as usize);
+    if workers > 1 && a.control.is_some() {
+        anyhow::bail!(
+            "--control with {workers} workers is not built yet: use --change, or one worker"
+        );
     }
     let input = a
         .input
@@ -74,7 +90,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         loops: a.loops,
         ..Default::default()
     };
-    if let Some(o) = a.output {
+    if let Some(o) = a.output.clone() {
         opts.outputs.push(("out".into(), o));
     }
     for c in &a.change {
@@ -83,19 +99,24 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 .map_err(|e: String| anyhow::anyhow!("--change {e}"))?,
         );
     }
-    let mut runner = Runner::new(chain, trace.max_packet_len());
+    let mut chains = vec![chain];
+    for _ in 1..workers {
+        chains.push(build(&a, &cfg)?);
+    }
+    let mut shards = Shards::new(chains, trace.max_packet_len())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.config.display()))?;
     // Kept alive for the run; dropping it removes the socket file.
     let _server = match &a.control {
         Some(path) => {
             let (server, port) = control::serve(path)
                 .map_err(|e| anyhow::anyhow!("{}: cannot listen: {e}", path.display()))?;
-            runner.attach_control(port);
+            shards.attach_control(port);
             Some(server)
         }
         None => None,
     };
     let mut bar = Bar::new(!a.json);
-    let mut s = runner.run(&trace, &opts, &mut bar)?;
+    let mut s = shards.run(&trace, &opts, &mut bar)?;
     s.input = input.display().to_string();
     if a.json {
         println!("{}", serde_json::to_string(&s)?);

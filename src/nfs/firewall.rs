@@ -6,7 +6,7 @@
 
 use super::ipv4_switch::{ipv4_or_drop, Ipv4Learning};
 use super::nf::Stats;
-use super::nf::{Context, Nf, Profile};
+use super::nf::{Context, Nf, Profile, StateScope};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::bytes::be32;
 use crate::packet::wire::{Ethernet, Ipv4, Tcp, Udp};
@@ -179,6 +179,10 @@ fn full_decode(d: &[u8]) -> u64 {
 impl Nf for Firewall {
     fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    fn state_scope(&self) -> StateScope {
+        StateScope::Global("learns address -> port from every flow (as ipv4_switch)")
     }
 
     #[inline]

@@ -26,6 +26,6 @@ pub use maglev::{Backend, Maglev};
 pub use microbox::Microbox;
 pub use nat::{Nat, NatConfig};
 pub use nf::{named, Stats};
-pub use nf::{Context, FastPacket, FastRole, Nf, Profile};
+pub use nf::{Context, FastPacket, FastRole, Nf, Profile, StateScope};
 pub use params::{ParamDoc, ParamError, Params};
 pub use wire::Wire;

@@ -9,17 +9,37 @@ use crate::packet::{FastMark, NOT_RECORDED, NO_PORT};
 const OVERSIZE: usize = 0;
 const POOL_EXHAUSTED: usize = 1;
 
+/// One step of the ingress-port draw (xorshift64).
+#[inline(always)]
+fn step(rng: &mut u64) {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+}
+
 impl Walk {
-    /// Copies one chunk of records into pool buffers and queues them at the input's
-    /// successor.
+    /// Copies the records `chunk` lists (indices into `recs`, ascending) into pool
+    /// buffers and queues them at the input's successor. `base` is the position in the
+    /// input of `recs[0]` on this replay loop.
+    ///
+    /// The port draw advances once per record that fits, whoever processes it: a worker
+    /// given a share of the trace steps over the records between its own, so every
+    /// packet gets the port it gets when one worker runs everything.
     #[inline]
-    pub fn ingest(&mut self, bytes: &[u8], chunk: &[Record]) {
+    pub fn ingest(
+        &mut self,
+        bytes: &[u8],
+        recs: &[Record],
+        chunk: impl Iterator<Item = usize>,
+        base: u64,
+    ) {
         let Walk {
             pool,
             inbox,
             counters,
             rx,
             rng,
+            drawn,
             cx,
             link,
             shift,
@@ -30,7 +50,15 @@ impl Walk {
         let max = pool.max_packet();
         let c = &mut counters[0];
         let q = &mut inbox[*first];
-        for r in chunk {
+        for i in chunk {
+            while *drawn < i {
+                if recs[*drawn].caplen as usize <= max {
+                    step(rng);
+                }
+                *drawn += 1;
+            }
+            *drawn = i + 1;
+            let r = &recs[i];
             c.packets_in += 1;
             c.bytes_in += r.caplen as u64;
             if r.caplen as usize > max {
@@ -42,9 +70,7 @@ impl Walk {
                 continue;
             };
             // Lemire's multiply-shift maps the xorshift draw onto 0..ports without a divide.
-            *rng ^= *rng << 13;
-            *rng ^= *rng >> 7;
-            *rng ^= *rng << 17;
+            step(rng);
             let in_port = (((*rng >> 32) * cx.ports as u64) >> 32) as u16;
             rx[in_port as usize] += 1;
             let off = r.off as usize;
@@ -58,8 +84,21 @@ impl Walk {
             m.link = link;
             m.fast = FastMark::Off;
             m.fast_rec = NOT_RECORDED;
+            m.seq = base + i as u64;
             c.out[0] += 1;
             q.push(p);
         }
+    }
+
+    /// Ends a replay loop of `recs`: the draw steps over the records after this
+    /// worker's last one, and the next loop starts from the first record.
+    pub fn end_loop(&mut self, recs: &[Record]) {
+        let max = self.pool.max_packet();
+        for r in &recs[self.drawn.min(recs.len())..] {
+            if r.caplen as usize <= max {
+                step(&mut self.rng);
+            }
+        }
+        self.drawn = 0;
     }
 }

@@ -10,6 +10,7 @@ mod counters;
 mod fastpath_host;
 mod ingest;
 mod profile_check;
+pub mod shard;
 mod sink;
 mod summary;
 mod walk;
@@ -17,5 +18,6 @@ mod worker;
 
 pub use chain::{Chain, Node, NodeKind, INPUT};
 pub use config::{ChainConfig, ConfigError};
-pub use counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
+pub use counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary, WorkerSummary};
+pub use shard::Shards;
 pub use worker::{NoProgress, Progress, RunOptions, Runner};

@@ -1,7 +1,7 @@
 //! Sinks: where packets leave the chain. Each counts what reaches it (and the ports it
 //! leaves by) and writes it to its pcap file, if it has one.
 
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use super::chain::NodeKind;
@@ -18,6 +18,16 @@ pub(super) struct SinkState {
     /// The first write error; the writer is closed then, and the run fails at the end.
     write_error: Option<String>,
     flooded: u64,
+    /// Sharded runs: each written packet's position in the input, 8 bytes little-endian
+    /// (`PATH.seq`), to merge the workers' files back into input order.
+    seqs: Option<BufWriter<std::fs::File>>,
+}
+
+/// The file beside a sink's output that holds its packets' input positions.
+pub(super) fn seq_path(p: &std::path::Path) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(".seq");
+    PathBuf::from(s)
 }
 
 impl Walk {
@@ -46,11 +56,21 @@ impl Walk {
                     })?),
                     None => None,
                 };
+            let seqs = match (&path, self.sink_seqs) {
+                (Some(p), true) => {
+                    let q = seq_path(p);
+                    Some(BufWriter::new(std::fs::File::create(&q).map_err(|e| {
+                        anyhow::anyhow!("{}: cannot create: {e}", q.display())
+                    })?))
+                }
+                _ => None,
+            };
             self.sinks.push(Some(SinkState {
                 writer,
                 path,
                 write_error: None,
                 flooded: 0,
+                seqs,
             }));
         }
         Ok(())
@@ -69,6 +89,10 @@ impl SinkState {
         if let Some(w) = self.writer {
             w.finish()
                 .map_err(|e| anyhow::anyhow!("{}: writing failed: {e}", shown()))?;
+        }
+        if let Some(mut q) = self.seqs {
+            q.flush()
+                .map_err(|e| anyhow::anyhow!("{}.seq: writing failed: {e}", shown()))?;
         }
         if let Some(e) = &self.write_error {
             anyhow::bail!("{}: writing failed: {e}", shown());
@@ -112,6 +136,12 @@ pub(super) fn to_sink(
         if let Err(e) = w.write_packet(m.ts_ns.wrapping_sub(shift), m.wire_len, p.data()) {
             s.write_error = Some(e.to_string());
             s.writer = None;
+        }
+        if let Some(q) = s.seqs.as_mut() {
+            if let Err(e) = q.write_all(&m.seq.to_le_bytes()) {
+                s.write_error = Some(e.to_string());
+                s.seqs = None;
+            }
         }
     }
 }

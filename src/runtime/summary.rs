@@ -108,6 +108,7 @@ impl Walk {
             sinks,
             input_error: trace.error().map(|e| e.to_string()),
             fastpath,
+            workers: Vec::new(),
         })
     }
 }

@@ -28,6 +28,8 @@ pub(super) struct Walk {
     pub cx: Context,
     /// The draw of ingress ports.
     pub rng: u64,
+    /// Records of this replay loop the draw has stepped over.
+    pub drawn: usize,
     pub link: LinkKind,
     /// Checks NFs against their profiles (debug builds, or when asked).
     pub check: Option<Snapshot>,
@@ -37,6 +39,8 @@ pub(super) struct Walk {
     pub shift: u64,
     /// The input's successor, where ingested packets queue.
     pub first: usize,
+    /// Sinks also write each packet's input position (sharded runs merge by it).
+    pub sink_seqs: bool,
 }
 
 impl Walk {
@@ -64,11 +68,13 @@ impl Walk {
             tx: vec![0; ports],
             cx: Context { ports: chain.ports },
             rng: chain.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            drawn: 0,
             link: LinkKind::Ethernet,
             check: cfg!(debug_assertions).then(|| Snapshot::new(cap)),
             violation: None,
             shift: 0,
             first: chain.nodes[0].next[0],
+            sink_seqs: false,
             chain,
         }
     }

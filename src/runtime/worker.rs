@@ -43,7 +43,7 @@ impl Default for RunOptions {
 }
 
 pub struct Runner {
-    walk: Walk,
+    pub(super) walk: Walk,
     /// FastPath state when the chain has it on.
     fast: Option<Box<FastPath>>,
     control: Option<ControlPort>,
@@ -89,12 +89,31 @@ impl Runner {
         opts: &RunOptions,
         progress: &mut dyn Progress,
     ) -> anyhow::Result<Summary> {
+        let started = Instant::now();
+        self.run_share(trace, opts, None, progress)?;
+        self.finish(trace, opts, started.elapsed().as_secs_f64())
+    }
+
+    /// Runs the records of `trace` that `share` lists (indices in the trace, ascending;
+    /// all when None) `opts.loops` times. Scheduled changes apply by position in the
+    /// whole input, so a worker given a share of it changes state between the same
+    /// packets as one worker given all of it.
+    pub(super) fn run_share(
+        &mut self,
+        trace: &Trace,
+        opts: &RunOptions,
+        share: Option<&[u32]>,
+        progress: &mut dyn Progress,
+    ) -> anyhow::Result<()> {
         self.walk.open_sinks(trace, &opts.outputs)?;
         self.walk.link = trace.link();
         let (bytes, recs) = trace.raw();
-        let total = recs.len() as u64 * opts.loops;
+        let len = share.map_or(recs.len(), <[u32]>::len);
+        // Position in the trace of the share's i-th record.
+        let at = |i: usize| share.map_or(i, |s| s[i] as usize);
+        let input = recs.len() as u64 * opts.loops;
+        let total = len as u64 * opts.loops;
         let span = trace.span_ns();
-        let start = Instant::now();
         let mut done = 0u64;
         let mut next_report = 0u64;
         let mut schedule = opts.schedule.clone();
@@ -102,22 +121,32 @@ impl Runner {
         let mut next_change = 0;
         for lp in 0..opts.loops {
             self.walk.shift = span.wrapping_mul(lp);
+            let base = recs.len() as u64 * lp;
             let mut pos = 0;
-            while pos < recs.len() {
+            while pos < len {
+                let seq = base + at(pos) as u64;
                 // A batch ends where a scheduled change applies, so the change falls
                 // exactly between the packets it names.
-                while let Some(c) = schedule.get(next_change).filter(|c| c.at <= done) {
+                while let Some(c) = schedule.get(next_change).filter(|c| c.at <= seq) {
                     self.apply(&c.nf, &c.cmd).map_err(|e| {
                         anyhow::anyhow!("change at packet {}: `{} {}`: {e}", c.at, c.nf, c.cmd)
                     })?;
                     next_change += 1;
                 }
-                let mut end = (pos + MAX_BATCH).min(recs.len());
+                let mut end = (pos + MAX_BATCH).min(len);
                 if let Some(c) = schedule.get(next_change) {
-                    end = end.min(pos + (c.at - done).max(1) as usize);
+                    while end > pos + 1 && base + at(end - 1) as u64 >= c.at {
+                        end -= 1;
+                    }
                 }
                 self.poll_control();
-                self.walk.ingest(bytes, &recs[pos..end]);
+                match share {
+                    None => self.walk.ingest(bytes, recs, pos..end, base),
+                    Some(s) => {
+                        self.walk
+                            .ingest(bytes, recs, s[pos..end].iter().map(|&i| i as usize), base)
+                    }
+                }
                 match self.fast.as_deref_mut() {
                     Some(f) => f.chunk(&mut self.walk),
                     None => self.walk.drain(None),
@@ -132,14 +161,33 @@ impl Runner {
                     next_report = done + 65_536;
                 }
             }
+            self.walk.end_loop(recs);
+        }
+        // Changes after this share's last packet but within the input still apply (a
+        // sharded worker's state then matches one worker's at the end).
+        while let Some(c) = schedule.get(next_change).filter(|c| c.at < input) {
+            self.apply(&c.nf, &c.cmd).map_err(|e| {
+                anyhow::anyhow!("change at packet {}: `{} {}`: {e}", c.at, c.nf, c.cmd)
+            })?;
+            next_change += 1;
         }
         if let Some(c) = schedule.get(next_change) {
             anyhow::bail!(
-                "change at packet {} is past the end of the input ({done} packets)",
+                "change at packet {} is past the end of the input ({input} packets)",
                 c.at
             );
         }
-        let seconds = start.elapsed().as_secs_f64();
+        progress.finish();
+        Ok(())
+    }
+
+    /// Ends a run: counts settled, NFs' end reports, the summary.
+    pub(super) fn finish(
+        &mut self,
+        trace: &Trace,
+        opts: &RunOptions,
+        seconds: f64,
+    ) -> anyhow::Result<Summary> {
         self.settle_counts();
         // NFs that report at the end (flow records) do it now, before the summary.
         for n in &mut self.walk.chain.nodes {
@@ -147,7 +195,6 @@ impl Runner {
                 nf.finish();
             }
         }
-        progress.finish();
         let stats = self.fast.as_ref().map(|f| f.stats);
         self.walk.summary(trace, opts.loops, seconds, stats)
     }
