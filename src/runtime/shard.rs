@@ -389,6 +389,59 @@ fn add_pairs(a: &mut Vec<(String, u64)>, b: &[(String, u64)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nfs::{Context, Nf, Profile};
+    use crate::packet::{Batch, Fields};
+
+    /// Panics on the packet whose first byte is 0xee.
+    struct Fragile(Profile);
+
+    impl Nf for Fragile {
+        fn profile(&self) -> &Profile {
+            &self.0
+        }
+        fn process(&mut self, b: &mut Batch, _: &Context) {
+            for p in b {
+                assert!(p.data()[0] != 0xee, "poisoned packet");
+            }
+        }
+    }
+
+    fn fragile() -> Box<dyn Nf> {
+        Box::new(Fragile(Profile {
+            reads: Fields::NONE,
+            writes: Fields::NONE,
+            may_drop: false,
+            changes_length: false,
+            per_flow_state: false,
+            outputs: &["out"],
+            drop_reasons: &[],
+        }))
+    }
+
+    #[test]
+    fn a_dying_worker_stops_the_run_with_its_name() {
+        let good = ipv4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2);
+        let mut bad = good.clone();
+        bad[0] = 0xee;
+        // The poisoned frame's worker: hashed by its MAC-less IP pair, as `good`'s.
+        let w = worker_of(LinkKind::Ethernet, &bad, 2);
+        let h = crate::io::PcapHeader::new(1, false);
+        let frames: Vec<&[u8]> = vec![&good, &good, &bad, &good];
+        let trace = Trace::from_packets(
+            LinkKind::Ethernet,
+            h,
+            frames.into_iter().enumerate().map(|(i, f)| (i as u64, f)),
+        );
+        let chains = (0..2)
+            .map(|_| Chain::linear("t", 1, 1, vec![("f".into(), fragile())]))
+            .collect();
+        let e = Shards::new(chains, 100)
+            .unwrap()
+            .run(&trace, &RunOptions::default(), &mut NoProgress)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, format!("worker {w} died: poisoned packet"));
+    }
 
     fn ipv4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
         let mut f = vec![0u8; 54];
