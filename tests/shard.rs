@@ -130,7 +130,7 @@ fn every_capture_gives_one_workers_output_with_two() {
             "{name}: outputs differ"
         );
         assert_eq!(
-            lines(&[flows.clone()]),
+            lines(std::slice::from_ref(&flows)),
             lines(&parts),
             "{name}: flow records"
         );
@@ -175,6 +175,11 @@ fn scheduled_changes_apply_between_the_same_packets_in_every_worker() {
 /// (address, port, protocol) (the pool is large enough here that no pair is reused), and
 /// checksums right on the way in are right on the way out (computed from scratch by
 /// etherparse).
+/// An inside flow: source address, port, protocol, destination (address and port).
+type Inside = ([u8; 4], u16, u8, Vec<u8>);
+/// Who holds a public pair: source address, port, destination.
+type Owner = ([u8; 4], u16, Vec<u8>);
+
 #[test]
 fn nat_translations_are_unique_across_workers() {
     let trace = Trace::open(&common::dataset("bench/ndpi-ether-merged.pcap")).unwrap();
@@ -220,8 +225,8 @@ icmp_timeout = 100000000
         same.extend(payload);
         Some((same, h.source(), sport, proto))
     };
-    let mut public_of: BTreeMap<([u8; 4], u16, u8, Vec<u8>), ([u8; 4], u16)> = BTreeMap::new();
-    let mut owner: BTreeMap<([u8; 4], u16, u8), ([u8; 4], u16, Vec<u8>)> = BTreeMap::new();
+    let mut public_of: BTreeMap<Inside, ([u8; 4], u16)> = BTreeMap::new();
+    let mut owner: BTreeMap<([u8; 4], u16, u8), Owner> = BTreeMap::new();
     let mut i = 0;
     let mut checked = 0;
     for j in 0..outp.len() {
@@ -321,4 +326,31 @@ fn a_global_state_nf_is_refused_by_name() {
         e.starts_with("NF `sw` (mac_switch) cannot be sharded"),
         "{e}"
     );
+}
+
+#[test]
+fn check_prints_the_sharded_plan_and_refuses_unbuilt_modes() {
+    let cfg = ChainConfig::parse(
+        "workers = 2\n[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8\"\npublic = \"198.51.100.1\"\n",
+        "t.toml",
+    )
+    .unwrap();
+    let d = Chain::from_config(&cfg).unwrap().describe();
+    assert!(
+        d.contains("  acl          none\n  nat          per flow: shards\n"),
+        "{d}"
+    );
+    assert!(
+        d.contains("plan: 2 workers sharded by a symmetric hash of the IP (else MAC) addresses, each run to completion, batches of 32: in → acl → nat → out; outputs merged back into input order"),
+        "{d}"
+    );
+    for key in ["stages = [[\"acl\"]]", "parallel = true", "prefetch = 8"] {
+        let cfg = ChainConfig::parse(
+            &format!("{key}\n[[nf]]\nname = \"acl\"\nkind = \"wire\"\n"),
+            "t.toml",
+        )
+        .unwrap();
+        let e = Chain::from_config(&cfg).err().unwrap().to_string();
+        assert!(e.contains("not built yet"), "{key}: {e}");
+    }
 }

@@ -289,13 +289,11 @@ fn merge(trace: &Trace, out: &Path, parts: &[PathBuf]) -> anyhow::Result<()> {
     }
     let mut w = PcapWriter::create(out, trace.header())
         .map_err(|e| anyhow::anyhow!("{}: cannot create output: {e}", out.display()))?;
-    loop {
-        let Some(k) = (0..ins.len())
-            .filter(|&k| ins[k].3.is_some())
-            .min_by_key(|&k| ins[k].3)
-        else {
-            break;
-        };
+    // The part whose next packet came first in the input goes next.
+    while let Some(k) = (0..ins.len())
+        .filter(|&k| ins[k].3.is_some())
+        .min_by_key(|&k| ins[k].3)
+    {
         let (t, r, i, head) = &mut ins[k];
         let rec = t.record(*i);
         w.write_packet(rec.ts_ns, rec.wire_len, t.packet(*i))
