@@ -296,16 +296,35 @@ fn writes_nothing() {
     assert_eq!(s.packets_out, trace.len() as u64);
 }
 
+/// A records file that cannot be created stops the run before the first packet; one
+/// whose writes fail later (a full disk) is reported in the summary's `output_errors`
+/// (and `catena run` exits non-zero after the summary: tests/output_failures.rs).
 #[test]
-fn unwritable_records_are_counted_not_fatal() {
+fn unwritable_records_fail_the_run() {
+    use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
     let trace = Trace::open(&common::dataset("ndpi/pcap/1kxun.pcap")).unwrap();
-    let s = common::run_chain(
-        "[[nf]]\nname = \"m\"\nkind = \"flow_monitor\"\nrecords = \"/nonexistent/dir/f.jsonl\"\n",
-        &trace,
-        None,
+    let chain = |records: &str| {
+        let text =
+            format!("[[nf]]\nname = \"m\"\nkind = \"flow_monitor\"\nrecords = \"{records}\"\n");
+        let cfg = ChainConfig::parse(&text, "t.toml").unwrap();
+        Runner::new(Chain::from_config(&cfg).unwrap(), trace.max_packet_len())
+    };
+    let e = chain("/nonexistent/dir/f.jsonl")
+        .run(&trace, &RunOptions::default(), &mut NoProgress)
+        .expect_err("refused");
+    assert!(
+        e.to_string()
+            .starts_with("nf `m`: records `/nonexistent/dir/f.jsonl`: "),
+        "{e}"
     );
-    let stat = |k: &str| s.nfs[0].stats.iter().find(|(n, _)| n == k).unwrap().1;
-    assert!(stat("lost_records") > 0);
-    assert_eq!(stat("lost_records"), stat("exported"));
+    let s = chain("/dev/full")
+        .run(&trace, &RunOptions::default(), &mut NoProgress)
+        .unwrap();
     assert_eq!(s.packets_out, trace.len() as u64);
+    assert_eq!(s.output_errors.len(), 1, "{:?}", s.output_errors);
+    assert!(
+        s.output_errors[0].contains("/dev/full"),
+        "{:?}",
+        s.output_errors
+    );
 }

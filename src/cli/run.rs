@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use catena::io::Trace;
-use catena::runtime::{control, Chain, ChainConfig, RunOptions, Shards};
+use catena::runtime::{control, limits, Chain, ChainConfig, RunOptions, Shards};
 
 use super::progress::Bar;
 
@@ -46,6 +46,10 @@ pub struct Args {
     /// (overrides the file's `workers`); each flow's packets keep their order.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     workers: Option<u32>,
+    /// Refuse a chain that would allocate more than this (e.g. 2G, 512M; default: half
+    /// the machine's RAM); `catena check` prints what a chain allocates.
+    #[arg(long, value_name = "SIZE", value_parser = limits::parse_size)]
+    max_memory: Option<u64>,
 }
 
 /// The chain of the file with the command line's overrides.
@@ -99,6 +103,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 .map_err(|e: String| anyhow::anyhow!("--change {e}"))?,
         );
     }
+    // Every worker allocates a whole chain: the limit is for all of them.
+    let limit = a.max_memory.unwrap_or_else(limits::default_max_memory);
+    chain
+        .memory(trace.max_packet_len())
+        .check(limit / workers as u64)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e} (per worker, with {workers} workers)",
+                a.config.display()
+            )
+        })?;
     let mut chains = vec![chain];
     for _ in 1..workers {
         chains.push(build(&a, &cfg)?);
@@ -123,9 +138,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else {
         print!("{}", s.render());
     }
-    // The good packets were processed and written; the bad record still fails the run.
-    if let Some(e) = &s.input_error {
-        eprintln!("error: {e}");
+    // The good packets were processed and written; the bad record still fails the run,
+    // and so does output that could not be written (one line, after the summary).
+    let mut errors: Vec<&str> = s.input_error.iter().map(String::as_str).collect();
+    errors.extend(s.output_errors.iter().map(String::as_str));
+    if !errors.is_empty() {
+        eprintln!("error: {}", errors.join("; "));
         return Ok(1);
     }
     Ok(0)

@@ -1,5 +1,6 @@
 //! Flow keys, hashing, bounded tables with timeouts.
 
+pub mod footprint;
 mod index;
 mod key;
 mod timed_table;

@@ -3,14 +3,18 @@
 //!
 //! The decision matches the BPF filter `ip and (tcp or udp) and (port P1 or port P2 …)`,
 //! VLAN tags aside: like tcpdump, later IP fragments carry no ports and do not match.
+//! Frames whose IPv4 header has a bad version or header length are dropped as
+//! `malformed` unless `malformed = "pass"`, which reads them as BPF does
+//! ([`super::malformed`]).
 
-use super::ipv4_switch::{ipv4_or_drop, Ipv4Learning};
+use super::ipv4_switch::Ipv4Learning;
+use super::malformed::{bpf_view, BpfView, Malformed};
 use super::nf::Stats;
 use super::nf::{Context, Nf, Profile, StateScope};
 use super::params::{ParamDoc, ParamError, Params};
-use crate::packet::bytes::be32;
+use crate::packet::bytes::{be16, be32};
 use crate::packet::wire::{Ethernet, Ipv4, Tcp, Udp};
-use crate::packet::{Batch, Fields};
+use crate::packet::{Batch, Fields, L3Kind, Packet};
 
 /// How much of the packet is decoded before deciding (the thesis' partial vs full decode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +33,7 @@ pub struct Firewall {
     decode: Decode,
     /// Folded into stats so the full decode's work cannot be optimised away.
     full_sum: u64,
+    malformed: Malformed,
 }
 
 const NOT_IPV4: u8 = 0;
@@ -55,6 +60,7 @@ impl Firewall {
         },
         Ipv4Learning::PARAMS[0],
         Ipv4Learning::PARAMS[1],
+        Malformed::DOC,
     ];
 
     pub fn new(ports: &[u16], capacity: usize, timeout_ns: u64) -> Firewall {
@@ -91,7 +97,14 @@ impl Firewall {
             learn: Ipv4Learning::new(capacity, timeout_ns),
             decode: Decode::Partial,
             full_sum: 0,
+            malformed: Malformed::Drop,
         }
+    }
+
+    /// Sets what frames with an inconsistent IPv4 header get (see [`Malformed`]).
+    pub fn with_malformed(mut self, m: Malformed) -> Firewall {
+        self.malformed = m;
+        self
     }
 
     pub fn with_decode(mut self, d: Decode) -> Firewall {
@@ -109,9 +122,39 @@ impl Firewall {
             }
         };
         let learn = Ipv4Learning::from_params(p)?;
-        let mut f = Firewall::new(&ports, 1, 0).with_decode(decode);
+        let malformed = Malformed::from_params(p)?;
+        let mut f = Firewall::new(&ports, 1, 0)
+            .with_decode(decode)
+            .with_malformed(malformed);
         f.learn = learn;
         Ok(f)
+    }
+
+    /// A frame with an inconsistent IPv4 header: dropped as `malformed`, or under
+    /// `malformed = "pass"` read where BPF reads it (offsets, protocol, later fragment;
+    /// ports at `4 × IHL`). None when the packet was dropped.
+    #[inline(never)]
+    fn bpf_ipv4(&self, p: &mut Packet) -> Option<(usize, usize, u8, bool)> {
+        let l = p.layers();
+        let view = match self.malformed {
+            Malformed::Pass => bpf_view(p.meta().link, &l, p.data()),
+            Malformed::Drop => None,
+        };
+        match view {
+            Some(BpfView::V4(o)) => {
+                let d = p.data();
+                let o4 = o + usize::from(d[o] & 0x0f) * 4;
+                Some((o, o4, d[o + 9], be16(d, o + 6) & 0x1fff != 0))
+            }
+            Some(_) => {
+                p.drop_with(NOT_IPV4);
+                None
+            }
+            None => {
+                p.drop_with(MALFORMED);
+                None
+            }
+        }
     }
 
     #[inline]
@@ -177,6 +220,10 @@ fn full_decode(d: &[u8]) -> u64 {
 }
 
 impl Nf for Firewall {
+    fn memory(&self) -> usize {
+        self.learn.memory() + std::mem::size_of_val(&*self.allowed)
+    }
+
     fn profile(&self) -> &Profile {
         &self.profile
     }
@@ -188,25 +235,39 @@ impl Nf for Firewall {
     #[inline]
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
         for p in batch {
-            let Some(l) = ipv4_or_drop(p, NOT_IPV4, MALFORMED) else {
-                continue;
+            let l = p.layers();
+            // IPv4 offsets, protocol and whether it is a later fragment.
+            let (o3, o4, proto, later) = match l.l3 {
+                L3Kind::Ipv4 => (
+                    l.l3_off as usize,
+                    l.l4_off as usize,
+                    l.l4_proto,
+                    l.is_later_fragment(),
+                ),
+                L3Kind::Malformed => match self.bpf_ipv4(p) {
+                    Some(v) => v,
+                    None => continue,
+                },
+                _ => {
+                    p.drop_with(NOT_IPV4);
+                    continue;
+                }
             };
-            if l.l4_proto != 6 && l.l4_proto != 17 {
+            if proto != 6 && proto != 17 {
                 p.drop_with(NOT_TCP_UDP);
                 continue;
             }
-            if l.is_later_fragment() {
+            if later {
                 p.drop_with(FRAGMENT);
                 continue;
             }
             let (m, d) = p.split_mut();
-            let (o3, o4) = (l.l3_off as usize, l.l4_off as usize);
             // The ports are all the rule needs, as for BPF: a cut-short header past them is fine.
             if d.len() < o4 + 4 {
                 p.drop_with(TRUNCATED);
                 continue;
             }
-            if self.decode == Decode::Full && l.has_ethernet() {
+            if self.decode == Decode::Full && l.has_ethernet() && l.l3 == L3Kind::Ipv4 {
                 self.full_sum = self.full_sum.wrapping_add(full_decode(d));
             }
             let sport = u16::from_be_bytes([d[o4], d[o4 + 1]]);

@@ -150,40 +150,47 @@ enum Format {
     Csv,
 }
 
-/// The records file, opened on first use so `catena check` never creates it.
+/// The records file: opened by the runtime before the first packet
+/// ([`Nf::open_outputs`]), so `catena check` never creates it and a path that cannot be
+/// written stops the run before any work; opened on first use outside a run.
 struct Sink {
     path: PathBuf,
     format: Format,
     w: Option<BufWriter<File>>,
-    /// Set on the first error; later records are counted as lost, not retried.
-    failed: bool,
+    /// The first error; later records are counted as lost, not retried, and the run
+    /// exits non-zero after its summary.
+    failed: Option<String>,
 }
 
 impl Sink {
+    fn open(&mut self) -> std::io::Result<()> {
+        if self.w.is_none() {
+            let mut w = BufWriter::with_capacity(1 << 20, File::create(&self.path)?);
+            if self.format == Format::Csv {
+                writeln!(w, "{}", FlowRecord::CSV_HEADER)?;
+            }
+            self.w = Some(w);
+        }
+        Ok(())
+    }
+
     fn write(&mut self, r: &FlowRecord) -> bool {
-        if self.failed {
+        if self.failed.is_some() {
             return false;
         }
-        let res = (|| {
-            if self.w.is_none() {
-                let mut w = BufWriter::with_capacity(1 << 20, File::create(&self.path)?);
-                if self.format == Format::Csv {
-                    writeln!(w, "{}", FlowRecord::CSV_HEADER)?;
-                }
-                self.w = Some(w);
-            }
-            let w = self.w.as_mut().expect("opened above");
-            match self.format {
-                Format::Json => r.write_json(w),
-                Format::Csv => r.write_csv(w),
-            }
-        })();
+        let res = self
+            .open()
+            .and_then(|()| match (self.w.as_mut(), self.format) {
+                (Some(w), Format::Json) => r.write_json(w),
+                (Some(w), Format::Csv) => r.write_csv(w),
+                (None, _) => Ok(()),
+            });
         self.check(res)
     }
 
     fn flush(&mut self) -> bool {
         let res = match self.w.as_mut() {
-            Some(w) if !self.failed => w.flush(),
+            Some(w) if self.failed.is_none() => w.flush(),
             _ => Ok(()),
         };
         self.check(res)
@@ -191,10 +198,7 @@ impl Sink {
 
     fn check(&mut self, res: std::io::Result<()>) -> bool {
         if let Err(e) = res {
-            // Once per run: the NF interface has no error path, and records must not be
-            // lost silently.
-            eprintln!("flow_monitor: {}: {e}", self.path.display());
-            self.failed = true;
+            self.failed = Some(format!("records `{}`: {e}", self.path.display()));
             self.w = None;
             return false;
         }
@@ -252,7 +256,7 @@ impl FlowMonitor {
             name: "capacity",
             ty: "integer",
             default: "65536",
-            doc: "most flows tracked at once; packets of new flows beyond it are counted, not tracked",
+            doc: "most flows tracked at once (1..=67,108,864); packets of new flows beyond it are counted, not tracked",
         },
     ];
 
@@ -305,7 +309,7 @@ impl FlowMonitor {
             path,
             format: if csv { Format::Csv } else { Format::Json },
             w: None,
-            failed: false,
+            failed: None,
         });
         self
     }
@@ -483,6 +487,15 @@ fn fresh(dir: usize, flags: u16, now: u64, len: u64) -> FlowStats {
 }
 
 impl Nf for FlowMonitor {
+    /// The flow table, the list a final export drains it into, and the writer's buffer.
+    fn memory(&self) -> usize {
+        use crate::flow::footprint::{hash_table_bytes, vec_bytes};
+        type Flow = (WideKey, FlowStats);
+        hash_table_bytes::<Flow>(self.capacity)
+            + vec_bytes::<Flow>(self.capacity)
+            + if self.sink.is_some() { 1 << 20 } else { 0 }
+    }
+
     fn profile(&self) -> &Profile {
         &self.profile
     }
@@ -568,6 +581,20 @@ impl Nf for FlowMonitor {
         if let Some(s) = self.sink.as_mut() {
             s.flush();
         }
+    }
+
+    fn open_outputs(&mut self) -> Result<(), String> {
+        match self.sink.as_mut() {
+            Some(s) => s
+                .open()
+                .map_err(|e| format!("records `{}`: {e}", s.path.display())),
+            None => Ok(()),
+        }
+    }
+
+    fn output_error(&self) -> Option<String> {
+        let e = self.sink.as_ref()?.failed.as_ref()?;
+        Some(format!("{e}: the records file is incomplete"))
     }
 
     fn stats(&self) -> Stats {

@@ -11,7 +11,12 @@
 //!   or flags, so `port 80` never matches them and `not port 80` always does.
 //! - `host`/`net` test IP addresses only (tcpdump's bare `host` also tests ARP).
 //! - 802.1Q/802.1ad tags are looked through, as the firewall does.
-//! - Frames too short for their L2/IP header are dropped as `malformed` whatever the rules.
+//! - Frames too short for their L2/IP header are dropped as `malformed` whatever the rules;
+//!   so, by default, are frames whose IP header has a bad version or header length
+//!   (`malformed = "pass"` classifies those as BPF reads them: [`super::malformed`]).
+//! - `ip frag` / `ip unfrag` (Click's) and tcpdump's `ip[6:2] & 0x1fff != 0` (later
+//!   fragment) and `ip[6:2] & 0x3fff != 0` (any fragment), or `= 0`, test IPv4
+//!   fragmentation; FastPath's key holds the fragment layout, so they consolidate.
 //!   A transport header cut short by the snap length has no ports/type/flags (BPF would
 //!   reject the whole packet as soon as a rule reads past the end). An IPv6 packet whose
 //!   first header is a fragment header has the fragment's next header as protocol, so
@@ -25,11 +30,12 @@
 //! straight from its bytes and its bucket prefetched, then the buckets are read.
 
 use super::acl::cache::{
-    KeyMask, DPORT_SHIFT, FLAGS_SHIFT, MARK, PROTO_SHIFT, P_DPORT, P_DST4, P_FLAGS, P_ICMP,
-    P_SPORT, P_SRC4, X_SHIFT,
+    KeyMask, DPORT_SHIFT, FLAGS_SHIFT, FRAG_SHIFT, MARK, PROTO_SHIFT, P_DPORT, P_DST4, P_FLAGS,
+    P_FRAG, P_ICMP, P_SPORT, P_SRC4, X_SHIFT,
 };
-use super::acl::rule::{Field, NOT_IP};
+use super::acl::rule::{Field, FRAG_FIRST, FRAG_LATER, FRAG_NONE, NOT_IP};
 use super::acl::{parse_rules, Action, Classifier, Key, Rule, VerdictCache};
+use super::malformed::{bpf_view, BpfView, Malformed};
 use super::nf::Stats;
 use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
@@ -55,6 +61,8 @@ pub struct IpFilter {
     mask: KeyMask,
     /// Hit counter index per packed key.
     cache: VerdictCache,
+    /// What frames with an inconsistent IP header get.
+    malformed: Malformed,
 }
 
 impl IpFilter {
@@ -63,13 +71,13 @@ impl IpFilter {
             name: "rules",
             ty: "list of strings",
             default: "[]",
-            doc: "rules in order, e.g. [\"allow tcp dst port 80 or 443\", \"deny src net 10.0.0.0/8\"]",
+            doc: "rules in order, e.g. [\"allow tcp dst port 80 or 443\", \"deny src net 10.0.0.0/8\"]; primitives: ip, ip6, tcp, udp, sctp, icmp, icmp6, [ip|ip6] proto N|NAME (`\\udp` too), [src|dst] host|net|port|portrange, icmp[6] type T, tcp flags F, ip frag|unfrag, ip[6:2] & 0x1fff|0x3fff !=|= 0; and/not/or between values of one field",
         },
         ParamDoc {
             name: "rules_file",
             ty: "path",
             default: "-",
-            doc: "a file of rules, one per line, `#` comments (path relative to the chain file's folder); follows `rules`",
+            doc: "a file of rules, one per line, `#` comments (path relative to the chain file's folder); follows `rules`; at most 100,000 rules in all",
         },
         ParamDoc {
             name: "default",
@@ -77,6 +85,7 @@ impl IpFilter {
             default: "\"deny\"",
             doc: "action when no rule matches",
         },
+        Malformed::DOC,
     ];
 
     pub fn new(rules: Vec<Rule>, default: Action) -> IpFilter {
@@ -107,6 +116,7 @@ impl IpFilter {
             hits: vec![0],
             reads_flags: false,
             cache: VerdictCache::new(crate::nfs::acl::cache::DEFAULT_BUCKETS),
+            malformed: Malformed::Drop,
         };
         f.set_rules(rules);
         f
@@ -128,6 +138,12 @@ impl IpFilter {
         self.mask = KeyMask::new(&classifier);
         self.classifier = classifier;
         self.cache.clear();
+    }
+
+    /// Sets what frames with an inconsistent IP header get (see [`Malformed`]).
+    pub fn with_malformed(mut self, m: Malformed) -> IpFilter {
+        self.malformed = m;
+        self
     }
 
     pub fn rules(&self) -> &[Rule] {
@@ -155,7 +171,15 @@ impl IpFilter {
             })?;
             rules.extend(more);
         }
-        Ok(IpFilter::new(rules, default))
+        if rules.len() > super::acl::MAX_RULES {
+            return Err(p.err(format!(
+                "{} rules is more than the {} one filter may hold",
+                rules.len(),
+                super::acl::MAX_RULES
+            )));
+        }
+        let malformed = Malformed::from_params(p)?;
+        Ok(IpFilter::new(rules, default).with_malformed(malformed))
     }
 
     /// Hits of each rule so far, then the default action's.
@@ -171,6 +195,18 @@ impl IpFilter {
     fn classify(&self, p: &mut Packet) -> usize {
         let found = packet_key(p).and_then(|k| self.classifier.classify(&k));
         found.map_or(self.rules.len(), |i| i as usize)
+    }
+
+    /// The hit counter index of a frame with an inconsistent IP header under
+    /// `malformed = "pass"`, or None to drop it as `malformed`.
+    #[inline(never)]
+    fn classify_malformed(&self, p: &mut Packet) -> Option<usize> {
+        if self.malformed != Malformed::Pass {
+            return None;
+        }
+        let k = bpf_key(p)?;
+        let found = self.classifier.classify(&k);
+        Some(found.map_or(self.rules.len(), |i| i as usize))
     }
 
     /// The token is the index of the hit counter the packet bumped. IPv6 extension
@@ -198,39 +234,97 @@ fn be128(d: &[u8], o: usize) -> u128 {
 pub fn packet_key(p: &mut Packet) -> Option<Key> {
     let l = p.layers();
     let d = p.data();
-    let mut k = Key {
-        proto: NOT_IP as u16,
-        ..Key::default()
-    };
     let o = l.l3_off as usize;
     match l.l3 {
-        L3Kind::Ipv4 => {
-            // Layers guarantees the 20-byte header.
-            let proto = d[o + 9];
-            k.proto = proto as u16;
-            k.src4 = Some(be32(d, o + 12));
-            k.dst4 = Some(be32(d, o + 16));
-            if !l.is_later_fragment() {
-                let t = l.l4_off as usize;
-                transport(&mut k, d, t, proto, 0);
-            }
-        }
-        L3Kind::Ipv6 => {
-            let nxt = d[o + 6];
-            let proto = if nxt == 44 {
-                d.get(o + 40).copied().unwrap_or(nxt)
-            } else {
-                nxt
-            };
-            k.proto = 256 + proto as u16;
-            k.src6 = Some(be128(d, o + 8));
-            k.dst6 = Some(be128(d, o + 24));
-            transport(&mut k, d, o + 40, nxt, 256);
-        }
-        L3Kind::Malformed | L3Kind::Unparsed => return None,
-        L3Kind::Arp | L3Kind::Other => {}
+        // Layers guarantees the 20-byte header.
+        L3Kind::Ipv4 => Some(v4_fields(
+            d,
+            o,
+            (!l.is_later_fragment()).then_some(l.l4_off),
+        )),
+        L3Kind::Ipv6 => Some(v6_fields(d, o)),
+        L3Kind::Malformed | L3Kind::Unparsed => None,
+        L3Kind::Arp | L3Kind::Other => Some(NOT_IP_KEY),
     }
-    Some(k)
+}
+
+const NOT_IP_KEY: Key = Key {
+    proto: NOT_IP as u16,
+    src4: None,
+    dst4: None,
+    src6: None,
+    dst6: None,
+    sport: None,
+    dport: None,
+    icmp: None,
+    flags: None,
+    frag: None,
+};
+
+/// The key BPF reads from a frame with an inconsistent IP header (bad version, header
+/// length below 5 words or past the end): fixed offsets, ports at `4 × IHL`. None when
+/// too short for the fixed IP header.
+pub fn bpf_key(p: &mut Packet) -> Option<Key> {
+    let l = p.layers();
+    let d = p.data();
+    Some(match bpf_view(p.meta().link, &l, d)? {
+        BpfView::V4(o) => {
+            let later = be16(d, o + 6) & 0x1fff != 0;
+            let t = o + usize::from(d[o] & 0x0f) * 4;
+            v4_fields(d, o, (!later).then_some(t as u16))
+        }
+        BpfView::V6(o) => v6_fields(d, o),
+        BpfView::NotIp => NOT_IP_KEY,
+    })
+}
+
+/// IPv4 fragmentation as [`Field::Frag`] counts it, from the flags-and-offset word.
+#[inline]
+fn frag_class(word: u16) -> u8 {
+    if word & 0x1fff != 0 {
+        FRAG_LATER as u8
+    } else if word & 0x2000 != 0 {
+        FRAG_FIRST as u8
+    } else {
+        FRAG_NONE as u8
+    }
+}
+
+/// The key of an IPv4 header at `o` (20 bytes present) with its transport header at `t`
+/// (none for a later fragment).
+#[inline]
+fn v4_fields(d: &[u8], o: usize, t: Option<u16>) -> Key {
+    let proto = d[o + 9];
+    let mut k = Key {
+        proto: proto as u16,
+        src4: Some(be32(d, o + 12)),
+        dst4: Some(be32(d, o + 16)),
+        frag: Some(frag_class(be16(d, o + 6))),
+        ..NOT_IP_KEY
+    };
+    if let Some(t) = t {
+        transport(&mut k, d, t as usize, proto, 0);
+    }
+    k
+}
+
+/// The key of an IPv6 header at `o` (40 bytes present).
+#[inline]
+fn v6_fields(d: &[u8], o: usize) -> Key {
+    let nxt = d[o + 6];
+    let proto = if nxt == 44 {
+        d.get(o + 40).copied().unwrap_or(nxt)
+    } else {
+        nxt
+    };
+    let mut k = Key {
+        proto: 256 + proto as u16,
+        src6: Some(be128(d, o + 8)),
+        dst6: Some(be128(d, o + 24)),
+        ..NOT_IP_KEY
+    };
+    transport(&mut k, d, o + 40, nxt, 256);
+    k
 }
 
 /// Ports, ICMP type and TCP flags of the transport header at `t` (protocol `proto`).
@@ -319,7 +413,9 @@ fn v4_key(m: &KeyMask, h: &[u8; 20], d: &[u8], t: Option<usize>) -> Packed {
     let proto = h[9];
     // Source then destination address.
     let a = u64::from_be_bytes([h[12], h[13], h[14], h[15], h[16], h[17], h[18], h[19]]);
-    let mut b = MARK | P_SRC4 | P_DST4 | u64::from(proto) << PROTO_SHIFT;
+    let frag = u64::from(frag_class(u16::from_be_bytes([h[6], h[7]])));
+    let mut b = MARK | P_SRC4 | P_DST4 | P_FRAG | u64::from(proto) << PROTO_SHIFT;
+    b |= frag << FRAG_SHIFT;
     if let Some(t) = t {
         b |= transport_bits(m, d, t, proto, 0);
     }
@@ -384,10 +480,13 @@ impl Nf for IpFilter {
                         }
                     },
                     Packed::Uncached => self.classify(p),
-                    Packed::Malformed => {
-                        p.drop_with(MALFORMED);
-                        continue;
-                    }
+                    Packed::Malformed => match self.classify_malformed(p) {
+                        Some(h) => h,
+                        None => {
+                            p.drop_with(MALFORMED);
+                            continue;
+                        }
+                    },
                 };
                 if let Some(h) = self.hits.get_mut(hit) {
                     *h += 1;
@@ -417,6 +516,11 @@ impl Nf for IpFilter {
         let n = rules.len();
         self.set_rules(rules);
         Ok(format!("{n} rule(s)"))
+    }
+
+    /// The verdict cache and the classifier (a rule change builds one of similar size).
+    fn memory(&self) -> usize {
+        self.cache.memory() + self.classifier.memory()
     }
 
     /// The verdict depends only on fields in FastPath's flow key (addresses, protocol,

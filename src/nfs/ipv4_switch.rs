@@ -27,7 +27,7 @@ impl Ipv4Learning {
             name: "capacity",
             ty: "integer",
             default: "65536",
-            doc: "most addresses remembered; new ones beyond it are not learned (counted)",
+            doc: "most addresses remembered (1..=67,108,864); new ones beyond it are not learned (counted)",
         },
     ];
 
@@ -65,6 +65,11 @@ impl Ipv4Learning {
         let n = self.table.len();
         self.table.clear();
         n
+    }
+
+    /// Bytes of the address table at its capacity.
+    pub(crate) fn memory(&self) -> usize {
+        crate::flow::footprint::hash_table_bytes::<(u32, u16, u64)>(self.table.capacity())
     }
 
     pub(crate) fn stats(&self) -> Stats {
@@ -134,6 +139,10 @@ impl Ipv4Switch {
 }
 
 impl Nf for Ipv4Switch {
+    fn memory(&self) -> usize {
+        self.learn.memory()
+    }
+
     fn profile(&self) -> &Profile {
         &self.profile
     }

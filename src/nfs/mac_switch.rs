@@ -40,7 +40,7 @@ impl MacSwitch {
             name: "capacity",
             ty: "integer",
             default: "65536",
-            doc: "most MACs remembered; new ones beyond it are not learned (counted)",
+            doc: "most MACs remembered (1..=67,108,864); new ones beyond it are not learned (counted)",
         },
     ];
 
@@ -69,6 +69,10 @@ impl MacSwitch {
 }
 
 impl Nf for MacSwitch {
+    fn memory(&self) -> usize {
+        crate::flow::footprint::hash_table_bytes::<(u64, u16, u64)>(self.table.capacity())
+    }
+
     fn profile(&self) -> &Profile {
         &self.profile
     }

@@ -260,13 +260,13 @@ impl Maglev {
             name: "table_size",
             ty: "prime integer",
             default: "65537",
-            doc: "lookup table slots M; should be well above 100 x backends",
+            doc: "lookup table slots M, a prime up to 16,777,213; should be well above 100 x backends",
         },
         ParamDoc {
             name: "capacity",
             ty: "integer",
             default: "65536",
-            doc: "most tracked connections; new ones beyond it are hashed but not tracked (counted)",
+            doc: "most tracked connections (1..=67,108,864); new ones beyond it are hashed but not tracked (counted)",
         },
         ParamDoc {
             name: "timeout",
@@ -897,6 +897,15 @@ fn parse_backends(p: &mut Params) -> Result<Vec<Backend>, ParamError> {
 }
 
 impl Nf for Maglev {
+    /// The lookup table, the backends and the connection table at its capacity.
+    fn memory(&self) -> usize {
+        use crate::flow::footprint::{index_bytes, vec_bytes};
+        vec_bytes::<u16>(self.m)
+            + vec_bytes::<Live>(MAX_BACKENDS.min(self.m))
+            + index_bytes(self.conns.capacity)
+            + vec_bytes::<Conn>(self.conns.capacity)
+    }
+
     fn profile(&self) -> &Profile {
         &self.profile
     }

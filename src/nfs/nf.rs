@@ -111,6 +111,19 @@ pub trait Nf: Send {
         Ok(())
     }
 
+    /// Opens the NF's output files (flow records, alerts). The runtime calls it before
+    /// the first packet, so a path that cannot be written (a folder, a missing folder)
+    /// stops the run before any work instead of losing what it would have written.
+    fn open_outputs(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The first write to an output file that failed (the output is incomplete), asked
+    /// after [`finish`](Nf::finish): the run then prints its summary and exits non-zero.
+    fn output_error(&self) -> Option<String> {
+        None
+    }
+
     /// Whether FastPath may skip this NF on later packets of a flow; see [`FastRole`].
     /// NFs that return `Consolidate` answer [`crate::packet::FastMark::Want`] in
     /// `process` with a token or a refusal, and implement `fast_valid`/`fast_state`.
@@ -165,6 +178,13 @@ pub trait Nf: Send {
     /// [`fast_counts`](Nf::fast_counts)).
     fn fast_count(&mut self, token: u64, packets: u64) {
         let _ = (token, packets);
+    }
+
+    /// Bytes the NF's tables and buffers take at their configured bounds (the most it
+    /// holds, not what it holds now). `catena check` prints the chain's sum and
+    /// `--max-memory` refuses a chain above it. NFs without tables keep the default.
+    fn memory(&self) -> usize {
+        0
     }
 
     /// Counters of the NF's own (table sizes, learned entries, floods), for the summary.

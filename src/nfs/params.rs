@@ -60,6 +60,12 @@ impl<'a> Params<'a> {
         }
     }
 
+    /// The keys the chain file gives, for NFs whose parameters are declared at run time
+    /// (a pipeline program's `param`s).
+    pub fn keys(&self) -> impl Iterator<Item = &'a str> {
+        self.table.keys().map(|k| k.as_str())
+    }
+
     pub fn err(&self, msg: impl Into<String>) -> ParamError {
         ParamError {
             nf: self.nf.to_string(),
@@ -103,7 +109,9 @@ impl<'a> Params<'a> {
             }
         };
         if !(0.0..=1e9).contains(&s) {
-            return Err(self.err(format!("`{key}` = {s} seconds is out of range 0..=1e9")));
+            return Err(self.err(format!(
+                "`{key}` = {s} seconds is out of range 0..=1000000000"
+            )));
         }
         Ok((s * 1e9) as u64)
     }

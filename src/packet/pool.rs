@@ -13,6 +13,19 @@ impl Pool {
     /// `count` buffers that each hold a packet of up to `max_packet` bytes plus headroom.
     /// Buffer sizes come in three classes (2 KiB, 9 KiB jumbo, 64 KiB) so one pool serves
     /// traces with TSO-sized captures too.
+    /// Bytes `Pool::new(count, max_packet)` allocates (buffers with their metadata).
+    pub fn bytes(count: usize, max_packet: usize) -> usize {
+        let need = max_packet + HEADROOM;
+        let class = if need <= 2048 {
+            2048
+        } else if need <= 9216 + HEADROOM {
+            9216 + HEADROOM
+        } else {
+            65536 + HEADROOM
+        };
+        count.saturating_mul(class + std::mem::size_of::<Meta>() + std::mem::size_of::<Packet>())
+    }
+
     pub fn new(count: usize, max_packet: usize) -> Pool {
         let need = max_packet + HEADROOM;
         let make: fn() -> Packet = if need <= 2048 {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::config::{ChainConfig, ConfigError, DEFAULT_PORTS, DEFAULT_SEED};
+use super::limits;
 use crate::nfs::{registry, Nf, StateScope};
 use crate::optimise::fastpath::{self, FastConfig};
 
@@ -69,6 +70,24 @@ impl Chain {
         }];
         let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
         by_name.insert(INPUT.into(), 0);
+        if c.nfs.len() > limits::MAX_NFS {
+            return Err(c.invalid(format!(
+                "{} NFs is more than the {} a chain may have",
+                c.nfs.len(),
+                limits::MAX_NFS
+            )));
+        }
+        if c.sinks.len() > limits::MAX_SINKS {
+            return Err(c.invalid(format!(
+                "{} sinks is more than the {} a chain may have",
+                c.sinks.len(),
+                limits::MAX_SINKS
+            )));
+        }
+        // NFs reserve their tables when built: the sum is checked as they are, so a
+        // chain over the limit is refused before it has allocated much more than it.
+        let max_memory = c.max_memory.unwrap_or_else(limits::default_max_memory);
+        let mut nf_memory = 0u64;
         for t in &c.nfs {
             let name = str_key(c, t, "name", "each [[nf]] needs a `name`")?;
             let kind = str_key(c, t, "kind", &format!("nf `{name}` needs a `kind`"))?;
@@ -78,6 +97,14 @@ impl Chain {
             params.remove("kind");
             let nf = registry::build_in(&name, &kind, &params, &c.dir)
                 .map_err(|e| c.invalid(e.to_string()))?;
+            nf_memory = nf_memory.saturating_add(nf.memory() as u64);
+            if nf_memory > max_memory {
+                return Err(c.invalid(format!(
+                    "nf `{name}`: the NFs so far need {}, above the limit of {}: lower their sizes or raise --max-memory",
+                    limits::human(nf_memory),
+                    limits::human(max_memory)
+                )));
+            }
             let prof = nf.profile();
             by_name.insert(name.clone(), nodes.len());
             nodes.push(Node {
@@ -190,8 +217,11 @@ impl Chain {
         }
         let mut fp = FastConfig::default();
         if let Some(n) = c.fastpath_entries {
-            if n == 0 {
-                return Err(c.invalid("`fastpath_entries` must be at least 1"));
+            if n == 0 || n > limits::MAX_FASTPATH_ENTRIES {
+                return Err(c.invalid(format!(
+                    "`fastpath_entries` = {n} is out of range 1..={}",
+                    limits::MAX_FASTPATH_ENTRIES
+                )));
             }
             fp.entries = n as usize;
         }

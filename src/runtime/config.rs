@@ -31,7 +31,7 @@ pub struct ChainConfig {
     pub edges: Option<Vec<String>>,
     /// Header-action consolidation (FastPath): `fastpath = true`.
     pub fastpath: Option<bool>,
-    /// Most FastPath entries (default 16384).
+    /// Most FastPath entries (default 16384, at most 4,194,304).
     pub fastpath_entries: Option<u32>,
     /// Idle seconds (capture time) after which a FastPath entry ends; 0 = never (default 60).
     pub fastpath_timeout: Option<u32>,
@@ -55,6 +55,10 @@ pub struct ChainConfig {
     /// Where the file was read from: relative paths in it are taken from its folder.
     #[serde(skip)]
     pub dir: PathBuf,
+    /// Ceiling on what the chain's NFs may allocate (`--max-memory`); None: the default,
+    /// half the machine's RAM ([`super::limits::default_max_memory`]).
+    #[serde(skip)]
+    pub max_memory: Option<u64>,
     #[serde(skip)]
     pub path: String,
 }

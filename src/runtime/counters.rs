@@ -91,6 +91,9 @@ pub struct Summary {
     pub sinks: Vec<SinkSummary>,
     /// An input error that ended reading early (the packets before it were processed).
     pub input_error: Option<String>,
+    /// Output files whose writing failed during the run (pcap sinks, flow records,
+    /// alerts): the run exits non-zero after its summary.
+    pub output_errors: Vec<String>,
     /// FastPath counters, when it was on.
     pub fastpath: Option<FastStats>,
     /// Per worker, when the chain ran sharded (`workers` > 1); the fields above are the

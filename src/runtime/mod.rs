@@ -9,6 +9,7 @@ pub mod control;
 mod counters;
 mod fastpath_host;
 mod ingest;
+pub mod limits;
 mod profile_check;
 pub mod shard;
 mod sink;

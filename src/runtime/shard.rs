@@ -356,6 +356,7 @@ fn sum(parts: Vec<(Summary, Option<usize>)>, seconds: f64) -> Summary {
         if s.input_error.is_none() {
             s.input_error = p.input_error;
         }
+        s.output_errors.extend(p.output_errors);
     }
     let secs = seconds.max(1e-9);
     s.seconds = seconds;

@@ -78,32 +78,30 @@ impl Walk {
 }
 
 impl SinkState {
-    /// Flushes and closes the file; the summary of sink `name` with counters `c`, or the
-    /// first write error naming the file.
-    pub fn close(self, name: &str, c: &NodeCounters) -> anyhow::Result<SinkSummary> {
-        let shown = || {
-            self.path
-                .as_ref()
-                .map_or(String::new(), |p| p.display().to_string())
+    /// Flushes and closes the file: the summary of sink `name` with counters `c`, and
+    /// the first write error naming the file (the run reports it after its summary and
+    /// exits non-zero).
+    pub fn close(self, name: &str, c: &NodeCounters) -> (SinkSummary, Option<String>) {
+        let shown = self
+            .path
+            .as_ref()
+            .map_or(String::new(), |p| p.display().to_string());
+        let finished = self.writer.map(|w| w.finish().map(drop));
+        let error = match (self.write_error, finished) {
+            (Some(e), _) => Some(format!("{shown}: writing failed: {e}")),
+            (None, Some(Err(e))) => Some(format!("{shown}: writing failed: {e}")),
+            _ => None,
         };
-        if let Some(w) = self.writer {
-            w.finish()
-                .map_err(|e| anyhow::anyhow!("{}: writing failed: {e}", shown()))?;
-        }
-        if let Some(mut q) = self.seqs {
-            q.flush()
-                .map_err(|e| anyhow::anyhow!("{}.seq: writing failed: {e}", shown()))?;
-        }
-        if let Some(e) = &self.write_error {
-            anyhow::bail!("{}: writing failed: {e}", shown());
-        }
-        Ok(SinkSummary {
+        let seq_error = self.seqs.and_then(|mut q| q.flush().err());
+        let error = error.or(seq_error.map(|e| format!("{shown}.seq: writing failed: {e}")));
+        let s = SinkSummary {
             name: name.to_string(),
             packets: c.packets_in,
             bytes: c.bytes_in,
             flooded: self.flooded,
             path: self.path.map(|p| p.display().to_string()),
-        })
+        };
+        (s, error)
     }
 }
 

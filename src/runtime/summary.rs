@@ -23,6 +23,8 @@ impl Walk {
         let mut dropped = 0u64;
         let mut out = 0u64;
         let mut bytes_out = 0u64;
+        // Output lost after the run started: reported after the summary, exit non-zero.
+        let mut output_errors = Vec::new();
         for (i, node) in nodes.iter().enumerate() {
             let c = &self.counters[i];
             dropped += c.packets_dropped();
@@ -45,6 +47,9 @@ impl Walk {
                             c.packets_dropped()
                         );
                     }
+                    if let Some(e) = nf.output_error() {
+                        output_errors.push(format!("nf `{}`: {e}", node.name));
+                    }
                     nfs.push(NfSummary {
                         name: node.name.clone(),
                         kind: kind.clone(),
@@ -66,7 +71,9 @@ impl Walk {
                     };
                     out += c.packets_in;
                     bytes_out += c.bytes_in;
-                    sinks.push(s.close(&node.name, c)?);
+                    let (s, error) = s.close(&node.name, c);
+                    sinks.push(s);
+                    output_errors.extend(error);
                 }
             }
         }
@@ -107,6 +114,7 @@ impl Walk {
                 .collect(),
             sinks,
             input_error: trace.error().map(|e| e.to_string()),
+            output_errors,
             fastpath,
             workers: Vec::new(),
         })

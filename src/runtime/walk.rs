@@ -7,7 +7,7 @@ use super::counters::NodeCounters;
 use super::profile_check::Snapshot;
 use super::sink::{to_sink, SinkState};
 use crate::nfs::{Context, Nf};
-use crate::optimise::fastpath::{FastPath, Recorder};
+use crate::optimise::fastpath::FastPath;
 use crate::packet::{Batch, LinkKind, Pool, Verdict, MAX_BATCH};
 
 /// One instance of the chain with everything a walk touches: the NFs, their queues,
@@ -55,11 +55,10 @@ impl Walk {
             .map(|node| NodeCounters::new(node.outputs.len(), node.drop_reasons.len()))
             .collect();
         let ports = chain.ports as usize;
-        // Run to completion holds at most one batch per edge in flight; FastPath keeps a
-        // copy of each packet it records.
-        let copies = if recording { Recorder::BUFFERS } else { 0 };
+        // Run to completion holds one chunk in flight (packets never multiply); FastPath
+        // keeps a copy of each packet it records.
         Walk {
-            pool: Pool::new(MAX_BATCH * (n + 2) * 2 + copies, max_packet),
+            pool: Pool::new(super::limits::pool_buffers(recording), max_packet),
             inbox: (0..n).map(|_| Batch::with_capacity(cap)).collect(),
             spare: Batch::with_capacity(cap),
             counters,

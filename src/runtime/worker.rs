@@ -106,6 +106,14 @@ impl Runner {
         progress: &mut dyn Progress,
     ) -> anyhow::Result<()> {
         self.walk.open_sinks(trace, &opts.outputs)?;
+        // NFs' own files (flow records, alerts) too: a path that cannot be written is an
+        // error before the first packet.
+        for n in &mut self.walk.chain.nodes {
+            if let NodeKind::Nf { nf, .. } = &mut n.kind {
+                nf.open_outputs()
+                    .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
+            }
+        }
         self.walk.link = trace.link();
         let (bytes, recs) = trace.raw();
         let len = share.map_or(recs.len(), <[u32]>::len);

@@ -52,6 +52,17 @@ pub trait App: Send {
     /// The run's input ended (after the stack's last FlowEnd events).
     fn finish(&mut self) {}
 
+    /// Opens the app's output files before the first packet (see
+    /// [`crate::nfs::Nf::open_outputs`]).
+    fn open_outputs(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The first failed write to an output file, asked after [`App::finish`].
+    fn output_error(&self) -> Option<String> {
+        None
+    }
+
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }

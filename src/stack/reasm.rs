@@ -69,6 +69,12 @@ impl RingPool {
         self.free.push(r);
     }
 
+    /// Bytes of every ring the pool may lend (they are made on demand, up to `count`).
+    pub fn memory(&self) -> usize {
+        self.count
+            .saturating_mul(self.ring_bytes + std::mem::size_of::<Ooo>())
+    }
+
     pub fn ring_bytes(&self) -> usize {
         self.ring_bytes
     }

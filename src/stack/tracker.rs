@@ -137,6 +137,17 @@ impl Stack {
         }
     }
 
+    /// Bytes of the connection table and slots at the flow bound, and of every
+    /// out-of-order ring the stack may lend.
+    pub fn memory(&self) -> usize {
+        use crate::flow::footprint::{hash_table_bytes, vec_bytes};
+        let flows = self.conns.capacity();
+        hash_table_bytes::<(WideKey, FlowId)>(flows)
+            + vec_bytes::<Conn>(flows)
+            + 2 * vec_bytes::<FlowId>(flows)
+            + self.rings.memory()
+    }
+
     pub fn config(&self) -> &StackConfig {
         &self.cfg
     }

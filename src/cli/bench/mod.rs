@@ -44,6 +44,10 @@ pub struct Args {
     /// for profiling one case under callgrind. Default: every row.
     #[arg(long)]
     only: Vec<String>,
+    /// steve, steve-ops: also run the pipeline-language programs (examples/pipeline/*.stv)
+    /// beside the native NFs, in the same run.
+    #[arg(long)]
+    pipeline: bool,
     /// Rule file for `ids` (default: examples/ids/bench.rules).
     #[arg(long)]
     rules: Option<PathBuf>,

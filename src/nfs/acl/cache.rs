@@ -7,7 +7,8 @@
 //!
 //! The packed layout (`b`, high to low): a fill mark (so a zeroed slot is empty), six
 //! presence bits, protocol (10 bits), TCP flags (8), source port or ICMP type (16),
-//! destination port (16). `a` holds the IPv4 source and destination addresses.
+//! destination port (16), then in the low bits IPv4 fragmentation's presence (bit 2) and
+//! value (bits 0-1). `a` holds the IPv4 source and destination addresses.
 
 use std::hash::BuildHasher;
 
@@ -33,6 +34,8 @@ pub const FLAGS_SHIFT: u32 = 39;
 /// Source port or ICMP type: a packet has at most one of them.
 pub const X_SHIFT: u32 = 23;
 pub const DPORT_SHIFT: u32 = 7;
+pub const P_FRAG: u64 = 1 << 2;
+pub const FRAG_SHIFT: u32 = 0;
 
 /// The packed-key bits of the fields a classifier constrains: masking a packed key of
 /// every field gives the packed key of [`Classifier::relevant`], without building a
@@ -58,6 +61,7 @@ impl KeyMask {
                 | on(Field::Proto, 0x3ff << PROTO_SHIFT)
                 | on(Field::Flags, P_FLAGS | 0xff << FLAGS_SHIFT)
                 | on(Field::Dport, P_DPORT | 0xffff << DPORT_SHIFT)
+                | on(Field::Frag, P_FRAG | 0x3 << FRAG_SHIFT)
                 // Gated per packet by `sport` and `icmp`, presence bits included.
                 | P_SPORT
                 | P_ICMP
@@ -98,6 +102,11 @@ impl VerdictCache {
         }
     }
 
+    /// Bytes of the buckets.
+    pub fn memory(&self) -> usize {
+        std::mem::size_of_val(&*self.buckets)
+    }
+
     pub fn clear(&mut self) {
         self.buckets.fill(EMPTY);
     }
@@ -123,6 +132,8 @@ impl VerdictCache {
             | bit(k.dport.is_some(), P_DPORT)
             | bit(k.icmp.is_some(), P_ICMP)
             | bit(k.flags.is_some(), P_FLAGS)
+            | bit(k.frag.is_some(), P_FRAG)
+            | u64::from(k.frag.unwrap_or(0) & 0x3) << FRAG_SHIFT
             | u64::from(k.proto) << PROTO_SHIFT
             | u64::from(k.flags.unwrap_or(0)) << FLAGS_SHIFT
             | u64::from(x) << X_SHIFT

@@ -53,6 +53,7 @@ pub struct Classifier {
     proto: Option<Direct>,
     icmp: Option<Direct>,
     flags: Option<Direct>,
+    frag: Option<Direct>,
     sport: Option<Direct>,
     dport: Option<Direct>,
     src4: Option<Segments<u32>>,
@@ -74,6 +75,8 @@ pub struct Key {
     pub dport: Option<u16>,
     pub icmp: Option<u16>,
     pub flags: Option<u8>,
+    /// IPv4 fragmentation as in [`Field::Frag`]; None when not IPv4.
+    pub frag: Option<u8>,
 }
 
 impl Key {
@@ -88,6 +91,7 @@ impl Key {
             self.dport.map(u128::from),
             self.icmp.map(u128::from),
             self.flags.map(u128::from),
+            self.frag.map(u128::from),
         ]
     }
 }
@@ -139,6 +143,7 @@ impl Classifier {
             proto: None,
             icmp: None,
             flags: None,
+            frag: None,
             sport: None,
             dport: None,
             src4: None,
@@ -155,13 +160,19 @@ impl Classifier {
                 Field::Proto => 512,
                 Field::Icmp => 511,
                 Field::Flags => 255,
+                Field::Frag => 2,
                 Field::Sport | Field::Dport => 65535,
                 Field::Src4 | Field::Dst4 => u32::MAX as u128,
                 Field::Src6 | Field::Dst6 => u128::MAX,
             };
             let (starts, bms, absent) = b.segments(n, &cons, max);
             match f {
-                Field::Proto | Field::Icmp | Field::Flags | Field::Sport | Field::Dport => {
+                Field::Proto
+                | Field::Icmp
+                | Field::Flags
+                | Field::Frag
+                | Field::Sport
+                | Field::Dport => {
                     let mut table = vec![0u32; max as usize + 1];
                     for (k, &s) in starts.iter().enumerate() {
                         let end = starts.get(k + 1).map_or(max as usize + 1, |&e| e as usize);
@@ -172,6 +183,7 @@ impl Classifier {
                         Field::Proto => c.proto = d,
                         Field::Icmp => c.icmp = d,
                         Field::Flags => c.flags = d,
+                        Field::Frag => c.frag = d,
                         Field::Sport => c.sport = d,
                         _ => c.dport = d,
                     }
@@ -234,6 +246,7 @@ impl Classifier {
             dport: k.dport.filter(|_| on(Field::Dport)),
             icmp: k.icmp.filter(|_| on(Field::Icmp)),
             flags: k.flags.filter(|_| on(Field::Flags)),
+            frag: k.frag.filter(|_| on(Field::Frag)),
         }
     }
 
@@ -249,7 +262,42 @@ impl Classifier {
             Field::Dport => self.dport.is_some(),
             Field::Icmp => self.icmp.is_some(),
             Field::Flags => self.flags.is_some(),
+            Field::Frag => self.frag.is_some(),
         }
+    }
+
+    /// Bytes the classifier holds (bitmaps, lookup tables, segment lists).
+    pub fn memory(&self) -> usize {
+        use std::mem::size_of_val;
+        let direct = [
+            &self.proto,
+            &self.icmp,
+            &self.flags,
+            &self.frag,
+            &self.sport,
+            &self.dport,
+        ];
+        let d: usize = direct
+            .iter()
+            .flat_map(|d| d.iter())
+            .map(|d| size_of_val(&*d.table))
+            .sum();
+        let s4: usize = [&self.src4, &self.dst4]
+            .iter()
+            .flat_map(|s| s.iter())
+            .map(|s| {
+                size_of_val(&*s.starts)
+                    + size_of_val(&*s.bms)
+                    + size_of_val(&*s.l1)
+                    + size_of_val(&*s.l2)
+            })
+            .sum();
+        let s6: usize = [&self.src6, &self.dst6]
+            .iter()
+            .flat_map(|s| s.iter())
+            .map(|s| size_of_val(&*s.starts) + size_of_val(&*s.bms))
+            .sum();
+        size_of_val(&*self.pool) + size_of_val(&*self.entry_rule) + d + s4 + s6
     }
 
     /// Distinct bitmaps stored.
@@ -298,6 +346,9 @@ impl Classifier {
         }
         if let Some(d) = &self.flags {
             push(d.get(k.flags.map(u32::from)));
+        }
+        if let Some(d) = &self.frag {
+            push(d.get(k.frag.map(u32::from)));
         }
         let w = self.words;
         let mut sl: [&[u64]; FIELDS] = [&[]; FIELDS];

@@ -30,9 +30,18 @@ pub enum Field {
     Icmp = 7,
     /// The TCP flags byte.
     Flags = 8,
+    /// IPv4 fragmentation: [`FRAG_NONE`], [`FRAG_FIRST`] or [`FRAG_LATER`]; absent when
+    /// not IPv4 (as tcpdump's `ip[6:2]` fails on anything but IPv4).
+    Frag = 9,
 }
 
-pub const FIELDS: usize = 9;
+pub const FIELDS: usize = 10;
+/// Not a fragment: `ip[6:2] & 0x3fff = 0`.
+pub const FRAG_NONE: u128 = 0;
+/// A first fragment (more-fragments set, offset 0): it still has the transport header.
+pub const FRAG_FIRST: u128 = 1;
+/// A later fragment (offset not 0): `ip[6:2] & 0x1fff != 0`.
+pub const FRAG_LATER: u128 = 2;
 pub const NOT_IP: u128 = 512;
 pub const ALL_FIELDS: [Field; FIELDS] = [
     Field::Proto,
@@ -44,6 +53,7 @@ pub const ALL_FIELDS: [Field; FIELDS] = [
     Field::Dport,
     Field::Icmp,
     Field::Flags,
+    Field::Frag,
 ];
 
 /// A set of values (sorted, merged inclusive ranges), possibly negated. A positive atom
@@ -156,9 +166,15 @@ impl Rule {
 /// The most conjunctions one rule may expand into (two either-direction tests give 4).
 pub const MAX_VARIANTS: usize = 16;
 
+/// Words and parentheses. tcpdump escapes protocol names that are also keywords
+/// (`proto \udp`); the escape is taken off, since here a name means the same either way.
 fn tokenize(s: &str) -> Vec<String> {
     let mut out = Vec::new();
     for w in s.split_whitespace() {
+        let w = match w.strip_prefix('\\') {
+            Some(name) if PROTO_NAMES.iter().any(|(n, _)| name.starts_with(n)) => name,
+            _ => w,
+        };
         let mut cur = String::new();
         for c in w.chars() {
             if c == '(' || c == ')' {
@@ -227,6 +243,21 @@ const KEYWORDS: &[&str] = &[
     "dst",
     "type",
     "flags",
+    "frag",
+    "unfrag",
+];
+
+/// Protocol names (`proto NAME`, `ip proto NAME`), some of them keywords too.
+const PROTO_NAMES: &[(&str, u128)] = &[
+    ("icmp6", 58),
+    ("icmp", 1),
+    ("igmp", 2),
+    ("tcp", 6),
+    ("udp", 17),
+    ("gre", 47),
+    ("esp", 50),
+    ("ah", 51),
+    ("sctp", 132),
 ];
 
 impl Parser {
@@ -244,6 +275,36 @@ impl Parser {
             self.i += 1;
         }
         t
+    }
+
+    /// A protocol number or name, keywords like `udp` included (`proto udp`).
+    fn proto_value(&mut self) -> Result<u128, String> {
+        match self.next() {
+            Some(t) if !KEYWORDS.contains(&t) || PROTO_NAMES.iter().any(|(n, _)| *n == t) => {
+                proto_number(t)
+            }
+            Some(t) => Err(format!("expected a protocol, found `{t}`")),
+            None => Err("expected a protocol at the end of the rule".into()),
+        }
+    }
+
+    /// After a protocol: `or` and another protocol (number or name, not one that starts a
+    /// primitive of its own like `udp port 53`), or `or proto …`.
+    fn more_protos(&mut self) -> bool {
+        if !matches!(self.peek(), Some("or" | "||")) {
+            return false;
+        }
+        let named = matches!(self.peek_at(1), Some(t) if PROTO_NAMES.iter().any(|(n, _)| *n == t))
+            && !matches!(
+                self.peek_at(2),
+                Some("port" | "portrange" | "src" | "dst" | "type" | "flags")
+            );
+        if named {
+            self.i += 1;
+            self.listed = true;
+            return true;
+        }
+        self.more(&["proto"])
     }
 
     fn value(&mut self, what: &str) -> Result<String, String> {
@@ -363,9 +424,9 @@ impl Parser {
                 let v6 = w == "ip6";
                 let mut r = Vec::new();
                 loop {
-                    let p = proto_number(&self.value("a protocol")?)?;
+                    let p = self.proto_value()?;
                     r.push(if v6 { 256 + p } else { p });
-                    if !self.more(&["proto"]) {
+                    if !self.more_protos() {
                         break;
                     }
                 }
@@ -374,6 +435,16 @@ impl Parser {
                     r.into_iter().map(|p| (p, p)).collect(),
                 )]
             }
+            // Click's IPFilter primitives; tcpdump's forms are the `ip[6:2]` tests below.
+            "ip" if self.peek() == Some("frag") => {
+                self.i += 1;
+                vec![Prim::One(Field::Frag, vec![(FRAG_FIRST, FRAG_LATER)])]
+            }
+            "ip" if self.peek() == Some("unfrag") => {
+                self.i += 1;
+                vec![Prim::One(Field::Frag, vec![(FRAG_NONE, FRAG_NONE)])]
+            }
+            "ip[6:2]" => vec![Prim::One(Field::Frag, self.frag_test()?)],
             "ip" => vec![Prim::One(Field::Proto, vec![(0, 255)])],
             "ip6" => vec![Prim::One(Field::Proto, vec![(256, 511)])],
             "icmp" | "icmp6" if self.peek() == Some("type") => {
@@ -400,7 +471,7 @@ impl Parser {
                 loop {
                     match kw.as_str() {
                         "proto" => {
-                            let p = proto_number(&self.value("a protocol")?)?;
+                            let p = self.proto_value()?;
                             r.extend([p, 256 + p]);
                         }
                         "icmp" => r.push(1),
@@ -478,6 +549,36 @@ impl Parser {
                 }
                 return Err(format!("unknown keyword `{w}`"));
             }
+        })
+    }
+
+    /// tcpdump's fragment tests on the flags-and-offset word, after `ip[6:2]`:
+    /// `& 0x1fff != 0` (a later fragment), `& 0x3fff != 0` (any fragment), or `= 0` for
+    /// their complements among IPv4 packets.
+    fn frag_test(&mut self) -> Result<Vec<(u128, u128)>, String> {
+        const FORM: &str =
+            "`ip[6:2]` takes `& 0x1fff` or `& 0x3fff`, then `!= 0` or `= 0` (fragment tests)";
+        if self.next() != Some("&") {
+            return Err(FORM.into());
+        }
+        let later = match self.next() {
+            Some("0x1fff" | "8191") => true,
+            Some("0x3fff" | "16383") => false,
+            _ => return Err(FORM.into()),
+        };
+        let nonzero = match self.next() {
+            Some("!=" | ">") => true,
+            Some("=" | "==") => false,
+            _ => return Err(FORM.into()),
+        };
+        if self.next() != Some("0") {
+            return Err(FORM.into());
+        }
+        Ok(match (later, nonzero) {
+            (true, true) => vec![(FRAG_LATER, FRAG_LATER)],
+            (true, false) => vec![(FRAG_NONE, FRAG_FIRST)],
+            (false, true) => vec![(FRAG_FIRST, FRAG_LATER)],
+            (false, false) => vec![(FRAG_NONE, FRAG_NONE)],
         })
     }
 
@@ -614,18 +715,7 @@ fn port(s: &str) -> Result<u128, String> {
 }
 
 fn proto_number(s: &str) -> Result<u128, String> {
-    const NAMES: &[(&str, u128)] = &[
-        ("icmp", 1),
-        ("igmp", 2),
-        ("tcp", 6),
-        ("udp", 17),
-        ("gre", 47),
-        ("esp", 50),
-        ("ah", 51),
-        ("icmp6", 58),
-        ("sctp", 132),
-    ];
-    if let Some((_, p)) = NAMES.iter().find(|(n, _)| *n == s) {
+    if let Some((_, p)) = PROTO_NAMES.iter().find(|(n, _)| *n == s) {
         return Ok(*p);
     }
     number(s, 255, "protocol number")
@@ -713,37 +803,15 @@ fn tcp_flags(spec: &str) -> Result<Vec<(u128, u128)>, String> {
         .collect())
 }
 
-/// An address or `addr/len` as (family, first, last) in the family's field domain.
+/// An address or `addr/len` as (family, first, last) in the family's field domain, by
+/// the parser every NF shares ([`crate::nfs::prefix`]).
 fn prefix(s: &str, host: bool) -> Result<(u8, u128, u128), String> {
-    let (a, len) = match s.split_once('/') {
-        Some(_) if host => return Err(format!("`host {s}`: use `net` for a prefix")),
-        Some((a, l)) => (a, Some(l)),
-        None => (s, None),
-    };
-    let addr: IpAddr = a
-        .parse()
-        .map_err(|_| format!("`{a}` is not an IPv4 or IPv6 address"))?;
-    let (fam, bits, v) = match addr {
-        IpAddr::V4(x) => (4u8, 32u32, u32::from(x) as u128),
-        IpAddr::V6(x) => (6, 128, u128::from(x)),
-    };
-    let len = match len {
-        None => bits,
-        Some(l) => match l.parse::<u32>() {
-            Ok(n) if n <= bits => n,
-            _ => return Err(format!("bad prefix `{s}`: length must be 0..={bits}")),
-        },
-    };
-    let host_bits = bits - len;
-    let span: u128 = if host_bits >= 128 {
-        u128::MAX
-    } else {
-        (1u128 << host_bits) - 1
-    };
-    if v & span != 0 {
-        return Err(format!("bad prefix `{s}`: bits set past the /{len}"));
+    if host && s.contains('/') {
+        return Err(format!("`host {s}`: use `net` for a prefix"));
     }
-    Ok((fam, v, v | span))
+    let p = crate::nfs::prefix::Prefix::parse(s)?;
+    let (lo, hi) = p.range();
+    Ok((if p.addr.is_ipv4() { 4 } else { 6 }, lo, hi))
 }
 
 #[cfg(test)]

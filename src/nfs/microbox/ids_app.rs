@@ -37,6 +37,10 @@ pub struct IdsApp {
     alerts: Vec<Alert>,
     by_sid: BTreeMap<u32, u64>,
     out: Option<PathBuf>,
+    /// The alerts file, created before the first packet ([`App::open_outputs`]).
+    out_file: Option<std::fs::File>,
+    /// The first failure writing the alerts file.
+    out_error: Option<String>,
     rules_loaded: u64,
     rules_skipped: u64,
     data_events: u64,
@@ -112,6 +116,8 @@ impl IdsApp {
             alerts: Vec::with_capacity(64),
             by_sid: BTreeMap::new(),
             out,
+            out_file: None,
+            out_error: None,
             data_events: 0,
             inspected: 0,
             alerted: 0,
@@ -234,6 +240,15 @@ impl App for IdsApp {
         }
     }
 
+    fn open_outputs(&mut self) -> Result<(), String> {
+        if let Some(path) = &self.out {
+            let f = std::fs::File::create(path)
+                .map_err(|e| format!("ids: alerts `{}`: {e}", path.display()))?;
+            self.out_file = Some(f);
+        }
+        Ok(())
+    }
+
     fn finish(&mut self) {
         let Some(path) = &self.out else { return };
         let text: String = self
@@ -241,9 +256,21 @@ impl App for IdsApp {
             .iter()
             .map(|(s, n)| format!("{s} {n}\n"))
             .collect();
-        if let Err(e) = std::fs::write(path, text) {
-            eprintln!("error: ids: cannot write {}: {e}", path.display());
+        // Opened before the run; created here only when the app runs outside one.
+        let res = match self.out_file.take() {
+            Some(mut f) => {
+                use std::io::Write;
+                f.write_all(text.as_bytes())
+            }
+            None => std::fs::write(path, text),
+        };
+        if let Err(e) = res {
+            self.out_error = Some(format!("ids: alerts `{}`: {e}", path.display()));
         }
+    }
+
+    fn output_error(&self) -> Option<String> {
+        self.out_error.clone()
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {

@@ -120,7 +120,7 @@ impl Microbox {
             name: "flows",
             ty: "integer",
             default: "65536",
-            doc: "most connections tracked at once (new ones over it are counted, not tracked)",
+            doc: "most connections tracked at once (1..=16,777,216; new ones over it are counted, not tracked)",
         },
         ParamDoc {
             name: "timeout",
@@ -138,13 +138,13 @@ impl Microbox {
             name: "ring_bytes",
             ty: "integer",
             default: "65536",
-            doc: "out-of-order buffer per direction (power of two); beyond it the direction gives up",
+            doc: "out-of-order buffer per direction (power of two, 64..=16,777,216); beyond it the direction gives up",
         },
         ParamDoc {
             name: "rings",
             ty: "integer",
             default: "1024",
-            doc: "most out-of-order buffers lent out at once, over all flows (memory = rings x ring_bytes)",
+            doc: "most out-of-order buffers lent out at once, over all flows (0..=1,048,576; memory = rings x ring_bytes, within --max-memory)",
         },
     ];
 
@@ -362,6 +362,27 @@ impl Nf for Microbox {
                 a.finish();
             }
         }
+    }
+
+    /// Each stack's tables and rings (apps' own per-flow state is not counted).
+    fn memory(&self) -> usize {
+        self.units.iter().map(|u| u.stack.memory()).sum()
+    }
+
+    fn open_outputs(&mut self) -> Result<(), String> {
+        for u in &mut self.units {
+            for a in &mut u.apps {
+                a.open_outputs()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn output_error(&self) -> Option<String> {
+        self.units
+            .iter()
+            .flat_map(|u| u.apps.iter())
+            .find_map(|a| a.output_error())
     }
 
     fn stats(&self) -> crate::nfs::Stats {

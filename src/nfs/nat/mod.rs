@@ -345,7 +345,7 @@ impl Nat {
             name: "public",
             ty: "string of addresses",
             default: "\"198.51.100.1\"",
-            doc: "public addresses new flows are translated to (comma/space separated)",
+            doc: "public addresses new flows are translated to (comma/space separated; at most 4,194,304 (address, port) pairs with `ports`)",
         },
         ParamDoc {
             name: "ports",
@@ -381,7 +381,7 @@ impl Nat {
             name: "capacity",
             ty: "integer",
             default: "262144",
-            doc: "most live mappings; new flows beyond it are dropped (table-full)",
+            doc: "most live mappings (1..=16,777,216); new flows beyond it are dropped (table-full)",
         },
     ];
 
@@ -991,21 +991,20 @@ fn patch_l4(d: &mut [u8], at: usize, proto: u8, delta: u16) {
     }
 }
 
+/// Inside prefixes by the parser `ip_filter` uses too, so both refuse the same forms
+/// with the same message (e.g. `10.1.2.3/8`: bits set past the length).
 fn parse_prefixes(s: &str) -> Result<Vec<(Ipv4Addr, u8)>, String> {
     let v: Result<Vec<_>, String> = s
         .split([',', ' '])
         .filter(|t| !t.is_empty())
         .map(|t| {
-            let (a, len) = t.split_once('/').unwrap_or((t, "32"));
-            let a: Ipv4Addr = a
-                .parse()
-                .map_err(|_| format!("`{t}` is not an IPv4 prefix"))?;
-            let len: u8 = len
-                .parse()
-                .ok()
-                .filter(|l| *l <= 32)
-                .ok_or_else(|| format!("`{t}`: prefix length must be 0..=32"))?;
-            Ok((a, len))
+            let p = crate::nfs::prefix::Prefix::parse(t)?;
+            match p.addr {
+                std::net::IpAddr::V4(a) => Ok((a, p.len)),
+                std::net::IpAddr::V6(_) => Err(format!(
+                    "`{t}` is an IPv6 prefix; the NAT translates IPv4 only"
+                )),
+            }
         })
         .collect();
     let v = v?;
@@ -1231,6 +1230,17 @@ fn tag(h: u64) -> u32 {
 }
 
 impl Nf for Nat {
+    /// Both indexes, the mapping slab and its slot lists at capacity, and the port pools.
+    fn memory(&self) -> usize {
+        use crate::flow::footprint::{index_bytes, vec_bytes};
+        let cap = self.capacity;
+        let pairs: usize = self.pool.free.iter().map(|q| q.capacity()).sum();
+        2 * index_bytes(cap)
+            + vec_bytes::<Mapping>(cap)
+            + 2 * vec_bytes::<u32>(cap)
+            + vec_bytes::<u32>(pairs)
+    }
+
     fn profile(&self) -> &Profile {
         &self.profile
     }
@@ -1401,6 +1411,11 @@ mod tests {
         assert!(parse_prefixes("10.0.0.0/33").is_err());
         assert!(parse_prefixes("ten/8").is_err());
         assert!(parse_prefixes(" , ").is_err());
+        assert_eq!(
+            parse_prefixes("10.1.2.3/8").unwrap_err(),
+            "bad prefix `10.1.2.3/8`: bits set past the /8"
+        );
+        assert!(parse_prefixes("2001:db8::/32").is_err());
         assert_eq!(parse_addrs("1.2.3.4,5.6.7.8").unwrap().len(), 2);
         assert!(parse_addrs("1.2.3").is_err());
         assert_eq!(parse_range("1024-65535"), Ok((1024, 65535)));

@@ -339,6 +339,15 @@ impl Table {
         self.sets * WAYS
     }
 
+    /// Bytes a table made with `Table::new(capacity, _)` allocates.
+    pub fn bytes(capacity: usize) -> usize {
+        let sets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
+        let per_way = std::mem::size_of::<Hot>()
+            + std::mem::size_of::<ActionsLine>()
+            + std::mem::size_of::<Keys>();
+        sets * std::mem::size_of::<Tags>() + sets * WAYS * per_way
+    }
+
     pub fn len(&self) -> usize {
         self.live
     }

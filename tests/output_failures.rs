@@ -1,0 +1,118 @@
+//! Output that cannot be written never ends in exit 0 (issue 14, point 8): an output
+//! (pcap sink, flow records, IDS alerts) that cannot be opened — a folder, a missing
+//! folder — is one line before the first packet; a write that fails later (`/dev/full`)
+//! ends the run non-zero after the summary.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::*;
+
+/// One plain HTTP connection (the rule below alerts 3 times on it).
+const TRACE: &str = "ndpi/pcap/http-lines-split.pcap";
+
+fn run(chain: &str, extra: &[&str]) -> Output {
+    let dir = tempdir();
+    let f = dir.path().join("chain.toml");
+    std::fs::write(&f, chain).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_catena"))
+        .arg("run")
+        .arg(&f)
+        .arg("-i")
+        .arg(dataset(TRACE))
+        .arg("--json")
+        .args(extra)
+        .output()
+        .expect("run catena")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Refused before the first packet: non-zero, one `error:` line naming `what`, no summary.
+fn refused_up_front(o: &Output, what: &str) {
+    let e = stderr(o);
+    assert!(!o.status.success(), "exit 0; stderr: {e}");
+    assert!(!e.contains("panicked"), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "not one line: {e}");
+    assert!(e.starts_with("error: ") && e.contains(what), "{e}");
+    assert!(
+        o.stdout.is_empty(),
+        "a summary was printed: the run started"
+    );
+}
+
+/// Failed while writing: the summary (JSON on stdout), then one `error:` line naming
+/// `what`, and a non-zero exit.
+fn failed_after_summary(o: &Output, what: &str) {
+    let e = stderr(o);
+    assert!(!o.status.success(), "exit 0; stderr: {e}");
+    assert!(!e.contains("panicked"), "{e}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("the summary first");
+    assert!(v["packets_in"].as_u64().unwrap() > 0);
+    let errs = v["output_errors"].as_array().expect("output_errors");
+    assert!(!errs.is_empty(), "{v}");
+    assert_eq!(e.trim_end().lines().count(), 1, "not one line: {e}");
+    assert!(e.starts_with("error: ") && e.contains(what), "{e}");
+}
+
+fn monitor(records: &Path) -> String {
+    format!(
+        "[[nf]]\nname = \"mon\"\nkind = \"flow_monitor\"\nrecords = {:?}\n",
+        records.display().to_string()
+    )
+}
+
+fn ids(alerts: &Path) -> String {
+    format!(
+        "[[nf]]\nname = \"mb\"\nkind = \"microbox\"\napps = [{{ kind = \"ids\", rules = 'alert tcp any any -> any any (msg:\"any\"; content:\"HTTP\"; sid:1;)', alerts = {:?} }}]\n",
+        alerts.display().to_string()
+    )
+}
+
+#[test]
+fn flow_records_that_cannot_be_written_fail_the_run() {
+    let dir = tempdir();
+    refused_up_front(&run(&monitor(dir.path()), &[]), "nf `mon`: records");
+    let missing = dir.path().join("no/such/folder/flows.jsonl");
+    refused_up_front(&run(&monitor(&missing), &[]), "No such file or directory");
+    failed_after_summary(&run(&monitor(Path::new("/dev/full")), &[]), "/dev/full");
+    // A writable file: exit 0 and records in it.
+    let ok = dir.path().join("flows.jsonl");
+    let o = run(&monitor(&ok), &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&ok).unwrap().lines().count() > 0);
+}
+
+#[test]
+fn ids_alerts_that_cannot_be_written_fail_the_run() {
+    let dir = tempdir();
+    refused_up_front(&run(&ids(dir.path()), &[]), "nf `mb`: ids: alerts");
+    let missing = dir.path().join("missing/alerts.txt");
+    refused_up_front(&run(&ids(&missing), &[]), "No such file or directory");
+    failed_after_summary(&run(&ids(Path::new("/dev/full")), &[]), "/dev/full");
+    let ok = dir.path().join("alerts.txt");
+    let o = run(&ids(&ok), &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&ok).unwrap(), "1 3\n");
+}
+
+#[test]
+fn pcap_sinks_that_cannot_be_written_fail_the_run() {
+    let dir = tempdir();
+    let wire = "[[nf]]\nname = \"w\"\nkind = \"wire\"\n";
+    let d = dir.path().display().to_string();
+    refused_up_front(&run(wire, &["-o", &d]), "cannot create output");
+    let missing = dir.path().join("x/out.pcap").display().to_string();
+    refused_up_front(&run(wire, &["-o", &missing]), "cannot create output");
+    failed_after_summary(
+        &run(wire, &["-o", "/dev/full"]),
+        "/dev/full: writing failed",
+    );
+    // A named sink of the chain file too.
+    let named = "edges = [\"in -> w -> log\"]\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n[[sink]]\nname = \"log\"\npath = \"/dev/full\"\n";
+    failed_after_summary(&run(named, &[]), "/dev/full: writing failed");
+}
