@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use catena::io::gen::{generate, GenOptions, Profile};
 use catena::io::{Opened, PcapStream, Rate, Source, Trace, TraceSource};
-use catena::runtime::{api, control, limits, ports, Chain, ChainConfig, Live, RunOptions, Runner};
+use catena::runtime::{
+    api, control, limits, ports, Chain, ChainConfig, Live, RunOptions, Runner, Shards,
+};
 
 use super::progress::Bar;
 use super::signals;
@@ -58,6 +60,10 @@ pub struct Args {
     /// Pace of replayed `kind = "pcap"` ports: `10000pps`, `100Mbps`, `1Gbps` or `top`.
     #[arg(long)]
     rate: Option<String>,
+    /// Shard the input over N run-to-completion workers by a symmetric flow hash
+    /// (overrides the file's `workers`); each flow's packets keep their order.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    workers: Option<u32>,
     /// Refuse a chain that would allocate more than this (e.g. 2G, 512M; default: half
     /// the machine's RAM); `catena check` prints what a chain allocates.
     #[arg(long, value_name = "SIZE", value_parser = limits::parse_size)]
@@ -65,18 +71,15 @@ pub struct Args {
 }
 
 /// Where the packets come from: a pcap read as the run goes, or a trace held in memory
-/// (pcapng, the generated fallback).
+/// (pcapng, the generated fallback, a sharded run).
 enum Input {
     Stream(Box<PcapStream>),
     Held(Trace),
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
-    // `seconds_total` counts from here: loading the chain is part of what a user waits for.
-    let t0 = Instant::now();
-    let mut cfg = ChainConfig::load(&a.config)?;
-    cfg.max_memory = a.max_memory;
-    let mut chain = Chain::from_config(&cfg)?;
+/// The chain of the file with the command line's overrides.
+fn build(a: &Args, cfg: &ChainConfig) -> anyhow::Result<Chain> {
+    let mut chain = Chain::from_config(cfg)?;
     if let Some(p) = a.ports {
         chain.ports = p;
     }
@@ -89,8 +92,26 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.no_fastpath {
         chain.fastpath = None;
     }
+    Ok(chain)
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    // `seconds_total` counts from here: loading the chain is part of what a user waits for.
+    let t0 = Instant::now();
+    let mut cfg = ChainConfig::load(&a.config)?;
+    cfg.max_memory = a.max_memory;
+    let chain = build(&a, &cfg)?;
+    let workers = a.workers.map_or(chain.workers, |w| w as usize);
     if !chain.port_specs.is_empty() {
+        if workers > 1 {
+            anyhow::bail!("{}: chains with [[port]] tables run on one worker (use `fanout` on AF_PACKET ports)", a.config.display());
+        }
         return run_ports(a, chain, &cfg);
+    }
+    if workers > 1 && a.control.is_some() {
+        anyhow::bail!(
+            "--control with {workers} workers is not built yet: use --change, or one worker"
+        );
     }
     if a.api.is_some() {
         anyhow::bail!("--api serves chains with [[port]] tables; this one replays a trace");
@@ -125,6 +146,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 );
             }
             match PcapStream::open(path)? {
+                // Sharded workers each walk the whole index (their share of it).
+                Opened::Pcap(_) if workers > 1 => Input::Held(Trace::open(path)?),
                 Opened::Pcap(s) => Input::Stream(s),
                 Opened::Pcapng => Input::Held(Trace::load(path)?),
             }
@@ -133,19 +156,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             generate(&GenOptions::profile(Profile::SmallFlows)).map_err(anyhow::Error::msg)?,
         ),
     };
-    let mut held;
-    let src: &mut dyn Source = match &mut input {
-        Input::Stream(s) => &mut **s,
-        Input::Held(t) => {
-            held = TraceSource::new(t);
-            &mut held
-        }
+    let max_packet = match &input {
+        Input::Stream(s) => s.max_packet_len(),
+        Input::Held(t) => t.max_packet_len(),
     };
     let mut opts = RunOptions {
         loops: a.loops,
         ..Default::default()
     };
-    if let Some(o) = a.output {
+    if let Some(o) = a.output.clone() {
         opts.outputs.push(("out".into(), o));
     }
     for c in &a.change {
@@ -154,27 +173,55 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 .map_err(|e: String| anyhow::anyhow!("--change {e}"))?,
         );
     }
+    // Every worker allocates a whole chain: the limit is for all of them.
     let limit = a.max_memory.unwrap_or_else(limits::default_max_memory);
     chain
-        .memory(src.max_packet_len())
-        .check(limit)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", a.config.display()))?;
-    let mut runner = Runner::new(chain, src.max_packet_len());
-    // Kept alive for the run; dropping it removes the socket file.
-    let _server = match &a.control {
-        Some(path) => {
-            let opts = control::ServeOptions {
-                idle: std::time::Duration::from_secs(a.control_idle),
-            };
-            let (server, port) = control::serve(path, opts, runner.preparers())
-                .map_err(|e| anyhow::anyhow!("--control {}: {e}", path.display()))?;
-            runner.attach_control(port);
-            Some(server)
-        }
-        None => None,
-    };
+        .memory(max_packet)
+        .check(limit / workers as u64)
+        .map_err(|e| {
+            if workers > 1 {
+                anyhow::anyhow!(
+                    "{}: {e} (per worker, with {workers} workers)",
+                    a.config.display()
+                )
+            } else {
+                anyhow::anyhow!("{}: {e}", a.config.display())
+            }
+        })?;
     let mut bar = Bar::new(!a.json);
-    let mut s = runner.run_source(src, &opts, &mut bar)?;
+    let mut s = if let (true, Input::Held(trace)) = (workers > 1, &input) {
+        let mut chains = vec![chain];
+        for _ in 1..workers {
+            chains.push(build(&a, &cfg)?);
+        }
+        let shards = Shards::new(chains, max_packet)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", a.config.display()))?;
+        shards.run(trace, &opts, &mut bar)?
+    } else {
+        let mut held;
+        let src: &mut dyn Source = match &mut input {
+            Input::Stream(s) => &mut **s,
+            Input::Held(t) => {
+                held = TraceSource::new(t);
+                &mut held
+            }
+        };
+        let mut runner = Runner::new(chain, max_packet);
+        // Kept alive for the run; dropping it removes the socket file.
+        let _server = match &a.control {
+            Some(path) => {
+                let opts = control::ServeOptions {
+                    idle: std::time::Duration::from_secs(a.control_idle),
+                };
+                let (server, port) = control::serve(path, opts, runner.preparers())
+                    .map_err(|e| anyhow::anyhow!("--control {}: {e}", path.display()))?;
+                runner.attach_control(port);
+                Some(server)
+            }
+            None => None,
+        };
+        runner.run_source(src, &opts, &mut bar)?
+    };
     s.input = name;
     s.set_total(t0.elapsed().as_secs_f64());
     if a.json {

@@ -10,7 +10,7 @@
 use super::ipv4_switch::Ipv4Learning;
 use super::malformed::{bpf_view, BpfView, Malformed};
 use super::nf::Stats;
-use super::nf::{Context, Nf, Profile};
+use super::nf::{Context, Nf, Profile, StateScope};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::bytes::{be16, be32};
 use crate::packet::wire::{Ethernet, Ipv4, Tcp, Udp};
@@ -226,6 +226,10 @@ impl Nf for Firewall {
 
     fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    fn state_scope(&self) -> StateScope {
+        StateScope::Global("learns address -> port from every flow (as ipv4_switch)")
     }
 
     #[inline]

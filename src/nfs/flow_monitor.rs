@@ -517,6 +517,21 @@ impl Nf for FlowMonitor {
         &self.profile
     }
 
+    /// Each worker writes its own records file, `NAME.wK.EXT` (K = 0…N-1): together they
+    /// hold the records one instance would write.
+    fn shard(&mut self, worker: usize, workers: usize) -> Result<(), String> {
+        if let (Some(s), true) = (self.sink.as_mut(), workers > 1) {
+            let stem = s.path.file_stem().map(|x| x.to_string_lossy().into_owned());
+            let ext = s.path.extension().map(|x| x.to_string_lossy().into_owned());
+            let name = match ext {
+                Some(e) => format!("{}.w{worker}.{e}", stem.unwrap_or_default()),
+                None => format!("{}.w{worker}", stem.unwrap_or_default()),
+            };
+            s.path.set_file_name(name);
+        }
+        Ok(())
+    }
+
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
         for p in batch {
             let l = p.layers();

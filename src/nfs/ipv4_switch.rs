@@ -2,7 +2,7 @@
 //! Packets that are not IPv4 are dropped (the thesis' program only handles IPv4).
 
 use super::nf::{named, Stats};
-use super::nf::{Context, Nf, Profile};
+use super::nf::{Context, Nf, Profile, StateScope};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{Learned, TimedTable};
 use crate::packet::bytes::be32;
@@ -145,6 +145,10 @@ impl Nf for Ipv4Switch {
 
     fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    fn state_scope(&self) -> StateScope {
+        StateScope::Global("learns address -> port from every flow")
     }
 
     #[inline]

@@ -3,7 +3,7 @@
 //! does), flood on a miss. Entries never expire unless a timeout is set.
 
 use super::nf::{named, Stats};
-use super::nf::{Context, Nf, Profile};
+use super::nf::{Context, Nf, Profile, StateScope};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{Learned, TimedTable};
 use crate::packet::{Batch, Fields, LinkKind, FLOOD};
@@ -75,6 +75,10 @@ impl Nf for MacSwitch {
 
     fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    fn state_scope(&self) -> StateScope {
+        StateScope::Global("learns MAC -> port from every flow")
     }
 
     #[inline]

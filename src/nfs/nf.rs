@@ -32,6 +32,20 @@ pub struct Profile {
     pub drop_reasons: &'static [&'static str],
 }
 
+/// What an NF's state depends on, which says whether it may run as one instance per
+/// worker when a chain is sharded by flow (`workers = N`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateScope {
+    /// Nothing kept between packets.
+    None,
+    /// State per flow (both directions of a connection): an instance per worker sees
+    /// whole flows, so it decides as one instance would.
+    PerFlow,
+    /// State learned across flows, or one output for the whole run: one instance per
+    /// worker would decide differently; the string says why (sharding is refused).
+    Global(&'static str),
+}
+
 /// Whether FastPath may skip an NF on a flow's later packets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FastRole {
@@ -102,6 +116,24 @@ pub trait Nf: Send {
     /// Called once when the run's input ends, for NFs that report at the end (flow
     /// records still open, buffered output to flush).
     fn finish(&mut self) {}
+
+    /// What the NF's state depends on; see [`StateScope`]. The default follows
+    /// `per_flow_state`; NFs that learn across flows say [`StateScope::Global`].
+    fn state_scope(&self) -> StateScope {
+        if self.profile().per_flow_state {
+            StateScope::PerFlow
+        } else {
+            StateScope::None
+        }
+    }
+
+    /// This instance runs as worker `worker` of `workers` (sharded by flow): an NF that
+    /// hands out shared resources takes only its share of them (the NAT its slice of the
+    /// pool), so no two workers hand out the same one. Called once before the run.
+    fn shard(&mut self, worker: usize, workers: usize) -> Result<(), String> {
+        let _ = (worker, workers);
+        Ok(())
+    }
 
     /// Opens the NF's output files (flow records, alerts). The runtime calls it before
     /// the first packet, so a path that cannot be written (a folder, a missing folder)

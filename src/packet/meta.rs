@@ -74,6 +74,9 @@ pub struct Meta {
     pub fast: FastMark,
     /// Which recording this packet belongs to while FastPath records it (runtime only).
     pub fast_rec: u8,
+    /// Position in the input (0-based, across replay loops), set at ingest: sharded
+    /// workers' outputs are merged back into input order by it.
+    pub seq: u64,
 }
 
 impl Default for Meta {
@@ -90,6 +93,7 @@ impl Default for Meta {
             layers: Layers::UNPARSED,
             fast: FastMark::Off,
             fast_rec: NOT_RECORDED,
+            seq: 0,
         }
     }
 }

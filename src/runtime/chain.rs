@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::config::{ChainConfig, ConfigError, DEFAULT_PORTS, DEFAULT_SEED};
 use super::limits;
 use super::ports::{self, PortSpec};
-use crate::nfs::{registry, Nf};
+use crate::nfs::{registry, Nf, StateScope};
 use crate::optimise::fastpath::{self, FastConfig};
 
 /// Name of the input node in edges.
@@ -56,6 +56,8 @@ pub struct Chain {
     pub fastpath_settings: FastConfig,
     /// `[[port]]` tables: when present, the chain reads from and sends to them.
     pub port_specs: Vec<PortSpec>,
+    /// Workers the input is sharded over (see `shard.rs`).
+    pub workers: usize,
 }
 
 pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted"];
@@ -200,7 +202,33 @@ impl Chain {
             order,
             fastpath: None,
             fastpath_settings: FastConfig::default(),
+            workers: 1,
         };
+        for (key, set) in [
+            ("stages", c.stages.is_some()),
+            ("parallel", c.parallel.is_some()),
+            ("prefetch", c.prefetch.is_some()),
+        ] {
+            if set {
+                return Err(c.invalid(format!(
+                    "`{key}`: microNF stages, parallel NFs and prefetching are not built yet; remove the key (`workers = N` shards the chain)"
+                )));
+            }
+        }
+        if let Some(w) = c.workers {
+            if w == 0 || w as usize > super::shard::MAX_WORKERS {
+                return Err(c.invalid(format!(
+                    "`workers` must be 1 to {}, not {w}",
+                    super::shard::MAX_WORKERS
+                )));
+            }
+            chain.workers = w as usize;
+            if w > 1 {
+                if let Some(why) = super::shard::refusal(&chain) {
+                    return Err(c.invalid(format!("`workers = {w}`: {why}")));
+                }
+            }
+        }
         let mut fp = FastConfig::default();
         if let Some(n) = c.fastpath_entries {
             if n == 0 || n > limits::MAX_FASTPATH_ENTRIES {
@@ -277,6 +305,7 @@ impl Chain {
             fastpath: None,
             fastpath_settings: FastConfig::default(),
             port_specs: Vec::new(),
+            workers: 1,
         }
     }
 
@@ -395,11 +424,32 @@ impl Chain {
         let order: Vec<&str> = std::iter::once(INPUT)
             .chain(self.order.iter().map(|&i| self.nodes[i].name.as_str()))
             .collect();
-        s.push_str(&format!(
-            "plan: one worker, run to completion, batches of {}: {}\n",
+        s.push_str("state scope (what sharding by flow needs):\n");
+        for n in &self.nodes {
+            if let NodeKind::Nf { nf, .. } = &n.kind {
+                s.push_str(&match nf.state_scope() {
+                    StateScope::None => format!("  {:<12} none\n", n.name),
+                    StateScope::PerFlow => format!("  {:<12} per flow: shards\n", n.name),
+                    StateScope::Global(why) => {
+                        format!("  {:<12} global: {why}; cannot be sharded\n", n.name)
+                    }
+                });
+            }
+        }
+        let walk = format!(
+            "run to completion, batches of {}: {}",
             crate::packet::MAX_BATCH,
             order.join(" → ")
-        ));
+        );
+        if self.workers == 1 {
+            s.push_str(&format!("plan: one worker, {walk}\n"));
+        } else {
+            s.push_str(&format!(
+                "plan: {} workers sharded by a symmetric hash of the IP (else MAC) addresses, each {walk}; outputs merged back into input order\n",
+                self.workers
+            ));
+        }
+        s.push_str("  stages: one per worker (no rings); parallel groups: none; prefetch: off (stages, parallel NFs and prefetching are not built yet)\n");
         s
     }
 }

@@ -38,6 +38,14 @@ pub struct ChainConfig {
     /// Which packet of a flow FastPath records, 1-255 (default 2: one-packet flows are
     /// never recorded; 1 records the first, as the FastPath report does).
     pub fastpath_record: Option<u32>,
+    /// Run-to-completion workers the input is sharded over by a symmetric flow hash
+    /// (default 1); `--workers` overrides it.
+    pub workers: Option<u32>,
+    /// microNF stages, parallel NFs and pipelined prefetching: recognised so that a file
+    /// asking for them gets a clear refusal (not built yet), never a silent ignore.
+    pub stages: Option<toml::Value>,
+    pub parallel: Option<toml::Value>,
+    pub prefetch: Option<toml::Value>,
     #[serde(default)]
     pub input: InputConfig,
     #[serde(default, rename = "nf")]

@@ -114,6 +114,24 @@ pub struct Summary {
     pub output_errors: Vec<String>,
     /// FastPath counters, when it was on.
     pub fastpath: Option<FastStats>,
+    /// Per worker, when the chain ran sharded (`workers` > 1); the fields above are the
+    /// sums over them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<WorkerSummary>,
+}
+
+/// What one of several sharded workers did.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkerSummary {
+    pub worker: usize,
+    /// The core it was pinned to, if it was.
+    pub core: Option<usize>,
+    pub packets_in: u64,
+    pub packets_out: u64,
+    pub packets_dropped: u64,
+    /// Its own processing time (from its first packet to its last).
+    pub seconds: f64,
+    pub mpps: f64,
 }
 
 impl Summary {
@@ -206,6 +224,18 @@ impl Summary {
                     "  fastpath  note: many entries were evicted while their flows were live; a larger `fastpath_entries` avoids re-recording them\n",
                 );
             }
+        }
+        for w in &self.workers {
+            s.push_str(&format!(
+                "  worker {:<3} core {:<4} in {:>10}  out {:>10}  dropped {:>10}   {:.3} s  {:.2} Mpps\n",
+                w.worker,
+                w.core.map_or("-".to_string(), |c| c.to_string()),
+                w.packets_in,
+                w.packets_out,
+                w.packets_dropped,
+                w.seconds,
+                w.mpps
+            ));
         }
         for k in &self.sinks {
             s.push_str(&format!(

@@ -9,18 +9,40 @@ use crate::packet::{FastMark, NOT_RECORDED, NO_PORT};
 const OVERSIZE: usize = 0;
 const POOL_EXHAUSTED: usize = 1;
 
+/// One step of the ingress-port draw (xorshift64).
+#[inline(always)]
+fn step(rng: &mut u64) {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+}
+
 impl Walk {
-    /// Copies one chunk of records into pool buffers and queues them at the input's
-    /// successor, each stamped with the run clock's time (`after`: the capture time of
-    /// the record after the chunk, for the clock's look-ahead; docs/time.md).
+    /// Copies the records `chunk` lists (indices into `recs`, ascending) into pool
+    /// buffers and queues them at the input's successor, each stamped with the run
+    /// clock's time. `base` is the position in the input of `recs[0]`; `after` is the
+    /// capture time (shifted) of the record after `recs`, for the clock's look-ahead
+    /// (docs/time.md).
+    ///
+    /// The port draw and the clock advance once per record, whoever processes it: a
+    /// worker given a share of the trace steps over the records between its own, so
+    /// every packet gets the port and the time it gets when one worker runs everything.
     #[inline]
-    pub fn ingest(&mut self, bytes: &[u8], chunk: &[Record], after: Option<u64>) {
+    pub fn ingest(
+        &mut self,
+        bytes: &[u8],
+        recs: &[Record],
+        chunk: impl Iterator<Item = usize>,
+        base: u64,
+        after: Option<u64>,
+    ) {
         let Walk {
             pool,
             inbox,
             counters,
             rx,
             rng,
+            drawn,
             cx,
             link,
             shift,
@@ -32,11 +54,22 @@ impl Walk {
         let max = pool.max_packet();
         let c = &mut counters[0];
         let q = &mut inbox[*first];
-        for (i, r) in chunk.iter().enumerate() {
-            let next = chunk
-                .get(i + 1)
-                .map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)));
-            let now = clock.tick(r.ts_ns.wrapping_add(shift), next);
+        let next_of = |j: usize| {
+            recs.get(j + 1)
+                .map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)))
+        };
+        for i in chunk {
+            while *drawn < i {
+                let d = &recs[*drawn];
+                if d.caplen as usize <= max {
+                    step(rng);
+                }
+                clock.tick(d.ts_ns.wrapping_add(shift), next_of(*drawn));
+                *drawn += 1;
+            }
+            *drawn = i + 1;
+            let r = &recs[i];
+            let now = clock.tick(r.ts_ns.wrapping_add(shift), next_of(i));
             c.packets_in += 1;
             c.bytes_in += r.caplen as u64;
             if r.caplen as usize > max {
@@ -48,9 +81,7 @@ impl Walk {
                 continue;
             };
             // Lemire's multiply-shift maps the xorshift draw onto 0..ports without a divide.
-            *rng ^= *rng << 13;
-            *rng ^= *rng >> 7;
-            *rng ^= *rng << 17;
+            step(rng);
             let in_port = (((*rng >> 32) * cx.ports as u64) >> 32) as u16;
             rx[in_port as usize] += 1;
             let off = r.off as usize;
@@ -65,8 +96,28 @@ impl Walk {
             m.link = link;
             m.fast = FastMark::Off;
             m.fast_rec = NOT_RECORDED;
+            m.seq = base + i as u64;
             c.out[0] += 1;
             q.push(p);
         }
+    }
+
+    /// Ends a replay loop of `recs` (or a streamed chunk): the draw and the clock step
+    /// over the records after this worker's last one, and the next starts from the
+    /// first record. `after` as for [`Walk::ingest`].
+    pub fn end_loop(&mut self, recs: &[Record], after: Option<u64>) {
+        let max = self.pool.max_packet();
+        let shift = self.shift;
+        for j in self.drawn.min(recs.len())..recs.len() {
+            let r = &recs[j];
+            if r.caplen as usize <= max {
+                step(&mut self.rng);
+            }
+            let next = recs
+                .get(j + 1)
+                .map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)));
+            self.clock.tick(r.ts_ns.wrapping_add(shift), next);
+        }
+        self.drawn = 0;
     }
 }

@@ -15,6 +15,7 @@ pub mod limits;
 pub mod ports;
 mod profile_check;
 pub mod reload;
+pub mod shard;
 mod sink;
 mod summary;
 mod walk;
@@ -22,5 +23,6 @@ mod worker;
 
 pub use chain::{Chain, Node, NodeKind, INPUT};
 pub use config::{ChainConfig, ConfigError};
-pub use counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary};
+pub use counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary, WorkerSummary};
+pub use shard::Shards;
 pub use worker::{Live, NoProgress, Progress, RunOptions, Runner};

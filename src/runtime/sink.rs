@@ -1,7 +1,7 @@
 //! Sinks: where packets leave the chain. Each counts what reaches it (and the ports it
 //! leaves by) and writes it to its pcap file, if it has one.
 
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use super::chain::NodeKind;
@@ -20,6 +20,16 @@ pub(super) struct SinkState {
     flooded: u64,
     /// Timestamps the writer clamped, kept once it is closed.
     clamped: u64,
+    /// Sharded runs: each written packet's position in the input, 8 bytes little-endian
+    /// (`PATH.seq`), to merge the workers' files back into input order.
+    seqs: Option<BufWriter<std::fs::File>>,
+}
+
+/// The file beside a sink's output that holds its packets' input positions.
+pub(super) fn seq_path(p: &std::path::Path) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(".seq");
+    PathBuf::from(s)
 }
 
 impl Walk {
@@ -48,12 +58,22 @@ impl Walk {
                     })?),
                     None => None,
                 };
+            let seqs = match (&path, self.sink_seqs) {
+                (Some(p), true) => {
+                    let q = seq_path(p);
+                    Some(BufWriter::new(std::fs::File::create(&q).map_err(|e| {
+                        anyhow::anyhow!("{}: cannot create: {e}", q.display())
+                    })?))
+                }
+                _ => None,
+            };
             self.sinks.push(Some(SinkState {
                 writer,
                 path,
                 write_error: None,
                 flooded: 0,
                 clamped: 0,
+                seqs,
             }));
         }
         Ok(())
@@ -72,11 +92,13 @@ impl SinkState {
             self.clamped = w.clamped();
         }
         let finished = self.writer.take().map(|w| w.finish().map(drop));
-        match (self.write_error.take(), finished) {
+        let error = match (self.write_error.take(), finished) {
             (Some(e), _) => Some(format!("{shown}: writing failed: {e}")),
             (None, Some(Err(e))) => Some(format!("{shown}: writing failed: {e}")),
             _ => None,
-        }
+        };
+        let seq_error = self.seqs.take().and_then(|mut q| q.flush().err());
+        error.or(seq_error.map(|e| format!("{shown}.seq: writing failed: {e}")))
     }
 
     /// The summary of sink `name` with counters `c` (its file may still be open).
@@ -130,6 +152,12 @@ pub(super) fn to_sink(
         if let Err(e) = w.write_packet(m.ts_ns.wrapping_sub(shift), m.wire_len, p.data()) {
             s.write_error = Some(e.to_string());
             s.writer = None;
+        }
+        if let Some(q) = s.seqs.as_mut() {
+            if let Err(e) = q.write_all(&m.seq.to_le_bytes()) {
+                s.write_error = Some(e.to_string());
+                s.seqs = None;
+            }
         }
     }
 }

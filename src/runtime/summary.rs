@@ -135,6 +135,7 @@ impl Walk {
             input_error,
             output_errors,
             fastpath,
+            workers: Vec::new(),
         })
     }
 }

@@ -30,6 +30,8 @@ pub(super) struct Walk {
     pub cx: Context,
     /// The draw of ingress ports.
     pub rng: u64,
+    /// Records of this replay loop the draw has stepped over.
+    pub drawn: usize,
     pub link: LinkKind,
     /// Checks NFs against their profiles (debug builds, or when asked).
     pub check: Option<Snapshot>,
@@ -43,6 +45,8 @@ pub(super) struct Walk {
     pub first: usize,
     /// Live ports, by port number: packets reaching a sink leave by their egress port.
     pub live: Vec<Box<dyn Port>>,
+    /// Sinks also write each packet's input position (sharded runs merge by it).
+    pub sink_seqs: bool,
 }
 
 impl Walk {
@@ -69,6 +73,7 @@ impl Walk {
             tx: vec![0; ports],
             cx: Context { ports: chain.ports },
             rng: chain.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            drawn: 0,
             link: LinkKind::Ethernet,
             check: cfg!(debug_assertions).then(|| Snapshot::new(cap)),
             violation: None,
@@ -76,6 +81,7 @@ impl Walk {
             clock: RunClock::new(),
             first: chain.nodes[0].next[0],
             live: Vec::new(),
+            sink_seqs: false,
             chain,
         }
     }

@@ -11,7 +11,7 @@ use super::control::{Command, ControlPort, Reply, Scheduled};
 use super::counters::Summary;
 use super::profile_check::Snapshot;
 use super::walk::Walk;
-use crate::io::{After, Source, Trace, TraceSource};
+use crate::io::{After, PcapHeader, Source, Trace, TraceSource};
 
 mod live;
 use crate::nfs::{Nf, Prepared, Preparer};
@@ -46,7 +46,7 @@ impl Default for RunOptions {
 }
 
 pub struct Runner {
-    walk: Walk,
+    pub(super) walk: Walk,
     /// FastPath state when the chain has it on.
     fast: Option<Box<FastPath>>,
     /// Where live changes come from (the Unix socket, the HTTP API).
@@ -99,6 +99,19 @@ impl Runner {
         self.run_source(&mut TraceSource::new(trace), opts, progress)
     }
 
+    /// Opens the sinks and the NFs' own files (flow records, alerts): a path that cannot
+    /// be written is an error before the first packet.
+    fn open_outputs(&mut self, header: PcapHeader, opts: &RunOptions) -> anyhow::Result<()> {
+        self.walk.open_sinks(header, &opts.outputs)?;
+        for n in &mut self.walk.chain.nodes {
+            if let NodeKind::Nf { nf, .. } = &mut n.kind {
+                nf.open_outputs()
+                    .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs a source (`opts.loops` passes) through the chain, chunk by chunk as it reads.
     pub fn run_source(
         &mut self,
@@ -106,15 +119,7 @@ impl Runner {
         opts: &RunOptions,
         progress: &mut dyn Progress,
     ) -> anyhow::Result<Summary> {
-        self.walk.open_sinks(src.header(), &opts.outputs)?;
-        // NFs' own files (flow records, alerts) too: a path that cannot be written is an
-        // error before the first packet.
-        for n in &mut self.walk.chain.nodes {
-            if let NodeKind::Nf { nf, .. } = &mut n.kind {
-                nf.open_outputs()
-                    .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
-            }
-        }
+        self.open_outputs(src.header(), opts)?;
         self.walk.link = src.link();
         let start = Instant::now();
         let mut done = 0u64;
@@ -168,7 +173,9 @@ impl Runner {
                     }
                     _ => None,
                 };
-                self.walk.ingest(bytes, chunk, after);
+                // A chunk is all this worker's: its indices start over each time.
+                self.walk.drawn = 0;
+                self.walk.ingest(bytes, chunk, 0..chunk.len(), done, after);
                 match self.fast.as_deref_mut() {
                     Some(f) => f.chunk(&mut self.walk),
                     None => self.walk.drain(None),
@@ -189,7 +196,105 @@ impl Runner {
                 c.at
             );
         }
+        progress.finish();
         let seconds = start.elapsed().as_secs_f64();
+        self.finish(src.error().map(|e| e.to_string()), opts, seconds)
+    }
+
+    /// Runs the records of `trace` that `share` lists (indices in the trace, ascending)
+    /// `opts.loops` times: one worker of a sharded run. Scheduled changes apply by
+    /// position in the whole input, so a worker given a share of it changes state
+    /// between the same packets as one worker given all of it; the port draw and the
+    /// run clock step over the other workers' records alike.
+    pub(super) fn run_share(
+        &mut self,
+        trace: &Trace,
+        opts: &RunOptions,
+        share: &[u32],
+        progress: &mut dyn Progress,
+    ) -> anyhow::Result<()> {
+        self.open_outputs(trace.header(), opts)?;
+        self.walk.link = trace.link();
+        let (bytes, recs) = trace.raw();
+        let len = share.len();
+        let input = recs.len() as u64 * opts.loops;
+        let total = len as u64 * opts.loops;
+        let span = trace.span_ns();
+        let mut done = 0u64;
+        let mut next_report = 0u64;
+        let mut schedule = opts.schedule.clone();
+        schedule.sort_by_key(|c| c.at);
+        let mut next_change = 0;
+        self.walk.clock.start(recs.iter().take(3).map(|r| r.ts_ns));
+        for lp in 0..opts.loops {
+            self.walk.shift = span.wrapping_mul(lp);
+            let base = recs.len() as u64 * lp;
+            // What follows this loop's last record: the next loop's first, if any.
+            let after = recs
+                .first()
+                .filter(|_| lp + 1 < opts.loops)
+                .map(|r| r.ts_ns.wrapping_add(span.wrapping_mul(lp + 1)));
+            let mut pos = 0;
+            while pos < len {
+                let seq = base + share[pos] as u64;
+                // A batch ends where a scheduled change applies, so the change falls
+                // exactly between the packets it names.
+                while let Some(c) = schedule.get(next_change).filter(|c| c.at <= seq) {
+                    self.apply(&c.nf, &c.cmd).map_err(|e| {
+                        anyhow::anyhow!("change at packet {}: `{} {}`: {e}", c.at, c.nf, c.cmd)
+                    })?;
+                    next_change += 1;
+                }
+                let mut end = (pos + MAX_BATCH).min(len);
+                if let Some(c) = schedule.get(next_change) {
+                    while end > pos + 1 && base + share[end - 1] as u64 >= c.at {
+                        end -= 1;
+                    }
+                }
+                self.poll_control();
+                let idx = share[pos..end].iter().map(|&i| i as usize);
+                self.walk.ingest(bytes, recs, idx, base, after);
+                match self.fast.as_deref_mut() {
+                    Some(f) => f.chunk(&mut self.walk),
+                    None => self.walk.drain(None),
+                }
+                if let Some(v) = self.walk.violation.take() {
+                    anyhow::bail!("{v}");
+                }
+                done += (end - pos) as u64;
+                pos = end;
+                if done >= next_report {
+                    progress.update(done, total);
+                    next_report = done + 65_536;
+                }
+            }
+            self.walk.end_loop(recs, after);
+        }
+        // Changes after this share's last packet but within the input still apply (a
+        // sharded worker's state then matches one worker's at the end).
+        while let Some(c) = schedule.get(next_change).filter(|c| c.at < input) {
+            self.apply(&c.nf, &c.cmd).map_err(|e| {
+                anyhow::anyhow!("change at packet {}: `{} {}`: {e}", c.at, c.nf, c.cmd)
+            })?;
+            next_change += 1;
+        }
+        if let Some(c) = schedule.get(next_change) {
+            anyhow::bail!(
+                "change at packet {} is past the end of the input ({input} packets)",
+                c.at
+            );
+        }
+        progress.finish();
+        Ok(())
+    }
+
+    /// Ends a run: counts settled, NFs' end reports, the summary.
+    pub(super) fn finish(
+        &mut self,
+        input_error: Option<String>,
+        opts: &RunOptions,
+        seconds: f64,
+    ) -> anyhow::Result<Summary> {
         self.settle_counts();
         // NFs that report at the end (flow records) do it now, before the summary.
         for n in &mut self.walk.chain.nodes {
@@ -197,9 +302,7 @@ impl Runner {
                 nf.finish();
             }
         }
-        progress.finish();
         let stats = self.fast.as_ref().map(|f| f.stats);
-        let input_error = src.error().map(|e| e.to_string());
         self.walk.summary(input_error, opts.loops, seconds, stats)
     }
 

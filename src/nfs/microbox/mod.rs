@@ -23,7 +23,7 @@ pub use l7_lb::L7Lb;
 pub use tcp_count::TcpCount;
 pub use toy::{HttpWatch, Labeller};
 
-use super::nf::{Context, Nf, Profile};
+use super::nf::{Context, Nf, Profile, StateScope};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::{Batch, Fields, Verdict};
 use crate::stack::{self, App, Kinds, Level, Queue, Stack, StackConfig, MAX_APPS};
@@ -316,6 +316,16 @@ fn build_app(p: &Params, i: usize, t: &toml::Table) -> Result<Box<dyn App>, Para
 impl Nf for Microbox {
     fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    /// The stack and its apps keep state per connection, but the IDS app counts alerts
+    /// across flows into one file.
+    fn state_scope(&self) -> StateScope {
+        if self.apps().any(|a| a.name() == "ids") {
+            StateScope::Global("runs an ids app that counts alerts across flows into one file")
+        } else {
+            StateScope::PerFlow
+        }
     }
 
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {

@@ -205,14 +205,25 @@ struct Pool {
     addrs: Vec<u32>,
     lo: u16,
     hi: u16,
+    /// (worker, workers): this instance owns the pairs whose index in the pool (address
+    /// index × range + port offset) is `worker` modulo `workers`, so sharded workers
+    /// never hand out the same pair.
+    share: (u32, u32),
     /// Entries are `address index << 16 | port`. Capacity is the pool's size and every
     /// pair is either here or held by one live mapping, so pushes never reallocate.
     free: [VecDeque<u32>; 3],
 }
 
 impl Pool {
-    fn new(addrs: &[Ipv4Addr], lo: u16, hi: u16, live: impl Fn(u32, u16, u8) -> bool) -> Pool {
+    fn new(
+        addrs: &[Ipv4Addr],
+        lo: u16,
+        hi: u16,
+        share: (u32, u32),
+        live: impl Fn(u32, u16, u8) -> bool,
+    ) -> Pool {
         let n = addrs.len() * (usize::from(hi - lo) + 1);
+        let mine = |i: usize, p: u16| owns(share, lo, hi, i, p);
         let addrs: Vec<u32> = addrs.iter().map(|a| u32::from(*a)).collect();
         let free = [TCP, UDP, ICMP].map(|proto| {
             let mut q = VecDeque::with_capacity(n);
@@ -220,7 +231,7 @@ impl Pool {
                 for p in lo..=hi {
                     // A pair still held by a mapping from an earlier pool comes back when
                     // that mapping ends.
-                    if !live(a, p, proto) {
+                    if mine(i, p) && !live(a, p, proto) {
                         q.push_back((i as u32) << 16 | u32::from(p));
                     }
                 }
@@ -231,6 +242,7 @@ impl Pool {
             addrs,
             lo,
             hi,
+            share,
             free,
         }
     }
@@ -248,6 +260,9 @@ impl Pool {
             return;
         }
         if let Some(i) = self.addrs.iter().position(|&a| a == addr) {
+            if !owns(self.share, self.lo, self.hi, i, port) {
+                return;
+            }
             let q = &mut self.free[pool_index(proto)];
             if q.len() < q.capacity() {
                 q.push_back((i as u32) << 16 | u32::from(port));
@@ -255,9 +270,19 @@ impl Pool {
         }
     }
 
+    /// Pairs this instance owns.
     fn size(&self) -> usize {
-        self.addrs.len() * (usize::from(self.hi - self.lo) + 1)
+        let all = self.addrs.len() * (usize::from(self.hi - self.lo) + 1);
+        let (w, n) = (self.share.0 as usize, self.share.1 as usize);
+        all / n + usize::from(w < all % n)
     }
+}
+
+/// Whether pair (address index `i`, `port`) of pool `lo..=hi` belongs to `share`.
+#[inline]
+fn owns(share: (u32, u32), lo: u16, hi: u16, i: usize, port: u16) -> bool {
+    let idx = i * (usize::from(hi - lo) + 1) + usize::from(port - lo);
+    idx % share.1 as usize == share.0 as usize
 }
 
 fn check_pool(public: &[Ipv4Addr], lo: u16, hi: u16) -> Result<(), String> {
@@ -419,7 +444,9 @@ impl Nat {
             udp_timeout_ns: cfg.udp_timeout_ns,
             icmp_timeout_ns: cfg.icmp_timeout_ns,
             capacity: cap,
-            pool: Pool::new(&cfg.public, cfg.ports.0, cfg.ports.1, |_, _, _| false),
+            pool: Pool::new(&cfg.public, cfg.ports.0, cfg.ports.1, (0, 1), |_, _, _| {
+                false
+            }),
             hasher: Hasher::default(),
             out: Index::with_capacity(cap),
             back: Index::with_capacity(cap),
@@ -475,7 +502,7 @@ impl Nat {
     pub fn set_pool(&mut self, public: &[Ipv4Addr], lo: u16, hi: u16) -> Result<(), String> {
         check_pool(public, lo, hi)?;
         let me = &*self;
-        let pool = Pool::new(public, lo, hi, |a, p, proto| {
+        let pool = Pool::new(public, lo, hi, me.pool.share, |a, p, proto| {
             me.back_find(a, p, proto).is_some()
         });
         self.pool = pool;
@@ -1235,6 +1262,20 @@ impl Nf for Nat {
 
     fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    /// The pool is partitioned: worker K of N owns the pairs whose index is K modulo N
+    /// (as VPP gives each thread its own ports), now and after `pool` commands.
+    fn shard(&mut self, worker: usize, workers: usize) -> Result<(), String> {
+        if workers > self.pool.addrs.len() * (usize::from(self.pool.hi - self.pool.lo) + 1) {
+            return Err(format!(
+                "{workers} workers need at least as many public (address, port) pairs"
+            ));
+        }
+        let addrs: Vec<Ipv4Addr> = self.pool.addrs.iter().map(|&a| Ipv4Addr::from(a)).collect();
+        let (lo, hi) = (self.pool.lo, self.pool.hi);
+        self.pool.share = (worker as u32, workers as u32);
+        self.set_pool(&addrs, lo, hi)
     }
 
     #[inline]

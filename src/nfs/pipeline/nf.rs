@@ -10,7 +10,7 @@ use super::error::Diag;
 use super::parser::{parse, parse_entry, parse_key};
 use super::plan::Plan;
 use super::table::{Act, Masked};
-use crate::nfs::nf::{Context, Nf, Profile, Stats};
+use crate::nfs::nf::{Context, Nf, Profile, StateScope, Stats};
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::packet::Batch;
 
@@ -260,6 +260,11 @@ fn ctl_err(text: &str, d: Diag) -> String {
 impl Nf for Pipeline {
     fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    /// A program's tables may `learn` from every flow (the switches do): not sharded.
+    fn state_scope(&self) -> StateScope {
+        StateScope::Global("runs a pipeline program whose tables may learn from every flow")
     }
 
     fn memory(&self) -> usize {
