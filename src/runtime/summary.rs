@@ -116,6 +116,7 @@ impl Walk {
             input_error: trace.error().map(|e| e.to_string()),
             output_errors,
             fastpath,
+            fastpath_auto: None,
         })
     }
 }

@@ -13,7 +13,7 @@ use super::profile_check::Snapshot;
 use super::walk::Walk;
 use crate::io::Trace;
 use crate::nfs::Nf;
-use crate::optimise::fastpath::FastPath;
+use crate::optimise::fastpath::{auto, Auto, FastPath};
 use crate::packet::MAX_BATCH;
 
 /// How the worker reports progress on long runs.
@@ -46,6 +46,8 @@ pub struct Runner {
     walk: Walk,
     /// FastPath state when the chain has it on.
     fast: Option<Box<FastPath>>,
+    /// `fastpath = "auto"`: when consolidation is on, chunk by chunk.
+    auto: Option<Auto>,
     control: Option<ControlPort>,
 }
 
@@ -64,9 +66,11 @@ impl Runner {
                 .collect();
             Box::new(FastPath::new(cfg, &nfs, cap))
         });
+        let auto = (fast.is_some() && chain.fastpath_auto).then(Auto::new);
         Runner {
             walk: Walk::new(chain, max_packet, fast.is_some()),
             fast,
+            auto,
             control: None,
         }
     }
@@ -76,6 +80,16 @@ impl Runner {
     pub fn check_profiles(&mut self, on: bool) {
         let cap = self.walk.spare.capacity();
         self.walk.check = on.then(|| Snapshot::new(cap));
+    }
+
+    /// Test hook: with `fastpath = "auto"`, switch consolidation exactly before these
+    /// chunks (0-based; a chunk is up to a batch of packets, cut at scheduled changes)
+    /// instead of by measured cost, so tests can check that switching never changes output.
+    #[doc(hidden)]
+    pub fn force_auto_switches(&mut self, at: Vec<u64>) {
+        if self.auto.is_some() {
+            self.auto = Some(Auto::forced(at));
+        }
     }
 
     pub fn chain(&self) -> &Chain {
@@ -125,10 +139,20 @@ impl Runner {
                     end = end.min(pos + (c.at - done).max(1) as usize);
                 }
                 self.poll_control();
+                let plan = self.auto.as_mut().map(Auto::plan);
+                if let (Some(p), Some(f)) = (plan, self.fast.as_deref_mut()) {
+                    if p.switched && !p.on {
+                        f.switch_off(&mut self.walk);
+                    }
+                }
+                let t0 = plan.filter(|p| p.time).map(|_| auto::tsc());
                 self.walk.ingest(bytes, &recs[pos..end]);
                 match self.fast.as_deref_mut() {
-                    Some(f) => f.chunk(&mut self.walk),
-                    None => self.walk.drain(None),
+                    Some(f) if plan.is_none_or(|p| p.on) => f.chunk(&mut self.walk),
+                    _ => self.walk.drain(None),
+                }
+                if let (Some(t0), Some(a)) = (t0, self.auto.as_mut()) {
+                    a.timed(auto::tsc().wrapping_sub(t0), (end - pos) as u64);
                 }
                 if let Some(v) = self.walk.violation.take() {
                     anyhow::bail!("{v}");
@@ -157,7 +181,9 @@ impl Runner {
         }
         progress.finish();
         let stats = self.fast.as_ref().map(|f| f.stats);
-        self.walk.summary(trace, opts.loops, seconds, stats)
+        let mut s = self.walk.summary(trace, opts.loops, seconds, stats)?;
+        s.fastpath_auto = self.auto.as_ref().map(|a| a.stats);
+        Ok(s)
     }
 
     /// Takes commands from a control socket to be applied between batches.
