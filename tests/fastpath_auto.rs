@@ -336,3 +336,53 @@ fn cli_auto_reports_decision_and_costs() {
         "{e}"
     );
 }
+
+fn tcp(sport: u16, flags: u8) -> Vec<u8> {
+    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4([10, 0, 0, 1], [192, 0, 2, 7], 64)
+        .tcp(sport, 80, 1000, 8192);
+    let b = match flags {
+        0x02 => b.syn(),
+        0x11 => b.fin().ack(1),
+        _ => b.ack(1),
+    };
+    let mut v = Vec::new();
+    b.write(&mut v, b"payload!").unwrap();
+    v
+}
+
+/// Each frame alone in its chunk (31 ARP frames after it), so a forced switch before
+/// chunk i falls just before frame i.
+fn one_per_chunk(frames: &[(u64, Vec<u8>)]) -> Trace {
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 9, 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.resize(60, 0);
+    let mut all: Vec<(u64, &[u8])> = Vec::new();
+    for (ts, f) in frames {
+        all.push((*ts, f));
+        all.extend(std::iter::repeat_n((*ts, arp.as_slice()), 31));
+    }
+    Trace::from_packets(
+        catena::packet::LinkKind::Ethernet,
+        catena::io::PcapHeader::new(1, false),
+        all,
+    )
+}
+
+/// A flow consolidated while on ends (FIN) while off; its 5-tuple comes back after
+/// switching on. The entry recorded before must be gone: the NFs ended that flow while
+/// FastPath was not looking, so a hit would run their state functions on a dead flow.
+#[test]
+fn a_flow_that_ends_while_off_is_not_hit_after_switching_on() {
+    const SEC: u64 = 1_000_000_000;
+    let frames: Vec<(u64, Vec<u8>)> = [0x02, 0x10, 0x10, 0x11, 0x02, 0x10, 0x10]
+        .iter()
+        .enumerate()
+        .map(|(i, &f)| (i as u64 * SEC, tcp(4000, f)))
+        .collect();
+    let t = one_per_chunk(&frames);
+    for chain in ["O", "NO", "FO"] {
+        let s = equal_across_switches(chain, VIP, &t, small(1), &[&[3, 4]], &[]);
+        assert!(s[0].fastpath.unwrap().hits >= 2, "{chain}");
+    }
+}
