@@ -6,6 +6,7 @@ mod ctl;
 mod dpi;
 mod gen;
 mod nfs;
+mod pipeline;
 mod progress;
 mod run;
 
@@ -35,6 +36,7 @@ enum Cmd {
     Ctl(ctl::Args),
     Bench(bench::Args),
     Dpi(dpi::Args),
+    Pipeline(pipeline::Args),
 }
 
 pub fn main() -> i32 {
@@ -54,6 +56,7 @@ pub fn main() -> i32 {
         Cmd::Ctl(a) => ctl::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Dpi(a) => dpi::run(a),
+        Cmd::Pipeline(a) => pipeline::run(a),
     };
     match r {
         Ok(code) => code,

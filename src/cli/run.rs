@@ -1,9 +1,10 @@
 //! `catena run`: a chain over a trace.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
-use anyhow::Context as _;
-use catena::io::Trace;
+use catena::io::gen::{generate, GenOptions, Profile};
+use catena::io::{Opened, PcapStream, Source, Trace, TraceSource};
 use catena::runtime::{control, limits, Chain, ChainConfig, RunOptions, Runner};
 
 use super::progress::Bar;
@@ -19,7 +20,7 @@ pub struct Args {
     /// Write forwarded packets to this pcap (the `out` sink); without it they are discarded.
     #[arg(short, long)]
     output: Option<PathBuf>,
-    /// Replay the trace this many times from memory.
+    /// Replay the trace this many times (read again from the file each time).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     loops: u64,
     /// Print one JSON object instead of the table.
@@ -58,7 +59,16 @@ pub enum FastMode {
     Auto,
 }
 
+/// Where the packets come from: a pcap read as the run goes, or a trace held in memory
+/// (pcapng, the generated fallback).
+enum Input {
+    Stream(Box<PcapStream>),
+    Held(Trace),
+}
+
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    // `seconds_total` counts from here: loading the chain is part of what a user waits for.
+    let t0 = Instant::now();
     let mut cfg = ChainConfig::load(&a.config)?;
     cfg.max_memory = a.max_memory;
     let mut chain = Chain::from_config(&cfg)?;
@@ -79,17 +89,49 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.no_fastpath {
         chain.fastpath = None;
     }
-    let input = a
-        .input
-        .clone()
-        .or_else(|| chain.default_trace.clone())
-        .with_context(|| {
-            format!(
-                "{}: no trace: pass --input FILE or set `[input] trace`",
-                a.config.display()
-            )
-        })?;
-    let trace = Trace::open(&input)?;
+    let (input, name) = match (&a.input, &chain.default_trace) {
+        (Some(i), _) => (Some(i.clone()), i.display().to_string()),
+        (None, Some(t)) if t.exists() => (Some(t.clone()), t.display().to_string()),
+        // A fresh clone has no ../shared: replay a generated trace rather than fail.
+        (None, Some(t)) => {
+            eprintln!(
+                "note: {} not found; replaying a generated trace instead (catena gen --profile smallflows)",
+                t.display()
+            );
+            (None, "generated smallflows".to_string())
+        }
+        (None, None) => anyhow::bail!(
+            "{}: no trace: pass --input FILE or set `[input] trace`",
+            a.config.display()
+        ),
+    };
+    let mut input = match &input {
+        Some(path) => {
+            // Checked before opening: opening a pipe waits for its writer.
+            let regular = std::fs::metadata(path).is_ok_and(|m| m.is_file());
+            if a.loops > 1 && !regular && path.exists() {
+                anyhow::bail!(
+                    "{}: --loops needs a file that can be read again, not a pipe or a device",
+                    path.display()
+                );
+            }
+            match PcapStream::open(path)? {
+                Opened::Pcap(s) => Input::Stream(s),
+                Opened::Pcapng => Input::Held(Trace::load(path)?),
+            }
+        }
+        None => Input::Held(
+            generate(&GenOptions::profile(Profile::SmallFlows)).map_err(anyhow::Error::msg)?,
+        ),
+    };
+    let mut held;
+    let src: &mut dyn Source = match &mut input {
+        Input::Stream(s) => &mut **s,
+        Input::Held(t) => {
+            held = TraceSource::new(t);
+            &mut held
+        }
+    };
     let mut opts = RunOptions {
         loops: a.loops,
         ..Default::default()
@@ -105,10 +147,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let limit = a.max_memory.unwrap_or_else(limits::default_max_memory);
     chain
-        .memory(trace.max_packet_len())
+        .memory(src.max_packet_len())
         .check(limit)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.config.display()))?;
-    let mut runner = Runner::new(chain, trace.max_packet_len());
+    let mut runner = Runner::new(chain, src.max_packet_len());
     // Kept alive for the run; dropping it removes the socket file.
     let _server = match &a.control {
         Some(path) => {
@@ -120,8 +162,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         None => None,
     };
     let mut bar = Bar::new(!a.json);
-    let mut s = runner.run(&trace, &opts, &mut bar)?;
-    s.input = input.display().to_string();
+    let mut s = runner.run_source(src, &opts, &mut bar)?;
+    s.input = name;
+    s.set_total(t0.elapsed().as_secs_f64());
     if a.json {
         println!("{}", serde_json::to_string(&s)?);
     } else {

@@ -32,12 +32,10 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use pcap_parser::parse_pcap_header;
 use pcap_parser::pcapng::{
     parse_interfacedescriptionblock_be, parse_interfacedescriptionblock_le,
     parse_sectionheaderblock,
-};
-use pcap_parser::{
-    parse_pcap_frame, parse_pcap_frame_be, parse_pcap_frame_modified, parse_pcap_header,
 };
 
 use super::linktype::{describe_linktype, link_from_pcap, SUPPORTED_LINKS};
@@ -49,10 +47,10 @@ pub const MAX_SNAPLEN: u32 = 256 << 20;
 /// libpcap's usual maximum snaplen; a caplen up to this is fine whatever the header says.
 pub const DEFAULT_SNAPLEN: u32 = 262_144;
 
-const PCAP_HEADER_LEN: usize = 24;
+pub(crate) const PCAP_HEADER_LEN: usize = 24;
 const SHB_MIN_LEN: usize = 28;
 
-const SHB_TYPE: u32 = 0x0A0D_0D0A;
+pub(crate) const SHB_TYPE: u32 = 0x0A0D_0D0A;
 const IDB_TYPE: u32 = 0x0000_0001;
 const OPB_TYPE: u32 = 0x0000_0002;
 const SPB_TYPE: u32 = 0x0000_0003;
@@ -102,6 +100,17 @@ pub enum TraceError {
         path: PathBuf,
         offset: u64,
         problem: RecordProblem,
+    },
+    /// A later loop met the end of the input before the first loop did.
+    #[error(
+        "{}: the file changed while it was replayed: loop {pass} ended at record {record}, the first loop read {expected}",
+        .path.display()
+    )]
+    Changed {
+        path: PathBuf,
+        pass: u64,
+        record: u64,
+        expected: u64,
     },
     /// A problem at a record: the records before it were read.
     #[error("{}: record {record} at byte offset {offset}: {problem}", .path.display())]
@@ -243,7 +252,8 @@ impl TraceError {
             | TraceError::Snaplen { path, .. }
             | TraceError::LinkType { path, .. }
             | TraceError::Block { path, .. }
-            | TraceError::Record { path, .. } => path,
+            | TraceError::Record { path, .. }
+            | TraceError::Changed { path, .. } => path,
         }
     }
 }
@@ -253,6 +263,24 @@ impl Trace {
     /// are `Err` and which end the trace early with [`Trace::error`] set.
     pub fn open(path: &Path) -> Result<Trace, TraceError> {
         let backing = map_file(path)?;
+        let parsed = parse(path, backing.bytes())?;
+        Ok(Trace {
+            backing,
+            records: parsed.records,
+            link: parsed.link,
+            header: parsed.header,
+            error: parsed.error,
+        })
+    }
+
+    /// Reads a regular file into memory and indexes it: no map, so a file truncated
+    /// under the run cannot raise SIGBUS (`catena run` over pcapng).
+    pub fn load(path: &Path) -> Result<Trace, TraceError> {
+        let mut file = File::open(path).map_err(|source| TraceError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+        let backing = read_whole(path, &mut file)?;
         let parsed = parse(path, backing.bytes())?;
         Ok(Trace {
             backing,
@@ -287,21 +315,35 @@ fn map_file(path: &Path) -> Result<Backing, TraceError> {
     if meta.is_dir() {
         return Err(open_err(io::Error::other("is a directory")));
     }
-    if meta.is_file() {
-        if meta.len() == 0 {
-            return Err(TraceError::Empty {
-                path: path.to_owned(),
-            });
-        }
-        // SAFETY: the map is read-only; as with every mmap reader, another process
-        // truncating the file while we hold the map is outside what we defend against.
-        if let Ok(map) = unsafe { memmap2::Mmap::map(&file) } {
+    if !meta.is_file() {
+        // Read whole, a pipe or a device could fill memory (/dev/zero never ends).
+        return Err(open_err(io::Error::other(
+            "not a regular file (a pipe or a device): `catena run` streams those; here give a file",
+        )));
+    }
+    if meta.len() == 0 {
+        return Err(TraceError::Empty {
+            path: path.to_owned(),
+        });
+    }
+    // SAFETY: the map is read-only; another process truncating the file while we hold
+    // the map is outside what the mapped reader defends against (`catena run` reads
+    // with `read(2)` instead, see `PcapStream`).
+    match unsafe { memmap2::Mmap::map(&file) } {
+        Ok(map) => {
             #[cfg(unix)]
             let _ = map.advise(memmap2::Advice::Sequential);
-            return Ok(Backing::Mmap(map));
+            Ok(Backing::Mmap(map))
         }
+        Err(_) => read_whole(path, &mut file),
     }
-    // Pipes and other files that cannot be mapped are read into memory instead.
+}
+
+fn read_whole(path: &Path, file: &mut File) -> Result<Backing, TraceError> {
+    let open_err = |source| TraceError::Open {
+        path: path.to_owned(),
+        source,
+    };
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(open_err)?;
     if bytes.is_empty() {
@@ -344,136 +386,176 @@ fn too_short(path: &Path, data: &[u8], format: &'static str, need: usize) -> Tra
     }
 }
 
-fn parse_pcap(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
-    if data.len() < 4 {
-        return Err(too_short(path, data, "pcap header", PCAP_HEADER_LEN));
-    }
-    let magic = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
-    let known = matches!(
-        magic,
-        0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 | 0xa1b2_cd34
-    );
-    if !known {
-        return Err(TraceError::BadMagic {
-            path: path.to_owned(),
-            magic: format!(
-                "{:02x}{:02x}{:02x}{:02x}",
-                data[0], data[1], data[2], data[3]
-            ),
-        });
-    }
-    if data.len() < PCAP_HEADER_LEN {
-        return Err(too_short(path, data, "pcap header", PCAP_HEADER_LEN));
-    }
-    let hdr = match parse_pcap_header(data) {
-        Ok((_, h)) => h,
-        // Unreachable with a known magic and 24 bytes, but never panic on input.
-        Err(_) => {
+/// What reading a classic pcap's records needs from its file header.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PcapFormat {
+    pub(crate) header: PcapHeader,
+    pub(crate) link: LinkKind,
+    big_endian: bool,
+    /// 16, or 24 for Kuznetzov's "modified" pcap (ifindex, protocol, type per record).
+    rec_hdr_len: usize,
+    frac_ns: u64,
+    limit: u32,
+}
+
+/// One record read by [`PcapFormat::record`]: where its bytes start (relative to the
+/// record) and how many bytes the record takes.
+pub(crate) struct RawRecord {
+    pub(crate) caplen: u32,
+    pub(crate) wire_len: u32,
+    pub(crate) ts_ns: u64,
+    pub(crate) data_off: usize,
+    pub(crate) len: usize,
+}
+
+impl PcapFormat {
+    /// Reads the 24-byte file header at the start of `data`.
+    pub(crate) fn parse(path: &Path, data: &[u8]) -> Result<PcapFormat, TraceError> {
+        if data.len() < 4 {
+            return Err(too_short(path, data, "pcap header", PCAP_HEADER_LEN));
+        }
+        let magic = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
+        let known = matches!(
+            magic,
+            0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 | 0xa1b2_cd34
+        );
+        if !known {
             return Err(TraceError::BadMagic {
                 path: path.to_owned(),
-                magic: format!("{magic:08x}"),
-            })
+                magic: format!(
+                    "{:02x}{:02x}{:02x}{:02x}",
+                    data[0], data[1], data[2], data[3]
+                ),
+            });
         }
-    };
-    if hdr.version_major != 2 {
-        return Err(TraceError::Version {
+        if data.len() < PCAP_HEADER_LEN {
+            return Err(too_short(path, data, "pcap header", PCAP_HEADER_LEN));
+        }
+        let hdr = match parse_pcap_header(data) {
+            Ok((_, h)) => h,
+            // Unreachable with a known magic and 24 bytes, but never panic on input.
+            Err(_) => {
+                return Err(TraceError::BadMagic {
+                    path: path.to_owned(),
+                    magic: format!("{magic:08x}"),
+                })
+            }
+        };
+        if hdr.version_major != 2 {
+            return Err(TraceError::Version {
+                path: path.to_owned(),
+                format: "pcap",
+                major: hdr.version_major,
+                minor: hdr.version_minor,
+                expected: "2.x",
+            });
+        }
+        if hdr.snaplen > MAX_SNAPLEN {
+            return Err(TraceError::Snaplen {
+                path: path.to_owned(),
+                snaplen: hdr.snaplen,
+            });
+        }
+        let linktype = hdr.network.0 as u32;
+        let link = link_from_pcap(linktype).ok_or_else(|| TraceError::LinkType {
             path: path.to_owned(),
-            format: "pcap",
-            major: hdr.version_major,
-            minor: hdr.version_minor,
-            expected: "2.x",
-        });
+            linktype,
+            link: describe_linktype(linktype),
+        })?;
+        let nanos = hdr.is_nanosecond_precision();
+        Ok(PcapFormat {
+            header: PcapHeader {
+                version_major: hdr.version_major,
+                version_minor: hdr.version_minor,
+                thiszone: hdr.thiszone,
+                sigfigs: hdr.sigfigs,
+                snaplen: hdr.snaplen,
+                linktype,
+                nanos,
+            },
+            link,
+            big_endian: hdr.is_bigendian(),
+            rec_hdr_len: if hdr.is_modified_format() { 24 } else { 16 },
+            frac_ns: if nanos { 1 } else { 1000 },
+            limit: caplen_limit(hdr.snaplen),
+        })
     }
-    if hdr.snaplen > MAX_SNAPLEN {
-        return Err(TraceError::Snaplen {
-            path: path.to_owned(),
-            snaplen: hdr.snaplen,
-        });
-    }
-    let linktype = hdr.network.0 as u32;
-    let link = link_from_pcap(linktype).ok_or_else(|| TraceError::LinkType {
-        path: path.to_owned(),
-        linktype,
-        link: describe_linktype(linktype),
-    })?;
-    let nanos = hdr.is_nanosecond_precision();
-    let header = PcapHeader {
-        version_major: hdr.version_major,
-        version_minor: hdr.version_minor,
-        thiszone: hdr.thiszone,
-        sigfigs: hdr.sigfigs,
-        snaplen: hdr.snaplen,
-        linktype,
-        nanos,
-    };
-    let big_endian = hdr.is_bigendian();
-    // Kuznetzov's "modified" pcap has 8 more bytes (ifindex, protocol, type) per record.
-    let modified = hdr.is_modified_format();
-    let rec_hdr_len: usize = if modified { 24 } else { 16 };
-    let frac_ns: u64 = if nanos { 1 } else { 1000 };
-    let limit = caplen_limit(hdr.snaplen);
 
+    /// Largest caplen a record may have before it is called absurd.
+    pub(crate) fn caplen_limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Reads the record at the start of `rest` (which runs to the end of the file, or of
+    /// what has been read of it so far).
+    #[inline]
+    pub(crate) fn record(&self, rest: &[u8]) -> Result<RawRecord, RecordProblem> {
+        let h = self.rec_hdr_len;
+        let Some(hdr) = rest.get(..16).filter(|_| rest.len() >= h) else {
+            return Err(RecordProblem::TruncatedHeader {
+                have: rest.len() as u64,
+                need: h as u64,
+            });
+        };
+        let be = self.big_endian;
+        // The caplen is checked before the data, so a huge value is reported as absurd
+        // rather than as running past the end.
+        let caplen = read_u32(hdr, 8, be);
+        if caplen > self.limit {
+            return Err(RecordProblem::CaplenAbsurd {
+                caplen,
+                limit: self.limit,
+            });
+        }
+        if ((rest.len() - h) as u64) < caplen as u64 {
+            return Err(RecordProblem::PastEnd {
+                caplen,
+                have: (rest.len() - h) as u64,
+            });
+        }
+        Ok(RawRecord {
+            caplen,
+            wire_len: read_u32(hdr, 12, be),
+            ts_ns: read_u32(hdr, 0, be) as u64 * 1_000_000_000
+                + read_u32(hdr, 4, be) as u64 * self.frac_ns,
+            data_off: h,
+            len: h + caplen as usize,
+        })
+    }
+}
+
+fn parse_pcap(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
+    let fmt = PcapFormat::parse(path, data)?;
     // A rough guess (records of a few hundred bytes) that avoids most regrowth.
     let mut records = Vec::with_capacity(data.len() / 512);
     let mut error = None;
     let mut off = PCAP_HEADER_LEN;
     while off < data.len() {
-        let rest = &data[off..];
-        let problem = if rest.len() < rec_hdr_len {
-            Some(RecordProblem::TruncatedHeader {
-                have: rest.len() as u64,
-                need: rec_hdr_len as u64,
-            })
-        } else {
-            // The caplen is checked before pcap-parser reads the record, so a huge value
-            // is reported as absurd rather than as running past the end.
-            let raw_caplen = read_u32(rest, 8, big_endian);
-            if raw_caplen > limit {
-                Some(RecordProblem::CaplenAbsurd {
-                    caplen: raw_caplen,
-                    limit,
-                })
-            } else {
-                let parsed = if modified {
-                    parse_pcap_frame_modified(rest)
-                } else if big_endian {
-                    parse_pcap_frame_be(rest)
-                } else {
-                    parse_pcap_frame(rest)
-                };
-                match parsed {
-                    Ok((_, b)) => {
-                        records.push(Record {
-                            off: (off + rec_hdr_len) as u64,
-                            caplen: b.caplen,
-                            wire_len: b.origlen,
-                            ts_ns: b.ts_sec as u64 * 1_000_000_000 + b.ts_usec as u64 * frac_ns,
-                        });
-                        off += rec_hdr_len + b.caplen as usize;
-                        None
-                    }
-                    // Only a short read fails once the header is there: data past the end.
-                    Err(_) => Some(RecordProblem::PastEnd {
-                        caplen: raw_caplen,
-                        have: (rest.len() - rec_hdr_len) as u64,
-                    }),
-                }
+        match fmt.record(&data[off..]) {
+            Ok(r) => {
+                records.push(Record {
+                    off: (off + r.data_off) as u64,
+                    caplen: r.caplen,
+                    wire_len: r.wire_len,
+                    ts_ns: r.ts_ns,
+                });
+                off += r.len;
             }
-        };
-        if let Some(problem) = problem {
-            error = Some(TraceError::Record {
-                path: path.to_owned(),
-                record: records.len() as u64 + 1,
-                offset: off as u64,
-                problem,
-            });
-            break;
+            Err(problem) => {
+                error = Some(TraceError::Record {
+                    path: path.to_owned(),
+                    record: records.len() as u64 + 1,
+                    offset: off as u64,
+                    problem,
+                });
+                break;
+            }
         }
     }
     Ok(Parsed {
         records,
-        link,
-        header,
+        link: fmt.link,
+        header: fmt.header,
         error,
     })
 }

@@ -60,6 +60,12 @@ impl<'a> Params<'a> {
         }
     }
 
+    /// The keys the chain file gives, for NFs whose parameters are declared at run time
+    /// (a pipeline program's `param`s).
+    pub fn keys(&self) -> impl Iterator<Item = &'a str> {
+        self.table.keys().map(|k| k.as_str())
+    }
+
     pub fn err(&self, msg: impl Into<String>) -> ParamError {
         ParamError {
             nf: self.nf.to_string(),

@@ -4,7 +4,8 @@ use std::path::Path;
 
 use super::params::{ParamDoc, ParamError, Params};
 use super::{
-    Firewall, FlowMonitor, IpFilter, Ipv4Switch, MacSwitch, Maglev, Microbox, Nat, Nf, Wire,
+    Firewall, FlowMonitor, IpFilter, Ipv4Switch, MacSwitch, Maglev, Microbox, Nat, Nf, Pipeline,
+    Wire,
 };
 
 pub struct Kind {
@@ -68,6 +69,12 @@ pub const KINDS: &[Kind] = &[
         summary: "Consolidated TCP stack (Microboxes) with apps on its events: tcp_count, l4_lb, l7_lb, …; mode = \"per-nf\" gives each app its own stack",
         params: Microbox::PARAMS,
         build: |p| Ok(Box::new(Microbox::from_params(p)?)),
+    },
+    Kind {
+        name: "pipeline",
+        summary: "A match-action program in the pipeline language (docs/pipeline.md): program = \"file.stv\" plus the program's own params",
+        params: Pipeline::PARAMS,
+        build: |p| Ok(Box::new(Pipeline::from_params(p)?)),
     },
 ];
 

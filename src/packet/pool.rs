@@ -5,42 +5,69 @@ use super::meta::Meta;
 
 pub struct Pool {
     free: Vec<Packet>,
+    /// Buffers made so far, both classes.
     size: usize,
+    buf_bytes: usize,
+    /// Larger buffers, made on first need: most traces never need one, and a stream
+    /// whose snaplen allows 64 KiB packets should not pay for them up front.
+    big: Option<Big>,
+}
+
+struct Big {
+    free: Vec<Packet>,
+    made: usize,
+    limit: usize,
+    make: fn() -> Packet,
     buf_bytes: usize,
 }
 
 impl Pool {
     /// `count` buffers that each hold a packet of up to `max_packet` bytes plus headroom.
     /// Buffer sizes come in three classes (2 KiB, 9 KiB jumbo, 64 KiB) so one pool serves
-    /// traces with TSO-sized captures too.
-    /// Bytes `Pool::new(count, max_packet)` allocates (buffers with their metadata).
+    /// traces with TSO-sized captures too: `count` 2 KiB buffers now and, when
+    /// `max_packet` needs more, up to `count` of the larger class made as packets need
+    /// them (ask with [`alloc_raw_for`](Self::alloc_raw_for)).
+    /// Bytes `Pool::new(count, max_packet)` allocates at most (buffers with their
+    /// metadata): the 2 KiB buffers and, when `max_packet` needs them, as many larger ones.
     pub fn bytes(count: usize, max_packet: usize) -> usize {
         let need = max_packet + HEADROOM;
-        let class = if need <= 2048 {
-            2048
-        } else if need <= 9216 + HEADROOM {
-            9216 + HEADROOM
-        } else {
-            65536 + HEADROOM
+        let per = |class: usize| {
+            count
+                .saturating_mul(class + std::mem::size_of::<Meta>() + std::mem::size_of::<Packet>())
         };
-        count.saturating_mul(class + std::mem::size_of::<Meta>() + std::mem::size_of::<Packet>())
+        let big = if need <= 2048 {
+            0
+        } else if need <= 9216 + HEADROOM {
+            per(9216 + HEADROOM)
+        } else {
+            per(65536 + HEADROOM)
+        };
+        per(2048).saturating_add(big)
     }
 
     pub fn new(count: usize, max_packet: usize) -> Pool {
         let need = max_packet + HEADROOM;
-        let make: fn() -> Packet = if need <= 2048 {
-            Packet::new_boxed::<2048>
+        let small: fn() -> Packet = Packet::new_boxed::<2048>;
+        let big = if need <= 2048 {
+            None
         } else if need <= 9216 + HEADROOM {
-            Packet::new_boxed::<{ 9216 + HEADROOM }>
+            Some(Packet::new_boxed::<{ 9216 + HEADROOM }> as fn() -> Packet)
         } else {
-            Packet::new_boxed::<{ 65536 + HEADROOM }>
+            Some(Packet::new_boxed::<{ 65536 + HEADROOM }> as fn() -> Packet)
         };
-        let free: Vec<Packet> = (0..count).map(|_| make()).collect();
-        let buf_bytes = free.first().map_or(0, |p| p.capacity());
+        let free: Vec<Packet> = (0..count).map(|_| small()).collect();
+        let buf_bytes = free.first().map_or(2048, |p| p.capacity());
         Pool {
             free,
             size: count,
             buf_bytes,
+            big: big.map(|make| Big {
+                free: Vec::with_capacity(count),
+                made: 0,
+                limit: count,
+                buf_bytes: make().capacity(),
+                make,
+            }),
         }
     }
 
@@ -52,14 +79,49 @@ impl Pool {
         Some(p)
     }
 
+    /// Like [`alloc`](Self::alloc) for a packet of `len` bytes.
+    #[inline]
+    pub fn alloc_for(&mut self, len: usize) -> Option<Packet> {
+        let mut p = self.alloc_raw_for(len)?;
+        *p.meta_mut() = Meta::default();
+        Some(p)
+    }
+
     /// Like [`alloc`](Self::alloc) but leaves the metadata for the caller to overwrite whole.
     #[inline]
     pub fn alloc_raw(&mut self) -> Option<Packet> {
         self.free.pop()
     }
 
+    /// A buffer that holds `len` bytes, metadata left as it was; None when none is free
+    /// (or `len` is larger than [`max_packet`](Self::max_packet)).
+    #[inline]
+    pub fn alloc_raw_for(&mut self, len: usize) -> Option<Packet> {
+        if len + HEADROOM <= self.buf_bytes {
+            return self.free.pop();
+        }
+        let big = self.big.as_mut()?;
+        if len + HEADROOM > big.buf_bytes {
+            return None;
+        }
+        if let Some(p) = big.free.pop() {
+            return Some(p);
+        }
+        if big.made == big.limit {
+            return None;
+        }
+        // At most `count` times in a run: the pool's memory stays bounded.
+        big.made += 1;
+        self.size += 1;
+        Some((big.make)())
+    }
+
     #[inline]
     pub fn free(&mut self, p: Packet) {
+        if let Some(big) = self.big.as_mut().filter(|_| p.capacity() > self.buf_bytes) {
+            big.free.push(p);
+            return;
+        }
         debug_assert!(
             self.free.len() < self.size,
             "packet freed twice or from another pool"
@@ -68,7 +130,7 @@ impl Pool {
     }
 
     pub fn available(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.big.as_ref().map_or(0, |b| b.free.len())
     }
 
     pub fn size(&self) -> usize {
@@ -77,7 +139,7 @@ impl Pool {
 
     /// Largest packet a buffer of this pool holds.
     pub fn max_packet(&self) -> usize {
-        self.buf_bytes - HEADROOM
+        self.big.as_ref().map_or(self.buf_bytes, |b| b.buf_bytes) - HEADROOM
     }
 }
 
@@ -101,5 +163,31 @@ mod tests {
     fn size_classes_fit_the_request() {
         assert!(Pool::new(1, 9000).max_packet() >= 9000);
         assert!(Pool::new(1, 65535).max_packet() >= 65535);
+    }
+
+    #[test]
+    fn large_buffers_are_made_on_first_need_and_bounded() {
+        let mut pool = Pool::new(2, 65535);
+        assert_eq!((pool.size(), pool.available()), (2, 2));
+        let big = pool.alloc_raw_for(60_000).unwrap();
+        assert!(big.capacity() >= 60_000);
+        let big2 = pool.alloc_raw_for(3000).unwrap();
+        assert!(
+            pool.alloc_raw_for(3000).is_none(),
+            "at most `count` large buffers"
+        );
+        assert!(pool.alloc_raw_for(70_000).is_none());
+        let small = pool.alloc_raw_for(1500).unwrap();
+        assert!(small.capacity() < 3000);
+        assert_eq!(pool.size(), 4);
+        pool.free(big);
+        pool.free(big2);
+        pool.free(small);
+        assert_eq!(pool.available(), pool.size());
+        // A freed large buffer is used again, not a new one made.
+        let again = pool.alloc_raw_for(9000).unwrap();
+        assert!(again.capacity() >= 9000);
+        assert_eq!(pool.size(), 4);
+        pool.free(again);
     }
 }

@@ -37,7 +37,7 @@ impl Walk {
                 c.drops[OVERSIZE] += 1;
                 continue;
             }
-            let Some(mut p) = pool.alloc_raw() else {
+            let Some(mut p) = pool.alloc_raw_for(r.caplen as usize) else {
                 c.drops[POOL_EXHAUSTED] += 1;
                 continue;
             };

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::chain::NodeKind;
 use super::counters::{NodeCounters, SinkSummary};
 use super::walk::Walk;
-use crate::io::{PcapWriter, Trace};
+use crate::io::{PcapHeader, PcapWriter};
 use crate::packet::{Packet, FLOOD, NO_PORT};
 
 type Writer = PcapWriter<BufWriter<std::fs::File>>;
@@ -25,7 +25,7 @@ impl Walk {
     /// the file.
     pub fn open_sinks(
         &mut self,
-        trace: &Trace,
+        header: PcapHeader,
         outputs: &[(String, PathBuf)],
     ) -> anyhow::Result<()> {
         self.sinks = Vec::with_capacity(self.chain.nodes.len());
@@ -41,7 +41,7 @@ impl Walk {
                 .or_else(|| path.clone());
             let writer =
                 match &path {
-                    Some(p) => Some(PcapWriter::create(p, trace.header()).map_err(|e| {
+                    Some(p) => Some(PcapWriter::create(p, header).map_err(|e| {
                         anyhow::anyhow!("{}: cannot create output: {e}", p.display())
                     })?),
                     None => None,

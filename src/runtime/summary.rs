@@ -5,14 +5,13 @@
 use super::chain::{NodeKind, INPUT_DROPS};
 use super::counters::{NfSummary, PortSummary, Summary};
 use super::walk::Walk;
-use crate::io::Trace;
 use crate::optimise::fastpath::FastStats;
 
 impl Walk {
     /// Closes the sinks and sums up a run of `loops` replays that took `seconds`.
     pub fn summary(
         &mut self,
-        trace: &Trace,
+        input_error: Option<String>,
         loops: u64,
         seconds: f64,
         fastpath: Option<FastStats>,
@@ -97,6 +96,8 @@ impl Walk {
             bytes_out,
             seconds,
             mpps: input.packets_in as f64 / secs / 1e6,
+            seconds_total: seconds,
+            mpps_total: input.packets_in as f64 / secs / 1e6,
             data_rate_gbps: input.bytes_in as f64 * 8.0 / secs / 1e9,
             throughput_gbps: bytes_out as f64 * 8.0 / secs / 1e9,
             input_drops: INPUT_DROPS
@@ -113,7 +114,7 @@ impl Walk {
                 })
                 .collect(),
             sinks,
-            input_error: trace.error().map(|e| e.to_string()),
+            input_error,
             output_errors,
             fastpath,
             fastpath_auto: None,

@@ -11,7 +11,7 @@ use super::control::{Command, ControlPort, Scheduled};
 use super::counters::Summary;
 use super::profile_check::Snapshot;
 use super::walk::Walk;
-use crate::io::Trace;
+use crate::io::{Source, Trace, TraceSource};
 use crate::nfs::Nf;
 use crate::optimise::fastpath::{auto, Auto, FastPath};
 use crate::packet::MAX_BATCH;
@@ -103,7 +103,17 @@ impl Runner {
         opts: &RunOptions,
         progress: &mut dyn Progress,
     ) -> anyhow::Result<Summary> {
-        self.walk.open_sinks(trace, &opts.outputs)?;
+        self.run_source(&mut TraceSource::new(trace), opts, progress)
+    }
+
+    /// Runs a source (`opts.loops` passes) through the chain, chunk by chunk as it reads.
+    pub fn run_source(
+        &mut self,
+        src: &mut dyn Source,
+        opts: &RunOptions,
+        progress: &mut dyn Progress,
+    ) -> anyhow::Result<Summary> {
+        self.walk.open_sinks(src.header(), &opts.outputs)?;
         // NFs' own files (flow records, alerts) too: a path that cannot be written is an
         // error before the first packet.
         for n in &mut self.walk.chain.nodes {
@@ -112,10 +122,7 @@ impl Runner {
                     .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
             }
         }
-        self.walk.link = trace.link();
-        let (bytes, recs) = trace.raw();
-        let total = recs.len() as u64 * opts.loops;
-        let span = trace.span_ns();
+        self.walk.link = src.link();
         let start = Instant::now();
         let mut done = 0u64;
         let mut next_report = 0u64;
@@ -123,9 +130,12 @@ impl Runner {
         schedule.sort_by_key(|c| c.at);
         let mut next_change = 0;
         for lp in 0..opts.loops {
-            self.walk.shift = span.wrapping_mul(lp);
-            let mut pos = 0;
-            while pos < recs.len() {
+            // Each loop after the first shifts time by the first loop's span.
+            if lp > 0 && !src.rewind() {
+                break;
+            }
+            self.walk.shift = src.span_ns().wrapping_mul(lp);
+            loop {
                 // A batch ends where a scheduled change applies, so the change falls
                 // exactly between the packets it names.
                 while let Some(c) = schedule.get(next_change).filter(|c| c.at <= done) {
@@ -134,10 +144,15 @@ impl Runner {
                     })?;
                     next_change += 1;
                 }
-                let mut end = (pos + MAX_BATCH).min(recs.len());
+                let mut want = MAX_BATCH;
                 if let Some(c) = schedule.get(next_change) {
-                    end = end.min(pos + (c.at - done).max(1) as usize);
+                    want = want.min((c.at - done).max(1) as usize);
                 }
+                let (bytes, chunk) = src.next_chunk(want);
+                if chunk.is_empty() {
+                    break;
+                }
+                let n = chunk.len() as u64;
                 self.poll_control();
                 let plan = self.auto.as_mut().map(Auto::plan);
                 if let (Some(p), Some(f)) = (plan, self.fast.as_deref_mut()) {
@@ -146,21 +161,20 @@ impl Runner {
                     }
                 }
                 let t0 = plan.filter(|p| p.time).map(|_| auto::tsc());
-                self.walk.ingest(bytes, &recs[pos..end]);
+                self.walk.ingest(bytes, chunk);
                 match self.fast.as_deref_mut() {
                     Some(f) if plan.is_none_or(|p| p.on) => f.chunk(&mut self.walk),
                     _ => self.walk.drain(None),
                 }
                 if let (Some(t0), Some(a)) = (t0, self.auto.as_mut()) {
-                    a.timed(auto::tsc().wrapping_sub(t0), (end - pos) as u64);
+                    a.timed(auto::tsc().wrapping_sub(t0), n);
                 }
                 if let Some(v) = self.walk.violation.take() {
                     anyhow::bail!("{v}");
                 }
-                done += (end - pos) as u64;
-                pos = end;
+                done += n;
                 if done >= next_report {
-                    progress.update(done, total);
+                    progress.update(done, src.records_hint().saturating_mul(opts.loops));
                     next_report = done + 65_536;
                 }
             }
@@ -181,7 +195,8 @@ impl Runner {
         }
         progress.finish();
         let stats = self.fast.as_ref().map(|f| f.stats);
-        let mut s = self.walk.summary(trace, opts.loops, seconds, stats)?;
+        let input_error = src.error().map(|e| e.to_string());
+        let mut s = self.walk.summary(input_error, opts.loops, seconds, stats)?;
         s.fastpath_auto = self.auto.as_ref().map(|a| a.stats);
         Ok(s)
     }

@@ -4,6 +4,7 @@
 mod chart;
 mod dpi;
 mod dpi_ids;
+mod e2e;
 mod fastpath;
 mod ids;
 mod microboxes;
@@ -22,7 +23,8 @@ pub struct Args {
     /// operation), nfs (filter, NAT, Maglev, monitor), fastpath (cycles per packet with
     /// header-action consolidation off and on), microboxes (chain length, consolidated vs
     /// per-NF TCP stacks, DPI -> IDS, peers), dpi (DPI engine next to ndpiReader), ids
-    /// (IDS engine next to Suricata).
+    /// (IDS engine next to Suricata), e2e (`catena run` whole process next to Click
+    /// userlevel and tcpdump on the same files; Click from $CLICK or /tmp/click).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -44,6 +46,10 @@ pub struct Args {
     /// for profiling one case under callgrind. Default: every row.
     #[arg(long)]
     only: Vec<String>,
+    /// steve, steve-ops: also run the pipeline-language programs (examples/pipeline/*.stv)
+    /// beside the native NFs, in the same run.
+    #[arg(long)]
+    pipeline: bool,
     /// Rule file for `ids` (default: examples/ids/bench.rules).
     #[arg(long)]
     rules: Option<PathBuf>,
@@ -62,10 +68,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "fastpath" => fastpath::run(&a),
         "microboxes" => microboxes::run(&a),
         "dpi" => dpi::run(&a),
+        "e2e" => e2e::run(&a),
         "ids" => ids::run(&a),
         other => {
             anyhow::bail!(
-                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, dpi, ids)"
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, dpi, ids, e2e)"
             )
         }
     }

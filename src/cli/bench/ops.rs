@@ -14,6 +14,11 @@ use catena::packet::{checksum, Batch, Layers, LinkKind, Packet};
 
 use super::{median, print_table, tsc, write_results, Args};
 
+use std::collections::HashMap;
+
+use catena::nfs::pipeline::{compile, Pipeline};
+use catena::nfs::{Context, Nf};
+
 #[derive(Serialize)]
 struct Row {
     op: &'static str,
@@ -206,6 +211,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         spare.extend(out.drain());
         pkts.extend(spare);
 
+        if a.pipeline {
+            results.extend(pipeline_ops(iters)?);
+        }
+
         if run == 0 {
             names = results.iter().map(|r| r.0).collect();
             samples = vec![Vec::new(); names.len()];
@@ -250,4 +259,134 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// Layouts and decoders the pipeline op programs share: Ethernet then IPv4.
+const PIPE_HEAD: &str = "drops bad;
+layout ethernet { dst: 48; src: 48; type: 16; }
+layout ipv4 { version: 4; ihl: 4; tos: 8; len: 16; id: 16; flags: 3; frag: 13;
+  ttl: 8; proto: 8; csum: 16; src: 32; dst: 32; size = ihl * 4; checksum csum; }
+";
+
+/// ns and cycles per packet of a program run as an NF over batches of `MAX_BATCH` packets
+/// from a working set of `keys` frames (`HOT` for per-packet field work, `KEYS` where
+/// tables need distinct keys), after `setup` control commands.
+fn program_ns(body: &str, setup: &[String], keys: usize, iters: u64) -> anyhow::Result<(f64, f64)> {
+    let src = format!("{PIPE_HEAD}{body}");
+    let c = compile("op.stv", &src, &HashMap::new()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut nf = Pipeline::new(c);
+    for cmd in setup {
+        nf.control(cmd).map_err(|e| anyhow::anyhow!("{cmd}: {e}"))?;
+    }
+    let per = catena::packet::MAX_BATCH;
+    let mut groups: Vec<Vec<Packet>> = (0..keys / per)
+        .map(|g| (0..per).map(|k| frame((g * per + k) as u32)).collect())
+        .collect();
+    let cx = Context { ports: 5 };
+    let mut b = Batch::with_capacity(per);
+    let mut round = |i: usize| {
+        let g = &mut groups[i % (keys / per)];
+        for p in g.drain(..) {
+            b.push(p);
+        }
+        nf.process(&mut b, &cx);
+        g.extend(b.drain());
+    };
+    let rounds = (iters / per as u64).max(1);
+    for i in 0..keys / per {
+        round(i);
+    }
+    let (ns, cy) = time(rounds, &mut round);
+    Ok((ns / per as f64, cy / per as f64))
+}
+
+/// The Steve ops measured on compiled pipeline programs: each row is the difference
+/// between two programs that differ only by that op (same packets, same loop).
+fn pipeline_ops(iters: u64) -> anyhow::Result<Vec<(&'static str, (f64, f64))>> {
+    let eth = "decoder eth: ethernet { extract dst, src, type; short { drop bad; } BODY }\n";
+    let ip = "decoder eth: ethernet { extract dst, src, type; short { drop bad; } next ip; }
+decoder ip: ipv4 { extract version, ttl, src, dst; short { drop bad; } BODY }\n";
+    let prog = |dec: &str, body: &str, tables: &str| {
+        format!(
+            "{tables}{}start {{ next eth; }}\n",
+            dec.replace("BODY", body)
+        )
+    };
+    let none: &[String] = &[];
+    let empty = program_ns("start { pass; }", none, HOT, iters)?;
+    let eth_only = program_ns(&prog(eth, "pass;", ""), none, HOT, iters)?;
+    let eth_keys = program_ns(&prog(eth, "pass;", ""), none, KEYS, iters)?;
+    let decoded = program_ns(&prog(ip, "pass;", ""), none, HOT, iters)?;
+    let read = program_ns(
+        &prog(ip, "if ip.src == 1 { drop bad; } pass;", ""),
+        none,
+        HOT,
+        iters,
+    )?;
+    let write = program_ns(
+        &prog(ip, "set ip.ttl = ip.ttl - 1; pass;", ""),
+        none,
+        HOT,
+        iters,
+    )?;
+    let output = program_ns("start { output 1; }", none, HOT, iters)?;
+    // Exact match on the destination MAC over KEYS entries, each a goto to a second stage.
+    let mut entries = String::new();
+    for i in 0..KEYS as u32 {
+        entries.push_str(&format!(
+            "  entry 0x0200{:08x} => goto stage2;\n",
+            i & 0xffff
+        ));
+    }
+    let tables = format!(
+        "table mac {{ key eth.dst exact; capacity {KEYS};\n{entries} miss {{ pass; }} }}\n\
+         table stage2 {{ key eth.type exact; miss {{ pass; }} }}\n"
+    );
+    let matched = program_ns(&prog(eth, "goto mac;", &tables), none, KEYS, iters)?;
+    let learn_t = "table hosts { key ip.dst exact; capacity 65536; miss { pass; } }\n";
+    let learn = program_ns(
+        &prog(
+            ip,
+            "learn hosts(ip.src) -> output in_port; goto hosts;",
+            learn_t,
+        ),
+        none,
+        KEYS,
+        iters,
+    )?;
+    let lookup = program_ns(
+        &prog(
+            ip,
+            "if ip.version == 9 { learn hosts(ip.src) -> output in_port; } goto hosts;",
+            learn_t,
+        ),
+        none,
+        KEYS,
+        iters,
+    )?;
+    let remove = program_ns(
+        &prog(
+            ip,
+            "learn hosts(ip.src) -> output in_port; remove hosts(ip.src); goto hosts;",
+            learn_t,
+        ),
+        none,
+        KEYS,
+        iters,
+    )?;
+    let d = |a: (f64, f64), b: (f64, f64)| ((a.0 - b.0).max(0.0), (a.1 - b.1).max(0.0));
+    Ok(vec![
+        ("pipeline: NF loop (start { pass; })", empty),
+        ("pipeline: decode ethernet", d(eth_only, empty)),
+        (
+            "pipeline: decode + ipv4 (size, bounds)",
+            d(decoded, eth_only),
+        ),
+        ("pipeline: field read + compare", d(read, decoded)),
+        ("pipeline: field write + checksum", d(write, decoded)),
+        ("pipeline: table match + goto", d(matched, eth_keys)),
+        ("pipeline: learn (flow insert/update)", d(learn, lookup)),
+        ("pipeline: remove", d(remove, learn)),
+        ("pipeline: output", d(output, empty)),
+    ])
 }

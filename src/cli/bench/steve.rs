@@ -30,6 +30,34 @@ const APPS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The same apps as pipeline-language programs (`--pipeline`), with their native twin.
+const PROGRAMS: &[(&str, &str, u16)] = &[
+    ("wire", "wire", 2),
+    ("mac_switch", "mac_switch", 5),
+    ("ipv4_switch", "ipv4_switch", 5),
+    ("firewall", "firewall", 5),
+];
+
+/// The program's name in the table: the native app's, marked.
+fn program_row(app: &str) -> String {
+    format!("{app} (pipeline)")
+}
+
+/// The chain running `examples/pipeline/{app}.stv` (found from the working directory,
+/// else from the source tree the binary was built in).
+fn program_chain(app: &str, ports: u16) -> String {
+    let rel = std::path::PathBuf::from(format!("examples/pipeline/{app}.stv"));
+    let path = if rel.exists() {
+        rel
+    } else {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    };
+    format!(
+        "[input]\nports = {ports}\n[[nf]]\nname = \"p\"\nkind = \"pipeline\"\nprogram = {:?}\n",
+        path.display().to_string()
+    )
+}
+
 const DECODES: &[(&str, &str)] = &[
     (
         "partial",
@@ -141,9 +169,23 @@ fn table<'a>(rows: &[Row], first: &'a str) -> (Vec<&'a str>, Vec<Vec<String>>) {
 fn run_grid(a: &Args, apps: &[(&str, &str)], name: &str, first: &str) -> anyhow::Result<Vec<Row>> {
     let hz = tsc::hz();
     let mut rows = Vec::new();
+    let mut apps: Vec<(String, String)> = apps
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect();
+    if a.pipeline && name == "steve" {
+        // Each program right after its native twin: same trace, same run, same machine state.
+        for &(app, native, ports) in PROGRAMS {
+            let at = apps
+                .iter()
+                .position(|(n, _)| n == native)
+                .map_or(apps.len(), |i| i + 1);
+            apps.insert(at, (program_row(app), program_chain(app, ports)));
+        }
+    }
     for t in traces::names(&a.traces) {
         let trace = traces::load(&t, a.scale)?;
-        for (app, text) in apps {
+        for (app, text) in &apps {
             rows.push(measure(app, text, &t, &trace, a.runs, hz)?);
         }
     }
@@ -177,6 +219,27 @@ pub fn apps(a: &Args) -> anyhow::Result<i32> {
                     "  {t}: wire {w:.1} ns/pkt = {:.2}× the copy floor's {c:.1}",
                     w / c
                 );
+            }
+        }
+        if a.pipeline {
+            println!(
+                "\nprogram vs native NF (same run, median of {}): time per packet, whole run",
+                a.runs
+            );
+            for t in traces::names(&a.traces) {
+                for &(app, native, _) in PROGRAMS {
+                    let get = |n: &str| rows.iter().find(|r| r.app == n && r.trace == t);
+                    if let (Some(n), Some(p)) = (get(native), get(&program_row(app))) {
+                        println!(
+                            "  {t} {app}: native {:.2} Mpps {:.1} ns/pkt, program {:.2} Mpps {:.1} ns/pkt = {:.2}×",
+                            n.mpps,
+                            n.ns_per_packet,
+                            p.mpps,
+                            p.ns_per_packet,
+                            p.ns_per_packet / n.ns_per_packet
+                        );
+                    }
+                }
             }
         }
         println!("results in {}", a.out.display());

@@ -79,7 +79,7 @@ impl Recorder {
         if self.n >= self.recs.len() {
             return;
         }
-        let Some(mut copy) = pool.alloc() else {
+        let Some(mut copy) = pool.alloc_for(p.len()) else {
             return;
         };
         copy.set_bytes(p.data());

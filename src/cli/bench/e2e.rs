@@ -1,0 +1,477 @@
+//! `catena bench e2e`: `catena run` as a user runs it, whole process from spawn to exit,
+//! beside Click userlevel (FromDump -> the same NF -> Discard, one thread) and tcpdump
+//! reading (`-w /dev/null`) and copying (`-w OUT`) the same file, all in the same run.
+//!
+//! Each cell is the median wall time of `--runs` runs after one warm-up (the trace is in
+//! the page cache for every tool). Whole process is compared only with whole process;
+//! catena's own processing figure (`seconds` of its summary) is a separate column and is
+//! never set against a peer's whole process. Peak memory is the child's maximum RSS.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use catena::io::gen::{GenOptions, Profile};
+
+use super::{median, print_table, traces, write_results, Args};
+
+/// Click's rules of `filter10.click` in catena's syntax (`deny ip frag` left out: catena
+/// has no fragment primitive, and the traces here have no fragments).
+const FILTER10: &[&str] = &[
+    "deny src net 10.0.250.0/24",
+    "deny dst net 203.0.113.0/24",
+    "deny dst host 93.184.216.34",
+    "deny tcp dst port 23",
+    "deny tcp dst port 445",
+    "deny udp dst port 1900",
+    "allow tcp dst port 80",
+    "allow tcp dst port 443",
+];
+const F1: &[&str] = &[
+    "deny src net 10.0.250.0/24",
+    "deny src net 10.0.251.0/24",
+    "deny src host 10.0.1.1",
+    "deny src host 10.0.2.2",
+    "deny dst net 203.0.113.0/24",
+    "deny dst net 198.51.100.0/24",
+    "deny dst host 93.184.216.34",
+    "deny dst host 142.250.0.1",
+];
+const F2: &[&str] = &[
+    "deny tcp dst port 23",
+    "deny tcp dst port 445",
+    "deny tcp dst port 135",
+    "deny tcp dst port 139",
+    "deny udp dst port 1900",
+    "deny udp dst port 137",
+    "deny udp dst port 138",
+    "deny tcp dst port 3389",
+    "deny icmp type 5",
+];
+const F3: &[&str] = &[
+    "deny src net 10.0.252.0/24",
+    "deny dst net 192.0.2.0/24",
+    "deny dst host 151.101.1.1",
+    "deny tcp dst port 25",
+    "deny tcp dst port 22",
+    "deny udp dst port 123",
+    "allow tcp dst port 80",
+    "allow tcp dst port 443",
+];
+
+/// 990 host rules that match nothing in the traces, then the 10-rule filter.
+fn filter1000() -> Vec<String> {
+    let mut v: Vec<String> = (0..990)
+        .map(|i| {
+            format!(
+                "deny src host 10.{}.{}.{}",
+                200 + i / 65536,
+                (i / 256) % 256,
+                i % 256
+            )
+        })
+        .collect();
+    v.extend(FILTER10.iter().map(|s| s.to_string()));
+    v
+}
+
+fn filter_nf(name: &str, rules: &[String], default: &str) -> String {
+    let rules: Vec<String> = rules.iter().map(|r| format!("{r:?}")).collect();
+    format!(
+        "[[nf]]\nname = \"{name}\"\nkind = \"ip_filter\"\ndefault = \"{default}\"\nrules = [{}]\n",
+        rules.join(", ")
+    )
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+const NAT: &str = "[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"0.0.0.0/0\"\npublic = \"209.6.198.213\"\nports = \"50000-65535\"\n";
+
+/// (case, catena chain text, Click configuration: a file of ../shared/peers/click/configs
+/// or generated text).
+fn cases() -> Vec<(&'static str, String, Option<ClickConfig>)> {
+    let f1000 = filter1000();
+    vec![
+        (
+            "wire",
+            "[input]\nports = 2\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n".into(),
+            Some(ClickConfig::File("wire.click")),
+        ),
+        (
+            "mac_switch",
+            "[input]\nports = 4\n[[nf]]\nname = \"sw\"\nkind = \"mac_switch\"\n".into(),
+            Some(ClickConfig::File("switch_hash.click")),
+        ),
+        (
+            "filter 10 rules",
+            format!(
+                "[input]\nports = 2\n{}",
+                filter_nf("f", &strs(FILTER10), "deny")
+            ),
+            Some(ClickConfig::File("filter10.click")),
+        ),
+        (
+            "filter 1000 rules",
+            format!("[input]\nports = 2\n{}", filter_nf("f", &f1000, "deny")),
+            Some(ClickConfig::Text(click_filter(&f1000))),
+        ),
+        (
+            "three filters",
+            format!(
+                "[input]\nports = 2\n{}{}{}",
+                filter_nf("f1", &strs(F1), "allow"),
+                filter_nf("f2", &strs(F2), "allow"),
+                filter_nf("f3", &strs(F3), "deny")
+            ),
+            Some(ClickConfig::File("chain3.click")),
+        ),
+        (
+            "nat",
+            format!("[input]\nports = 2\n{NAT}"),
+            Some(ClickConfig::File("nat_simple.click")),
+        ),
+        (
+            "mixed chain",
+            format!(
+                "[input]\nports = 4\n{}{NAT}[[nf]]\nname = \"sw\"\nkind = \"mac_switch\"\n",
+                filter_nf("f", &strs(FILTER10), "deny")
+            ),
+            None,
+        ),
+    ]
+}
+
+enum ClickConfig {
+    File(&'static str),
+    Text(String),
+}
+
+/// Click's IPFilter with the same rules (catena's syntax is tcpdump's, as is IPFilter's).
+fn click_filter(rules: &[String]) -> String {
+    format!(
+        "elementclass NF {{ input -> CheckIPHeader(14) -> f :: IPFilter({}, deny all) -> out :: Counter -> Discard; }}\n\
+         src :: FromDump($F, STOP true, MMAP true) -> cin :: Counter -> nf :: NF;\n",
+        rules.join(", ")
+    )
+}
+
+fn click_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/peers/click")
+}
+
+/// Click's binary: $CLICK, or where `build.sh` puts it by default.
+fn click_bin() -> Option<PathBuf> {
+    let p = std::env::var_os("CLICK")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/click/userlevel/click"));
+    p.exists().then_some(p)
+}
+
+/// One timed process: wall seconds, peak RSS (bytes), stdout.
+struct Proc {
+    secs: f64,
+    rss: u64,
+    stdout: Vec<u8>,
+}
+
+fn time_proc(cmd: &mut Command, out_file: &Path) -> anyhow::Result<Proc> {
+    let f = std::fs::File::create(out_file)?;
+    let t = Instant::now();
+    let child = cmd
+        .stdout(f)
+        .stderr(Stdio::null())
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("{cmd:?}: {e}"))?;
+    let mut status = 0;
+    // SAFETY: plain struct filled by wait4.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child; its rusage is what we want (peak RSS).
+    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    let secs = t.elapsed().as_secs_f64();
+    if r < 0 {
+        anyhow::bail!("wait4: {}", std::io::Error::last_os_error());
+    }
+    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    if !ok {
+        anyhow::bail!("{cmd:?} failed (status {status})");
+    }
+    Ok(Proc {
+        secs,
+        rss: ru.ru_maxrss as u64 * 1024,
+        stdout: std::fs::read(out_file)?,
+    })
+}
+
+/// Median over runs after one warm-up; returns the median seconds, the largest peak RSS
+/// and the last run's stdout.
+fn timed(a: &Args, mut make: impl FnMut() -> Command, tmp: &Path) -> anyhow::Result<Proc> {
+    let mut secs = Vec::new();
+    let mut rss = 0;
+    let mut last = Vec::new();
+    for i in 0..=a.runs {
+        let p = time_proc(&mut make(), &tmp.join("stdout"))?;
+        if i > 0 {
+            secs.push(p.secs);
+            rss = rss.max(p.rss);
+            last = p.stdout;
+        }
+    }
+    Ok(Proc {
+        secs: median(&mut secs),
+        rss,
+        stdout: last,
+    })
+}
+
+#[derive(Serialize)]
+struct Row {
+    trace: String,
+    case: String,
+    packets: u64,
+    trace_bytes: u64,
+    /// catena whole process (spawn to exit), no output file.
+    catena_s: f64,
+    catena_mpps: f64,
+    catena_gbps: f64,
+    /// The same with `-o OUT.pcap`.
+    catena_o_s: f64,
+    /// catena's own processing time (`seconds` in its summary), no output.
+    catena_processing_s: f64,
+    catena_peak_rss: u64,
+    packets_passed: u64,
+    click_s: Option<f64>,
+    click_passed: Option<u64>,
+    click_peak_rss: Option<u64>,
+    /// Click's wire with ToDump, against catena's wire with -o.
+    click_todump_s: Option<f64>,
+    tcpdump_read_s: f64,
+    tcpdump_copy_s: f64,
+}
+
+/// Writes the named trace to a pcap in `dir` (`merged` replayed `MERGED_LOOPS` times, so
+/// that process start-up does not dominate) and returns its path. Done by child
+/// processes (`catena gen`, `catena run --loops -o`), so this process never holds a
+/// trace: a child's peak RSS would otherwise include the parent's pages it was forked
+/// with.
+fn trace_file(name: &str, a: &Args, dir: &Path) -> anyhow::Result<(String, PathBuf)> {
+    const MERGED_LOOPS: u64 = 22;
+    let me = std::env::current_exe()?;
+    let p = dir.join(format!("{name}.pcap"));
+    let mut c = Command::new(&me);
+    let label = if let Ok(profile) = name.parse::<Profile>() {
+        let n = ((GenOptions::profile(profile).count as f64 * a.scale) as usize).max(1);
+        c.args(["gen", "--profile", name, "-n", &n.to_string(), "-o"])
+            .arg(&p);
+        name.to_string()
+    } else if name == "merged" {
+        // The wire passes every packet in order; the writer keeps capture timestamps.
+        let chain = dir.join("copy.toml");
+        std::fs::write(
+            &chain,
+            "[input]\nports = 2\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n",
+        )?;
+        c.arg("run")
+            .arg(&chain)
+            .arg("-i")
+            .arg(traces::merged_path());
+        c.args(["--loops", &MERGED_LOOPS.to_string(), "--json", "-o"])
+            .arg(&p);
+        format!("merged x{MERGED_LOOPS}")
+    } else {
+        return Ok((name.to_string(), PathBuf::from(name)));
+    };
+    let st = c.stdout(Stdio::null()).status()?;
+    if !st.success() {
+        anyhow::bail!("writing the {name} trace failed: {c:?}");
+    }
+    Ok((label, p))
+}
+
+pub fn run(a: &Args) -> anyhow::Result<i32> {
+    let me = std::env::current_exe()?;
+    let tmp = a.out.join("e2e-tmp");
+    std::fs::create_dir_all(&tmp)?;
+    let click = click_bin();
+    if click.is_none() {
+        eprintln!(
+            "note: no Click binary (build it: ../shared/peers/click/build.sh, or set CLICK); Click columns left empty"
+        );
+    }
+    let mut rows = Vec::new();
+    let mut table = Vec::new();
+    for name in traces::names(&a.traces) {
+        let (label, path) = trace_file(&name, a, &tmp)?;
+        let trace_bytes = std::fs::metadata(&path)?.len();
+        let out = tmp.join("out.pcap");
+        let tcpdump_read = timed(
+            a,
+            || {
+                let mut c = Command::new("tcpdump");
+                c.args(["-r"]).arg(&path).args(["-w", "/dev/null"]);
+                c
+            },
+            &tmp,
+        )?;
+        let tcpdump_copy = timed(
+            a,
+            || {
+                let mut c = Command::new("tcpdump");
+                c.args(["-r"]).arg(&path).arg("-w").arg(&out);
+                c
+            },
+            &tmp,
+        )?;
+        for (case, text, click_cfg) in cases() {
+            if !a.only.is_empty() && !a.only.iter().any(|o| case.contains(o.as_str())) {
+                continue;
+            }
+            let chain = tmp.join("chain.toml");
+            std::fs::write(&chain, &text)?;
+            let catena_run = |output: bool| {
+                let mut c = Command::new(&me);
+                c.arg("run").arg(&chain).arg("-i").arg(&path).arg("--json");
+                if output {
+                    c.arg("-o").arg(&out);
+                }
+                c
+            };
+            let plain = timed(a, || catena_run(false), &tmp)?;
+            let with_o = timed(a, || catena_run(true), &tmp)?;
+            let v: serde_json::Value = serde_json::from_slice(&plain.stdout)?;
+            let packets = v["packets_in"].as_u64().unwrap_or(0);
+            let passed = v["packets_out"].as_u64().unwrap_or(0);
+            let processing = v["seconds"].as_f64().unwrap_or(0.0);
+            let (mut click_s, mut click_passed, mut click_rss, mut todump) =
+                (None, None, None, None);
+            if let (Some(bin), Some(cfg)) = (&click, click_cfg) {
+                let file = match cfg {
+                    ClickConfig::File(f) => click_dir().join("configs").join(f),
+                    ClickConfig::Text(t) => {
+                        let p = tmp.join("nf.click");
+                        std::fs::write(&p, t)?;
+                        p
+                    }
+                };
+                let p = timed(
+                    a,
+                    || {
+                        let mut c = Command::new(bin);
+                        // The switch has one counter per port; the others one `out`.
+                        if case == "mac_switch" {
+                            for o in 0..4 {
+                                c.arg("-h").arg(format!("nf/o{o}.count"));
+                            }
+                        } else {
+                            c.arg("-h").arg("nf/out.count");
+                        }
+                        c.arg(&file);
+                        c.arg(format!("F={}", path.display()));
+                        c
+                    },
+                    &tmp,
+                )?;
+                // Each `-h H` prints "H:\nN\n" at exit; passed is their sum.
+                click_passed = Some(
+                    String::from_utf8_lossy(&p.stdout)
+                        .lines()
+                        .filter_map(|l| l.trim().parse::<u64>().ok())
+                        .sum(),
+                );
+                click_s = Some(p.secs);
+                click_rss = Some(p.rss);
+                if case == "wire" {
+                    let dump = click_dir().join("configs/wire_todump.click");
+                    todump = Some(
+                        timed(
+                            a,
+                            || {
+                                let mut c = Command::new(bin);
+                                c.arg(&dump);
+                                c.arg(format!("F={}", path.display()));
+                                c.arg(format!("OUTF={}", out.display()));
+                                c
+                            },
+                            &tmp,
+                        )?
+                        .secs,
+                    );
+                }
+            }
+            let mpps = |s: f64| packets as f64 / s.max(1e-9) / 1e6;
+            let r = Row {
+                trace: label.clone(),
+                case: case.to_string(),
+                packets,
+                trace_bytes,
+                catena_s: plain.secs,
+                catena_mpps: mpps(plain.secs),
+                catena_gbps: trace_bytes as f64 * 8.0 / plain.secs.max(1e-9) / 1e9,
+                catena_o_s: with_o.secs,
+                catena_processing_s: processing,
+                catena_peak_rss: plain.rss.max(with_o.rss),
+                packets_passed: passed,
+                click_s,
+                click_passed,
+                click_peak_rss: click_rss,
+                click_todump_s: todump,
+                tcpdump_read_s: tcpdump_read.secs,
+                tcpdump_copy_s: tcpdump_copy.secs,
+            };
+            let opt = |v: Option<f64>| v.map_or("–".to_string(), |x| format!("{x:.2}"));
+            table.push(vec![
+                label.clone(),
+                case.to_string(),
+                format!("{:.2}", r.catena_mpps),
+                format!("{:.2}", r.catena_gbps),
+                opt(click_s.map(mpps)),
+                opt(click_s.map(|c| c / plain.secs.max(1e-9))),
+                format!("{:.2}", mpps(with_o.secs)),
+                opt(todump.map(mpps)),
+                format!("{:.2}", mpps(tcpdump_read.secs)),
+                format!("{:.2}", plain.secs / tcpdump_read.secs.max(1e-9)),
+                format!("{:.2}", mpps(tcpdump_copy.secs)),
+                format!("{}", passed),
+                click_passed.map_or("–".into(), |n: u64| n.to_string()),
+                format!("{:.0}", r.catena_peak_rss as f64 / 1e6),
+                format!("{:.0}", trace_bytes as f64 / 1e6),
+                format!("{:.2}", mpps(processing)),
+            ]);
+            rows.push(r);
+        }
+    }
+    let header = [
+        "trace",
+        "case",
+        "whole Mpps",
+        "whole Gbps",
+        "Click whole Mpps",
+        "× Click",
+        "-o Mpps",
+        "Click ToDump Mpps",
+        "tcpdump -w /dev/null Mpps",
+        "÷ tcpdump read",
+        "tcpdump -w OUT Mpps",
+        "passed",
+        "Click passed",
+        "peak MB",
+        "trace MB",
+        "processing Mpps",
+    ];
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!(
+            "whole process, spawn to exit, median of {} (Mpps over the trace's packets); \"processing Mpps\" is catena's own `seconds` and is not comparable with the peers' columns",
+            a.runs
+        );
+        print_table(&header, &table);
+    }
+    write_results(a, "e2e", &header, &table, &rows)?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(0)
+}

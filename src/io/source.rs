@@ -1,0 +1,80 @@
+//! Where a run's packets come from: a pass over a trace, chunk by chunk, repeated for
+//! `--loops`. An indexed [`Trace`] in memory and a [`PcapStream`](super::PcapStream) read
+//! from a file as the worker goes are both sources.
+
+use super::trace::{PcapHeader, Record, Trace};
+use super::TraceError;
+use crate::packet::LinkKind;
+
+/// Records handed to the worker a chunk at a time.
+pub trait Source {
+    fn link(&self) -> LinkKind;
+    /// The header an output pcap gets.
+    fn header(&self) -> PcapHeader;
+    /// The largest packet this source can yield (sizes the packet buffers).
+    fn max_packet_len(&self) -> usize;
+    /// Up to `max` next records of this pass and the bytes their offsets point into,
+    /// valid until the next call. Empty at the end of the pass (or at an error).
+    fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record]);
+    /// Starts another pass over the same records. `false` when there cannot be one: the
+    /// input changed under us (then [`Source::error`] says so) or cannot be read again.
+    fn rewind(&mut self) -> bool;
+    /// Timestamp span of one pass plus 1 ns (the shift between loops); exact once the
+    /// first pass has ended.
+    fn span_ns(&self) -> u64;
+    /// Records per pass: exact for an indexed trace, estimated while a stream's first
+    /// pass runs (for the progress bar only).
+    fn records_hint(&self) -> u64;
+    /// The error that ended reading early: the records before it were good.
+    fn error(&self) -> Option<&TraceError>;
+}
+
+/// A pass over an indexed trace.
+pub struct TraceSource<'a> {
+    trace: &'a Trace,
+    pos: usize,
+    span: u64,
+}
+
+impl<'a> TraceSource<'a> {
+    pub fn new(trace: &'a Trace) -> TraceSource<'a> {
+        TraceSource {
+            trace,
+            pos: 0,
+            span: trace.span_ns(),
+        }
+    }
+}
+
+impl Source for TraceSource<'_> {
+    fn link(&self) -> LinkKind {
+        self.trace.link()
+    }
+    fn header(&self) -> PcapHeader {
+        self.trace.header()
+    }
+    fn max_packet_len(&self) -> usize {
+        self.trace.max_packet_len()
+    }
+    #[inline]
+    fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record]) {
+        let (bytes, recs) = self.trace.raw();
+        let end = (self.pos + max).min(recs.len());
+        let chunk = &recs[self.pos..end];
+        self.pos = end;
+        (bytes, chunk)
+    }
+    fn rewind(&mut self) -> bool {
+        self.pos = 0;
+        true
+    }
+    fn span_ns(&self) -> u64 {
+        self.span
+    }
+    fn records_hint(&self) -> u64 {
+        self.trace.len() as u64
+    }
+    fn error(&self) -> Option<&TraceError> {
+        self.trace.error()
+    }
+}

@@ -1,0 +1,625 @@
+//! The compiled plan: fields as precomputed (header, byte offset, shift, mask) reads,
+//! names resolved to indices, blocks of ops run by [`Plan::run`] with no allocation and
+//! no strings per packet. The checker builds it; the NF owns it.
+
+use super::ast::BinOp;
+use super::table::{Act, Table};
+use crate::packet::checksum;
+use crate::packet::{LinkKind, Meta, FLOOD};
+
+/// Most decoders a program may declare (per-packet header offsets live on the stack).
+pub const MAX_DECODERS: usize = 32;
+
+/// How one field is read, relative to its header's start.
+#[derive(Clone, Copy, Debug)]
+pub enum Read {
+    U8(u16),
+    U16(u16),
+    U32(u16),
+    /// A MAC address or any other 6-byte aligned field.
+    U48(u16),
+    /// Any other width or alignment: `nbytes` bytes from `off` big-endian, shifted right,
+    /// masked.
+    Bits {
+        off: u16,
+        nbytes: u8,
+        shift: u8,
+        mask: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct FieldRef {
+    pub hdr: u8,
+    pub read: Read,
+    pub bits: u32,
+}
+
+impl Read {
+    pub fn new(bit_off: u32, bits: u32) -> Read {
+        let (off, rem) = ((bit_off / 8) as u16, bit_off % 8);
+        match (rem, bits) {
+            (0, 8) => Read::U8(off),
+            (0, 16) => Read::U16(off),
+            (0, 32) => Read::U32(off),
+            (0, 48) => Read::U48(off),
+            _ => {
+                let nbytes = (rem + bits).div_ceil(8);
+                Read::Bits {
+                    off,
+                    nbytes: nbytes as u8,
+                    shift: (nbytes * 8 - rem - bits) as u8,
+                    mask: if bits >= 64 {
+                        u64::MAX
+                    } else {
+                        (1 << bits) - 1
+                    },
+                }
+            }
+        }
+    }
+
+    /// Bytes past the header start this read touches.
+    pub fn end(self) -> usize {
+        match self {
+            Read::U8(o) => o as usize + 1,
+            Read::U16(o) => o as usize + 2,
+            Read::U32(o) => o as usize + 4,
+            Read::U48(o) => o as usize + 6,
+            Read::Bits { off, nbytes, .. } => off as usize + nbytes as usize,
+        }
+    }
+
+    #[inline(always)]
+    fn get(self, d: &[u8], base: usize) -> u64 {
+        #[inline(always)]
+        fn be<const N: usize>(d: &[u8], o: usize) -> u64 {
+            match d.get(o..o + N) {
+                Some(s) => {
+                    let mut k = [0u8; 8];
+                    k[8 - N..].copy_from_slice(s);
+                    u64::from_be_bytes(k)
+                }
+                None => 0,
+            }
+        }
+        match self {
+            Read::U8(o) => d.get(base + o as usize).map_or(0, |&b| b as u64),
+            Read::U16(o) => be::<2>(d, base + o as usize),
+            Read::U32(o) => be::<4>(d, base + o as usize),
+            Read::U48(o) => be::<6>(d, base + o as usize),
+            Read::Bits {
+                off,
+                nbytes,
+                shift,
+                mask,
+            } => {
+                let o = base + off as usize;
+                // One 8-byte load when the packet has the bytes, shifted into place.
+                if nbytes <= 8 {
+                    if let Some(w) = d.get(o..o + 8) {
+                        let w = u64::from_be_bytes(w.try_into().expect("8 bytes"));
+                        return (w >> ((8 - nbytes as u32) * 8 + shift as u32)) & mask;
+                    }
+                }
+                let Some(s) = d.get(o..o + nbytes as usize) else {
+                    return 0;
+                };
+                let mut v: u128 = 0;
+                for &b in s {
+                    v = v << 8 | b as u128;
+                }
+                (v >> shift) as u64 & mask
+            }
+        }
+    }
+
+    fn put(self, d: &mut [u8], base: usize, v: u64) {
+        let (off, nbytes, shift, mask) = match self {
+            Read::U8(o) => (o, 1, 0, 0xff),
+            Read::U16(o) => (o, 2, 0, 0xffff),
+            Read::U32(o) => (o, 4, 0, 0xffff_ffff),
+            Read::U48(o) => (o, 6, 0, 0xffff_ffff_ffff),
+            Read::Bits {
+                off,
+                nbytes,
+                shift,
+                mask,
+            } => (off, nbytes, shift, mask),
+        };
+        let o = base + off as usize;
+        let Some(s) = d.get_mut(o..o + nbytes as usize) else {
+            return;
+        };
+        let mut cur: u128 = 0;
+        for &b in s.iter() {
+            cur = cur << 8 | b as u128;
+        }
+        let m = (mask as u128) << shift;
+        cur = (cur & !m) | (((v & mask) as u128) << shift & m);
+        for (i, b) in s.iter_mut().enumerate() {
+            *b = (cur >> (8 * (nbytes as usize - 1 - i))) as u8;
+        }
+    }
+}
+
+/// An operand read without recursion: most expressions are a comparison of two of these.
+#[derive(Clone, Copy, Debug)]
+pub enum Leaf {
+    Const(u64),
+    Field(FieldRef),
+    InPort,
+    Ports,
+    Link,
+    Len,
+}
+
+/// A compiled expression. Boxes are built once at compile time; evaluation only reads.
+/// [`Ex::simplify`] turns the common shapes into the flat variants at the top.
+#[derive(Clone, Debug)]
+pub enum Ex {
+    Leaf(Leaf),
+    /// `leaf OP leaf`: one match, no recursion.
+    Flat(BinOp, Leaf, Leaf),
+    /// `(leaf OP leaf) OP leaf`, e.g. `(in_port ^ 1) < ports`.
+    Flat2(BinOp, BinOp, Leaf, Leaf, Leaf),
+    /// `leaf in SET`.
+    InLeaf(Leaf, u16),
+    Const(u64),
+    Field(FieldRef),
+    InPort,
+    Ports,
+    Link,
+    Len,
+    Not(Box<Ex>),
+    Bin(BinOp, Box<Ex>, Box<Ex>),
+    /// Membership in a port set (a 65536-bit map).
+    In(Box<Ex>, u16),
+}
+
+impl Ex {
+    fn leaf(&self) -> Option<Leaf> {
+        Some(match self {
+            Ex::Leaf(l) => *l,
+            Ex::Const(v) => Leaf::Const(*v),
+            Ex::Field(f) => Leaf::Field(*f),
+            Ex::InPort => Leaf::InPort,
+            Ex::Ports => Leaf::Ports,
+            Ex::Link => Leaf::Link,
+            Ex::Len => Leaf::Len,
+            _ => return None,
+        })
+    }
+
+    /// Rewrites the tree bottom-up into flat variants where the shape allows.
+    pub fn simplify(self) -> Ex {
+        match self {
+            Ex::Not(a) => Ex::Not(Box::new(a.simplify())),
+            Ex::In(a, s) => {
+                let a = a.simplify();
+                match a.leaf() {
+                    Some(l) => Ex::InLeaf(l, s),
+                    None => Ex::In(Box::new(a), s),
+                }
+            }
+            Ex::Bin(op, a, b) => {
+                let (a, b) = (a.simplify(), b.simplify());
+                let short_circuit = matches!(op, BinOp::And | BinOp::Or);
+                match (&a, a.leaf(), b.leaf()) {
+                    (_, Some(x), Some(y)) if !short_circuit => Ex::Flat(op, x, y),
+                    (Ex::Flat(op1, x, y), _, Some(z))
+                        if !short_circuit && !matches!(op1, BinOp::And | BinOp::Or) =>
+                    {
+                        Ex::Flat2(*op1, op, *x, *y, z)
+                    }
+                    _ => Ex::Bin(op, Box::new(a), Box::new(b)),
+                }
+            }
+            // Single operands stay as they are (constants stay visible to the checker).
+            e => e,
+        }
+    }
+}
+
+/// An entry action whose output port is computed when a packet learns it.
+#[derive(Clone, Debug)]
+pub enum ActTmpl {
+    Output(Ex),
+    Fixed(Act),
+}
+
+#[derive(Clone, Debug)]
+pub struct Arm {
+    pub values: Vec<u64>,
+    pub any: bool,
+    /// The arm's body is exactly `next D` with D limited by `repeat`: the arm does not
+    /// match once D was entered that many times.
+    pub guard: Option<u16>,
+    pub body: Vec<Op>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    Set {
+        field: FieldRef,
+        value: Ex,
+        /// The header's checksum field, recomputed after the write.
+        csum: Option<FieldRef>,
+    },
+    Learn {
+        table: u16,
+        keys: Vec<(Ex, u32)>,
+        act: ActTmpl,
+    },
+    Remove {
+        table: u16,
+        keys: Vec<(Ex, u32)>,
+    },
+    Count(u16),
+    If(Ex, Vec<Op>, Vec<Op>),
+    Match(Ex, Vec<Arm>),
+    Output(Ex),
+    Flood,
+    Drop(u8),
+    Goto(u16),
+    Next(u16),
+    Pass,
+}
+
+#[derive(Clone, Debug)]
+pub struct Decoder {
+    pub name: String,
+    pub fixed_len: u16,
+    /// `size = FIELD * mul`: the header's length read from the packet.
+    pub size: Option<(Read, u16)>,
+    pub peek: bool,
+    pub repeat: u8,
+    pub short: Vec<Op>,
+    pub body: Vec<Op>,
+}
+
+/// Where a block sent the packet; `None` from a block means it ran to its end.
+#[derive(Clone, Copy)]
+enum Flow {
+    Done,
+    Next(u16),
+    Goto(u16),
+}
+
+/// Header offsets and lengths by decoder, valid for decoders whose bit is set in
+/// [`Pkt::entered`]: kept across packets so a packet costs no clearing.
+pub struct Scratch {
+    off: [u16; MAX_DECODERS],
+    len: [u16; MAX_DECODERS],
+    visits: [u8; MAX_DECODERS],
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch {
+            off: [0; MAX_DECODERS],
+            len: [0; MAX_DECODERS],
+            visits: [0; MAX_DECODERS],
+        }
+    }
+}
+
+/// The state of one packet while it runs.
+struct Pkt<'a> {
+    m: &'a mut Meta,
+    d: &'a mut [u8],
+    ports: u16,
+    sc: &'a mut Scratch,
+    /// Decoders entered, one bit each (their `visits` are this packet's).
+    entered: u32,
+    /// Decoders whose header fit (their `off` and `len` hold).
+    valid: u32,
+    cur: usize,
+    drop: Option<u8>,
+}
+
+impl Pkt<'_> {
+    #[inline(always)]
+    fn field(&self, f: FieldRef) -> u64 {
+        if self.valid & (1 << f.hdr) == 0 {
+            return 0;
+        }
+        f.read.get(self.d, self.sc.off[f.hdr as usize] as usize)
+    }
+}
+
+/// What never changes while packets run: the program's ops.
+pub struct Code {
+    pub decoders: Vec<Decoder>,
+    pub start: Vec<Op>,
+    /// Per table: its key fields (with widths) and its miss block.
+    pub keys: Vec<Vec<(FieldRef, u32)>>,
+    pub misses: Vec<Vec<Op>>,
+    /// Port sets of `ports` parameters, one bit per port.
+    pub sets: Vec<Box<[u64; 1024]>>,
+}
+
+/// What packets change: tables and counters.
+pub struct State {
+    pub tables: Vec<Table>,
+    pub counters: Vec<(String, u64)>,
+}
+
+pub struct Plan {
+    pub code: Code,
+    pub state: State,
+    pub scratch: Scratch,
+    /// Drop reason names, in the profile's order.
+    pub drops: Vec<String>,
+}
+
+impl Plan {
+    /// Runs one packet; returns the drop reason when it was dropped.
+    #[inline]
+    pub fn run(&mut self, m: &mut Meta, d: &mut [u8], ports: u16) -> Option<u8> {
+        let (c, s) = (&self.code, &mut self.state);
+        let p = &mut Pkt {
+            m,
+            d,
+            ports,
+            sc: &mut self.scratch,
+            entered: 0,
+            valid: 0,
+            cur: 0,
+            drop: None,
+        };
+        let mut flow = c.block(&c.start, s, p).unwrap_or(Flow::Done);
+        // Decoder repeats and acyclic gotos bound the walk; the cap is a second guard.
+        for _ in 0..1024 {
+            flow = match flow {
+                Flow::Done => return p.drop,
+                Flow::Next(d) => c.enter(d as usize, s, p),
+                Flow::Goto(t) => c.apply(t as usize, s, p),
+            };
+        }
+        p.drop
+    }
+}
+
+impl Code {
+    #[inline]
+    fn enter(&self, di: usize, s: &mut State, p: &mut Pkt) -> Flow {
+        let dec = &self.decoders[di];
+        let at = p.cur;
+        let fits = at + dec.fixed_len as usize <= p.d.len();
+        let size = match (fits, dec.size) {
+            (false, _) => None,
+            (true, None) => Some(dec.fixed_len as usize),
+            (true, Some((r, mul))) => {
+                let n = r.get(p.d, at) as usize * mul as usize;
+                (n >= dec.fixed_len as usize && at + n <= p.d.len()).then_some(n)
+            }
+        };
+        if p.entered & (1 << di) == 0 {
+            p.entered |= 1 << di;
+            p.sc.visits[di] = 0;
+        }
+        p.sc.visits[di] = p.sc.visits[di].saturating_add(1);
+        let body = match size {
+            None => &dec.short,
+            Some(n) => {
+                p.valid |= 1 << di;
+                p.sc.off[di] = at as u16;
+                p.sc.len[di] = n as u16;
+                if !dec.peek {
+                    p.cur = at + n;
+                }
+                &dec.body
+            }
+        };
+        self.block(body, s, p).unwrap_or(Flow::Done)
+    }
+
+    #[inline]
+    fn apply(&self, ti: usize, s: &mut State, p: &mut Pkt) -> Flow {
+        let mut key: u128 = 0;
+        for (f, bits) in &self.keys[ti] {
+            key = key << bits | p.field(*f) as u128;
+        }
+        match s.tables[ti].lookup(key, p.m.ts_ns) {
+            Some(a) => act(a, p),
+            None => self.block(&self.misses[ti], s, p).unwrap_or(Flow::Done),
+        }
+    }
+
+    fn block(&self, ops: &[Op], s: &mut State, p: &mut Pkt) -> Option<Flow> {
+        for op in ops {
+            match op {
+                Op::Set { field, value, csum } => {
+                    let v = self.eval(value, p);
+                    set(*field, v, *csum, p);
+                }
+                Op::Learn { table, keys, act } => self.learn(*table, keys, act, s, p),
+                Op::Remove { table, keys } => {
+                    let key = self.key(keys, p);
+                    s.tables[*table as usize].remove_learned(key);
+                }
+                Op::Count(c) => s.counters[*c as usize].1 += 1,
+                Op::If(c, t, e) => {
+                    let b = if self.eval_flat(c, p) != 0 { t } else { e };
+                    if let Some(f) = self.block(b, s, p) {
+                        return Some(f);
+                    }
+                }
+                Op::Match(e, arms) => {
+                    if let Some(a) = self.arm(e, arms, p) {
+                        if let Some(f) = self.block(&a.body, s, p) {
+                            return Some(f);
+                        }
+                    }
+                }
+                Op::Output(e) => {
+                    p.m.egress = self.eval(e, p) as u16;
+                    return Some(Flow::Done);
+                }
+                Op::Flood => {
+                    p.m.egress = FLOOD;
+                    return Some(Flow::Done);
+                }
+                Op::Drop(r) => {
+                    p.drop = Some(*r);
+                    return Some(Flow::Done);
+                }
+                Op::Goto(t) => return Some(Flow::Goto(*t)),
+                Op::Next(d) => return Some(Flow::Next(*d)),
+                Op::Pass => return Some(Flow::Done),
+            }
+        }
+        None
+    }
+
+    /// The first arm matching the value (kept out of `block` so its loop stays small).
+    #[inline(never)]
+    fn arm<'b>(&self, e: &Ex, arms: &'b [Arm], p: &Pkt) -> Option<&'b Arm> {
+        let v = self.eval(e, p);
+        arms.iter().find(|a| {
+            (a.any || a.values.contains(&v))
+                && a.guard.is_none_or(|d| {
+                    p.entered & (1 << d) == 0
+                        || p.sc.visits[d as usize] < self.decoders[d as usize].repeat
+                })
+        })
+    }
+
+    #[inline(never)]
+    fn learn(&self, table: u16, keys: &[(Ex, u32)], act: &ActTmpl, s: &mut State, p: &Pkt) {
+        let key = self.key(keys, p);
+        let a = match act {
+            ActTmpl::Output(e) => Act::Output(self.eval(e, p) as u16),
+            ActTmpl::Fixed(a) => *a,
+        };
+        s.tables[table as usize].learn(key, a, p.m.ts_ns);
+    }
+
+    fn key(&self, keys: &[(Ex, u32)], p: &Pkt) -> u128 {
+        let mut k: u128 = 0;
+        for (e, bits) in keys {
+            let mask = if *bits >= 64 {
+                u64::MAX
+            } else {
+                (1 << bits) - 1
+            };
+            k = k << bits | (self.eval(e, p) & mask) as u128;
+        }
+        k
+    }
+
+    #[inline(always)]
+    fn leaf(&self, l: Leaf, p: &Pkt) -> u64 {
+        match l {
+            Leaf::Const(v) => v,
+            Leaf::Field(f) => p.field(f),
+            Leaf::InPort => p.m.in_port as u64,
+            Leaf::Ports => p.ports as u64,
+            Leaf::Link => link_code(p.m.link),
+            Leaf::Len => p.d.len() as u64,
+        }
+    }
+
+    #[inline(always)]
+    fn member(&self, v: u64, set: u16) -> u64 {
+        (v < 65536 && self.sets[set as usize][v as usize >> 6] & (1 << (v & 63)) != 0) as u64
+    }
+
+    /// Flat shapes evaluated in place; only deeper trees recurse.
+    #[inline(always)]
+    fn eval_flat(&self, e: &Ex, p: &Pkt) -> u64 {
+        match e {
+            Ex::Flat(op, a, b) => binop(*op, self.leaf(*a, p), self.leaf(*b, p)),
+            Ex::InLeaf(l, set) => self.member(self.leaf(*l, p), *set),
+            Ex::Const(v) => *v,
+            _ => self.eval(e, p),
+        }
+    }
+
+    #[inline]
+    fn eval(&self, e: &Ex, p: &Pkt) -> u64 {
+        match e {
+            Ex::Leaf(l) => self.leaf(*l, p),
+            Ex::Flat(op, a, b) => binop(*op, self.leaf(*a, p), self.leaf(*b, p)),
+            Ex::Flat2(op1, op2, a, b, c) => binop(
+                *op2,
+                binop(*op1, self.leaf(*a, p), self.leaf(*b, p)),
+                self.leaf(*c, p),
+            ),
+            Ex::InLeaf(l, set) => self.member(self.leaf(*l, p), *set),
+            Ex::Const(v) => *v,
+            Ex::Field(f) => p.field(*f),
+            Ex::InPort => p.m.in_port as u64,
+            Ex::Ports => p.ports as u64,
+            Ex::Link => link_code(p.m.link),
+            Ex::Len => p.d.len() as u64,
+            Ex::Not(a) => (self.eval(a, p) == 0) as u64,
+            Ex::In(a, set) => self.member(self.eval(a, p), *set),
+            Ex::Bin(BinOp::And, a, b) => {
+                (self.eval_flat(a, p) != 0 && self.eval_flat(b, p) != 0) as u64
+            }
+            Ex::Bin(BinOp::Or, a, b) => {
+                (self.eval_flat(a, p) != 0 || self.eval_flat(b, p) != 0) as u64
+            }
+            Ex::Bin(op, a, b) => binop(*op, self.eval(a, p), self.eval(b, p)),
+        }
+    }
+}
+
+#[inline(always)]
+fn binop(op: BinOp, x: u64, y: u64) -> u64 {
+    match op {
+        BinOp::Eq => (x == y) as u64,
+        BinOp::Ne => (x != y) as u64,
+        BinOp::Lt => (x < y) as u64,
+        BinOp::Le => (x <= y) as u64,
+        BinOp::Gt => (x > y) as u64,
+        BinOp::Ge => (x >= y) as u64,
+        BinOp::BitOr => x | y,
+        BinOp::BitXor => x ^ y,
+        BinOp::BitAnd => x & y,
+        BinOp::Shl => x.checked_shl(y as u32).unwrap_or(0),
+        BinOp::Shr => x.checked_shr(y as u32).unwrap_or(0),
+        BinOp::Add => x.wrapping_add(y),
+        BinOp::Sub => x.wrapping_sub(y),
+        BinOp::Mul => x.wrapping_mul(y),
+        BinOp::And => (x != 0 && y != 0) as u64,
+        BinOp::Or => (x != 0 || y != 0) as u64,
+    }
+}
+
+#[inline(always)]
+fn act(a: Act, p: &mut Pkt) -> Flow {
+    match a {
+        Act::Output(port) => p.m.egress = port,
+        Act::Flood => p.m.egress = FLOOD,
+        Act::Drop(r) => p.drop = Some(r),
+        Act::Goto(t) => return Flow::Goto(t),
+        Act::Pass => {}
+    }
+    Flow::Done
+}
+
+#[inline(never)]
+fn set(f: FieldRef, v: u64, csum: Option<FieldRef>, p: &mut Pkt) {
+    if p.valid & (1 << f.hdr) == 0 {
+        return;
+    }
+    let base = p.sc.off[f.hdr as usize];
+    f.read.put(p.d, base as usize, v);
+    if let Some(c) = csum {
+        let (b, n) = (base as usize, p.sc.len[f.hdr as usize] as usize);
+        c.read.put(p.d, b, 0);
+        let sum = p.d.get(b..b + n).map_or(0, checksum::checksum);
+        c.read.put(p.d, b, sum as u64);
+    }
+    // Offsets other NFs cached and the flow hash may no longer hold.
+    p.m.layers = crate::packet::Layers::UNPARSED;
+    p.m.flow_hash = 0;
+}
+
+/// `link` values, as programs name them (`ethernet`, `raw`, `sll`, `sll2`).
+pub fn link_code(l: LinkKind) -> u64 {
+    l as u8 as u64
+}

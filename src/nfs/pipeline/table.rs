@@ -1,0 +1,269 @@
+//! Run-time tables. Exact tables are hash maps (entries given in the program or by
+//! `ctl`, and learned entries in a [`TimedTable`], the native switches' table, so
+//! learning, idle expiry and the full count behave exactly as theirs); prefix and ternary
+//! tables are a list ordered by priority, scanned first match wins.
+
+use std::collections::HashMap;
+
+use crate::flow::{Hasher, Learned, TimedTable};
+
+/// What an entry does; small and `Copy` so a hit costs no more than a load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    Output(u16),
+    Flood,
+    Drop(u8),
+    Goto(u16),
+    Pass,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LVal {
+    act: Act,
+    /// When the key was first learned (for the hard timeout; re-learning keeps it).
+    born_ns: u64,
+}
+
+/// Learned entries keyed by the narrowest integer holding the key (hashing a u32 key
+/// costs less than a u128 one).
+enum Learn {
+    K32(TimedTable<u32, LVal>),
+    K64(TimedTable<u64, LVal>),
+    K128(TimedTable<u128, LVal>),
+}
+
+macro_rules! each {
+    ($s:expr, $t:ident => $e:expr) => {
+        match $s {
+            Learn::K32($t) => $e,
+            Learn::K64($t) => $e,
+            Learn::K128($t) => $e,
+        }
+    };
+}
+
+/// A prefix or ternary entry over the whole (concatenated) key.
+#[derive(Clone, Debug)]
+pub struct Masked {
+    pub value: u128,
+    pub mask: u128,
+    pub priority: u32,
+    pub act: Act,
+    pub hits: u64,
+}
+
+pub struct Table {
+    pub name: String,
+    pub key_bits: u32,
+    pub capacity: usize,
+    hard_ns: u64,
+    exact: HashMap<u128, (Act, u64), Hasher>,
+    masked: Vec<Masked>,
+    /// Whether the table is exact-only (lookups hash) or masked (lookups scan).
+    is_exact: bool,
+    learned: Option<Learn>,
+    pub hits: u64,
+    pub misses: u64,
+    pub full: u64,
+}
+
+impl Table {
+    /// Bytes the table takes at its capacity (learned part reserved up front, fixed
+    /// entries up to the capacity), for `catena check`'s memory line.
+    pub fn memory(&self) -> usize {
+        use crate::flow::footprint::{hash_table_bytes, vec_bytes};
+        let learned = match &self.learned {
+            Some(Learn::K32(_)) => hash_table_bytes::<(u32, LVal, u64)>(self.capacity),
+            Some(Learn::K64(_)) => hash_table_bytes::<(u64, LVal, u64)>(self.capacity),
+            Some(Learn::K128(_)) => hash_table_bytes::<(u128, LVal, u64)>(self.capacity),
+            None => 0,
+        };
+        let fixed = if self.is_exact {
+            hash_table_bytes::<(u128, Act, u64)>(self.capacity)
+        } else {
+            vec_bytes::<Masked>(self.capacity)
+        };
+        learned + fixed
+    }
+
+    /// `learns` reserves the learned part (capacity entries, idle timeout as native).
+    pub fn new(
+        name: &str,
+        key_bits: u32,
+        is_exact: bool,
+        capacity: usize,
+        learns: bool,
+        idle_ns: u64,
+        hard_ns: u64,
+    ) -> Table {
+        let learned = learns.then(|| match key_bits {
+            0..=32 => Learn::K32(TimedTable::new(capacity, idle_ns)),
+            33..=64 => Learn::K64(TimedTable::new(capacity, idle_ns)),
+            _ => Learn::K128(TimedTable::new(capacity, idle_ns)),
+        });
+        Table {
+            name: name.to_string(),
+            key_bits,
+            capacity,
+            hard_ns,
+            exact: HashMap::default(),
+            masked: Vec::new(),
+            is_exact,
+            learned,
+            hits: 0,
+            misses: 0,
+            full: 0,
+        }
+    }
+
+    pub fn is_exact(&self) -> bool {
+        self.is_exact
+    }
+
+    /// Entries given in the program or added by `ctl` (not learned).
+    pub fn fixed_len(&self) -> usize {
+        self.exact.len() + self.masked.len()
+    }
+
+    pub fn learned_len(&self) -> usize {
+        self.learned.as_ref().map_or(0, |l| each!(l, t => t.len()))
+    }
+
+    /// Adds or replaces a fixed exact entry; refused beyond the capacity.
+    pub fn add_exact(&mut self, key: u128, act: Act) -> Result<(), String> {
+        if !self.exact.contains_key(&key) && self.exact.len() >= self.capacity {
+            return Err(format!(
+                "table `{}` is full ({} entries)",
+                self.name, self.capacity
+            ));
+        }
+        self.exact.insert(key, (act, 0));
+        Ok(())
+    }
+
+    /// Adds or replaces a masked entry (same value and mask); order kept by priority,
+    /// earlier entries first among equals.
+    pub fn add_masked(&mut self, e: Masked) -> Result<(), String> {
+        if let Some(old) = self
+            .masked
+            .iter_mut()
+            .find(|o| o.value == e.value && o.mask == e.mask && o.priority == e.priority)
+        {
+            old.act = e.act;
+            return Ok(());
+        }
+        if self.masked.len() >= self.capacity {
+            return Err(format!(
+                "table `{}` is full ({} entries)",
+                self.name, self.capacity
+            ));
+        }
+        let at = self.masked.partition_point(|o| o.priority >= e.priority);
+        self.masked.insert(at, e);
+        Ok(())
+    }
+
+    /// Removes fixed entries with this key (and, for exact tables, a learned one).
+    pub fn del(&mut self, value: u128, mask: u128) -> usize {
+        if self.is_exact {
+            let n = self.exact.remove(&value).is_some() as usize;
+            n + self.remove_learned(value) as usize
+        } else {
+            let before = self.masked.len();
+            self.masked
+                .retain(|o| !(o.value == value & mask && o.mask == mask));
+            before - self.masked.len()
+        }
+    }
+
+    #[inline]
+    pub fn lookup(&mut self, key: u128, now_ns: u64) -> Option<Act> {
+        let got = if self.is_exact {
+            self.lookup_exact(key, now_ns)
+        } else {
+            self.masked
+                .iter_mut()
+                .find(|e| key & e.mask == e.value)
+                .map(|e| {
+                    e.hits += 1;
+                    e.act
+                })
+        };
+        match got {
+            Some(_) => self.hits += 1,
+            None => self.misses += 1,
+        }
+        got
+    }
+
+    #[inline(always)]
+    fn lookup_exact(&mut self, key: u128, now_ns: u64) -> Option<Act> {
+        if !self.exact.is_empty() {
+            if let Some((a, hits)) = self.exact.get_mut(&key) {
+                *hits += 1;
+                return Some(*a);
+            }
+        }
+        let hard = self.hard_ns;
+        let l = self.learned.as_mut()?;
+        let v = each!(l, t => t.get(&(key as _), now_ns))?;
+        if hard != 0 && now_ns.saturating_sub(v.born_ns) > hard {
+            each!(l, t => t.remove(&(key as _)));
+            return None;
+        }
+        Some(v.act)
+    }
+
+    /// Learns `key → act` (refreshing its idle timer); a full table is counted.
+    #[inline]
+    pub fn learn(&mut self, key: u128, act: Act, now_ns: u64) {
+        let hard = self.hard_ns;
+        let Some(l) = self.learned.as_mut() else {
+            return;
+        };
+        let born_ns = if hard == 0 {
+            now_ns
+        } else {
+            match each!(l, t => t.get(&(key as _), now_ns)) {
+                Some(v) if now_ns.saturating_sub(v.born_ns) <= hard => v.born_ns,
+                _ => now_ns,
+            }
+        };
+        let r = each!(l, t => t.learn(key as _, LVal { act, born_ns }, now_ns));
+        if r == Learned::Full {
+            self.full += 1;
+        }
+    }
+
+    pub fn remove_learned(&mut self, key: u128) -> bool {
+        self.learned
+            .as_mut()
+            .is_some_and(|l| each!(l, t => t.remove(&(key as _)).is_some()))
+    }
+
+    /// Forgets every learned entry; returns how many there were.
+    pub fn flush(&mut self) -> usize {
+        let n = self.learned_len();
+        if let Some(l) = self.learned.as_mut() {
+            each!(l, t => t.clear());
+        }
+        n
+    }
+
+    /// Per-entry hit counters of fixed entries, ordered by key for a stable summary.
+    pub fn entry_hits(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(u128, u64)> = self.exact.iter().map(|(k, (_, h))| (*k, *h)).collect();
+        v.sort();
+        let mut out: Vec<(String, u64)> = v
+            .into_iter()
+            .map(|(k, h)| (format!("{}[{k:#x}].hits", self.name), h))
+            .collect();
+        out.extend(self.masked.iter().map(|e| {
+            (
+                format!("{}[{:#x}/{:#x}].hits", self.name, e.value, e.mask),
+                e.hits,
+            )
+        }));
+        out
+    }
+}
