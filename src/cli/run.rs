@@ -44,9 +44,11 @@ pub struct Args {
     /// `--change "5000 fw allow_ports 53"`. Repeatable; exactly reproducible.
     #[arg(long, value_name = "INDEX NF COMMAND")]
     change: Vec<String>,
-    /// Header-action consolidation on (overrides the file's `fastpath`).
-    #[arg(long, conflicts_with = "no_fastpath")]
-    fastpath: bool,
+    /// Header-action consolidation (overrides the file's `fastpath`): `--fastpath` or
+    /// `--fastpath on` on, `--fastpath off` off, `--fastpath auto` switched on and off
+    /// by the run from measured cost (decision and costs in the summary).
+    #[arg(long, conflicts_with = "no_fastpath", num_args = 0..=1, default_missing_value = "on", value_name = "MODE")]
+    fastpath: Option<FastMode>,
     /// Header-action consolidation off (overrides the file's `fastpath`).
     #[arg(long)]
     no_fastpath: bool,
@@ -70,6 +72,14 @@ pub struct Args {
     max_memory: Option<u64>,
 }
 
+/// `--fastpath MODE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FastMode {
+    On,
+    Off,
+    Auto,
+}
+
 /// Where the packets come from: a pcap read as the run goes, or a trace held in memory
 /// (pcapng, the generated fallback, a sharded run).
 enum Input {
@@ -83,11 +93,16 @@ fn build(a: &Args, cfg: &ChainConfig) -> anyhow::Result<Chain> {
     if let Some(p) = a.ports {
         chain.ports = p;
     }
-    if a.fastpath {
-        let settings = chain.fastpath_settings;
-        chain
-            .enable_fastpath(chain.fastpath.unwrap_or(settings))
-            .map_err(|e| anyhow::anyhow!("--fastpath: {}: {e}", a.config.display()))?;
+    match a.fastpath {
+        Some(m @ (FastMode::On | FastMode::Auto)) => {
+            let settings = chain.fastpath_settings;
+            chain
+                .enable_fastpath(chain.fastpath.unwrap_or(settings))
+                .map_err(|e| anyhow::anyhow!("--fastpath: {}: {e}", a.config.display()))?;
+            chain.fastpath_auto = m == FastMode::Auto;
+        }
+        Some(FastMode::Off) => chain.fastpath = None,
+        None => {}
     }
     if a.no_fastpath {
         chain.fastpath = None;

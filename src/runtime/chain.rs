@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::config::{ChainConfig, ConfigError, DEFAULT_PORTS, DEFAULT_SEED};
+use super::config::{ChainConfig, ConfigError, FastSetting, DEFAULT_PORTS, DEFAULT_SEED};
 use super::limits;
 use super::ports::{self, PortSpec};
 use crate::nfs::{registry, Nf, StateScope};
@@ -58,6 +58,9 @@ pub struct Chain {
     pub port_specs: Vec<PortSpec>,
     /// Workers the input is sharded over (see `shard.rs`).
     pub workers: usize,
+    /// `fastpath = "auto"`: the run switches consolidation on and off by measured cost
+    /// (only with `fastpath` on).
+    pub fastpath_auto: bool,
 }
 
 pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted"];
@@ -203,6 +206,7 @@ impl Chain {
             fastpath: None,
             fastpath_settings: FastConfig::default(),
             workers: 1,
+            fastpath_auto: false,
         };
         for (key, set) in [
             ("stages", c.stages.is_some()),
@@ -248,12 +252,18 @@ impl Chain {
                 .filter(|&n| n >= 1)
                 .ok_or_else(|| c.invalid(format!("`fastpath_record` must be 1 to 255, not {n}")))?;
         }
-        if c.fastpath == Some(true) {
+        let (on, auto) = match c.fastpath {
+            None | Some(FastSetting::Off) => (false, false),
+            Some(FastSetting::On) => (true, false),
+            Some(FastSetting::Auto) => (true, true),
+        };
+        chain.fastpath_settings = fp;
+        if on {
+            let what = if auto { "\"auto\"" } else { "true" };
             chain
                 .enable_fastpath(fp)
-                .map_err(|e| c.invalid(format!("`fastpath = true`: {e}")))?;
-        } else {
-            chain.fastpath_settings = fp;
+                .map_err(|e| c.invalid(format!("`fastpath = {what}`: {e}")))?;
+            chain.fastpath_auto = auto;
         }
         Ok(chain).and_then(|ch| {
             if ch.ports == 0 {
@@ -306,6 +316,7 @@ impl Chain {
             fastpath_settings: FastConfig::default(),
             port_specs: Vec::new(),
             workers: 1,
+            fastpath_auto: false,
         }
     }
 
@@ -400,10 +411,12 @@ impl Chain {
         let fp = self.fastpath.unwrap_or(self.fastpath_settings);
         s.push_str(&format!(
             "fastpath: {}\n  {} entries, idle timeout {}, records packet {} of each flow (the ones before run every NF unrecorded)\n",
-            if self.fastpath.is_some() {
+            if self.fastpath.is_some() && self.fastpath_auto {
+                "auto (starts on; the run times a few chunks with the TSC in each mode, tries the other mode every 2048 chunks for 256, and keeps it only if it costs at most 7/8; the decision and both costs are in the run's summary)"
+            } else if self.fastpath.is_some() {
                 "on (a flow's recorded packet runs every NF; later packets take one lookup, the state functions below and one consolidated rewrite; a flow whose path holds an always-run NF runs whole)"
             } else {
-                "off (`fastpath = true` or `catena run --fastpath` turns it on)"
+                "off (`fastpath = true` or `catena run --fastpath` turns it on; `fastpath = \"auto\"` or `--fastpath auto` lets the run decide)"
             },
             fp.entries,
             match fp.timeout_ns / 1_000_000_000 {

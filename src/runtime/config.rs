@@ -20,6 +20,36 @@ pub enum ConfigError {
     Invalid { path: String, msg: String },
 }
 
+/// `fastpath = true | false | "auto"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FastSetting {
+    Off,
+    On,
+    Auto,
+}
+
+impl<'de> Deserialize<'de> for FastSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = FastSetting;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false or \"auto\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<FastSetting, E> {
+                Ok(if b { FastSetting::On } else { FastSetting::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<FastSetting, E> {
+                match s {
+                    "auto" => Ok(FastSetting::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(s), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChainConfig {
@@ -29,8 +59,9 @@ pub struct ChainConfig {
     /// `"a -> b"`, `"a:output -> b"`, or a path `"in -> fw -> out"`. Without it the NFs
     /// form a line in file order: `in -> nf1 -> … -> out`.
     pub edges: Option<Vec<String>>,
-    /// Header-action consolidation (FastPath): `fastpath = true`.
-    pub fastpath: Option<bool>,
+    /// Header-action consolidation (FastPath): `fastpath = true`, or `"auto"` to let the
+    /// run switch it per chain by measured cost.
+    pub fastpath: Option<FastSetting>,
     /// Most FastPath entries (default 16384, at most 4,194,304).
     pub fastpath_entries: Option<u32>,
     /// Idle seconds (capture time) after which a FastPath entry ends; 0 = never (default 60).

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::io::PortCounters;
-use crate::optimise::fastpath::FastStats;
+use crate::optimise::fastpath::{AutoStats, FastStats};
 
 /// Counters of one node. Invariant checked after every run: in = out + dropped.
 #[derive(Clone, Debug, Default)]
@@ -118,6 +118,9 @@ pub struct Summary {
     /// sums over them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<WorkerSummary>,
+    /// `fastpath = "auto"`: the decision and the measured costs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fastpath_auto: Option<AutoStats>,
 }
 
 /// What one of several sharded workers did.
@@ -217,6 +220,23 @@ impl Summary {
                 "  fastpath  hits {}  misses {}  installed {}  invalidated {}  evicted {}  expired {}  ended {}  refused {}  unconsolidatable {}  unrecorded {}  deferred {}\n",
                 f.hits, f.misses, f.installed, f.invalidated, f.evicted, f.expired, f.ended, f.refused, f.unconsolidatable, f.unrecorded, f.deferred
             ));
+            if let Some(a) = &self.fastpath_auto {
+                let cost = |c: u64| {
+                    if c == 0 {
+                        "not measured".to_string()
+                    } else {
+                        format!("{c} cycles/packet")
+                    }
+                };
+                s.push_str(&format!(
+                    "  fastpath  auto: {} at the end ({} switches); measured on {}, off {} ({} chunks timed)\n",
+                    if a.on { "on" } else { "off" },
+                    a.switches,
+                    cost(a.cycles_on),
+                    cost(a.cycles_off),
+                    a.samples
+                ));
+            }
             // Entries pushed out before their flows end are re-recorded, at several times
             // the chain's cost each: worth saying how to stop it.
             if f.evicted * 4 > f.installed + f.deferred && f.evicted >= 100 {

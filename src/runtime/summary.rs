@@ -136,6 +136,7 @@ impl Walk {
             output_errors,
             fastpath,
             workers: Vec::new(),
+            fastpath_auto: None,
         })
     }
 }

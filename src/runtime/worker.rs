@@ -15,7 +15,7 @@ use crate::io::{After, PcapHeader, Source, Trace, TraceSource};
 
 mod live;
 use crate::nfs::{Nf, Prepared, Preparer};
-use crate::optimise::fastpath::FastPath;
+use crate::optimise::fastpath::{auto, Auto, FastPath};
 use crate::packet::MAX_BATCH;
 pub use live::Live;
 
@@ -53,6 +53,8 @@ pub struct Runner {
     control: Vec<ControlPort>,
     /// The chain file as loaded, when the run may reload it (`* reload`, SIGHUP).
     reload: Option<Box<super::reload::Base>>,
+    /// `fastpath = "auto"`: when consolidation is on, chunk by chunk.
+    auto: Option<Auto>,
 }
 
 impl Runner {
@@ -70,11 +72,13 @@ impl Runner {
                 .collect();
             Box::new(FastPath::new(cfg, &nfs, cap))
         });
+        let auto = (fast.is_some() && chain.fastpath_auto).then(Auto::new);
         Runner {
             walk: Walk::new(chain, max_packet, fast.is_some()),
             fast,
             control: Vec::new(),
             reload: None,
+            auto,
         }
     }
 
@@ -83,6 +87,16 @@ impl Runner {
     pub fn check_profiles(&mut self, on: bool) {
         let cap = self.walk.spare.capacity();
         self.walk.check = on.then(|| Snapshot::new(cap));
+    }
+
+    /// Test hook: with `fastpath = "auto"`, switch consolidation exactly before these
+    /// chunks (0-based; a chunk is up to a batch of packets, cut at scheduled changes)
+    /// instead of by measured cost, so tests can check that switching never changes output.
+    #[doc(hidden)]
+    pub fn force_auto_switches(&mut self, at: Vec<u64>) {
+        if self.auto.is_some() {
+            self.auto = Some(Auto::forced(at));
+        }
     }
 
     pub fn chain(&self) -> &Chain {
@@ -161,6 +175,13 @@ impl Runner {
                 }
                 let n = chunk.len() as u64;
                 self.poll_control();
+                let plan = self.auto.as_mut().map(Auto::plan);
+                if let (Some(p), Some(f)) = (plan, self.fast.as_deref_mut()) {
+                    if p.switched && !p.on {
+                        f.switch_off(&mut self.walk);
+                    }
+                }
+                let t0 = plan.filter(|p| p.time).map(|_| auto::tsc());
                 if !started {
                     started = true;
                     self.walk.clock.start(chunk.iter().take(3).map(|r| r.ts_ns));
@@ -177,8 +198,11 @@ impl Runner {
                 self.walk.drawn = 0;
                 self.walk.ingest(bytes, chunk, 0..chunk.len(), done, after);
                 match self.fast.as_deref_mut() {
-                    Some(f) => f.chunk(&mut self.walk),
-                    None => self.walk.drain(None),
+                    Some(f) if plan.is_none_or(|p| p.on) => f.chunk(&mut self.walk),
+                    _ => self.walk.drain(None),
+                }
+                if let (Some(t0), Some(a)) = (t0, self.auto.as_mut()) {
+                    a.timed(auto::tsc().wrapping_sub(t0), n);
                 }
                 if let Some(v) = self.walk.violation.take() {
                     anyhow::bail!("{v}");
@@ -303,7 +327,9 @@ impl Runner {
             }
         }
         let stats = self.fast.as_ref().map(|f| f.stats);
-        self.walk.summary(input_error, opts.loops, seconds, stats)
+        let mut s = self.walk.summary(input_error, opts.loops, seconds, stats)?;
+        s.fastpath_auto = self.auto.as_ref().map(|a| a.stats);
+        Ok(s)
     }
 
     /// Takes commands from a control socket to be applied between batches (several

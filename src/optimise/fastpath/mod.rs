@@ -10,6 +10,7 @@
 //! - [`chunk`]: a chunk sorted into hits and misses, and the interface to the runtime.
 
 pub mod actions;
+pub mod auto;
 pub mod chunk;
 pub mod key;
 pub mod record;
@@ -18,6 +19,7 @@ pub mod table;
 use serde::Serialize;
 
 pub use actions::Actions;
+pub use auto::{Auto, AutoStats, Plan};
 pub use chunk::{count_path, Host};
 pub use key::FpKey;
 pub use record::{Outcome, Recorder};
@@ -180,6 +182,14 @@ impl FastPath {
                 })
                 .collect(),
         }
+    }
+
+    /// Consolidation goes off (`fastpath = "auto"`): the entries' counts go to the NFs
+    /// and every entry goes, since the NFs' state moves on without them while off (so
+    /// switching on again starts as a fresh table would).
+    pub fn switch_off<H: Host>(&mut self, h: &mut H) {
+        self.table.clear();
+        self.table.drain_retired(|n, path| count_path(h, path, n));
     }
 
     /// A flow's first packet while recording waits for a later one: an entry without a

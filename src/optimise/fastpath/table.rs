@@ -584,6 +584,15 @@ impl Table {
         n
     }
 
+    /// Removes every entry (their counts go to `retired`); returns how many.
+    pub fn clear(&mut self) -> u64 {
+        let n = self.live as u64;
+        for w in 0..self.entries.len() {
+            self.remove(w);
+        }
+        n
+    }
+
     /// Empties way `w`; hits it had not added go to `retired`.
     pub fn remove(&mut self, w: usize) {
         let t = &mut self.tags[w / WAYS].0[w % WAYS];
