@@ -213,7 +213,12 @@ fn bench_dpi_runs() {
     let tools: Vec<&str> = rows.iter().map(|r| r["tool"].as_str().unwrap()).collect();
     assert_eq!(
         tools,
-        ["catena dpi", "ndpiReader (processing)", "ndpiReader (wall)"]
+        [
+            "catena dpi (processing)",
+            "ndpiReader (processing)",
+            "catena dpi (wall)",
+            "ndpiReader (wall)"
+        ]
     );
     let packets = Trace::open(&trace).unwrap().len() as u64;
     assert!(rows.iter().all(|r| r["packets"] == packets));

@@ -49,7 +49,14 @@ fn post(port: u16, path: &str, body: &[u8]) -> (u16, String) {
 
 /// Fields that depend on the clock, not the counters.
 fn without_time(mut v: Value) -> Value {
-    for k in ["seconds", "mpps", "data_rate_gbps", "throughput_gbps"] {
+    for k in [
+        "seconds",
+        "mpps",
+        "seconds_total",
+        "mpps_total",
+        "data_rate_gbps",
+        "throughput_gbps",
+    ] {
         v.as_object_mut().unwrap().remove(k);
     }
     v

@@ -344,16 +344,25 @@ impl Port for AfPacket {
                 self.left = h.num_pkts;
                 self.next = self.block * self.block_size + h.offset_to_first_pkt as usize;
             }
-            let Some(mut p) = pool.alloc_raw() else {
-                // No buffer: leave the packet in the ring until the chain frees some.
-                break;
-            };
             // SAFETY: `next` is a packet header in a block the kernel handed to us.
             let h = unsafe {
                 std::ptr::read_unaligned(self.ring.add(self.next) as *const libc::tpacket3_hdr)
             };
             let data_at = self.next + h.tp_mac as usize;
             let snap = (h.tp_snaplen as usize).min(self.ring_len.saturating_sub(data_at));
+            let vlan_extra = if h.tp_status & libc::TP_STATUS_VLAN_VALID != 0 {
+                4
+            } else {
+                0
+            };
+            // A buffer of the size class the frame needs (the pool keeps small buffers
+            // up front and makes large ones on first need); too large for any is counted
+            // as oversize below.
+            let want = (snap + vlan_extra).min(room);
+            let Some(mut p) = pool.alloc_raw_for(want) else {
+                // No buffer: leave the packet in the ring until the chain frees some.
+                break;
+            };
             // SAFETY: the kernel wrote `tp_snaplen` bytes at `tp_mac` within the block.
             let frame = unsafe { std::slice::from_raw_parts(self.ring.add(data_at), snap) };
             self.c.rx += 1;

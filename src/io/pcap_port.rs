@@ -145,8 +145,11 @@ impl Port for PcapPort {
         for _ in 0..n {
             let r = t.record(self.pos);
             if r.caplen as usize <= room {
-                let Some(mut p) = pool.alloc_raw() else { break };
-                p.set_bytes(t.packet(self.pos));
+                let bytes = t.packet(self.pos);
+                let Some(mut p) = pool.alloc_raw_for(bytes.len().min(room)) else {
+                    break;
+                };
+                p.set_bytes(bytes);
                 let m = p.meta_mut();
                 m.ts_ns = r.ts_ns;
                 m.wire_len = r.wire_len;

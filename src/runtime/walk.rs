@@ -41,6 +41,8 @@ pub(super) struct Walk {
     pub shift: u64,
     /// The time every NF's timers read (docs/time.md), stamped at ingest.
     pub clock: RunClock,
+    /// Live runs: the next packet's position in the input.
+    pub seq: u64,
     /// The input's successor, where ingested packets queue.
     pub first: usize,
     /// Live ports, by port number: packets reaching a sink leave by their egress port.
@@ -79,6 +81,7 @@ impl Walk {
             violation: None,
             shift: 0,
             clock: RunClock::new(),
+            seq: 0,
             first: chain.nodes[0].next[0],
             live: Vec::new(),
             sink_seqs: false,

@@ -431,6 +431,8 @@ impl IdsApp {
         let Some(p) = cx.packet(ev) else { return };
         let l = p.layers();
         let ts = p.meta().ts_ns;
+        // Timers read the run clock; records carry the capture time.
+        let now = p.meta().now_ns;
         let len = p.data().len() as u64;
         let Some(d) = decode(&l, p.data()) else {
             return;
@@ -472,7 +474,7 @@ impl IdsApp {
             r
         } else {
             let synack = syn && ack;
-            let (ts_, first, est, dropped, id) = self.loose_flow(&key, synack, ts);
+            let (ts_, first, est, dropped, id) = self.loose_flow(&key, synack, now);
             // An untracked TCP flow has no handshake seen.
             (ts_, first, est && d.proto != 6, dropped, id, 0)
         };
@@ -515,7 +517,7 @@ impl IdsApp {
             if tracked {
                 self.conn(ev.flow).dropped_by = rule + 1;
             } else {
-                self.mark_loose_dropped(&key, rule, ts);
+                self.mark_loose_dropped(&key, rule, now);
             }
             self.drop(ev, cx, rule);
         } else if tracked {

@@ -421,7 +421,7 @@ impl Code {
         for (f, bits) in &self.keys[ti] {
             key = key << bits | p.field(*f) as u128;
         }
-        match s.tables[ti].lookup(key, p.m.ts_ns) {
+        match s.tables[ti].lookup(key, p.m.now_ns) {
             Some(a) => act(a, p),
             None => self.block(&self.misses[ti], s, p).unwrap_or(Flow::Done),
         }
@@ -493,7 +493,7 @@ impl Code {
             ActTmpl::Output(e) => Act::Output(self.eval(e, p) as u16),
             ActTmpl::Fixed(a) => *a,
         };
-        s.tables[table as usize].learn(key, a, p.m.ts_ns);
+        s.tables[table as usize].learn(key, a, p.m.now_ns);
     }
 
     fn key(&self, keys: &[(Ex, u32)], p: &Pkt) -> u128 {

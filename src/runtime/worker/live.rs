@@ -241,6 +241,10 @@ impl Runner {
             for p in &mut w.inbox[first].as_mut_slice()[before..] {
                 c.bytes_in += p.len() as u64;
                 let m = p.meta_mut();
+                // Live time has no look-ahead: arrival times, never going back.
+                m.now_ns = w.clock.tick(m.ts_ns, None);
+                m.seq = w.seq;
+                w.seq += 1;
                 m.in_port = i as u16;
                 m.egress = NO_PORT;
                 m.fast = FastMark::Off;
