@@ -223,18 +223,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         };
         let mut runner = Runner::new(chain, max_packet);
         // Kept alive for the run; dropping it removes the socket file.
-        let _server = match &a.control {
-            Some(path) => {
-                let opts = control::ServeOptions {
-                    idle: std::time::Duration::from_secs(a.control_idle),
-                };
-                let (server, port) = control::serve(path, opts, runner.preparers())
-                    .map_err(|e| anyhow::anyhow!("--control {}: {e}", path.display()))?;
-                runner.attach_control(port);
-                Some(server)
-            }
-            None => None,
-        };
+        let _server = serve_control(&a, &mut runner)?;
         runner.run_source(src, &opts, &mut bar)?
     };
     s.input = name;
@@ -253,6 +242,21 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(1);
     }
     Ok(0)
+}
+
+/// `--control PATH`: the Unix socket, its commands compiled off the worker and applied
+/// between batches; the returned server removes the socket when dropped.
+fn serve_control(a: &Args, runner: &mut Runner) -> anyhow::Result<Option<control::ControlServer>> {
+    let Some(path) = &a.control else {
+        return Ok(None);
+    };
+    let opts = control::ServeOptions {
+        idle: std::time::Duration::from_secs(a.control_idle),
+    };
+    let (server, port) = control::serve(path, opts, runner.preparers())
+        .map_err(|e| anyhow::anyhow!("--control {}: {e}", path.display()))?;
+    runner.attach_control(port);
+    Ok(Some(server))
 }
 
 /// A chain with `[[port]]` tables: packets come from and leave by its ports.
@@ -274,7 +278,7 @@ fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
     let ports = ports::open(&specs, rate).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let max = ports.iter().map(|p| p.max_frame()).max().unwrap_or(0);
     let mut opts = RunOptions::default();
-    if let Some(o) = a.output {
+    if let Some(o) = a.output.clone() {
         opts.outputs.push(("out".into(), o));
     }
     let limit = a.max_memory.unwrap_or_else(limits::default_max_memory);
@@ -284,18 +288,7 @@ fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
         .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let mut runner = Runner::new(chain, max.max(64));
     runner.reload_from(&a.config, cfg);
-    let _server = match &a.control {
-        Some(path) => {
-            let opts = control::ServeOptions {
-                idle: std::time::Duration::from_secs(a.control_idle),
-            };
-            let (server, port) = control::serve(path, opts, runner.preparers())
-                .map_err(|e| anyhow::anyhow!("--control {}: {e}", path.display()))?;
-            runner.attach_control(port);
-            Some(server)
-        }
-        None => None,
-    };
+    let _server = serve_control(&a, &mut runner)?;
     let shared = api::Shared::default();
     let _api = match &a.api {
         Some(addr) => {

@@ -2,19 +2,10 @@
 
 use std::time::{Duration, Instant};
 
+/// The counter FastPath's `auto` samples with, so benches and the runtime read one clock.
 #[inline]
 pub fn now() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: rdtsc has no preconditions on x86_64.
-    unsafe {
-        core::arch::x86_64::_rdtsc()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        use std::sync::OnceLock;
-        static T0: OnceLock<Instant> = OnceLock::new();
-        T0.get_or_init(Instant::now).elapsed().as_nanos() as u64
-    }
+    catena::optimise::fastpath::auto::tsc()
 }
 
 /// TSC ticks per second, measured against the monotonic clock over 100 ms.
