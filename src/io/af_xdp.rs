@@ -232,7 +232,10 @@ impl AfXdp {
         if cfg.queue >= MAX_QUEUES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{iface}: queue {} is beyond the {MAX_QUEUES} supported", cfg.queue),
+                format!(
+                    "{iface}: queue {} is beyond the {MAX_QUEUES} supported",
+                    cfg.queue
+                ),
             ));
         }
         // SAFETY: plain system call; the descriptor is owned at once.
@@ -334,7 +337,10 @@ impl AfXdp {
                     }
                     Some(libc::EBUSY) => io::Error::new(
                         x.kind(),
-                        format!("{iface}: queue {} is taken by another AF_XDP socket", cfg.queue),
+                        format!(
+                            "{iface}: queue {} is taken by another AF_XDP socket: stop the other program or set another `queue`",
+                            cfg.queue
+                        ),
                     ),
                     _ => explain(x, "cannot bind to the queue", iface),
                 })
@@ -344,8 +350,12 @@ impl AfXdp {
         let zero_copy = getopt(s, libc::XDP_OPTIONS, &mut o).is_ok()
             && o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0;
         let prog = XdpProgram::attach(index, iface)?;
-        prog.insert(cfg.queue, s)
-            .map_err(|x| io::Error::new(x.kind(), format!("{iface}: cannot add the socket to the XSKMAP: {x}")))?;
+        prog.insert(cfg.queue, s).map_err(|x| {
+            io::Error::new(
+                x.kind(),
+                format!("{iface}: cannot add the socket to the XSKMAP: {x}"),
+            )
+        })?;
         let mut port = AfXdp {
             _prog: prog,
             rx,
@@ -504,7 +514,11 @@ impl Port for AfXdp {
                     let bytes = unsafe {
                         std::slice::from_raw_parts(self.umem.add(d.addr as usize), d.len as usize)
                     };
-                    let ok = if k == 0 { b.set_bytes(bytes) } else { b.extend(bytes) };
+                    let ok = if k == 0 {
+                        b.set_bytes(bytes)
+                    } else {
+                        b.extend(bytes)
+                    };
                     debug_assert!(ok);
                 }
                 // The frame goes back to the kernel at once (the fill ring has a slot
@@ -566,7 +580,8 @@ impl Port for AfXdp {
             }
             self.tx.local = self.tx.local.wrapping_add(1);
         }
-        self.tx_pending.push_back((self.tx.local, frame.len() as u32));
+        self.tx_pending
+            .push_back((self.tx.local, frame.len() as u32));
     }
 
     fn flush(&mut self) {

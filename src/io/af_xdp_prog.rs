@@ -138,7 +138,8 @@ impl XdpProgram {
             .u32(8, 4)
             .u32(12, MAX_QUEUES);
         let map = owned(
-            bpf(BPF_MAP_CREATE, &mut a).map_err(|e| explain(e, iface, "cannot create an XSKMAP"))?,
+            bpf(BPF_MAP_CREATE, &mut a)
+                .map_err(|e| explain(e, iface, "cannot create an XSKMAP"))?,
         );
         let insns = program(map.as_raw_fd());
         let license = c"Dual MIT/GPL";
@@ -163,7 +164,12 @@ impl XdpProgram {
             Ok(fd) => owned(fd),
             Err(_) => owned(load(0, &mut log).map_err(|e| {
                 let l = String::from_utf8_lossy(&log);
-                let l = l.trim_end_matches('\0').lines().last().unwrap_or("").to_string();
+                let l = l
+                    .trim_end_matches('\0')
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+                    .to_string();
                 let e = explain(e, iface, "cannot load the XDP program");
                 io::Error::new(e.kind(), format!("{e} {l}").trim_end().to_string())
             })?),

@@ -130,7 +130,10 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                     return Err(bad(format!("`{iface}` is not an interface name")));
                 }
                 // One XDP program per interface: a second port there would replace it.
-                if out.iter().any(|q| matches!(&q.kind, PortKind::AfXdp(x) if x.iface == iface)) {
+                if out
+                    .iter()
+                    .any(|q| matches!(&q.kind, PortKind::AfXdp(x) if x.iface == iface))
+                {
                     return Err(bad(format!(
                         "interface `{iface}` already has an af_xdp port (one per interface)"
                     )));
