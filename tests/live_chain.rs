@@ -150,8 +150,12 @@ fn live_equals_replay(test: &str, nfs: &str, replies: bool) {
     live_equals_replay_on("af_packet", test, nfs, replies);
 }
 
-/// As [`live_equals_replay`], with catena's two ports of `kind` (af_packet, af_xdp).
+/// As [`live_equals_replay`], with catena's two ports of `kind` (af_packet, af_xdp),
+/// optionally followed by more port settings (`kind = "af_packet"\ntx = "ring"`).
 fn live_equals_replay_on(kind: &str, test: &str, nfs: &str, replies: bool) {
+    let (kind, settings) = kind.split_once('\n').unwrap_or((kind, ""));
+    let kind_lines = format!("\"{kind}\"\n{settings}");
+    let kind_lines = kind_lines.trim_end();
     if !netns::can_run(test) {
         return;
     }
@@ -189,7 +193,7 @@ fn live_equals_replay_on(kind: &str, test: &str, nfs: &str, replies: bool) {
     std::fs::write(
         &chain,
         format!(
-            "[[port]]\nname = \"a\"\nkind = \"{kind}\"\niface = \"{c0}\"\n\n[[port]]\nname = \"b\"\nkind = \"{kind}\"\niface = \"{c1}\"\n\n{nfs}"
+            "[[port]]\nname = \"a\"\nkind = {kind_lines}\niface = \"{c0}\"\n\n[[port]]\nname = \"b\"\nkind = {kind_lines}\niface = \"{c1}\"\n\n{nfs}"
         ),
     )
     .unwrap();
@@ -328,6 +332,16 @@ fn firewall_live_equals_replay() {
     live_equals_replay(
         "firewall_live_equals_replay",
         "[[nf]]\nname = \"fw\"\nkind = \"firewall\"\nallow_ports = [80, 443]\n",
+        false,
+    );
+}
+
+#[test]
+fn wire_tx_ring_live_equals_replay() {
+    live_equals_replay_on(
+        "af_packet\ntx = \"ring\"",
+        "wire_tx_ring_live_equals_replay",
+        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
         false,
     );
 }

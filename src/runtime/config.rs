@@ -129,6 +129,8 @@ pub struct PortConfig {
     pub queue: Option<u32>,
     /// af_packet: join this fanout group (flows spread by hash among its sockets).
     pub fanout: Option<u16>,
+    /// af_packet: how frames leave, `sendmmsg` (default) or `ring` (TPACKET TX ring).
+    pub tx: Option<String>,
     /// af_packet: promiscuous mode (default true).
     pub promisc: Option<bool>,
     /// pcap: a capture replayed into the chain on this port (relative to the chain file).

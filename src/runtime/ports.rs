@@ -89,6 +89,9 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 let mut cfg = AfPacketConfig::new(iface);
                 cfg.fanout = p.fanout;
                 cfg.promisc = p.promisc.unwrap_or(true);
+                if let Some(t) = &p.tx {
+                    cfg.tx = t.parse().map_err(|e: String| bad(format!("`tx`: {e}")))?;
+                }
                 PortKind::AfPacket(cfg)
             }
             "pcap" => {
@@ -96,6 +99,7 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 only("fanout", p.fanout.is_some())?;
                 only("promisc", p.promisc.is_some())?;
                 only("queue", p.queue.is_some())?;
+                only("tx", p.tx.is_some())?;
                 if p.path.is_none() && p.write.is_none() {
                     return Err(bad(
                         "needs `path` (a capture to replay) or `write` (a file to record to)"
@@ -119,6 +123,7 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                     ("rate", p.rate.is_some()),
                     ("fanout", p.fanout.is_some()),
                     ("promisc", p.promisc.is_some()),
+                    ("tx", p.tx.is_some()),
                 ] {
                     only(what, set)?;
                 }
