@@ -36,11 +36,16 @@ impl AfXdpConfig {
     }
 }
 
-/// UMEM frame size: one page, the largest aligned chunk.
-const FRAME: u64 = 4096;
-/// Entries of each ring; the UMEM has a frame for every RX and every TX slot (16 MiB).
-const RING: u32 = 2048;
-const FRAMES: u64 = 2 * RING as u64;
+/// UMEM frame size: the smallest the kernel takes, room for a 1514-byte frame after the
+/// kernel's 256-byte headroom; larger frames span several (scatter-gather).
+const FRAME: u64 = 2048;
+/// Receive buffering: fill and RX ring entries, one UMEM frame each (16 MiB). Deep, so
+/// that a worker descheduled for a while on a busy machine loses nothing (at 1 Mpps this
+/// is 8 ms).
+const RX_RING: u32 = 8192;
+/// Send: TX and completion ring entries, one UMEM frame each (4 MiB).
+const TX_RING: u32 = 2048;
+const FRAMES: u64 = (RX_RING + TX_RING) as u64;
 /// Largest frame sent, as AF_PACKET (jumbo); larger ones count as `tx_errors`.
 const TX_MAX: usize = 9216 + 18;
 /// `XDP_PKT_CONTD`: more fragments of this packet follow.
@@ -53,13 +58,21 @@ struct Ring {
     prod: *const AtomicU32,
     cons: *const AtomicU32,
     desc: *mut u8,
+    /// Entries (a power of two).
+    size: u32,
     /// Our copy of the index we own (producer of fill/TX, consumer of RX/completion).
     local: u32,
 }
 
 impl Ring {
-    fn map(fd: RawFd, off: &libc::xdp_ring_offset, entry: usize, pgoff: u64) -> io::Result<Ring> {
-        let len = off.desc as usize + RING as usize * entry;
+    fn map(
+        fd: RawFd,
+        off: &libc::xdp_ring_offset,
+        size: u32,
+        entry: usize,
+        pgoff: u64,
+    ) -> io::Result<Ring> {
+        let len = off.desc as usize + size as usize * entry;
         // SAFETY: mapping the ring the kernel made for this socket at its page offset.
         let map = unsafe {
             libc::mmap(
@@ -83,6 +96,7 @@ impl Ring {
                 prod: m.add(off.producer as usize) as *const AtomicU32,
                 cons: m.add(off.consumer as usize) as *const AtomicU32,
                 desc: m.add(off.desc as usize),
+                size,
                 local: 0,
             })
         }
@@ -96,12 +110,12 @@ impl Ring {
         unsafe { &*self.cons }
     }
     fn addr_slot(&self, i: u32) -> *mut u64 {
-        // SAFETY: the index is masked into the ring's RING entries of 8 bytes.
-        unsafe { (self.desc as *mut u64).add((i & (RING - 1)) as usize) }
+        // SAFETY: the index is masked into the ring's entries of 8 bytes.
+        unsafe { (self.desc as *mut u64).add((i & (self.size - 1)) as usize) }
     }
     fn desc_slot(&self, i: u32) -> *mut libc::xdp_desc {
-        // SAFETY: the index is masked into the ring's RING entries of 16 bytes.
-        unsafe { (self.desc as *mut libc::xdp_desc).add((i & (RING - 1)) as usize) }
+        // SAFETY: the index is masked into the ring's entries of 16 bytes.
+        unsafe { (self.desc as *mut libc::xdp_desc).add((i & (self.size - 1)) as usize) }
     }
 }
 
@@ -154,7 +168,7 @@ fn explain(e: io::Error, what: &str, iface: &str) -> io::Error {
             ": this kernel has no AF_XDP (CONFIG_XDP_SOCKETS): use `kind = \"af_packet\"`"
         }
         Some(libc::ENOMEM) | Some(libc::ENOBUFS) => {
-            ": cannot lock the 16 MiB UMEM: raise `ulimit -l` or run as root"
+            ": cannot lock the 20 MiB UMEM: raise `ulimit -l` or run as root"
         }
         _ => "",
     };
@@ -271,32 +285,32 @@ impl AfXdp {
             tx_metadata_len: 0,
         };
         setopt(s, libc::XDP_UMEM_REG, &reg).map_err(|_| e("cannot register the UMEM"))?;
-        for opt in [
-            libc::XDP_UMEM_FILL_RING,
-            libc::XDP_UMEM_COMPLETION_RING,
-            libc::XDP_RX_RING,
-            libc::XDP_TX_RING,
+        for (opt, size) in [
+            (libc::XDP_UMEM_FILL_RING, RX_RING),
+            (libc::XDP_UMEM_COMPLETION_RING, TX_RING),
+            (libc::XDP_RX_RING, RX_RING),
+            (libc::XDP_TX_RING, TX_RING),
         ] {
-            setopt(s, opt, &RING).map_err(|_| e("cannot size the rings"))?;
+            setopt(s, opt, &size).map_err(|_| e("cannot size the rings"))?;
         }
         // SAFETY: an all-zero offsets struct is valid; the kernel fills it.
         let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
         getopt(s, libc::XDP_MMAP_OFFSETS, &mut off).map_err(|_| e("cannot read ring offsets"))?;
-        let map = |o: &libc::xdp_ring_offset, entry: usize, pg: u64| {
-            Ring::map(s, o, entry, pg).map_err(|_| e("cannot map a ring"))
+        let map = |o: &libc::xdp_ring_offset, size: u32, entry: usize, pg: u64| {
+            Ring::map(s, o, size, entry, pg).map_err(|_| e("cannot map a ring"))
         };
-        let rx = map(&off.rx, 16, libc::XDP_PGOFF_RX_RING as u64)?;
-        let tx = map(&off.tx, 16, libc::XDP_PGOFF_TX_RING as u64)?;
-        let mut fill = map(&off.fr, 8, libc::XDP_UMEM_PGOFF_FILL_RING)?;
-        let comp = map(&off.cr, 8, libc::XDP_UMEM_PGOFF_COMPLETION_RING)?;
+        let rx = map(&off.rx, RX_RING, 16, libc::XDP_PGOFF_RX_RING as u64)?;
+        let tx = map(&off.tx, TX_RING, 16, libc::XDP_PGOFF_TX_RING as u64)?;
+        let mut fill = map(&off.fr, RX_RING, 8, libc::XDP_UMEM_PGOFF_FILL_RING)?;
+        let comp = map(&off.cr, TX_RING, 8, libc::XDP_UMEM_PGOFF_COMPLETION_RING)?;
         // The first half of the UMEM receives: lend it all to the kernel now.
-        for i in 0..RING {
+        for i in 0..RX_RING {
             // SAFETY: a slot of the fill ring, ours until the producer index passes it.
             unsafe { *fill.addr_slot(i) = u64::from(i) * FRAME };
         }
-        fill.local = RING;
-        fill.prod().store(RING, Ordering::Release);
-        let tx_free: Vec<u64> = (u64::from(RING)..FRAMES).map(|i| i * FRAME).collect();
+        fill.local = RX_RING;
+        fill.prod().store(RX_RING, Ordering::Release);
+        let tx_free: Vec<u64> = (u64::from(RX_RING)..FRAMES).map(|i| i * FRAME).collect();
         let bind = |flags: u16| {
             let sa = libc::sockaddr_xdp {
                 sxdp_family: libc::AF_XDP as u16,
@@ -369,7 +383,7 @@ impl AfXdp {
             zero_copy,
             sg,
             tx_free,
-            tx_pending: VecDeque::with_capacity(RING as usize),
+            tx_pending: VecDeque::with_capacity(TX_RING as usize),
             tx_published: 0,
             c: PortCounters::default(),
             stats_base: 0,
@@ -418,7 +432,7 @@ impl AfXdp {
         // A packet is sent once the consumer index has passed its last descriptor
         // (wrapping compare).
         while let Some(&(end, len)) = self.tx_pending.front() {
-            if done.wrapping_sub(end) > RING {
+            if done.wrapping_sub(end) > TX_RING {
                 break;
             }
             self.c.tx += 1;
@@ -434,7 +448,7 @@ impl AfXdp {
             self.tx.prod().store(self.tx.local, Ordering::Release);
             self.tx_published = self.tx.local;
         }
-        for _ in 0..(RING / 16) {
+        for _ in 0..(TX_RING / 16) {
             if self.tx.cons().load(Ordering::Acquire) == self.tx.local {
                 break;
             }
@@ -554,7 +568,7 @@ impl Port for AfXdp {
         }
         let space = |x: &AfXdp| {
             let used = x.tx.local.wrapping_sub(x.tx.cons().load(Ordering::Acquire));
-            x.tx_free.len() as u32 >= parts && RING - used >= parts
+            x.tx_free.len() as u32 >= parts && TX_RING - used >= parts
         };
         if !space(self) {
             self.kick();
