@@ -117,7 +117,11 @@ impl Lab {
     }
 
     fn rx_at_b(&self) -> anyhow::Result<u64> {
-        let s = sh(&["ip", "-n", &self.b, "-s", "-j", "link", "show", "dev", "b0"])?;
+        self.rx(&self.b, "b0")
+    }
+
+    fn rx(&self, ns: &str, dev: &str) -> anyhow::Result<u64> {
+        let s = sh(&["ip", "-n", ns, "-s", "-j", "link", "show", "dev", dev])?;
         let v: serde_json::Value = serde_json::from_str(&s)?;
         Ok(v[0]["stats64"]["rx"]["packets"].as_u64().unwrap_or(0))
     }
@@ -262,6 +266,52 @@ fn send(lab: &Lab, pcap: &Path, pps: Option<u64>) -> anyhow::Result<f64> {
         .and_then(|s| s.parse::<f64>().ok())
         .ok_or_else(|| anyhow::anyhow!("tcpreplay said: {out}"))?;
     Ok(secs.max(1e-6))
+}
+
+/// catena as the sender: a pcap port replays `pcap` at top speed through `wire` out of
+/// an AF_PACKET or AF_XDP port on a0 (pinned to CPU 0), nothing forwarding in C. Returns
+/// the seconds from catena's start until c0 has counted every packet (sampled every
+/// 10 ms) and that count.
+fn send_catena(
+    lab: &Lab,
+    dir: &Path,
+    pcap: &Path,
+    kind: &str,
+    n: u64,
+) -> anyhow::Result<(f64, u64)> {
+    let (k, extra) = kind.split_once('\n').unwrap_or((kind, ""));
+    let chain = dir.join("sender.toml");
+    std::fs::write(
+        &chain,
+        format!(
+            "[[port]]\nname = \"file\"\nkind = \"pcap\"\npath = \"{}\"\n\n[[port]]\nname = \"out\"\nkind = \"{k}\"\niface = \"a0\"\n{extra}\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+            pcap.display()
+        ),
+    )?;
+    let before = lab.rx(&lab.c, "c0")?;
+    let exe = std::env::current_exe()?;
+    let exe = exe.to_str().unwrap_or_default();
+    let c = chain.to_str().unwrap_or_default();
+    let mut cmd: Vec<&str> = Vec::new();
+    if Command::new("taskset").arg("-V").output().is_ok() {
+        cmd.extend(["taskset", "-c", "0"]);
+    }
+    cmd.extend([exe, "run", c]);
+    let t0 = Instant::now();
+    let p = Proc::until(in_ns(&lab.a, &cmd), "running on")?;
+    let (mut last, mut at) = (before, t0);
+    let end = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = lab.rx(&lab.c, "c0")?;
+        if now != last {
+            (last, at) = (now, Instant::now());
+        } else if now - before >= n || at.elapsed() > Duration::from_millis(500) {
+            break;
+        }
+    }
+    drop(p);
+    Ok(((at - t0).as_secs_f64().max(1e-6), last - before))
 }
 
 /// What forwards between c0 and c1 in namespace C.
@@ -501,6 +551,28 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             frames(&t, n, len, dst)?;
             frames(&l, nl, len, dst)?;
             files.push((t, l));
+        }
+        for kind in ["af_packet", "af_packet\ntx = \"ring\"", "af_xdp"] {
+            let (secs, got) = send_catena(&lab, dir, &files[0].0, kind, n)?;
+            let mpps = got as f64 / secs / 1e6;
+            rows.push(Row {
+                case: format!(
+                    "sender ceiling (catena pcap -> {})",
+                    kind.replace('\n', " ")
+                ),
+                frame_bytes: len + 4,
+                sent: n,
+                delivered: got,
+                loss_pct: 100.0 * (n.saturating_sub(got)) as f64 / n as f64,
+                sender_secs: secs,
+                mpps,
+                gbps: mpps * (len + 24) as f64 * 8.0 / 1e3,
+                p50_us: None,
+                p99_us: None,
+                catena_user_pct: None,
+                catena_sys_pct: None,
+                kernel_drops: None,
+            });
         }
         for dut in &duts {
             let (thr, lat) = if matches!(dut, Dut::Router) {
