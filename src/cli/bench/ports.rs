@@ -496,6 +496,11 @@ fn latency(lab: &Lab, dir: &Path, pcap: &Path) -> anyhow::Result<(f64, f64)> {
     Ok((q(0.5), q(0.99)))
 }
 
+/// `--only`: rows whose case contains one of the words (all rows without it).
+fn wanted(a: &Args, case: &str) -> bool {
+    a.only.is_empty() || a.only.iter().any(|w| case.contains(w.as_str()))
+}
+
 pub fn run(a: &Args) -> anyhow::Result<i32> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -553,6 +558,13 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             files.push((t, l));
         }
         for kind in ["af_packet", "af_packet\ntx = \"ring\"", "af_xdp"] {
+            let case = format!(
+                "sender ceiling (catena pcap -> {})",
+                kind.replace('\n', " ")
+            );
+            if !wanted(a, &case) {
+                continue;
+            }
             let (secs, got) = send_catena(&lab, dir, &files[0].0, kind, n)?;
             let mpps = got as f64 / secs / 1e6;
             rows.push(Row {
@@ -574,7 +586,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 kernel_drops: None,
             });
         }
-        for dut in &duts {
+        for dut in duts.iter().filter(|d| wanted(a, &d.name())) {
             let (thr, lat) = if matches!(dut, Dut::Router) {
                 &files[1]
             } else {
