@@ -220,6 +220,18 @@ fn check_says_what_to_do_about_ports() {
             "error: c.toml: port `a`: `fanout` does not apply to kind `af_xdp`\n",
         ),
         (
+            port("af_packet", "iface = \"lo\"\ntx = \"fast\""),
+            "error: c.toml: port `a`: `tx`: `fast` is not a TX mode (sendmmsg, ring)\n",
+        ),
+        (
+            port("af_xdp", "iface = \"lo\"\ntx = \"ring\""),
+            "error: c.toml: port `a`: `tx` does not apply to kind `af_xdp`\n",
+        ),
+        (
+            format!("{}{}", port("af_xdp", "iface = \"lo\""), port("af_xdp", "iface = \"lo\"").replace("name = \"a\"", "name = \"b\"").split("[[nf]]").next().unwrap()),
+            "error: c.toml: port `b`: interface `lo` already has an af_xdp port (one per interface)\n",
+        ),
+        (
             port("af_packet", "iface = \"lo\"\nqueue = 1"),
             "error: c.toml: port `a`: `queue` does not apply to kind `af_packet`\n",
         ),
