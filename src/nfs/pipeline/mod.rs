@@ -7,6 +7,7 @@
 mod ast;
 mod check;
 mod error;
+mod flat;
 mod lexer;
 mod nf;
 mod parser;
