@@ -27,7 +27,8 @@ pub enum Cond {
     Flat(BinOp, Leaf, Leaf),
     /// `(leaf OP leaf) OP leaf`, e.g. `(in_port ^ 1) < ports`.
     Flat2(BinOp, BinOp, Leaf, Leaf, Leaf),
-    /// `leaf in SET`.
+    /// `field in SET`, `leaf in SET`.
+    FieldIn(FieldRef, u16),
     In(Leaf, u16),
     /// Anything else: non-zero is true.
     Ex(Box<Ex>),
@@ -41,11 +42,16 @@ pub struct Case {
     /// A `repeat` decoder the arm enters: the arm does not match once it used its repeats.
     guard: u16,
     pc: u32,
+    /// The arm's body is exactly `next D`: D, entered in place (else `NO_ENTER`).
+    enter: u16,
 }
+
+const NO_ENTER: u16 = u16::MAX;
 
 /// A value: a leaf read in place, or an expression tree.
 #[derive(Clone, Debug)]
 pub enum Val {
+    Field(FieldRef),
     Leaf(Leaf),
     Flat(BinOp, Leaf, Leaf),
     Ex(Box<Ex>),
@@ -225,6 +231,10 @@ impl Flat {
                     for a in arms {
                         let pc = self.pc();
                         let guard = a.guard.unwrap_or(NO_GUARD);
+                        let enter = match a.body.as_slice() {
+                            [Op::Next(d)] => *d,
+                            _ => NO_ENTER,
+                        };
                         if let Some(g) = a.guard {
                             self.guarded |= 1 << g;
                         }
@@ -234,6 +244,7 @@ impl Flat {
                                 any: true,
                                 guard,
                                 pc,
+                                enter,
                             });
                         } else {
                             cases.extend(a.values.iter().map(|&value| Case {
@@ -241,6 +252,7 @@ impl Flat {
                                 any: false,
                                 guard,
                                 pc,
+                                enter,
                             }));
                         }
                         self.block(&a.body);
@@ -368,6 +380,14 @@ impl Flat {
                             && (k.guard == NO_GUARD || p.may_enter(k.guard, c))
                         {
                             pc = k.pc as usize;
+                            if k.enter != NO_ENTER {
+                                // The arm's `next D`, without dispatching it.
+                                if steps == MAX_STEPS {
+                                    return p.drop;
+                                }
+                                steps += 1;
+                                pc = self.enter(k.enter as usize, p);
+                            }
                             break;
                         }
                     }
@@ -385,7 +405,7 @@ impl Flat {
                     }
                     steps += 1;
                     let t = *t as usize;
-                    let key = match self.key1[t] {
+                    let key = match &self.key1[t] {
                         Some(f) => p.field(f) as u128,
                         None => c.table_key(t, p),
                     };
@@ -405,8 +425,8 @@ impl Flat {
                     }
                 }
                 Ins::Learn(l) => {
-                    let key = c.leaf(l.key, p) & l.mask;
-                    let act = match l.out {
+                    let key = c.leaf(&l.key, p) & l.mask;
+                    let act = match &l.out {
                         Some(o) => Act::Output(c.leaf(o, p) as u16),
                         None => l.act,
                     };
@@ -431,7 +451,7 @@ impl Flat {
     /// Enters decoder `di` at the current offset; where its code starts.
     #[inline(always)]
     fn enter(&self, di: usize, p: &mut Pkt) -> usize {
-        let dec = self.decs[di];
+        let dec = &self.decs[di];
         let at = p.cur;
         let len = p.d.len();
         let fits = at + dec.fixed_len as usize <= len;
@@ -461,6 +481,7 @@ impl Flat {
 
 fn val(e: &Ex) -> Val {
     match (e, e.leaf()) {
+        (_, Some(Leaf::Field(f))) => Val::Field(f),
         (_, Some(l)) => Val::Leaf(l),
         (Ex::Flat(op, a, b), _) => Val::Flat(*op, *a, *b),
         _ => Val::Ex(Box::new(e.clone())),
@@ -497,6 +518,7 @@ fn cond(e: &Ex) -> Cond {
         Ex::Flat(op, Leaf::Field(f), Leaf::Const(k)) => Cond::FieldConst(*op, *f, *k),
         Ex::Flat(op, a, b) => Cond::Flat(*op, *a, *b),
         Ex::Flat2(o1, o2, a, b, c) => Cond::Flat2(*o1, *o2, *a, *b, *c),
+        Ex::InLeaf(Leaf::Field(f), s) => Cond::FieldIn(*f, *s),
         Ex::InLeaf(l, s) => Cond::In(*l, *s),
         e => Cond::Ex(Box::new(e.clone())),
     }
@@ -505,14 +527,15 @@ fn cond(e: &Ex) -> Cond {
 #[inline(always)]
 fn test(c: &Code, k: &Cond, p: &Pkt) -> bool {
     match k {
-        Cond::FieldEq(f, v) => p.field(*f) == *v,
-        Cond::FieldNe(f, v) => p.field(*f) != *v,
-        Cond::FieldConst(op, f, v) => binop(*op, p.field(*f), *v) != 0,
-        Cond::Flat(op, a, b) => binop(*op, c.leaf(*a, p), c.leaf(*b, p)) != 0,
+        Cond::FieldEq(f, v) => p.field(f) == *v,
+        Cond::FieldNe(f, v) => p.field(f) != *v,
+        Cond::FieldConst(op, f, v) => binop(*op, p.field(f), *v) != 0,
+        Cond::Flat(op, a, b) => binop(*op, c.leaf(a, p), c.leaf(b, p)) != 0,
         Cond::Flat2(o1, o2, a, b, x) => {
-            binop(*o2, binop(*o1, c.leaf(*a, p), c.leaf(*b, p)), c.leaf(*x, p)) != 0
+            binop(*o2, binop(*o1, c.leaf(a, p), c.leaf(b, p)), c.leaf(x, p)) != 0
         }
-        Cond::In(l, s) => c.member(c.leaf(*l, p), *s) != 0,
+        Cond::FieldIn(f, s) => c.member(p.field(f), *s) != 0,
+        Cond::In(l, s) => c.member(c.leaf(l, p), *s) != 0,
         Cond::Ex(e) => c.eval(e, p) != 0,
     }
 }
@@ -520,8 +543,9 @@ fn test(c: &Code, k: &Cond, p: &Pkt) -> bool {
 #[inline(always)]
 fn value(c: &Code, v: &Val, p: &Pkt) -> u64 {
     match v {
-        Val::Leaf(l) => c.leaf(*l, p),
-        Val::Flat(op, a, b) => binop(*op, c.leaf(*a, p), c.leaf(*b, p)),
+        Val::Field(f) => p.field(f),
+        Val::Leaf(l) => c.leaf(l, p),
+        Val::Flat(op, a, b) => binop(*op, c.leaf(a, p), c.leaf(b, p)),
         Val::Ex(e) => c.eval(e, p),
     }
 }

@@ -343,11 +343,12 @@ pub(super) struct Pkt<'a> {
 
 impl Pkt<'_> {
     #[inline(always)]
-    pub fn field(&self, f: FieldRef) -> u64 {
+    pub fn field(&self, f: &FieldRef) -> u64 {
         if self.valid & (1 << f.hdr) == 0 {
             return 0;
         }
-        let base = self.sc.off[f.hdr as usize] as usize;
+        // `hdr` < MAX_DECODERS (the checker's bound): the mask only spares a bounds check.
+        let base = self.sc.off[f.hdr as usize % MAX_DECODERS] as usize;
         // One 8-byte load, whatever the width, unless the packet ends within it.
         let o = base + f.off as usize;
         if f.sh != NO_WORD {
@@ -356,6 +357,13 @@ impl Pkt<'_> {
                 return (w >> f.sh) & f.mask;
             }
         }
+        self.field_near_end(f, base)
+    }
+
+    /// A field within 8 bytes of the packet's end, or wider than one load reaches.
+    #[cold]
+    #[inline(never)]
+    fn field_near_end(&self, f: &FieldRef, base: usize) -> u64 {
         f.read.get(self.d, base)
     }
 
@@ -469,7 +477,7 @@ impl Code {
     pub(super) fn table_key(&self, ti: usize, p: &Pkt) -> u128 {
         let mut key: u128 = 0;
         for (f, bits) in &self.keys[ti] {
-            key = key << bits | p.field(*f) as u128;
+            key = key << bits | p.field(f) as u128;
         }
         key
     }
@@ -497,9 +505,9 @@ impl Code {
     }
 
     #[inline(always)]
-    pub(super) fn leaf(&self, l: Leaf, p: &Pkt) -> u64 {
+    pub(super) fn leaf(&self, l: &Leaf, p: &Pkt) -> u64 {
         match l {
-            Leaf::Const(v) => v,
+            Leaf::Const(v) => *v,
             Leaf::Field(f) => p.field(f),
             Leaf::InPort => p.m.in_port as u64,
             Leaf::Ports => p.ports as u64,
@@ -517,8 +525,8 @@ impl Code {
     #[inline(always)]
     fn eval_flat(&self, e: &Ex, p: &Pkt) -> u64 {
         match e {
-            Ex::Flat(op, a, b) => binop(*op, self.leaf(*a, p), self.leaf(*b, p)),
-            Ex::InLeaf(l, set) => self.member(self.leaf(*l, p), *set),
+            Ex::Flat(op, a, b) => binop(*op, self.leaf(a, p), self.leaf(b, p)),
+            Ex::InLeaf(l, set) => self.member(self.leaf(l, p), *set),
             Ex::Const(v) => *v,
             _ => self.eval(e, p),
         }
@@ -526,16 +534,16 @@ impl Code {
 
     pub(super) fn eval(&self, e: &Ex, p: &Pkt) -> u64 {
         match e {
-            Ex::Leaf(l) => self.leaf(*l, p),
-            Ex::Flat(op, a, b) => binop(*op, self.leaf(*a, p), self.leaf(*b, p)),
+            Ex::Leaf(l) => self.leaf(l, p),
+            Ex::Flat(op, a, b) => binop(*op, self.leaf(a, p), self.leaf(b, p)),
             Ex::Flat2(op1, op2, a, b, c) => binop(
                 *op2,
-                binop(*op1, self.leaf(*a, p), self.leaf(*b, p)),
-                self.leaf(*c, p),
+                binop(*op1, self.leaf(a, p), self.leaf(b, p)),
+                self.leaf(c, p),
             ),
-            Ex::InLeaf(l, set) => self.member(self.leaf(*l, p), *set),
+            Ex::InLeaf(l, set) => self.member(self.leaf(l, p), *set),
             Ex::Const(v) => *v,
-            Ex::Field(f) => p.field(*f),
+            Ex::Field(f) => p.field(f),
             Ex::InPort => p.m.in_port as u64,
             Ex::Ports => p.ports as u64,
             Ex::Link => link_code(p.m.link),
