@@ -4,7 +4,7 @@
 //! costs one jump-table dispatch; decoders and tables are entered in place.
 
 use super::ast::BinOp;
-use super::plan::{binop, ActTmpl, Code, Ex, FieldRef, Leaf, Op, Pkt, Read, State};
+use super::plan::{binop, link_code, ActTmpl, Code, Ex, FieldRef, Leaf, Op, Pkt, Read, State};
 use super::table::Act;
 use crate::packet::FLOOD;
 
@@ -52,6 +52,8 @@ const NO_ENTER: u16 = u16::MAX;
 #[derive(Clone, Debug)]
 pub enum Val {
     Field(FieldRef),
+    /// `link`, what the start block matches on.
+    Link,
     Leaf(Leaf),
     Flat(BinOp, Leaf, Leaf),
     Ex(Box<Ex>),
@@ -425,8 +427,12 @@ impl Flat {
                     }
                 }
                 Ins::Learn(l) => {
-                    let key = c.leaf(&l.key, p) & l.mask;
+                    let key = match &l.key {
+                        Leaf::Field(f) => p.field(f),
+                        k => c.leaf(k, p),
+                    } & l.mask;
                     let act = match &l.out {
+                        Some(Leaf::InPort) => Act::Output(p.m.in_port),
                         Some(o) => Act::Output(c.leaf(o, p) as u16),
                         None => l.act,
                     };
@@ -482,6 +488,7 @@ impl Flat {
 fn val(e: &Ex) -> Val {
     match (e, e.leaf()) {
         (_, Some(Leaf::Field(f))) => Val::Field(f),
+        (_, Some(Leaf::Link)) => Val::Link,
         (_, Some(l)) => Val::Leaf(l),
         (Ex::Flat(op, a, b), _) => Val::Flat(*op, *a, *b),
         _ => Val::Ex(Box::new(e.clone())),
@@ -544,6 +551,7 @@ fn test(c: &Code, k: &Cond, p: &Pkt) -> bool {
 fn value(c: &Code, v: &Val, p: &Pkt) -> u64 {
     match v {
         Val::Field(f) => p.field(f),
+        Val::Link => link_code(p.m.link),
         Val::Leaf(l) => c.leaf(l, p),
         Val::Flat(op, a, b) => binop(*op, c.leaf(a, p), c.leaf(b, p)),
         Val::Ex(e) => c.eval(e, p),
