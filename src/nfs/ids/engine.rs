@@ -205,7 +205,7 @@ impl Ids {
             } else {
                 flow.resp_fired.fill(0);
             }
-            self.inspect_http(flow, p, d, alerts);
+            self.inspect_http(flow, p, d, false, alerts);
         }
     }
 
@@ -305,15 +305,19 @@ impl Ids {
                 }
                 Event::Body => {}
             }
-            self.inspect_http(flow, p, d, alerts);
+            self.inspect_http(flow, p, d, ev == Event::Body, alerts);
         }
     }
 
+    /// HTTP rules of side `d`'s message. `body_only`: only its body grew since the last
+    /// call, so only rules with a body group can change their verdict (the others were
+    /// tried on these same headers already); body prefilters and those rules only.
     fn inspect_http(
         &mut self,
         flow: &mut IdsFlow,
         p: &PacketInfo,
         d: usize,
+        body_only: bool,
         alerts: &mut Vec<Alert>,
     ) {
         let Some(h) = flow.http.as_ref() else { return };
@@ -324,8 +328,19 @@ impl Ids {
             &self.set.http_resp
         };
         for f in filters {
+            if body_only && !f.buf.is_body() {
+                continue;
+            }
             let hay = pick(h, d, f.buf);
             collect(f, hay, g, &mut self.seen, &mut self.cands);
+        }
+        if body_only {
+            for &i in &self.set.body_always[d] {
+                if self.seen[i as usize] != g {
+                    self.seen[i as usize] = g;
+                    self.cands.push(i);
+                }
+            }
         }
         for k in 0..self.cands.len() {
             let i = self.cands[k];

@@ -114,6 +114,9 @@ pub struct RuleSet {
     /// Prefilters of HTTP rules triggered on the request side (incl. `Either` rules).
     pub(crate) http_req: Vec<Prefilter>,
     pub(crate) http_resp: Vec<Prefilter>,
+    /// Per side (request, response): rules with a body group whose prefilter is not on
+    /// a body buffer, so body bytes alone cannot pick them (tried on every body event).
+    pub(crate) body_always: [Vec<u32>; 2],
 }
 
 impl RuleSet {
@@ -208,12 +211,24 @@ impl RuleSet {
         };
         let http_req = side_filters(Side::Request);
         let http_resp = side_filters(Side::Response);
+        let body_always = [Side::Request, Side::Response].map(|want| {
+            http.iter()
+                .copied()
+                .filter(|&i| {
+                    let r = &rules[i as usize];
+                    (r.side == want || r.side == Side::Either)
+                        && r.groups.iter().any(|g| g.buf.is_body())
+                        && !matches!(&r.prefilter, Some((b, p)) if b.is_body() && p.len() >= MIN_PREFILTER)
+                })
+                .collect()
+        });
         RuleSet {
             rules,
             packet,
             stream,
             http_req,
             http_resp,
+            body_always,
         }
     }
 
