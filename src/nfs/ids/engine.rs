@@ -200,11 +200,7 @@ impl Ids {
         let d = usize::from(!p.to_server);
         let Some(h) = flow.http.as_mut() else { return };
         if h[d].close() {
-            if d == 0 {
-                flow.req_fired.fill(0);
-            } else {
-                flow.resp_fired.fill(0);
-            }
+            flow.new_message(d);
             self.inspect_http(flow, p, d, false, alerts);
         }
     }
@@ -296,12 +292,10 @@ impl Ids {
                 }
                 Event::Headers => {
                     if d == 0 {
-                        flow.req_fired.fill(0);
                         let head = h[0].method().eq_ignore_ascii_case(b"HEAD");
                         h[1].no_body = head;
-                    } else {
-                        flow.resp_fired.fill(0);
                     }
+                    flow.new_message(d);
                 }
                 Event::Body => {}
             }
@@ -320,22 +314,60 @@ impl Ids {
         body_only: bool,
         alerts: &mut Vec<Alert>,
     ) {
-        let Some(h) = flow.http.as_ref() else { return };
         let g = self.next_gen();
         let filters = if d == 0 {
             &self.set.http_req
         } else {
             &self.set.http_resp
         };
+        let IdsFlow {
+            http,
+            req_fired,
+            resp_fired,
+            body_hits,
+            body_seen,
+            body_decoded,
+            ..
+        } = flow;
+        let Some(h) = http.as_deref() else { return };
         for f in filters {
-            if body_only && !f.buf.is_body() {
+            let hay = pick(h, d, f.buf);
+            if !body_only {
+                collect(f, hay, g, &mut self.seen, &mut self.cands);
                 continue;
             }
-            let hay = pick(h, d, f.buf);
-            collect(f, hay, g, &mut self.seen, &mut self.cands);
+            if !f.buf.is_body() {
+                continue;
+            }
+            // Only the bytes added since the last body event are scanned (from the
+            // longest pattern's length back); earlier hits are kept in `body_hits`.
+            let k = usize::from(f.buf != Buf::FileData);
+            let dec = h[d].file_data_decoded();
+            if hay.len() < body_seen[d][k] || (k == 0 && dec != body_decoded[d]) {
+                body_seen[d][k] = 0;
+            }
+            if k == 0 {
+                body_decoded[d] = dec;
+            }
+            let from = body_seen[d][k].saturating_sub(f.max_len().saturating_sub(1));
+            let hits = &mut body_hits[d];
+            f.hits(&hay[from..], |i| set_bit(hits, i));
+            body_seen[d][k] = hay.len();
+            for &i in &f.always {
+                if self.seen[i as usize] != g {
+                    self.seen[i as usize] = g;
+                    self.cands.push(i);
+                }
+            }
         }
         if body_only {
-            for &i in &self.set.body_always[d] {
+            let hits = &body_hits[d];
+            let on = hits.iter().enumerate().flat_map(|(w, &bits)| {
+                (0..64)
+                    .filter(move |b| bits >> b & 1 != 0)
+                    .map(move |b| (w * 64 + b) as u32)
+            });
+            for i in self.set.body_always[d].iter().copied().chain(on) {
                 if self.seen[i as usize] != g {
                     self.seen[i as usize] = g;
                     self.cands.push(i);
@@ -352,7 +384,7 @@ impl Ids {
                     }
                 }
             }
-            if bit(&flow.req_fired, i) || bit(&flow.resp_fired, i) || !header_ok(r, p) {
+            if bit(req_fired, i) || bit(resp_fired, i) || !header_ok(r, p) {
                 continue;
             }
             let ok = r.groups.iter().all(|gr| {
@@ -366,14 +398,7 @@ impl Ids {
                 )
             });
             if ok {
-                set_bit(
-                    if d == 0 {
-                        &mut flow.req_fired
-                    } else {
-                        &mut flow.resp_fired
-                    },
-                    i,
-                );
+                set_bit(if d == 0 { req_fired } else { resp_fired }, i);
                 push(alerts, r, i);
             }
         }

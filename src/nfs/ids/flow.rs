@@ -24,6 +24,13 @@ pub struct IdsFlow {
     /// Rules that alerted in the current request / response (one bit per rule).
     pub(crate) req_fired: Vec<u64>,
     pub(crate) resp_fired: Vec<u64>,
+    /// Per direction: rules whose body prefilter pattern occurs in the current message's
+    /// body (one bit per rule), and how far each body buffer (file data, request body)
+    /// has been scanned, so each body byte is scanned once (see `Ids::inspect_http`).
+    pub(crate) body_hits: [Vec<u64>; 2],
+    pub(crate) body_seen: [[usize; 2]; 2],
+    /// Per direction: file data was the decoded body when last scanned.
+    pub(crate) body_decoded: [bool; 2],
 }
 
 impl IdsFlow {
@@ -41,7 +48,22 @@ impl IdsFlow {
             http: http.map(|l| Box::new([HttpHalf::new(true, l), HttpHalf::new(false, l)])),
             req_fired: vec![0; if http.is_some() { words } else { 0 }],
             resp_fired: vec![0; if http.is_some() { words } else { 0 }],
+            body_hits: [(); 2].map(|_| vec![0; if http.is_some() { words } else { 0 }]),
+            body_seen: [[0; 2]; 2],
+            body_decoded: [false; 2],
         }
+    }
+
+    /// Direction `d` began a new message: its fired bits and body scan start afresh.
+    pub(crate) fn new_message(&mut self, d: usize) {
+        if d == 0 {
+            self.req_fired.fill(0);
+        } else {
+            self.resp_fired.fill(0);
+        }
+        self.body_hits[d].fill(0);
+        self.body_seen[d] = [0; 2];
+        self.body_decoded[d] = false;
     }
 
     /// Did either direction's parser recognise HTTP?

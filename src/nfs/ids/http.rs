@@ -757,6 +757,11 @@ impl HttpHalf {
         }
     }
 
+    /// File data is the decoded body (not the raw one while nothing is decoded yet).
+    pub fn file_data_decoded(&self) -> bool {
+        self.n_enc > 0 && !self.body.is_empty()
+    }
+
     /// The bytes of an HTTP buffer this direction holds (empty when not present).
     pub fn buf(&self, b: Buf) -> &[u8] {
         match b {
