@@ -131,8 +131,14 @@ impl Ids {
         // on reassembled packets too, as Suricata does (docs/ids.md).
         let stream_too = p.ip_proto == 6 && !payload.is_empty();
         if stream_too {
+            // Reassembled packets: only anchored stream rules run here, so only their
+            // patterns are scanned for.
             collect(
-                &self.set.stream,
+                if p.reassembled {
+                    &self.set.stream_anchored
+                } else {
+                    &self.set.stream
+                },
                 payload,
                 g,
                 &mut self.seen,

@@ -111,6 +111,9 @@ pub struct RuleSet {
     pub(crate) rules: Vec<Rule>,
     pub(crate) packet: Prefilter,
     pub(crate) stream: Prefilter,
+    /// The anchored stream rules alone (`offset`/`depth`/`startswith`): the ones also
+    /// tried on the packets of reassembled flows.
+    pub(crate) stream_anchored: Prefilter,
     /// Prefilters of HTTP rules triggered on the request side (incl. `Either` rules).
     pub(crate) http_req: Vec<Prefilter>,
     pub(crate) http_resp: Vec<Prefilter>,
@@ -170,6 +173,11 @@ impl RuleSet {
         };
         let packet = Prefilter::build(Buf::Payload, &rules, &of(Kind::Packet));
         let stream = Prefilter::build(Buf::Payload, &rules, &of(Kind::Stream));
+        let anchored: Vec<u32> = of(Kind::Stream)
+            .into_iter()
+            .filter(|&i| rules[i as usize].anchored)
+            .collect();
+        let stream_anchored = Prefilter::build(Buf::Payload, &rules, &anchored);
         let http = of(Kind::Http);
         let side_filters = |want: Side| -> Vec<Prefilter> {
             let ids: Vec<u32> = http
@@ -226,6 +234,7 @@ impl RuleSet {
             rules,
             packet,
             stream,
+            stream_anchored,
             http_req,
             http_resp,
             body_always,
