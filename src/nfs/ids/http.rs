@@ -98,7 +98,9 @@ pub struct HttpHalf {
     second: Range,
     third: Range,
     headers: Range,
-    cookie: Range,
+    /// The message's own cookie header's value (Cookie in requests, Set-Cookie in
+    /// responses), kept out of `header_norm` as Suricata keeps it out of `http.header`.
+    cookie_norm: Vec<u8>,
     user_agent: Range,
     content_type: Range,
     connection: Range,
@@ -165,7 +167,7 @@ impl HttpHalf {
             second: (0, 0),
             third: (0, 0),
             headers: (0, 0),
-            cookie: (0, 0),
+            cookie_norm: Vec::new(),
             user_agent: (0, 0),
             content_type: (0, 0),
             connection: (0, 0),
@@ -244,6 +246,7 @@ impl HttpHalf {
                 &mut self.uri_norm,
                 &mut self.header_norm,
                 &mut self.logical,
+                &mut self.cookie_norm,
             ] {
                 v.reserve_exact(h);
             }
@@ -401,7 +404,7 @@ impl HttpHalf {
         self.second = b;
         self.third = c;
         self.headers = (line_end, h_len);
-        self.cookie = (0, 0);
+        self.cookie_norm.clear();
         self.user_agent = (0, 0);
         self.content_type = (0, 0);
         self.connection = (0, 0);
@@ -447,6 +450,17 @@ impl HttpHalf {
             let Some(colon) = memchr::memchr(b':', &self.logical) else {
                 continue;
             };
+            let own_cookie = eq_nocase_nozero(
+                trim_slice(&self.logical[..colon]),
+                if self.request { b"cookie" } else { b"set-cookie" },
+            );
+            if own_cookie {
+                let v = trim_slice(&self.logical[colon + 1..]);
+                let n = v.len().min(self.cookie_norm.capacity());
+                self.cookie_norm.clear();
+                self.cookie_norm.extend_from_slice(&v[..n]);
+                continue;
+            }
             let Some(value) = self.push_norm_header(colon) else {
                 continue;
             };
@@ -460,8 +474,6 @@ impl HttpHalf {
                 chunked |= contains_nocase_nozero(v, b"chunked");
             } else if is(b"content-encoding") {
                 self.add_encodings(value);
-            } else if is(b"cookie") || is(b"set-cookie") {
-                self.cookie = value;
             } else if is(b"user-agent") {
                 self.user_agent = value;
             } else if is(b"content-type") {
@@ -774,7 +786,7 @@ impl HttpHalf {
             Buf::HttpProtocol => self.get(if self.request { self.third } else { self.first }),
             Buf::HttpHeader => &self.header_norm,
             Buf::HttpHeaderRaw => self.get(self.headers),
-            Buf::HttpCookie => norm(&self.header_norm, self.cookie),
+            Buf::HttpCookie => &self.cookie_norm,
             Buf::HttpUserAgent => norm(&self.header_norm, self.user_agent),
             Buf::HttpContentType => norm(&self.header_norm, self.content_type),
             Buf::HttpConnection => norm(&self.header_norm, self.connection),
@@ -1011,7 +1023,7 @@ mod tests {
             assert_eq!(h.buf(Buf::HttpProtocol), b"HTTP/1.1");
             assert_eq!(
                 h.buf(Buf::HttpHeader),
-                &b"Host: WWW.Example.COM:8080\r\nUser-Agent: Mozilla/5.0 (folded)\r\nCookie: k=v\r\n"[..]
+                &b"Host: WWW.Example.COM:8080\r\nUser-Agent: Mozilla/5.0 (folded)\r\n"[..]
             );
         }
     }
