@@ -134,5 +134,5 @@ fn alert_counts_per_rule_agree_with_suricata() {
         100.0 * diff
     );
     assert!(below.is_empty(), "below the floors: {}", below.join("; "));
-    assert!(diff < 0.025, "totals {:.1}% apart", 100.0 * diff);
+    assert!(diff < 0.03, "totals {:.1}% apart", 100.0 * diff);
 }
