@@ -153,15 +153,16 @@ pub const INFLATER_BYTES: usize = 48 * 1024;
 
 impl HttpHalf {
     /// Heap one direction's parser may hold at most with `l`: the header buffer and its
-    /// three normalised copies (which may outgrow it once: `a:b\n` becomes `a: b\r\n`),
-    /// the raw and decoded bodies and the scratch between layers (each may double once
-    /// when undecodable input is passed through), and the inflater.
+    /// three normalised copies (which may outgrow it once: `a:b\n` becomes `a: b\r\n`)
+    /// and the cookie value, the raw and decoded bodies and the outputs between layers
+    /// (at most 4 layers: 5 body buffers), and one inflater per layer undone.
     pub fn max_heap(l: HttpLimits) -> usize {
+        let layers = l.decompress_layers.min(4);
         l.header
-            .saturating_mul(7)
+            .saturating_mul(8)
             .saturating_add(2 * 256)
             .saturating_add(l.body.saturating_mul(5))
-            .saturating_add(INFLATER_BYTES)
+            .saturating_add(INFLATER_BYTES.saturating_mul(layers))
     }
 
     pub fn new(request: bool, limits: HttpLimits) -> HttpHalf {
@@ -468,7 +469,11 @@ impl HttpHalf {
             };
             let own_cookie = eq_nocase_nozero(
                 trim_slice(&self.logical[..colon]),
-                if self.request { b"cookie" } else { b"set-cookie" },
+                if self.request {
+                    b"cookie"
+                } else {
+                    b"set-cookie"
+                },
             );
             if own_cookie {
                 let v = trim_slice(&self.logical[colon + 1..]);
