@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use super::config::{ChainConfig, ConfigError};
+use crate::optimise::aggregate::{self, Aggregating};
 use crate::io::{af_packet, AfPacket, AfPacketConfig, PcapHeader, PcapPort, Port, Rate, Trace};
 
 pub const KINDS: &str = "af_packet, pcap";
@@ -23,10 +24,19 @@ pub enum PortKind {
 pub struct PortSpec {
     pub name: String,
     pub kind: PortKind,
+    /// PA-Flow aggregation on this port: the largest aggregated frame, in bytes.
+    pub aggregate: Option<usize>,
 }
 
 impl PortSpec {
     pub fn describe(&self) -> String {
+        let agg = self
+            .aggregate
+            .map_or(String::new(), |n| format!("; aggregates (PA-Flow) up to {n} B"));
+        self.describe_kind() + &agg
+    }
+
+    fn describe_kind(&self) -> String {
         match &self.kind {
             PortKind::AfPacket(c) => format!(
                 "af_packet on {}{}",
@@ -112,9 +122,25 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
             }
             k => return Err(bad(format!("unknown kind `{k}` (kinds: {KINDS})"))),
         };
+        let aggregate = match (p.aggregate, p.aggregate_size) {
+            (Some(true), size) => {
+                let n = size.map_or(aggregate::DEFAULT_SIZE, |n| n as usize);
+                if !(aggregate::MIN_SIZE..=aggregate::MAX_SIZE).contains(&n) {
+                    return Err(bad(format!(
+                        "`aggregate_size = {n}` is out of range ({}-{})",
+                        aggregate::MIN_SIZE,
+                        aggregate::MAX_SIZE
+                    )));
+                }
+                Some(n)
+            }
+            (_, Some(_)) => return Err(bad("`aggregate_size` needs `aggregate = true`".into())),
+            _ => None,
+        };
         out.push(PortSpec {
             name: p.name.clone(),
             kind,
+            aggregate,
         });
     }
     if out.len() > usize::from(u16::MAX - 2) {
@@ -129,7 +155,34 @@ pub fn probe(specs: &[PortSpec]) -> Result<(), String> {
     for s in specs {
         if let PortKind::AfPacket(c) = &s.kind {
             af_packet::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
+            mtu_fits(s, c)?;
         }
+    }
+    Ok(())
+}
+
+/// An aggregated frame must pass the interface: refused at start rather than lost.
+fn mtu_fits(s: &PortSpec, c: &AfPacketConfig) -> Result<(), String> {
+    let Some(size) = s.aggregate else {
+        return Ok(());
+    };
+    let path = format!("/sys/class/net/{}/mtu", c.iface);
+    let Some(mtu) = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+    else {
+        return Ok(());
+    };
+    if size > mtu + 14 {
+        return Err(format!(
+            "port `{}`: aggregate_size {size} B is more than {}'s MTU {mtu} allows ({} B): raise it (`ip link set {} mtu {}`) or set `aggregate_size = {}`",
+            s.name,
+            c.iface,
+            mtu + 14,
+            c.iface,
+            size - 14,
+            (mtu + 14).max(aggregate::MIN_SIZE)
+        ));
     }
     Ok(())
 }
@@ -151,9 +204,10 @@ pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dy
     let mut v: Vec<Box<dyn Port>> = Vec::with_capacity(specs.len());
     for s in specs {
         let e = |e: String| anyhow::anyhow!("port `{}`: {e}", s.name);
-        match &s.kind {
+        let port: Box<dyn Port> = match &s.kind {
             PortKind::AfPacket(c) => {
-                v.push(Box::new(AfPacket::open(c).map_err(|x| e(x.to_string()))?));
+                mtu_fits(s, c).map_err(|x| anyhow::anyhow!("{x}"))?;
+                Box::new(AfPacket::open(c).map_err(|x| e(x.to_string()))?)
             }
             PortKind::Pcap {
                 read,
@@ -167,9 +221,13 @@ pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dy
                     header,
                 )
                 .map_err(|x| e(x.to_string()))?;
-                v.push(Box::new(p));
+                Box::new(p)
             }
-        }
+        };
+        v.push(match s.aggregate {
+            Some(size) => Box::new(Aggregating::new(port, size)),
+            None => port,
+        });
     }
     Ok(v)
 }
