@@ -97,7 +97,7 @@ impl Packer {
         self.buf.extend_from_slice(&[0, 0]);
         self.buf.extend_from_slice(pkt);
         // Pad to 4 unless that would pass the size (the last record may end unpadded).
-        let padded = pad4(self.buf.len()).min(self.size);
+        let padded = (HEADER + pad4(self.buf.len() - HEADER)).min(self.size);
         self.buf.resize(padded, 0);
         self.count += 1;
         self.buf[16..18].copy_from_slice(&self.count.to_be_bytes());
@@ -224,7 +224,7 @@ impl<'a> Iterator for Records<'a> {
         let Some(pkt) = f.get(from..from + len) else {
             return self.fail(Bad::Truncated);
         };
-        self.at = pad4(from + len);
+        self.at = HEADER + pad4(from + len - HEADER);
         self.left -= 1;
         Some(Ok(pkt))
     }
