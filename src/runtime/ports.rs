@@ -201,6 +201,16 @@ pub fn output_header(specs: &[PortSpec]) -> anyhow::Result<PcapHeader> {
 /// Opens every port; `rate` overrides the pcap ports' pace.
 pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dyn Port>>> {
     let header = output_header(specs)?;
+    if let Some(s) = specs.iter().find(|s| s.aggregate.is_some()) {
+        // Aggregated frames are Ethernet frames; in a file of another link type they
+        // would be read back as something else.
+        anyhow::ensure!(
+            header.linktype == 1,
+            "port `{}`: `aggregate = true` needs Ethernet frames, but the replayed capture has link type {}",
+            s.name,
+            header.linktype
+        );
+    }
     let mut v: Vec<Box<dyn Port>> = Vec::with_capacity(specs.len());
     for s in specs {
         let e = |e: String| anyhow::anyhow!("port `{}`: {e}", s.name);
