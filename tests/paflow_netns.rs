@@ -157,10 +157,26 @@ fn two_processes_over_a_veth_give_the_same_output_with_aggregation_on_and_off() 
     let want = frames(&cap);
     let (off, _, b_off) = a_to_b(dir.path(), &cap, false);
     let (on, a_on, b_on) = a_to_b(dir.path(), &cap, true);
-    assert_eq!(off.len(), PACKETS, "aggregation off: B got {} of {PACKETS}", off.len());
-    assert_eq!(on.len(), PACKETS, "aggregation on: B got {} of {PACKETS}", on.len());
-    assert!(off == want, "aggregation off: B's packets differ from the capture");
-    assert!(on == off, "aggregation on: B's packets differ from aggregation off");
+    assert_eq!(
+        off.len(),
+        PACKETS,
+        "aggregation off: B got {} of {PACKETS}",
+        off.len()
+    );
+    assert_eq!(
+        on.len(),
+        PACKETS,
+        "aggregation on: B got {} of {PACKETS}",
+        on.len()
+    );
+    assert!(
+        off == want,
+        "aggregation off: B's packets differ from the capture"
+    );
+    assert!(
+        on == off,
+        "aggregation on: B's packets differ from aggregation off"
+    );
     let tx = &a_on["ports"][1]["live"];
     let rx = &b_on["ports"][0]["live"];
     eprintln!(

@@ -97,7 +97,16 @@ fn aggregated_file_agrees_with_tshark() {
     let agg = dir.path().join("agg.pcap");
     let sent = aggregate(&t, &agg, 9000);
     let o = Command::new("tshark")
-        .args(["-r", agg.to_str().unwrap(), "-T", "fields", "-e", "eth.type", "-e", "frame.len"])
+        .args([
+            "-r",
+            agg.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-e",
+            "eth.type",
+            "-e",
+            "frame.len",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success());
@@ -116,7 +125,11 @@ fn aggregated_file_agrees_with_tshark() {
     assert_eq!(aggs, sent.tx_aggregates);
     assert_eq!(frames, sent.tx, "frames written");
     // Fewer frames than packets: what aggregation is for.
-    assert!(frames < t.len() as u64 / 2, "{frames} frames for {} packets", t.len());
+    assert!(
+        frames < t.len() as u64 / 2,
+        "{frames} frames for {} packets",
+        t.len()
+    );
 }
 
 fn run(chain: &str, dir: &Path) -> (Value, bool, String) {
@@ -127,7 +140,11 @@ fn run(chain: &str, dir: &Path) -> (Value, bool, String) {
         .output()
         .unwrap();
     let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    (v, o.status.success(), String::from_utf8_lossy(&o.stderr).into())
+    (
+        v,
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
 }
 
 fn ports(read: &Path, read_agg: bool, write: &Path, write_agg: bool) -> String {
@@ -236,6 +253,9 @@ fn aggregate_needs_ethernet_and_a_sane_size() {
     c = c.replace("aggregate = true", "aggregate = true\naggregate_size = 100");
     let (_, ok, err) = run(&c, dir.path());
     assert!(!ok);
-    assert!(err.contains("aggregate_size = 100") && err.contains("out of range"), "{err}");
+    assert!(
+        err.contains("aggregate_size = 100") && err.contains("out of range"),
+        "{err}"
+    );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use super::config::{ChainConfig, ConfigError};
-use crate::optimise::aggregate::{self, Aggregating};
 use crate::io::{af_packet, AfPacket, AfPacketConfig, PcapHeader, PcapPort, Port, Rate, Trace};
+use crate::optimise::aggregate::{self, Aggregating};
 
 pub const KINDS: &str = "af_packet, pcap";
 
@@ -30,9 +30,9 @@ pub struct PortSpec {
 
 impl PortSpec {
     pub fn describe(&self) -> String {
-        let agg = self
-            .aggregate
-            .map_or(String::new(), |n| format!("; aggregates (PA-Flow) up to {n} B"));
+        let agg = self.aggregate.map_or(String::new(), |n| {
+            format!("; aggregates (PA-Flow) up to {n} B")
+        });
         self.describe_kind() + &agg
     }
 

@@ -124,7 +124,9 @@ fn build(stages: usize, aggregate: bool, tag: &str) -> anyhow::Result<(Topology,
     for k in 0..=stages {
         let (a, b) = (format!("{tag}l{k}a"), format!("{tag}l{k}b"));
         let (na, nb) = (node(k), node(k + 1));
-        ip(&["-n", &na, "link", "add", &a, "type", "veth", "peer", "name", &b, "netns", &nb])?;
+        ip(&[
+            "-n", &na, "link", "add", &a, "type", "veth", "peer", "name", &b, "netns", &nb,
+        ])?;
         ip(&["-n", &na, "link", "set", &a, "mtu", "9000", "up"])?;
         ip(&["-n", &nb, "link", "set", &b, "mtu", "9000", "up"])?;
         ends.push((a, b));
@@ -195,7 +197,14 @@ struct Measured {
 
 /// Sends `count` packets of `size` bytes at `pps` (0: as fast as possible) into `tx_if`
 /// and receives them on `rx_if`, both in namespace `ns`.
-fn measure(ns: &str, tx_if: &str, rx_if: &str, size: usize, count: u64, pps: u64) -> anyhow::Result<Measured> {
+fn measure(
+    ns: &str,
+    tx_if: &str,
+    rx_if: &str,
+    size: usize,
+    count: u64,
+    pps: u64,
+) -> anyhow::Result<Measured> {
     let ns_rx = ns.to_string();
     let rx_if = rx_if.to_string();
     let sending = Arc::new(AtomicBool::new(true));
@@ -269,7 +278,9 @@ fn measure(ns: &str, tx_if: &str, rx_if: &str, size: usize, count: u64, pps: u64
     });
     let sent = tx.join().map_err(|_| anyhow::anyhow!("sender panicked"))?;
     sending.store(false, Ordering::Release);
-    let (received, secs, lat) = rx.join().map_err(|_| anyhow::anyhow!("receiver panicked"))??;
+    let (received, secs, lat) = rx
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver panicked"))??;
     Ok(Measured {
         sent: sent?,
         received,
@@ -399,8 +410,18 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         }
     }
     let header = [
-        "stages", "size", "mode", "offered", "sent", "received", "Mpps", "Gbps", "aggregated %",
-        "stage CPU ns/pkt", "p50 µs", "p99 µs",
+        "stages",
+        "size",
+        "mode",
+        "offered",
+        "sent",
+        "received",
+        "Mpps",
+        "Gbps",
+        "aggregated %",
+        "stage CPU ns/pkt",
+        "p50 µs",
+        "p99 µs",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -446,7 +467,9 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 }
             }
         }
-        println!("aggregate+nf (NFs on aggregated frames without unpacking) is not built: no rows.");
+        println!(
+            "aggregate+nf (NFs on aggregated frames without unpacking) is not built: no rows."
+        );
     }
     Ok(0)
 }

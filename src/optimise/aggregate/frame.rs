@@ -264,7 +264,10 @@ mod tests {
         ];
         assert_eq!(p.frame(), want);
         assert!(is_aggregate(p.frame()));
-        assert_eq!(all(p.frame()), (vec![A.to_vec(), vec![0xaa, 0xbb, 0xcc]], None));
+        assert_eq!(
+            all(p.frame()),
+            (vec![A.to_vec(), vec![0xaa, 0xbb, 0xcc]], None)
+        );
         // Inner packets start 2 past a 4-byte boundary (IPv4 headers aligned).
         assert_eq!((HEADER + RECORD) % 4, 2);
     }
@@ -350,7 +353,9 @@ mod tests {
         assert_eq!(r.next(), Some(Ok(&[1u8; 20][..])));
         assert_eq!(r.next(), Some(Ok(&[2u8; 20][..])));
         let (at, left) = (r.offset(), r.left());
-        let rest: Vec<_> = Records::resume(f, at, left).map(|x| x.unwrap()[0]).collect();
+        let rest: Vec<_> = Records::resume(f, at, left)
+            .map(|x| x.unwrap()[0])
+            .collect();
         assert_eq!(rest, vec![3, 4, 5]);
     }
 

@@ -124,7 +124,11 @@ impl Aggregating {
 
 impl Port for Aggregating {
     fn describe(&self) -> String {
-        format!("{} (aggregate {} B)", self.inner.describe(), self.packer.size())
+        format!(
+            "{} (aggregate {} B)",
+            self.inner.describe(),
+            self.packer.size()
+        )
     }
 
     fn recv(&mut self, pool: &mut Pool, out: &mut Batch, max: usize) -> Recv {
