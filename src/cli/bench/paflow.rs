@@ -256,8 +256,8 @@ fn measure(
         let start = Instant::now();
         let mut i = 0u64;
         while i < count {
-            if pps > 0 {
-                let due = start + Duration::from_nanos(i * 1_000_000_000 / pps);
+            if let Some(at) = (i * 1_000_000_000).checked_div(pps) {
+                let due = start + Duration::from_nanos(at);
                 let now = Instant::now();
                 if due > now {
                     std::thread::sleep(due - now);
@@ -337,7 +337,6 @@ fn stop(mut t: Topology, stages: usize) -> Stages {
     Stages { agg, all, cpu_ns }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn row(stages: usize, size: usize, mode: &str, pps: u64, m: &mut Measured, st: Stages) -> Row {
     let mpps = if m.secs > 0.0 {
         m.received as f64 / m.secs / 1e6
