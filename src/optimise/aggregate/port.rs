@@ -89,6 +89,10 @@ impl Aggregating {
                     done = true;
                     break;
                 }
+                Some(Ok(pkt)) if pkt.len() > pool.max_packet() => {
+                    // Cannot happen while the frame itself fit a buffer; never stall on it.
+                    self.c.rx_oversize += 1;
+                }
                 Some(Ok(pkt)) => {
                     let Some(mut p) = pool.alloc_raw_for(pkt.len()) else {
                         recs = Records::resume(u.frame.data(), at, left);
