@@ -258,6 +258,27 @@ fn aggregate_needs_ethernet_and_a_sane_size() {
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // An af_packet port cannot send aggregates above 9,234 B: refused before any packet
+    // (checked after the AF_PACKET permission probe, so only as root).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let c = ports(&cap, false, &out, true)
+            .replace(
+                "kind = \"pcap\"\nwrite",
+                "kind = \"af_packet\"\niface = \"lo\"\n#",
+            )
+            .replace(
+                "aggregate = true",
+                "aggregate = true\naggregate_size = 20000",
+            );
+        let (_, ok, err) = run(&c, dir.path());
+        assert!(!ok);
+        assert!(
+            err.contains("aggregate_size 20000 B is more than an af_packet port sends"),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
 }
 
 fn packets(p: &Path) -> Vec<Vec<u8>> {

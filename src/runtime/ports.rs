@@ -166,6 +166,15 @@ fn mtu_fits(s: &PortSpec, c: &AfPacketConfig) -> Result<(), String> {
     let Some(size) = s.aggregate else {
         return Ok(());
     };
+    // AF_PACKET's send staging holds frames up to 9,234 B (`TX_FRAME` in
+    // io/af_packet.rs); larger aggregates would all be tx errors.
+    const AF_PACKET_TX_FRAME: usize = 9216 + 18;
+    if size > AF_PACKET_TX_FRAME {
+        return Err(format!(
+            "port `{}`: aggregate_size {size} B is more than an af_packet port sends ({AF_PACKET_TX_FRAME} B): set `aggregate_size = {AF_PACKET_TX_FRAME}` or less",
+            s.name
+        ));
+    }
     let path = format!("/sys/class/net/{}/mtu", c.iface);
     let Some(mtu) = std::fs::read_to_string(&path)
         .ok()
