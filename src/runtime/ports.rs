@@ -5,14 +5,18 @@
 use std::path::PathBuf;
 
 use super::config::{ChainConfig, ConfigError};
-use crate::io::{af_packet, AfPacket, AfPacketConfig, PcapHeader, PcapPort, Port, Rate, Trace};
+use crate::io::{
+    af_packet, af_xdp, AfPacket, AfPacketConfig, AfXdp, AfXdpConfig, PcapHeader, PcapPort, Port,
+    Rate, Trace,
+};
 use crate::optimise::aggregate::{self, Aggregating};
 
-pub const KINDS: &str = "af_packet, pcap";
+pub const KINDS: &str = "af_packet, af_xdp, pcap";
 
 #[derive(Clone, Debug)]
 pub enum PortKind {
     AfPacket(AfPacketConfig),
+    AfXdp(AfXdpConfig),
     Pcap {
         read: Option<PathBuf>,
         write: Option<PathBuf>,
@@ -44,6 +48,7 @@ impl PortSpec {
                 c.fanout
                     .map_or(String::new(), |g| format!(", fanout group {g}"))
             ),
+            PortKind::AfXdp(c) => format!("af_xdp on {} queue {}", c.iface, c.queue),
             PortKind::Pcap { read, write, rate } => {
                 let mut v = Vec::new();
                 if let Some(r) = read {
@@ -59,7 +64,7 @@ impl PortSpec {
 
     /// The port is live (on an interface) rather than a file.
     pub fn is_live(&self) -> bool {
-        matches!(self.kind, PortKind::AfPacket(_))
+        matches!(self.kind, PortKind::AfPacket(_) | PortKind::AfXdp(_))
     }
 }
 
@@ -80,6 +85,7 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
         };
         let kind = match p.kind.as_str() {
             "af_packet" => {
+                only("queue", p.queue.is_some())?;
                 only("path", p.path.is_some())?;
                 only("write", p.write.is_some())?;
                 only("rate", p.rate.is_some())?;
@@ -93,12 +99,17 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 let mut cfg = AfPacketConfig::new(iface);
                 cfg.fanout = p.fanout;
                 cfg.promisc = p.promisc.unwrap_or(true);
+                if let Some(t) = &p.tx {
+                    cfg.tx = t.parse().map_err(|e: String| bad(format!("`tx`: {e}")))?;
+                }
                 PortKind::AfPacket(cfg)
             }
             "pcap" => {
                 only("iface", p.iface.is_some())?;
                 only("fanout", p.fanout.is_some())?;
                 only("promisc", p.promisc.is_some())?;
+                only("queue", p.queue.is_some())?;
+                only("tx", p.tx.is_some())?;
                 if p.path.is_none() && p.write.is_none() {
                     return Err(bad(
                         "needs `path` (a capture to replay) or `write` (a file to record to)"
@@ -116,9 +127,35 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 }
             }
             "af_xdp" => {
-                return Err(bad(
-                    "kind `af_xdp` is not supported yet: use `kind = \"af_packet\"`".into(),
-                ))
+                for (what, set) in [
+                    ("path", p.path.is_some()),
+                    ("write", p.write.is_some()),
+                    ("rate", p.rate.is_some()),
+                    ("fanout", p.fanout.is_some()),
+                    ("promisc", p.promisc.is_some()),
+                    ("tx", p.tx.is_some()),
+                ] {
+                    only(what, set)?;
+                }
+                let iface = p
+                    .iface
+                    .as_deref()
+                    .ok_or_else(|| bad("needs `iface = \"NAME\"`".into()))?;
+                if iface.is_empty() || iface.len() > 15 || iface.contains(['/', ' ']) {
+                    return Err(bad(format!("`{iface}` is not an interface name")));
+                }
+                // One XDP program per interface: a second port there would replace it.
+                if out
+                    .iter()
+                    .any(|q| matches!(&q.kind, PortKind::AfXdp(x) if x.iface == iface))
+                {
+                    return Err(bad(format!(
+                        "interface `{iface}` already has an af_xdp port (one per interface)"
+                    )));
+                }
+                let mut cfg = AfXdpConfig::new(iface);
+                cfg.queue = p.queue.unwrap_or(0);
+                PortKind::AfXdp(cfg)
             }
             k => return Err(bad(format!("unknown kind `{k}` (kinds: {KINDS})"))),
         };
@@ -137,6 +174,12 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
             (_, Some(_)) => return Err(bad("`aggregate_size` needs `aggregate = true`".into())),
             _ => None,
         };
+        if aggregate.is_some() && matches!(kind, PortKind::AfXdp(_)) {
+            // Its UMEM frames are smaller than an aggregate.
+            return Err(bad(
+                "`aggregate` is not supported on af_xdp ports yet: use kind = \"af_packet\"".into(),
+            ));
+        }
         out.push(PortSpec {
             name: p.name.clone(),
             kind,
@@ -156,6 +199,9 @@ pub fn probe(specs: &[PortSpec]) -> Result<(), String> {
         if let PortKind::AfPacket(c) = &s.kind {
             af_packet::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
             mtu_fits(s, c)?;
+        }
+        if let PortKind::AfXdp(c) = &s.kind {
+            af_xdp::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
         }
     }
     Ok(())
@@ -228,6 +274,7 @@ pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dy
                 mtu_fits(s, c).map_err(|x| anyhow::anyhow!("{x}"))?;
                 Box::new(AfPacket::open(c).map_err(|x| e(x.to_string()))?)
             }
+            PortKind::AfXdp(c) => Box::new(AfXdp::open(c).map_err(|x| e(x.to_string()))?),
             PortKind::Pcap {
                 read,
                 write,
