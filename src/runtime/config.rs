@@ -139,6 +139,13 @@ pub struct PortConfig {
     pub write: Option<String>,
     /// pcap: replay pace, `N pps`, `N Mbps`, `N Gbps` or `top` (default; `--rate` overrides).
     pub rate: Option<String>,
+    /// PA-Flow: pack the frames of one batch sent out of this port into aggregated
+    /// frames, and unpack aggregated frames received on it (docs/paflow.md). Both ends
+    /// of a link set it.
+    pub aggregate: Option<bool>,
+    /// Largest aggregated frame in bytes, without FCS (default 9000, 164-65535); an
+    /// af_packet port's interface MTU must allow it.
+    pub aggregate_size: Option<u32>,
 }
 
 pub const DEFAULT_PORTS: u16 = 5;

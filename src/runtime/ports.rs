@@ -9,6 +9,7 @@ use crate::io::{
     af_packet, af_xdp, AfPacket, AfPacketConfig, AfXdp, AfXdpConfig, PcapHeader, PcapPort, Port,
     Rate, Trace,
 };
+use crate::optimise::aggregate::{self, Aggregating};
 
 pub const KINDS: &str = "af_packet, af_xdp, pcap";
 
@@ -27,10 +28,19 @@ pub enum PortKind {
 pub struct PortSpec {
     pub name: String,
     pub kind: PortKind,
+    /// PA-Flow aggregation on this port: the largest aggregated frame, in bytes.
+    pub aggregate: Option<usize>,
 }
 
 impl PortSpec {
     pub fn describe(&self) -> String {
+        let agg = self.aggregate.map_or(String::new(), |n| {
+            format!("; aggregates (PA-Flow) up to {n} B")
+        });
+        self.describe_kind() + &agg
+    }
+
+    fn describe_kind(&self) -> String {
         match &self.kind {
             PortKind::AfPacket(c) => format!(
                 "af_packet on {}{}",
@@ -149,9 +159,31 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
             }
             k => return Err(bad(format!("unknown kind `{k}` (kinds: {KINDS})"))),
         };
+        let aggregate = match (p.aggregate, p.aggregate_size) {
+            (Some(true), size) => {
+                let n = size.map_or(aggregate::DEFAULT_SIZE, |n| n as usize);
+                if !(aggregate::MIN_SIZE..=aggregate::MAX_SIZE).contains(&n) {
+                    return Err(bad(format!(
+                        "`aggregate_size = {n}` is out of range ({}-{})",
+                        aggregate::MIN_SIZE,
+                        aggregate::MAX_SIZE
+                    )));
+                }
+                Some(n)
+            }
+            (_, Some(_)) => return Err(bad("`aggregate_size` needs `aggregate = true`".into())),
+            _ => None,
+        };
+        if aggregate.is_some() && matches!(kind, PortKind::AfXdp(_)) {
+            // Its UMEM frames are smaller than an aggregate.
+            return Err(bad(
+                "`aggregate` is not supported on af_xdp ports yet: use kind = \"af_packet\"".into(),
+            ));
+        }
         out.push(PortSpec {
             name: p.name.clone(),
             kind,
+            aggregate,
         });
     }
     if out.len() > usize::from(u16::MAX - 2) {
@@ -166,10 +198,46 @@ pub fn probe(specs: &[PortSpec]) -> Result<(), String> {
     for s in specs {
         if let PortKind::AfPacket(c) = &s.kind {
             af_packet::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
+            mtu_fits(s, c)?;
         }
         if let PortKind::AfXdp(c) = &s.kind {
             af_xdp::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
         }
+    }
+    Ok(())
+}
+
+/// An aggregated frame must pass the interface: refused at start rather than lost.
+fn mtu_fits(s: &PortSpec, c: &AfPacketConfig) -> Result<(), String> {
+    let Some(size) = s.aggregate else {
+        return Ok(());
+    };
+    // AF_PACKET's send staging holds frames up to 9,234 B (`TX_FRAME` in
+    // io/af_packet.rs); larger aggregates would all be tx errors.
+    const AF_PACKET_TX_FRAME: usize = 9216 + 18;
+    if size > AF_PACKET_TX_FRAME {
+        return Err(format!(
+            "port `{}`: aggregate_size {size} B is more than an af_packet port sends ({AF_PACKET_TX_FRAME} B): set `aggregate_size = {AF_PACKET_TX_FRAME}` or less",
+            s.name
+        ));
+    }
+    let path = format!("/sys/class/net/{}/mtu", c.iface);
+    let Some(mtu) = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+    else {
+        return Ok(());
+    };
+    if size > mtu + 14 {
+        return Err(format!(
+            "port `{}`: aggregate_size {size} B is more than {}'s MTU {mtu} allows ({} B): raise it (`ip link set {} mtu {}`) or set `aggregate_size = {}`",
+            s.name,
+            c.iface,
+            mtu + 14,
+            c.iface,
+            size - 14,
+            (mtu + 14).max(aggregate::MIN_SIZE)
+        ));
     }
     Ok(())
 }
@@ -188,16 +256,25 @@ pub fn output_header(specs: &[PortSpec]) -> anyhow::Result<PcapHeader> {
 /// Opens every port; `rate` overrides the pcap ports' pace.
 pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dyn Port>>> {
     let header = output_header(specs)?;
+    if let Some(s) = specs.iter().find(|s| s.aggregate.is_some()) {
+        // Aggregated frames are Ethernet frames; in a file of another link type they
+        // would be read back as something else.
+        anyhow::ensure!(
+            header.linktype == 1,
+            "port `{}`: `aggregate = true` needs Ethernet frames, but the replayed capture has link type {}",
+            s.name,
+            header.linktype
+        );
+    }
     let mut v: Vec<Box<dyn Port>> = Vec::with_capacity(specs.len());
     for s in specs {
         let e = |e: String| anyhow::anyhow!("port `{}`: {e}", s.name);
-        match &s.kind {
+        let port: Box<dyn Port> = match &s.kind {
             PortKind::AfPacket(c) => {
-                v.push(Box::new(AfPacket::open(c).map_err(|x| e(x.to_string()))?));
+                mtu_fits(s, c).map_err(|x| anyhow::anyhow!("{x}"))?;
+                Box::new(AfPacket::open(c).map_err(|x| e(x.to_string()))?)
             }
-            PortKind::AfXdp(c) => {
-                v.push(Box::new(AfXdp::open(c).map_err(|x| e(x.to_string()))?));
-            }
+            PortKind::AfXdp(c) => Box::new(AfXdp::open(c).map_err(|x| e(x.to_string()))?),
             PortKind::Pcap {
                 read,
                 write,
@@ -210,9 +287,13 @@ pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dy
                     header,
                 )
                 .map_err(|x| e(x.to_string()))?;
-                v.push(Box::new(p));
+                Box::new(p)
             }
-        }
+        };
+        v.push(match s.aggregate {
+            Some(size) => Box::new(Aggregating::new(port, size)),
+            None => port,
+        });
     }
     Ok(v)
 }

@@ -10,6 +10,7 @@ mod ids;
 mod microboxes;
 mod nfs;
 mod ops;
+mod paflow;
 mod ports;
 mod steve;
 mod traces;
@@ -27,7 +28,8 @@ pub struct Args {
     /// (IDS engine next to Suricata), e2e (`catena run` whole process next to Click
     /// userlevel and tcpdump on the same files; Click from $CLICK or /tmp/click), ports
     /// (live forwarding between veths in namespaces: catena on AF_PACKET and AF_XDP next
-    /// to the Linux bridge and IP forwarding; needs root).
+    /// to the Linux bridge and IP forwarding; needs root), paflow (PA-Flow: 1-3 `catena
+    /// run` stages over veths, aggregation off and on; needs root).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -73,10 +75,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "dpi" => dpi::run(&a),
         "e2e" => e2e::run(&a),
         "ids" => ids::run(&a),
+        "paflow" => paflow::run(&a),
         "ports" => ports::run(&a),
         other => {
             anyhow::bail!(
-                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, dpi, ids, e2e, ports)"
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, dpi, ids, e2e, paflow, ports)"
             )
         }
     }
