@@ -80,7 +80,10 @@ impl<W: Write> PcapWriter<W> {
     #[inline(always)]
     pub fn write_packet(&mut self, ts_ns: u64, wire_len: u32, data: &[u8]) -> io::Result<()> {
         let Ok(caplen) = u32::try_from(data.len()) else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "packet over 4 GiB"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "packet over 4 GiB",
+            ));
         };
         let (secs, sub_ns) = match ts_ns.wrapping_sub(self.sec_ns) {
             d if d < 1_000_000_000 => (self.sec, d as u32),
