@@ -32,7 +32,8 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Listen for live changes on this Unix socket: lines `NF COMMAND…`, applied between
-    /// batches (see `catena ctl`). Whoever can connect may reconfigure the chain: the
+    /// batches (see `catena ctl`); with several workers, at one packet index in all of
+    /// them, which the reply names. Whoever can connect may reconfigure the chain: the
     /// socket is made mode 0600, in a directory not writable by every user, and only a
     /// stale socket of yours is ever replaced at that path.
     #[arg(long, value_name = "SOCKET")]

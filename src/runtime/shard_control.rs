@@ -46,10 +46,13 @@ enum Where {
     Gone,
 }
 
+/// A worker's answer to an order: the NF's reply and what the change replaced.
+type Done = (Result<String, String>, Option<Prepared>);
+
 struct State {
     at: Vec<Where>,
     orders: Vec<Option<Order>>,
-    results: Vec<Option<(Result<String, String>, Option<Prepared>)>>,
+    results: Vec<Option<Done>>,
 }
 
 /// What the dispatcher and the workers of one sharded run share.
@@ -116,11 +119,7 @@ impl Gate {
 
     /// Worker `w`'s input has ended: it applies the orders it is given (`apply`) until
     /// every worker's input has ended, so that every worker's state takes every change.
-    pub fn end(
-        &self,
-        w: usize,
-        mut apply: impl FnMut(Order) -> (Result<String, String>, Option<Prepared>),
-    ) {
+    pub fn end(&self, w: usize, mut apply: impl FnMut(Order) -> Done) {
         let mut g = self.lock();
         g.at[w] = Where::Ended;
         self.cv.notify_all();
@@ -133,6 +132,9 @@ impl Gate {
                 continue;
             }
             if g.at.iter().all(|a| matches!(a, Where::Ended | Where::Gone)) {
+                // Leaving: no order may be handed to this worker any more.
+                g.at[w] = Where::Gone;
+                self.cv.notify_all();
                 return;
             }
             g = self.wait(g);
@@ -164,7 +166,7 @@ impl Gate {
         };
         self.pause.store(true, Ordering::Release);
         let mut g = self.lock();
-        while g.at.iter().any(|a| *a == Where::Running) {
+        while g.at.contains(&Where::Running) {
             g = self.wait(g);
         }
         self.pause.store(false, Ordering::Release);
@@ -176,8 +178,8 @@ impl Gate {
                     _ => None,
                 })
                 .max();
-        let Some(cut) = cut.filter(|_| !Self::over(&g)) else {
-            // Release any parked worker (none can be: a parked one gives a cut).
+        // No cut only when every worker has returned.
+        let Some(cut) = cut else {
             return ended();
         };
         let takers: Vec<usize> = (0..g.at.len())
