@@ -6,7 +6,9 @@ mod common;
 use std::process::Command;
 
 use catena::io::Trace;
-use catena::runtime::{control::Scheduled, Chain, ChainConfig, NoProgress, RunOptions, Runner};
+use catena::runtime::{
+    control::Scheduled, Chain, ChainConfig, NoProgress, RunOptions, Runner, Shards,
+};
 use common::*;
 
 fn tcpdump_filter(src: &std::path::Path, out: &std::path::Path, expr: &str) {
@@ -146,21 +148,120 @@ fn control_socket_applies_commands_during_a_run() {
     assert!(!sock.exists(), "socket file left behind");
 }
 
-/// Runs `chain` over `trace` with the scheduled changes; returns the forwarded packets.
+/// `--control` with two workers: each change applies from one packet index in both
+/// workers (the reply names it), so the run's output is byte-identical to one worker's
+/// with the same changes scheduled at those indices (`--change`), whose fate per packet
+/// the tcpdump oracle above checks.
+#[test]
+fn control_socket_changes_with_two_workers_apply_at_one_packet_in_both() {
+    let d = tempdir();
+    let sock = d.path().join("ctl.sock");
+    let src = dataset("bench/ndpi-ether-merged.pcap");
+    let bin = env!("CARGO_BIN_EXE_catena");
+    let chain = d.path().join("acl.toml");
+    std::fs::write(
+        &chain,
+        "[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules = [\"allow udp port 53\"]\n",
+    )
+    .unwrap();
+    const LOOPS: u64 = 60;
+    let total = LOOPS * 90_989;
+    let live = d.path().join("live.pcap");
+    let child = Command::new(bin)
+        .arg("run")
+        .arg(&chain)
+        .args(["--json", "--workers", "2", "--loops", &LOOPS.to_string()])
+        .arg("--control")
+        .arg(&sock)
+        .arg("-i")
+        .arg(&src)
+        .arg("-o")
+        .arg(&live)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !sock.exists() {
+        assert!(t0.elapsed().as_secs() < 20, "control socket never appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut cuts = Vec::new();
+    // Back to back, so that both land mid-run on a fast machine too.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    for rules in ["allow icmp; allow udp port 53", "allow tcp port 443"] {
+        let o = Command::new(bin)
+            .arg("ctl")
+            .arg(&sock)
+            .args(["acl", "rules", rules])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        // `2 rule(s) (from packet 123456 in 2 workers)`
+        let at: u64 = text
+            .split("from packet ")
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no cut in the reply `{text}`"));
+        assert!(text.trim_end().ends_with("in 2 workers)"), "{text}");
+        cuts.push((at, rules));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["packets_in"].as_u64(), Some(total));
+    // The second may fall at the end of the input on a fast machine: it still applies
+    // there, in both workers.
+    assert!(
+        0 < cuts[0].0 && cuts[0].0 <= cuts[1].0 && cuts[0].0 < total,
+        "changes landed at {cuts:?} of {total} packets: not mid-run"
+    );
+    let one = d.path().join("one.pcap");
+    let mut c = Command::new(bin);
+    c.arg("run")
+        .arg(&chain)
+        .args(["--json", "--loops", &LOOPS.to_string(), "-i"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&one);
+    for (at, rules) in &cuts {
+        c.arg("--change").arg(format!("{at} acl rules {rules}"));
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (a, b) = (std::fs::read(&live).unwrap(), std::fs::read(&one).unwrap());
+    assert_eq!(
+        a.len(),
+        b.len(),
+        "two workers with --control vs one with --change"
+    );
+    assert!(a == b, "outputs differ");
+    assert!(!sock.exists(), "socket file left behind");
+}
+
+/// Runs `chain` over `trace` with the scheduled changes on `workers` RSS-sharded workers
+/// (each applies every change at its packet index); returns the forwarded packets.
 fn run_with_changes(
     chain: &str,
     trace: &Trace,
     changes: &[String],
     out: &std::path::Path,
+    workers: usize,
 ) -> Vec<(u64, Vec<u8>)> {
     let cfg = ChainConfig::parse(chain, "t.toml").unwrap();
-    let mut r = Runner::new(Chain::from_config(&cfg).unwrap(), trace.max_packet_len());
+    let chains = (0..workers)
+        .map(|_| Chain::from_config(&cfg).unwrap())
+        .collect();
     let opts = RunOptions {
         outputs: vec![("out".into(), out.to_path_buf())],
         schedule: changes.iter().map(|c| c.parse().unwrap()).collect(),
         ..Default::default()
     };
-    let s = r.run(trace, &opts, &mut NoProgress).unwrap();
+    let s = Shards::new(chains, trace.max_packet_len())
+        .unwrap()
+        .run(trace, &opts, &mut NoProgress)
+        .unwrap();
     assert_eq!(s.packets_in, trace.len() as u64);
     assert_eq!(s.packets_in, s.packets_out + s.packets_dropped);
     packets(out)
@@ -210,15 +311,13 @@ fn ip_filter_rules_changed_mid_replay_match_tcpdump_per_segment() {
         list.join(", ")
     );
     let ours = d.path().join("ours.pcap");
-    let got = run_with_changes(
-        &chain,
-        &trace,
-        &[
-            format!("{a} acl rules {}", sets[1].0),
-            format!("{b} acl rules {}", sets[2].0),
-        ],
-        &ours,
-    );
+    let changes = [
+        format!("{a} acl rules {}", sets[1].0),
+        format!("{b} acl rules {}", sets[2].0),
+    ];
+    let got = run_with_changes(&chain, &trace, &changes, &ours, 1);
+    // Two workers: every packet under the rule set in force at its index, in both.
+    let two = run_with_changes(&chain, &trace, &changes, &d.path().join("two.pcap"), 2);
     let mut expected = Vec::new();
     let ranges = [
         format!("1-{a}"),
@@ -244,6 +343,11 @@ fn ip_filter_rules_changed_mid_replay_match_tcpdump_per_segment() {
     assert!(
         got == expected,
         "forwarded packets differ from the per-segment oracle"
+    );
+    assert_eq!(two.len(), expected.len(), "two workers");
+    assert!(
+        two == expected,
+        "two workers: forwarded packets differ from the per-segment oracle"
     );
 }
 
@@ -389,6 +493,7 @@ fn nat_pool_changed_mid_replay_follows_the_model() {
         &trace_of(&input),
         &changes,
         &d.path().join("o.pcap"),
+        1,
     );
     assert_eq!(got.len(), expected.len(), "no packet may be dropped");
     for (i, ((_, g), e)) in got.iter().zip(&expected).enumerate() {
@@ -406,6 +511,78 @@ fn nat_pool_changed_mid_replay_follows_the_model() {
     assert!(public[50..90]
         .iter()
         .all(|p| p.unwrap().1 >= 2025 || p.unwrap().0[3] == 2));
+}
+
+/// The NAT pool changes mid-replay with two workers. Each worker takes public pairs from
+/// its own part of the pool in force (so which pair a flow gets depends on the worker,
+/// not predicted here); what is checked per packet: the packet is the original with only
+/// the source translated (checksums rebuilt from scratch by etherparse must match), each
+/// flow keeps one pair, that pair lies in the pool in force at the flow's first packet,
+/// and no two flows of a protocol share one. Nothing is dropped.
+#[test]
+fn nat_pool_changed_mid_replay_with_two_workers() {
+    let (events, starts) = phased_events(&[200, 200], 1000);
+    let proto = |f: usize| if f % 2 == 0 { 17u8 } else { 6 };
+    let inside = |f: usize| {
+        (
+            [10, 1, (f / 200) as u8, (f % 200 + 1) as u8],
+            30_000 + f as u16,
+        )
+    };
+    let server = |f: usize| ([198, 18, 0, (f % 7 + 1) as u8], 443);
+    let pools: [([u8; 4], std::ops::RangeInclusive<u16>); 2] = [
+        ([198, 51, 100, 1], 2000..=2999),
+        ([203, 0, 113, 9], 3000..=3999),
+    ];
+    let payload = |i: usize| format!("event {i}").into_bytes();
+    let input: Vec<Vec<u8>> = events
+        .iter()
+        .enumerate()
+        .map(|(i, &(f, _))| l4(proto(f), inside(f), server(f), &payload(i)))
+        .collect();
+    let chain = "[[nf]]\nname = \"nat\"\nkind = \"nat\"\npublic = \"198.51.100.1\"\nports = \"2000-2999\"\n";
+    let changes = [format!("{} nat pool 203.0.113.9 3000-3999", starts[1])];
+    let d = tempdir();
+    let got = run_with_changes(
+        chain,
+        &trace_of(&input),
+        &changes,
+        &d.path().join("o.pcap"),
+        2,
+    );
+    assert_eq!(got.len(), input.len(), "no packet may be dropped");
+    let mut pair: Vec<Option<([u8; 4], u16)>> = vec![None; 400];
+    let mut owner = std::collections::HashMap::new();
+    let mut in_new_pool = 0;
+    for (i, ((_, g), &(f, _))) in got.iter().zip(&events).enumerate() {
+        let seen = (
+            [g[26], g[27], g[28], g[29]],
+            u16::from_be_bytes([g[34], g[35]]),
+        );
+        let want = l4(proto(f), seen, server(f), &payload(i));
+        assert!(
+            g == &want,
+            "packet {i} (flow {f}): got {g:02x?}, want {want:02x?}"
+        );
+        match pair[f] {
+            Some(p) => assert_eq!(p, seen, "packet {i}: flow {f} changed its public pair"),
+            None => {
+                let k = (i >= starts[1]) as usize;
+                let (a, ports) = &pools[k];
+                assert!(
+                    seen.0 == *a && ports.contains(&seen.1),
+                    "packet {i}: flow {f} got {seen:?}, not in pool {k} in force"
+                );
+                in_new_pool += k;
+                let prev = owner.insert((proto(f), seen), f);
+                assert_eq!(prev, None, "flows {prev:?} and {f} share {seen:?}");
+                pair[f] = Some(seen);
+            }
+        }
+    }
+    // The phases mixed: old flows kept sending after the change, new ones started.
+    assert!(events[starts[1]..].iter().any(|&(f, _)| f < 200));
+    assert_eq!(in_new_pool, 200);
 }
 
 /// FNV-1a from a basis and splitmix64's finaliser: the backend-name hashes the Maglev doc
@@ -542,19 +719,17 @@ fn maglev_backends_changed_mid_replay_follow_the_reference_table() {
     let cmd: Vec<String> = sets[1].iter().map(|(a, w)| format!("{a}:{w}")).collect();
     let changes = [format!("{} lb backends {}", starts[1], cmd.join(" "))];
     let d = tempdir();
-    let got = run_with_changes(
-        &chain,
-        &trace_of(&input),
-        &changes,
-        &d.path().join("o.pcap"),
-    );
-    assert_eq!(got.len(), expected.len(), "no packet may be dropped");
-    for (i, ((_, g), e)) in got.iter().zip(&expected).enumerate() {
-        assert!(
-            g == e,
-            "packet {i} (flow {}): got {g:02x?}, want {e:02x?}",
-            events[i].0
-        );
+    let trace = trace_of(&input);
+    for workers in [1, 2] {
+        let got = run_with_changes(&chain, &trace, &changes, &d.path().join("o.pcap"), workers);
+        assert_eq!(got.len(), expected.len(), "no packet may be dropped");
+        for (i, ((_, g), e)) in got.iter().zip(&expected).enumerate() {
+            assert!(
+                g == e,
+                "{workers} workers, packet {i} (flow {}): got {g:02x?}, want {e:02x?}",
+                events[i].0
+            );
+        }
     }
     // The change mattered: old flows kept their backend, others were rehashed, and new
     // flows went where the old table would not have sent them.

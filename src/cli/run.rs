@@ -32,7 +32,8 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Listen for live changes on this Unix socket: lines `NF COMMAND…`, applied between
-    /// batches (see `catena ctl`). Whoever can connect may reconfigure the chain: the
+    /// batches (see `catena ctl`); with several workers, at one packet index in all of
+    /// them, which the reply names. Whoever can connect may reconfigure the chain: the
     /// socket is made mode 0600, in a directory not writable by every user, and only a
     /// stale socket of yours is ever replaced at that path.
     #[arg(long, value_name = "SOCKET")]
@@ -123,11 +124,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         return run_ports(a, chain, &cfg);
     }
-    if workers > 1 && a.control.is_some() {
-        anyhow::bail!(
-            "--control with {workers} workers is not built yet: use --change, or one worker"
-        );
-    }
     if a.api.is_some() {
         anyhow::bail!("--api serves chains with [[port]] tables; this one replays a trace");
     }
@@ -209,8 +205,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         for _ in 1..workers {
             chains.push(build(&a, &cfg)?);
         }
-        let shards = Shards::new(chains, max_packet)
+        let mut shards = Shards::new(chains, max_packet)
             .map_err(|e| anyhow::anyhow!("{}: {e}", a.config.display()))?;
+        // Kept alive for the run; dropping it removes the socket file.
+        let _server = match open_control(&a, shards.preparers())? {
+            Some((server, port)) => {
+                shards.attach_control(port);
+                Some(server)
+            }
+            None => None,
+        };
         shards.run(trace, &opts, &mut bar)?
     } else {
         let mut held;
@@ -234,16 +238,27 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 /// `--control PATH`: the Unix socket, its commands compiled off the worker and applied
 /// between batches; the returned server removes the socket when dropped.
 fn serve_control(a: &Args, runner: &mut Runner) -> anyhow::Result<Option<control::ControlServer>> {
+    let Some((server, port)) = open_control(a, runner.preparers())? else {
+        return Ok(None);
+    };
+    runner.attach_control(port);
+    Ok(Some(server))
+}
+
+/// The `--control` socket, if asked for, and the port its commands arrive on.
+fn open_control(
+    a: &Args,
+    preparers: std::collections::HashMap<String, catena::nfs::Preparer>,
+) -> anyhow::Result<Option<(control::ControlServer, control::ControlPort)>> {
     let Some(path) = &a.control else {
         return Ok(None);
     };
     let opts = control::ServeOptions {
         idle: std::time::Duration::from_secs(a.control_idle),
     };
-    let (server, port) = control::serve(path, opts, runner.preparers())
+    let (server, port) = control::serve(path, opts, preparers)
         .map_err(|e| anyhow::anyhow!("--control {}: {e}", path.display()))?;
-    runner.attach_control(port);
-    Ok(Some(server))
+    Ok(Some((server, port)))
 }
 
 /// A chain with `[[port]]` tables: packets come from and leave by its ports.

@@ -3,7 +3,6 @@
 //! ports it makes a replayer (pcap in, live out) or a recorder (live in, pcap out).
 
 use std::fs::File;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -51,7 +50,7 @@ impl std::str::FromStr for Rate {
     }
 }
 
-type Writer = PcapWriter<BufWriter<File>>;
+type Writer = PcapWriter<File>;
 
 pub struct PcapPort {
     path: PathBuf,

@@ -16,6 +16,7 @@ pub mod ports;
 mod profile_check;
 pub mod reload;
 pub mod shard;
+mod shard_control;
 mod sink;
 mod summary;
 mod walk;

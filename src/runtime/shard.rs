@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use super::chain::{Chain, NodeKind};
 use super::counters::{NfSummary, Summary, WorkerSummary};
+use super::shard_control::Gate;
 use super::sink::seq_path;
 use super::worker::{NoProgress, Progress, RunOptions, Runner};
 use crate::io::{PcapWriter, Trace};
@@ -95,6 +96,9 @@ fn pin(core: usize) -> bool {
 /// A chain run by N workers.
 pub struct Shards {
     runners: Vec<Runner>,
+    /// The control socket's commands, with more than one worker: applied at one cut in
+    /// every worker (shard_control.rs).
+    control: Option<super::control::ControlPort>,
 }
 
 impl Shards {
@@ -121,18 +125,28 @@ impl Shards {
             r.walk.sink_seqs = n > 1;
             runners.push(r);
         }
-        Ok(Shards { runners })
+        Ok(Shards {
+            runners,
+            control: None,
+        })
     }
 
     pub fn workers(&self) -> usize {
         self.runners.len()
     }
 
-    /// Takes commands from a control socket (one worker only: the CLI refuses more).
+    /// Takes commands from a control socket: one worker applies them between batches,
+    /// several at one input position each (the cut, see shard_control.rs).
     pub fn attach_control(&mut self, port: super::control::ControlPort) {
-        if let [r] = &mut self.runners[..] {
-            r.attach_control(port);
+        match &mut self.runners[..] {
+            [r] => r.attach_control(port),
+            _ => self.control = Some(port),
         }
+    }
+
+    /// The NFs whose commands are compiled off the workers, by name.
+    pub fn preparers(&self) -> std::collections::HashMap<String, crate::nfs::Preparer> {
+        self.runners[0].preparers()
     }
 
     /// Runs the trace over the workers and sums up; with one worker this is a plain run.
@@ -143,6 +157,7 @@ impl Shards {
         progress: &mut dyn Progress,
     ) -> anyhow::Result<Summary> {
         let mut runners = self.runners;
+        let control = self.control;
         let n = runners.len();
         if n == 1 {
             return runners[0].run(trace, opts, progress);
@@ -170,7 +185,20 @@ impl Shards {
             s.push(format!(".w{w}.part"));
             PathBuf::from(s)
         };
+        let gate = control
+            .as_ref()
+            .map(|_| Gate::new(n, recs.len() as u64 * opts.loops));
+        let preparers = runners[0].preparers();
         let results: Vec<anyhow::Result<(Summary, Option<usize>)>> = std::thread::scope(|scope| {
+            if let (Some(g), Some(c)) = (&gate, control) {
+                let preparers = &preparers;
+                // No thread, no live changes: the socket's senders then hear "the run has
+                // ended"; the run itself goes on.
+                let _ = std::thread::Builder::new()
+                    .name("catena-control".into())
+                    .spawn_scoped(scope, move || g.serve(&c.rx, preparers));
+            }
+            let gate = gate.as_ref();
             let handles: Vec<_> = runners
                 .iter_mut()
                 .zip(&shares)
@@ -190,9 +218,17 @@ impl Shards {
                         .spawn_scoped(
                             scope,
                             move || -> anyhow::Result<(Summary, Option<usize>)> {
+                                // However this thread returns, the gate stops waiting for it.
+                                let _gone = gate.map(|g| Gone(g, w));
                                 let core = core.filter(|&c| pin(c));
                                 let t = Instant::now();
-                                r.run_share(trace, &wopts, share, &mut NoProgress)?;
+                                r.run_share(
+                                    trace,
+                                    &wopts,
+                                    share,
+                                    gate.map(|g| (g, w)),
+                                    &mut NoProgress,
+                                )?;
                                 let secs = t.elapsed().as_secs_f64();
                                 Ok((
                                     r.finish(trace.error().map(|e| e.to_string()), &wopts, secs)?,
@@ -253,6 +289,15 @@ impl Shards {
             }
         }
         Ok(s)
+    }
+}
+
+/// Tells the gate a worker thread has returned (also when it panics).
+struct Gone<'a>(&'a Gate, usize);
+
+impl Drop for Gone<'_> {
+    fn drop(&mut self) {
+        self.0.gone(self.1);
     }
 }
 

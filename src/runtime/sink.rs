@@ -10,7 +10,7 @@ use super::walk::Walk;
 use crate::io::{PcapHeader, PcapWriter, Port};
 use crate::packet::{Packet, FLOOD, NO_PORT};
 
-type Writer = PcapWriter<BufWriter<std::fs::File>>;
+type Writer = PcapWriter<std::fs::File>;
 
 pub(super) struct SinkState {
     writer: Option<Writer>,

@@ -229,12 +229,15 @@ impl Runner {
     /// `opts.loops` times: one worker of a sharded run. Scheduled changes apply by
     /// position in the whole input, so a worker given a share of it changes state
     /// between the same packets as one worker given all of it; the port draw and the
-    /// run clock step over the other workers' records alike.
+    /// run clock step over the other workers' records alike. Commands from the control
+    /// socket come through `gate` (this worker's number beside it) with the input
+    /// position they apply at (runtime/shard_control.rs).
     pub(super) fn run_share(
         &mut self,
         trace: &Trace,
         opts: &RunOptions,
         share: &[u32],
+        gate: Option<(&super::shard_control::Gate, usize)>,
         progress: &mut dyn Progress,
     ) -> anyhow::Result<()> {
         self.open_outputs(trace.header(), opts)?;
@@ -249,6 +252,8 @@ impl Runner {
         let mut schedule = opts.schedule.clone();
         schedule.sort_by_key(|c| c.at);
         let mut next_change = 0;
+        // A live change handed over by the gate, applied at its input position.
+        let mut live = None;
         self.walk.clock.start(recs.iter().take(3).map(|r| r.ts_ns));
         for lp in 0..opts.loops {
             self.walk.shift = span.wrapping_mul(lp);
@@ -269,9 +274,16 @@ impl Runner {
                     })?;
                     next_change += 1;
                 }
+                if let Some((g, w)) = gate {
+                    live = g.check(w, seq).or(live);
+                    if live.as_ref().is_some_and(|o| o.at <= seq) {
+                        self.apply_order(live.take(), g, w);
+                    }
+                }
                 let mut end = (pos + MAX_BATCH).min(len);
-                if let Some(c) = schedule.get(next_change) {
-                    while end > pos + 1 && base + share[end - 1] as u64 >= c.at {
+                let cut = schedule.get(next_change).map(|c| c.at);
+                if let Some(at) = cut.into_iter().chain(live.as_ref().map(|o| o.at)).min() {
+                    while end > pos + 1 && base + share[end - 1] as u64 >= at {
                         end -= 1;
                     }
                 }
@@ -308,8 +320,28 @@ impl Runner {
                 c.at
             );
         }
+        if let Some((g, w)) = gate {
+            self.apply_order(live.take(), g, w);
+            g.end(w, |mut o| {
+                let r = self.apply_prepared(&o.nf, &o.cmd, o.prepared.as_mut());
+                (r, o.prepared)
+            });
+        }
         progress.finish();
         Ok(())
+    }
+
+    /// Applies a live change handed over by the gate and reports it there.
+    fn apply_order(
+        &mut self,
+        order: Option<super::shard_control::Order>,
+        g: &super::shard_control::Gate,
+        w: usize,
+    ) {
+        if let Some(mut o) = order {
+            let r = self.apply_prepared(&o.nf, &o.cmd, o.prepared.as_mut());
+            g.report(w, r, o.prepared);
+        }
     }
 
     /// Ends a run: counts settled, NFs' end reports, the summary.
