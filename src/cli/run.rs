@@ -123,6 +123,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         return run_ports(a, chain, &cfg);
     }
+    let threads = workers * chain.stages();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if chain.stages() > 1 && threads > cores {
+        eprintln!(
+            "warning: {workers} worker(s) × {} stages = {threads} threads on {cores} cores: idle stage threads yield, but stages share cores",
+            chain.stages()
+        );
+    }
     if workers > 1 && a.control.is_some() {
         anyhow::bail!(
             "--control with {workers} workers is not built yet: use --change, or one worker"

@@ -61,9 +61,19 @@ pub struct Chain {
     /// `fastpath = "auto"`: the run switches consolidation on and off by measured cost
     /// (only with `fastpath` on).
     pub fastpath_auto: bool,
+    /// microNF stages: the stage (0-based) of every node; empty when the chain runs as
+    /// one stage (see `stage.rs`).
+    pub stage_of: Vec<usize>,
+    /// Packets each ring between stages holds.
+    pub ring: usize,
+    /// Pipelined prefetching distance (0 = off).
+    pub prefetch: usize,
 }
 
 pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted"];
+
+/// Largest prefetch distance: a batch.
+pub const MAX_PREFETCH: usize = crate::packet::MAX_BATCH;
 
 impl Chain {
     pub fn from_config(c: &ChainConfig) -> Result<Chain, ConfigError> {
@@ -207,17 +217,44 @@ impl Chain {
             fastpath_settings: FastConfig::default(),
             workers: 1,
             fastpath_auto: false,
+            stage_of: Vec::new(),
+            ring: super::stage::DEFAULT_RING,
+            prefetch: 0,
         };
-        for (key, set) in [
-            ("stages", c.stages.is_some()),
-            ("parallel", c.parallel.is_some()),
-            ("prefetch", c.prefetch.is_some()),
-        ] {
-            if set {
+        if c.parallel.is_some() {
+            return Err(c.invalid(
+                "`parallel`: parallel NFs are not built yet; remove the key (`stages` pipelines NFs over threads)",
+            ));
+        }
+        if let Some(k) = c.prefetch {
+            if k as usize > MAX_PREFETCH {
                 return Err(c.invalid(format!(
-                    "`{key}`: microNF stages, parallel NFs and prefetching are not built yet; remove the key (`workers = N` shards the chain)"
+                    "`prefetch` = {k}: at most {MAX_PREFETCH} (a batch is {} packets); 0 is off",
+                    crate::packet::MAX_BATCH
                 )));
             }
+            chain.prefetch = k as usize;
+        }
+        if let Some(r) = c.ring {
+            let r = r as usize;
+            if !(crate::packet::MAX_BATCH..=super::stage::MAX_RING).contains(&r) {
+                return Err(c.invalid(format!(
+                    "`ring` = {r} packets: a ring holds {} (a batch) to {} packets",
+                    crate::packet::MAX_BATCH,
+                    super::stage::MAX_RING
+                )));
+            }
+            chain.ring = r;
+        }
+        if let Some(st) = &c.stages {
+            if !chain.port_specs.is_empty() {
+                return Err(c.invalid(
+                    "`stages` with [[port]] tables is not built yet: stages run trace replays",
+                ));
+            }
+            chain
+                .set_stages(st)
+                .map_err(|e| c.invalid(format!("`stages`: {e}")))?;
         }
         if let Some(w) = c.workers {
             if w == 0 || w as usize > super::shard::MAX_WORKERS {
@@ -317,13 +354,35 @@ impl Chain {
             port_specs: Vec::new(),
             workers: 1,
             fastpath_auto: false,
+            stage_of: Vec::new(),
+            ring: super::stage::DEFAULT_RING,
+            prefetch: 0,
         }
+    }
+
+    /// Runs the chain as the given stages (NF names per thread; see `stage.rs`). One
+    /// stage is the plain run.
+    pub fn set_stages(&mut self, stages: &[Vec<String>]) -> Result<(), String> {
+        let of = super::stage::plan(self, stages)?;
+        if stages.len() > 1 && self.fastpath.is_some() {
+            return Err("FastPath and stages do not combine yet: use one of them".into());
+        }
+        self.stage_of = if stages.len() > 1 { of } else { Vec::new() };
+        Ok(())
+    }
+
+    /// Threads each worker runs (1 without stages).
+    pub fn stages(&self) -> usize {
+        self.stage_of.iter().copied().max().unwrap_or(0) + 1
     }
 
     /// Switches FastPath on. A node fed by two others would receive packets in an
     /// order that depends on which branch ran first, which consolidation cannot keep, so
     /// such chains are refused.
     pub fn enable_fastpath(&mut self, cfg: FastConfig) -> Result<(), String> {
+        if self.stages() > 1 {
+            return Err("FastPath and stages do not combine yet: use one of them".into());
+        }
         for (i, n) in self.nodes.iter().enumerate() {
             let mut preds: Vec<usize> = (0..self.nodes.len())
                 .filter(|&j| self.nodes[j].next.contains(&i))
