@@ -244,3 +244,22 @@ fn bad_plans_are_refused_in_one_line() {
     // One stage is the plain run.
     assert_eq!(err("stages = [[\"acl\", \"nat\", \"lb\", \"mon\"]]"), None);
 }
+
+#[test]
+fn check_prints_stages_rings_parallel_candidates_and_prefetch() {
+    let dir = common::tempdir();
+    let text = chain(
+        dir.path(),
+        "workers = 2\nstages = [[\"acl\", \"nat\"], [\"lb\", \"mon\"]]\nring = 256\nprefetch = 8",
+    );
+    let cfg = ChainConfig::parse(&text, "t.toml").unwrap();
+    let d = Chain::from_config(&cfg).unwrap().describe();
+    for want in [
+        "  stages: 2 threads per worker (4 in all), joined by SPSC rings of 256 packets (references; buffers return to stage 1's pool): stage 1 [acl, nat] =ring(256)=> stage 2 [lb, mon, out]\n",
+        "    acl ∥ nat: cannot: `nat` writes ip.src,ip.dst,l4.src,l4.dst,icmp which `acl` reads\n",
+        "    lb ∥ mon: cannot: `lb` writes ip.dst which `mon` reads or writes\n",
+        "  prefetch: 8 packets ahead at ingest (the first cache line of each packet's bytes)\n",
+    ] {
+        assert!(d.contains(want), "missing {want:?} in\n{d}");
+    }
+}

@@ -521,9 +521,82 @@ impl Chain {
                 self.workers
             ));
         }
-        s.push_str("  stages: one per worker (no rings); parallel groups: none; prefetch: off (stages, parallel NFs and prefetching are not built yet)\n");
+        let stages = self.stages();
+        if stages == 1 {
+            s.push_str("  stages: one (every NF on the worker's thread; `stages = [[...], [...]]` pipelines them over threads)\n");
+        } else {
+            let list: Vec<String> = (0..stages)
+                .map(|k| {
+                    let names: Vec<&str> = self
+                        .order
+                        .iter()
+                        .filter(|&&i| self.stage_of[i] == k)
+                        .map(|&i| self.nodes[i].name.as_str())
+                        .collect();
+                    format!("stage {} [{}]", k + 1, names.join(", "))
+                })
+                .collect();
+            s.push_str(&format!(
+                "  stages: {stages} threads per worker ({} in all), joined by SPSC rings of {} packets (references; buffers return to stage 1's pool): {}\n",
+                stages * self.workers,
+                self.ring,
+                list.join(&format!(" =ring({})=> ", self.ring))
+            ));
+        }
+        s.push_str("  parallel groups: none (parallel NFs are not built yet); by profile:\n");
+        let nfs: Vec<usize> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&i| matches!(self.nodes[i].kind, NodeKind::Nf { .. }))
+            .collect();
+        for w in nfs.windows(2) {
+            let (a, b) = (&self.nodes[w[0]], &self.nodes[w[1]]);
+            let (NodeKind::Nf { nf: x, .. }, NodeKind::Nf { nf: y, .. }) = (&a.kind, &b.kind)
+            else {
+                continue;
+            };
+            s.push_str(&format!(
+                "    {} ∥ {}: {}\n",
+                a.name,
+                b.name,
+                conflict(&a.name, x.profile(), &b.name, y.profile())
+                    .unwrap_or_else(|| "could run in parallel (no field written by one is read or written by the other)".into())
+            ));
+        }
+        s.push_str(&match self.prefetch {
+            0 => "  prefetch: off (`prefetch = k` prefetches packet i + k's first cache line while ingesting packet i)\n".to_string(),
+            k => format!("  prefetch: {k} packets ahead at ingest (the first cache line of each packet's bytes)\n"),
+        });
         s
     }
+}
+
+/// Why NFs `a` and `b` cannot run side by side on the same packets (the NFP rules), or
+/// None when their profiles do not conflict.
+fn conflict(
+    an: &str,
+    a: &crate::nfs::Profile,
+    bn: &str,
+    b: &crate::nfs::Profile,
+) -> Option<String> {
+    if a.changes_length || b.changes_length {
+        let n = if a.changes_length { an } else { bn };
+        return Some(format!("cannot: `{n}` adds or removes headers"));
+    }
+    if a.writes.intersects(b.reads | b.writes) {
+        return Some(format!(
+            "cannot: `{an}` writes {} which `{bn}` reads or writes",
+            crate::packet::Fields(a.writes.0 & (b.reads | b.writes).0)
+        ));
+    }
+    if b.writes.intersects(a.reads) {
+        return Some(format!(
+            "cannot: `{bn}` writes {} which `{an}` reads",
+            crate::packet::Fields(b.writes.0 & a.reads.0)
+        ));
+    }
+    None
 }
 
 fn str_key(
