@@ -15,7 +15,7 @@ pub mod limits;
 pub mod ports;
 mod profile_check;
 pub mod reload;
-mod ring;
+pub mod ring;
 pub mod shard;
 mod sink;
 pub mod stage;

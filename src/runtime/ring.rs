@@ -10,7 +10,7 @@ use super::control::Command;
 use crate::packet::{Batch, Packet};
 
 /// What a forward ring carries.
-pub(super) enum Msg {
+pub enum Msg {
     /// A packet for node `.0` (an index into the chain's nodes).
     Pkt(u32, Packet),
     /// The chunk is whole: walk it (`shift` is the replay loop's, for the sinks).
@@ -24,7 +24,7 @@ pub(super) enum Msg {
 /// give the core away (`sched_yield`), since stages may outnumber cores. Only idle
 /// threads call it, so there is no system call per packet.
 #[derive(Default)]
-pub(super) struct Idle(u32);
+pub struct Idle(u32);
 
 impl Idle {
     #[inline]
@@ -39,7 +39,7 @@ impl Idle {
 }
 
 /// The producing end of a forward ring.
-pub(super) struct Out {
+pub struct Out {
     pub tx: Producer<Msg>,
     /// Times the ring was full when a batch was sent (back-pressure applied).
     pub full: u64,
@@ -47,7 +47,7 @@ pub(super) struct Out {
 
 /// The consumer of a ring stopped (its stage ended with an error or died).
 #[derive(Debug)]
-pub(super) struct Gone;
+pub struct Gone;
 
 impl Out {
     pub fn new(tx: Producer<Msg>) -> Out {
@@ -99,7 +99,7 @@ impl Out {
 /// Hands every buffer `pool` holds to the return ring (which has room for every buffer
 /// of the run, so this never waits).
 #[inline]
-pub(super) fn give_back(pool: &mut crate::packet::Pool, back: &mut Producer<Packet>) {
+pub fn give_back(pool: &mut crate::packet::Pool, back: &mut Producer<Packet>) {
     let n = pool.available().min(back.slots());
     if n == 0 {
         return;
@@ -111,7 +111,7 @@ pub(super) fn give_back(pool: &mut crate::packet::Pool, back: &mut Producer<Pack
 
 /// Takes every buffer waiting on a return ring into `pool`.
 #[inline]
-pub(super) fn take_back(back: &mut Consumer<Packet>, pool: &mut crate::packet::Pool) {
+pub fn take_back(back: &mut Consumer<Packet>, pool: &mut crate::packet::Pool) {
     let n = back.slots();
     if n == 0 {
         return;
@@ -121,4 +121,66 @@ pub(super) fn take_back(back: &mut Consumer<Packet>, pool: &mut crate::packet::P
             pool.free(p);
         }
     }
+}
+
+/// Cycles (TSC ticks) per packet through one hop in steady state: a producer thread sends
+/// `packets` packet references a batch at a time down a ring of `ring` packets (as a
+/// stage does), a consumer thread reads them and hands the buffers back over a return
+/// ring. Measured at the producer from its first send to the last buffer's return.
+/// For `catena bench micronf`.
+pub fn hop_cycles(packets: u64, ring: usize) -> f64 {
+    use crate::packet::MAX_BATCH;
+    let bufs = ring + 4 * MAX_BATCH;
+    let mut pool = crate::packet::Pool::new(bufs, 64);
+    let (tx, mut rx) = rtrb::RingBuffer::<Msg>::new(ring + 2);
+    let (mut btx, mut brx) = rtrb::RingBuffer::<Packet>::new(2 * bufs);
+    let consumer = std::thread::spawn(move || {
+        let mut idle = Idle::default();
+        let mut held = crate::packet::Pool::holding(2 * bufs);
+        loop {
+            let n = rx.slots();
+            if n == 0 {
+                if rx.is_abandoned() && rx.slots() == 0 {
+                    give_back(&mut held, &mut btx);
+                    return;
+                }
+                idle.wait();
+                continue;
+            }
+            if let Ok(c) = rx.read_chunk(n) {
+                for m in c {
+                    if let Msg::Pkt(_, p) = m {
+                        held.free(p);
+                    }
+                }
+            }
+            give_back(&mut held, &mut btx);
+        }
+    });
+    let mut out = Out::new(tx);
+    let mut b = Batch::with_capacity(MAX_BATCH);
+    let mut sent = 0u64;
+    let t0 = crate::flow::tsc();
+    while sent < packets {
+        take_back(&mut brx, &mut pool);
+        while b.len() < MAX_BATCH {
+            match pool.alloc_raw() {
+                Some(p) => b.push(p),
+                None => break,
+            }
+        }
+        if b.is_empty() {
+            std::hint::spin_loop();
+            continue;
+        }
+        sent += b.len() as u64;
+        if out.send_batch(1, &mut b).is_err() {
+            break;
+        }
+    }
+    drop(out);
+    let _ = consumer.join();
+    take_back(&mut brx, &mut pool);
+    let t = crate::flow::tsc().wrapping_sub(t0);
+    t as f64 / sent.max(1) as f64
 }
