@@ -263,3 +263,21 @@ fn check_prints_stages_rings_parallel_candidates_and_prefetch() {
         assert!(d.contains(want), "missing {want:?} in\n{d}");
     }
 }
+
+#[test]
+fn the_memory_bound_counts_what_the_rings_and_stage_pools_hold() {
+    let text = |head: &str| {
+        format!("{head}\n[[nf]]\nname = \"a\"\nkind = \"wire\"\n[[nf]]\nname = \"b\"\nkind = \"busy\"\n")
+    };
+    let mem = |head: &str| {
+        let cfg = ChainConfig::parse(&text(head), "t.toml").unwrap();
+        Chain::from_config(&cfg).unwrap().memory(1514).buffers
+    };
+    let one = mem("");
+    let two = mem("stages = [[\"a\"], [\"b\"]]");
+    let huge = mem("stages = [[\"a\"], [\"b\"]]\nring = 1048576");
+    // 128 buffers for one stage; 128 + 1026 + 64 with a 1024-packet ring; about a
+    // million more with the largest ring (2 KiB each).
+    assert!(two > one * 8, "{one} vs {two}");
+    assert!(huge > 2 << 30, "{huge}");
+}
