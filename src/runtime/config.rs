@@ -127,12 +127,16 @@ pub struct SinkConfig {
 #[serde(deny_unknown_fields)]
 pub struct PortConfig {
     pub name: String,
-    /// `af_packet`, `pcap` (`af_xdp` is refused: not supported yet).
+    /// `af_packet`, `af_xdp`, `pcap`.
     pub kind: String,
-    /// af_packet: the interface.
+    /// af_packet, af_xdp: the interface.
     pub iface: Option<String>,
+    /// af_xdp: the interface queue the socket serves (default 0).
+    pub queue: Option<u32>,
     /// af_packet: join this fanout group (flows spread by hash among its sockets).
     pub fanout: Option<u16>,
+    /// af_packet: how frames leave, `sendmmsg` (default) or `ring` (TPACKET TX ring).
+    pub tx: Option<String>,
     /// af_packet: promiscuous mode (default true).
     pub promisc: Option<bool>,
     /// pcap: a capture replayed into the chain on this port (relative to the chain file).

@@ -5,13 +5,17 @@
 use std::path::PathBuf;
 
 use super::config::{ChainConfig, ConfigError};
-use crate::io::{af_packet, AfPacket, AfPacketConfig, PcapHeader, PcapPort, Port, Rate, Trace};
+use crate::io::{
+    af_packet, af_xdp, AfPacket, AfPacketConfig, AfXdp, AfXdpConfig, PcapHeader, PcapPort, Port,
+    Rate, Trace,
+};
 
-pub const KINDS: &str = "af_packet, pcap";
+pub const KINDS: &str = "af_packet, af_xdp, pcap";
 
 #[derive(Clone, Debug)]
 pub enum PortKind {
     AfPacket(AfPacketConfig),
+    AfXdp(AfXdpConfig),
     Pcap {
         read: Option<PathBuf>,
         write: Option<PathBuf>,
@@ -34,6 +38,7 @@ impl PortSpec {
                 c.fanout
                     .map_or(String::new(), |g| format!(", fanout group {g}"))
             ),
+            PortKind::AfXdp(c) => format!("af_xdp on {} queue {}", c.iface, c.queue),
             PortKind::Pcap { read, write, rate } => {
                 let mut v = Vec::new();
                 if let Some(r) = read {
@@ -49,7 +54,7 @@ impl PortSpec {
 
     /// The port is live (on an interface) rather than a file.
     pub fn is_live(&self) -> bool {
-        matches!(self.kind, PortKind::AfPacket(_))
+        matches!(self.kind, PortKind::AfPacket(_) | PortKind::AfXdp(_))
     }
 }
 
@@ -70,6 +75,7 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
         };
         let kind = match p.kind.as_str() {
             "af_packet" => {
+                only("queue", p.queue.is_some())?;
                 only("path", p.path.is_some())?;
                 only("write", p.write.is_some())?;
                 only("rate", p.rate.is_some())?;
@@ -83,12 +89,17 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 let mut cfg = AfPacketConfig::new(iface);
                 cfg.fanout = p.fanout;
                 cfg.promisc = p.promisc.unwrap_or(true);
+                if let Some(t) = &p.tx {
+                    cfg.tx = t.parse().map_err(|e: String| bad(format!("`tx`: {e}")))?;
+                }
                 PortKind::AfPacket(cfg)
             }
             "pcap" => {
                 only("iface", p.iface.is_some())?;
                 only("fanout", p.fanout.is_some())?;
                 only("promisc", p.promisc.is_some())?;
+                only("queue", p.queue.is_some())?;
+                only("tx", p.tx.is_some())?;
                 if p.path.is_none() && p.write.is_none() {
                     return Err(bad(
                         "needs `path` (a capture to replay) or `write` (a file to record to)"
@@ -106,9 +117,35 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 }
             }
             "af_xdp" => {
-                return Err(bad(
-                    "kind `af_xdp` is not supported yet: use `kind = \"af_packet\"`".into(),
-                ))
+                for (what, set) in [
+                    ("path", p.path.is_some()),
+                    ("write", p.write.is_some()),
+                    ("rate", p.rate.is_some()),
+                    ("fanout", p.fanout.is_some()),
+                    ("promisc", p.promisc.is_some()),
+                    ("tx", p.tx.is_some()),
+                ] {
+                    only(what, set)?;
+                }
+                let iface = p
+                    .iface
+                    .as_deref()
+                    .ok_or_else(|| bad("needs `iface = \"NAME\"`".into()))?;
+                if iface.is_empty() || iface.len() > 15 || iface.contains(['/', ' ']) {
+                    return Err(bad(format!("`{iface}` is not an interface name")));
+                }
+                // One XDP program per interface: a second port there would replace it.
+                if out
+                    .iter()
+                    .any(|q| matches!(&q.kind, PortKind::AfXdp(x) if x.iface == iface))
+                {
+                    return Err(bad(format!(
+                        "interface `{iface}` already has an af_xdp port (one per interface)"
+                    )));
+                }
+                let mut cfg = AfXdpConfig::new(iface);
+                cfg.queue = p.queue.unwrap_or(0);
+                PortKind::AfXdp(cfg)
             }
             k => return Err(bad(format!("unknown kind `{k}` (kinds: {KINDS})"))),
         };
@@ -129,6 +166,9 @@ pub fn probe(specs: &[PortSpec]) -> Result<(), String> {
     for s in specs {
         if let PortKind::AfPacket(c) = &s.kind {
             af_packet::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
+        }
+        if let PortKind::AfXdp(c) = &s.kind {
+            af_xdp::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
         }
     }
     Ok(())
@@ -154,6 +194,9 @@ pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dy
         match &s.kind {
             PortKind::AfPacket(c) => {
                 v.push(Box::new(AfPacket::open(c).map_err(|x| e(x.to_string()))?));
+            }
+            PortKind::AfXdp(c) => {
+                v.push(Box::new(AfXdp::open(c).map_err(|x| e(x.to_string()))?));
             }
             PortKind::Pcap {
                 read,

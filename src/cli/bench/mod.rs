@@ -11,6 +11,7 @@ mod microboxes;
 mod micronf;
 mod nfs;
 mod ops;
+mod ports;
 mod steve;
 mod traces;
 mod tsc;
@@ -26,7 +27,9 @@ pub struct Args {
     /// per-NF TCP stacks, DPI -> IDS, peers), micronf (workers scaling, stages on rings,
     /// ring hop cost, prefetch), dpi (DPI engine next to ndpiReader), ids
     /// (IDS engine next to Suricata), e2e (`catena run` whole process next to Click
-    /// userlevel and tcpdump on the same files; Click from $CLICK or /tmp/click).
+    /// userlevel and tcpdump on the same files; Click from $CLICK or /tmp/click), ports
+    /// (live forwarding between veths in namespaces: catena on AF_PACKET and AF_XDP next
+    /// to the Linux bridge and IP forwarding; needs root).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -73,9 +76,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "dpi" => dpi::run(&a),
         "e2e" => e2e::run(&a),
         "ids" => ids::run(&a),
+        "ports" => ports::run(&a),
         other => {
             anyhow::bail!(
-                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, micronf, dpi, ids, e2e)"
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, micronf, dpi, ids, e2e, ports)"
             )
         }
     }
