@@ -124,6 +124,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         return run_ports(a, chain, &cfg);
     }
+    let threads = workers * chain.stages();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if chain.stages() > 1 && threads > cores {
+        eprintln!(
+            "warning: {workers} worker(s) × {} stages = {threads} threads on {cores} cores: idle stage threads yield, but stages share cores",
+            chain.stages()
+        );
+    }
     if a.api.is_some() {
         anyhow::bail!("--api serves chains with [[port]] tables; this one replays a trace");
     }

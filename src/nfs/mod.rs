@@ -1,6 +1,7 @@
 //! The NF library. Each NF is one file; [`registry`] maps config kinds to constructors.
 
 pub mod acl;
+mod busy;
 pub mod dpi;
 mod firewall;
 mod flow_monitor;
@@ -19,6 +20,7 @@ pub mod prefix;
 pub mod registry;
 mod wire;
 
+pub use busy::Busy;
 pub use dpi::{AppProto, DpiFlow};
 pub use firewall::Firewall;
 pub use flow_monitor::{End, FlowMonitor, FlowRecord, FlowStats};

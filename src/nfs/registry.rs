@@ -4,8 +4,8 @@ use std::path::Path;
 
 use super::params::{ParamDoc, ParamError, Params};
 use super::{
-    Firewall, FlowMonitor, IpFilter, Ipv4Switch, MacSwitch, Maglev, Microbox, Nat, Nf, Pipeline,
-    Wire,
+    Busy, Firewall, FlowMonitor, IpFilter, Ipv4Switch, MacSwitch, Maglev, Microbox, Nat, Nf,
+    Pipeline, Wire,
 };
 
 pub struct Kind {
@@ -75,6 +75,12 @@ pub const KINDS: &[Kind] = &[
         summary: "A match-action program in the pipeline language (docs/pipeline.md): program = \"file.stv\" plus the program's own params",
         params: Pipeline::PARAMS,
         build: |p| Ok(Box::new(Pipeline::from_params(p)?)),
+    },
+    Kind {
+        name: "busy",
+        summary: "Busy NF for experiments: spends `cycles` TSC ticks per packet reading (and storing back) the fields it declares; never drops",
+        params: Busy::PARAMS,
+        build: |p| Ok(Box::new(Busy::from_params(p)?)),
     },
 ];
 

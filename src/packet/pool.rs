@@ -71,6 +71,17 @@ impl Pool {
         }
     }
 
+    /// A pool that makes no buffers: it holds up to `n` freed ones until they are handed
+    /// back to the pool that made them (a later pipeline stage frees into one).
+    pub fn holding(n: usize) -> Pool {
+        Pool {
+            free: Vec::with_capacity(n),
+            size: n,
+            buf_bytes: usize::MAX,
+            big: None,
+        }
+    }
+
     /// A buffer with fresh metadata, or None when every buffer is in use.
     #[inline]
     pub fn alloc(&mut self) -> Option<Packet> {

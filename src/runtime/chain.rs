@@ -61,9 +61,19 @@ pub struct Chain {
     /// `fastpath = "auto"`: the run switches consolidation on and off by measured cost
     /// (only with `fastpath` on).
     pub fastpath_auto: bool,
+    /// microNF stages: the stage (0-based) of every node; empty when the chain runs as
+    /// one stage (see `stage.rs`).
+    pub stage_of: Vec<usize>,
+    /// Packets each ring between stages holds.
+    pub ring: usize,
+    /// Pipelined prefetching distance (0 = off).
+    pub prefetch: usize,
 }
 
 pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted", "bad-aggregate"];
+
+/// Largest prefetch distance: a batch.
+pub const MAX_PREFETCH: usize = crate::packet::MAX_BATCH;
 
 impl Chain {
     pub fn from_config(c: &ChainConfig) -> Result<Chain, ConfigError> {
@@ -207,17 +217,44 @@ impl Chain {
             fastpath_settings: FastConfig::default(),
             workers: 1,
             fastpath_auto: false,
+            stage_of: Vec::new(),
+            ring: super::stage::DEFAULT_RING,
+            prefetch: 0,
         };
-        for (key, set) in [
-            ("stages", c.stages.is_some()),
-            ("parallel", c.parallel.is_some()),
-            ("prefetch", c.prefetch.is_some()),
-        ] {
-            if set {
+        if c.parallel.is_some() {
+            return Err(c.invalid(
+                "`parallel`: parallel NFs are not built yet; remove the key (`stages` pipelines NFs over threads)",
+            ));
+        }
+        if let Some(k) = c.prefetch {
+            if k as usize > MAX_PREFETCH {
                 return Err(c.invalid(format!(
-                    "`{key}`: microNF stages, parallel NFs and prefetching are not built yet; remove the key (`workers = N` shards the chain)"
+                    "`prefetch` = {k}: at most {MAX_PREFETCH} (a batch is {} packets); 0 is off",
+                    crate::packet::MAX_BATCH
                 )));
             }
+            chain.prefetch = k as usize;
+        }
+        if let Some(r) = c.ring {
+            let r = r as usize;
+            if !(crate::packet::MAX_BATCH..=super::stage::MAX_RING).contains(&r) {
+                return Err(c.invalid(format!(
+                    "`ring` = {r} packets: a ring holds {} (a batch) to {} packets",
+                    crate::packet::MAX_BATCH,
+                    super::stage::MAX_RING
+                )));
+            }
+            chain.ring = r;
+        }
+        if let Some(st) = &c.stages {
+            if !chain.port_specs.is_empty() {
+                return Err(c.invalid(
+                    "`stages` with [[port]] tables is not built yet: stages run trace replays",
+                ));
+            }
+            chain
+                .set_stages(st)
+                .map_err(|e| c.invalid(format!("`stages`: {e}")))?;
         }
         if let Some(w) = c.workers {
             if w == 0 || w as usize > super::shard::MAX_WORKERS {
@@ -317,13 +354,35 @@ impl Chain {
             port_specs: Vec::new(),
             workers: 1,
             fastpath_auto: false,
+            stage_of: Vec::new(),
+            ring: super::stage::DEFAULT_RING,
+            prefetch: 0,
         }
+    }
+
+    /// Runs the chain as the given stages (NF names per thread; see `stage.rs`). One
+    /// stage is the plain run.
+    pub fn set_stages(&mut self, stages: &[Vec<String>]) -> Result<(), String> {
+        let of = super::stage::plan(self, stages)?;
+        if stages.len() > 1 && self.fastpath.is_some() {
+            return Err("FastPath and stages do not combine yet: use one of them".into());
+        }
+        self.stage_of = if stages.len() > 1 { of } else { Vec::new() };
+        Ok(())
+    }
+
+    /// Threads each worker runs (1 without stages).
+    pub fn stages(&self) -> usize {
+        self.stage_of.iter().copied().max().unwrap_or(0) + 1
     }
 
     /// Switches FastPath on. A node fed by two others would receive packets in an
     /// order that depends on which branch ran first, which consolidation cannot keep, so
     /// such chains are refused.
     pub fn enable_fastpath(&mut self, cfg: FastConfig) -> Result<(), String> {
+        if self.stages() > 1 {
+            return Err("FastPath and stages do not combine yet: use one of them".into());
+        }
         for (i, n) in self.nodes.iter().enumerate() {
             let mut preds: Vec<usize> = (0..self.nodes.len())
                 .filter(|&j| self.nodes[j].next.contains(&i))
@@ -462,9 +521,82 @@ impl Chain {
                 self.workers
             ));
         }
-        s.push_str("  stages: one per worker (no rings); parallel groups: none; prefetch: off (stages, parallel NFs and prefetching are not built yet)\n");
+        let stages = self.stages();
+        if stages == 1 {
+            s.push_str("  stages: one (every NF on the worker's thread; `stages = [[...], [...]]` pipelines them over threads)\n");
+        } else {
+            let list: Vec<String> = (0..stages)
+                .map(|k| {
+                    let names: Vec<&str> = self
+                        .order
+                        .iter()
+                        .filter(|&&i| self.stage_of[i] == k)
+                        .map(|&i| self.nodes[i].name.as_str())
+                        .collect();
+                    format!("stage {} [{}]", k + 1, names.join(", "))
+                })
+                .collect();
+            s.push_str(&format!(
+                "  stages: {stages} threads per worker ({} in all), joined by SPSC rings of {} packets (references; buffers return to stage 1's pool): {}\n",
+                stages * self.workers,
+                self.ring,
+                list.join(&format!(" =ring({})=> ", self.ring))
+            ));
+        }
+        s.push_str("  parallel groups: none (parallel NFs are not built yet); by profile:\n");
+        let nfs: Vec<usize> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&i| matches!(self.nodes[i].kind, NodeKind::Nf { .. }))
+            .collect();
+        for w in nfs.windows(2) {
+            let (a, b) = (&self.nodes[w[0]], &self.nodes[w[1]]);
+            let (NodeKind::Nf { nf: x, .. }, NodeKind::Nf { nf: y, .. }) = (&a.kind, &b.kind)
+            else {
+                continue;
+            };
+            s.push_str(&format!(
+                "    {} ∥ {}: {}\n",
+                a.name,
+                b.name,
+                conflict(&a.name, x.profile(), &b.name, y.profile())
+                    .unwrap_or_else(|| "could run in parallel (no field written by one is read or written by the other)".into())
+            ));
+        }
+        s.push_str(&match self.prefetch {
+            0 => "  prefetch: off (`prefetch = k` prefetches packet i + k's first cache line while ingesting packet i)\n".to_string(),
+            k => format!("  prefetch: {k} packets ahead at ingest (the first cache line of each packet's bytes)\n"),
+        });
         s
     }
+}
+
+/// Why NFs `a` and `b` cannot run side by side on the same packets (the NFP rules), or
+/// None when their profiles do not conflict.
+fn conflict(
+    an: &str,
+    a: &crate::nfs::Profile,
+    bn: &str,
+    b: &crate::nfs::Profile,
+) -> Option<String> {
+    if a.changes_length || b.changes_length {
+        let n = if a.changes_length { an } else { bn };
+        return Some(format!("cannot: `{n}` adds or removes headers"));
+    }
+    if a.writes.intersects(b.reads | b.writes) {
+        return Some(format!(
+            "cannot: `{an}` writes {} which `{bn}` reads or writes",
+            crate::packet::Fields(a.writes.0 & (b.reads | b.writes).0)
+        ));
+    }
+    if b.writes.intersects(a.reads) {
+        return Some(format!(
+            "cannot: `{bn}` writes {} which `{an}` reads",
+            crate::packet::Fields(b.writes.0 & a.reads.0)
+        ));
+    }
+    None
 }
 
 fn str_key(

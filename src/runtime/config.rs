@@ -72,11 +72,17 @@ pub struct ChainConfig {
     /// Run-to-completion workers the input is sharded over by a symmetric flow hash
     /// (default 1); `--workers` overrides it.
     pub workers: Option<u32>,
-    /// microNF stages, parallel NFs and pipelined prefetching: recognised so that a file
-    /// asking for them gets a clear refusal (not built yet), never a silent ignore.
-    pub stages: Option<toml::Value>,
+    /// microNF stages: the NFs each thread runs, in walk order, e.g.
+    /// `[["fw", "nat"], ["lb"]]`; threads are joined by SPSC rings (see `stage.rs`).
+    pub stages: Option<Vec<Vec<String>>>,
+    /// Packets each ring between stages holds (default 1024, at least a batch).
+    pub ring: Option<u32>,
+    /// Parallel NFs: recognised so that a file asking for them gets a clear refusal
+    /// (not built yet), never a silent ignore.
     pub parallel: Option<toml::Value>,
-    pub prefetch: Option<toml::Value>,
+    /// Pipelined prefetching: the first cache line of the first k packets of a batch,
+    /// then packet i + k while NFs work on i (0 = off, the default).
+    pub prefetch: Option<u32>,
     #[serde(default)]
     pub input: InputConfig,
     #[serde(default, rename = "nf")]

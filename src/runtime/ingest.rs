@@ -2,6 +2,7 @@
 //! each given an ingress port drawn among the chain's ports.
 
 use super::walk::Walk;
+use crate::flow::prefetch;
 use crate::io::Record;
 use crate::packet::{FastMark, NOT_RECORDED, NO_PORT};
 
@@ -32,10 +33,27 @@ impl Walk {
         &mut self,
         bytes: &[u8],
         recs: &[Record],
-        chunk: impl Iterator<Item = usize>,
+        chunk: impl Iterator<Item = usize> + Clone,
         base: u64,
         after: Option<u64>,
     ) {
+        // Pipelined prefetching (`prefetch = k`): the first cache line of the first k
+        // packets before the copies start, then of packet i + k while packet i is copied,
+        // so the copy (the first touch of a packet's bytes) finds it loaded.
+        let mut lead = chunk.clone();
+        let k = self.prefetch;
+        let fetch = |j: Option<usize>| {
+            if let Some(r) = j.and_then(|j| recs.get(j)) {
+                if let Some(b) = bytes.get(r.off as usize) {
+                    prefetch(b);
+                }
+            }
+        };
+        if k > 0 {
+            for _ in 0..k {
+                fetch(lead.next());
+            }
+        }
         let Walk {
             pool,
             inbox,
@@ -59,6 +77,9 @@ impl Walk {
                 .map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)))
         };
         for i in chunk {
+            if k > 0 {
+                fetch(lead.next());
+            }
             while *drawn < i {
                 let d = &recs[*drawn];
                 if d.caplen as usize <= max {

@@ -172,10 +172,19 @@ impl Chain {
             indeg[*t] += 1;
         }
         let cap = MAX_BATCH * indeg.into_iter().max().unwrap_or(1).max(1);
-        let batches = (self.nodes.len() + 3) * cap * std::mem::size_of::<Packet>();
+        let stages = self.stages();
+        let batches = stages * (self.nodes.len() + 3) * cap * std::mem::size_of::<Packet>();
+        // Stages: stage 1's pool covers what the rings hold; the rings hold references.
+        let (count, rings) = if stages > 1 {
+            let n = super::stage::pool_buffers(pool_buffers(false), stages, self.ring);
+            let slots = (stages - 1) * ((self.ring + 2) * 24 + 2 * 2 * n * 16);
+            (n, slots)
+        } else {
+            (pool_buffers(fast), 0)
+        };
         Memory {
             nfs,
-            buffers: (Pool::bytes(pool_buffers(fast), max_packet) + batches) as u64,
+            buffers: (Pool::bytes(count, max_packet) + batches + rings) as u64,
             fastpath: self.fastpath.map_or(0, |f| Table::bytes(f.entries) as u64),
         }
     }

@@ -5,6 +5,7 @@
 use super::chain::{Chain, NodeKind};
 use super::counters::NodeCounters;
 use super::profile_check::Snapshot;
+use super::ring::Out;
 use super::sink::{to_sink, SinkState};
 use crate::flow::RunClock;
 use crate::io::Port;
@@ -49,7 +50,17 @@ pub(super) struct Walk {
     pub live: Vec<Box<dyn Port>>,
     /// Sinks also write each packet's input position (sharded runs merge by it).
     pub sink_seqs: bool,
+    /// Per node: whether this walk runs it (all, unless the chain has stages).
+    pub mine: Vec<bool>,
+    /// The ring to the next stage, when there is one: packets for nodes this walk does
+    /// not run go down it.
+    pub out: Option<Out>,
+    /// Pipelined prefetching distance at ingest (0 = off).
+    pub prefetch: usize,
 }
+
+/// The violation a walk records when the next stage stopped taking packets.
+pub(super) const NEXT_STAGE_STOPPED: &str = "the next stage stopped";
 
 impl Walk {
     /// A walk of `chain` over packets of at most `max_packet` bytes; `recording` adds
@@ -85,6 +96,9 @@ impl Walk {
             first: chain.nodes[0].next[0],
             live: Vec::new(),
             sink_seqs: false,
+            mine: vec![true; n],
+            out: None,
+            prefetch: chain.prefetch,
             chain,
         }
     }
@@ -128,10 +142,26 @@ impl Walk {
             violation,
             shift,
             live,
+            mine,
+            out,
             ..
         } = self;
         for &n in &chain.order {
             if inbox[n].is_empty() {
+                continue;
+            }
+            if !mine[n] {
+                // Another stage runs it: the packets go down the ring, in order.
+                if out
+                    .as_mut()
+                    .map(|o| o.send_batch(n, &mut inbox[n]))
+                    .is_none_or(|r| r.is_err())
+                {
+                    for p in inbox[n].drain() {
+                        pool.free(p);
+                    }
+                    violation.get_or_insert_with(|| NEXT_STAGE_STOPPED.into());
+                }
                 continue;
             }
             std::mem::swap(spare, &mut inbox[n]);

@@ -10,7 +10,9 @@ use super::chain::{Chain, NodeKind};
 use super::control::{Command, ControlPort, Reply, Scheduled};
 use super::counters::Summary;
 use super::profile_check::Snapshot;
-use super::walk::Walk;
+use super::ring::Msg;
+use super::stage::Staged;
+use super::walk::{Walk, NEXT_STAGE_STOPPED};
 use crate::io::{After, PcapHeader, Source, Trace, TraceSource};
 
 mod live;
@@ -55,6 +57,8 @@ pub struct Runner {
     reload: Option<Box<super::reload::Base>>,
     /// `fastpath = "auto"`: when consolidation is on, chunk by chunk.
     auto: Option<Auto>,
+    /// microNF stages after the first (which is this walk), when the chain has them.
+    stages: Option<Box<Staged>>,
 }
 
 impl Runner {
@@ -73,12 +77,20 @@ impl Runner {
             Box::new(FastPath::new(cfg, &nfs, cap))
         });
         let auto = (fast.is_some() && chain.fastpath_auto).then(Auto::new);
+        let mut chain = chain;
+        let stages = (chain.stages() > 1 && fast.is_none())
+            .then(|| Box::new(Staged::split(&mut chain, max_packet)));
+        let mut walk = Walk::new(chain, max_packet, fast.is_some());
+        if let Some(s) = &stages {
+            s.first(&mut walk, max_packet);
+        }
         Runner {
-            walk: Walk::new(chain, max_packet, fast.is_some()),
+            walk,
             fast,
             control: Vec::new(),
             reload: None,
             auto,
+            stages,
         }
     }
 
@@ -87,6 +99,11 @@ impl Runner {
     pub fn check_profiles(&mut self, on: bool) {
         let cap = self.walk.spare.capacity();
         self.walk.check = on.then(|| Snapshot::new(cap));
+        if let Some(s) = self.stages.as_mut() {
+            for w in s.walks_mut() {
+                w.check = on.then(|| Snapshot::new(cap));
+            }
+        }
     }
 
     /// Test hook: with `fastpath = "auto"`, switch consolidation exactly before these
@@ -123,7 +140,47 @@ impl Runner {
                     .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
             }
         }
+        if let Some(s) = self.stages.as_mut() {
+            s.start(&mut self.walk)?;
+        }
         Ok(())
+    }
+
+    /// Stages: the buffers later stages freed come back; waits for a chunk's worth.
+    #[inline]
+    fn stage_room(&mut self) -> anyhow::Result<()> {
+        let Some(s) = self.stages.as_mut() else {
+            return Ok(());
+        };
+        if s.room(&mut self.walk).is_err() {
+            return self.stage_failed(None);
+        }
+        Ok(())
+    }
+
+    /// Stages: the chunk is whole; later stages may walk it.
+    #[inline]
+    fn end_chunk(&mut self) -> anyhow::Result<()> {
+        let Some(o) = self.walk.out.as_mut() else {
+            return Ok(());
+        };
+        let shift = self.walk.shift;
+        if o.send(Msg::End { shift }).is_err() {
+            return self.stage_failed(None);
+        }
+        if self.walk.violation.as_deref() == Some(NEXT_STAGE_STOPPED) {
+            self.walk.violation = None;
+            return self.stage_failed(None);
+        }
+        Ok(())
+    }
+
+    /// A stage stopped: the others end and the run stops with the first cause.
+    fn stage_failed(&mut self, otherwise: Option<String>) -> anyhow::Result<()> {
+        if let Some(s) = self.stages.as_mut() {
+            s.join(&mut self.walk)?;
+        }
+        anyhow::bail!(otherwise.unwrap_or_else(|| "a stage stopped".into()))
     }
 
     /// Runs a source (`opts.loops` passes) through the chain, chunk by chunk as it reads.
@@ -196,11 +253,13 @@ impl Runner {
                 };
                 // A chunk is all this worker's: its indices start over each time.
                 self.walk.drawn = 0;
+                self.stage_room()?;
                 self.walk.ingest(bytes, chunk, 0..chunk.len(), done, after);
                 match self.fast.as_deref_mut() {
                     Some(f) if plan.is_none_or(|p| p.on) => f.chunk(&mut self.walk),
                     _ => self.walk.drain(None),
                 }
+                self.end_chunk()?;
                 if let (Some(t0), Some(a)) = (t0, self.auto.as_mut()) {
                     a.timed(auto::tsc().wrapping_sub(t0), n);
                 }
@@ -289,11 +348,13 @@ impl Runner {
                 }
                 self.poll_control();
                 let idx = share[pos..end].iter().map(|&i| i as usize);
+                self.stage_room()?;
                 self.walk.ingest(bytes, recs, idx, base, after);
                 match self.fast.as_deref_mut() {
                     Some(f) => f.chunk(&mut self.walk),
                     None => self.walk.drain(None),
                 }
+                self.end_chunk()?;
                 if let Some(v) = self.walk.violation.take() {
                     anyhow::bail!("{v}");
                 }
@@ -351,6 +412,9 @@ impl Runner {
         opts: &RunOptions,
         seconds: f64,
     ) -> anyhow::Result<Summary> {
+        if let Some(s) = self.stages.as_mut() {
+            s.join(&mut self.walk)?;
+        }
         self.settle_counts();
         // NFs that report at the end (flow records) do it now, before the summary.
         for n in &mut self.walk.chain.nodes {
@@ -424,6 +488,16 @@ impl Runner {
         if !matches!(chain.nodes[i].kind, NodeKind::Nf { .. }) {
             return Err(format!("`{nf}` is not an NF (NFs: {})", names()));
         }
+        if !self.walk.mine[i] {
+            // A later stage runs it: the change goes down the rings between chunks.
+            let c = Command {
+                nf: nf.to_string(),
+                cmd: cmd.to_string(),
+                prepared: None,
+                reply: None,
+            };
+            return self.forward(c).map(|_| "sent to its stage".into());
+        }
         // The NF's counters are whole before it answers or changes.
         self.settle_counts();
         let r = match (self.walk.nf_mut(i), prepared) {
@@ -453,12 +527,36 @@ impl Runner {
         }
         let pending: Vec<Command> = self.control.iter().flat_map(|p| p.rx.try_iter()).collect();
         for mut c in pending {
+            let elsewhere = self
+                .walk
+                .chain
+                .node(&c.nf)
+                .is_some_and(|i| !self.walk.mine[i]);
+            if elsewhere {
+                // Its stage applies it and replies.
+                if let Err(e) = self.forward(c) {
+                    self.walk.violation.get_or_insert(e);
+                }
+                continue;
+            }
             let result = self.apply_prepared(&c.nf, &c.cmd, c.prepared.as_mut());
             if let Some(reply) = c.reply {
                 // What the change replaced is freed by the sender's thread.
                 let replaced = c.prepared.take();
                 let _ = reply.send(Reply { result, replaced });
             }
+        }
+    }
+}
+
+impl Runner {
+    /// Sends a command to the stage that runs its NF, between chunks.
+    fn forward(&mut self, c: Command) -> Result<(), String> {
+        match self.walk.out.as_mut() {
+            Some(o) => o
+                .send(Msg::Change(Box::new(c)))
+                .map_err(|_| NEXT_STAGE_STOPPED.to_string()),
+            None => Err("no stage runs it".into()),
         }
     }
 }

@@ -8,6 +8,7 @@ mod e2e;
 mod fastpath;
 mod ids;
 mod microboxes;
+mod micronf;
 mod nfs;
 mod ops;
 mod paflow;
@@ -24,7 +25,8 @@ pub struct Args {
     /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per
     /// operation), nfs (filter, NAT, Maglev, monitor), fastpath (cycles per packet with
     /// header-action consolidation off and on), microboxes (chain length, consolidated vs
-    /// per-NF TCP stacks, DPI -> IDS, peers), dpi (DPI engine next to ndpiReader), ids
+    /// per-NF TCP stacks, DPI -> IDS, peers), micronf (workers scaling, stages on rings,
+    /// ring hop cost, prefetch), dpi (DPI engine next to ndpiReader), ids
     /// (IDS engine next to Suricata), e2e (`catena run` whole process next to Click
     /// userlevel and tcpdump on the same files; Click from $CLICK or /tmp/click), ports
     /// (live forwarding between veths in namespaces: catena on AF_PACKET and AF_XDP next
@@ -72,6 +74,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "nfs" => nfs::run(&a),
         "fastpath" => fastpath::run(&a),
         "microboxes" => microboxes::run(&a),
+        "micronf" => micronf::run(&a),
         "dpi" => dpi::run(&a),
         "e2e" => e2e::run(&a),
         "ids" => ids::run(&a),
@@ -79,7 +82,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "ports" => ports::run(&a),
         other => {
             anyhow::bail!(
-                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, dpi, ids, e2e, paflow, ports)"
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, micronf, dpi, ids, e2e, paflow, ports)"
             )
         }
     }

@@ -1,0 +1,398 @@
+//! `catena bench micronf`: the many-cores experiments (microNF; RSS-sharded workers).
+//!
+//! - scaling: wire, ip_filter, NAT and the mixed chain (filter → NAT → Maglev → monitor)
+//!   at 1 and 2 workers on the merged real trace: Mpps (input side and merge included)
+//!   and the ratio;
+//! - stages: 1–6 busy NFs (500 cycles each) as one stage vs one stage per NF:
+//!   throughput and per-packet latency (TSC at the first NF to TSC at the last,
+//!   p50/p99 with hdrhistogram);
+//! - hop: cycles per packet through one ring hop (send, receive, buffer back);
+//! - prefetch: k = 0, 4, 8, 16 on the merged trace with the mixed chain.
+//!
+//! Timings on a shared machine are noisy: medians of `--runs` runs (at most 3 here).
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use catena::flow::tsc;
+use catena::io::Trace;
+use catena::nfs::{Busy, Context, Nf, Profile, Stats};
+use catena::packet::{Batch, Fields};
+use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Shards, Summary};
+
+use super::{median, print_table, traces, write_results, Args};
+
+#[derive(Serialize)]
+struct Row {
+    group: &'static str,
+    case: String,
+    workers: usize,
+    stages: usize,
+    prefetch: usize,
+    packets: u64,
+    mpps: f64,
+    /// Mpps over the group's baseline (1 worker / one stage / prefetch off).
+    ratio: f64,
+    /// Latency first NF → last NF, TSC ticks (stages group only).
+    p50_cycles: Option<u64>,
+    p99_cycles: Option<u64>,
+    /// Ticks per packet through one ring hop (hop group only).
+    hop_cycles: Option<f64>,
+}
+
+const MIXED: &str = r#"
+[input]
+ports = 2
+[[nf]]
+name = "acl"
+kind = "ip_filter"
+default = "allow"
+rules = ["deny udp dst port 53", "deny tcp dst port 23", "deny src net 10.0.0.0/8 and icmp"]
+[[nf]]
+name = "nat"
+kind = "nat"
+inside = "192.168.0.0/16, 172.16.0.0/12"
+public = "198.51.100.1, 198.51.100.2, 198.51.100.3, 198.51.100.4"
+[[nf]]
+name = "lb"
+kind = "maglev"
+vip = "192.168.2.110"
+backends = [{ addr = "10.1.0.1" }, { addr = "10.1.0.2" }, { addr = "10.1.0.3" }]
+[[nf]]
+name = "mon"
+kind = "flow_monitor"
+"#;
+
+fn scaling_chains() -> Vec<(&'static str, String)> {
+    vec![
+        ("wire", "[input]\nports = 2\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n".into()),
+        (
+            "ip_filter",
+            "[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\ndefault = \"allow\"\nrules = [\"deny udp dst port 53\", \"deny tcp dst port 23\", \"deny src net 10.0.0.0/8 and icmp\"]\n".into(),
+        ),
+        (
+            "nat",
+            "[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"192.168.0.0/16, 172.16.0.0/12\"\npublic = \"198.51.100.1, 198.51.100.2, 198.51.100.3, 198.51.100.4\"\n".into(),
+        ),
+        ("mixed", MIXED.into()),
+    ]
+}
+
+/// Median Mpps of `text` (with `head` prepended) on `trace`, `workers` workers.
+fn mpps(
+    a: &Args,
+    text: &str,
+    trace: &Trace,
+    workers: usize,
+    loops: u64,
+) -> anyhow::Result<(f64, u64)> {
+    let cfg = ChainConfig::parse(text, "micronf")?;
+    let mut v = Vec::new();
+    let mut packets = 0;
+    for i in 0..=a.runs.min(3) {
+        let chains = (0..workers)
+            .map(|_| Chain::from_config(&cfg))
+            .collect::<Result<Vec<_>, _>>()?;
+        let opts = RunOptions {
+            loops,
+            ..Default::default()
+        };
+        let s = Shards::new(chains, trace.max_packet_len())?.run(trace, &opts, &mut NoProgress)?;
+        packets = s.packets_in;
+        if i > 0 {
+            v.push(s.mpps);
+        }
+    }
+    Ok((median(&mut v), packets))
+}
+
+/// Shared between the first and the last NF: when each packet (by input position) was
+/// stamped. Relaxed atomics: no lock, no allocation per packet.
+type Stamps = Arc<Vec<AtomicU64>>;
+const STAMPS: usize = 1 << 16;
+
+fn quiet() -> Profile {
+    Profile {
+        reads: Fields::NONE,
+        writes: Fields::NONE,
+        may_drop: false,
+        changes_length: false,
+        per_flow_state: false,
+        outputs: &["out"],
+        drop_reasons: &[],
+    }
+}
+
+/// Stamps each packet's TSC as it reaches the chain.
+struct Stamp(Profile, Stamps);
+
+impl Nf for Stamp {
+    fn profile(&self) -> &Profile {
+        &self.0
+    }
+    fn process(&mut self, b: &mut Batch, _: &Context) {
+        let t = tsc();
+        for p in b.iter() {
+            self.1[p.meta().seq as usize % STAMPS].store(t, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Records each packet's TSC latency since its stamp.
+struct Mark(Profile, Stamps, hdrhistogram::Histogram<u64>);
+
+impl Nf for Mark {
+    fn profile(&self) -> &Profile {
+        &self.0
+    }
+    fn process(&mut self, b: &mut Batch, _: &Context) {
+        let t = tsc();
+        for p in b.iter() {
+            let s = self.1[p.meta().seq as usize % STAMPS].load(Ordering::Relaxed);
+            self.2.saturating_record(t.saturating_sub(s));
+        }
+    }
+    fn stats(&self) -> Stats {
+        vec![
+            (Cow::Borrowed("p50"), self.2.value_at_quantile(0.5)),
+            (Cow::Borrowed("p99"), self.2.value_at_quantile(0.99)),
+        ]
+    }
+}
+
+/// `n` busy NFs between a stamp and a mark, as one stage or one stage per busy NF.
+fn staged(
+    a: &Args,
+    n: usize,
+    per_nf: bool,
+    trace: &Trace,
+    loops: u64,
+) -> anyhow::Result<(f64, u64, u64, u64)> {
+    let mut v = Vec::new();
+    let mut last: Option<Summary> = None;
+    for i in 0..=a.runs.min(3) {
+        let stamps: Stamps = Arc::new((0..STAMPS).map(|_| AtomicU64::new(0)).collect());
+        let mut nfs: Vec<(String, Box<dyn Nf>)> =
+            vec![("stamp".into(), Box::new(Stamp(quiet(), stamps.clone())))];
+        for k in 0..n {
+            nfs.push((
+                format!("busy{k}"),
+                Box::new(Busy::new(500, &[Fields::IP_TTL], &[])),
+            ));
+        }
+        let h = hdrhistogram::Histogram::new_with_bounds(1, 1 << 40, 3)?;
+        nfs.push(("mark".into(), Box::new(Mark(quiet(), stamps, h))));
+        let mut chain = Chain::linear("micronf", 2, 1, nfs);
+        if per_nf {
+            let mut st: Vec<Vec<String>> = vec![vec!["stamp".into(), "busy0".into()]];
+            for k in 1..n {
+                st.push(vec![format!("busy{k}")]);
+            }
+            st.last_mut().expect("a stage").push("mark".into());
+            chain.set_stages(&st).map_err(anyhow::Error::msg)?;
+        }
+        let opts = RunOptions {
+            loops,
+            ..Default::default()
+        };
+        let s = Runner::new(chain, trace.max_packet_len()).run(trace, &opts, &mut NoProgress)?;
+        if i > 0 {
+            v.push(s.mpps);
+            last = Some(s);
+        }
+    }
+    let s = last.expect("runs >= 1");
+    let stat = |k: &str| {
+        s.nfs
+            .last()
+            .and_then(|m| m.stats.iter().find(|(n, _)| n == k))
+            .map_or(0, |(_, v)| *v)
+    };
+    Ok((median(&mut v), s.packets_in, stat("p50"), stat("p99")))
+}
+
+pub fn run(a: &Args) -> anyhow::Result<i32> {
+    let merged = traces::load("merged", a.scale)?;
+    let mut rows: Vec<Row> = Vec::new();
+    let row = |group, case: String, workers, stages, prefetch, packets, mpps, ratio| Row {
+        group,
+        case,
+        workers,
+        stages,
+        prefetch,
+        packets,
+        mpps,
+        ratio,
+        p50_cycles: None,
+        p99_cycles: None,
+        hop_cycles: None,
+    };
+    // About a million packets per run at scale 1.
+    let loops = ((1_000_000.0 * a.scale) / merged.len().max(1) as f64)
+        .ceil()
+        .max(1.0) as u64;
+    for (name, text) in scaling_chains() {
+        if !a.only.is_empty() && !a.only.iter().any(|o| name.contains(o.as_str())) {
+            continue;
+        }
+        let (one, packets) = mpps(a, &text, &merged, 1, loops)?;
+        rows.push(row("scaling", name.into(), 1, 1, 0, packets, one, 1.0));
+        let (two, packets) = mpps(a, &text, &merged, 2, loops)?;
+        rows.push(row(
+            "scaling",
+            name.into(),
+            2,
+            1,
+            0,
+            packets,
+            two,
+            two / one.max(1e-9),
+        ));
+    }
+    let small = traces::load("smallflows", 1.0)?;
+    let small_loops = ((200_000.0 * a.scale) / small.len().max(1) as f64)
+        .ceil()
+        .max(1.0) as u64;
+    for n in 1..=6 {
+        let mut base = 0.0;
+        for per_nf in [false, true] {
+            let (m, packets, p50, p99) = staged(a, n, per_nf, &small, small_loops)?;
+            if !per_nf {
+                base = m;
+            }
+            let mut r = row(
+                "stages",
+                format!(
+                    "{n} busy × 500 cycles, {}",
+                    if per_nf {
+                        "one stage per NF"
+                    } else {
+                        "one stage"
+                    }
+                ),
+                1,
+                if per_nf { n } else { 1 },
+                0,
+                packets,
+                m,
+                m / base.max(1e-9),
+            );
+            r.p50_cycles = Some(p50);
+            r.p99_cycles = Some(p99);
+            rows.push(r);
+        }
+    }
+    let mut hops = Vec::new();
+    for _ in 0..a.runs.min(3) {
+        hops.push(catena::runtime::ring::hop_cycles(
+            (2_000_000.0 * a.scale) as u64 + 1000,
+            1024,
+        ));
+    }
+    let mut r = row(
+        "hop",
+        "one ring hop, 1024 packets, batches of 32".into(),
+        1,
+        2,
+        0,
+        0,
+        0.0,
+        1.0,
+    );
+    r.hop_cycles = Some(median(&mut hops));
+    rows.push(r);
+    let mut off = 0.0;
+    for k in [0usize, 4, 8, 16] {
+        let text = format!("prefetch = {k}\n{MIXED}");
+        let (m, packets) = mpps(a, &text, &merged, 1, loops)?;
+        if k == 0 {
+            off = m;
+        }
+        rows.push(row(
+            "prefetch",
+            format!("mixed, prefetch {k}"),
+            1,
+            1,
+            k,
+            packets,
+            m,
+            m / off.max(1e-9),
+        ));
+    }
+    let header = [
+        "group",
+        "case",
+        "workers",
+        "stages",
+        "prefetch",
+        "packets",
+        "Mpps",
+        "ratio",
+        "p50 cyc",
+        "p99 cyc",
+        "hop cyc/pkt",
+    ];
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let o = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
+            vec![
+                r.group.to_string(),
+                r.case.clone(),
+                r.workers.to_string(),
+                r.stages.to_string(),
+                r.prefetch.to_string(),
+                r.packets.to_string(),
+                format!("{:.3}", r.mpps),
+                format!("{:.2}", r.ratio),
+                o(r.p50_cycles),
+                o(r.p99_cycles),
+                r.hop_cycles.map_or("-".into(), |v| format!("{v:.1}")),
+            ]
+        })
+        .collect();
+    write_results(a, "micronf", &header, &table, &rows)?;
+    svg(&a.out.join("micronf.svg"), &rows)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print_table(&header, &table);
+        println!(
+            "(shared 2-core machine: timings are noisy; CSV/JSON/SVG in {})",
+            a.out.display()
+        );
+    }
+    Ok(0)
+}
+
+/// One bar per row with a throughput (Mpps), grouped as the table is.
+fn svg(path: &std::path::Path, rows: &[Row]) -> anyhow::Result<()> {
+    let bars: Vec<&Row> = rows.iter().filter(|r| r.mpps > 0.0).collect();
+    let max = bars.iter().map(|r| r.mpps).fold(0.1, f64::max);
+    let (bh, left, width) = (16.0, 330.0, 760.0);
+    let mut s = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{}' font-family='sans-serif' font-size='11'>\n<text x='10' y='18' font-size='14'>catena bench micronf: Mpps</text>\n",
+        40.0 + bh * 1.25 * bars.len() as f64
+    );
+    for (i, r) in bars.iter().enumerate() {
+        let y = 30.0 + i as f64 * bh * 1.25;
+        let w = (width - left - 80.0) * r.mpps / max;
+        s += &format!(
+            "<text x='{}' y='{}' text-anchor='end'>{} {} (w{} s{})</text><rect x='{left}' y='{y}' width='{w:.1}' height='{bh}' fill='#1f77b4'/><text x='{:.1}' y='{}'>{:.3}</text>\n",
+            left - 6.0,
+            y + 12.0,
+            r.group,
+            r.case,
+            r.workers,
+            r.stages,
+            left + w + 4.0,
+            y + 12.0,
+            r.mpps
+        );
+    }
+    s += "</svg>\n";
+    std::fs::write(path, s).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}

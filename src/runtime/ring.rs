@@ -1,0 +1,186 @@
+//! The rings between pipeline stages (`stage.rs`): `rtrb` single-producer single-consumer
+//! ring buffers. A forward ring carries packet *references* (the buffer's pointer: the
+//! bytes never move), each tagged with the node it goes to, written and read a batch at
+//! a time (one atomic index update per batch), plus a marker at the end of every chunk.
+//! A return ring carries freed buffers back to the pool of the stage that made them.
+
+use rtrb::{Consumer, Producer};
+
+use super::control::Command;
+use crate::packet::{Batch, Packet};
+
+/// What a forward ring carries.
+pub enum Msg {
+    /// A packet for node `.0` (an index into the chain's nodes).
+    Pkt(u32, Packet),
+    /// The chunk is whole: walk it (`shift` is the replay loop's, for the sinks).
+    End { shift: u64 },
+    /// A control command for an NF of a later stage, applied between the same chunks
+    /// as in one stage.
+    Change(Box<Command>),
+}
+
+/// Waiting on a ring with nothing to do: spin a little (a hop costs tens of cycles), then
+/// give the core away (`sched_yield`), since stages may outnumber cores. Only idle
+/// threads call it, so there is no system call per packet.
+#[derive(Default)]
+pub struct Idle(u32);
+
+impl Idle {
+    #[inline]
+    pub fn wait(&mut self) {
+        if self.0 < 64 {
+            self.0 += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// The producing end of a forward ring.
+pub struct Out {
+    pub tx: Producer<Msg>,
+    /// Times the ring was full when a batch was sent (back-pressure applied).
+    pub full: u64,
+}
+
+/// The consumer of a ring stopped (its stage ended with an error or died).
+#[derive(Debug)]
+pub struct Gone;
+
+impl Out {
+    pub fn new(tx: Producer<Msg>) -> Out {
+        Out { tx, full: 0 }
+    }
+
+    /// Waits until `n` slots are free; `Gone` if the consumer stopped.
+    #[inline]
+    fn room(&mut self, n: usize) -> Result<(), Gone> {
+        if self.tx.slots() >= n {
+            return Ok(());
+        }
+        self.full += 1;
+        let mut idle = Idle::default();
+        while self.tx.slots() < n {
+            if self.tx.is_abandoned() {
+                return Err(Gone);
+            }
+            idle.wait();
+        }
+        Ok(())
+    }
+
+    /// Sends every packet of `b` (all for node `node`) in order, emptying it; waits for
+    /// room when the ring is full (back-pressure: nothing is lost).
+    #[inline]
+    pub fn send_batch(&mut self, node: usize, b: &mut Batch) -> Result<(), Gone> {
+        let mut left = b.len();
+        let mut it = b.drain();
+        while left > 0 {
+            self.room(1)?;
+            let n = left.min(self.tx.slots());
+            let Ok(chunk) = self.tx.write_chunk_uninit(n) else {
+                continue;
+            };
+            let sent = chunk.fill_from_iter(it.by_ref().take(n).map(|p| Msg::Pkt(node as u32, p)));
+            left -= sent;
+        }
+        Ok(())
+    }
+
+    /// Sends one marker or command, waiting for room.
+    pub fn send(&mut self, m: Msg) -> Result<(), Gone> {
+        self.room(1)?;
+        self.tx.push(m).map_err(|_| Gone)
+    }
+}
+
+/// Hands every buffer `pool` holds to the return ring (which has room for every buffer
+/// of the run, so this never waits).
+#[inline]
+pub fn give_back(pool: &mut crate::packet::Pool, back: &mut Producer<Packet>) {
+    let n = pool.available().min(back.slots());
+    if n == 0 {
+        return;
+    }
+    if let Ok(chunk) = back.write_chunk_uninit(n) {
+        chunk.fill_from_iter(std::iter::from_fn(|| pool.alloc_raw()).take(n));
+    }
+}
+
+/// Takes every buffer waiting on a return ring into `pool`.
+#[inline]
+pub fn take_back(back: &mut Consumer<Packet>, pool: &mut crate::packet::Pool) {
+    let n = back.slots();
+    if n == 0 {
+        return;
+    }
+    if let Ok(chunk) = back.read_chunk(n) {
+        for p in chunk {
+            pool.free(p);
+        }
+    }
+}
+
+/// Cycles (TSC ticks) per packet through one hop in steady state: a producer thread sends
+/// `packets` packet references a batch at a time down a ring of `ring` packets (as a
+/// stage does), a consumer thread reads them and hands the buffers back over a return
+/// ring. Measured at the producer from its first send to the last buffer's return.
+/// For `catena bench micronf`.
+pub fn hop_cycles(packets: u64, ring: usize) -> f64 {
+    use crate::packet::MAX_BATCH;
+    let bufs = ring + 4 * MAX_BATCH;
+    let mut pool = crate::packet::Pool::new(bufs, 64);
+    let (tx, mut rx) = rtrb::RingBuffer::<Msg>::new(ring + 2);
+    let (mut btx, mut brx) = rtrb::RingBuffer::<Packet>::new(2 * bufs);
+    let consumer = std::thread::spawn(move || {
+        let mut idle = Idle::default();
+        let mut held = crate::packet::Pool::holding(2 * bufs);
+        loop {
+            let n = rx.slots();
+            if n == 0 {
+                if rx.is_abandoned() && rx.slots() == 0 {
+                    give_back(&mut held, &mut btx);
+                    return;
+                }
+                idle.wait();
+                continue;
+            }
+            if let Ok(c) = rx.read_chunk(n) {
+                for m in c {
+                    if let Msg::Pkt(_, p) = m {
+                        held.free(p);
+                    }
+                }
+            }
+            give_back(&mut held, &mut btx);
+        }
+    });
+    let mut out = Out::new(tx);
+    let mut b = Batch::with_capacity(MAX_BATCH);
+    let mut sent = 0u64;
+    let t0 = crate::flow::tsc();
+    while sent < packets {
+        take_back(&mut brx, &mut pool);
+        while b.len() < MAX_BATCH {
+            match pool.alloc_raw() {
+                Some(p) => b.push(p),
+                None => break,
+            }
+        }
+        if b.is_empty() {
+            std::hint::spin_loop();
+            continue;
+        }
+        sent += b.len() as u64;
+        if out.send_batch(1, &mut b).is_err() {
+            break;
+        }
+    }
+    drop(out);
+    let _ = consumer.join();
+    take_back(&mut brx, &mut pool);
+    let t = crate::flow::tsc().wrapping_sub(t0);
+    t as f64 / sent.max(1) as f64
+}
