@@ -21,7 +21,7 @@ use std::path::PathBuf;
 pub struct Args {
     /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per
     /// operation), nfs (filter, NAT, Maglev, monitor), fastpath (cycles per packet with
-    /// header-action consolidation off and on), microboxes (chain length, consolidated vs
+    /// header-action consolidation off, on and auto, chains of 1-8 NFs), microboxes (chain length, consolidated vs
     /// per-NF TCP stacks, DPI -> IDS, peers), dpi (DPI engine next to ndpiReader), ids
     /// (IDS engine next to Suricata), e2e (`catena run` whole process next to Click
     /// userlevel and tcpdump on the same files; Click from $CLICK or /tmp/click).
