@@ -489,6 +489,21 @@ impl Table {
     }
 
     /// Way `w` holds an entry (it may have been emptied since it was looked up).
+    /// Whether packet `p` (key `k`) would hit entry `w` as it stands: live, not idle past
+    /// the timeout, consolidated (not a refusal), `p` long enough for its actions and
+    /// with the Ethernet addresses they match, and no FIN or RST. Changes nothing.
+    #[inline]
+    pub fn fits(&self, w: usize, k: &FpKey, p: &crate::packet::Packet) -> bool {
+        let e = &self.entries[w];
+        self.live(w)
+            && !(self.timeout_ns != 0
+                && p.meta().now_ns.saturating_sub(e.last_ns) > self.timeout_ns)
+            && !e.refusal()
+            && p.len() >= e.min_len as usize
+            && !(e.matches_eth() && !self.actions[w].0.eth_matches(p.data()))
+            && !k.ends_flow(p.data())
+    }
+
     #[inline]
     pub fn live(&self, w: usize) -> bool {
         self.tags[w / WAYS].0[w % WAYS] != 0
