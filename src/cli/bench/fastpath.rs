@@ -330,7 +330,7 @@ fn mixed(a: &Args, rules: &str, n: usize) -> anyhow::Result<Mixed> {
     let trace = traces::load("merged", 1.0)?;
     let text = mixed_text(n, &top_destination(&trace), rules);
     // For the callgrind cross-check (docs/fastpath.md).
-    let p = a.out.join(format!("fastpath-mixed-{n}.toml"));
+    let p = a.out.join(format!("fastpath-merged-{n}.toml"));
     std::fs::write(&p, &text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
     let cfg = ChainConfig::parse(&text, "mixed")?;
     let opts = RunOptions {

@@ -33,8 +33,8 @@ pub fn count_path<H: Host>(h: &mut H, path: &[Step], n: u64) {
     for s in path {
         h.count(s.node(), s.verdict, n);
         if s.flags & Step::COUNT != 0 {
-            if let Some(nf) = h.nf(s.node()) {
-                nf.fast_count(s.token, n);
+            if let Some(c) = h.nf(s.node()).and_then(|nf| nf.consolidate_mut()) {
+                c.fast_count(s.token, n);
             }
         }
     }
@@ -89,8 +89,8 @@ impl FastPath {
                 }
                 if self.prefetch {
                     for s in e.path() {
-                        if let Some(nf) = h.nf(s.node()) {
-                            nf.fast_prefetch(s.token);
+                        if let Some(c) = h.nf(s.node()).and_then(|nf| nf.consolidate()) {
+                            c.fast_prefetch(s.token);
                         }
                     }
                 }
@@ -256,7 +256,7 @@ impl FastPath {
             let path = e.path();
             // Every check before any state function, so a failed one leaves no trace.
             for s in path.iter().filter(|s| s.flags & Step::CHECK != 0) {
-                let ok = match h.nf(s.node()) {
+                let ok = match h.nf(s.node()).and_then(|nf| nf.consolidate()) {
                     Some(nf) => {
                         // A reference only: the key is read by the NFs that need it.
                         fp.key = &keys.keys[s.key_index()];
@@ -271,7 +271,7 @@ impl FastPath {
                 }
             }
             for s in path.iter().filter(|s| s.flags & Step::STATE != 0) {
-                if let Some(nf) = h.nf(s.node()) {
+                if let Some(nf) = h.nf(s.node()).and_then(|nf| nf.consolidate_mut()) {
                     fp.key = &keys.keys[s.key_index()];
                     nf.fast_state(s.token, &fp);
                 }
