@@ -136,14 +136,18 @@ fn run(c: &Case, verbose: bool) -> Outcome {
     let chain = format!(
         "[[nf]]\nname = \"ids\"\nkind = \"microbox\"\nmidstream = {}\n\
          apps = [{{ kind = \"ids\", rules_file = '{}', alerts = '{}', inline = false, \
-         http_body_limit = {}, decompress_layers = {} }}]\n",
+         http_body_limit = {}, decompress_layers = {}, inspect_flows = 64 }}]\n",
         o.midstream,
         rules.display(),
         alerts.display(),
         o.body,
         o.layers
     );
-    common::run_chain(&chain, &trace, None);
+    // A few flows per case: 64 inspected at once keeps the memory bound of cases with
+    // large body limits within --max-memory, and none may be skipped.
+    let s = common::run_chain(&chain, &trace, None);
+    let skipped = s.nfs[0].stats.iter().find(|(k, _)| k == "ids_inspect_full");
+    assert_eq!(skipped.map(|s| s.1), Some(0), "{}: flows not inspected", c.name);
     let got: BTreeMap<u32, usize> = std::fs::read_to_string(&alerts)
         .expect("alerts file")
         .lines()

@@ -20,6 +20,12 @@ pub fn index_bytes(capacity: usize) -> usize {
         .saturating_mul(8)
 }
 
+/// A vector grown one index at a time up to `n` elements (amortised doubling leaves its
+/// capacity under `2n`).
+pub fn grown_vec_bytes<T>(n: usize) -> usize {
+    vec_bytes::<T>(n.saturating_mul(2))
+}
+
 /// A vector of `n` elements of `T`.
 pub fn vec_bytes<T>(n: usize) -> usize {
     n.saturating_mul(std::mem::size_of::<T>())

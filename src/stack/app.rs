@@ -72,6 +72,13 @@ pub trait App: Send {
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// Bytes the app may hold at most on a stack tracking `flows` connections: its
+    /// per-flow state at that bound (counted by `catena check` against `--max-memory`).
+    fn memory(&self, flows: usize) -> usize {
+        let _ = flows;
+        0
+    }
 }
 
 /// What an app can do while handling one event.

@@ -103,6 +103,20 @@ impl Ids {
         )
     }
 
+    /// Bytes one flow's state may hold at most (see [`IdsFlow::max_bytes`]).
+    pub fn flow_memory(&self) -> usize {
+        let win = if self.set.has_stream() {
+            self.cfg.stream_tail + self.cfg.stream_piece
+        } else {
+            0
+        };
+        IdsFlow::max_bytes(
+            self.set.len(),
+            win,
+            self.set.has_http().then_some(self.cfg.http),
+        )
+    }
+
     fn next_gen(&mut self) -> u32 {
         self.gen = self.gen.wrapping_add(1);
         if self.gen == 0 {

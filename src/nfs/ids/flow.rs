@@ -27,6 +27,21 @@ pub struct IdsFlow {
 }
 
 impl IdsFlow {
+    /// Bytes a flow made by [`IdsFlow::new`] may hold at most: per direction a window
+    /// and a word per rule, and with HTTP rules two parsers at their limits.
+    pub(crate) fn max_bytes(n_rules: usize, window: usize, http: Option<HttpLimits>) -> usize {
+        let words = n_rules.div_ceil(64);
+        let per_dir = window.saturating_add(n_rules.saturating_mul(8));
+        let http = http.map_or(0, |l| {
+            std::mem::size_of::<[HttpHalf; 2]>()
+                .saturating_add(2 * HttpHalf::max_heap(l))
+                .saturating_add(2 * words * 8)
+        });
+        std::mem::size_of::<IdsFlow>()
+            .saturating_add(2 * per_dir)
+            .saturating_add(http)
+    }
+
     pub(crate) fn new(n_rules: usize, window: usize, http: Option<HttpLimits>) -> IdsFlow {
         let w = || Window {
             buf: Vec::new(),

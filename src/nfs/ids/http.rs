@@ -116,7 +116,23 @@ pub struct HttpHalf {
     pub messages: u64,
 }
 
+/// Heap of one inflater (miniz_oxide's state: the 32 KiB window and its Huffman
+/// tables), rounded up; tests/app_memory.rs measures it.
+pub const INFLATER_BYTES: usize = 48 * 1024;
+
 impl HttpHalf {
+    /// Heap one direction's parser may hold at most with `l`: the header buffer and its
+    /// three normalised copies (which may outgrow it once: `a:b\n` becomes `a: b\r\n`),
+    /// the raw and decoded bodies and the scratch between layers (each may double once
+    /// when undecodable input is passed through), and the inflater.
+    pub fn max_heap(l: HttpLimits) -> usize {
+        l.header
+            .saturating_mul(7)
+            .saturating_add(2 * 256)
+            .saturating_add(l.body.saturating_mul(5))
+            .saturating_add(INFLATER_BYTES)
+    }
+
     pub fn new(request: bool, limits: HttpLimits) -> HttpHalf {
         HttpHalf {
             request,

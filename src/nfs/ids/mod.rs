@@ -22,7 +22,7 @@ pub use engine::{Alert, Ids, IdsConfig, PacketInfo};
 pub use eve::{Eve, EveFlow, EveTuple};
 pub use flow::IdsFlow;
 pub use header::Ip;
-pub use http::HttpLimits;
+pub use http::{HttpLimits, INFLATER_BYTES};
 pub use pktcheck::PktFields;
 pub use rule::{Kind, Rule};
 pub use ruleset::{RuleSet, Warning};

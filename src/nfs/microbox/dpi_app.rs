@@ -121,4 +121,9 @@ impl App for DpiApp {
             ("dpi_unknown", self.unknown),
         ]
     }
+
+    /// A detector's state per flow (no heap of its own).
+    fn memory(&self, flows: usize) -> usize {
+        crate::flow::footprint::grown_vec_bytes::<Option<DpiFlow>>(flows)
+    }
 }

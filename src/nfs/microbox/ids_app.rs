@@ -33,6 +33,10 @@ use crate::stack::{App, Ctx, EndReason, Event, Kind, Kinds, Level, TcpState, NO_
 
 use super::dpi_app::proto_id;
 
+/// Flows inspected at once by default: about a GiB at the default HTTP limits, in the
+/// range of Suricata's stream and HTTP memcaps.
+const DEFAULT_INSPECT_FLOWS: usize = 2048;
+
 /// Drop rules counted under a reason of their own (the rest under the app's first).
 const MAX_DROP_REASONS: usize = 128;
 
@@ -93,6 +97,9 @@ pub struct IdsApp {
     inline: bool,
     /// Per stack flow id: the engine's stream state, while inspected.
     flows: Vec<Option<IdsFlow>>,
+    /// Flows holding an [`IdsFlow`] now, and the most that may (`inspect_flows`).
+    live: usize,
+    inspect_flows: usize,
     seen_bytes: Vec<[u64; 2]>,
     conns: Vec<Conn>,
     loose: TimedTable<WideKey, Loose>,
@@ -121,6 +128,8 @@ pub struct IdsApp {
     inspected: u64,
     alerted: u64,
     loose_full: u64,
+    /// Flows not inspected because `inspect_flows` were inspected already.
+    inspect_full: u64,
 }
 
 impl IdsApp {
@@ -186,6 +195,12 @@ impl IdsApp {
             doc: "Content-Encoding layers undone (libhtp's response-body-decompress-layer-limit)",
         },
         ParamDoc {
+            name: "inspect_flows",
+            ty: "integer",
+            default: "2048",
+            doc: "most flows inspected at once, each holding up to two stream windows and two HTTP parsers' buffers (1..=1,048,576; later flows are counted as ids_inspect_full, not inspected)",
+        },
+        ParamDoc {
             name: "flows",
             ty: "integer",
             default: "65536",
@@ -214,6 +229,8 @@ impl IdsApp {
         }
         let depth = p.int("depth", 1 << 20, 0, i64::MAX)? as u64;
         let flows = p.int("flows", 65_536, 1, 1 << 24)? as usize;
+        let inspect_flows =
+            p.int("inspect_flows", DEFAULT_INSPECT_FLOWS as i64, 1, 1 << 20)? as usize;
         let inline = match p.value("inline") {
             None => true,
             Some(toml::Value::Boolean(b)) => *b,
@@ -251,6 +268,7 @@ impl IdsApp {
         app.depth = if depth == 0 { u64::MAX } else { depth };
         app.inline = inline;
         app.loose = TimedTable::new(flows, app.timeout_ns);
+        app.inspect_flows = inspect_flows;
         app.out = out;
         app.eve_path = eve_path;
         app.eve_flows = eve_flows;
@@ -276,6 +294,8 @@ impl IdsApp {
             depth: 1 << 20,
             inline: true,
             flows: Vec::new(),
+            live: 0,
+            inspect_flows: DEFAULT_INSPECT_FLOWS,
             seen_bytes: Vec::new(),
             conns: Vec::new(),
             loose: TimedTable::new(65_536, timeout_ns),
@@ -299,6 +319,7 @@ impl IdsApp {
             inspected: 0,
             alerted: 0,
             loose_full: 0,
+            inspect_full: 0,
         }
     }
 
@@ -341,8 +362,11 @@ impl IdsApp {
                     _ => TcpState::Established,
                 }
             });
-        let inspect = self.only.is_empty();
-        let new_flow = inspect.then(|| self.ids.new_flow());
+        let new_flow = if self.only.is_empty() {
+            self.open_flow()
+        } else {
+            None
+        };
         let c = self.conn(ev.flow);
         *c = Conn {
             state: state as u8,
@@ -350,11 +374,27 @@ impl IdsApp {
             ..Conn::default()
         };
         let i = ev.flow as usize;
+        self.close_flow(i);
         self.flows[i] = new_flow;
         self.seen_bytes[i] = [0; 2];
-        if inspect {
-            self.inspected += 1;
+    }
+
+    /// State for a flow to inspect, unless `inspect_flows` are inspected already.
+    fn open_flow(&mut self) -> Option<IdsFlow> {
+        if self.live >= self.inspect_flows {
+            self.inspect_full += 1;
+            return None;
         }
+        self.live += 1;
+        self.inspected += 1;
+        Some(self.ids.new_flow())
+    }
+
+    /// Ends the inspection of the flow in slot `i`, returning its state.
+    fn close_flow(&mut self, i: usize) -> Option<IdsFlow> {
+        let fl = self.flows.get_mut(i)?.take();
+        self.live -= usize::from(fl.is_some());
+        fl
     }
 
     /// Direction, first-packet-of-direction, "established" and the drop mark of a packet
@@ -630,7 +670,7 @@ impl IdsApp {
         }
         self.stream_alerts(ev, cx, ev.dir);
         if done {
-            self.flows[i] = None;
+            self.close_flow(i);
             cx.unsubscribe(ev.flow, Kind::Data);
         }
     }
@@ -668,7 +708,7 @@ impl IdsApp {
         }
         let Some(c) = cx.conn(ev.flow) else { return };
         let (k, established, state) = (c.key, c.state >= TcpState::Established, c.state);
-        if let Some(mut fl) = self.flows[i].take() {
+        if let Some(mut fl) = self.close_flow(i) {
             self.alerts.clear();
             // Requests or responses cut short by the end are inspected as they are.
             for to_server in [true, false] {
@@ -853,9 +893,10 @@ impl App for IdsApp {
             Kind::DpiResult => {
                 self.conn(ev.flow).app = ev.info;
                 if self.only.contains(&ev.info) && self.flows[ev.flow as usize].is_none() {
-                    self.flows[ev.flow as usize] = Some(self.ids.new_flow());
-                    self.inspected += 1;
-                    cx.subscribe(ev.flow, Kind::Data);
+                    if let Some(fl) = self.open_flow() {
+                        self.flows[ev.flow as usize] = Some(fl);
+                        cx.subscribe(ev.flow, Kind::Data);
+                    }
                 }
             }
             Kind::Data => self.on_data(ev, cx),
@@ -917,6 +958,25 @@ impl App for IdsApp {
             ("ids_alerts", self.alerted),
             ("ids_dropped", self.dropped.iter().sum()),
             ("ids_untracked_full", self.loose_full),
+            ("ids_inspect_full", self.inspect_full),
         ]
+    }
+
+    /// Per tracked flow its record, and at most `inspect_flows` flows' inspection state;
+    /// the untracked flows' table.
+    fn memory(&self, flows: usize) -> usize {
+        use crate::flow::footprint::{grown_vec_bytes, hash_table_bytes};
+        let per_slot = std::mem::size_of::<Conn>()
+            + std::mem::size_of::<Option<IdsFlow>>()
+            + std::mem::size_of::<[u64; 2]>();
+        grown_vec_bytes::<u8>(flows.saturating_mul(per_slot))
+            .saturating_add(
+                self.inspect_flows
+                    .min(flows)
+                    .saturating_mul(self.ids.flow_memory()),
+            )
+            .saturating_add(hash_table_bytes::<(WideKey, Loose, u64)>(
+                self.loose.capacity(),
+            ))
     }
 }

@@ -158,4 +158,8 @@ impl App for L4Lb {
     fn stats(&self) -> Vec<(&'static str, u64)> {
         vec![("l4_lb_rewritten", self.rewritten)]
     }
+
+    fn memory(&self, flows: usize) -> usize {
+        crate::flow::footprint::grown_vec_bytes::<u16>(flows)
+    }
 }

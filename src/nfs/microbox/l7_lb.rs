@@ -408,4 +408,15 @@ impl App for L7Lb {
             ("l7_lb_rewritten", self.rewritten),
         ]
     }
+
+    /// Per flow its record and the first request's bytes (grown up to twice the cap);
+    /// the legs table, one entry per client flow at most.
+    fn memory(&self, flows: usize) -> usize {
+        use crate::flow::footprint::{grown_vec_bytes, hash_table_bytes};
+        grown_vec_bytes::<Flow>(flows)
+            .saturating_add(flows.saturating_mul(2 * MAX_REQUEST))
+            .saturating_add(hash_table_bytes::<((IpAddr, u16, u16), u32)>(
+                flows.max(4096).saturating_mul(2),
+            ))
+    }
 }

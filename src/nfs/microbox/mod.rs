@@ -378,9 +378,17 @@ impl Nf for Microbox {
         }
     }
 
-    /// Each stack's tables and rings (apps' own per-flow state is not counted).
+    /// Each stack's tables and rings, and its apps' state for as many flows.
     fn memory(&self) -> usize {
-        self.units.iter().map(|u| u.stack.memory()).sum()
+        self.units
+            .iter()
+            .map(|u| {
+                let flows = u.stack.config().flows;
+                u.apps
+                    .iter()
+                    .fold(u.stack.memory(), |m, a| m.saturating_add(a.memory(flows)))
+            })
+            .fold(0, usize::saturating_add)
     }
 
     fn open_outputs(&mut self) -> Result<(), String> {

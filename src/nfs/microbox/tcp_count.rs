@@ -122,4 +122,8 @@ impl App for TcpCount {
             ("count_flows_ended", self.ended),
         ]
     }
+
+    fn memory(&self, flows: usize) -> usize {
+        crate::flow::footprint::grown_vec_bytes::<Flow>(flows.max(1024))
+    }
 }

@@ -249,4 +249,8 @@ impl App for HttpWatch {
             ("watch_alerts", self.alerts),
         ]
     }
+
+    fn memory(&self, flows: usize) -> usize {
+        crate::flow::footprint::grown_vec_bytes::<Tail>(flows)
+    }
 }
