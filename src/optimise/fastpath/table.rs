@@ -500,7 +500,7 @@ impl Table {
                 && p.meta().now_ns.saturating_sub(e.last_ns) > self.timeout_ns)
             && !e.refusal()
             && p.len() >= e.min_len as usize
-            && !(e.matches_eth() && !self.actions[w].0.eth_matches(p.data()))
+            && (!e.matches_eth() || self.actions[w].0.eth_matches(p.data()))
             && !k.ends_flow(p.data())
     }
 
