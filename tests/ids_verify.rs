@@ -147,7 +147,12 @@ fn run(c: &Case, verbose: bool) -> Outcome {
     // large body limits within --max-memory, and none may be skipped.
     let s = common::run_chain(&chain, &trace, None);
     let skipped = s.nfs[0].stats.iter().find(|(k, _)| k == "ids_inspect_full");
-    assert_eq!(skipped.map(|s| s.1), Some(0), "{}: flows not inspected", c.name);
+    assert_eq!(
+        skipped.map(|s| s.1),
+        Some(0),
+        "{}: flows not inspected",
+        c.name
+    );
     let got: BTreeMap<u32, usize> = std::fs::read_to_string(&alerts)
         .expect("alerts file")
         .lines()
