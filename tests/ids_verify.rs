@@ -13,7 +13,11 @@ use catena::io::Trace;
 use catena::nfs::ids::{IdsConfig, RuleSet, Vars};
 
 /// Pass count through the product path (549 in scope); a regression below it fails.
-const PASS_FLOOR: usize = 513;
+/// 512, not 513: uricontent/detect-uricontent-06 expects one alert where Suricata 7.0.10
+/// (the oracle of tests/ids_suricata_agreement.rs and tests/ids_flow_edges.rs) gives two,
+/// the second from its end-of-input flow pseudo packet; we follow Suricata 7, which also
+/// brings 1kxun.pcap's last three flows into agreement (docs/ids.md).
+const PASS_FLOOR: usize = 512;
 
 struct Case {
     name: String,

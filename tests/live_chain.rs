@@ -147,6 +147,15 @@ fn nf_counters(s: &Value) -> Vec<Value> {
 /// run on packet times (capture times in the replay, arrival times live), so the cases
 /// with timeouts set them beyond the capture's span.
 fn live_equals_replay(test: &str, nfs: &str, replies: bool) {
+    live_equals_replay_on("af_packet", test, nfs, replies);
+}
+
+/// As [`live_equals_replay`], with catena's two ports of `kind` (af_packet, af_xdp),
+/// optionally followed by more port settings (`kind = "af_packet"\ntx = "ring"`).
+fn live_equals_replay_on(kind: &str, test: &str, nfs: &str, replies: bool) {
+    let (kind, settings) = kind.split_once('\n').unwrap_or((kind, ""));
+    let kind_lines = format!("\"{kind}\"\n{settings}");
+    let kind_lines = kind_lines.trim_end();
     if !netns::can_run(test) {
         return;
     }
@@ -184,7 +193,7 @@ fn live_equals_replay(test: &str, nfs: &str, replies: bool) {
     std::fs::write(
         &chain,
         format!(
-            "[[port]]\nname = \"a\"\nkind = \"af_packet\"\niface = \"{c0}\"\n\n[[port]]\nname = \"b\"\nkind = \"af_packet\"\niface = \"{c1}\"\n\n{nfs}"
+            "[[port]]\nname = \"a\"\nkind = {kind_lines}\niface = \"{c0}\"\n\n[[port]]\nname = \"b\"\nkind = {kind_lines}\niface = \"{c1}\"\n\n{nfs}"
         ),
     )
     .unwrap();
@@ -245,10 +254,31 @@ fn live_equals_replay(test: &str, nfs: &str, replies: bool) {
     } else {
         (0, 0)
     };
+    let xdp_on = |iface: &str| {
+        let o = in_ns(&ns.names[1], &["ip", "link", "show", "dev", iface])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).contains("prog/xdp")
+    };
+    if kind == "af_xdp" {
+        assert!(
+            xdp_on(&c0) && xdp_on(&c1),
+            "XDP program attached while running"
+        );
+    }
     catena.signal(libc::SIGTERM);
     let (out, code) = catena.finish(5);
     assert_eq!(code, Some(0), "catena exit; stdout {out}");
     let live: Value = serde_json::from_str(&out).unwrap();
+    if kind == "af_xdp" {
+        assert!(!xdp_on(&c0) && !xdp_on(&c1), "XDP program removed at exit");
+        // veth has no zero-copy: the kernel copies, and the port says so.
+        let name = live["ports"][0]["name"].as_str().unwrap();
+        assert!(
+            name.starts_with("af_xdp:") && name.ends_with(" XDP, copy)"),
+            "{name}"
+        );
+    }
 
     assert_eq!(
         live["packets_in"],
@@ -306,6 +336,36 @@ fn firewall_live_equals_replay() {
     );
 }
 
+#[test]
+fn wire_tx_ring_live_equals_replay() {
+    live_equals_replay_on(
+        "af_packet\ntx = \"ring\"",
+        "wire_tx_ring_live_equals_replay",
+        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+        false,
+    );
+}
+
+#[test]
+fn wire_af_xdp_live_equals_replay() {
+    live_equals_replay_on(
+        "af_xdp",
+        "wire_af_xdp_live_equals_replay",
+        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+        false,
+    );
+}
+
+#[test]
+fn firewall_af_xdp_live_equals_replay() {
+    live_equals_replay_on(
+        "af_xdp",
+        "firewall_af_xdp_live_equals_replay",
+        "[[nf]]\nname = \"fw\"\nkind = \"firewall\"\nallow_ports = [80, 443]\n",
+        false,
+    );
+}
+
 const NAT: &str = "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"\npublic = \"198.51.100.1, 198.51.100.2\"\ntcp_timeout = 86400\ntcp_linger = 86400\nudp_timeout = 86400\nicmp_timeout = 86400\n";
 
 #[test]
@@ -315,16 +375,29 @@ fn nat_live_equals_replay() {
 
 #[test]
 fn maglev_live_equals_replay() {
-    live_equals_replay(
-        "maglev_live_equals_replay",
-        "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"lb\"\nkind = \"maglev\"\nvip = \"10.0.0.1\"\nbackends = [{ addr = \"10.9.0.1\" }, { addr = \"10.9.0.2\", weight = 2 }, { addr = \"10.9.0.3\" }]\ntimeout = 0\n",
-        false,
-    );
+    live_equals_replay("maglev_live_equals_replay", MAGLEV, false);
 }
+
+const MAGLEV: &str = "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"lb\"\nkind = \"maglev\"\nvip = \"10.0.0.1\"\nbackends = [{ addr = \"10.9.0.1\" }, { addr = \"10.9.0.2\", weight = 2 }, { addr = \"10.9.0.3\" }]\ntimeout = 0\n";
 
 #[test]
 fn nat_replies_from_b_are_translated_back() {
     live_equals_replay("nat_replies_from_b_are_translated_back", NAT, true);
+}
+
+#[test]
+fn nat_af_xdp_replies_from_b_are_translated_back() {
+    live_equals_replay_on(
+        "af_xdp",
+        "nat_af_xdp_replies_from_b_are_translated_back",
+        NAT,
+        true,
+    );
+}
+
+#[test]
+fn maglev_af_xdp_live_equals_replay() {
+    live_equals_replay_on("af_xdp", "maglev_af_xdp_live_equals_replay", MAGLEV, false);
 }
 
 /// B answers every TCP/UDP packet it got (addresses, ports and MACs swapped, so the

@@ -212,8 +212,28 @@ fn check_says_what_to_do_about_ports() {
             "error: c.toml: port `a`: interface `nosuchif0` not found: create it or fix `iface` (see `ip link`)\n",
         ),
         (
-            port("af_xdp", "iface = \"lo\""),
-            "error: c.toml: port `a`: kind `af_xdp` is not supported yet: use `kind = \"af_packet\"`\n",
+            port("af_xdp", "iface = \"nosuchif0\""),
+            "error: c.toml: port `a`: interface `nosuchif0` not found: create it or fix `iface` (see `ip link`)\n",
+        ),
+        (
+            port("af_xdp", "iface = \"lo\"\nfanout = 1"),
+            "error: c.toml: port `a`: `fanout` does not apply to kind `af_xdp`\n",
+        ),
+        (
+            port("af_packet", "iface = \"lo\"\ntx = \"fast\""),
+            "error: c.toml: port `a`: `tx`: `fast` is not a TX mode (sendmmsg, ring)\n",
+        ),
+        (
+            port("af_xdp", "iface = \"lo\"\ntx = \"ring\""),
+            "error: c.toml: port `a`: `tx` does not apply to kind `af_xdp`\n",
+        ),
+        (
+            format!("{}{}", port("af_xdp", "iface = \"lo\""), port("af_xdp", "iface = \"lo\"").replace("name = \"a\"", "name = \"b\"").split("[[nf]]").next().unwrap()),
+            "error: c.toml: port `b`: interface `lo` already has an af_xdp port (one per interface)\n",
+        ),
+        (
+            port("af_packet", "iface = \"lo\"\nqueue = 1"),
+            "error: c.toml: port `a`: `queue` does not apply to kind `af_packet`\n",
         ),
         (
             port("af_packet", ""),
@@ -221,7 +241,7 @@ fn check_says_what_to_do_about_ports() {
         ),
         (
             port("tap", ""),
-            "error: c.toml: port `a`: unknown kind `tap` (kinds: af_packet, pcap)\n",
+            "error: c.toml: port `a`: unknown kind `tap` (kinds: af_packet, af_xdp, pcap)\n",
         ),
         (
             port("pcap", "rate = \"fast\""),

@@ -1,8 +1,10 @@
 //! AF_PACKET port on a Linux interface. Receive: a TPACKET_V3 ring mapped into our memory;
 //! the kernel fills blocks of packets and we copy each into a pool buffer (as a NIC would
 //! DMA it) and hand the block back, with no system call while blocks are ready. Send:
-//! frames are copied into a staging area and leave in one `sendmmsg` per batch, with
+//! frames are copied into a staging area and leave in one `sendmmsg` per batch, or, with
+//! `tx = "ring"`, into a TPACKET_V2 TX ring that one `send` hands to the kernel; both with
 //! `PACKET_QDISC_BYPASS` (the qdisc only adds a lock and a queue for a forwarder).
+//! docs/live.md has the measurement that picked `sendmmsg` as the default.
 //! Promiscuous membership ends with the socket; `PACKET_FANOUT_HASH` lets several
 //! sockets (workers) share an interface by flow.
 
@@ -29,6 +31,28 @@ pub struct AfPacketConfig {
     /// Milliseconds after which the kernel hands over a block that is not full: the
     /// longest a packet waits in the ring at low rates.
     pub block_timeout_ms: u32,
+    /// How frames leave.
+    pub tx: TxMode,
+}
+
+/// How an AF_PACKET port sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxMode {
+    /// Frames staged in our memory, one `sendmmsg` per batch.
+    Sendmmsg,
+    /// A TPACKET_V2 TX ring shared with the kernel, one `send` per batch.
+    Ring,
+}
+
+impl std::str::FromStr for TxMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<TxMode, String> {
+        match s {
+            "sendmmsg" => Ok(TxMode::Sendmmsg),
+            "ring" => Ok(TxMode::Ring),
+            _ => Err(format!("`{s}` is not a TX mode (sendmmsg, ring)")),
+        }
+    }
 }
 
 impl AfPacketConfig {
@@ -41,6 +65,7 @@ impl AfPacketConfig {
             block_size: 1 << 18,
             block_nr: 64,
             block_timeout_ms: 1,
+            tx: TxMode::Sendmmsg,
         }
     }
 }
@@ -66,6 +91,7 @@ pub struct AfPacket {
     tx_n: usize,
     iov: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
+    ring_tx: Option<TxRing>,
     c: PortCounters,
 }
 
@@ -213,6 +239,7 @@ impl AfPacket {
             // SAFETY: all-zero iovec and mmsghdr are valid (null pointers, zero lengths).
             iov: vec![unsafe { std::mem::zeroed() }; TX_SLOTS],
             msgs: vec![unsafe { std::mem::zeroed() }; TX_SLOTS],
+            ring_tx: None,
             c: PortCounters::default(),
         };
         // What we send must not come back to us as received.
@@ -252,6 +279,12 @@ impl AfPacket {
             let arg: u32 = u32::from(group) | (libc::PACKET_FANOUT_HASH << 16);
             setopt(s, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)
                 .map_err(|_| e("cannot join the fanout group"))?;
+        }
+        if cfg.tx == TxMode::Ring {
+            port.ring_tx = Some(
+                TxRing::open(index, cfg.qdisc_bypass)
+                    .map_err(|_| e("cannot set up the TX ring"))?,
+            );
         }
         // Statistics count from here.
         port.kernel_stats();
@@ -410,6 +443,10 @@ impl Port for AfPacket {
     }
 
     fn send(&mut self, frame: &[u8], _ts_ns: u64, _wire_len: u32) {
+        if let Some(r) = self.ring_tx.as_mut() {
+            r.send(frame, &mut self.c);
+            return;
+        }
         if frame.len() > TX_FRAME {
             self.c.tx_errors += 1;
             return;
@@ -424,6 +461,10 @@ impl Port for AfPacket {
     }
 
     fn flush(&mut self) {
+        if let Some(r) = self.ring_tx.as_mut() {
+            r.flush(&mut self.c);
+            return;
+        }
         let n = self.tx_n;
         if n == 0 {
             return;
@@ -471,5 +512,169 @@ impl Port for AfPacket {
 
     fn counters(&self) -> PortCounters {
         self.c
+    }
+}
+
+/// TX ring frame: header, then the frame at `TX_DATA` (jumbo fits).
+const RING_FRAME: usize = 16384;
+const RING_FRAMES: usize = 256;
+/// Where the kernel reads a frame's bytes without `PACKET_TX_HAS_OFF`:
+/// `TPACKET2_HDRLEN - sizeof(sockaddr_ll)`.
+const TX_DATA: usize = libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::sockaddr_ll>();
+
+/// A TPACKET_V2 TX ring on its own socket (a socket has one TPACKET version, and the RX
+/// ring is V3): frames are written into slots the kernel shares, marked for sending, and
+/// one `send` hands all marked slots over.
+struct TxRing {
+    fd: OwnedFd,
+    ring: *mut u8,
+    head: usize,
+    queued: u32,
+    queued_bytes: u64,
+}
+
+impl TxRing {
+    fn open(index: i32, qdisc_bypass: bool) -> io::Result<TxRing> {
+        // SAFETY: plain system call; the descriptor is owned at once.
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let s = fd.as_raw_fd();
+        setopt(
+            s,
+            libc::SOL_PACKET,
+            libc::PACKET_VERSION,
+            &(libc::tpacket_versions::TPACKET_V2 as i32),
+        )?;
+        // A frame the device refuses is skipped (marked WRONG_FORMAT), not retried forever.
+        setopt(s, libc::SOL_PACKET, libc::PACKET_LOSS, &1i32)?;
+        if qdisc_bypass {
+            setopt(s, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32)?;
+        }
+        let req = libc::tpacket_req {
+            tp_block_size: (RING_FRAME * 4) as u32,
+            tp_block_nr: (RING_FRAMES / 4) as u32,
+            tp_frame_size: RING_FRAME as u32,
+            tp_frame_nr: RING_FRAMES as u32,
+        };
+        setopt(s, libc::SOL_PACKET, libc::PACKET_TX_RING, &req)?;
+        // SAFETY: mapping the ring the kernel just made for this socket.
+        let ring = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                RING_FRAME * RING_FRAMES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                s,
+                0,
+            )
+        };
+        if ring == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let r = TxRing {
+            fd,
+            ring: ring as *mut u8,
+            head: 0,
+            queued: 0,
+            queued_bytes: 0,
+        };
+        // SAFETY: an all-zero sockaddr_ll is valid; protocol 0: this socket never receives.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_ifindex = index;
+        // SAFETY: binding to a valid sockaddr_ll of the size given.
+        let b = unsafe {
+            libc::bind(
+                s,
+                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if b < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r)
+    }
+
+    fn status(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: `tp_status` is the first u32 of frame i, shared with the kernel.
+        unsafe { &*(self.ring.add(i * RING_FRAME) as *const AtomicU32) }
+    }
+
+    fn send(&mut self, frame: &[u8], c: &mut PortCounters) {
+        if frame.len() > RING_FRAME - TX_DATA {
+            c.tx_errors += 1;
+            return;
+        }
+        let mut st = self.status(self.head).load(Ordering::Acquire);
+        if st != libc::TP_STATUS_AVAILABLE && st != libc::TP_STATUS_WRONG_FORMAT {
+            // Ring full: hand over what is queued; the slot frees when its frame is sent.
+            self.flush(c);
+            st = self.status(self.head).load(Ordering::Acquire);
+            if st != libc::TP_STATUS_AVAILABLE && st != libc::TP_STATUS_WRONG_FORMAT {
+                c.tx_errors += 1;
+                return;
+            }
+        }
+        if st == libc::TP_STATUS_WRONG_FORMAT {
+            // The device refused this slot's earlier frame (counted as sent then).
+            c.tx_errors += 1;
+            c.tx = c.tx.saturating_sub(1);
+        }
+        let base = self.head * RING_FRAME;
+        // SAFETY: the slot is ours (AVAILABLE); the frame fits after the header.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                frame.as_ptr(),
+                self.ring.add(base + TX_DATA),
+                frame.len(),
+            );
+            let h = self.ring.add(base) as *mut libc::tpacket2_hdr;
+            (*h).tp_len = frame.len() as u32;
+            (*h).tp_snaplen = frame.len() as u32;
+        }
+        self.status(self.head)
+            .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+        self.head = (self.head + 1) % RING_FRAMES;
+        self.queued += 1;
+        self.queued_bytes += frame.len() as u64;
+    }
+
+    fn flush(&mut self, c: &mut PortCounters) {
+        if self.queued == 0 {
+            return;
+        }
+        loop {
+            // SAFETY: no buffer: the kernel sends the ring's marked frames.
+            let r =
+                unsafe { libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT) };
+            if r >= 0 {
+                c.tx += u64::from(self.queued);
+                c.tx_bytes += self.queued_bytes;
+                break;
+            }
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // Sent what the device took now; the rest goes with the next send.
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => return,
+                _ => {
+                    c.tx_errors += u64::from(self.queued);
+                    break;
+                }
+            }
+        }
+        self.queued = 0;
+        self.queued_bytes = 0;
+    }
+}
+
+impl Drop for TxRing {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping once.
+        unsafe { libc::munmap(self.ring as *mut libc::c_void, RING_FRAME * RING_FRAMES) };
     }
 }

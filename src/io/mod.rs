@@ -1,6 +1,8 @@
-//! Ports and traces: pcap/pcapng in and out, the synthetic generator, live AF_PACKET ports.
+//! Ports and traces: pcap/pcapng in and out, the synthetic generator, live AF_PACKET and AF_XDP ports.
 
 pub mod af_packet;
+pub mod af_xdp;
+mod af_xdp_prog;
 pub mod gen;
 pub mod gen_http;
 mod linktype;
@@ -12,7 +14,8 @@ mod port;
 mod source;
 mod trace;
 
-pub use af_packet::{AfPacket, AfPacketConfig};
+pub use af_packet::{AfPacket, AfPacketConfig, TxMode};
+pub use af_xdp::{AfXdp, AfXdpConfig};
 pub use linktype::{link_from_pcap, pcap_linktype};
 pub use pcap_port::{PcapPort, Rate};
 pub use pcap_read::TraceError;

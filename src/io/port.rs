@@ -23,6 +23,14 @@ pub struct PortCounters {
     pub tx_bytes: u64,
     /// Frames that could not be sent (the device refused them, or too large).
     pub tx_errors: u64,
+    /// PA-Flow (`aggregate = true`): aggregated frames sent and the packets in them.
+    pub tx_aggregates: u64,
+    pub tx_aggregated: u64,
+    /// Aggregated frames received, the packets unpacked from them, and the frames found
+    /// truncated or inconsistent (`bad-aggregate`: the packets before the fault are kept).
+    pub rx_aggregates: u64,
+    pub rx_unpacked: u64,
+    pub rx_bad_aggregate: u64,
 }
 
 /// What [`Port::recv`] found.

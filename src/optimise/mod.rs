@@ -1,4 +1,6 @@
 //! Chain optimisations that never change the output: FastPath (header-action
-//! consolidation). Imports `packet`, `flow` and `nfs`; the runtime drives it.
+//! consolidation) and PA-Flow aggregation between stages. Imports `packet`, `flow`,
+//! `io` and `nfs`; the runtime drives them.
 
+pub mod aggregate;
 pub mod fastpath;

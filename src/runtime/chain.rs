@@ -63,7 +63,7 @@ pub struct Chain {
     pub fastpath_auto: bool,
 }
 
-pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted"];
+pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted", "bad-aggregate"];
 
 impl Chain {
     pub fn from_config(c: &ChainConfig) -> Result<Chain, ConfigError> {

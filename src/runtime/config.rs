@@ -121,12 +121,16 @@ pub struct SinkConfig {
 #[serde(deny_unknown_fields)]
 pub struct PortConfig {
     pub name: String,
-    /// `af_packet`, `pcap` (`af_xdp` is refused: not supported yet).
+    /// `af_packet`, `af_xdp`, `pcap`.
     pub kind: String,
-    /// af_packet: the interface.
+    /// af_packet, af_xdp: the interface.
     pub iface: Option<String>,
+    /// af_xdp: the interface queue the socket serves (default 0).
+    pub queue: Option<u32>,
     /// af_packet: join this fanout group (flows spread by hash among its sockets).
     pub fanout: Option<u16>,
+    /// af_packet: how frames leave, `sendmmsg` (default) or `ring` (TPACKET TX ring).
+    pub tx: Option<String>,
     /// af_packet: promiscuous mode (default true).
     pub promisc: Option<bool>,
     /// pcap: a capture replayed into the chain on this port (relative to the chain file).
@@ -135,6 +139,13 @@ pub struct PortConfig {
     pub write: Option<String>,
     /// pcap: replay pace, `N pps`, `N Mbps`, `N Gbps` or `top` (default; `--rate` overrides).
     pub rate: Option<String>,
+    /// PA-Flow: pack the frames of one batch sent out of this port into aggregated
+    /// frames, and unpack aggregated frames received on it (docs/paflow.md). Both ends
+    /// of a link set it.
+    pub aggregate: Option<bool>,
+    /// Largest aggregated frame in bytes, without FCS (default 9000, 164-65535); an
+    /// af_packet port's interface MTU must allow it.
+    pub aggregate_size: Option<u32>,
 }
 
 pub const DEFAULT_PORTS: u16 = 5;

@@ -213,6 +213,12 @@ impl Summary {
                     "  port {} {:<20} rx {}  tx {}  kernel drops {}  tx errors {}  oversize {}\n",
                     p.port, name, c.rx, c.tx, c.kernel_drops, c.tx_errors, c.rx_oversize
                 ));
+                if c.tx_aggregates + c.rx_aggregates > 0 {
+                    s.push_str(&format!(
+                        "  port {} aggregates (PA-Flow): sent {} holding {} packets, received {} holding {}, bad {}\n",
+                        p.port, c.tx_aggregates, c.tx_aggregated, c.rx_aggregates, c.rx_unpacked, c.rx_bad_aggregate
+                    ));
+                }
             }
         }
         if let Some(f) = &self.fastpath {

@@ -5,13 +5,18 @@
 use std::path::PathBuf;
 
 use super::config::{ChainConfig, ConfigError};
-use crate::io::{af_packet, AfPacket, AfPacketConfig, PcapHeader, PcapPort, Port, Rate, Trace};
+use crate::io::{
+    af_packet, af_xdp, AfPacket, AfPacketConfig, AfXdp, AfXdpConfig, PcapHeader, PcapPort, Port,
+    Rate, Trace,
+};
+use crate::optimise::aggregate::{self, Aggregating};
 
-pub const KINDS: &str = "af_packet, pcap";
+pub const KINDS: &str = "af_packet, af_xdp, pcap";
 
 #[derive(Clone, Debug)]
 pub enum PortKind {
     AfPacket(AfPacketConfig),
+    AfXdp(AfXdpConfig),
     Pcap {
         read: Option<PathBuf>,
         write: Option<PathBuf>,
@@ -23,10 +28,19 @@ pub enum PortKind {
 pub struct PortSpec {
     pub name: String,
     pub kind: PortKind,
+    /// PA-Flow aggregation on this port: the largest aggregated frame, in bytes.
+    pub aggregate: Option<usize>,
 }
 
 impl PortSpec {
     pub fn describe(&self) -> String {
+        let agg = self.aggregate.map_or(String::new(), |n| {
+            format!("; aggregates (PA-Flow) up to {n} B")
+        });
+        self.describe_kind() + &agg
+    }
+
+    fn describe_kind(&self) -> String {
         match &self.kind {
             PortKind::AfPacket(c) => format!(
                 "af_packet on {}{}",
@@ -34,6 +48,7 @@ impl PortSpec {
                 c.fanout
                     .map_or(String::new(), |g| format!(", fanout group {g}"))
             ),
+            PortKind::AfXdp(c) => format!("af_xdp on {} queue {}", c.iface, c.queue),
             PortKind::Pcap { read, write, rate } => {
                 let mut v = Vec::new();
                 if let Some(r) = read {
@@ -49,7 +64,7 @@ impl PortSpec {
 
     /// The port is live (on an interface) rather than a file.
     pub fn is_live(&self) -> bool {
-        matches!(self.kind, PortKind::AfPacket(_))
+        matches!(self.kind, PortKind::AfPacket(_) | PortKind::AfXdp(_))
     }
 }
 
@@ -70,6 +85,7 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
         };
         let kind = match p.kind.as_str() {
             "af_packet" => {
+                only("queue", p.queue.is_some())?;
                 only("path", p.path.is_some())?;
                 only("write", p.write.is_some())?;
                 only("rate", p.rate.is_some())?;
@@ -83,12 +99,17 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 let mut cfg = AfPacketConfig::new(iface);
                 cfg.fanout = p.fanout;
                 cfg.promisc = p.promisc.unwrap_or(true);
+                if let Some(t) = &p.tx {
+                    cfg.tx = t.parse().map_err(|e: String| bad(format!("`tx`: {e}")))?;
+                }
                 PortKind::AfPacket(cfg)
             }
             "pcap" => {
                 only("iface", p.iface.is_some())?;
                 only("fanout", p.fanout.is_some())?;
                 only("promisc", p.promisc.is_some())?;
+                only("queue", p.queue.is_some())?;
+                only("tx", p.tx.is_some())?;
                 if p.path.is_none() && p.write.is_none() {
                     return Err(bad(
                         "needs `path` (a capture to replay) or `write` (a file to record to)"
@@ -106,15 +127,63 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 }
             }
             "af_xdp" => {
-                return Err(bad(
-                    "kind `af_xdp` is not supported yet: use `kind = \"af_packet\"`".into(),
-                ))
+                for (what, set) in [
+                    ("path", p.path.is_some()),
+                    ("write", p.write.is_some()),
+                    ("rate", p.rate.is_some()),
+                    ("fanout", p.fanout.is_some()),
+                    ("promisc", p.promisc.is_some()),
+                    ("tx", p.tx.is_some()),
+                ] {
+                    only(what, set)?;
+                }
+                let iface = p
+                    .iface
+                    .as_deref()
+                    .ok_or_else(|| bad("needs `iface = \"NAME\"`".into()))?;
+                if iface.is_empty() || iface.len() > 15 || iface.contains(['/', ' ']) {
+                    return Err(bad(format!("`{iface}` is not an interface name")));
+                }
+                // One XDP program per interface: a second port there would replace it.
+                if out
+                    .iter()
+                    .any(|q| matches!(&q.kind, PortKind::AfXdp(x) if x.iface == iface))
+                {
+                    return Err(bad(format!(
+                        "interface `{iface}` already has an af_xdp port (one per interface)"
+                    )));
+                }
+                let mut cfg = AfXdpConfig::new(iface);
+                cfg.queue = p.queue.unwrap_or(0);
+                PortKind::AfXdp(cfg)
             }
             k => return Err(bad(format!("unknown kind `{k}` (kinds: {KINDS})"))),
         };
+        let aggregate = match (p.aggregate, p.aggregate_size) {
+            (Some(true), size) => {
+                let n = size.map_or(aggregate::DEFAULT_SIZE, |n| n as usize);
+                if !(aggregate::MIN_SIZE..=aggregate::MAX_SIZE).contains(&n) {
+                    return Err(bad(format!(
+                        "`aggregate_size = {n}` is out of range ({}-{})",
+                        aggregate::MIN_SIZE,
+                        aggregate::MAX_SIZE
+                    )));
+                }
+                Some(n)
+            }
+            (_, Some(_)) => return Err(bad("`aggregate_size` needs `aggregate = true`".into())),
+            _ => None,
+        };
+        if aggregate.is_some() && matches!(kind, PortKind::AfXdp(_)) {
+            // Its UMEM frames are smaller than an aggregate.
+            return Err(bad(
+                "`aggregate` is not supported on af_xdp ports yet: use kind = \"af_packet\"".into(),
+            ));
+        }
         out.push(PortSpec {
             name: p.name.clone(),
             kind,
+            aggregate,
         });
     }
     if out.len() > usize::from(u16::MAX - 2) {
@@ -129,7 +198,46 @@ pub fn probe(specs: &[PortSpec]) -> Result<(), String> {
     for s in specs {
         if let PortKind::AfPacket(c) = &s.kind {
             af_packet::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
+            mtu_fits(s, c)?;
         }
+        if let PortKind::AfXdp(c) = &s.kind {
+            af_xdp::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
+        }
+    }
+    Ok(())
+}
+
+/// An aggregated frame must pass the interface: refused at start rather than lost.
+fn mtu_fits(s: &PortSpec, c: &AfPacketConfig) -> Result<(), String> {
+    let Some(size) = s.aggregate else {
+        return Ok(());
+    };
+    // AF_PACKET's send staging holds frames up to 9,234 B (`TX_FRAME` in
+    // io/af_packet.rs); larger aggregates would all be tx errors.
+    const AF_PACKET_TX_FRAME: usize = 9216 + 18;
+    if size > AF_PACKET_TX_FRAME {
+        return Err(format!(
+            "port `{}`: aggregate_size {size} B is more than an af_packet port sends ({AF_PACKET_TX_FRAME} B): set `aggregate_size = {AF_PACKET_TX_FRAME}` or less",
+            s.name
+        ));
+    }
+    let path = format!("/sys/class/net/{}/mtu", c.iface);
+    let Some(mtu) = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+    else {
+        return Ok(());
+    };
+    if size > mtu + 14 {
+        return Err(format!(
+            "port `{}`: aggregate_size {size} B is more than {}'s MTU {mtu} allows ({} B): raise it (`ip link set {} mtu {}`) or set `aggregate_size = {}`",
+            s.name,
+            c.iface,
+            mtu + 14,
+            c.iface,
+            size - 14,
+            (mtu + 14).max(aggregate::MIN_SIZE)
+        ));
     }
     Ok(())
 }
@@ -148,13 +256,25 @@ pub fn output_header(specs: &[PortSpec]) -> anyhow::Result<PcapHeader> {
 /// Opens every port; `rate` overrides the pcap ports' pace.
 pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dyn Port>>> {
     let header = output_header(specs)?;
+    if let Some(s) = specs.iter().find(|s| s.aggregate.is_some()) {
+        // Aggregated frames are Ethernet frames; in a file of another link type they
+        // would be read back as something else.
+        anyhow::ensure!(
+            header.linktype == 1,
+            "port `{}`: `aggregate = true` needs Ethernet frames, but the replayed capture has link type {}",
+            s.name,
+            header.linktype
+        );
+    }
     let mut v: Vec<Box<dyn Port>> = Vec::with_capacity(specs.len());
     for s in specs {
         let e = |e: String| anyhow::anyhow!("port `{}`: {e}", s.name);
-        match &s.kind {
+        let port: Box<dyn Port> = match &s.kind {
             PortKind::AfPacket(c) => {
-                v.push(Box::new(AfPacket::open(c).map_err(|x| e(x.to_string()))?));
+                mtu_fits(s, c).map_err(|x| anyhow::anyhow!("{x}"))?;
+                Box::new(AfPacket::open(c).map_err(|x| e(x.to_string()))?)
             }
+            PortKind::AfXdp(c) => Box::new(AfXdp::open(c).map_err(|x| e(x.to_string()))?),
             PortKind::Pcap {
                 read,
                 write,
@@ -167,9 +287,13 @@ pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dy
                     header,
                 )
                 .map_err(|x| e(x.to_string()))?;
-                v.push(Box::new(p));
+                Box::new(p)
             }
-        }
+        };
+        v.push(match s.aggregate {
+            Some(size) => Box::new(Aggregating::new(port, size)),
+            None => port,
+        });
     }
     Ok(v)
 }

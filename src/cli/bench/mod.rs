@@ -10,6 +10,8 @@ mod ids;
 mod microboxes;
 mod nfs;
 mod ops;
+mod paflow;
+mod ports;
 mod steve;
 mod traces;
 mod tsc;
@@ -24,7 +26,10 @@ pub struct Args {
     /// header-action consolidation off, on and auto, chains of 1-8 NFs), microboxes (chain length, consolidated vs
     /// per-NF TCP stacks, DPI -> IDS, peers), dpi (DPI engine next to ndpiReader), ids
     /// (IDS engine next to Suricata), e2e (`catena run` whole process next to Click
-    /// userlevel and tcpdump on the same files; Click from $CLICK or /tmp/click).
+    /// userlevel and tcpdump on the same files; Click from $CLICK or /tmp/click), ports
+    /// (live forwarding between veths in namespaces: catena on AF_PACKET and AF_XDP next
+    /// to the Linux bridge and IP forwarding; needs root), paflow (PA-Flow: 1-3 `catena
+    /// run` stages over veths, aggregation off and on; needs root).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
@@ -70,9 +75,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         "dpi" => dpi::run(&a),
         "e2e" => e2e::run(&a),
         "ids" => ids::run(&a),
+        "paflow" => paflow::run(&a),
+        "ports" => ports::run(&a),
         other => {
             anyhow::bail!(
-                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, dpi, ids, e2e)"
+                "unknown benchmark `{other}` (known: steve, steve-decode, steve-ops, nfs, fastpath, microboxes, dpi, ids, e2e, paflow, ports)"
             )
         }
     }

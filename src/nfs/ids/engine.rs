@@ -145,8 +145,14 @@ impl Ids {
         // on reassembled packets too, as Suricata does (docs/ids.md).
         let stream_too = p.ip_proto == 6 && !payload.is_empty();
         if stream_too {
+            // Reassembled packets: only anchored stream rules run here, so only their
+            // patterns are scanned for.
             collect(
-                &self.set.stream,
+                if p.reassembled {
+                    &self.set.stream_anchored
+                } else {
+                    &self.set.stream
+                },
                 payload,
                 g,
                 &mut self.seen,
@@ -214,12 +220,8 @@ impl Ids {
         let d = usize::from(!p.to_server);
         let Some(h) = flow.http.as_mut() else { return };
         if h[d].close() {
-            if d == 0 {
-                flow.req_fired.fill(0);
-            } else {
-                flow.resp_fired.fill(0);
-            }
-            self.inspect_http(flow, p, d, alerts);
+            flow.new_message(d);
+            self.inspect_http(flow, p, d, false, alerts);
         }
     }
 
@@ -310,36 +312,87 @@ impl Ids {
                 }
                 Event::Headers => {
                     if d == 0 {
-                        flow.req_fired.fill(0);
                         let head = h[0].method().eq_ignore_ascii_case(b"HEAD");
                         h[1].no_body = head;
-                    } else {
-                        flow.resp_fired.fill(0);
                     }
+                    flow.new_message(d);
                 }
                 Event::Body => {}
             }
-            self.inspect_http(flow, p, d, alerts);
+            self.inspect_http(flow, p, d, ev == Event::Body, alerts);
         }
     }
 
+    /// HTTP rules of side `d`'s message. `body_only`: only its body grew since the last
+    /// call, so only rules with a body group can change their verdict (the others were
+    /// tried on these same headers already); body prefilters and those rules only.
     fn inspect_http(
         &mut self,
         flow: &mut IdsFlow,
         p: &PacketInfo,
         d: usize,
+        body_only: bool,
         alerts: &mut Vec<Alert>,
     ) {
-        let Some(h) = flow.http.as_ref() else { return };
         let g = self.next_gen();
         let filters = if d == 0 {
             &self.set.http_req
         } else {
             &self.set.http_resp
         };
+        let IdsFlow {
+            http,
+            req_fired,
+            resp_fired,
+            body_hits,
+            body_seen,
+            body_decoded,
+            ..
+        } = flow;
+        let Some(h) = http.as_deref() else { return };
         for f in filters {
             let hay = pick(h, d, f.buf);
-            collect(f, hay, g, &mut self.seen, &mut self.cands);
+            if !body_only {
+                collect(f, hay, g, &mut self.seen, &mut self.cands);
+                continue;
+            }
+            if !f.buf.is_body() {
+                continue;
+            }
+            // Only the bytes added since the last body event are scanned (from the
+            // longest pattern's length back); earlier hits are kept in `body_hits`.
+            let k = usize::from(f.buf != Buf::FileData);
+            let dec = h[d].file_data_decoded();
+            if hay.len() < body_seen[d][k] || (k == 0 && dec != body_decoded[d]) {
+                body_seen[d][k] = 0;
+            }
+            if k == 0 {
+                body_decoded[d] = dec;
+            }
+            let from = body_seen[d][k].saturating_sub(f.max_len().saturating_sub(1));
+            let hits = &mut body_hits[d];
+            f.hits(&hay[from..], |i| set_bit(hits, i));
+            body_seen[d][k] = hay.len();
+            for &i in &f.always {
+                if self.seen[i as usize] != g {
+                    self.seen[i as usize] = g;
+                    self.cands.push(i);
+                }
+            }
+        }
+        if body_only {
+            let hits = &body_hits[d];
+            let on = hits.iter().enumerate().flat_map(|(w, &bits)| {
+                (0..64)
+                    .filter(move |b| bits >> b & 1 != 0)
+                    .map(move |b| (w * 64 + b) as u32)
+            });
+            for i in self.set.body_always[d].iter().copied().chain(on) {
+                if self.seen[i as usize] != g {
+                    self.seen[i as usize] = g;
+                    self.cands.push(i);
+                }
+            }
         }
         for k in 0..self.cands.len() {
             let i = self.cands[k];
@@ -351,7 +404,7 @@ impl Ids {
                     }
                 }
             }
-            if bit(&flow.req_fired, i) || bit(&flow.resp_fired, i) || !header_ok(r, p) {
+            if bit(req_fired, i) || bit(resp_fired, i) || !header_ok(r, p) {
                 continue;
             }
             let ok = r.groups.iter().all(|gr| {
@@ -365,14 +418,7 @@ impl Ids {
                 )
             });
             if ok {
-                set_bit(
-                    if d == 0 {
-                        &mut flow.req_fired
-                    } else {
-                        &mut flow.resp_fired
-                    },
-                    i,
-                );
+                set_bit(if d == 0 { req_fired } else { resp_fired }, i);
                 push(alerts, r, i);
             }
         }

@@ -24,18 +24,26 @@ pub struct IdsFlow {
     /// Rules that alerted in the current request / response (one bit per rule).
     pub(crate) req_fired: Vec<u64>,
     pub(crate) resp_fired: Vec<u64>,
+    /// Per direction: rules whose body prefilter pattern occurs in the current message's
+    /// body (one bit per rule), and how far each body buffer (file data, request body)
+    /// has been scanned, so each body byte is scanned once (see `Ids::inspect_http`).
+    pub(crate) body_hits: [Vec<u64>; 2],
+    pub(crate) body_seen: [[usize; 2]; 2],
+    /// Per direction: file data was the decoded body when last scanned.
+    pub(crate) body_decoded: [bool; 2],
 }
 
 impl IdsFlow {
     /// Bytes a flow made by [`IdsFlow::new`] may hold at most: per direction a window
-    /// and a word per rule, and with HTTP rules two parsers at their limits.
+    /// and a word per rule, and with HTTP rules two parsers at their limits and per
+    /// direction two bit sets (rules fired, body prefilter hits).
     pub(crate) fn max_bytes(n_rules: usize, window: usize, http: Option<HttpLimits>) -> usize {
         let words = n_rules.div_ceil(64);
         let per_dir = window.saturating_add(n_rules.saturating_mul(8));
         let http = http.map_or(0, |l| {
             std::mem::size_of::<[HttpHalf; 2]>()
                 .saturating_add(2 * HttpHalf::max_heap(l))
-                .saturating_add(2 * words * 8)
+                .saturating_add(4 * words * 8)
         });
         std::mem::size_of::<IdsFlow>()
             .saturating_add(2 * per_dir)
@@ -56,7 +64,22 @@ impl IdsFlow {
             http: http.map(|l| Box::new([HttpHalf::new(true, l), HttpHalf::new(false, l)])),
             req_fired: vec![0; if http.is_some() { words } else { 0 }],
             resp_fired: vec![0; if http.is_some() { words } else { 0 }],
+            body_hits: [(); 2].map(|_| vec![0; if http.is_some() { words } else { 0 }]),
+            body_seen: [[0; 2]; 2],
+            body_decoded: [false; 2],
         }
+    }
+
+    /// Direction `d` began a new message: its fired bits and body scan start afresh.
+    pub(crate) fn new_message(&mut self, d: usize) {
+        if d == 0 {
+            self.req_fired.fill(0);
+        } else {
+            self.resp_fired.fill(0);
+        }
+        self.body_hits[d].fill(0);
+        self.body_seen[d] = [0; 2];
+        self.body_decoded[d] = false;
     }
 
     /// Did either direction's parser recognise HTTP?

@@ -4,9 +4,10 @@
 //! to a layer limit) into a bounded buffer. It is lenient the way libhtp is: LF-only line
 //! ends, blank lines before the start line, junk around chunk sizes.
 //!
-//! Buffers are allocated when the flow's parser is made and never grow; the inflater is
-//! made on a flow's first compressed body. Bodies are decoded again from the start when
-//! bytes arrive (bounded by the body limit), which keeps the decoders stateless.
+//! Buffers are allocated when the flow's parser is made and never grow; the inflaters
+//! are made on a flow's first compressed body. Each Content-Encoding layer keeps its
+//! decoder and its place in its input between segments, so a segment costs the bytes it
+//! brings, not the body so far (`decoded_in` counts the bytes fed to decoders).
 
 use flate2::{Decompress, FlushDecompress, Status};
 
@@ -97,7 +98,9 @@ pub struct HttpHalf {
     second: Range,
     third: Range,
     headers: Range,
-    cookie: Range,
+    /// The message's own cookie header's value (Cookie in requests, Set-Cookie in
+    /// responses), kept out of `header_norm` as Suricata keeps it out of `http.header`.
+    cookie_norm: Vec<u8>,
     user_agent: Range,
     content_type: Range,
     connection: Range,
@@ -108,12 +111,40 @@ pub struct HttpHalf {
     logical: Vec<u8>,
     raw_body: Vec<u8>,
     body: Vec<u8>,
-    scratch: Vec<u8>,
-    inflate: Option<Box<Decompress>>,
+    inflate: Option<Box<Inflate>>,
     /// Set by the caller before a response to a HEAD request: no body follows.
     pub no_body: bool,
     /// Messages whose headers were parsed.
     pub messages: u64,
+    /// Bytes fed to the Content-Encoding decoders (each layer's input), over the life of
+    /// this direction: the work decompression did.
+    pub decoded_in: u64,
+}
+
+/// One Content-Encoding layer being undone, streamed: its decoder and how far into its
+/// input (the raw body, or the layer below's output) it has read.
+struct Layer {
+    z: Decompress,
+    mode: LayerMode,
+    pos: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LayerMode {
+    /// The format is not known yet (too few bytes, or a gzip header cut short).
+    Sniff,
+    Inflate,
+    /// Undecodable from its first byte: passed through unchanged, as libhtp does.
+    Pass,
+    /// Stream end, a decoding error after some output, or the output is full.
+    Done,
+}
+
+/// The decoders of one direction and the outputs of all layers but the last (which
+/// writes the body). Made on the direction's first compressed body, reused after.
+struct Inflate {
+    layers: Vec<Layer>,
+    mids: Vec<Vec<u8>>,
 }
 
 /// Heap of one inflater (miniz_oxide's state: the 32 KiB window and its Huffman
@@ -122,15 +153,16 @@ pub const INFLATER_BYTES: usize = 48 * 1024;
 
 impl HttpHalf {
     /// Heap one direction's parser may hold at most with `l`: the header buffer and its
-    /// three normalised copies (which may outgrow it once: `a:b\n` becomes `a: b\r\n`),
-    /// the raw and decoded bodies and the scratch between layers (each may double once
-    /// when undecodable input is passed through), and the inflater.
+    /// three normalised copies (which may outgrow it once: `a:b\n` becomes `a: b\r\n`)
+    /// and the cookie value, the raw and decoded bodies and the outputs between layers
+    /// (at most 4 layers: 5 body buffers), and one inflater per layer undone.
     pub fn max_heap(l: HttpLimits) -> usize {
+        let layers = l.decompress_layers.min(4);
         l.header
-            .saturating_mul(7)
+            .saturating_mul(8)
             .saturating_add(2 * 256)
             .saturating_add(l.body.saturating_mul(5))
-            .saturating_add(INFLATER_BYTES)
+            .saturating_add(INFLATER_BYTES.saturating_mul(layers))
     }
 
     pub fn new(request: bool, limits: HttpLimits) -> HttpHalf {
@@ -152,7 +184,7 @@ impl HttpHalf {
             second: (0, 0),
             third: (0, 0),
             headers: (0, 0),
-            cookie: (0, 0),
+            cookie_norm: Vec::new(),
             user_agent: (0, 0),
             content_type: (0, 0),
             connection: (0, 0),
@@ -163,10 +195,10 @@ impl HttpHalf {
             logical: Vec::new(),
             raw_body: Vec::new(),
             body: Vec::new(),
-            scratch: Vec::new(),
             inflate: None,
             no_body: false,
             messages: 0,
+            decoded_in: 0,
         }
     }
 
@@ -231,6 +263,7 @@ impl HttpHalf {
                 &mut self.uri_norm,
                 &mut self.header_norm,
                 &mut self.logical,
+                &mut self.cookie_norm,
             ] {
                 v.reserve_exact(h);
             }
@@ -244,6 +277,7 @@ impl HttpHalf {
         self.lines = 0;
         self.prev_cr = false;
         self.n_enc = 0;
+        self.reset_decoders();
     }
 
     fn feed_headers(&mut self, data: &[u8]) -> (usize, Event) {
@@ -387,7 +421,7 @@ impl HttpHalf {
         self.second = b;
         self.third = c;
         self.headers = (line_end, h_len);
-        self.cookie = (0, 0);
+        self.cookie_norm.clear();
         self.user_agent = (0, 0);
         self.content_type = (0, 0);
         self.connection = (0, 0);
@@ -433,6 +467,21 @@ impl HttpHalf {
             let Some(colon) = memchr::memchr(b':', &self.logical) else {
                 continue;
             };
+            let own_cookie = eq_nocase_nozero(
+                trim_slice(&self.logical[..colon]),
+                if self.request {
+                    b"cookie"
+                } else {
+                    b"set-cookie"
+                },
+            );
+            if own_cookie {
+                let v = trim_slice(&self.logical[colon + 1..]);
+                let n = v.len().min(self.cookie_norm.capacity());
+                self.cookie_norm.clear();
+                self.cookie_norm.extend_from_slice(&v[..n]);
+                continue;
+            }
             let Some(value) = self.push_norm_header(colon) else {
                 continue;
             };
@@ -446,8 +495,6 @@ impl HttpHalf {
                 chunked |= contains_nocase_nozero(v, b"chunked");
             } else if is(b"content-encoding") {
                 self.add_encodings(value);
-            } else if is(b"cookie") || is(b"set-cookie") {
-                self.cookie = value;
             } else if is(b"user-agent") {
                 self.user_agent = value;
             } else if is(b"content-type") {
@@ -683,27 +730,69 @@ impl HttpHalf {
         true
     }
 
-    /// Undoes the Content-Encoding layers, last applied first, into `body`.
+    /// Undoes the Content-Encoding layers, last applied first, into `body`: each layer
+    /// reads only what arrived since its last call.
     fn decode(&mut self) {
         let layers = self.n_enc.min(self.limits.decompress_layers);
+        if layers == 0 {
+            return;
+        }
         let HttpHalf {
             raw_body,
             body,
-            scratch,
             inflate,
-            encs,
+            decoded_in,
             ..
         } = self;
+        let cap = raw_body.capacity();
         if body.capacity() == 0 {
-            body.reserve_exact(raw_body.capacity());
-            scratch.reserve_exact(raw_body.capacity());
+            body.reserve_exact(cap);
         }
-        let z = inflate.get_or_insert_with(|| Box::new(Decompress::new(false)));
-        inflate_into(encs[layers - 1], raw_body, body, z);
-        for l in 1..layers {
-            std::mem::swap(body, scratch);
-            inflate_into(encs[layers - 1 - l], scratch, body, z);
+        let inf = inflate.get_or_insert_with(|| {
+            Box::new(Inflate {
+                layers: Vec::with_capacity(layers),
+                mids: Vec::with_capacity(layers - 1),
+            })
+        });
+        // A layer deeper than any this direction used before: made once.
+        while inf.layers.len() < layers {
+            inf.layers.push(Layer {
+                z: Decompress::new(false),
+                mode: LayerMode::Sniff,
+                pos: 0,
+            });
         }
+        while inf.mids.len() < layers - 1 {
+            inf.mids.push(Vec::with_capacity(cap));
+        }
+        for l in 0..layers {
+            let (below, rest) = inf.mids.split_at_mut(l.min(layers - 1));
+            let input: &[u8] = if l == 0 { raw_body } else { &below[l - 1] };
+            let out = if l == layers - 1 {
+                &mut *body
+            } else {
+                &mut rest[0]
+            };
+            *decoded_in += inflate_step(&mut inf.layers[l], input, out);
+        }
+    }
+
+    /// A new message: its layers start from nothing (no allocation).
+    fn reset_decoders(&mut self) {
+        if let Some(inf) = &mut self.inflate {
+            for l in &mut inf.layers {
+                l.mode = LayerMode::Sniff;
+                l.pos = 0;
+            }
+            for m in &mut inf.mids {
+                m.clear();
+            }
+        }
+    }
+
+    /// File data is the decoded body (not the raw one while nothing is decoded yet).
+    pub fn file_data_decoded(&self) -> bool {
+        self.n_enc > 0 && !self.body.is_empty()
     }
 
     /// The bytes of an HTTP buffer this direction holds (empty when not present).
@@ -718,7 +807,7 @@ impl HttpHalf {
             Buf::HttpProtocol => self.get(if self.request { self.third } else { self.first }),
             Buf::HttpHeader => &self.header_norm,
             Buf::HttpHeaderRaw => self.get(self.headers),
-            Buf::HttpCookie => norm(&self.header_norm, self.cookie),
+            Buf::HttpCookie => &self.cookie_norm,
             Buf::HttpUserAgent => norm(&self.header_norm, self.user_agent),
             Buf::HttpContentType => norm(&self.header_norm, self.content_type),
             Buf::HttpConnection => norm(&self.header_norm, self.connection),
@@ -737,44 +826,62 @@ impl HttpHalf {
     }
 }
 
-/// Inflates `input` into `out` (up to its capacity). A gzip header is skipped by hand; a
-/// deflate body may be zlib-wrapped or raw. Undecodable input passes through unchanged,
-/// as libhtp does.
-fn inflate_into(enc: Enc, input: &[u8], out: &mut Vec<u8>, z: &mut Decompress) {
-    out.clear();
-    // Like libhtp, the format is taken from the bytes (gzip magic, zlib header, else raw
-    // deflate), whatever the header named.
-    let _ = enc;
-    let zlib = input.len() >= 2
-        && input[0] & 0x0f == 8
-        && (u16::from(input[0]) << 8 | u16::from(input[1])) % 31 == 0;
-    let (start, zlib) = match gzip_header_len(input) {
-        Some(Some(n)) => (n, false),
-        Some(None) => return, // header not complete yet
-        None => (0, zlib),
-    };
-    {
-        z.reset(zlib);
-        let mut pos = start;
+/// Advances one layer over the input that arrived since its last call, appending to `out`
+/// (up to its capacity); returns the input bytes it read. A gzip header is skipped by
+/// hand; a deflate body may be zlib-wrapped or raw. Input undecodable from its first byte
+/// passes through unchanged, as libhtp does.
+fn inflate_step(layer: &mut Layer, input: &[u8], out: &mut Vec<u8>) -> u64 {
+    if layer.mode == LayerMode::Sniff {
+        // Like libhtp, the format is taken from the bytes (gzip magic, zlib header, else
+        // raw deflate), whatever the header named.
+        let zlib = input.len() >= 2
+            && input[0] & 0x0f == 8
+            && (u16::from(input[0]) << 8 | u16::from(input[1])) % 31 == 0;
+        let (start, zlib) = match gzip_header_len(input) {
+            Some(Some(n)) => (n, false),
+            Some(None) => return 0, // header not complete yet
+            None => (0, zlib),
+        };
+        layer.z.reset(zlib);
+        layer.pos = start;
+        layer.mode = LayerMode::Inflate;
+    }
+    let mut read = 0;
+    if layer.mode == LayerMode::Inflate {
         loop {
-            let before_in = z.total_in();
-            let before_out = out.len();
-            let r = z.decompress_vec(&input[pos.min(input.len())..], out, FlushDecompress::None);
-            pos += (z.total_in() - before_in) as usize;
+            let z = &mut layer.z;
+            let (before_in, before_out) = (z.total_in(), out.len());
+            let r = z.decompress_vec(
+                &input[layer.pos.min(input.len())..],
+                out,
+                FlushDecompress::None,
+            );
+            let used = (z.total_in() - before_in) as usize;
+            layer.pos += used;
+            read += used;
             match r {
-                Ok(Status::StreamEnd) => return,
-                Ok(_) if out.len() == out.capacity() || pos >= input.len() => return,
-                Ok(_) if out.len() == before_out && z.total_in() == before_in => return,
-                Ok(_) => {}
-                Err(_) => break,
+                Ok(Status::StreamEnd) => layer.mode = LayerMode::Done,
+                Ok(_) if out.len() == out.capacity() => layer.mode = LayerMode::Done,
+                Ok(_) if layer.pos >= input.len() => {}
+                Ok(_) if out.len() == before_out && z.total_in() == before_in => {}
+                Ok(_) => continue,
+                // Output so far stands; nothing after the error is decoded.
+                Err(_) if !out.is_empty() => layer.mode = LayerMode::Done,
+                Err(_) => {
+                    layer.mode = LayerMode::Pass;
+                    layer.pos = 0;
+                }
             }
-        }
-        if !out.is_empty() {
-            return;
+            break;
         }
     }
-    let n = input.len().min(out.capacity());
-    out.extend_from_slice(&input[..n]);
+    if layer.mode == LayerMode::Pass {
+        let n = (input.len() - layer.pos).min(out.capacity() - out.len());
+        out.extend_from_slice(&input[layer.pos..layer.pos + n]);
+        read += n;
+        layer.pos += n;
+    }
+    read as u64
 }
 
 /// Length of a gzip member header: Some(Some(n)), Some(None) when more bytes are needed,
@@ -937,7 +1044,7 @@ mod tests {
             assert_eq!(h.buf(Buf::HttpProtocol), b"HTTP/1.1");
             assert_eq!(
                 h.buf(Buf::HttpHeader),
-                &b"Host: WWW.Example.COM:8080\r\nUser-Agent: Mozilla/5.0 (folded)\r\nCookie: k=v\r\n"[..]
+                &b"Host: WWW.Example.COM:8080\r\nUser-Agent: Mozilla/5.0 (folded)\r\n"[..]
             );
         }
     }
@@ -995,6 +1102,131 @@ mod tests {
                 assert_eq!(h.buf(Buf::FileData), plain, "{enc} step {step}");
             }
         }
+    }
+
+    /// Text that compresses to about half its size (a small xorshift picks words).
+    fn text(n: usize) -> Vec<u8> {
+        let words: [&[u8]; 8] = [
+            b"alpha ", b"beta ", b"gamma ", b"<div> ", b"q=7 ", b"\r\n", b"zz ", b"%ff ",
+        ];
+        let (mut x, mut v) = (0x9e37_79b9_u32, Vec::with_capacity(n + 8));
+        while v.len() < n {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            v.extend_from_slice(words[(x % 8) as usize]);
+            v.push(b'a' + (x >> 8) as u8 % 26);
+        }
+        v.truncate(n);
+        v
+    }
+
+    fn gzip(b: &[u8]) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(b).unwrap();
+        gz.finish().unwrap()
+    }
+
+    fn response(enc: &str, body: &[u8]) -> Vec<u8> {
+        let mut msg = format!(
+            "HTTP/1.1 200 OK\r\nContent-Encoding: {enc}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        msg.extend_from_slice(body);
+        msg
+    }
+
+    /// Streamed decoding gives the bytes one-shot decoding gives, at every segment size,
+    /// for one and two layers, a gzip header cut anywhere, and undecodable bodies (passed
+    /// through); a second message on the flow starts its decoders afresh.
+    #[test]
+    fn streamed_decoding_equals_the_whole_body() {
+        let plain = text(6000);
+        let gz = gzip(&plain);
+        let mut zl = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        zl.write_all(&gz).unwrap();
+        let both = zl.finish().unwrap();
+        let junk = b"this is not deflate at all, \xff\xfe said the server".to_vec();
+        let cases: [(&str, &[u8], &[u8]); 3] = [
+            ("gzip", &gz, &plain),
+            ("gzip, deflate", &both, &plain),
+            ("gzip", &junk, &junk),
+        ];
+        for (enc, body, want) in cases {
+            let mut msg = response(enc, body);
+            msg.extend_from_slice(&response("gzip", &gzip(b"second")));
+            for step in [1, 2, 3, 9, 10, 11, 64, 1000, msg.len()] {
+                let mut h = HttpHalf::new(false, HttpLimits::default());
+                let mut first = None;
+                for piece in msg.chunks(step) {
+                    let mut rest = piece;
+                    while !rest.is_empty() {
+                        let (n, _) = h.feed(rest);
+                        rest = &rest[n..];
+                        if h.messages == 1 {
+                            // Decoded bytes only grow: what is there is a prefix.
+                            assert!(want.starts_with(&h.body), "{enc} step {step}");
+                            if h.state == State::Start {
+                                first = Some(h.buf(Buf::FileData).to_vec());
+                            }
+                        }
+                    }
+                }
+                assert_eq!(first.as_deref(), Some(want), "{enc} step {step}");
+                assert_eq!(h.buf(Buf::FileData), b"second", "{enc} step {step}");
+            }
+        }
+    }
+
+    /// Per-segment decompression work does not grow with the body: the bytes fed to the
+    /// decoder for each 512-byte segment stay at most the segment, for a small and a six
+    /// times larger body, and the whole body is read once (re-decoding from the start
+    /// read the body so far on every segment: ~ n²/2 bytes).
+    #[test]
+    fn segment_decoding_work_does_not_grow_with_the_body() {
+        let mut worst = Vec::new();
+        for n in [4_000, 24_000] {
+            let gz = gzip(&text(n));
+            assert!(gz.len() < 32 * 1024, "{}", gz.len());
+            let msg = response("gzip", &gz);
+            let mut h = HttpHalf::new(false, HttpLimits::default());
+            let mut max = 0;
+            for seg in msg.chunks(512) {
+                let before = h.decoded_in;
+                feed_all(&mut h, seg, seg.len());
+                max = max.max(h.decoded_in - before);
+            }
+            assert_eq!(h.buf(Buf::FileData), text(n));
+            assert!(
+                h.decoded_in <= gz.len() as u64,
+                "{} > {}",
+                h.decoded_in,
+                gz.len()
+            );
+            assert!(
+                h.decoded_in + 64 >= gz.len() as u64,
+                "{} of {}",
+                h.decoded_in,
+                gz.len()
+            );
+            worst.push(max);
+        }
+        assert!(worst.iter().all(|&w| w <= 512), "{worst:?}");
+    }
+
+    /// `decompress_layers = 0` leaves compressed bodies as they are (it panicked).
+    #[test]
+    fn no_decompress_layers_keeps_the_raw_body() {
+        let gz = gzip(b"hello");
+        let limits = HttpLimits {
+            decompress_layers: 0,
+            ..HttpLimits::default()
+        };
+        let mut h = HttpHalf::new(false, limits);
+        feed_all(&mut h, &response("gzip", &gz), 3);
+        assert_eq!(h.buf(Buf::FileData), &gz[..]);
+        assert_eq!(h.decoded_in, 0);
     }
 
     #[test]

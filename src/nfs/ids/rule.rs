@@ -90,6 +90,11 @@ impl Buf {
         })
     }
 
+    /// A message body: the only buffers that grow after a message's headers.
+    pub fn is_body(self) -> bool {
+        matches!(self, Buf::FileData | Buf::HttpRequestBody)
+    }
+
     pub fn side(self) -> Side {
         match self {
             Buf::Payload | Buf::HttpHeader | Buf::HttpHeaderRaw | Buf::FileData => Side::Either,

@@ -111,9 +111,15 @@ pub struct RuleSet {
     pub(crate) rules: Vec<Rule>,
     pub(crate) packet: Prefilter,
     pub(crate) stream: Prefilter,
+    /// The anchored stream rules alone (`offset`/`depth`/`startswith`): the ones also
+    /// tried on the packets of reassembled flows.
+    pub(crate) stream_anchored: Prefilter,
     /// Prefilters of HTTP rules triggered on the request side (incl. `Either` rules).
     pub(crate) http_req: Vec<Prefilter>,
     pub(crate) http_resp: Vec<Prefilter>,
+    /// Per side (request, response): rules with a body group whose prefilter is not on
+    /// a body buffer, so body bytes alone cannot pick them (tried on every body event).
+    pub(crate) body_always: [Vec<u32>; 2],
 }
 
 impl RuleSet {
@@ -167,6 +173,11 @@ impl RuleSet {
         };
         let packet = Prefilter::build(Buf::Payload, &rules, &of(Kind::Packet));
         let stream = Prefilter::build(Buf::Payload, &rules, &of(Kind::Stream));
+        let anchored: Vec<u32> = of(Kind::Stream)
+            .into_iter()
+            .filter(|&i| rules[i as usize].anchored)
+            .collect();
+        let stream_anchored = Prefilter::build(Buf::Payload, &rules, &anchored);
         let http = of(Kind::Http);
         let side_filters = |want: Side| -> Vec<Prefilter> {
             let ids: Vec<u32> = http
@@ -208,12 +219,25 @@ impl RuleSet {
         };
         let http_req = side_filters(Side::Request);
         let http_resp = side_filters(Side::Response);
+        let body_always = [Side::Request, Side::Response].map(|want| {
+            http.iter()
+                .copied()
+                .filter(|&i| {
+                    let r = &rules[i as usize];
+                    (r.side == want || r.side == Side::Either)
+                        && r.groups.iter().any(|g| g.buf.is_body())
+                        && !matches!(&r.prefilter, Some((b, p)) if b.is_body() && p.len() >= MIN_PREFILTER)
+                })
+                .collect()
+        });
         RuleSet {
             rules,
             packet,
             stream,
+            stream_anchored,
             http_req,
             http_resp,
+            body_always,
         }
     }
 

@@ -410,8 +410,11 @@ impl IdsApp {
         let from_src = *key == ck;
         let wk = WideKey(ck);
         let tcp = key.proto == 6;
+        // Suricata compares whole seconds: a flow lives while now's second is at most
+        // its last packet's second plus the timeout (30.5 s apart can be one flow).
+        const S: u64 = 1_000_000_000;
         let live = |f: &Loose| {
-            now.saturating_sub(f.last_ns) <= loose_timeout_ns(f.seen[0] && f.seen[1], tcp)
+            now / S <= f.last_ns / S + loose_timeout_ns(f.seen[0] && f.seen[1], tcp) / S
         };
         if let Some(f) = self.loose.get_mut(&wk, now).filter(|f| live(f)) {
             f.last_ns = now;
@@ -723,7 +726,10 @@ impl IdsApp {
                 }
             }
         }
-        if EndReason::from_u32(ev.info) == EndReason::Idle {
+        if matches!(
+            EndReason::from_u32(ev.info),
+            EndReason::Idle | EndReason::Final
+        ) {
             self.pseudo_packets(ev, cx);
         }
         let c = self.conns[i];
@@ -762,10 +768,11 @@ impl IdsApp {
 }
 
 impl IdsApp {
-    /// When a flow times out Suricata flushes each direction's unacknowledged bytes with
-    /// a pseudo packet from the other side (not at the end of the input); when that side never sent a packet, IP-only
-    /// rules match it (so a one-packet TCP flow alerts them both ways). Done alike here:
-    /// a direction that carried payload while the other sent nothing.
+    /// When a flow times out, and for every flow still open at the end of the input,
+    /// Suricata flushes each direction's unacknowledged bytes with a pseudo packet from
+    /// the other side; when that side never sent a packet, IP-only rules match it (so a
+    /// one-packet TCP flow alerts them both ways). Done alike here: a direction that
+    /// carried payload while the other sent nothing. Closed and reset flows get none.
     fn pseudo_packets(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
         let i = ev.flow as usize;
         let c = self.conns[i];

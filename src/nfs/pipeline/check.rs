@@ -488,21 +488,20 @@ impl<'a> Checker<'a> {
             per_flow_state: self.learns.iter().any(|&l| l),
         };
         let drops: Vec<String> = p.drops.iter().map(|d| d.text.replace('_', "-")).collect();
-        let plan = Plan {
-            code: Code {
+        let plan = Plan::new(
+            Code {
                 decoders,
                 start,
                 keys,
                 misses,
                 sets: self.sets.into_iter().map(|(_, s)| s).collect(),
             },
-            state: State {
+            State {
                 tables,
                 counters: self.counters,
             },
-            scratch: Default::default(),
-            drops: drops.clone(),
-        };
+            drops.clone(),
+        );
         Ok((plan, report, drops))
     }
 
@@ -1075,11 +1074,7 @@ impl<'a> Checker<'a> {
                 ),
             ));
         }
-        Ok(FieldRef {
-            hdr: di as u8,
-            read: Read::new(*off, *bits),
-            bits: *bits,
-        })
+        Ok(FieldRef::new(di as u8, *off, *bits))
     }
 
     fn checksum_of(&self, p: &ast::Path) -> R<Option<FieldRef>> {
@@ -1100,11 +1095,7 @@ impl<'a> Checker<'a> {
             .iter()
             .find(|(n, _, _)| *n == c.text)
             .expect("checked");
-        Ok(Some(FieldRef {
-            hdr: di as u8,
-            read: Read::new(*off, *bits),
-            bits: *bits,
-        }))
+        Ok(Some(FieldRef::new(di as u8, *off, *bits)))
     }
 
     /// The profile bit of a header field: by well-known layout and field names; any

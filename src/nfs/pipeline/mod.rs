@@ -2,11 +2,13 @@
 //! actions) compiled into an NF. Syntax and semantics: docs/pipeline.md.
 //!
 //! lexer → parser (syntax tree) → check (names, widths, reachability, loops) → plan (fields
-//! at precomputed offsets, run without allocation) → [`Pipeline`], the NF.
+//! at precomputed offsets) → flat (the plan as one instruction list, run per batch without
+//! allocation or recursion) → [`Pipeline`], the NF.
 
 mod ast;
 mod check;
 mod error;
+mod flat;
 mod lexer;
 mod nf;
 mod parser;

@@ -273,12 +273,7 @@ impl Nf for Pipeline {
 
     #[inline]
     fn process(&mut self, batch: &mut Batch, cx: &Context) {
-        for p in batch {
-            let (m, d) = p.split_mut();
-            if let Some(r) = self.plan.run(m, d, cx.ports) {
-                p.drop_with(r);
-            }
-        }
+        self.plan.run_batch(batch, cx.ports);
     }
 
     /// `add TABLE KEY -> ACTION`, `del TABLE KEY`, `flush [TABLE]` (learned entries).

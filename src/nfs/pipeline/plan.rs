@@ -3,9 +3,10 @@
 //! no strings per packet. The checker builds it; the NF owns it.
 
 use super::ast::BinOp;
+use super::flat::Flat;
 use super::table::{Act, Table};
 use crate::packet::checksum;
-use crate::packet::{LinkKind, Meta, FLOOD};
+use crate::packet::{Batch, LinkKind, Meta};
 
 /// Most decoders a program may declare (per-packet header offsets live on the stack).
 pub const MAX_DECODERS: usize = 32;
@@ -33,6 +34,36 @@ pub struct FieldRef {
     pub hdr: u8,
     pub read: Read,
     pub bits: u32,
+    /// The fast read: the 8 bytes from `off` big-endian, shifted right by `sh`, masked;
+    /// `sh` is `NO_WORD` when the field does not fit in 8 bytes from its first byte.
+    off: u16,
+    sh: u8,
+    mask: u64,
+}
+
+const NO_WORD: u8 = u8::MAX;
+
+impl FieldRef {
+    /// Field of decoder `hdr`, `bits` wide at `bit_off` bits from its header's start.
+    pub fn new(hdr: u8, bit_off: u32, bits: u32) -> FieldRef {
+        let rem = bit_off % 8;
+        FieldRef {
+            hdr,
+            read: Read::new(bit_off, bits),
+            bits,
+            off: (bit_off / 8) as u16,
+            sh: if rem + bits <= 64 {
+                (64 - rem - bits) as u8
+            } else {
+                NO_WORD
+            },
+            mask: if bits >= 64 {
+                u64::MAX
+            } else {
+                (1 << bits) - 1
+            },
+        }
+    }
 }
 
 impl Read {
@@ -71,7 +102,7 @@ impl Read {
     }
 
     #[inline(always)]
-    fn get(self, d: &[u8], base: usize) -> u64 {
+    pub(super) fn get(self, d: &[u8], base: usize) -> u64 {
         #[inline(always)]
         fn be<const N: usize>(d: &[u8], o: usize) -> u64 {
             match d.get(o..o + N) {
@@ -178,7 +209,7 @@ pub enum Ex {
 }
 
 impl Ex {
-    fn leaf(&self) -> Option<Leaf> {
+    pub(super) fn leaf(&self) -> Option<Leaf> {
         Some(match self {
             Ex::Leaf(l) => *l,
             Ex::Const(v) => Leaf::Const(*v),
@@ -278,14 +309,6 @@ pub struct Decoder {
     pub body: Vec<Op>,
 }
 
-/// Where a block sent the packet; `None` from a block means it ran to its end.
-#[derive(Clone, Copy)]
-enum Flow {
-    Done,
-    Next(u16),
-    Goto(u16),
-}
-
 /// Header offsets and lengths by decoder, valid for decoders whose bit is set in
 /// [`Pkt::entered`]: kept across packets so a packet costs no clearing.
 pub struct Scratch {
@@ -305,26 +328,67 @@ impl Default for Scratch {
 }
 
 /// The state of one packet while it runs.
-struct Pkt<'a> {
-    m: &'a mut Meta,
-    d: &'a mut [u8],
-    ports: u16,
-    sc: &'a mut Scratch,
+pub(super) struct Pkt<'a> {
+    pub m: &'a mut Meta,
+    pub d: &'a mut [u8],
+    pub ports: u16,
+    pub sc: &'a mut Scratch,
     /// Decoders entered, one bit each (their `visits` are this packet's).
-    entered: u32,
+    pub entered: u32,
     /// Decoders whose header fit (their `off` and `len` hold).
-    valid: u32,
-    cur: usize,
-    drop: Option<u8>,
+    pub valid: u32,
+    pub cur: usize,
+    pub drop: Option<u8>,
 }
 
 impl Pkt<'_> {
     #[inline(always)]
-    fn field(&self, f: FieldRef) -> u64 {
+    pub fn field(&self, f: &FieldRef) -> u64 {
         if self.valid & (1 << f.hdr) == 0 {
             return 0;
         }
-        f.read.get(self.d, self.sc.off[f.hdr as usize] as usize)
+        // `hdr` < MAX_DECODERS (the checker's bound): the mask only spares a bounds check.
+        let base = self.sc.off[f.hdr as usize % MAX_DECODERS] as usize;
+        // One 8-byte load, whatever the width, unless the packet ends within it.
+        let o = base + f.off as usize;
+        if f.sh != NO_WORD {
+            if let Some(w) = self.d.get(o..o + 8) {
+                let w = u64::from_be_bytes(w.try_into().expect("8 bytes"));
+                return (w >> f.sh) & f.mask;
+            }
+        }
+        self.field_near_end(f, base)
+    }
+
+    /// A field within 8 bytes of the packet's end, or wider than one load reaches.
+    #[cold]
+    #[inline(never)]
+    fn field_near_end(&self, f: &FieldRef, base: usize) -> u64 {
+        f.read.get(self.d, base)
+    }
+
+    /// Counts one entry into decoder `di` (its first this packet resets the count).
+    #[inline(always)]
+    pub fn visit(&mut self, di: usize) {
+        if self.entered & (1 << di) == 0 {
+            self.entered |= 1 << di;
+            self.sc.visits[di] = 0;
+        }
+        self.sc.visits[di] = self.sc.visits[di].saturating_add(1);
+    }
+
+    /// Decoder `di`'s header fit: `n` bytes at `at`.
+    #[inline(always)]
+    pub fn fit(&mut self, di: usize, at: usize, n: usize) {
+        self.valid |= 1 << di;
+        self.sc.off[di] = at as u16;
+        self.sc.len[di] = n as u16;
+    }
+
+    /// Whether decoder `d` has repeats left (a guarded `match` arm enters it).
+    #[inline(always)]
+    pub fn may_enter(&self, d: u16, c: &Code) -> bool {
+        self.entered & (1 << d) == 0 || self.sc.visits[d as usize] < c.decoders[d as usize].repeat
     }
 }
 
@@ -347,6 +411,8 @@ pub struct State {
 
 pub struct Plan {
     pub code: Code,
+    /// The code lowered to flat instructions: what runs per packet.
+    flat: Flat,
     pub state: State,
     pub scratch: Scratch,
     /// Drop reason names, in the profile's order.
@@ -354,139 +420,68 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Runs one packet; returns the drop reason when it was dropped.
-    #[inline]
-    pub fn run(&mut self, m: &mut Meta, d: &mut [u8], ports: u16) -> Option<u8> {
-        let (c, s) = (&self.code, &mut self.state);
-        let p = &mut Pkt {
-            m,
-            d,
-            ports,
-            sc: &mut self.scratch,
-            entered: 0,
-            valid: 0,
-            cur: 0,
-            drop: None,
-        };
-        let mut flow = c.block(&c.start, s, p).unwrap_or(Flow::Done);
-        // Decoder repeats and acyclic gotos bound the walk; the cap is a second guard.
-        for _ in 0..1024 {
-            flow = match flow {
-                Flow::Done => return p.drop,
-                Flow::Next(d) => c.enter(d as usize, s, p),
-                Flow::Goto(t) => c.apply(t as usize, s, p),
-            };
+    pub fn new(code: Code, state: State, drops: Vec<String>) -> Plan {
+        Plan {
+            flat: Flat::lower(&code),
+            code,
+            state,
+            scratch: Scratch::default(),
+            drops,
         }
-        p.drop
+    }
+
+    /// Runs a batch: one call per batch, so what the loop keeps in registers is loaded
+    /// once per 32 packets rather than once per packet.
+    #[inline]
+    pub fn run_batch(&mut self, batch: &mut Batch, ports: u16) {
+        let (flat, code, state) = (&self.flat, &self.code, &mut self.state);
+        for pk in batch {
+            let (m, d) = pk.split_mut();
+            let p = &mut Pkt {
+                m,
+                d,
+                ports,
+                sc: &mut self.scratch,
+                entered: 0,
+                valid: 0,
+                cur: 0,
+                drop: None,
+            };
+            if let Some(r) = flat.run(code, state, p) {
+                pk.drop_with(r);
+            }
+        }
     }
 }
 
 impl Code {
-    #[inline]
-    fn enter(&self, di: usize, s: &mut State, p: &mut Pkt) -> Flow {
-        let dec = &self.decoders[di];
-        let at = p.cur;
-        let fits = at + dec.fixed_len as usize <= p.d.len();
-        let size = match (fits, dec.size) {
-            (false, _) => None,
-            (true, None) => Some(dec.fixed_len as usize),
-            (true, Some((r, mul))) => {
-                let n = r.get(p.d, at) as usize * mul as usize;
-                (n >= dec.fixed_len as usize && at + n <= p.d.len()).then_some(n)
+    /// The statements that are not control flow: set, learn, remove.
+    #[inline(never)]
+    pub(super) fn op(&self, op: &Op, s: &mut State, p: &mut Pkt) {
+        match op {
+            Op::Set { field, value, csum } => {
+                let v = self.eval(value, p);
+                set(*field, v, *csum, p);
             }
-        };
-        if p.entered & (1 << di) == 0 {
-            p.entered |= 1 << di;
-            p.sc.visits[di] = 0;
+            Op::Learn { table, keys, act } => self.learn(*table, keys, act, s, p),
+            Op::Remove { table, keys } => {
+                let key = self.key(keys, p);
+                s.tables[*table as usize].remove_learned(key);
+            }
+            _ => unreachable!("control flow is lowered to flat instructions"),
         }
-        p.sc.visits[di] = p.sc.visits[di].saturating_add(1);
-        let body = match size {
-            None => &dec.short,
-            Some(n) => {
-                p.valid |= 1 << di;
-                p.sc.off[di] = at as u16;
-                p.sc.len[di] = n as u16;
-                if !dec.peek {
-                    p.cur = at + n;
-                }
-                &dec.body
-            }
-        };
-        self.block(body, s, p).unwrap_or(Flow::Done)
     }
 
-    #[inline]
-    fn apply(&self, ti: usize, s: &mut State, p: &mut Pkt) -> Flow {
+    /// Table `ti`'s key: its fields concatenated.
+    #[inline(never)]
+    pub(super) fn table_key(&self, ti: usize, p: &Pkt) -> u128 {
         let mut key: u128 = 0;
         for (f, bits) in &self.keys[ti] {
-            key = key << bits | p.field(*f) as u128;
+            key = key << bits | p.field(f) as u128;
         }
-        match s.tables[ti].lookup(key, p.m.now_ns) {
-            Some(a) => act(a, p),
-            None => self.block(&self.misses[ti], s, p).unwrap_or(Flow::Done),
-        }
+        key
     }
 
-    fn block(&self, ops: &[Op], s: &mut State, p: &mut Pkt) -> Option<Flow> {
-        for op in ops {
-            match op {
-                Op::Set { field, value, csum } => {
-                    let v = self.eval(value, p);
-                    set(*field, v, *csum, p);
-                }
-                Op::Learn { table, keys, act } => self.learn(*table, keys, act, s, p),
-                Op::Remove { table, keys } => {
-                    let key = self.key(keys, p);
-                    s.tables[*table as usize].remove_learned(key);
-                }
-                Op::Count(c) => s.counters[*c as usize].1 += 1,
-                Op::If(c, t, e) => {
-                    let b = if self.eval_flat(c, p) != 0 { t } else { e };
-                    if let Some(f) = self.block(b, s, p) {
-                        return Some(f);
-                    }
-                }
-                Op::Match(e, arms) => {
-                    if let Some(a) = self.arm(e, arms, p) {
-                        if let Some(f) = self.block(&a.body, s, p) {
-                            return Some(f);
-                        }
-                    }
-                }
-                Op::Output(e) => {
-                    p.m.egress = self.eval(e, p) as u16;
-                    return Some(Flow::Done);
-                }
-                Op::Flood => {
-                    p.m.egress = FLOOD;
-                    return Some(Flow::Done);
-                }
-                Op::Drop(r) => {
-                    p.drop = Some(*r);
-                    return Some(Flow::Done);
-                }
-                Op::Goto(t) => return Some(Flow::Goto(*t)),
-                Op::Next(d) => return Some(Flow::Next(*d)),
-                Op::Pass => return Some(Flow::Done),
-            }
-        }
-        None
-    }
-
-    /// The first arm matching the value (kept out of `block` so its loop stays small).
-    #[inline(never)]
-    fn arm<'b>(&self, e: &Ex, arms: &'b [Arm], p: &Pkt) -> Option<&'b Arm> {
-        let v = self.eval(e, p);
-        arms.iter().find(|a| {
-            (a.any || a.values.contains(&v))
-                && a.guard.is_none_or(|d| {
-                    p.entered & (1 << d) == 0
-                        || p.sc.visits[d as usize] < self.decoders[d as usize].repeat
-                })
-        })
-    }
-
-    #[inline(never)]
     fn learn(&self, table: u16, keys: &[(Ex, u32)], act: &ActTmpl, s: &mut State, p: &Pkt) {
         let key = self.key(keys, p);
         let a = match act {
@@ -510,9 +505,9 @@ impl Code {
     }
 
     #[inline(always)]
-    fn leaf(&self, l: Leaf, p: &Pkt) -> u64 {
+    pub(super) fn leaf(&self, l: &Leaf, p: &Pkt) -> u64 {
         match l {
-            Leaf::Const(v) => v,
+            Leaf::Const(v) => *v,
             Leaf::Field(f) => p.field(f),
             Leaf::InPort => p.m.in_port as u64,
             Leaf::Ports => p.ports as u64,
@@ -522,7 +517,7 @@ impl Code {
     }
 
     #[inline(always)]
-    fn member(&self, v: u64, set: u16) -> u64 {
+    pub(super) fn member(&self, v: u64, set: u16) -> u64 {
         (v < 65536 && self.sets[set as usize][v as usize >> 6] & (1 << (v & 63)) != 0) as u64
     }
 
@@ -530,26 +525,25 @@ impl Code {
     #[inline(always)]
     fn eval_flat(&self, e: &Ex, p: &Pkt) -> u64 {
         match e {
-            Ex::Flat(op, a, b) => binop(*op, self.leaf(*a, p), self.leaf(*b, p)),
-            Ex::InLeaf(l, set) => self.member(self.leaf(*l, p), *set),
+            Ex::Flat(op, a, b) => binop(*op, self.leaf(a, p), self.leaf(b, p)),
+            Ex::InLeaf(l, set) => self.member(self.leaf(l, p), *set),
             Ex::Const(v) => *v,
             _ => self.eval(e, p),
         }
     }
 
-    #[inline]
-    fn eval(&self, e: &Ex, p: &Pkt) -> u64 {
+    pub(super) fn eval(&self, e: &Ex, p: &Pkt) -> u64 {
         match e {
-            Ex::Leaf(l) => self.leaf(*l, p),
-            Ex::Flat(op, a, b) => binop(*op, self.leaf(*a, p), self.leaf(*b, p)),
+            Ex::Leaf(l) => self.leaf(l, p),
+            Ex::Flat(op, a, b) => binop(*op, self.leaf(a, p), self.leaf(b, p)),
             Ex::Flat2(op1, op2, a, b, c) => binop(
                 *op2,
-                binop(*op1, self.leaf(*a, p), self.leaf(*b, p)),
-                self.leaf(*c, p),
+                binop(*op1, self.leaf(a, p), self.leaf(b, p)),
+                self.leaf(c, p),
             ),
-            Ex::InLeaf(l, set) => self.member(self.leaf(*l, p), *set),
+            Ex::InLeaf(l, set) => self.member(self.leaf(l, p), *set),
             Ex::Const(v) => *v,
-            Ex::Field(f) => p.field(*f),
+            Ex::Field(f) => p.field(f),
             Ex::InPort => p.m.in_port as u64,
             Ex::Ports => p.ports as u64,
             Ex::Link => link_code(p.m.link),
@@ -568,7 +562,7 @@ impl Code {
 }
 
 #[inline(always)]
-fn binop(op: BinOp, x: u64, y: u64) -> u64 {
+pub(super) fn binop(op: BinOp, x: u64, y: u64) -> u64 {
     match op {
         BinOp::Eq => (x == y) as u64,
         BinOp::Ne => (x != y) as u64,
@@ -589,20 +583,8 @@ fn binop(op: BinOp, x: u64, y: u64) -> u64 {
     }
 }
 
-#[inline(always)]
-fn act(a: Act, p: &mut Pkt) -> Flow {
-    match a {
-        Act::Output(port) => p.m.egress = port,
-        Act::Flood => p.m.egress = FLOOD,
-        Act::Drop(r) => p.drop = Some(r),
-        Act::Goto(t) => return Flow::Goto(t),
-        Act::Pass => {}
-    }
-    Flow::Done
-}
-
 #[inline(never)]
-fn set(f: FieldRef, v: u64, csum: Option<FieldRef>, p: &mut Pkt) {
+pub(super) fn set(f: FieldRef, v: u64, csum: Option<FieldRef>, p: &mut Pkt) {
     if p.valid & (1 << f.hdr) == 0 {
         return;
     }

@@ -16,6 +16,8 @@ use crate::runtime::reload::Base;
 
 /// The input's drop reason for packets larger than the buffers (`chain::INPUT_DROPS`).
 const OVERSIZE: usize = 0;
+/// PA-Flow aggregated frames found truncated or inconsistent (`chain::INPUT_DROPS`).
+const BAD_AGGREGATE: usize = 2;
 
 /// Longest wait for packets before the stop flag and control commands are looked at again.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
@@ -223,9 +225,12 @@ impl Runner {
                 break;
             }
             let before = w.inbox[first].len();
-            let oversize0 = port.counters().rx_oversize;
+            let c0 = port.counters();
             let r = port.recv(&mut w.pool, &mut w.inbox[first], room);
-            let oversize = port.counters().rx_oversize - oversize0;
+            let c1 = port.counters();
+            let oversize = c1.rx_oversize - c0.rx_oversize;
+            // The rest of a bad aggregate counts as one packet in, dropped.
+            let bad = c1.rx_bad_aggregate - c0.rx_bad_aggregate;
             let k = match r {
                 Recv::Ended => 0,
                 Recv::Got(k) => {
@@ -234,8 +239,9 @@ impl Runner {
                 }
             };
             let c = &mut w.counters[0];
-            c.packets_in += (k as u64) + oversize;
+            c.packets_in += (k as u64) + oversize + bad;
             c.drops[OVERSIZE] += oversize;
+            c.drops[BAD_AGGREGATE] += bad;
             c.out[0] += k as u64;
             w.rx[i] += k as u64;
             for p in &mut w.inbox[first].as_mut_slice()[before..] {

@@ -1,0 +1,559 @@
+//! The plan lowered to one flat list of instructions run by a program-counter loop: no
+//! recursion per block, no `Flow` passed back up, `&&`/`||` as branches, `field OP
+//! constant` tests and `match` arms as one instruction each. Per packet, an instruction
+//! costs one jump-table dispatch; decoders and tables are entered in place.
+
+use super::ast::BinOp;
+use super::plan::{binop, link_code, ActTmpl, Code, Ex, FieldRef, Leaf, Op, Pkt, Read, State};
+use super::table::Act;
+use crate::packet::FLOOD;
+
+/// Decoder entries and table applications per packet at most: decoder repeats and
+/// acyclic gotos bound the walk, this is a second guard.
+const MAX_STEPS: u32 = 1024;
+
+/// No guard on a `match` arm.
+const NO_GUARD: u16 = u16::MAX;
+
+/// A test that decides a branch.
+#[derive(Clone, Debug)]
+pub enum Cond {
+    /// `field == constant`, `field != constant`: no operator to dispatch on.
+    FieldEq(FieldRef, u64),
+    FieldNe(FieldRef, u64),
+    /// `field OP constant`, the common shape (`ip.proto != 6`).
+    FieldConst(BinOp, FieldRef, u64),
+    /// `leaf OP leaf`.
+    Flat(BinOp, Leaf, Leaf),
+    /// `(leaf OP leaf) OP leaf`, e.g. `(in_port ^ 1) < ports`.
+    Flat2(BinOp, BinOp, Leaf, Leaf, Leaf),
+    /// `field in SET`, `leaf in SET`.
+    FieldIn(FieldRef, u16),
+    In(Leaf, u16),
+    /// Anything else: non-zero is true.
+    Ex(Box<Ex>),
+}
+
+/// One `match` value (or `_`) in arm order, with the arm's guard and body.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    value: u64,
+    any: bool,
+    /// A `repeat` decoder the arm enters: the arm does not match once it used its repeats.
+    guard: u16,
+    pc: u32,
+    /// The arm's body is exactly `next D`: D, entered in place (else `NO_ENTER`).
+    enter: u16,
+}
+
+const NO_ENTER: u16 = u16::MAX;
+
+/// A value: a leaf read in place, or an expression tree.
+#[derive(Clone, Debug)]
+pub enum Val {
+    Field(FieldRef),
+    /// `link`, what the start block matches on.
+    Link,
+    Leaf(Leaf),
+    Flat(BinOp, Leaf, Leaf),
+    Ex(Box<Ex>),
+}
+
+#[derive(Clone, Debug)]
+pub enum Ins {
+    Jump(u32),
+    /// Falls through when the test holds, else jumps.
+    IfNot(Cond, u32),
+    /// Jumps when the test holds.
+    If(Cond, u32),
+    /// `if TEST { drop R; }` in one instruction.
+    DropIf(Cond, u8),
+    /// First case matching the value; none: go to `end`.
+    Switch(Val, Box<[Case]>, u32),
+    /// Enter decoder `d` (its body or its `short` block).
+    Enter(u16),
+    /// Apply table `t` (a hit runs its action, a miss its `miss` block).
+    Apply(u16),
+    /// `learn T(leaf) -> output leaf` (or a fixed action), the common learn.
+    Learn(Box<Learn>),
+    Op(Box<Op>),
+    Count(u16),
+    Output(Val),
+    Flood,
+    Drop(u8),
+    Done,
+}
+
+#[derive(Clone, Debug)]
+pub struct Learn {
+    table: u16,
+    key: Leaf,
+    mask: u64,
+    /// The learned entry outputs to this value; `None`: the entry's action is `act`.
+    out: Option<Leaf>,
+    act: Act,
+}
+
+/// Where each decoder's and table's code starts.
+#[derive(Clone, Copy, Debug)]
+struct Dec {
+    fixed_len: u16,
+    size: Option<(Read, u16)>,
+    peek: bool,
+    /// Whether a guarded `match` arm asks how often it was entered.
+    track: bool,
+    body: u32,
+    short: u32,
+}
+
+pub struct Flat {
+    ins: Vec<Ins>,
+    start: u32,
+    decs: Vec<Dec>,
+    /// Per table: its miss block, and where an `Apply` of it stands (for `goto` entries).
+    miss: Vec<u32>,
+    apply: Vec<u32>,
+    /// Per table: its single key field, when it has one (the common case).
+    key1: Vec<Option<FieldRef>>,
+    /// Decoders some `match` arm guards, one bit each.
+    guarded: u32,
+}
+
+impl Flat {
+    pub fn lower(code: &Code) -> Flat {
+        let mut f = Flat {
+            ins: Vec::new(),
+            start: 0,
+            decs: Vec::new(),
+            miss: Vec::new(),
+            apply: Vec::new(),
+            key1: code
+                .keys
+                .iter()
+                .map(|k| match k.as_slice() {
+                    [(f, _)] => Some(*f),
+                    _ => None,
+                })
+                .collect(),
+            guarded: 0,
+        };
+        f.start = f.region(&code.start);
+        for d in &code.decoders {
+            let body = f.region(&d.body);
+            let short = f.region(&d.short);
+            f.decs.push(Dec {
+                fixed_len: d.fixed_len,
+                size: d.size,
+                peek: d.peek,
+                track: false,
+                body,
+                short,
+            });
+        }
+        for (t, m) in code.misses.iter().enumerate() {
+            let at = f.ins.len() as u32;
+            f.ins.push(Ins::Apply(t as u16));
+            f.apply.push(at);
+            let miss = f.region(m);
+            f.miss.push(miss);
+        }
+        for (i, d) in f.decs.iter_mut().enumerate() {
+            d.track = f.guarded & (1 << i) != 0;
+        }
+        f
+    }
+
+    /// A block that ends the packet when it runs to its end.
+    fn region(&mut self, ops: &[Op]) -> u32 {
+        let at = self.pc();
+        self.block(ops);
+        self.ins.push(Ins::Done);
+        at
+    }
+
+    fn pc(&self) -> u32 {
+        self.ins.len() as u32
+    }
+
+    fn emit(&mut self, i: Ins) -> usize {
+        self.ins.push(i);
+        self.ins.len() - 1
+    }
+
+    /// Points the jump at `at` to `to`.
+    fn patch(&mut self, at: usize, to: u32) {
+        match &mut self.ins[at] {
+            Ins::Jump(t) | Ins::IfNot(_, t) | Ins::If(_, t) | Ins::Switch(_, _, t) => *t = to,
+            _ => unreachable!("only jumps are patched"),
+        }
+    }
+
+    fn block(&mut self, ops: &[Op]) {
+        for op in ops {
+            match op {
+                Op::If(c, t, e) if e.is_empty() && matches!(t.as_slice(), [Op::Drop(_)]) => {
+                    let [Op::Drop(r)] = t.as_slice() else {
+                        unreachable!()
+                    };
+                    // `if a && b { drop }`: a decides by a branch, b in the drop.
+                    let (skip, last) = match c {
+                        Ex::Bin(BinOp::And, a, b) if simple(b) => (self.jump_unless(a), &**b),
+                        _ => (Vec::new(), c),
+                    };
+                    if simple(last) {
+                        self.emit(Ins::DropIf(cond(last), *r));
+                    } else {
+                        let j = self.jump_unless(last);
+                        self.emit(Ins::Drop(*r));
+                        let end = self.pc();
+                        j.into_iter().for_each(|j| self.patch(j, end));
+                    }
+                    let end = self.pc();
+                    skip.into_iter().for_each(|j| self.patch(j, end));
+                }
+                Op::If(c, t, e) => {
+                    let to_else = self.jump_unless(c);
+                    self.block(t);
+                    if e.is_empty() {
+                        let end = self.pc();
+                        to_else.into_iter().for_each(|j| self.patch(j, end));
+                    } else {
+                        let skip = self.emit(Ins::Jump(0));
+                        let els = self.pc();
+                        to_else.into_iter().for_each(|j| self.patch(j, els));
+                        self.block(e);
+                        let end = self.pc();
+                        self.patch(skip, end);
+                    }
+                }
+                Op::Match(e, arms) => {
+                    let sw = self.emit(Ins::Switch(val(e), Box::new([]), 0));
+                    let mut cases = Vec::new();
+                    let mut ends = Vec::new();
+                    for a in arms {
+                        let pc = self.pc();
+                        let guard = a.guard.unwrap_or(NO_GUARD);
+                        let enter = match a.body.as_slice() {
+                            [Op::Next(d)] => *d,
+                            _ => NO_ENTER,
+                        };
+                        if let Some(g) = a.guard {
+                            self.guarded |= 1 << g;
+                        }
+                        if a.any {
+                            cases.push(Case {
+                                value: 0,
+                                any: true,
+                                guard,
+                                pc,
+                                enter,
+                            });
+                        } else {
+                            cases.extend(a.values.iter().map(|&value| Case {
+                                value,
+                                any: false,
+                                guard,
+                                pc,
+                                enter,
+                            }));
+                        }
+                        self.block(&a.body);
+                        ends.push(self.emit(Ins::Jump(0)));
+                    }
+                    let end = self.pc();
+                    ends.into_iter().for_each(|j| self.patch(j, end));
+                    if let Ins::Switch(_, c, e) = &mut self.ins[sw] {
+                        *c = cases.into_boxed_slice();
+                        *e = end;
+                    }
+                }
+                Op::Count(c) => {
+                    self.emit(Ins::Count(*c));
+                }
+                Op::Output(e) => {
+                    self.emit(Ins::Output(val(e)));
+                }
+                Op::Flood => {
+                    self.emit(Ins::Flood);
+                }
+                Op::Drop(r) => {
+                    self.emit(Ins::Drop(*r));
+                }
+                Op::Goto(t) => {
+                    self.emit(Ins::Apply(*t));
+                }
+                Op::Next(d) => {
+                    self.emit(Ins::Enter(*d));
+                }
+                Op::Pass => {
+                    self.emit(Ins::Done);
+                }
+                Op::Learn { table, keys, act } if learn1(keys, act).is_some() => {
+                    let (key, mask, out, act) = learn1(keys, act).expect("checked");
+                    self.emit(Ins::Learn(Box::new(Learn {
+                        table: *table,
+                        key,
+                        mask,
+                        out,
+                        act,
+                    })));
+                }
+                Op::Set { .. } | Op::Learn { .. } | Op::Remove { .. } => {
+                    self.emit(Ins::Op(Box::new(op.clone())));
+                }
+            }
+        }
+    }
+
+    /// Branches taken when `e` is false (to be patched to the else part); falls through
+    /// when it is true. `&&` and `||` become branches, as they short-circuit.
+    fn jump_unless(&mut self, e: &Ex) -> Vec<usize> {
+        match e {
+            Ex::Bin(BinOp::And, a, b) => {
+                let mut j = self.jump_unless(a);
+                j.extend(self.jump_unless(b));
+                j
+            }
+            Ex::Bin(BinOp::Or, a, b) => {
+                // a true: straight to the then part; else b decides.
+                let to_then = self.jump_if(a);
+                let j = self.jump_unless(b);
+                let then = self.pc();
+                to_then.into_iter().for_each(|t| self.patch(t, then));
+                j
+            }
+            Ex::Not(a) => self.jump_if(a),
+            _ => vec![self.emit(Ins::IfNot(cond(e), 0))],
+        }
+    }
+
+    /// Branches taken when `e` is true; falls through when it is false.
+    fn jump_if(&mut self, e: &Ex) -> Vec<usize> {
+        match e {
+            Ex::Bin(BinOp::Or, a, b) => {
+                let mut j = self.jump_if(a);
+                j.extend(self.jump_if(b));
+                j
+            }
+            Ex::Bin(BinOp::And, a, b) => {
+                let skip = self.jump_unless(a);
+                let j = self.jump_if(b);
+                let after = self.pc();
+                skip.into_iter().for_each(|s| self.patch(s, after));
+                j
+            }
+            Ex::Not(a) => self.jump_unless(a),
+            _ => vec![self.emit(Ins::If(cond(e), 0))],
+        }
+    }
+
+    /// Runs one packet to its end; the drop reason, if dropped.
+    #[inline(always)]
+    pub fn run(&self, c: &Code, s: &mut State, p: &mut Pkt) -> Option<u8> {
+        let mut pc = self.start as usize;
+        let mut steps = 0u32;
+        loop {
+            let Some(i) = self.ins.get(pc) else {
+                return p.drop;
+            };
+            pc += 1;
+            match i {
+                Ins::Jump(t) => pc = *t as usize,
+                Ins::IfNot(k, t) => {
+                    if !test(c, k, p) {
+                        pc = *t as usize;
+                    }
+                }
+                Ins::If(k, t) => {
+                    if test(c, k, p) {
+                        pc = *t as usize;
+                    }
+                }
+                Ins::DropIf(k, r) => {
+                    if test(c, k, p) {
+                        return Some(*r);
+                    }
+                }
+                Ins::Switch(v, cases, end) => {
+                    let v = value(c, v, p);
+                    pc = *end as usize;
+                    for k in cases.iter() {
+                        if (k.any || k.value == v)
+                            && (k.guard == NO_GUARD || p.may_enter(k.guard, c))
+                        {
+                            pc = k.pc as usize;
+                            if k.enter != NO_ENTER {
+                                // The arm's `next D`, without dispatching it.
+                                if steps == MAX_STEPS {
+                                    return p.drop;
+                                }
+                                steps += 1;
+                                pc = self.enter(k.enter as usize, p);
+                            }
+                            break;
+                        }
+                    }
+                }
+                Ins::Enter(d) => {
+                    if steps == MAX_STEPS {
+                        return p.drop;
+                    }
+                    steps += 1;
+                    pc = self.enter(*d as usize, p);
+                }
+                Ins::Apply(t) => {
+                    if steps == MAX_STEPS {
+                        return p.drop;
+                    }
+                    steps += 1;
+                    let t = *t as usize;
+                    let key = match &self.key1[t] {
+                        Some(f) => p.field(f) as u128,
+                        None => c.table_key(t, p),
+                    };
+                    match s.tables[t].lookup(key, p.m.now_ns) {
+                        Some(Act::Output(port)) => {
+                            p.m.egress = port;
+                            return p.drop;
+                        }
+                        Some(Act::Flood) => {
+                            p.m.egress = FLOOD;
+                            return p.drop;
+                        }
+                        Some(Act::Drop(r)) => return Some(r),
+                        Some(Act::Goto(t)) => pc = self.apply[t as usize] as usize,
+                        Some(Act::Pass) => return p.drop,
+                        None => pc = self.miss[t] as usize,
+                    }
+                }
+                Ins::Learn(l) => {
+                    let key = match &l.key {
+                        Leaf::Field(f) => p.field(f),
+                        k => c.leaf(k, p),
+                    } & l.mask;
+                    let act = match &l.out {
+                        Some(Leaf::InPort) => Act::Output(p.m.in_port),
+                        Some(o) => Act::Output(c.leaf(o, p) as u16),
+                        None => l.act,
+                    };
+                    s.tables[l.table as usize].learn(key as u128, act, p.m.now_ns);
+                }
+                Ins::Op(op) => c.op(op, s, p),
+                Ins::Count(n) => s.counters[*n as usize].1 += 1,
+                Ins::Output(v) => {
+                    p.m.egress = value(c, v, p) as u16;
+                    return p.drop;
+                }
+                Ins::Flood => {
+                    p.m.egress = FLOOD;
+                    return p.drop;
+                }
+                Ins::Drop(r) => return Some(*r),
+                Ins::Done => return p.drop,
+            }
+        }
+    }
+
+    /// Enters decoder `di` at the current offset; where its code starts.
+    #[inline(always)]
+    fn enter(&self, di: usize, p: &mut Pkt) -> usize {
+        let dec = &self.decs[di];
+        let at = p.cur;
+        let len = p.d.len();
+        let fits = at + dec.fixed_len as usize <= len;
+        let size = match (fits, dec.size) {
+            (false, _) => None,
+            (true, None) => Some(dec.fixed_len as usize),
+            (true, Some((r, mul))) => {
+                let n = r.get(p.d, at) as usize * mul as usize;
+                (n >= dec.fixed_len as usize && at + n <= len).then_some(n)
+            }
+        };
+        if dec.track {
+            p.visit(di);
+        }
+        match size {
+            None => dec.short as usize,
+            Some(n) => {
+                p.fit(di, at, n);
+                if !dec.peek {
+                    p.cur = at + n;
+                }
+                dec.body as usize
+            }
+        }
+    }
+}
+
+fn val(e: &Ex) -> Val {
+    match (e, e.leaf()) {
+        (_, Some(Leaf::Field(f))) => Val::Field(f),
+        (_, Some(Leaf::Link)) => Val::Link,
+        (_, Some(l)) => Val::Leaf(l),
+        (Ex::Flat(op, a, b), _) => Val::Flat(*op, *a, *b),
+        _ => Val::Ex(Box::new(e.clone())),
+    }
+}
+
+/// A learn of one leaf key whose action is fixed or outputs to a leaf: (key, mask of
+/// the key's width, output, fixed action).
+fn learn1(keys: &[(Ex, u32)], act: &ActTmpl) -> Option<(Leaf, u64, Option<Leaf>, Act)> {
+    let [(k, bits)] = keys else {
+        return None;
+    };
+    let mask = if *bits >= 64 {
+        u64::MAX
+    } else {
+        (1 << bits) - 1
+    };
+    let (out, act) = match act {
+        ActTmpl::Output(e) => (Some(e.leaf()?), Act::Pass),
+        ActTmpl::Fixed(a) => (None, *a),
+    };
+    Some((k.leaf()?, mask, out, act))
+}
+
+/// A test that is not itself `&&`, `||` or `!` (those lower to branches).
+fn simple(e: &Ex) -> bool {
+    !matches!(e, Ex::Bin(BinOp::And | BinOp::Or, _, _) | Ex::Not(_))
+}
+
+fn cond(e: &Ex) -> Cond {
+    match e {
+        Ex::Flat(BinOp::Eq, Leaf::Field(f), Leaf::Const(k)) => Cond::FieldEq(*f, *k),
+        Ex::Flat(BinOp::Ne, Leaf::Field(f), Leaf::Const(k)) => Cond::FieldNe(*f, *k),
+        Ex::Flat(op, Leaf::Field(f), Leaf::Const(k)) => Cond::FieldConst(*op, *f, *k),
+        Ex::Flat(op, a, b) => Cond::Flat(*op, *a, *b),
+        Ex::Flat2(o1, o2, a, b, c) => Cond::Flat2(*o1, *o2, *a, *b, *c),
+        Ex::InLeaf(Leaf::Field(f), s) => Cond::FieldIn(*f, *s),
+        Ex::InLeaf(l, s) => Cond::In(*l, *s),
+        e => Cond::Ex(Box::new(e.clone())),
+    }
+}
+
+#[inline(always)]
+fn test(c: &Code, k: &Cond, p: &Pkt) -> bool {
+    match k {
+        Cond::FieldEq(f, v) => p.field(f) == *v,
+        Cond::FieldNe(f, v) => p.field(f) != *v,
+        Cond::FieldConst(op, f, v) => binop(*op, p.field(f), *v) != 0,
+        Cond::Flat(op, a, b) => binop(*op, c.leaf(a, p), c.leaf(b, p)) != 0,
+        Cond::Flat2(o1, o2, a, b, x) => {
+            binop(*o2, binop(*o1, c.leaf(a, p), c.leaf(b, p)), c.leaf(x, p)) != 0
+        }
+        Cond::FieldIn(f, s) => c.member(p.field(f), *s) != 0,
+        Cond::In(l, s) => c.member(c.leaf(l, p), *s) != 0,
+        Cond::Ex(e) => c.eval(e, p) != 0,
+    }
+}
+
+#[inline(always)]
+fn value(c: &Code, v: &Val, p: &Pkt) -> u64 {
+    match v {
+        Val::Field(f) => p.field(f),
+        Val::Link => link_code(p.m.link),
+        Val::Leaf(l) => c.leaf(l, p),
+        Val::Flat(op, a, b) => binop(*op, c.leaf(a, p), c.leaf(b, p)),
+        Val::Ex(e) => c.eval(e, p),
+    }
+}
