@@ -333,6 +333,25 @@ fn long_flows_mostly_take_the_fast_path() {
     assert!(f.installed > 0 && f.installed < 2_000, "{f:?}");
 }
 
+/// Paths of 8 NFs are consolidated (they were refused past 6) and stay equal on and off.
+#[test]
+fn chains_of_eight_take_the_fast_path() {
+    let t = generate(&GenOptions {
+        count: 5_000,
+        flows: 20,
+        ..GenOptions::profile(GenProfile::FourSics)
+    })
+    .unwrap();
+    let s = gen_setup(&t);
+    let f = equal_on_off("FMOFMOFM", &s, &t, small(), &[], "chain of 8");
+    assert!(
+        f.hits * 10 > t.len() as u64 * 8,
+        "only {} of {} packets hit: {f:?}",
+        f.hits,
+        t.len()
+    );
+}
+
 // ---- Unit cases on hand-made packets ----
 
 /// An Ethernet/IPv4/TCP frame with valid checksums.

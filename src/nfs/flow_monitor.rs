@@ -25,7 +25,7 @@ use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
 use super::nf::{named, Stats};
-use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
+use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{FlowKey, Hasher, WideKey};
 use crate::packet::{Batch, FastMark, Fields, L3Kind};
@@ -558,38 +558,12 @@ impl Nf for FlowMonitor {
         }
     }
 
-    fn fast_role(&self) -> FastRole {
-        FastRole::Consolidate("flow counters, flags, first/last seen, idle export")
+    fn consolidate(&self) -> Option<&dyn Consolidate> {
+        Some(self)
     }
 
-    fn fast_checks(&self) -> bool {
-        false
-    }
-
-    fn fast_valid(&self, _token: u64, _p: &FastPacket) -> bool {
-        true
-    }
-
-    /// The token names the flow's bucket: when it still holds the flow, the packet is
-    /// counted there without hashing; else (the flow was exported or the table had no
-    /// room) it is accounted from its key, exactly as `process` would.
-    fn fast_state(&mut self, token: u64, p: &FastPacket) {
-        let (ts, now, len) = (p.ts_ns, p.now_ns, p.wire_len as u64);
-        self.tick(now);
-        let c = WideKey(p.key.canonical());
-        let dir = (c.0 != *p.key) as usize;
-        if let Some((k, s)) = token
-            .checked_sub(1)
-            .and_then(|b| self.table.get_bucket_mut(b as usize))
-        {
-            if *k == c {
-                if let Some(old) = update(s, self.timeout_ns, dir, p.tcp_flags, ts, now, len) {
-                    self.restarted(&c, &old, now);
-                }
-                return;
-            }
-        }
-        self.account(p.key, p.tcp_flags, ts, now, len);
+    fn consolidate_mut(&mut self) -> Option<&mut dyn Consolidate> {
+        Some(self)
     }
 
     fn finish(&mut self) {
@@ -623,6 +597,42 @@ impl Nf for FlowMonitor {
             ("not_ip", self.not_ip),
             ("malformed", self.malformed),
         ])
+    }
+}
+
+impl Consolidate for FlowMonitor {
+    fn state_function(&self) -> &'static str {
+        "flow counters, flags, first/last seen, idle export"
+    }
+
+    fn fast_checks(&self) -> bool {
+        false
+    }
+
+    fn fast_valid(&self, _token: u64, _p: &FastPacket) -> bool {
+        true
+    }
+
+    /// The token names the flow's bucket: when it still holds the flow, the packet is
+    /// counted there without hashing; else (the flow was exported or the table had no
+    /// room) it is accounted from its key, exactly as `process` would.
+    fn fast_state(&mut self, token: u64, p: &FastPacket) {
+        let (ts, now, len) = (p.ts_ns, p.now_ns, p.wire_len as u64);
+        self.tick(now);
+        let c = WideKey(p.key.canonical());
+        let dir = (c.0 != *p.key) as usize;
+        if let Some((k, s)) = token
+            .checked_sub(1)
+            .and_then(|b| self.table.get_bucket_mut(b as usize))
+        {
+            if *k == c {
+                if let Some(old) = update(s, self.timeout_ns, dir, p.tcp_flags, ts, now, len) {
+                    self.restarted(&c, &old, now);
+                }
+                return;
+            }
+        }
+        self.account(p.key, p.tcp_flags, ts, now, len);
     }
 }
 

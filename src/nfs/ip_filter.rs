@@ -37,7 +37,7 @@ use super::acl::rule::{Field, FRAG_FIRST, FRAG_LATER, FRAG_NONE, NOT_IP};
 use super::acl::{parse_rules, Action, Classifier, Key, Rule, VerdictCache};
 use super::malformed::{bpf_view, BpfView, Malformed};
 use super::nf::Stats;
-use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
+use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::bytes::{be16, be32};
 use crate::packet::{Batch, FastMark, Fields, L3Kind, Layers, LinkKind, Packet, MAX_BATCH};
@@ -563,10 +563,37 @@ impl Nf for IpFilter {
         self.cache.memory() + self.classifier.memory()
     }
 
+    fn consolidate(&self) -> Option<&dyn Consolidate> {
+        Some(self)
+    }
+
+    fn consolidate_mut(&mut self) -> Option<&mut dyn Consolidate> {
+        Some(self)
+    }
+
+    fn stats(&self) -> Stats {
+        let n = self.rules.len();
+        let mut hit: Vec<usize> = (0..n).filter(|&i| self.hits[i] > 0).collect();
+        if hit.len() > SHOWN_RULES {
+            hit.sort_by_key(|&i| std::cmp::Reverse(self.hits[i]));
+            hit.truncate(SHOWN_RULES);
+            hit.sort_unstable();
+        }
+        let mut s: Stats = vec![("rules".into(), n as u64)];
+        s.extend(
+            hit.into_iter()
+                .map(|i| (format!("rule {}", i + 1).into(), self.hits[i])),
+        );
+        s.push(("default".into(), self.hits[n]));
+        s
+    }
+}
+
+impl Consolidate for IpFilter {
     /// The verdict depends only on fields in FastPath's flow key (addresses, protocol,
     /// ports, ICMP type, fragment layout), unless a rule tests TCP flags.
-    fn fast_role(&self) -> FastRole {
-        FastRole::Consolidate("per-rule hit counter (counted in the entry, no call per packet)")
+    fn state_function(&self) -> &'static str {
+        "per-rule hit counter (counted in the entry, no call per packet)"
     }
 
     fn fast_checks(&self) -> bool {
@@ -586,23 +613,6 @@ impl Nf for IpFilter {
         if let Some(h) = self.hits.get_mut(token as usize) {
             *h += packets;
         }
-    }
-
-    fn stats(&self) -> Stats {
-        let n = self.rules.len();
-        let mut hit: Vec<usize> = (0..n).filter(|&i| self.hits[i] > 0).collect();
-        if hit.len() > SHOWN_RULES {
-            hit.sort_by_key(|&i| std::cmp::Reverse(self.hits[i]));
-            hit.truncate(SHOWN_RULES);
-            hit.sort_unstable();
-        }
-        let mut s: Stats = vec![("rules".into(), n as u64)];
-        s.extend(
-            hit.into_iter()
-                .map(|i| (format!("rule {}", i + 1).into(), self.hits[i])),
-        );
-        s.push(("default".into(), self.hits[n]));
-        s
     }
 }
 

@@ -31,7 +31,7 @@ use std::net::IpAddr;
 use foldhash::fast::FixedState;
 
 use super::nf::{named, Stats};
-use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
+use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{prefetch, FlowKey, Hasher, Index, Learned, WideKey};
 use crate::packet::wire::{Ipv4, Tcp, Udp};
@@ -983,8 +983,35 @@ impl Nf for Maglev {
         Ok(format!("{} backend(s)", set.len()))
     }
 
-    fn fast_role(&self) -> FastRole {
-        FastRole::Consolidate("connection idle-timer refresh, sweep step, per-backend counter")
+    fn consolidate(&self) -> Option<&dyn Consolidate> {
+        Some(self)
+    }
+
+    fn consolidate_mut(&mut self) -> Option<&mut dyn Consolidate> {
+        Some(self)
+    }
+
+    fn stats(&self) -> Stats {
+        let mut s: Stats = named(&[
+            ("backends", self.backends.len() as u64),
+            ("tracked_flows", self.conns.len() as u64),
+            ("new_flows", self.new_flows),
+            ("rehashed_flows", self.rehashed),
+            ("table_full", self.table_full),
+            ("not_vip", self.passed),
+        ]);
+        s.extend(
+            self.known
+                .iter()
+                .map(|k| (format!("backend {} packets", k.addr).into(), k.packets)),
+        );
+        s
+    }
+}
+
+impl Consolidate for Maglev {
+    fn state_function(&self) -> &'static str {
+        "connection idle-timer refresh, sweep step, per-backend counter"
     }
 
     fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
@@ -1035,23 +1062,6 @@ impl Nf for Maglev {
                 k.packets += 1;
             }
         }
-    }
-
-    fn stats(&self) -> Stats {
-        let mut s: Stats = named(&[
-            ("backends", self.backends.len() as u64),
-            ("tracked_flows", self.conns.len() as u64),
-            ("new_flows", self.new_flows),
-            ("rehashed_flows", self.rehashed),
-            ("table_full", self.table_full),
-            ("not_vip", self.passed),
-        ]);
-        s.extend(
-            self.known
-                .iter()
-                .map(|k| (format!("backend {} packets", k.addr).into(), k.packets)),
-        );
-        s
     }
 }
 

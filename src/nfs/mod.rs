@@ -2,6 +2,7 @@
 
 pub mod acl;
 mod busy;
+mod consolidate;
 pub mod dpi;
 mod firewall;
 mod flow_monitor;
@@ -31,7 +32,7 @@ pub use maglev::{Backend, Maglev};
 pub use microbox::Microbox;
 pub use nat::{Nat, NatConfig};
 pub use nf::{named, Stats};
-pub use nf::{Context, FastPacket, FastRole, Nf, Prepared, Preparer, Profile, StateScope};
+pub use nf::{Consolidate, Context, FastPacket, Nf, Prepared, Preparer, Profile, StateScope};
 pub use params::{ParamDoc, ParamError, Params};
 pub use pipeline::Pipeline;
 pub use wire::Wire;

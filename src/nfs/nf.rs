@@ -2,8 +2,9 @@
 
 use std::borrow::Cow;
 
-use crate::flow::FlowKey;
 use crate::packet::{Batch, Fields};
+
+pub use super::consolidate::{Consolidate, FastPacket};
 
 /// A command parsed and compiled off the worker (see [`Nf::preparer`]).
 pub type Prepared = Box<dyn std::any::Any + Send>;
@@ -44,34 +45,6 @@ pub enum StateScope {
     /// State learned across flows, or one output for the whole run: one instance per
     /// worker would decide differently; the string says why (sharding is refused).
     Global(&'static str),
-}
-
-/// Whether FastPath may skip an NF on a flow's later packets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FastRole {
-    /// Always run (the safe default for NFs that say nothing).
-    Refuse,
-    /// May be skipped on flows it marks with a token while recording; the string says
-    /// what its state function still does per packet (`catena check` prints it), empty
-    /// when nothing.
-    Consolidate(&'static str),
-}
-
-/// What a state function sees of a packet on the consolidated path: only what no NF
-/// rewrites (lengths, time, TCP flags), plus the flow key as this NF saw it on the
-/// recorded packet (the NFs before it may have rewritten addresses and ports).
-#[derive(Clone, Copy, Debug)]
-pub struct FastPacket<'a> {
-    pub key: &'a FlowKey,
-    /// An IP fragment (first or later): no ports in the key.
-    pub fragment: bool,
-    /// Capture time (for records that report it).
-    pub ts_ns: u64,
-    /// Run-clock time: what timers read (docs/time.md).
-    pub now_ns: u64,
-    pub wire_len: u32,
-    /// TCP flags with NS (9 bits) when the packet is TCP with a complete header, else 0.
-    pub tcp_flags: u16,
 }
 
 /// Per-call context from the runtime.
@@ -148,60 +121,16 @@ pub trait Nf: Send {
         None
     }
 
-    /// Whether FastPath may skip this NF on later packets of a flow; see [`FastRole`].
-    /// NFs that return `Consolidate` answer [`crate::packet::FastMark::Want`] in
-    /// `process` with a token or a refusal, and implement `fast_valid`/`fast_state`.
-    fn fast_role(&self) -> FastRole {
-        FastRole::Refuse
+    /// The NF's FastPath side, if it has one: an NF that exposes [`Consolidate`] may be
+    /// skipped on a flow's later packets (header-action consolidation); one that does
+    /// not (the default) always runs. Most NFs need nothing of this.
+    fn consolidate(&self) -> Option<&dyn Consolidate> {
+        None
     }
 
-    /// Read-only check, before any state function of the path runs, that the state the
-    /// token names still holds (e.g. the NAT mapping is live): false sends the packet
-    /// down the slow path.
-    fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
-        let _ = (token, p);
-        false
-    }
-
-    /// Starts loading the state a token names (a hint, called for a whole chunk of hits
-    /// before any of them runs, so their cache misses overlap as the NFs' own batch
-    /// prefetches do). Must not change anything.
-    fn fast_prefetch(&self, token: u64) {
-        let _ = token;
-    }
-
-    /// Whether [`fast_valid`](Nf::fast_valid) can say no: an NF whose consolidated
-    /// decisions only a control command changes (the runtime then removes every entry
-    /// through it) says false, and a hit skips the call.
-    fn fast_checks(&self) -> bool {
-        true
-    }
-
-    /// Whether [`fast_prefetch`](Nf::fast_prefetch) does anything: a chain of NFs that
-    /// all say no skips the pass that would call it.
-    fn fast_prefetches(&self) -> bool {
-        false
-    }
-
-    /// The per-packet work of a skipped NF: must leave it in exactly the state `process`
-    /// would have (counters, idle timers, sweeps).
-    fn fast_state(&mut self, token: u64, p: &FastPacket) {
-        let _ = (token, p);
-    }
-
-    /// Whether the state function only adds one per packet to counters the token names:
-    /// the runtime then counts a consolidated flow's packets in its entry and hands them
-    /// over with [`fast_count`](Nf::fast_count) (before the NF takes a command, before
-    /// the summary, when the entry goes), and never calls `fast_state`.
-    fn fast_counts(&self) -> bool {
-        false
-    }
-
-    /// `packets` packets of flows marked `token` took the fast path since the last call:
-    /// does what as many `fast_state` calls would have done (for NFs that say
-    /// [`fast_counts`](Nf::fast_counts)).
-    fn fast_count(&mut self, token: u64, packets: u64) {
-        let _ = (token, packets);
+    /// [`consolidate`](Nf::consolidate), mutable (state functions, counts).
+    fn consolidate_mut(&mut self) -> Option<&mut dyn Consolidate> {
+        None
     }
 
     /// Bytes the NF's tables and buffers take at their configured bounds (the most it

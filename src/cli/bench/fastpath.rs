@@ -1,16 +1,18 @@
 //! `catena bench fastpath`: CPU cycles per packet (TSC) for a flow's first packet and for
-//! its later packets, for chains of 1 to 3 identical NFs (IP filter, NAT, Maglev) with
-//! header-action consolidation off and on; and a mixed chain (filter → NAT → Maglev →
-//! monitor) on the merged real trace, Mpps off and on.
+//! its later packets, for chains of 1, 2, 3, 6 and 8 NFs — identical ones (IP filter, NAT,
+//! Maglev) and the mixed chain (filter, NAT, Maglev, monitor, repeated) — with
+//! header-action consolidation off, on and `auto`; and the mixed chain of 4 and of 8 on
+//! the merged real trace, Mpps off, on and auto.
 //!
 //! First packets: a trace of F distinct UDP flows, one packet each (every packet misses
 //! and is recorded: these chains record a flow's first packet, `fastpath_record = 1`, as
-//! the report does; the mixed chain keeps the default, the second). Later packets: the
-//! same flows four more times on the same runner (every packet hits). Cycles are the whole worker loop per packet: copying the record
-//! into a pool buffer, the lookup (or recording), the NFs or their state functions and
-//! the consolidated rewrite, and handing the packet to a sink that discards it. The same
-//! runs time an empty chain (the floor) so the table can also show what the chain alone
-//! costs, the quantity the FastPath report's figure plots.
+//! the report does; the real-trace chains keep the default, the second). Later packets:
+//! the same flows four more times on the same runner (every packet hits). Cycles are the
+//! whole worker loop per packet: copying the record into a pool buffer, the lookup (or
+//! recording), the NFs or their state functions and the consolidated rewrite, and handing
+//! the packet to a sink that discards it. The same runs time an empty chain (the floor)
+//! so the table can also show what the chain alone costs, the quantity the FastPath
+//! report's figure plots.
 
 use std::path::Path;
 
@@ -24,16 +26,52 @@ use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
 use super::nfs::{random_rules, toml_list};
 use super::{median, print_table, traces, tsc, write_results, Args};
 
-/// Distinct flows in the first-packet trace.
+/// Distinct flows in the first-packet trace (times `--scale`).
 const FLOWS: usize = 16_384;
 /// Later packets per flow.
 const AGAIN: usize = 4;
+/// Chain lengths of the bench.
+const LENS: [usize; 5] = [1, 2, 3, 6, 8];
+/// What the chains are made of; `mixed` repeats filter, NAT, Maglev, monitor.
+const KINDS: [&str; 4] = ["ip_filter", "nat", "maglev", "mixed"];
+/// The mixed chain's period.
+const MIXED: [&str; 4] = ["ip_filter", "nat", "maglev", "flow_monitor"];
+
+/// FastPath off, on, or deciding by measured cost (`fastpath = "auto"`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Off,
+    On,
+    Auto,
+}
+
+impl Mode {
+    const ALL: [Mode; 3] = [Mode::Off, Mode::On, Mode::Auto];
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::On => "on",
+            Mode::Auto => "auto",
+        }
+    }
+
+    /// Sets the chain up for this mode with FastPath settings `cfg`.
+    fn apply(self, chain: &mut Chain, cfg: FastConfig) -> anyhow::Result<()> {
+        if self != Mode::Off {
+            chain.enable_fastpath(cfg).map_err(anyhow::Error::msg)?;
+            chain.fastpath_auto = self == Mode::Auto;
+        }
+        Ok(())
+    }
+}
 
 #[derive(Serialize)]
 struct Row {
     nf: String,
     chain_len: usize,
-    fastpath: bool,
+    /// `off`, `on` or `auto`.
+    fastpath: &'static str,
     cycles_first: f64,
     cycles_subsequent: f64,
     /// The empty chain's cycles per later packet in the same runs: subtracted, it leaves
@@ -44,11 +82,16 @@ struct Row {
 #[derive(Serialize)]
 struct Mixed {
     trace: String,
+    chain_len: usize,
     packets: u64,
     mpps_off: f64,
     mpps_on: f64,
+    mpps_auto: f64,
     hits: u64,
     misses: u64,
+    /// Whether auto had consolidation on at the end of its last run, and its switches.
+    auto_on: bool,
+    auto_switches: u64,
 }
 
 /// `passes` packets per flow, flows round-robin, UDP 10.x → 203.0.113.10:53, 64 bytes.
@@ -87,41 +130,57 @@ fn trace_of(frames: &[[u8; 64]], t0: u64) -> Trace {
     )
 }
 
-/// A chain of `n` NFs of `kind`, one ingress port (the port is part of FastPath's key).
-fn chain_text(kind: &str, n: usize, rules: &str) -> String {
+/// The NFs of a chain of `n` of `kind` (`mixed`: the mixed chain's period repeated).
+fn kinds_of(kind: &str, n: usize) -> Vec<&str> {
+    if kind == "mixed" {
+        MIXED.iter().copied().cycle().take(n).collect()
+    } else {
+        vec![kind; n]
+    }
+}
+
+/// A chain of `nfs`, one ingress port (the port is part of FastPath's key). NATs and
+/// Maglevs chain onto each other through whatever stands between them: each NAT takes
+/// the previous one's public address as inside; each Maglev balances onto the next one's
+/// VIP, the last onto 10 backends.
+fn chain_text(nfs: &[&str], rules: &str) -> String {
     let mut s = String::from("[input]\nports = 1\n");
-    for k in 0..n {
-        s += &format!("[[nf]]\nname = \"x{k}\"\nkind = \"{kind}\"\n");
-        s += &match kind {
+    let maglevs = nfs.iter().filter(|&&k| k == "maglev").count();
+    let (mut nat, mut lb) = (0, 0);
+    for (i, kind) in nfs.iter().enumerate() {
+        s += &format!("[[nf]]\nname = \"x{i}\"\nkind = \"{kind}\"\n");
+        s += &match *kind {
             "ip_filter" => format!("rules = {rules}\ndefault = \"allow\"\n"),
-            // Each NAT takes the previous one's public address as inside.
-            "nat" => format!(
-                "inside = \"10.0.0.0/8, 198.51.100.0/24\"\npublic = \"198.51.100.{}\"\ncapacity = 65536\n",
-                k + 1
-            ),
-            // Each Maglev balances onto the next one's VIP; the last onto 10 backends.
-            _ => {
-                let backends: Vec<String> = if k + 1 == n {
+            "nat" => {
+                nat += 1;
+                format!(
+                    "inside = \"10.0.0.0/8, 198.51.100.0/24\"\npublic = \"198.51.100.{nat}\"\ncapacity = 65536\n"
+                )
+            }
+            "maglev" => {
+                lb += 1;
+                let backends: Vec<String> = if lb == maglevs {
                     (1..=10)
                         .map(|i| format!("{{ addr = \"10.200.0.{i}\" }}"))
                         .collect()
                 } else {
-                    vec![format!("{{ addr = \"203.0.113.{}\" }}", 11 + k)]
+                    vec![format!("{{ addr = \"203.0.113.{}\" }}", 10 + lb)]
                 };
                 format!(
                     "vip = \"203.0.113.{}\"\nbackends = [{}]\ncapacity = 65536\n",
-                    10 + k,
+                    9 + lb,
                     backends.join(", ")
                 )
             }
+            _ => String::new(),
         };
     }
     s
 }
 
-fn fast_cfg() -> FastConfig {
+fn fast_cfg(flows: usize) -> FastConfig {
     FastConfig {
-        entries: 4 * FLOWS,
+        entries: 4 * flows,
         timeout_ns: 60_000_000_000,
         // The report's figure: the first packet is the recorded one.
         record_at: 1,
@@ -131,16 +190,13 @@ fn fast_cfg() -> FastConfig {
 /// Cycles per packet (first, subsequent) of one run on a fresh runner.
 fn cycles_once(
     cfg: &ChainConfig,
-    fast: bool,
+    mode: Mode,
+    flows: usize,
     first: &Trace,
     again: &Trace,
 ) -> anyhow::Result<(f64, f64)> {
     let mut chain = Chain::from_config(cfg)?;
-    if fast {
-        chain
-            .enable_fastpath(fast_cfg())
-            .map_err(anyhow::Error::msg)?;
-    }
+    mode.apply(&mut chain, fast_cfg(flows))?;
     let mut r = Runner::new(chain, 64);
     let opts = RunOptions::default();
     let t0 = tsc::now();
@@ -148,13 +204,20 @@ fn cycles_once(
     let t1 = tsc::now();
     let sum = r.run(again, &opts, &mut NoProgress)?;
     let t2 = tsc::now();
-    if fast {
+    if mode == Mode::On {
         let fp = sum.fastpath.unwrap_or_default();
         if fp.hits < (again.len() as u64) * 9 / 10 {
             anyhow::bail!(
-                "fastpath bench: only {} of {} later packets hit",
+                "fastpath bench: only {} of {} later packets hit through `{}` ({:?})",
                 fp.hits,
-                again.len()
+                again.len(),
+                r.chain()
+                    .nodes
+                    .iter()
+                    .map(|n| n.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                fp
             );
         }
     }
@@ -165,19 +228,28 @@ fn cycles_once(
 }
 
 /// Medians of (first, subsequent) cycles for the empty chain (the floor: ingest and
-/// sink), the chain off and the chain on. The three run in turn within each run, so a
-/// noisy moment of the machine touches all three alike.
-fn cycles(a: &Args, text: &str, first: &Trace, again: &Trace) -> anyhow::Result<[(f64, f64); 3]> {
+/// sink), then the chain off, on and auto. All run in turn within each run, so a noisy
+/// moment of the machine touches them alike.
+fn cycles(
+    a: &Args,
+    text: &str,
+    flows: usize,
+    first: &Trace,
+    again: &Trace,
+) -> anyhow::Result<[(f64, f64); 4]> {
     let empty = ChainConfig::parse(EMPTY, "empty")?;
     let cfg = ChainConfig::parse(text, "fastpath")?;
-    let mut v: [(Vec<f64>, Vec<f64>); 3] = Default::default();
+    let mut v: [(Vec<f64>, Vec<f64>); 4] = Default::default();
+    let runs = [
+        (&empty, Mode::Off),
+        (&cfg, Mode::Off),
+        (&cfg, Mode::On),
+        (&cfg, Mode::Auto),
+    ];
     // One untimed round first, as the other benches do.
     for i in 0..=a.runs {
-        for (k, (c, fast)) in [(&empty, false), (&cfg, false), (&cfg, true)]
-            .into_iter()
-            .enumerate()
-        {
-            let (f, s) = cycles_once(c, fast, first, again)?;
+        for (k, (c, mode)) in runs.into_iter().enumerate() {
+            let (f, s) = cycles_once(c, mode, flows, first, again)?;
             if i > 0 {
                 v[k].0.push(f);
                 v[k].1.push(s);
@@ -209,62 +281,105 @@ fn top_destination(t: &Trace) -> String {
     format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3])
 }
 
-/// One ingress port: FastPath keys on it, and the emulator draws each packet's port anew,
-/// which would split every flow over all ports (a NIC delivers a flow on one port).
-/// The table is sized for the trace (16,566 five-tuples, each direction its own entry).
-fn mixed_text(vip: &str, rules: &str) -> String {
-    format!(
-        "fastpath_entries = 65536\n[input]\nports = 1\n[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules = {rules}\ndefault = \"allow\"\n\
-[[nf]]\nname = \"nat\"\nkind = \"nat\"\n\
-[[nf]]\nname = \"lb\"\nkind = \"maglev\"\nvip = \"{vip}\"\nbackends = [{{ addr = \"10.200.0.1\" }}, {{ addr = \"10.200.0.2\" }}, {{ addr = \"10.200.0.3\" }}]\n\
-[[nf]]\nname = \"mon\"\nkind = \"flow_monitor\"\n"
-    )
+/// The mixed chain of `n` NFs for the real trace: one ingress port (FastPath keys on it,
+/// and the emulator draws each packet's port anew, which would split every flow over all
+/// ports; a NIC delivers a flow on one port), a table sized for the trace (16,566
+/// five-tuples, each direction its own entry). The first Maglev balances the trace's top
+/// destination onto 10.200.0.1-3, a second one 10.200.0.1 onto 10.201.0.1-3; a second
+/// NAT takes the first's public address as inside.
+fn mixed_text(n: usize, vip: &str, rules: &str) -> String {
+    let mut s = String::from("fastpath_entries = 65536\n[input]\nports = 1\n");
+    for (i, kind) in kinds_of("mixed", n).into_iter().enumerate() {
+        let round = i / MIXED.len();
+        let name = match kind {
+            "ip_filter" => "acl",
+            "nat" => "nat",
+            "maglev" => "lb",
+            _ => "mon",
+        };
+        let name = if round == 0 {
+            name.to_string()
+        } else {
+            format!("{name}{}", round + 1)
+        };
+        s += &format!("[[nf]]\nname = \"{name}\"\nkind = \"{kind}\"\n");
+        s += &match (kind, round) {
+            ("ip_filter", _) => format!("rules = {rules}\ndefault = \"allow\"\n"),
+            ("nat", 0) => String::new(),
+            ("nat", r) => format!(
+                "inside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 198.51.100.0/24\"\npublic = \"198.51.100.{}\"\n",
+                r + 1
+            ),
+            ("maglev", 0) => format!(
+                "vip = \"{vip}\"\nbackends = [{{ addr = \"10.200.0.1\" }}, {{ addr = \"10.200.0.2\" }}, {{ addr = \"10.200.0.3\" }}]\n"
+            ),
+            ("maglev", r) => format!(
+                "vip = \"10.{}.0.1\"\nbackends = [{{ addr = \"10.{}.0.1\" }}, {{ addr = \"10.{}.0.2\" }}, {{ addr = \"10.{}.0.3\" }}]\n",
+                199 + r,
+                200 + r,
+                200 + r,
+                200 + r
+            ),
+            _ => String::new(),
+        };
+    }
+    s
 }
 
-fn mixed(a: &Args, rules: &str) -> anyhow::Result<Mixed> {
+fn mixed(a: &Args, rules: &str, n: usize) -> anyhow::Result<Mixed> {
     let trace = traces::load("merged", 1.0)?;
-    let text = mixed_text(&top_destination(&trace), rules);
+    let text = mixed_text(n, &top_destination(&trace), rules);
     // For the callgrind cross-check (docs/fastpath.md).
-    let p = a.out.join("fastpath-mixed.toml");
+    let p = a.out.join(format!("fastpath-merged-{n}.toml"));
     std::fs::write(&p, &text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
     let cfg = ChainConfig::parse(&text, "mixed")?;
     let opts = RunOptions {
         loops: 4,
         ..Default::default()
     };
-    let mut mpps = [Vec::new(), Vec::new()];
-    let (mut hits, mut misses, mut packets) = (0, 0, 0);
+    let mut mpps = [Vec::new(), Vec::new(), Vec::new()];
+    let mut m = Mixed {
+        trace: "merged".into(),
+        chain_len: n,
+        packets: 0,
+        mpps_off: 0.0,
+        mpps_on: 0.0,
+        mpps_auto: 0.0,
+        hits: 0,
+        misses: 0,
+        auto_on: false,
+        auto_switches: 0,
+    };
     for i in 0..=a.runs {
-        for fast in [false, true] {
+        for (k, mode) in Mode::ALL.into_iter().enumerate() {
             let mut chain = Chain::from_config(&cfg)?;
-            if fast {
-                chain
-                    .enable_fastpath(chain.fastpath_settings)
-                    .map_err(anyhow::Error::msg)?;
-            }
+            let settings = chain.fastpath_settings;
+            mode.apply(&mut chain, settings)?;
             let mut r = Runner::new(chain, trace.max_packet_len());
             let s = r.run(&trace, &opts, &mut NoProgress)?;
             if i > 0 {
-                mpps[fast as usize].push(s.mpps);
+                mpps[k].push(s.mpps);
             }
-            if let Some(f) = s.fastpath {
-                (hits, misses) = (f.hits, f.misses);
+            if let (Mode::On, Some(f)) = (mode, s.fastpath) {
+                (m.hits, m.misses) = (f.hits, f.misses);
             }
-            packets = s.packets_in;
+            if let Some(au) = s.fastpath_auto {
+                (m.auto_on, m.auto_switches) = (au.on, au.switches);
+            }
+            m.packets = s.packets_in;
         }
     }
-    Ok(Mixed {
-        trace: "merged".into(),
-        packets,
-        mpps_off: median(&mut mpps[0]),
-        mpps_on: median(&mut mpps[1]),
-        hits,
-        misses,
-    })
+    let [off, on, auto] = mpps;
+    (m.mpps_off, m.mpps_on, m.mpps_auto) = (
+        median(&mut { off }),
+        median(&mut { on }),
+        median(&mut { auto }),
+    );
+    Ok(m)
 }
 
-/// Traces and a chain file under --out for the callgrind cross-check (docs/fastpath.md).
-fn write_callgrind_inputs(out: &Path, rules: &str) -> anyhow::Result<()> {
+/// Traces and chain files under --out for the callgrind cross-check (docs/fastpath.md).
+fn write_callgrind_inputs(out: &Path, rules: &str, flows: usize) -> anyhow::Result<()> {
     let write = |name: &str, frames: &[[u8; 64]]| -> anyhow::Result<()> {
         let p = out.join(name);
         let mut w = PcapWriter::create(&p, PcapHeader::new(1, false))
@@ -275,15 +390,15 @@ fn write_callgrind_inputs(out: &Path, rules: &str) -> anyhow::Result<()> {
         w.finish()?;
         Ok(())
     };
-    write("fastpath-first.pcap", &flow_frames(FLOWS, 1))?;
-    write("fastpath-again.pcap", &flow_frames(FLOWS, 1 + AGAIN))?;
-    for kind in ["ip_filter", "nat", "maglev"] {
-        for n in 1..=3 {
+    write("fastpath-first.pcap", &flow_frames(flows, 1))?;
+    write("fastpath-again.pcap", &flow_frames(flows, 1 + AGAIN))?;
+    for kind in KINDS {
+        for n in LENS {
             let p = out.join(format!("fastpath-{kind}-{n}.toml"));
             let text = format!(
                 "fastpath_entries = {}\nfastpath_record = 1\n{}",
-                4 * FLOWS,
-                chain_text(kind, n, rules)
+                4 * flows,
+                chain_text(&kinds_of(kind, n), rules)
             );
             std::fs::write(&p, text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
         }
@@ -293,25 +408,29 @@ fn write_callgrind_inputs(out: &Path, rules: &str) -> anyhow::Result<()> {
 
 fn svg(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     let max = rows.iter().map(|r| r.cycles_subsequent).fold(1.0, f64::max);
-    let (bw, h, top, left) = (16.0, 260.0, 40.0, 50.0);
+    let (bw, h, top, left) = (12.0, 260.0, 40.0, 50.0);
     let mut s = format!(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='11'>\n<text x='{left}' y='20' font-size='14'>cycles per later packet: fastpath off (grey) / on (blue)</text>\n",
-        left + rows.len() as f64 * (bw + 4.0) + 40.0,
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='11'>\n<text x='{left}' y='20' font-size='14'>cycles per later packet: fastpath off (grey) / on (blue) / auto (orange)</text>\n",
+        left + rows.len() as f64 * (bw + 2.0) + rows.len() as f64 / 3.0 * 6.0 + 40.0,
         h + top + 70.0
     );
     for (i, r) in rows.iter().enumerate() {
-        let x = left + i as f64 * (bw + 4.0) + (i / 2) as f64 * 6.0;
+        let x = left + i as f64 * (bw + 2.0) + (i / 3) as f64 * 6.0;
         let bh = r.cycles_subsequent / max * h;
-        let color = if r.fastpath { "#1f77b4" } else { "#999" };
+        let color = match r.fastpath {
+            "on" => "#1f77b4",
+            "auto" => "#ff7f0e",
+            _ => "#999",
+        };
         s += &format!(
             "<rect x='{x:.1}' y='{:.1}' width='{bw}' height='{bh:.1}' fill='{color}'><title>{} x{} fastpath {}: {:.0} cycles</title></rect>\n",
             top + h - bh,
             r.nf,
             r.chain_len,
-            if r.fastpath { "on" } else { "off" },
+            r.fastpath,
             r.cycles_subsequent
         );
-        if r.fastpath {
+        if r.fastpath == "on" {
             s += &format!(
                 "<text x='{:.1}' y='{:.1}' transform='rotate(60 {:.1} {:.1})'>{} x{}</text>\n",
                 x - 10.0,
@@ -327,20 +446,27 @@ fn svg(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     std::fs::write(path, s).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
+/// `1 - x / y` in percent.
+fn less(x: f64, y: f64) -> String {
+    format!("{:.1}", 100.0 * (1.0 - x / y.max(1e-9)))
+}
+
 pub fn run(a: &Args) -> anyhow::Result<i32> {
     let rules = toml_list(&random_rules(100, 7));
-    let first = trace_of(&flow_frames(FLOWS, 1), 0);
-    let again = trace_of(&flow_frames(FLOWS, AGAIN), FLOWS as u64 * 1000);
+    let flows = ((FLOWS as f64 * a.scale).round() as usize).clamp(64, 4 * FLOWS);
+    let first = trace_of(&flow_frames(flows, 1), 0);
+    let again = trace_of(&flow_frames(flows, AGAIN), flows as u64 * 1000);
+    write_callgrind_inputs(&a.out, &rules, flows)?;
     let mut rows = Vec::new();
-    for nf in ["ip_filter", "nat", "maglev"] {
-        for len in 1..=3 {
-            let text = chain_text(nf, len, &rules);
-            let [floor, off, on] = cycles(a, &text, &first, &again)?;
-            for (fast, (cf, cs)) in [(false, off), (true, on)] {
+    for nf in KINDS {
+        for len in LENS {
+            let text = chain_text(&kinds_of(nf, len), &rules);
+            let [floor, off, on, auto] = cycles(a, &text, flows, &first, &again)?;
+            for (mode, (cf, cs)) in Mode::ALL.into_iter().zip([off, on, auto]) {
                 rows.push(Row {
                     nf: nf.into(),
                     chain_len: len,
-                    fastpath: fast,
+                    fastpath: mode.name(),
                     cycles_first: cf,
                     cycles_subsequent: cs,
                     cycles_floor: floor.1,
@@ -348,16 +474,21 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             }
         }
     }
-    let m = mixed(a, &rules)?;
-    write_callgrind_inputs(&a.out, &rules)?;
+    let mixed: Vec<Mixed> = [4, 8]
+        .into_iter()
+        .map(|n| mixed(a, &rules, n))
+        .collect::<anyhow::Result<_>>()?;
     let header = [
         "nf",
         "chain",
         "first off",
         "first on",
+        "first auto",
         "later off",
         "later on",
+        "later auto",
         "reduction %",
+        "auto vs off %",
         "on / one NF off",
         "floor",
         "chain off",
@@ -366,16 +497,16 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "chain on / one NF",
     ];
     let body: Vec<Vec<String>> = rows
-        .chunks(2)
+        .chunks(3)
         .map(|p| {
-            let (off, on) = (&p[0], &p[1]);
+            let (off, on, auto) = (&p[0], &p[1], &p[2]);
             let one = rows
                 .iter()
-                .find(|r| r.nf == off.nf && r.chain_len == 1 && !r.fastpath)
+                .find(|r| r.nf == off.nf && r.chain_len == 1 && r.fastpath == "off")
                 .map_or(1.0, |r| r.cycles_subsequent);
             let one_chain = rows
                 .iter()
-                .find(|r| r.nf == off.nf && r.chain_len == 1 && !r.fastpath)
+                .find(|r| r.nf == off.nf && r.chain_len == 1 && r.fastpath == "off")
                 .map_or(1.0, |r| r.cycles_subsequent - r.cycles_floor);
             let (c_off, c_on) = (
                 off.cycles_subsequent - off.cycles_floor,
@@ -386,24 +517,28 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 off.chain_len.to_string(),
                 format!("{:.0}", off.cycles_first),
                 format!("{:.0}", on.cycles_first),
+                format!("{:.0}", auto.cycles_first),
                 format!("{:.0}", off.cycles_subsequent),
                 format!("{:.0}", on.cycles_subsequent),
-                format!(
-                    "{:.1}",
-                    100.0 * (1.0 - on.cycles_subsequent / off.cycles_subsequent.max(1e-9))
+                format!("{:.0}", auto.cycles_subsequent),
+                less(on.cycles_subsequent, off.cycles_subsequent),
+                // Negative: auto is slower than off (first and later packets together).
+                less(
+                    auto.cycles_first + AGAIN as f64 * auto.cycles_subsequent,
+                    off.cycles_first + AGAIN as f64 * off.cycles_subsequent,
                 ),
                 format!("{:.2}", on.cycles_subsequent / one.max(1e-9)),
                 format!("{:.0}", off.cycles_floor),
                 format!("{c_off:.0}"),
                 format!("{c_on:.0}"),
-                format!("{:.1}", 100.0 * (1.0 - c_on / c_off.max(1e-9))),
+                less(c_on, c_off),
                 format!("{:.2}", c_on / one_chain.max(1e-9)),
             ]
         })
         .collect();
     write_results(a, "fastpath", &header, &body, &rows)?;
     let p = a.out.join("fastpath-mixed.json");
-    std::fs::write(&p, serde_json::to_string_pretty(&m)?)
+    std::fs::write(&p, serde_json::to_string_pretty(&mixed)?)
         .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
     svg(&a.out.join("fastpath.svg"), &rows)?;
     if a.json {
@@ -411,13 +546,24 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     } else {
         print_table(&header, &body);
         println!(
-            "(TSC cycles per packet, median of {} runs; {FLOWS} flows: first = one packet each, later = {AGAIN} more each;\n floor = the same runs through an empty chain; chain = later minus floor, what the NFs or the consolidated path cost)",
+            "(TSC cycles per packet, median of {} runs; {flows} flows: first = one packet each, later = {AGAIN} more each;\n floor = the same runs through an empty chain; chain = later minus floor, what the NFs or the consolidated path cost;\n mixed = filter, NAT, Maglev, monitor repeated; auto vs off = first and later packets together)",
             a.runs
         );
-        println!(
-            "mixed chain filter -> NAT -> Maglev -> monitor on {} ({} packets): {:.2} Mpps off, {:.2} Mpps on ({} hits, {} misses)",
-            m.trace, m.packets, m.mpps_off, m.mpps_on, m.hits, m.misses
-        );
+        for m in &mixed {
+            println!(
+                "mixed chain of {} on {} ({} packets): {:.2} Mpps off, {:.2} on, {:.2} auto ({} hits, {} misses on; auto ended {} after {} switches)",
+                m.chain_len,
+                m.trace,
+                m.packets,
+                m.mpps_off,
+                m.mpps_on,
+                m.mpps_auto,
+                m.hits,
+                m.misses,
+                if m.auto_on { "on" } else { "off" },
+                m.auto_switches
+            );
+        }
     }
     Ok(0)
 }

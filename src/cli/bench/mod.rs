@@ -24,9 +24,9 @@ use std::path::PathBuf;
 pub struct Args {
     /// steve (apps × traces), steve-decode (partial vs full decode), steve-ops (ns per
     /// operation), nfs (filter, NAT, Maglev, monitor), fastpath (cycles per packet with
-    /// header-action consolidation off and on), microboxes (chain length, consolidated vs
-    /// per-NF TCP stacks, DPI -> IDS, peers), micronf (workers scaling, stages on rings,
-    /// ring hop cost, prefetch), dpi (DPI engine next to ndpiReader), ids
+    /// header-action consolidation off, on and auto, chains of 1-8 NFs), microboxes (chain
+    /// length, consolidated vs per-NF TCP stacks, DPI -> IDS, peers), micronf (workers
+    /// scaling, stages on rings, ring hop cost, prefetch), dpi (DPI engine next to ndpiReader), ids
     /// (IDS engine next to Suricata), e2e (`catena run` whole process next to Click
     /// userlevel and tcpdump on the same files; Click from $CLICK or /tmp/click), ports
     /// (live forwarding between veths in namespaces: catena on AF_PACKET and AF_XDP next

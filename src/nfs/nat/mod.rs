@@ -49,7 +49,7 @@ use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
 
 use super::nf::{named, Stats};
-use super::nf::{Context, FastPacket, FastRole, Nf, Profile};
+use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{prefetch, FlowKey, Hasher, Index};
 use crate::packet::bytes::{be16, be32, put16, put32};
@@ -1310,8 +1310,34 @@ impl Nf for Nat {
         }
     }
 
-    fn fast_role(&self) -> FastRole {
-        FastRole::Consolidate("mapping idle-timer refresh, FIN/RST/SYN state, sweep step, counters")
+    fn consolidate(&self) -> Option<&dyn Consolidate> {
+        Some(self)
+    }
+
+    fn consolidate_mut(&mut self) -> Option<&mut dyn Consolidate> {
+        Some(self)
+    }
+
+    fn stats(&self) -> Stats {
+        named(&[
+            ("mappings", self.live.len() as u64),
+            ("created", self.created),
+            ("expired", self.expired),
+            ("pool_exhausted", self.pool_exhausted),
+            ("table_full", self.table_full),
+            ("translated_out", self.translated_out),
+            ("translated_in", self.translated_in),
+            ("icmp_errors", self.icmp_errors),
+            ("internal", self.internal),
+            ("passed_not_ipv4", self.not_ipv4),
+            ("pool_size", self.pool.size() as u64),
+        ])
+    }
+}
+
+impl Consolidate for Nat {
+    fn state_function(&self) -> &'static str {
+        "mapping idle-timer refresh, FIN/RST/SYN state, sweep step, counters"
     }
 
     fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
@@ -1362,22 +1388,6 @@ impl Nf for Nat {
             FAST_NOT_IPV4 => self.not_ipv4 += 1,
             _ => {}
         }
-    }
-
-    fn stats(&self) -> Stats {
-        named(&[
-            ("mappings", self.live.len() as u64),
-            ("created", self.created),
-            ("expired", self.expired),
-            ("pool_exhausted", self.pool_exhausted),
-            ("table_full", self.table_full),
-            ("translated_out", self.translated_out),
-            ("translated_in", self.translated_in),
-            ("icmp_errors", self.icmp_errors),
-            ("internal", self.internal),
-            ("passed_not_ipv4", self.not_ipv4),
-            ("pool_size", self.pool.size() as u64),
-        ])
     }
 }
 

@@ -33,8 +33,8 @@ pub fn count_path<H: Host>(h: &mut H, path: &[Step], n: u64) {
     for s in path {
         h.count(s.node(), s.verdict, n);
         if s.flags & Step::COUNT != 0 {
-            if let Some(nf) = h.nf(s.node()) {
-                nf.fast_count(s.token, n);
+            if let Some(c) = h.nf(s.node()).and_then(|nf| nf.consolidate_mut()) {
+                c.fast_count(s.token, n);
             }
         }
     }
@@ -89,16 +89,51 @@ impl FastPath {
                 }
                 if self.prefetch {
                     for s in e.path() {
-                        if let Some(nf) = h.nf(s.node()) {
-                            nf.fast_prefetch(s.token);
+                        if let Some(c) = h.nf(s.node()).and_then(|nf| nf.consolidate()) {
+                            c.fast_prefetch(s.token);
                         }
                     }
                 }
             }
         }
+        // The common case, fused: every packet of the chunk is IP and finds a live,
+        // unexpired consolidated entry it fits (long enough, Ethernet addresses as
+        // recorded, no FIN/RST). Hits then go along their entries in one pass, without
+        // the general loop's per-packet lookup, flush, refusal and deferral handling.
+        // Hits change no entry but a failed check's, so what was found holds.
+        let mut fused = [0usize; MAX_BATCH];
+        let all = keyed.count_ones() as usize == input.len() && !input.is_empty();
+        let fits = all
+            && input.iter().enumerate().all(|(i, p)| {
+                let w = if ways_found {
+                    ways[i]
+                } else {
+                    self.table.way_in(probes[i], &keys[i])
+                };
+                match w.filter(|&w| self.table.fits(w, &keys[i], p)) {
+                    Some(w) => {
+                        fused[i] = w;
+                        true
+                    }
+                    None => false,
+                }
+            });
+        let mut rest = input.drain().enumerate();
+        if fits {
+            for (i, p) in rest.by_ref() {
+                if let Some(mut p) = self.hit_along(h, fused[i], &keys[i], p) {
+                    // A check failed (the entry is gone): this packet is recorded on
+                    // the slow path, as in the general loop, which takes the rest.
+                    self.stats.misses += 1;
+                    self.rec.begin(&mut p, keys[i], h.pool());
+                    h.misses().push(p);
+                    break;
+                }
+            }
+        }
         // The probes hold until the first flush or deferral inserts entries.
         let mut probes_hold = true;
-        for (i, p) in input.drain().enumerate() {
+        for (i, p) in rest {
             let now = p.meta().now_ns;
             if keyed & 1 << i == 0 {
                 self.stats.misses += 1;
@@ -189,11 +224,24 @@ impl FastPath {
     /// their state functions and counters, then the consolidated rewrite. Gives the
     /// packet back when a check fails (the entry is dropped; the slow path takes it).
     #[inline(always)]
-    fn hit<H: Host>(&mut self, h: &mut H, w: usize, key: &FpKey, mut p: Packet) -> Option<Packet> {
-        let (e, actions, keys) = self.table.entry_parts(w);
+    fn hit<H: Host>(&mut self, h: &mut H, w: usize, key: &FpKey, p: Packet) -> Option<Packet> {
+        let (e, actions, _) = self.table.entry_parts(w);
         if p.len() < e.min_len as usize || e.matches_eth() && !actions.eth_matches(p.data()) {
             return Some(p);
         }
+        self.hit_along(h, w, key, p)
+    }
+
+    /// [`hit`](Self::hit) for a packet known to fit its entry ([`super::Table::fits`]).
+    #[inline(always)]
+    fn hit_along<H: Host>(
+        &mut self,
+        h: &mut H,
+        w: usize,
+        key: &FpKey,
+        mut p: Packet,
+    ) -> Option<Packet> {
+        let (e, actions, keys) = self.table.entry_parts(w);
         let now = p.meta().now_ns;
         if e.calls() {
             let m = p.meta();
@@ -208,7 +256,7 @@ impl FastPath {
             let path = e.path();
             // Every check before any state function, so a failed one leaves no trace.
             for s in path.iter().filter(|s| s.flags & Step::CHECK != 0) {
-                let ok = match h.nf(s.node()) {
+                let ok = match h.nf(s.node()).and_then(|nf| nf.consolidate()) {
                     Some(nf) => {
                         // A reference only: the key is read by the NFs that need it.
                         fp.key = &keys.keys[s.key_index()];
@@ -223,7 +271,7 @@ impl FastPath {
                 }
             }
             for s in path.iter().filter(|s| s.flags & Step::STATE != 0) {
-                if let Some(nf) = h.nf(s.node()) {
+                if let Some(nf) = h.nf(s.node()).and_then(|nf| nf.consolidate_mut()) {
                     fp.key = &keys.keys[s.key_index()];
                     nf.fast_state(s.token, &fp);
                 }

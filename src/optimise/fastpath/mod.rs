@@ -25,7 +25,7 @@ pub use key::FpKey;
 pub use record::{Outcome, Recorder};
 pub use table::{Entry, Found, Hot, Keys, Probe, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
 
-use crate::nfs::{FastRole, Nf};
+use crate::nfs::Nf;
 use crate::packet::{Batch, Fields};
 
 /// FastPath settings of a chain.
@@ -95,14 +95,14 @@ pub const REWRITABLE: Fields = Fields(
 /// Whether FastPath can skip `nf` on consolidated flows, and if so its state function.
 pub fn role(nf: &dyn Nf) -> Result<&'static str, String> {
     let p = nf.profile();
-    match nf.fast_role() {
-        FastRole::Refuse => Err("refuses consolidation".into()),
+    match nf.consolidate() {
+        None => Err("refuses consolidation".into()),
         _ if p.changes_length => Err("adds or removes headers".into()),
         _ if !REWRITABLE.contains(p.writes) => Err(format!(
             "writes {} (not consolidated)",
             Fields(p.writes.0 & !REWRITABLE.0)
         )),
-        FastRole::Consolidate(state) => Ok(state),
+        Some(c) => Ok(c.state_function()),
     }
 }
 
@@ -110,9 +110,12 @@ pub fn role(nf: &dyn Nf) -> Result<&'static str, String> {
 /// can change its decision, which removes the entries through it at once), and run its
 /// state function, or count its packets in the entry when the state function only counts.
 fn step_flags(nf: &dyn Nf) -> u8 {
-    let check = if nf.fast_checks() { Step::CHECK } else { 0 };
+    let Some(c) = nf.consolidate() else {
+        return 0;
+    };
+    let check = if c.fast_checks() { Step::CHECK } else { 0 };
     check
-        | if nf.fast_counts() {
+        | if c.fast_counts() {
             Step::COUNT
         } else {
             Step::STATE
@@ -169,7 +172,10 @@ impl FastPath {
                 .iter()
                 .map(|n| n.is_some_and(|n| role(n).is_ok()))
                 .collect(),
-            prefetch: nfs.iter().flatten().any(|n| n.fast_prefetches()),
+            prefetch: nfs
+                .iter()
+                .flatten()
+                .any(|n| n.consolidate().is_some_and(|c| c.fast_prefetches())),
             writes,
             writes_eth: nfs
                 .iter()

@@ -8,11 +8,12 @@ use super::key::FpKey;
 use crate::flow::FlowKey;
 use crate::packet::Verdict;
 
-/// Most NFs on a consolidated path; longer paths are not consolidated.
-pub const MAX_PATH: usize = 6;
+/// Most NFs on a consolidated path; longer paths are not consolidated. Eight steps fill
+/// the entry's second and third lines exactly (six would leave a third line part empty).
+pub const MAX_PATH: usize = 8;
 /// Most distinct flow keys along a path (each NF that rewrites addresses or ports makes
-/// one more).
-pub const MAX_KEYS: usize = 4;
+/// one more: a chain of 8 NATs sees 8).
+pub const MAX_KEYS: usize = 8;
 const WAYS: usize = 8;
 
 const NO_KEY: FlowKey = FlowKey {
@@ -30,8 +31,8 @@ pub struct Step {
     pub token: u64,
     /// What a hit does for this NF: [`Step::CHECK`], [`Step::STATE`], [`Step::COUNT`].
     pub flags: u8,
-    /// Node index in the low 14 bits, the index of the flow key this NF saw (in the
-    /// entry's [`Keys`]) in the top 2: a hit finds the key without touching `Keys`.
+    /// Node index in the low 13 bits, the index of the flow key this NF saw (in the
+    /// entry's [`Keys`]) in the top 3: a hit finds the key without touching `Keys`.
     node_key: u16,
     /// Out(counted output) or Drop(reason), as the NF decided.
     pub verdict: Verdict,
@@ -42,8 +43,8 @@ pub struct Step {
 /// NAT drops, TCP-flag rules), but a full table or an exhausted pool is not.
 pub const RETRY_AFTER: u8 = 16;
 
-/// Most nodes a chain may have for its NFs to be consolidated (node indices fit 14 bits).
-pub const MAX_NODES: usize = 1 << 14;
+/// Most nodes a chain may have for its NFs to be consolidated (node indices fit 13 bits).
+pub const MAX_NODES: usize = 1 << 13;
 
 impl Step {
     pub const EMPTY: Step = Step {
@@ -67,19 +68,19 @@ impl Step {
         Step {
             token: 0,
             flags,
-            node_key: node as u16 | (key as u16) << 14,
+            node_key: node as u16 | (key as u16) << 13,
             verdict: Verdict::Out(0),
         }
     }
 
     #[inline]
     pub fn node(&self) -> usize {
-        (self.node_key & 0x3fff) as usize
+        (self.node_key & 0x1fff) as usize
     }
 
     #[inline]
     pub fn key_index(&self) -> usize {
-        (self.node_key >> 14) as usize
+        (self.node_key >> 13) as usize
     }
 }
 
@@ -128,7 +129,7 @@ impl Entry {
 
 /// What a hit reads of an entry, as the table keeps it: the key and everything else a
 /// hit needs before the path in the first line, the path (up to four NFs) in the
-/// second. The actions and the flow keys the NFs saw are kept apart: a hit reads the
+/// second, up to eight in the third. The actions and the flow keys the NFs saw are kept apart: a hit reads the
 /// actions only when the path rewrites something (and prefetches them then), the keys
 /// only for NFs whose state function reads one (the flow monitor).
 #[derive(Clone, Copy, Debug)]
@@ -488,6 +489,21 @@ impl Table {
     }
 
     /// Way `w` holds an entry (it may have been emptied since it was looked up).
+    /// Whether packet `p` (key `k`) would hit entry `w` as it stands: live, not idle past
+    /// the timeout, consolidated (not a refusal), `p` long enough for its actions and
+    /// with the Ethernet addresses they match, and no FIN or RST. Changes nothing.
+    #[inline]
+    pub fn fits(&self, w: usize, k: &FpKey, p: &crate::packet::Packet) -> bool {
+        let e = &self.entries[w];
+        self.live(w)
+            && !(self.timeout_ns != 0
+                && p.meta().now_ns.saturating_sub(e.last_ns) > self.timeout_ns)
+            && !e.refusal()
+            && p.len() >= e.min_len as usize
+            && (!e.matches_eth() || self.actions[w].0.eth_matches(p.data()))
+            && !k.ends_flow(p.data())
+    }
+
     #[inline]
     pub fn live(&self, w: usize) -> bool {
         self.tags[w / WAYS].0[w % WAYS] != 0
@@ -711,10 +727,10 @@ mod tests {
         assert_eq!(std::mem::size_of::<Hot>(), 192);
         assert_eq!(std::mem::size_of::<ActionsLine>(), 64);
         assert!(MAX_PATH < LEN as usize);
-        let s = Step::new(MAX_NODES - 1, 3, Step::COUNT);
+        let s = Step::new(MAX_NODES - 1, MAX_KEYS as u8 - 1, Step::COUNT);
         assert_eq!(
             (s.node(), s.key_index(), s.flags),
-            (MAX_NODES - 1, 3, Step::COUNT)
+            (MAX_NODES - 1, MAX_KEYS - 1, Step::COUNT)
         );
     }
 

@@ -1,0 +1,82 @@
+//! FastPath's side of an NF, an optional capability: an NF that can be skipped on a
+//! flow's later packets (header-action consolidation) implements [`Consolidate`] and
+//! exposes it with [`Nf::consolidate`](super::Nf::consolidate); every other NF always
+//! runs and never reads this. See docs/fastpath.md.
+//!
+//! While a flow's packet is recorded, the NF answers [`crate::packet::FastMark::Want`] in
+//! `process` with a token (what the flow's later packets rely on: a mapping's slot, a
+//! rule's counter) or a refusal. A later packet then skips the NF: the runtime checks
+//! the token ([`fast_valid`](Consolidate::fast_valid)) and runs the NF's per-packet
+//! state function ([`fast_state`](Consolidate::fast_state)) or, when that only counts,
+//! counts in its table and hands the counts over ([`fast_count`](Consolidate::fast_count)).
+
+use crate::flow::FlowKey;
+
+/// What a state function sees of a packet on the consolidated path: only what no NF
+/// rewrites (lengths, time, TCP flags), plus the flow key as this NF saw it on the
+/// recorded packet (the NFs before it may have rewritten addresses and ports).
+#[derive(Clone, Copy, Debug)]
+pub struct FastPacket<'a> {
+    pub key: &'a FlowKey,
+    /// An IP fragment (first or later): no ports in the key.
+    pub fragment: bool,
+    /// Capture time (for records that report it).
+    pub ts_ns: u64,
+    /// Run-clock time: what timers read (docs/time.md).
+    pub now_ns: u64,
+    pub wire_len: u32,
+    /// TCP flags with NS (9 bits) when the packet is TCP with a complete header, else 0.
+    pub tcp_flags: u16,
+}
+
+/// An NF FastPath may skip on consolidated flows.
+pub trait Consolidate {
+    /// What the NF's state function still does per packet (`catena check` prints it).
+    fn state_function(&self) -> &'static str;
+
+    /// Read-only check, before any state function of the path runs, that the state the
+    /// token names still holds (e.g. the NAT mapping is live): false sends the packet
+    /// down the slow path.
+    fn fast_valid(&self, token: u64, p: &FastPacket) -> bool;
+
+    /// Whether [`fast_valid`](Consolidate::fast_valid) can say no: an NF whose
+    /// consolidated decisions only a control command changes (the runtime then removes
+    /// every entry through it) says false, and a hit skips the call.
+    fn fast_checks(&self) -> bool {
+        true
+    }
+
+    /// The per-packet work of a skipped NF: must leave it in exactly the state `process`
+    /// would have (counters, idle timers, sweeps).
+    fn fast_state(&mut self, token: u64, p: &FastPacket) {
+        let _ = (token, p);
+    }
+
+    /// Starts loading the state a token names (a hint, called for a whole chunk of hits
+    /// before any of them runs, so their cache misses overlap as the NFs' own batch
+    /// prefetches do). Must not change anything.
+    fn fast_prefetch(&self, token: u64) {
+        let _ = token;
+    }
+
+    /// Whether [`fast_prefetch`](Consolidate::fast_prefetch) does anything: a chain of
+    /// NFs that all say no skips the pass that would call it.
+    fn fast_prefetches(&self) -> bool {
+        false
+    }
+
+    /// Whether the state function only adds one per packet to counters the token names:
+    /// the runtime then counts a consolidated flow's packets in its entry and hands them
+    /// over with [`fast_count`](Consolidate::fast_count) (before the NF takes a command,
+    /// before the summary, when the entry goes), and never calls `fast_state`.
+    fn fast_counts(&self) -> bool {
+        false
+    }
+
+    /// `packets` packets of flows marked `token` took the fast path since the last call:
+    /// does what as many `fast_state` calls would have done (for NFs that say
+    /// [`fast_counts`](Consolidate::fast_counts)).
+    fn fast_count(&mut self, token: u64, packets: u64) {
+        let _ = (token, packets);
+    }
+}
