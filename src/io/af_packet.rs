@@ -147,11 +147,27 @@ pub fn ifindex(iface: &str) -> io::Result<i32> {
 /// Checks, without taking any packet, that `iface` exists and that this process may
 /// open AF_PACKET sockets.
 pub fn probe(iface: &str) -> io::Result<()> {
+    probe_family(
+        iface,
+        libc::AF_PACKET,
+        "cannot open an AF_PACKET socket",
+        os_err,
+    )
+}
+
+/// `iface` exists and a raw socket of `family` opens (and is closed at once); a failure
+/// is explained by `err` (each port kind names the capabilities it needs).
+pub(super) fn probe_family(
+    iface: &str,
+    family: libc::c_int,
+    what: &str,
+    err: fn(&str, &str) -> io::Error,
+) -> io::Result<()> {
     ifindex(iface)?;
     // SAFETY: opening and closing a socket.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    let raw = unsafe { libc::socket(family, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
-        return Err(os_err("cannot open an AF_PACKET socket", iface));
+        return Err(err(what, iface));
     }
     // SAFETY: a fresh descriptor, closed once.
     drop(unsafe { OwnedFd::from_raw_fd(raw) });

@@ -215,15 +215,7 @@ fn getopt<T>(fd: RawFd, opt: i32, v: &mut T) -> io::Result<()> {
 /// Checks, without taking any packet, that `iface` exists and this process may open
 /// AF_XDP sockets.
 pub fn probe(iface: &str) -> io::Result<()> {
-    ifindex(iface)?;
-    // SAFETY: opening and closing a socket.
-    let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(os_err("cannot open an AF_XDP socket", iface));
-    }
-    // SAFETY: a fresh descriptor, closed once.
-    drop(unsafe { OwnedFd::from_raw_fd(raw) });
-    Ok(())
+    super::af_packet::probe_family(iface, libc::AF_XDP, "cannot open an AF_XDP socket", os_err)
 }
 
 /// Owns the UMEM mapping until the port takes it (freed on an error before that).
