@@ -9,50 +9,17 @@ mod netns;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use catena::io::Trace;
-use netns::{in_ns, Netns};
+use netns::{in_ns, Netns, Proc};
 use serde_json::Value;
 
 const PACKETS: usize = 4000;
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_catena")
-}
-
-/// A child process killed (if still running) and reaped when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    fn signal(&self, sig: i32) {
-        // SAFETY: signalling our own child by its pid.
-        unsafe { libc::kill(self.0.id() as i32, sig) };
-    }
-
-    /// Waits up to `secs` for exit; returns stdout and the exit code.
-    fn finish(mut self, secs: u64) -> (String, Option<i32>) {
-        let end = Instant::now() + Duration::from_secs(secs);
-        loop {
-            if let Ok(Some(st)) = self.0.try_wait() {
-                let mut out = String::new();
-                if let Some(mut o) = self.0.stdout.take() {
-                    let _ = std::io::Read::read_to_string(&mut o, &mut out);
-                }
-                return (out, st.code());
-            }
-            assert!(Instant::now() < end, "process did not exit in {secs} s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
 }
 
 /// Spawns `cmd` and waits (≤ 5 s) until its stderr shows `ready`; stderr is drained

@@ -9,47 +9,17 @@ mod netns;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use catena::io::Trace;
-use netns::{in_ns, Netns};
+use netns::{in_ns, Netns, Proc};
 use serde_json::Value;
 
 const PACKETS: usize = 4000;
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_catena")
-}
-
-/// A child process killed (if still running) and reaped when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    /// SIGTERM, then waits up to 5 s for exit; returns stdout and the exit code.
-    fn stop(mut self) -> (String, Option<i32>) {
-        // SAFETY: signalling our own child by its pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let end = Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Ok(Some(st)) = self.0.try_wait() {
-                let mut out = String::new();
-                if let Some(mut o) = self.0.stdout.take() {
-                    let _ = std::io::Read::read_to_string(&mut o, &mut out);
-                }
-                return (out, st.code());
-            }
-            assert!(Instant::now() < end, "catena did not exit in 5 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
 }
 
 /// Spawns `cmd` and waits (≤ 5 s) until its stderr says it is running.
@@ -137,8 +107,10 @@ fn a_to_b(dir: &Path, cap: &Path, aggregate: bool) -> (Vec<Vec<u8>>, Value, Valu
     // A's replay takes 80 ms at 50 kpps; B's file is complete only when B exits, so
     // stop A once its replay is surely done, then B.
     std::thread::sleep(Duration::from_millis(800));
-    let (a_json, a_code) = a.stop();
-    let (b_json, b_code) = b.stop();
+    a.signal(libc::SIGTERM);
+    let (a_json, a_code) = a.finish(5);
+    b.signal(libc::SIGTERM);
+    let (b_json, b_code) = b.finish(5);
     assert_eq!(a_code, Some(0), "A: {a_json}");
     assert_eq!(b_code, Some(0), "B: {b_json}");
     let sa: Value = serde_json::from_str(&a_json).unwrap();

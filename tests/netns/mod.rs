@@ -4,8 +4,9 @@
 #![allow(dead_code)]
 
 use std::os::fd::AsRawFd;
-use std::process::Command;
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 /// True when this process may create namespaces; otherwise prints why the test skips.
 pub fn can_run(test: &str) -> bool {
@@ -115,6 +116,39 @@ impl Drop for Netns {
     fn drop(&mut self) {
         for n in &self.names {
             let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
+
+/// A child process killed (if still running) and reaped when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(self.0.id() as i32, sig) };
+    }
+
+    /// Waits up to `secs` for exit; returns stdout and the exit code.
+    pub fn finish(mut self, secs: u64) -> (String, Option<i32>) {
+        let end = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Ok(Some(st)) = self.0.try_wait() {
+                let mut out = String::new();
+                if let Some(mut o) = self.0.stdout.take() {
+                    let _ = std::io::Read::read_to_string(&mut o, &mut out);
+                }
+                return (out, st.code());
+            }
+            assert!(Instant::now() < end, "process did not exit in {secs} s");
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
