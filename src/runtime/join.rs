@@ -10,7 +10,11 @@
 //! shadow side is the NF that writes nothing (the plan requires one), so only its
 //! verdicts come back; the copy is a `memcpy` of the packet per packet, small beside the
 //! NF work that makes parallelism worth it. All of this file is safe Rust: the NF and the
-//! shadow batch travel to the helper and back by value over two `rtrb` rings of one slot.
+//! shadow batch travel to the helper and back by value through two one-job slots (a
+//! mutex each, taken once per batch and never contended for long; an atomic flag beside
+//! each so that pollers do not touch the lock). When the walk's thread has finished its
+//! side and the helper has not yet picked the job up (it has no core), the walk's thread
+//! takes the job back and runs it itself.
 //!
 //! Counting, as in sequence: `a` counts every packet; `b` counts only the packets `a`
 //! passed (the plan allows `a` to drop only when `b` keeps no state and no counters, so
@@ -25,7 +29,8 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::thread::{JoinHandle, Thread};
 
-use rtrb::{Consumer, Producer, RingBuffer};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::chain::{Node, NodeKind};
 use super::counters::NodeCounters;
@@ -56,9 +61,19 @@ impl Nf for Away {
     }
 }
 
+/// The hand-off between the walk's thread and the helper: one slot each way, each with
+/// a flag so that pollers look at an atomic, not at the lock.
+#[derive(Default)]
+struct Slots {
+    posted: Mutex<Option<Job>>,
+    has_post: AtomicBool,
+    done: Mutex<Option<Job>>,
+    has_done: AtomicBool,
+    stop: AtomicBool,
+}
+
 struct Helper {
-    to: Producer<Job>,
-    from: Consumer<Job>,
+    slots: Arc<Slots>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -96,13 +111,13 @@ impl Fork {
 
     fn helper(&mut self) -> &mut Helper {
         self.helper.get_or_insert_with(|| {
-            let (to, rx) = RingBuffer::new(1);
-            let (tx, from) = RingBuffer::new(1);
+            let slots = Arc::new(Slots::default());
+            let theirs = slots.clone();
             let thread = std::thread::Builder::new()
                 .name("catena-parallel".into())
-                .spawn(move || serve(rx, tx))
+                .spawn(move || serve(&theirs))
                 .ok();
-            Helper { to, from, thread }
+            Helper { slots, thread }
         })
     }
 
@@ -164,9 +179,9 @@ impl Fork {
         job.cx = *cx;
         job.waker = Some(std::thread::current());
         let helper = self.helper.as_mut().expect("started above");
-        if helper.to.push(job).is_err() {
-            unreachable!("the parallel ring is empty between batches");
-        }
+        let slots = &*helper.slots;
+        *lock(&slots.posted) = Some(job);
+        slots.has_post.store(true, Ordering::Release);
         if let Some(t) = &helper.thread {
             t.thread().unpark();
         }
@@ -180,19 +195,38 @@ impl Fork {
         if let (Some(snap), NodeKind::Nf { nf, .. }) = (check.as_ref(), &nodes[real_n].kind) {
             note(snap, batch, nf.profile(), &nodes[real_n].name, violation);
         }
-        // Join.
-        let mut idle = 0u32;
-        let mut job = loop {
-            match helper.from.pop() {
-                Ok(j) => break j,
-                Err(_) if helper.from.is_abandoned() => {
-                    panic!("the parallel helper thread ended")
+        // Join. If the helper has not started the job yet (no free core), this thread
+        // takes it back and runs it itself: never slower than in sequence by more than
+        // the copies, and parallel whenever the helper gets a core.
+        let stolen = if slots.has_post.load(Ordering::Acquire) {
+            lock(&slots.posted).take()
+        } else {
+            None
+        };
+        let mut job = match stolen {
+            Some(mut j) => {
+                slots.has_post.store(false, Ordering::Release);
+                j.nf.process(&mut j.batch, &j.cx);
+                j
+            }
+            None => {
+                let mut idle = 0u32;
+                loop {
+                    if slots.has_done.swap(false, Ordering::Acquire) {
+                        if let Some(j) = lock(&slots.done).take() {
+                            break j;
+                        }
+                    }
+                    if helper.thread.as_ref().is_none_or(|t| t.is_finished()) {
+                        panic!("the parallel helper thread ended");
+                    }
+                    if idle < 256 {
+                        idle += 1;
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::park();
+                    }
                 }
-                Err(_) if idle < 256 => {
-                    idle += 1;
-                    std::hint::spin_loop();
-                }
-                Err(_) => std::thread::park(),
             }
         };
         if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
@@ -267,8 +301,7 @@ fn note(snap: &Snapshot, batch: &Batch, p: &Profile, name: &str, violation: &mut
 impl Drop for Fork {
     fn drop(&mut self) {
         if let Some(mut h) = self.helper.take() {
-            // Dropping the ring ends the helper's loop; wake it to see that.
-            drop(h.to);
+            h.slots.stop.store(true, Ordering::Release);
             if let Some(t) = h.thread.take() {
                 t.thread().unpark();
                 let _ = t.join();
@@ -277,32 +310,44 @@ impl Drop for Fork {
     }
 }
 
-/// The helper thread: runs each job's NF on its shadow batch and sends the job back.
-fn serve(mut rx: Consumer<Job>, mut tx: Producer<Job>) {
+/// The slot's lock; a poisoned one (a panic while held, which the code never risks) is
+/// still usable: the slot only ever holds a whole job or nothing.
+fn lock(m: &Mutex<Option<Job>>) -> std::sync::MutexGuard<'_, Option<Job>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The helper thread: runs each posted job's NF on its shadow batch and hands it back.
+fn serve(slots: &Slots) {
     let mut idle = 0u32;
     loop {
-        match rx.pop() {
-            Ok(mut job) => {
-                idle = 0;
-                let Job { nf, batch, cx, .. } = &mut job;
-                if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| nf.process(batch, cx)))
-                {
-                    job.panic = Some(p);
-                }
-                let waker = job.waker.take();
-                if tx.push(job).is_err() {
-                    return;
-                }
-                if let Some(w) = waker {
-                    w.unpark();
-                }
-            }
-            Err(_) if rx.is_abandoned() => return,
-            Err(_) if idle < 256 => {
+        if slots.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let job = if slots.has_post.load(Ordering::Acquire) {
+            lock(&slots.posted).take()
+        } else {
+            None
+        };
+        let Some(mut job) = job else {
+            if idle < 256 {
                 idle += 1;
                 std::hint::spin_loop();
+            } else {
+                std::thread::park();
             }
-            Err(_) => std::thread::park(),
+            continue;
+        };
+        idle = 0;
+        slots.has_post.store(false, Ordering::Release);
+        let Job { nf, batch, cx, .. } = &mut job;
+        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| nf.process(batch, cx))) {
+            job.panic = Some(p);
+        }
+        let waker = job.waker.take();
+        *lock(&slots.done) = Some(job);
+        slots.has_done.store(true, Ordering::Release);
+        if let Some(w) = waker {
+            w.unpark();
         }
     }
 }
@@ -317,12 +362,14 @@ mod tests {
     use crate::packet::{Batch, Fields, LinkKind};
     use crate::runtime::{Chain, NoProgress, RunOptions, Runner};
 
-    /// Notes the thread each batch runs on; panics at packet `at`.
+    /// Notes the thread each batch runs on; panics at packet `at`; sleeps `nap` per
+    /// batch (so the helper gets a core while the first side works).
     struct Seen {
         p: Profile,
         on: Arc<Mutex<Vec<ThreadId>>>,
         seen: usize,
         at: usize,
+        nap: u64,
     }
 
     impl Nf for Seen {
@@ -331,12 +378,13 @@ mod tests {
         }
         fn process(&mut self, b: &mut Batch, _: &Context) {
             self.on.lock().unwrap().push(std::thread::current().id());
+            std::thread::sleep(std::time::Duration::from_micros(self.nap));
             self.seen += b.len();
             assert!(self.seen < self.at, "seen {} packets", self.at);
         }
     }
 
-    fn seen(at: usize) -> (Box<dyn Nf>, Arc<Mutex<Vec<ThreadId>>>) {
+    fn seen(at: usize, nap: u64) -> (Box<dyn Nf>, Arc<Mutex<Vec<ThreadId>>>) {
         let on = Arc::new(Mutex::new(Vec::new()));
         let p = Profile {
             reads: Fields::IP_TTL,
@@ -352,6 +400,7 @@ mod tests {
             on: on.clone(),
             seen: 0,
             at,
+            nap,
         };
         (Box::new(nf), on)
     }
@@ -366,8 +415,8 @@ mod tests {
     }
 
     fn chain(at: usize) -> (Chain, [Arc<Mutex<Vec<ThreadId>>>; 2]) {
-        let (a, on_a) = seen(usize::MAX);
-        let (b, on_b) = seen(at);
+        let (a, on_a) = seen(usize::MAX, 500);
+        let (b, on_b) = seen(at, 0);
         let mut c = Chain::linear("t", 1, 1, vec![("a".into(), a), ("b".into(), b)]);
         c.set_parallel(true).unwrap();
         (c, [on_a, on_b])
@@ -384,7 +433,9 @@ mod tests {
         let (a, b) = (on_a.lock().unwrap(), on_b.lock().unwrap());
         let me = std::thread::current().id();
         assert!(a.len() >= 1000 / 32 && a.iter().all(|&t| t == me), "{a:?}");
-        assert!(b.len() == a.len() && b.iter().all(|&t| t != me), "{b:?}");
+        // The helper takes a batch whenever it gets a core before the first side ends
+        // (else this thread runs it): with the first side napping, it does.
+        assert!(b.len() == a.len() && b.iter().any(|&t| t != me), "{b:?}");
     }
 
     #[test]
