@@ -132,6 +132,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             chain.stages()
         );
     }
+    let helpers = workers * chain.groups.len();
+    if helpers > 0 && threads + helpers > cores {
+        eprintln!(
+            "warning: {threads} worker/stage thread(s) + {helpers} parallel helper(s) on {cores} cores: a helper without a core hands its batches back (as in sequence)"
+        );
+    }
     if a.api.is_some() {
         anyhow::bail!("--api serves chains with [[port]] tables; this one replays a trace");
     }
