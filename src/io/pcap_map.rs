@@ -35,6 +35,11 @@ const MAX_BUFFERED_PACKET: usize = 65_536;
 /// chain (each record's length says where the next starts), so without it every record
 /// header of a cold map waits a full memory latency; `read(2)` streams instead.
 const AHEAD: usize = 4096;
+/// The map's pages further than this behind the parse position are given back
+/// (`MADV_DONTNEED`, a syscall per this many bytes), so the run's resident memory stays
+/// about this window, not the file: a packet still viewing them re-faults them from the
+/// page cache, unchanged.
+const KEEP: usize = 32 << 20;
 
 pub struct MappedPcap {
     path: PathBuf,
@@ -43,6 +48,8 @@ pub struct MappedPcap {
     pos: usize,
     /// Prefetched up to here.
     fetched: usize,
+    /// Pages before this were given back to the page cache.
+    released: usize,
     chunk: Vec<Record>,
     count: u64,
     first_pass: Option<u64>,
@@ -89,6 +96,7 @@ impl MappedPcap {
             fmt,
             pos: PCAP_HEADER_LEN,
             fetched: PCAP_HEADER_LEN,
+            released: 0,
             chunk: Vec::with_capacity(64),
             count: 0,
             first_pass: None,
@@ -100,6 +108,26 @@ impl MappedPcap {
             changed: false,
             loops_done: 0,
         })
+    }
+
+    /// Drops the map's pages from `released` up to `to` (rounded down to a page) from
+    /// this process: the file's bytes stay in the page cache and the addresses valid.
+    fn release(&mut self, to: usize) {
+        let page = PAGE.load(Relaxed);
+        let to = to / page * page;
+        if to <= self.released {
+            return;
+        }
+        // SAFETY: a page-aligned range inside our own read-only file map; MADV_DONTNEED
+        // on it only unmaps pages, which the next access maps again from the file.
+        unsafe {
+            libc::madvise(
+                self.map.as_ptr().add(self.released) as *mut libc::c_void,
+                to - self.released,
+                libc::MADV_DONTNEED,
+            );
+        }
+        self.released = to;
     }
 
     fn record_error(&mut self, problem: RecordProblem) {
@@ -155,6 +183,9 @@ impl Source for MappedPcap {
 
     fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record], After) {
         self.chunk.clear();
+        if self.pos >= self.released + 2 * KEEP {
+            self.release(self.pos - KEEP);
+        }
         while !self.done && self.chunk.len() < max {
             if self.first_pass == Some(self.count) {
                 self.done = true;
@@ -217,6 +248,9 @@ impl Source for MappedPcap {
         if self.changed {
             return false;
         }
+        // The last window stays mapped (a small trace is never released at all).
+        self.release(self.pos.saturating_sub(KEEP));
+        self.released = 0;
         self.pos = PCAP_HEADER_LEN;
         self.fetched = PCAP_HEADER_LEN;
         self.count = 0;
