@@ -207,10 +207,17 @@ impl Ids {
             return;
         }
         let fire_gen = self.next_gen();
+        // Suricata knows a flow is HTTP from the first request bytes (protocol detection
+        // runs before raw stream inspection), so `alert http` stream rules see that
+        // segment too: until the parser has recognised HTTP, it runs first.
+        let http_first = flow.http.is_some() && !flow.is_http();
+        if http_first {
+            self.http(flow, p, data, alerts);
+        }
         if self.set.has_stream() {
             self.stream_rules(flow, p, data, fire_gen, alerts);
         }
-        if flow.http.is_some() {
+        if flow.http.is_some() && !http_first {
             self.http(flow, p, data, alerts);
         }
     }
@@ -404,18 +411,25 @@ impl Ids {
                     }
                 }
             }
-            if bit(req_fired, i) || bit(resp_fired, i) || !header_ok(r, p) {
+            // Once per transaction and direction: a rule on buffers both sides have
+            // (headers, bodies, cookies) alerts on the request and on the response, as
+            // Suricata's per-direction inspection engines do.
+            if bit(if d == 0 { req_fired } else { resp_fired }, i) || !header_ok(r, p) {
                 continue;
             }
+            // A buffer the message lacks (no Cookie header, no body) matches nothing,
+            // not even a negated test: Suricata's engine gives up on a missing buffer.
             let ok = r.groups.iter().all(|gr| {
-                matches(
-                    &gr.tests,
-                    pick(h, d, gr.buf),
-                    Span {
-                        base: 0,
-                        fresh: None,
-                    },
-                )
+                let hay = pick(h, d, gr.buf);
+                !hay.is_empty()
+                    && matches(
+                        &gr.tests,
+                        hay,
+                        Span {
+                            base: 0,
+                            fresh: None,
+                        },
+                    )
             });
             if ok {
                 set_bit(if d == 0 { req_fired } else { resp_fired }, i);
