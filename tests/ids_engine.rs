@@ -153,6 +153,45 @@ alert http any any -> any any (msg:"no dummy cookie"; pcre:!"/dummy/C"; sid:3;)"
     assert_eq!(s, [1, 2]);
 }
 
+/// HTTP rules run on flows Suricata's protocol detection takes for HTTP: the client
+/// starts with a known method, or the server answers `HTTP/` (smtp.pcap: `EHLO` lines
+/// are not HTTP requests).
+#[test]
+fn http_rules_need_http_protocol_detection() {
+    let mut e = ids(
+        r#"alert http any any -> any any (msg:"not POST"; pcre:!"/POST/M"; sid:4;)
+alert http any any -> any any (msg:"ok"; http.stat_code; content:"200"; sid:5;)"#,
+    );
+    let run = |e: &mut Ids, req: &[u8], resp: &[u8]| {
+        let mut f = e.new_flow();
+        let mut al = Vec::new();
+        e.on_stream(&mut f, &pkt(true), req, &mut al);
+        e.on_stream(&mut f, &pkt(false), resp, &mut al);
+        sids(&al)
+    };
+    assert_eq!(
+        run(&mut e, b"EHLO mail.example.com\r\n", b"250 ok\r\n"),
+        [0u32; 0]
+    );
+    assert_eq!(
+        run(
+            &mut e,
+            b"get / HTTP/1.0\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\n\r\n"
+        ),
+        [4, 5]
+    );
+    // An unknown method: HTTP from the response on.
+    assert_eq!(
+        run(
+            &mut e,
+            b"FOO / HTTP/1.0\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\n\r\n"
+        ),
+        [5]
+    );
+}
+
 #[test]
 fn packet_rules_and_ip_only_rules() {
     let mut e = ids(
