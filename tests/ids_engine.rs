@@ -192,6 +192,40 @@ alert http any any -> any any (msg:"ok"; http.stat_code; content:"200"; sid:5;)"
     );
 }
 
+/// `http.protocol` is each message's own version: the status line's for a `to_client`
+/// rule (1kxun.pcap: HTTP/1.1 requests answered with HTTP/1.0).
+#[test]
+fn http_protocol_is_the_messages_own() {
+    let mut e = ids(
+        r#"alert http any any -> any any (flow:to_client; http.protocol; content:"HTTP/1.1"; sid:6;)
+alert http any any -> any any (flow:to_server; http.protocol; content:"HTTP/1.1"; sid:7;)"#,
+    );
+    let mut f = e.new_flow();
+    let mut al = Vec::new();
+    e.on_stream(
+        &mut f,
+        &pkt(true),
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        &mut al,
+    );
+    e.on_stream(
+        &mut f,
+        &pkt(false),
+        b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n",
+        &mut al,
+    );
+    assert_eq!(sids(&al), [7]);
+    al.clear();
+    e.on_stream(&mut f, &pkt(true), b"GET / HTTP/1.0\r\n\r\n", &mut al);
+    e.on_stream(
+        &mut f,
+        &pkt(false),
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        &mut al,
+    );
+    assert_eq!(sids(&al), [6]);
+}
+
 #[test]
 fn packet_rules_and_ip_only_rules() {
     let mut e = ids(
