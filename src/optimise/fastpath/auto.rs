@@ -3,7 +3,7 @@
 //! packet, the misses' recordings included when on); a mode's cost is the median of its
 //! last few timed chunks, so a chunk the scheduler preempted does not count.
 //!
-//! The run starts off (the reference, never a loss) and measures it over its first
+//! The run starts off (the reference, never a loss) and measures it over its first two
 //! dozen chunks, then tries consolidation for a few chunks. A trial that is clearly
 //! worse from its first timed chunks ends at once; one that is clearly cheaper (by
 //! 1/16) is kept. Trials of the mode not kept come back after a stay that grows fourfold
@@ -23,9 +23,9 @@ const WARM: u64 = 2;
 /// Timed chunks a measurement of a mode takes (their median is its cost).
 const TIMED: usize = 8;
 /// A trial ends early when even the cheapest of its first timed chunks costs more than
-/// this many eighths of the kept mode's: a trial of a mode that loses costs a few chunks.
+/// this many eighths (1.25×) of the kept mode's: a trial of a mode that loses costs a few chunks.
 const ABORT_AFTER: usize = 2;
-const ABORT_EIGHTHS: u64 = 12;
+const ABORT_EIGHTHS: u64 = 10;
 /// Consolidation goes on only when it costs at most 15/16 of off ...
 const ON_SIXTEENTHS: u64 = 15;
 /// ... and stays on while it costs at most 31/32 of off.
@@ -34,9 +34,10 @@ const STAY_ON_32NDS: u64 = 31;
 /// then four times longer after each that lost, up to the most.
 const FIRST_STAY: u64 = 256;
 const MAX_STAY: u64 = 1 << 16;
-/// In the kept mode, once measured, every this many chunks is timed (a power of two), so
-/// its cost follows the traffic.
-const SAMPLE_EVERY: u64 = 4;
+/// Chunks off before the first trial: its cost is then the median of chunks 17-24, past
+/// the run's first chunks that pay for page faults in fresh NF tables (which would make
+/// off look dearer than it is).
+const FIRST_TRIAL: u64 = 24;
 
 /// What auto decided and what it measured, for the summary.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -114,7 +115,7 @@ impl Auto {
             on: false,
             chunks: 0,
             trial: false,
-            stay: WARM + TIMED as u64,
+            stay: FIRST_TRIAL,
             samples: [Samples::default(); 2],
             forced: None,
             chunk_no: 0,
@@ -151,13 +152,12 @@ impl Auto {
             self.stats.on = self.on;
         }
         self.chunks += 1;
-        let measuring = self.samples[self.on as usize].n < TIMED;
+        // Every chunk past the warm ones is timed (two TSC reads a chunk), so a mode's
+        // cost is always its last few chunks.
         Plan {
             on: self.on,
             switched: flip,
-            time: self.forced.is_none()
-                && self.chunks > WARM
-                && (measuring || self.chunks % SAMPLE_EVERY == 0),
+            time: self.forced.is_none() && self.chunks > WARM,
         }
     }
 
@@ -249,7 +249,8 @@ mod tests {
     #[test]
     fn goes_on_within_a_few_dozen_chunks_when_on_is_cheaper() {
         let mut a = Auto::new();
-        run(&mut a, 30, 100, 300);
+        // Off measured until chunk 24, on tried for WARM + TIMED chunks and kept.
+        run(&mut a, FIRST_TRIAL + WARM + TIMED as u64 + 1, 100, 300);
         assert!(a.stats.on);
         assert_eq!((a.stats.cycles_on, a.stats.cycles_off), (100, 300));
         assert_eq!(a.stats.switches, 1);
@@ -261,9 +262,9 @@ mod tests {
     #[test]
     fn a_losing_trial_ends_early_and_comes_back_ever_later() {
         let mut a = Auto::new();
-        // Off measured over 10 chunks, then a trial of on that loses after WARM +
+        // Off measured until chunk 24, then a trial of on that loses after WARM +
         // ABORT_AFTER chunks.
-        let on = run(&mut a, 20, 300, 100);
+        let on = run(&mut a, FIRST_TRIAL + 10, 300, 100);
         assert!(!a.stats.on);
         assert_eq!(on, WARM + ABORT_AFTER as u64);
         assert_eq!(a.stats.switches, 2);
@@ -281,7 +282,7 @@ mod tests {
         assert!(!a.stats.on);
         // On by 10%: on, and it stays on when the gap narrows to 4%.
         let mut a = Auto::new();
-        run(&mut a, 30, 90, 100);
+        run(&mut a, 40, 90, 100);
         assert!(a.stats.on);
         run(&mut a, 10_000, 96, 100);
         assert!(a.stats.on);
@@ -295,7 +296,7 @@ mod tests {
     fn a_preempted_chunk_does_not_decide() {
         let mut a = Auto::new();
         let mut k = 0;
-        for _ in 0..40 {
+        for _ in 0..FIRST_TRIAL + 20 {
             let p = a.plan();
             if p.time {
                 k += 1;
