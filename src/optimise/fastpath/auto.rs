@@ -212,10 +212,19 @@ impl Auto {
             return;
         }
         let m = self.on as usize;
-        self.samples[m].push(cycles / packets);
+        let s = &mut self.samples[m];
+        s.push(cycles / packets);
         self.stats.samples += 1;
-        self.stats.cycles_on = self.samples[1].median().unwrap_or(0);
-        self.stats.cycles_off = self.samples[0].median().unwrap_or(0);
+        // The reported cost follows each whole round of samples (and every sample of a
+        // measurement under way), not every chunk: a median is a sort, per chunk.
+        if s.next == 0 || s.n < TIMED {
+            let c = s.median().unwrap_or(0);
+            *if m == 1 {
+                &mut self.stats.cycles_on
+            } else {
+                &mut self.stats.cycles_off
+            } = c;
+        }
     }
 }
 
