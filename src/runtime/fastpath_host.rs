@@ -1,13 +1,18 @@
 //! The walk lends FastPath what it needs (NFs, the queue of misses, buffers, counters,
 //! sinks) through [`Host`], so the consolidation logic stays in `optimise`.
 
-use super::sink::to_sink;
+use super::chain::NodeKind;
+use super::counters::NodeCounters;
+use super::sink::{to_sink, SinkState};
 use super::walk::Walk;
+use crate::io::Port;
 use crate::nfs::Nf;
-use crate::optimise::fastpath::{FastPath, Host};
+use crate::optimise::fastpath::{FastPath, HitOut, Host, Lent, LENT};
 use crate::packet::{Batch, Packet, Pool, Verdict};
 
 impl Host for Walk {
+    type Out<'a> = WalkOut<'a>;
+
     #[inline(always)]
     fn nf(&mut self, node: usize) -> Option<&mut dyn Nf> {
         self.nf_mut(node)
@@ -30,22 +35,119 @@ impl Host for Walk {
 
     #[inline(always)]
     fn to_sink(&mut self, node: usize, p: &Packet) {
-        if let Some(c) = self.counters.get_mut(node) {
-            c.packets_in += 1;
-            if let Some(Some(s)) = self.sinks.get_mut(node) {
-                to_sink(s, c, &mut self.tx, &mut self.live, self.shift, p);
-            }
-        }
+        sink_one(
+            &mut self.counters,
+            &mut self.sinks,
+            &mut self.tx,
+            &mut self.live,
+            self.shift,
+            node,
+            p,
+        );
     }
 
     #[inline(always)]
     fn count(&mut self, node: usize, verdict: Verdict, n: u64) {
-        if let Some(c) = self.counters.get_mut(node) {
-            c.packets_in += n;
-            match verdict {
-                Verdict::Out(o) => c.out[o as usize] += n,
-                Verdict::Drop(r) => c.drops[r as usize] += n,
+        count(&mut self.counters, node, verdict, n);
+    }
+
+    #[inline]
+    fn lend<R>(
+        &mut self,
+        slots: &[u8],
+        f: impl FnOnce(&mut Lent<'_>, &mut Self::Out<'_>) -> R,
+    ) -> R {
+        let Walk {
+            chain,
+            pool,
+            counters,
+            sinks,
+            tx,
+            live,
+            shift,
+            ..
+        } = self;
+        let mut nfs: Lent<'_> = [const { None }; LENT];
+        for (node, &s) in chain.nodes.iter_mut().zip(slots) {
+            if let (NodeKind::Nf { nf, .. }, Some(slot)) = (&mut node.kind, nfs.get_mut(s as usize))
+            {
+                *slot = nf.consolidate_mut();
             }
+        }
+        f(
+            &mut nfs,
+            &mut WalkOut {
+                pool,
+                counters,
+                sinks,
+                tx,
+                live,
+                shift: *shift,
+            },
+        )
+    }
+}
+
+/// The walk's sinks, counters and pool, borrowed apart from its NFs for a run of hits.
+pub(super) struct WalkOut<'a> {
+    pool: &'a mut Pool,
+    counters: &'a mut Vec<NodeCounters>,
+    sinks: &'a mut Vec<Option<SinkState>>,
+    tx: &'a mut Vec<u64>,
+    live: &'a mut Vec<Box<dyn Port>>,
+    shift: u64,
+}
+
+impl HitOut for WalkOut<'_> {
+    #[inline(always)]
+    fn to_sink(&mut self, node: usize, p: &Packet) {
+        sink_one(
+            self.counters,
+            self.sinks,
+            self.tx,
+            self.live,
+            self.shift,
+            node,
+            p,
+        );
+    }
+
+    #[inline(always)]
+    fn free(&mut self, p: Packet) {
+        self.pool.free(p);
+    }
+
+    #[inline(always)]
+    fn count(&mut self, node: usize, verdict: Verdict, n: u64) {
+        count(self.counters, node, verdict, n);
+    }
+}
+
+#[inline(always)]
+fn sink_one(
+    counters: &mut [NodeCounters],
+    sinks: &mut [Option<SinkState>],
+    tx: &mut [u64],
+    live: &mut [Box<dyn Port>],
+    shift: u64,
+    node: usize,
+    p: &Packet,
+) {
+    if let Some(c) = counters.get_mut(node) {
+        c.packets_in += 1;
+        if let Some(Some(s)) = sinks.get_mut(node) {
+            to_sink(s, c, tx, live, shift, p);
+        }
+    }
+}
+
+#[inline(always)]
+fn count(counters: &mut [NodeCounters], node: usize, verdict: Verdict, n: u64) {
+    if let Some(c) = counters.get_mut(node) {
+        c.packets_in += n;
+        match verdict {
+            Verdict::Out(o) => c.out[o as usize] += n,
+            Verdict::Drop(r) => c.drops[r as usize] += n,
         }
     }
 }

@@ -1,8 +1,16 @@
 //! `fastpath = "auto"`: whether consolidation pays on this chain and this traffic,
-//! decided while running. A few chunks are timed with the TSC in each mode (cycles per
-//! packet, the misses' recordings included when on); every so often the other mode is
-//! tried for a while, and the chain stays in it only when it is clearly cheaper
-//! (hysteresis), so the decision does not flap on noise.
+//! decided while running, early and cheaply. Chunks are timed with the TSC (cycles per
+//! packet, the misses' recordings included when on); a mode's cost is the median of its
+//! last few timed chunks, so a chunk the scheduler preempted does not count.
+//!
+//! The run starts off (the reference, never a loss) and measures it over its first two
+//! dozen chunks, then tries consolidation for a few chunks. A trial that is clearly
+//! worse from its first timed chunks ends at once; one that is clearly cheaper (by
+//! 1/16) is kept. Trials of the mode not kept come back after a stay that grows fourfold
+//! each time a trial loses, so a chain where FastPath loses pays for a trial less and
+//! less often (the never-lose side), and one where it wins decides within a few dozen
+//! chunks. While on, a trial of off switches off unless on is still cheaper by 1/32
+//! (hysteresis: the mode does not flap on noise).
 //!
 //! Switching never changes output: off, the chain runs as without FastPath; on again, the
 //! table starts empty (the runtime flushes it when switching off, after handing the
@@ -10,15 +18,26 @@
 
 use serde::Serialize;
 
-/// Chunks between timed chunks (a power of two).
-const SAMPLE_EVERY: u64 = 8;
-/// Chunks in the kept mode before the other one is tried again.
-const STAY: u64 = 2048;
-/// Chunks a trial of the other mode lasts; only its second half is timed, so an
-/// empty table filling up (on) or caches refilling (off) do not count against it.
-const TRIAL: u64 = 256;
-/// The other mode must cost at most this many eighths of the kept one to be kept.
-const HYSTERESIS_EIGHTHS: u64 = 7;
+/// Untimed chunks after a change of mode (caches refilling, the table's first entries).
+const WARM: u64 = 2;
+/// Timed chunks a measurement of a mode takes (their median is its cost).
+const TIMED: usize = 8;
+/// A trial ends early when even the cheapest of its first timed chunks costs more than
+/// this many eighths (1.25×) of the kept mode's: a trial of a mode that loses costs a few chunks.
+const ABORT_AFTER: usize = 2;
+const ABORT_EIGHTHS: u64 = 10;
+/// Consolidation goes on only when it costs at most 15/16 of off ...
+const ON_SIXTEENTHS: u64 = 15;
+/// ... and stays on while it costs at most 31/32 of off.
+const STAY_ON_32NDS: u64 = 31;
+/// Chunks in the kept mode before the next trial of the other: after a trial that won,
+/// then four times longer after each that lost, up to the most.
+const FIRST_STAY: u64 = 256;
+const MAX_STAY: u64 = 1 << 16;
+/// Chunks off before the first trial: its cost is then the median of chunks 17-24, past
+/// the run's first chunks that pay for page faults in fresh NF tables (which would make
+/// off look dearer than it is).
+const FIRST_TRIAL: u64 = 24;
 
 /// What auto decided and what it measured, for the summary.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -35,16 +54,30 @@ pub struct AutoStats {
     pub samples: u64,
 }
 
-/// A mode's running cost: the sum and count of the timed chunks since it was last entered.
+/// The last [`TIMED`] per-packet costs of a mode.
 #[derive(Clone, Copy, Default)]
-struct Cost {
-    cycles: u64,
-    packets: u64,
+struct Samples {
+    v: [u64; TIMED],
+    n: usize,
+    next: usize,
 }
 
-impl Cost {
-    fn per_packet(&self) -> Option<u64> {
-        (self.packets > 0).then(|| self.cycles / self.packets)
+impl Samples {
+    fn push(&mut self, c: u64) {
+        self.v[self.next] = c;
+        self.next = (self.next + 1) % TIMED;
+        self.n = (self.n + 1).min(TIMED);
+    }
+
+    fn median(&self) -> Option<u64> {
+        let mut s = self.v;
+        let s = &mut s[..self.n];
+        s.sort_unstable();
+        (self.n > 0).then(|| s[(self.n - 1) / 2])
+    }
+
+    fn min(&self) -> Option<u64> {
+        self.v[..self.n].iter().copied().min()
     }
 }
 
@@ -55,9 +88,9 @@ pub struct Auto {
     chunks: u64,
     /// In a trial of the other mode (`on` is the mode tried).
     trial: bool,
-    costs: [Cost; 2],
-    /// Last whole measurement of each mode, for the report.
-    last: [Option<u64>; 2],
+    /// Chunks the kept mode lasts before the next trial.
+    stay: u64,
+    samples: [Samples; 2],
     /// A forced schedule (tests): switch before these chunk numbers, never measure.
     forced: Option<Vec<u64>>,
     chunk_no: u64,
@@ -76,27 +109,26 @@ pub struct Plan {
 }
 
 impl Auto {
-    /// Starts with consolidation on.
+    /// Starts off; the first trial of consolidation follows the first measurement.
     pub fn new() -> Auto {
         Auto {
-            on: true,
+            on: false,
             chunks: 0,
             trial: false,
-            costs: [Cost::default(); 2],
-            last: [None; 2],
+            stay: FIRST_TRIAL,
+            samples: [Samples::default(); 2],
             forced: None,
             chunk_no: 0,
-            stats: AutoStats {
-                on: true,
-                ..AutoStats::default()
-            },
+            stats: AutoStats::default(),
         }
     }
 
-    /// Switches exactly before the given chunk numbers (0-based) and nowhere else: a test
-    /// hook that makes mid-trace switching deterministic.
+    /// Starts on and switches exactly before the given chunk numbers (0-based) and
+    /// nowhere else: a test hook that makes mid-trace switching deterministic.
     pub fn forced(at: Vec<u64>) -> Auto {
         let mut a = Auto::new();
+        a.on = true;
+        a.stats.on = true;
         a.forced = Some(at);
         a
     }
@@ -112,50 +144,87 @@ impl Auto {
         if flip {
             self.on = !self.on;
             self.chunks = 0;
-            self.costs[self.on as usize] = Cost::default();
+            if self.trial {
+                // A fresh measurement of the tried mode.
+                self.samples[self.on as usize] = Samples::default();
+            }
             self.stats.switches += 1;
             self.stats.on = self.on;
         }
         self.chunks += 1;
-        let warm = !self.trial || self.chunks > TRIAL / 2;
+        // Every chunk past the warm ones is timed (two TSC reads a chunk), so a mode's
+        // cost is always its last few chunks.
         Plan {
             on: self.on,
             switched: flip,
-            time: self.forced.is_none() && warm && self.chunks % SAMPLE_EVERY == 0,
+            time: self.forced.is_none() && self.chunks > WARM,
         }
     }
 
     /// Whether to change mode before the next chunk (and the trial bookkeeping).
     fn decide(&mut self) -> bool {
-        let (mine, other) = (self.on as usize, !self.on as usize);
-        if self.trial {
-            if self.chunks < TRIAL {
+        let (mine, other) = (
+            &self.samples[self.on as usize],
+            &self.samples[!self.on as usize],
+        );
+        if !self.trial {
+            if self.chunks < self.stay || mine.n < TIMED {
                 return false;
             }
-            // The trial is over: keep the tried mode only if clearly cheaper.
-            self.trial = false;
-            return match (self.last[mine], self.last[other]) {
-                (Some(tried), Some(kept)) => tried * 8 > kept * HYSTERESIS_EIGHTHS,
-                _ => true,
-            };
+            self.trial = true;
+            return true;
         }
-        if self.chunks < STAY {
+        let Some(kept) = other.median() else {
+            // Never measured the kept mode (cannot happen: trials follow a measurement).
+            self.trial = false;
+            return true;
+        };
+        let hopeless = mine.n >= ABORT_AFTER
+            && mine.n < TIMED
+            && mine.min().is_some_and(|m| m * 8 > kept * ABORT_EIGHTHS);
+        if !hopeless && mine.n < TIMED {
             return false;
         }
-        self.trial = true;
-        true
+        self.trial = false;
+        let tried = mine.median().unwrap_or(u64::MAX);
+        let (on, off) = if self.on {
+            (tried, kept)
+        } else {
+            (kept, tried)
+        };
+        let want_on = if self.on {
+            on * 16 <= off * ON_SIXTEENTHS
+        } else {
+            on * 32 <= off * STAY_ON_32NDS
+        };
+        let keep_tried = !hopeless && want_on == self.on;
+        self.stay = if keep_tried {
+            FIRST_STAY
+        } else {
+            (self.stay * 4).clamp(FIRST_STAY, MAX_STAY)
+        };
+        !keep_tried
     }
 
     /// A timed chunk of `packets` packets took `cycles` in the current mode.
     pub fn timed(&mut self, cycles: u64, packets: u64) {
+        if packets == 0 {
+            return;
+        }
         let m = self.on as usize;
-        let c = &mut self.costs[m];
-        c.cycles += cycles;
-        c.packets += packets;
-        self.last[m] = c.per_packet();
+        let s = &mut self.samples[m];
+        s.push(cycles / packets);
         self.stats.samples += 1;
-        self.stats.cycles_on = self.last[1].unwrap_or(0);
-        self.stats.cycles_off = self.last[0].unwrap_or(0);
+        // The reported cost follows each whole round of samples (and every sample of a
+        // measurement under way), not every chunk: a median is a sort, per chunk.
+        if s.next == 0 || s.n < TIMED {
+            let c = s.median().unwrap_or(0);
+            *if m == 1 {
+                &mut self.stats.cycles_on
+            } else {
+                &mut self.stats.cycles_off
+            } = c;
+        }
     }
 }
 
@@ -172,40 +241,81 @@ pub use crate::flow::tsc;
 mod tests {
     use super::*;
 
-    fn run(a: &mut Auto, chunks: u64, on_cost: u64, off_cost: u64) {
+    /// Runs `chunks` chunks whose timed ones cost `on_cost` or `off_cost` a packet;
+    /// returns how many ran on.
+    fn run(a: &mut Auto, chunks: u64, on_cost: u64, off_cost: u64) -> u64 {
+        let mut on = 0;
         for _ in 0..chunks {
             let p = a.plan();
+            on += p.on as u64;
             if p.time {
                 a.timed(if p.on { on_cost } else { off_cost } * 32, 32);
             }
         }
+        on
     }
 
     #[test]
-    fn stays_on_when_on_is_cheaper() {
+    fn goes_on_within_a_few_dozen_chunks_when_on_is_cheaper() {
         let mut a = Auto::new();
-        // Two trials of off, each ended by going back on.
-        run(&mut a, 2 * (STAY + TRIAL) + 1, 100, 300);
+        // Off measured until chunk 24, on tried for WARM + TIMED chunks and kept.
+        run(&mut a, FIRST_TRIAL + WARM + TIMED as u64 + 1, 100, 300);
         assert!(a.stats.on);
         assert_eq!((a.stats.cycles_on, a.stats.cycles_off), (100, 300));
-        assert_eq!(a.stats.switches, 4);
-    }
-
-    #[test]
-    fn switches_off_when_off_is_clearly_cheaper() {
-        let mut a = Auto::new();
-        run(&mut a, STAY + TRIAL + 1, 300, 100);
-        assert!(!a.stats.on);
         assert_eq!(a.stats.switches, 1);
+        // Trials of off come back, lose and go back on.
+        let on = run(&mut a, 10_000, 100, 300);
+        assert!(a.stats.on && on > 9_900, "{on}");
     }
 
     #[test]
-    fn hysteresis_keeps_a_mode_on_a_small_difference() {
+    fn a_losing_trial_ends_early_and_comes_back_ever_later() {
         let mut a = Auto::new();
-        // Off only 5% cheaper: not enough to leave on.
-        run(&mut a, STAY + TRIAL + 1, 100, 95);
-        assert!(a.stats.on);
+        // Off measured until chunk 24, then a trial of on that loses after WARM +
+        // ABORT_AFTER chunks.
+        let on = run(&mut a, FIRST_TRIAL + 10, 300, 100);
+        assert!(!a.stats.on);
+        assert_eq!(on, WARM + ABORT_AFTER as u64);
         assert_eq!(a.stats.switches, 2);
+        // Over a long run the trials cost a fraction of a percent of the chunks.
+        let on = run(&mut a, 1_000_000, 300, 100);
+        assert!(!a.stats.on);
+        assert!(on * 1000 < 1_000_000, "{on} chunks on");
+    }
+
+    #[test]
+    fn hysteresis_keeps_off_on_a_small_difference() {
+        let mut a = Auto::new();
+        // On only 5% cheaper: not enough to go on.
+        run(&mut a, 1000, 95, 100);
+        assert!(!a.stats.on);
+        // On by 10%: on, and it stays on when the gap narrows to 4%.
+        let mut a = Auto::new();
+        run(&mut a, 40, 90, 100);
+        assert!(a.stats.on);
+        run(&mut a, 10_000, 96, 100);
+        assert!(a.stats.on);
+        // Once on costs as much as off, a trial of off keeps off (trials come back
+        // after at most MAX_STAY chunks).
+        run(&mut a, MAX_STAY + 100, 100, 100);
+        assert!(!a.stats.on);
+    }
+
+    #[test]
+    fn a_preempted_chunk_does_not_decide() {
+        let mut a = Auto::new();
+        let mut k = 0;
+        for _ in 0..FIRST_TRIAL + 20 {
+            let p = a.plan();
+            if p.time {
+                k += 1;
+                // Every fourth timed chunk lost the core for a while.
+                let c = if p.on { 100 } else { 300 } * if k % 4 == 0 { 50 } else { 1 };
+                a.timed(c * 32, 32);
+            }
+        }
+        assert!(a.stats.on);
+        assert_eq!((a.stats.cycles_on, a.stats.cycles_off), (100, 300));
     }
 
     #[test]

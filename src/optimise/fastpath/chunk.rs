@@ -7,11 +7,34 @@
 
 use super::table::{Found, Probe, Step};
 use super::{FastPath, FpKey};
-use crate::nfs::{FastPacket, Nf};
+use crate::nfs::{Consolidate, FastPacket, Nf};
 use crate::packet::{Batch, Layers, Packet, Pool, Verdict, MAX_BATCH};
+
+/// Most consolidated NFs a chain may have for a chunk of hits to borrow them all at once
+/// ([`Host::lend`]); a chain with more looks each up per hit.
+pub const LENT: usize = 16;
+
+/// The chain's consolidated NFs for a chunk of hits, by slot ([`FastPath::slots`]):
+/// looked up once per chunk, since finding an NF's [`Consolidate`] side is a dynamic
+/// call that the hits would otherwise make twice per NF.
+pub type Lent<'a> = [Option<&'a mut dyn Consolidate>; LENT];
+
+/// What a hit needs of the runtime besides the NFs: where it goes and what it counts.
+pub trait HitOut {
+    /// As [`Host::to_sink`].
+    fn to_sink(&mut self, node: usize, p: &Packet);
+    /// Returns a buffer to the pool.
+    fn free(&mut self, p: Packet);
+    /// As [`Host::count`].
+    fn count(&mut self, node: usize, verdict: Verdict, n: u64);
+}
 
 /// What FastPath needs from the runtime that runs the chain.
 pub trait Host {
+    /// The sinks, counters and pool, apart from the NFs ([`Host::lend`]).
+    type Out<'a>: HitOut
+    where
+        Self: 'a;
     /// Node `node`'s NF (None for the input and sinks).
     fn nf(&mut self, node: usize) -> Option<&mut dyn Nf>;
     /// Packets waiting to run the chain from its first NF: the chunk just ingested before
@@ -25,15 +48,94 @@ pub trait Host {
     fn to_sink(&mut self, node: usize, p: &Packet);
     /// `n` packets left node `node` with `verdict`.
     fn count(&mut self, node: usize, verdict: Verdict, n: u64);
+    /// Runs `f` with node i's [`Consolidate`] side at `nfs[slots[i]]` (nodes whose slot
+    /// is [`LENT`] or more, and nodes without one, lend nothing) and the rest of the host.
+    fn lend<R>(
+        &mut self,
+        slots: &[u8],
+        f: impl FnOnce(&mut Lent<'_>, &mut Self::Out<'_>) -> R,
+    ) -> R;
+}
+
+/// What a hit reaches: the NFs on its path and the host's sinks and counters.
+trait HitCx: HitOut {
+    fn nf(&mut self, node: usize) -> Option<&mut dyn Consolidate>;
+}
+
+/// Each NF looked up when a hit needs it.
+struct Direct<'h, H: Host>(&'h mut H);
+
+impl<H: Host> HitOut for Direct<'_, H> {
+    #[inline(always)]
+    fn to_sink(&mut self, node: usize, p: &Packet) {
+        self.0.to_sink(node, p);
+    }
+
+    #[inline(always)]
+    fn free(&mut self, p: Packet) {
+        self.0.pool().free(p);
+    }
+
+    #[inline(always)]
+    fn count(&mut self, node: usize, verdict: Verdict, n: u64) {
+        self.0.count(node, verdict, n);
+    }
+}
+
+impl<H: Host> HitCx for Direct<'_, H> {
+    #[inline(always)]
+    fn nf(&mut self, node: usize) -> Option<&mut dyn Consolidate> {
+        self.0.nf(node).and_then(|nf| nf.consolidate_mut())
+    }
+}
+
+/// The NFs lent for a chunk ([`Host::lend`]).
+struct Lending<'l, 'a, O: HitOut> {
+    nfs: &'l mut Lent<'a>,
+    slots: &'l [u8],
+    out: &'l mut O,
+}
+
+impl<O: HitOut> HitOut for Lending<'_, '_, O> {
+    #[inline(always)]
+    fn to_sink(&mut self, node: usize, p: &Packet) {
+        self.out.to_sink(node, p);
+    }
+
+    #[inline(always)]
+    fn free(&mut self, p: Packet) {
+        self.out.free(p);
+    }
+
+    #[inline(always)]
+    fn count(&mut self, node: usize, verdict: Verdict, n: u64) {
+        self.out.count(node, verdict, n);
+    }
+}
+
+impl<O: HitOut> HitCx for Lending<'_, '_, O> {
+    #[inline(always)]
+    fn nf(&mut self, node: usize) -> Option<&mut dyn Consolidate> {
+        let s = *self.slots.get(node)? as usize;
+        match self.nfs.get_mut(s) {
+            Some(Some(c)) => Some(&mut **c),
+            _ => None,
+        }
+    }
 }
 
 /// `n` packets took a consolidated path: each NF on it counts them as the slow path
 /// would have, per verdict, and so do NFs whose state function only counts.
 pub fn count_path<H: Host>(h: &mut H, path: &[Step], n: u64) {
+    count_along(&mut Direct(h), path, n);
+}
+
+#[inline]
+fn count_along<C: HitCx>(cx: &mut C, path: &[Step], n: u64) {
     for s in path {
-        h.count(s.node(), s.verdict, n);
+        cx.count(s.node(), s.verdict, n);
         if s.flags & Step::COUNT != 0 {
-            if let Some(c) = h.nf(s.node()).and_then(|nf| nf.consolidate_mut()) {
+            if let Some(c) = cx.nf(s.node()) {
                 c.fast_count(s.token, n);
             }
         }
@@ -75,25 +177,20 @@ impl FastPath {
         let mut ways = [None; MAX_BATCH];
         let ways_found = self.prefetch || self.rewrites;
         if ways_found {
-            let mut m = keyed;
-            while m != 0 {
-                let i = m.trailing_zeros() as usize;
-                m &= m - 1;
-                ways[i] = self.table.way_in(probes[i], &keys[i]);
-                let Some(w) = ways[i] else {
-                    continue;
-                };
-                let e = self.table.entry(w);
-                if e.rewrites() {
-                    self.table.prefetch_actions(w);
-                }
-                if self.prefetch {
-                    for s in e.path() {
-                        if let Some(c) = h.nf(s.node()).and_then(|nf| nf.consolidate()) {
-                            c.fast_prefetch(s.token);
-                        }
-                    }
-                }
+            if self.prefetch && self.lendable {
+                // The NFs that prefetch, looked up once for the chunk.
+                let slots = std::mem::take(&mut self.slots);
+                h.lend(&slots, |nfs, out| {
+                    let mut cx = Lending {
+                        nfs,
+                        slots: &slots,
+                        out,
+                    };
+                    self.find_ways(&mut cx, keyed, &keys, &probes, &mut ways);
+                });
+                self.slots = slots;
+            } else {
+                self.find_ways(&mut Direct(&mut *h), keyed, &keys, &probes, &mut ways);
             }
         }
         // The common case, fused: every packet of the chunk is IP and finds a live,
@@ -120,15 +217,35 @@ impl FastPath {
             });
         let mut rest = input.drain().enumerate();
         if fits {
-            for (i, p) in rest.by_ref() {
-                if let Some(mut p) = self.hit_along(h, fused[i], &keys[i], p) {
-                    // A check failed (the entry is gone): this packet is recorded on
-                    // the slow path, as in the general loop, which takes the rest.
-                    self.stats.misses += 1;
-                    self.rec.begin(&mut p, keys[i], h.pool());
-                    h.misses().push(p);
-                    break;
-                }
+            let failed = if self.calls && self.lendable {
+                // The NFs the hits call, looked up once for the chunk.
+                let slots = std::mem::take(&mut self.slots);
+                let failed = h.lend(&slots, |nfs, out| {
+                    let mut cx = Lending {
+                        nfs,
+                        slots: &slots,
+                        out,
+                    };
+                    rest.by_ref().find_map(|(i, p)| {
+                        self.hit_along(&mut cx, fused[i], &keys[i], p)
+                            .map(|p| (i, p))
+                    })
+                });
+                self.slots = slots;
+                failed
+            } else {
+                let mut cx = Direct(&mut *h);
+                rest.by_ref().find_map(|(i, p)| {
+                    self.hit_along(&mut cx, fused[i], &keys[i], p)
+                        .map(|p| (i, p))
+                })
+            };
+            if let Some((i, mut p)) = failed {
+                // A check failed (the entry is gone): this packet is recorded on the
+                // slow path, as in the general loop, which takes the rest.
+                self.stats.misses += 1;
+                self.rec.begin(&mut p, keys[i], h.pool());
+                h.misses().push(p);
             }
         }
         // The probes hold until the first flush or deferral inserts entries.
@@ -166,7 +283,7 @@ impl FastPath {
                 found = self.table.find(key, hash, now);
             }
             let p = match found {
-                Found::Hit(w) => match self.hit(h, w, key, p) {
+                Found::Hit(w) => match self.hit(&mut Direct(&mut *h), w, key, p) {
                     None => continue,
                     Some(p) => p,
                 },
@@ -208,6 +325,40 @@ impl FastPath {
         self.table.drain_retired(|n, path| count_path(h, path, n));
     }
 
+    /// The ways the probes found for the keyed packets, with each found entry's actions
+    /// prefetched when it rewrites and, in chains that prefetch, the NF state its tokens
+    /// name (NAT mappings, tracked connections).
+    #[inline(always)]
+    fn find_ways<C: HitCx>(
+        &self,
+        cx: &mut C,
+        keyed: u64,
+        keys: &[FpKey; MAX_BATCH],
+        probes: &[Probe; MAX_BATCH],
+        ways: &mut [Option<usize>; MAX_BATCH],
+    ) {
+        let mut m = keyed;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            ways[i] = self.table.way_in(probes[i], &keys[i]);
+            let Some(w) = ways[i] else {
+                continue;
+            };
+            let e = self.table.entry(w);
+            if e.rewrites() {
+                self.table.prefetch_actions(w);
+            }
+            if self.prefetch {
+                for s in e.path() {
+                    if let Some(c) = cx.nf(s.node()) {
+                        c.fast_prefetch(s.token);
+                    }
+                }
+            }
+        }
+    }
+
     /// Runs the gathered misses through the chain and files their recordings.
     fn flush<H: Host>(&mut self, h: &mut H) {
         if h.misses().is_empty() {
@@ -224,19 +375,19 @@ impl FastPath {
     /// their state functions and counters, then the consolidated rewrite. Gives the
     /// packet back when a check fails (the entry is dropped; the slow path takes it).
     #[inline(always)]
-    fn hit<H: Host>(&mut self, h: &mut H, w: usize, key: &FpKey, p: Packet) -> Option<Packet> {
+    fn hit<C: HitCx>(&mut self, cx: &mut C, w: usize, key: &FpKey, p: Packet) -> Option<Packet> {
         let (e, actions, _) = self.table.entry_parts(w);
         if p.len() < e.min_len as usize || e.matches_eth() && !actions.eth_matches(p.data()) {
             return Some(p);
         }
-        self.hit_along(h, w, key, p)
+        self.hit_along(cx, w, key, p)
     }
 
     /// [`hit`](Self::hit) for a packet known to fit its entry ([`super::Table::fits`]).
     #[inline(always)]
-    fn hit_along<H: Host>(
+    fn hit_along<C: HitCx>(
         &mut self,
-        h: &mut H,
+        h: &mut C,
         w: usize,
         key: &FpKey,
         mut p: Packet,
@@ -256,7 +407,7 @@ impl FastPath {
             let path = e.path();
             // Every check before any state function, so a failed one leaves no trace.
             for s in path.iter().filter(|s| s.flags & Step::CHECK != 0) {
-                let ok = match h.nf(s.node()).and_then(|nf| nf.consolidate()) {
+                let ok = match h.nf(s.node()) {
                     Some(nf) => {
                         // A reference only: the key is read by the NFs that need it.
                         fp.key = &keys.keys[s.key_index()];
@@ -271,7 +422,7 @@ impl FastPath {
                 }
             }
             for s in path.iter().filter(|s| s.flags & Step::STATE != 0) {
-                if let Some(nf) = h.nf(s.node()).and_then(|nf| nf.consolidate_mut()) {
+                if let Some(nf) = h.nf(s.node()) {
                     fp.key = &keys.keys[s.key_index()];
                     nf.fast_state(s.token, &fp);
                 }
@@ -284,10 +435,10 @@ impl FastPath {
             p.meta_mut().egress = e.egress;
             h.to_sink(k, &p);
         }
-        h.pool().free(p);
+        h.free(p);
         if self.table.hit(w, now) {
             let (n, path) = self.table.take_count(w);
-            count_path(h, path, n as u64);
+            count_along(h, path, n as u64);
         }
         self.stats.hits += 1;
         None

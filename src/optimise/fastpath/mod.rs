@@ -20,7 +20,7 @@ use serde::Serialize;
 
 pub use actions::Actions;
 pub use auto::{Auto, AutoStats, Plan};
-pub use chunk::{count_path, Host};
+pub use chunk::{count_path, HitOut, Host, Lent, LENT};
 pub use key::FpKey;
 pub use record::{Outcome, Recorder};
 pub use table::{Entry, Found, Hot, Keys, Probe, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
@@ -145,6 +145,11 @@ pub struct FastPath {
     pub calls: bool,
     /// As [`FastConfig::record_at`].
     pub record_at: u8,
+    /// Per node: where [`Host::lend`] puts its NF for a chunk of hits (in node order
+    /// among the NFs that can be skipped; [`chunk::LENT`] and above: not lent).
+    pub slots: Vec<u8>,
+    /// Every NF that can be skipped has a slot below [`chunk::LENT`].
+    pub lendable: bool,
     /// Where a chunk is held while it is sorted into hits and misses (swapped with the
     /// runtime's queue of misses, so it has the same capacity).
     chunk_in: Batch,
@@ -159,7 +164,20 @@ impl FastPath {
             .map(|n| n.is_some_and(|n| n.profile().writes != Fields::NONE))
             .collect();
         let flags: Vec<u8> = nfs.iter().map(|n| n.map_or(0, step_flags)).collect();
+        let mut lent = 0usize;
+        let slots: Vec<u8> = nfs
+            .iter()
+            .map(|n| match n.and_then(|n| n.consolidate()) {
+                Some(_) => {
+                    lent += 1;
+                    (lent - 1).min(u8::MAX as usize) as u8
+                }
+                None => u8::MAX,
+            })
+            .collect();
         FastPath {
+            slots,
+            lendable: lent <= LENT,
             record_at: cfg.record_at.max(1),
             calls: flags.iter().any(|f| f & (Step::CHECK | Step::STATE) != 0),
             rewrites: writes.iter().any(|&w| w),
