@@ -68,6 +68,9 @@ pub struct Chain {
     pub ring: usize,
     /// Pipelined prefetching distance (0 = off).
     pub prefetch: usize,
+    /// PA-Flow between in-process stages: stage 1's ring carries aggregated frames
+    /// (`optimise/aggregate/stages.rs`).
+    pub aggregate_stages: bool,
 }
 
 pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted", "bad-aggregate"];
@@ -220,6 +223,7 @@ impl Chain {
             stage_of: Vec::new(),
             ring: super::stage::DEFAULT_RING,
             prefetch: 0,
+            aggregate_stages: false,
         };
         if c.parallel.is_some() {
             return Err(c.invalid(
@@ -255,6 +259,11 @@ impl Chain {
             chain
                 .set_stages(st)
                 .map_err(|e| c.invalid(format!("`stages`: {e}")))?;
+        }
+        if c.aggregate_stages == Some(true) {
+            chain
+                .set_aggregate_stages(true)
+                .map_err(|e| c.invalid(format!("`aggregate_stages`: {e}")))?;
         }
         if let Some(w) = c.workers {
             if w == 0 || w as usize > super::shard::MAX_WORKERS {
@@ -357,6 +366,7 @@ impl Chain {
             stage_of: Vec::new(),
             ring: super::stage::DEFAULT_RING,
             prefetch: 0,
+            aggregate_stages: false,
         }
     }
 
@@ -368,6 +378,20 @@ impl Chain {
             return Err("FastPath and stages do not combine yet: use one of them".into());
         }
         self.stage_of = if stages.len() > 1 { of } else { Vec::new() };
+        Ok(())
+    }
+
+    /// PA-Flow between in-process stages (`optimise/aggregate/stages.rs`): stage 1's
+    /// ring into stage 2 carries aggregated frames. Built for two stages: stage 2 must
+    /// free every packet it unpacks (it is the last), so its buffers come back to it.
+    pub fn set_aggregate_stages(&mut self, on: bool) -> Result<(), String> {
+        if on && self.stages() != 2 {
+            return Err(format!(
+                "built for two stages (stage 1's ring into the last stage), this chain has {}: list two groups in `stages`",
+                self.stages()
+            ));
+        }
+        self.aggregate_stages = on;
         Ok(())
     }
 
@@ -542,6 +566,12 @@ impl Chain {
                 self.ring,
                 list.join(&format!(" =ring({})=> ", self.ring))
             ));
+            if self.aggregate_stages {
+                s.push_str(&format!(
+                    "  aggregation (PA-Flow): stage 1's ring into stage 2 carries each batch's packets for a node packed in aggregated frames of up to {} B (at most stage 1's buffer), unpacked by stage 2; a lone packet goes as it is\n",
+                    crate::optimise::aggregate::stages::SIZE
+                ));
+            }
         }
         s.push_str("  parallel groups: none (parallel NFs are not built yet); by profile:\n");
         let nfs: Vec<usize> = self

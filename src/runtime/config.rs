@@ -77,6 +77,9 @@ pub struct ChainConfig {
     pub stages: Option<Vec<Vec<String>>>,
     /// Packets each ring between stages holds (default 1024, at least a batch).
     pub ring: Option<u32>,
+    /// PA-Flow between in-process stages: stage 1's ring carries the packets of each
+    /// batch packed into aggregated frames, unpacked by stage 2 (docs/paflow.md).
+    pub aggregate_stages: Option<bool>,
     /// Parallel NFs: recognised so that a file asking for them gets a clear refusal
     /// (not built yet), never a silent ignore.
     pub parallel: Option<toml::Value>,
