@@ -68,6 +68,9 @@ records = "{}"
 }
 
 const ON: &str = "stages = [[\"lb\"], [\"acl\", \"nat\", \"mon\"]]\naggregate_stages = true";
+/// Stage 2's NFs on the packets as views into the frames (NAT's writes copy them).
+const VIEWS: &str =
+    "stages = [[\"lb\"], [\"acl\", \"nat\", \"mon\"]]\naggregate_stages = true\naggregate_views = true";
 
 /// Runs `text` over `trace`: summary, output bytes, flow records.
 fn run(text: &str, trace: &Trace, dir: &Path, tag: &str) -> (Summary, Vec<u8>, BTreeSet<String>) {
@@ -108,6 +111,19 @@ fn every_capture_gives_the_same_output_with_stage_aggregation() {
             ra == rb,
             "{name}: flow records differ with stage aggregation"
         );
+        let (c, fc, rc) = run(
+            &chain(dir.path(), VIEWS, "views"),
+            &trace,
+            dir.path(),
+            "views",
+        );
+        assert_eq!(counts(&a), counts(&c), "{name}: views");
+        assert!(
+            fa == fc,
+            "{name}: outputs differ with NFs on views into aggregates"
+        );
+        assert!(ra == rc, "{name}: flow records differ with views");
+        assert_eq!(b.aggregate_stages, c.aggregate_stages, "{name}");
         let agg = b.aggregate_stages.expect("aggregation counters");
         // Everything stage 1 sent to stage 2 (the filter's input) went down the ring.
         assert_eq!(
@@ -216,9 +232,18 @@ fn check_shows_stage_aggregation_and_other_stage_counts_are_refused() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(
-        text.contains("aggregation (PA-Flow): stage 1's ring into stage 2 carries"),
+        text.contains("aggregation (PA-Flow): stage 1's ring into stage 2 carries")
+            && text.contains("by copying each packet out"),
         "{text}"
     );
+    std::fs::write(&file, chain(dir.path(), VIEWS, "chk")).unwrap();
+    let o = std::process::Command::new(bin)
+        .arg("check")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("as views into the frames"), "{text}");
     let three = "stages = [[\"lb\"], [\"acl\"], [\"nat\", \"mon\"]]\naggregate_stages = true";
     std::fs::write(&file, chain(dir.path(), three, "chk")).unwrap();
     let o = std::process::Command::new(bin)

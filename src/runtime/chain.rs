@@ -71,6 +71,9 @@ pub struct Chain {
     /// PA-Flow between in-process stages: stage 1's ring carries aggregated frames
     /// (`optimise/aggregate/stages.rs`).
     pub aggregate_stages: bool,
+    /// With `aggregate_stages`: stage 2's NFs get the packets as views into the frames
+    /// (copied only when an NF changes one) rather than copied out.
+    pub aggregate_views: bool,
 }
 
 pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted", "bad-aggregate"];
@@ -224,6 +227,7 @@ impl Chain {
             ring: super::stage::DEFAULT_RING,
             prefetch: 0,
             aggregate_stages: false,
+            aggregate_views: false,
         };
         if c.parallel.is_some() {
             return Err(c.invalid(
@@ -264,6 +268,14 @@ impl Chain {
             chain
                 .set_aggregate_stages(true)
                 .map_err(|e| c.invalid(format!("`aggregate_stages`: {e}")))?;
+        }
+        if c.aggregate_views == Some(true) {
+            if !chain.aggregate_stages {
+                return Err(c.invalid(
+                    "`aggregate_views` needs `aggregate_stages = true` (views into the frames stage 1's ring carries)",
+                ));
+            }
+            chain.aggregate_views = true;
         }
         if let Some(w) = c.workers {
             if w == 0 || w as usize > super::shard::MAX_WORKERS {
@@ -367,6 +379,7 @@ impl Chain {
             ring: super::stage::DEFAULT_RING,
             prefetch: 0,
             aggregate_stages: false,
+            aggregate_views: false,
         }
     }
 
@@ -568,8 +581,13 @@ impl Chain {
             ));
             if self.aggregate_stages {
                 s.push_str(&format!(
-                    "  aggregation (PA-Flow): stage 1's ring into stage 2 carries each batch's packets for a node packed in aggregated frames of up to {} B (at most stage 1's buffer), unpacked by stage 2; a lone packet goes as it is\n",
-                    crate::optimise::aggregate::stages::SIZE
+                    "  aggregation (PA-Flow): stage 1's ring into stage 2 carries each batch's packets for a node packed in aggregated frames of up to {} B (at most stage 1's buffer), unpacked by stage 2 {}; a lone packet goes as it is\n",
+                    crate::optimise::aggregate::stages::SIZE,
+                    if self.aggregate_views {
+                        "as views into the frames (NFs on aggregated frames: copied only when an NF changes a packet)"
+                    } else {
+                        "by copying each packet out"
+                    }
                 ));
             }
         }

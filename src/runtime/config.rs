@@ -80,6 +80,9 @@ pub struct ChainConfig {
     /// PA-Flow between in-process stages: stage 1's ring carries the packets of each
     /// batch packed into aggregated frames, unpacked by stage 2 (docs/paflow.md).
     pub aggregate_stages: Option<bool>,
+    /// With `aggregate_stages`: stage 2's NFs work on the packets as views into the
+    /// aggregated frames (PA-Flow's "NFs on aggregated frames"), copied only if changed.
+    pub aggregate_views: Option<bool>,
     /// Parallel NFs: recognised so that a file asking for them gets a clear refusal
     /// (not built yet), never a silent ignore.
     pub parallel: Option<toml::Value>,

@@ -174,6 +174,7 @@ fn shell(chain: &mut Chain, stage_of: &[usize], s: usize) -> Chain {
         ring: chain.ring,
         prefetch: chain.prefetch,
         aggregate_stages: chain.aggregate_stages,
+        aggregate_views: chain.aggregate_views,
     }
 }
 
@@ -307,8 +308,14 @@ impl Staged {
             let (bt, br) = RingBuffer::new(2 * total);
             self.back.push(br);
             // PA-Flow hook: stage 2 unpacks what stage 1's ring carries aggregated.
-            let unpack = (s == 1 && first.out.as_ref().is_some_and(|o| o.agg.is_some()))
-                .then(|| StageUnpacker::new(first.pool.max_packet(), 2 * total));
+            let unpack =
+                (s == 1 && first.out.as_ref().is_some_and(|o| o.agg.is_some())).then(|| {
+                    StageUnpacker::new(
+                        first.pool.max_packet(),
+                        2 * total,
+                        first.chain.aggregate_views,
+                    )
+                });
             let t = std::thread::Builder::new()
                 .name(format!("catena-stage{}", s + 1))
                 .spawn(move || run(w, rx, bt, unpack))

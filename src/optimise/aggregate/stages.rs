@@ -207,13 +207,18 @@ pub struct StageUnpacker {
     lent_big: usize,
     /// Room to sort the buffers a chunk freed (allocated once).
     sort: Vec<Packet>,
+    /// PA-Flow's "NFs on aggregated frames": the packets are views into their frame
+    /// (copied only if an NF changes them), and the frames are held here until every
+    /// packet of the chunk has been freed.
+    views: bool,
+    held: Vec<Packet>,
     pub unpacked: u64,
 }
 
 impl StageUnpacker {
     /// A stock for packets of up to `max_packet` bytes; `hold` is the most buffers the
     /// stage's own pool may hold (the room to sort them).
-    pub fn new(max_packet: usize, hold: usize) -> StageUnpacker {
+    pub fn new(max_packet: usize, hold: usize, views: bool) -> StageUnpacker {
         // The last stage frees every packet of a chunk before the next: a chunk's worth,
         // twice for margin.
         let stock = Pool::new(2 * MAX_BATCH, max_packet);
@@ -224,6 +229,8 @@ impl StageUnpacker {
             lent_small: 0,
             lent_big: 0,
             sort: Vec::with_capacity(hold),
+            views,
+            held: Vec::with_capacity(hold),
             unpacked: 0,
         }
     }
@@ -233,7 +240,12 @@ impl StageUnpacker {
     /// stock ran dry (a stage that keeps packets past its chunk).
     pub fn unpack(&mut self, f: Packet, to: &mut Batch, pool: &mut Pool) -> Result<(), String> {
         let r = self.unpack_into(f.data(), to);
-        pool.free(f);
+        if self.views && r.is_ok() {
+            // Its packets view it: kept, unchanged, until `reclaim`.
+            self.held.push(f);
+        } else {
+            pool.free(f);
+        }
         r
     }
 
@@ -258,7 +270,16 @@ impl StageUnpacker {
             } else {
                 self.lent_big += 1;
             }
-            if !p.set_bytes(bytes) || !get_meta(&h[RECORD..], p.meta_mut()) {
+            let set = if self.views {
+                // SAFETY: `bytes` lie in a frame that `unpack` keeps in `held`, never
+                // changed, until `reclaim` has given every packet of the chunk other
+                // bytes (the last stage frees them all before it runs); the frame's
+                // buffer is a box, so moving the frame moves no byte.
+                unsafe { p.set_view_unchecked(bytes) }
+            } else {
+                p.set_bytes(bytes)
+            };
+            if !set || !get_meta(&h[RECORD..], p.meta_mut()) {
                 self.stock.free(p);
                 return Err(bad());
             }
@@ -272,10 +293,14 @@ impl StageUnpacker {
     /// After a chunk: takes back from `pool` (what the stage freed) as many buffers of
     /// each size as were lent; the rest stays in `pool` for stage 1.
     pub fn reclaim(&mut self, pool: &mut Pool) {
-        if self.lent_small + self.lent_big == 0 {
+        if self.lent_small + self.lent_big == 0 && self.held.is_empty() {
             return;
         }
-        while let Some(p) = pool.alloc_raw() {
+        while let Some(mut p) = pool.alloc_raw() {
+            if p.is_view() {
+                // No freed packet leaves still viewing a frame.
+                p.set_bytes(&[]);
+            }
             if p.capacity() == self.small && self.lent_small > 0 {
                 self.lent_small -= 1;
                 self.stock.free(p);
@@ -288,6 +313,12 @@ impl StageUnpacker {
         }
         for p in self.sort.drain(..) {
             pool.free(p);
+        }
+        if self.lent_small + self.lent_big == 0 {
+            // Every packet of the frames was freed and views none: the frames go back.
+            for f in self.held.drain(..) {
+                pool.free(f);
+            }
         }
     }
 }
@@ -336,7 +367,7 @@ mod tests {
             }
         );
         let mut held = Pool::holding(128);
-        let mut u = StageUnpacker::new(1500, 128);
+        let mut u = StageUnpacker::new(1500, 128, false);
         let mut to = Batch::new();
         u.unpack(f, &mut to, &mut held).unwrap();
         assert_eq!(held.available(), 1, "the frame is freed");
@@ -402,9 +433,47 @@ mod tests {
     }
 
     #[test]
+    fn views_read_the_frame_copy_on_change_and_the_frame_waits_for_its_packets() {
+        let mut pool = Pool::new(64, 1500);
+        let mut b = Batch::new();
+        for i in 0..3u8 {
+            let p = pkt(&mut pool, i + 1, 100, u64::from(i));
+            b.push(p);
+        }
+        let mut packer = StagePacker::new(pool.max_packet(), 32);
+        let Some(Packed::Frame(f)) = packer.pack(&mut b, &mut pool).next() else {
+            panic!("not a frame");
+        };
+        let mut held = Pool::holding(128);
+        let mut u = StageUnpacker::new(1500, 128, true);
+        let mut to = Batch::new();
+        u.unpack(f, &mut to, &mut held).unwrap();
+        assert_eq!(
+            held.available(),
+            0,
+            "the frame is kept while its packets view it"
+        );
+        assert!(to.iter().all(|p| p.is_view()));
+        let mut pkts: Vec<Packet> = to.drain().collect();
+        // An NF's change copies that packet only; the others still read the frame.
+        pkts[1].data_mut()[0] = 0xee;
+        assert!(!pkts[1].is_view() && pkts[0].is_view());
+        assert_eq!(pkts[1].data()[..2], [0xee, 2]);
+        assert_eq!(pkts[2].data(), &[3u8; 100][..]);
+        for p in pkts {
+            held.free(p);
+        }
+        u.reclaim(&mut held);
+        // The three buffers back in the stock, none viewing; the frame back for stage 1.
+        assert_eq!(held.available(), 1);
+        assert!(u.held.is_empty());
+        assert_eq!(u.stock.available(), u.stock.size());
+    }
+
+    #[test]
     fn a_malformed_frame_is_an_error_not_a_panic() {
         let mut held = Pool::holding(8);
-        let mut u = StageUnpacker::new(1500, 8);
+        let mut u = StageUnpacker::new(1500, 8, false);
         let mut to = Batch::new();
         for bytes in [&[0u8; 4][..], &[0u8; 18][..]] {
             let e = u.unpack(Packet::from_bytes(bytes), &mut to, &mut held);
