@@ -6,7 +6,8 @@
 //! measured per packet. Modes: `off` (no aggregation) and `aggregate` (`aggregate =
 //! true` on the veths between stages; the chain's ingress and egress stay plain, as in
 //! PA-Flow). PA-Flow's third bar, NFs working on aggregated frames without unpacking
-//! them, is not built (docs/paflow.md): no `aggregate+nf` rows are printed.
+//! them, is built between in-process stages only (docs/paflow.md): the in-process table
+//! (2 stages on a ring: `off`, `aggregate`, `aggregate+nf`) has it, the veth rows not.
 //!
 //! Needs root (namespaces, AF_PACKET). On a small shared machine every stage process and
 //! the bench's sender and receiver compete for the same cores: the figures say what this
@@ -583,7 +584,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             }
         }
         println!(
-            "aggregate+nf (NFs on aggregated frames without unpacking) is not built: no rows."
+            "aggregate+nf between processes (NFs on views into frames a port received) is not built: no veth rows; it is built between in-process stages (rows above)."
         );
     }
     Ok(0)
