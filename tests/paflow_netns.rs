@@ -161,3 +161,177 @@ fn two_processes_over_a_veth_give_the_same_output_with_aggregation_on_and_off() 
     assert_eq!(rx["kernel_drops"], 0);
     assert_eq!(b_on["packets_in"], PACKETS);
 }
+
+/// One HTTP/1.0 GET on loopback (the calling thread must be in the run's namespace).
+fn get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).to_string();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_string();
+    (code, body)
+}
+
+/// `/metrics` carries the aggregation counters of every port, equal to the `--json`
+/// summary: a run unpacks a file of aggregates (real packets packed by `Packer`, two
+/// of the frames malformed) and sends them out of an aggregating veth port.
+#[test]
+fn aggregation_counters_are_in_metrics() {
+    if !netns::can_run("aggregation_counters_are_in_metrics") {
+        return;
+    }
+    use catena::optimise::aggregate::Packer;
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(dir.path());
+    let pkts = frames(&cap);
+    // 600 packets in aggregates of 20, then a truncated aggregate (its first packet
+    // kept) and one with a bad version (nothing kept), then 10 plain frames.
+    let mut input: Vec<Vec<u8>> = Vec::new();
+    let mut good = 0u64;
+    for group in pkts[..600].chunks(20) {
+        let mut p = Packer::new(65535);
+        for x in group {
+            assert!(p.push(x));
+        }
+        input.push(p.frame().to_vec());
+        good += group.len() as u64;
+    }
+    let mut p = Packer::new(65535);
+    assert!(p.push(&pkts[600]) && p.push(&pkts[601]));
+    let mut cut = p.frame().to_vec();
+    cut.truncate(cut.len() - 10);
+    input.push(cut);
+    let mut bad = p.frame().to_vec();
+    bad[14] = 7;
+    input.push(bad);
+    input.extend(pkts[602..612].iter().cloned());
+    let file = dir.path().join("in.pcap");
+    Trace::from_packets(
+        catena::packet::LinkKind::Ethernet,
+        catena::io::PcapHeader::new(1, false),
+        input
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (i as u64 * 1000, f.as_slice())),
+    )
+    .write_pcap(&file)
+    .unwrap();
+
+    let ns = Netns::new(1);
+    let (out_if, _) = ns.veth(0, 0, "m", 9000);
+    let chain = dir.path().join("c.toml");
+    std::fs::write(
+        &chain,
+        format!(
+            "[[port]]\nname = \"file\"\nkind = \"pcap\"\npath = \"{}\"\naggregate = true\n\n[[port]]\nname = \"veth\"\nkind = \"af_packet\"\niface = \"{out_if}\"\naggregate = true\n\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+            file.display()
+        ),
+    )
+    .unwrap();
+    let api_port = 20_000 + (std::process::id() % 1000) as u16;
+    let addr = format!("127.0.0.1:{api_port}");
+    let run = spawn_running(in_ns(
+        &ns.names[0],
+        &[
+            bin(),
+            "run",
+            chain.to_str().unwrap(),
+            "--json",
+            "--api",
+            &addr,
+        ],
+    ));
+    // Packets in: the good ones, the truncated frame's first, one per bad frame.
+    let packets_in = good + 1 + 2 + 10;
+    let metrics = std::thread::scope(|s| {
+        s.spawn(|| {
+            ns.enter(0);
+            let end = Instant::now() + Duration::from_secs(5);
+            loop {
+                let (c, b) = get(api_port, "/stats");
+                if c == 200 {
+                    let v: Value = serde_json::from_str(&b).unwrap();
+                    let tx = v["ports"][1]["live"]["tx"].as_u64().unwrap_or(0);
+                    if v["packets_in"] == packets_in && tx > 0 {
+                        break;
+                    }
+                }
+                assert!(Instant::now() < end, "replay did not finish");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            // The summary is published a few times a second: let the last batch land.
+            std::thread::sleep(Duration::from_millis(600));
+            get(api_port, "/metrics").1
+        })
+        .join()
+        .unwrap()
+    });
+    run.signal(libc::SIGTERM);
+    let (json, code) = run.finish(5);
+    assert_eq!(code, Some(0), "{json}");
+    let fin: Value = serde_json::from_str(&json).unwrap();
+
+    let lines = metrics.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("metrics parse");
+    let value = |name: &str, port: &str| -> u64 {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && s.labels.get("port") == Some(port))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => {
+                    v as u64
+                }
+                _ => u64::MAX,
+            })
+            .unwrap_or_else(|| panic!("no {name} for port {port} in {metrics}"))
+    };
+    let pairs = [
+        ("catena_port_aggregates_packed_total", "tx_aggregates"),
+        ("catena_port_packets_aggregated_total", "tx_aggregated"),
+        ("catena_port_aggregates_unpacked_total", "rx_aggregates"),
+        ("catena_port_packets_unpacked_total", "rx_unpacked"),
+        ("catena_port_bad_aggregates_total", "rx_bad_aggregate"),
+    ];
+    for port in ["0", "1"] {
+        let live = &fin["ports"][port.parse::<usize>().unwrap()]["live"];
+        for (metric, key) in pairs {
+            assert_eq!(
+                value(metric, port),
+                live[key].as_u64().unwrap(),
+                "{metric} port {port} vs --json {key}"
+            );
+        }
+    }
+    // Literal expectations from the file: 30 + 2 aggregates in, 2 bad, 601 unpacked.
+    assert_eq!(value("catena_port_aggregates_unpacked_total", "0"), 32);
+    assert_eq!(value("catena_port_bad_aggregates_total", "0"), 2);
+    assert_eq!(value("catena_port_packets_unpacked_total", "0"), good + 1);
+    // Everything good left by the veth, most of it inside aggregates.
+    let sent = value("catena_port_packets_aggregated_total", "1");
+    assert!(sent > good / 2 && sent <= good + 11, "{sent} aggregated");
+    assert!(value("catena_port_aggregates_packed_total", "1") > 0);
+    let input_bad = scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "catena_input_dropped_total"
+                && s.labels.get("reason") == Some("bad-aggregate")
+        })
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+            _ => f64::NAN,
+        });
+    assert_eq!(input_bad, Some(2.0), "{metrics}");
+}

@@ -322,6 +322,9 @@ fn metrics(p: &Published) -> Option<String> {
         input_drops,
     );
     let (rx, tx, kd, te) = (family(), family(), family(), family());
+    // PA-Flow (docs/paflow.md): aggregated frames packed and unpacked, the packets in
+    // them, and the frames refused as bad, per `[[port]]` (zero where `aggregate` is off).
+    let (ag_tx, ag_txp, ag_rx, ag_rxp, ag_bad) = (family(), family(), family(), family(), family());
     for port in &s.ports {
         let num = port.port.to_string();
         let name = port.name.clone().unwrap_or_default();
@@ -331,6 +334,11 @@ fn metrics(p: &Published) -> Option<String> {
         if let Some(c) = &port.live {
             add(&kd, &l, c.kernel_drops);
             add(&te, &l, c.tx_errors);
+            add(&ag_tx, &l, c.tx_aggregates);
+            add(&ag_txp, &l, c.tx_aggregated);
+            add(&ag_rx, &l, c.rx_aggregates);
+            add(&ag_rxp, &l, c.rx_unpacked);
+            add(&ag_bad, &l, c.rx_bad_aggregate);
         }
     }
     r.register("port_rx_packets", "Packets received per port", rx);
@@ -341,6 +349,31 @@ fn metrics(p: &Published) -> Option<String> {
         kd,
     );
     r.register("port_tx_errors", "Frames a port could not send", te);
+    r.register(
+        "port_aggregates_packed",
+        "PA-Flow aggregated frames a port sent",
+        ag_tx,
+    );
+    r.register(
+        "port_packets_aggregated",
+        "Packets a port sent inside aggregated frames",
+        ag_txp,
+    );
+    r.register(
+        "port_aggregates_unpacked",
+        "PA-Flow aggregated frames a port received and unpacked",
+        ag_rx,
+    );
+    r.register(
+        "port_packets_unpacked",
+        "Packets a port took out of aggregated frames",
+        ag_rxp,
+    );
+    r.register(
+        "port_bad_aggregates",
+        "Aggregated frames a port found truncated or inconsistent (bad-aggregate)",
+        ag_bad,
+    );
     if let Some(f) = &s.fastpath {
         let fp = family();
         if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(f) {

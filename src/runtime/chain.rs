@@ -71,6 +71,12 @@ pub struct Chain {
     /// `parallel = true`: the pairs of NFs in `groups` run on two threads (`join.rs`).
     pub parallel: bool,
     pub groups: Vec<super::parallel::Group>,
+    /// PA-Flow between in-process stages: stage 1's ring carries aggregated frames
+    /// (`optimise/aggregate/stages.rs`).
+    pub aggregate_stages: bool,
+    /// With `aggregate_stages`: stage 2's NFs get the packets as views into the frames
+    /// (copied only when an NF changes one) rather than copied out.
+    pub aggregate_views: bool,
 }
 
 pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted", "bad-aggregate"];
@@ -225,6 +231,8 @@ impl Chain {
             prefetch: 0,
             parallel: false,
             groups: Vec::new(),
+            aggregate_stages: false,
+            aggregate_views: false,
         };
         if let Some(k) = c.prefetch {
             if k as usize > MAX_PREFETCH {
@@ -255,6 +263,19 @@ impl Chain {
             chain
                 .set_stages(st)
                 .map_err(|e| c.invalid(format!("`stages`: {e}")))?;
+        }
+        if c.aggregate_stages == Some(true) {
+            chain
+                .set_aggregate_stages(true)
+                .map_err(|e| c.invalid(format!("`aggregate_stages`: {e}")))?;
+        }
+        if c.aggregate_views == Some(true) {
+            if !chain.aggregate_stages {
+                return Err(c.invalid(
+                    "`aggregate_views` needs `aggregate_stages = true` (views into the frames stage 1's ring carries)",
+                ));
+            }
+            chain.aggregate_views = true;
         }
         if let Some(w) = c.workers {
             if w == 0 || w as usize > super::shard::MAX_WORKERS {
@@ -364,6 +385,8 @@ impl Chain {
             prefetch: 0,
             parallel: false,
             groups: Vec::new(),
+            aggregate_stages: false,
+            aggregate_views: false,
         }
     }
 
@@ -410,6 +433,20 @@ impl Chain {
         }
         self.parallel = true;
         self.groups = groups;
+        Ok(())
+    }
+
+    /// PA-Flow between in-process stages (`optimise/aggregate/stages.rs`): stage 1's
+    /// ring into stage 2 carries aggregated frames. Built for two stages: stage 2 must
+    /// free every packet it unpacks (it is the last), so its buffers come back to it.
+    pub fn set_aggregate_stages(&mut self, on: bool) -> Result<(), String> {
+        if on && self.stages() != 2 {
+            return Err(format!(
+                "built for two stages (stage 1's ring into the last stage), this chain has {}: list two groups in `stages`",
+                self.stages()
+            ));
+        }
+        self.aggregate_stages = on;
         Ok(())
     }
 
@@ -587,6 +624,17 @@ impl Chain {
                 self.ring,
                 list.join(&format!(" =ring({})=> ", self.ring))
             ));
+            if self.aggregate_stages {
+                s.push_str(&format!(
+                    "  aggregation (PA-Flow): stage 1's ring into stage 2 carries each batch's packets for a node packed in aggregated frames of up to {} B (at most stage 1's buffer), unpacked by stage 2 {}; a lone packet goes as it is\n",
+                    crate::optimise::aggregate::stages::SIZE,
+                    if self.aggregate_views {
+                        "as views into the frames (NFs on aggregated frames: copied only when an NF changes a packet)"
+                    } else {
+                        "by copying each packet out"
+                    }
+                ));
+            }
         }
         s.push_str(&super::parallel::describe(self));
         s.push_str(&match self.prefetch {

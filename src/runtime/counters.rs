@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::io::PortCounters;
+use crate::optimise::aggregate::StageCounters;
 use crate::optimise::fastpath::{AutoStats, FastStats};
 
 /// Counters of one node. Invariant checked after every run: in = out + dropped.
@@ -121,6 +122,9 @@ pub struct Summary {
     /// `fastpath = "auto"`: the decision and the measured costs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fastpath_auto: Option<AutoStats>,
+    /// PA-Flow between in-process stages (`aggregate_stages = true`): stage 1's ring.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aggregate_stages: Option<StageCounters>,
 }
 
 /// What one of several sharded workers did.
@@ -220,6 +224,12 @@ impl Summary {
                     ));
                 }
             }
+        }
+        if let Some(a) = &self.aggregate_stages {
+            s.push_str(&format!(
+                "  stage 1 ring aggregates (PA-Flow): {} frames holding {} packets, {} packets sent as they are\n",
+                a.frames, a.aggregated, a.plain
+            ));
         }
         if let Some(f) = &self.fastpath {
             s.push_str(&format!(

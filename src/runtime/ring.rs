@@ -7,7 +7,8 @@
 use rtrb::{Consumer, Producer};
 
 use super::control::Command;
-use crate::packet::{Batch, Packet};
+use crate::optimise::aggregate::{Packed, StagePacker};
+use crate::packet::{Batch, Packet, Pool};
 
 /// What a forward ring carries.
 pub enum Msg {
@@ -18,6 +19,9 @@ pub enum Msg {
     /// A control command for an NF of a later stage, applied between the same chunks
     /// as in one stage.
     Change(Box<Command>),
+    /// PA-Flow (`aggregate_stages`): an aggregated frame of packets for node `.0`,
+    /// unpacked by the next stage (`optimise/aggregate/stages.rs`).
+    Agg(u32, Packet),
 }
 
 /// Waiting on a ring with nothing to do: spin a little (a hop costs tens of cycles), then
@@ -43,6 +47,26 @@ pub struct Out {
     pub tx: Producer<Msg>,
     /// Times the ring was full when a batch was sent (back-pressure applied).
     pub full: u64,
+    /// PA-Flow (`aggregate_stages`): packs each batch into frames before it goes.
+    pub agg: Option<StagePacker>,
+}
+
+/// Waits until `tx` has `n` free slots, counting a wait in `full`; `Gone` if the
+/// consumer stopped.
+#[inline]
+fn wait_room(tx: &mut Producer<Msg>, full: &mut u64, n: usize) -> Result<(), Gone> {
+    if tx.slots() >= n {
+        return Ok(());
+    }
+    *full += 1;
+    let mut idle = Idle::default();
+    while tx.slots() < n {
+        if tx.is_abandoned() {
+            return Err(Gone);
+        }
+        idle.wait();
+    }
+    Ok(())
 }
 
 /// The consumer of a ring stopped (its stage ended with an error or died).
@@ -51,24 +75,17 @@ pub struct Gone;
 
 impl Out {
     pub fn new(tx: Producer<Msg>) -> Out {
-        Out { tx, full: 0 }
+        Out {
+            tx,
+            full: 0,
+            agg: None,
+        }
     }
 
     /// Waits until `n` slots are free; `Gone` if the consumer stopped.
     #[inline]
     fn room(&mut self, n: usize) -> Result<(), Gone> {
-        if self.tx.slots() >= n {
-            return Ok(());
-        }
-        self.full += 1;
-        let mut idle = Idle::default();
-        while self.tx.slots() < n {
-            if self.tx.is_abandoned() {
-                return Err(Gone);
-            }
-            idle.wait();
-        }
-        Ok(())
+        wait_room(&mut self.tx, &mut self.full, n)
     }
 
     /// Sends every packet of `b` (all for node `node`) in order, emptying it; waits for
@@ -85,6 +102,33 @@ impl Out {
             };
             let sent = chunk.fill_from_iter(it.by_ref().take(n).map(|p| Msg::Pkt(node as u32, p)));
             left -= sent;
+        }
+        Ok(())
+    }
+
+    /// Sends the packets of `b` for node `node` (emptying it): as they are, or packed
+    /// into aggregated frames (buffers from and back to `pool`) when this ring
+    /// aggregates. Waits for room like [`send_batch`](Self::send_batch).
+    #[inline]
+    pub fn send_node(&mut self, node: usize, b: &mut Batch, pool: &mut Pool) -> Result<(), Gone> {
+        let Out { tx, full, agg } = self;
+        let Some(agg) = agg.as_mut() else {
+            return self.send_batch(node, b);
+        };
+        // PA-Flow hook (optimise/aggregate/stages.rs).
+        let node = node as u32;
+        let mut it = agg.pack(b, pool).map(|m| match m {
+            Packed::Plain(p) => Msg::Pkt(node, p),
+            Packed::Frame(f) => Msg::Agg(node, f),
+        });
+        let mut left = it.len();
+        while left > 0 {
+            wait_room(tx, full, 1)?;
+            let n = left.min(tx.slots());
+            let Ok(chunk) = tx.write_chunk_uninit(n) else {
+                continue;
+            };
+            left -= chunk.fill_from_iter(it.by_ref().take(n));
         }
         Ok(())
     }
@@ -149,7 +193,7 @@ pub fn hop_cycles(packets: u64, ring: usize) -> f64 {
             }
             if let Ok(c) = rx.read_chunk(n) {
                 for m in c {
-                    if let Msg::Pkt(_, p) = m {
+                    if let Msg::Pkt(_, p) | Msg::Agg(_, p) = m {
                         held.free(p);
                     }
                 }

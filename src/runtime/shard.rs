@@ -388,6 +388,11 @@ fn sum(parts: Vec<(Summary, Option<usize>)>, seconds: f64) -> Summary {
             a.bytes += b.bytes;
             a.flooded += b.flooded;
         }
+        if let (Some(a), Some(b)) = (s.aggregate_stages.as_mut(), p.aggregate_stages) {
+            a.frames += b.frames;
+            a.aggregated += b.aggregated;
+            a.plain += b.plain;
+        }
         if let (Some(a), Some(b)) = (s.fastpath.as_mut(), p.fastpath) {
             a.hits += b.hits;
             a.misses += b.misses;

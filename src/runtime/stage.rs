@@ -30,6 +30,7 @@ use super::control::Reply;
 use super::ring::{give_back, take_back, Idle, Msg, Out};
 use super::walk::Walk;
 use crate::nfs::{Context, Nf, Profile};
+use crate::optimise::aggregate::{StagePacker, StageUnpacker};
 use crate::packet::{Batch, Packet, Pool, MAX_BATCH};
 
 /// Default ring size, in packets.
@@ -174,6 +175,8 @@ fn shell(chain: &mut Chain, stage_of: &[usize], s: usize) -> Chain {
         prefetch: chain.prefetch,
         parallel: chain.parallel,
         groups: chain.groups.clone(),
+        aggregate_stages: chain.aggregate_stages,
+        aggregate_views: chain.aggregate_views,
     }
 }
 
@@ -201,6 +204,8 @@ pub(super) struct Staged {
     back: Vec<Consumer<Packet>>,
     /// NF names per stage, for messages.
     names: Vec<String>,
+    /// PA-Flow: what stage 1's ring aggregated, once the run is joined.
+    pub agg: Option<crate::optimise::aggregate::StageCounters>,
 }
 
 impl Staged {
@@ -238,6 +243,7 @@ impl Staged {
             threads: Vec::new(),
             back: Vec::new(),
             names,
+            agg: None,
         }
     }
 
@@ -273,7 +279,14 @@ impl Staged {
         let mut rxs = Vec::with_capacity(walks.len());
         for s in 0..walks.len() {
             let (tx, rx) = RingBuffer::new(self.ring + 2);
-            let out = Some(Out::new(tx));
+            let mut out = Some(Out::new(tx));
+            if s == 0 && first.chain.aggregate_stages && walks.len() == 1 {
+                // PA-Flow hook: stage 1's ring carries aggregated frames.
+                out.as_mut().expect("made above").agg = Some(StagePacker::new(
+                    first.pool.max_packet(),
+                    first.spare.capacity(),
+                ));
+            }
             if s == 0 {
                 first.out = out;
             } else {
@@ -296,9 +309,18 @@ impl Staged {
             w.sink_seqs = first.sink_seqs;
             let (bt, br) = RingBuffer::new(2 * total);
             self.back.push(br);
+            // PA-Flow hook: stage 2 unpacks what stage 1's ring carries aggregated.
+            let unpack =
+                (s == 1 && first.out.as_ref().is_some_and(|o| o.agg.is_some())).then(|| {
+                    StageUnpacker::new(
+                        first.pool.max_packet(),
+                        2 * total,
+                        first.chain.aggregate_views,
+                    )
+                });
             let t = std::thread::Builder::new()
                 .name(format!("catena-stage{}", s + 1))
-                .spawn(move || run(w, rx, bt))
+                .spawn(move || run(w, rx, bt, unpack))
                 .map_err(|e| anyhow::anyhow!("stage {}: cannot start a thread: {e}", s + 1))?;
             self.threads.push(t);
         }
@@ -327,6 +349,7 @@ impl Staged {
     /// Ends the run: the rings close, the stages finish what they hold, and their NFs,
     /// counters and sinks move back into `first`. Err names the stage that failed.
     pub fn join(&mut self, first: &mut Walk) -> anyhow::Result<()> {
+        self.agg = first.out.as_ref().and_then(|o| o.agg.as_ref()).map(|a| a.c);
         first.out = None;
         let mut ended = Vec::new();
         for t in self.threads.drain(..) {
@@ -380,8 +403,15 @@ impl Staged {
 
 /// A later stage's thread: walks each chunk as its end marker arrives, until the ring
 /// into it closes. A panic is caught so the run can say which stage died and why.
-fn run(mut w: Walk, rx: Consumer<Msg>, mut back: Producer<Packet>) -> Ended {
-    let r = std::panic::catch_unwind(AssertUnwindSafe(|| serve(&mut w, rx, &mut back)));
+fn run(
+    mut w: Walk,
+    rx: Consumer<Msg>,
+    mut back: Producer<Packet>,
+    mut unpack: Option<StageUnpacker>,
+) -> Ended {
+    let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        serve(&mut w, rx, &mut back, unpack.as_mut())
+    }));
     // Closing the ring onward lets the next stage finish (or notice this one stopped).
     w.out = None;
     match r {
@@ -403,7 +433,12 @@ fn run(mut w: Walk, rx: Consumer<Msg>, mut back: Producer<Packet>) -> Ended {
     }
 }
 
-fn serve(w: &mut Walk, mut rx: Consumer<Msg>, back: &mut Producer<Packet>) -> Result<(), Failure> {
+fn serve(
+    w: &mut Walk,
+    mut rx: Consumer<Msg>,
+    back: &mut Producer<Packet>,
+    mut unpack: Option<&mut StageUnpacker>,
+) -> Result<(), Failure> {
     let gone = || Failure {
         msg: "stopped: the next stage stopped".into(),
         downstream: true,
@@ -425,6 +460,17 @@ fn serve(w: &mut Walk, mut rx: Consumer<Msg>, back: &mut Producer<Packet>) -> Re
         for m in chunk {
             match m {
                 Msg::Pkt(node, p) => w.inbox[node as usize].push(p),
+                // PA-Flow hook (optimise/aggregate/stages.rs): the frame's packets join
+                // the node's inbox in order; the frame's buffer goes back to stage 1.
+                Msg::Agg(node, f) => match unpack.as_deref_mut() {
+                    Some(u) => u
+                        .unpack(f, &mut w.inbox[node as usize], &mut w.pool)
+                        .map_err(|e| Failure {
+                            msg: format!("stopped: {e}"),
+                            downstream: false,
+                        })?,
+                    None => w.pool.free(f),
+                },
                 Msg::End { shift } => {
                     w.shift = shift;
                     w.drain(None);
@@ -436,6 +482,10 @@ fn serve(w: &mut Walk, mut rx: Consumer<Msg>, back: &mut Producer<Packet>) -> Re
                     }
                     if let Some(o) = w.out.as_mut() {
                         o.send(Msg::End { shift }).map_err(|_| gone())?;
+                    }
+                    if let Some(u) = unpack.as_deref_mut() {
+                        // PA-Flow hook: the buffers the frames' packets took come back.
+                        u.reclaim(&mut w.pool);
                     }
                     give_back(&mut w.pool, back);
                 }

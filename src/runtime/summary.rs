@@ -137,6 +137,7 @@ impl Walk {
             fastpath,
             workers: Vec::new(),
             fastpath_auto: None,
+            aggregate_stages: None,
         })
     }
 }

@@ -177,7 +177,7 @@ impl Walk {
                 // Another stage runs it: the packets go down the ring, in order.
                 if out
                     .as_mut()
-                    .map(|o| o.send_batch(n, &mut inbox[n]))
+                    .map(|o| o.send_node(n, &mut inbox[n], pool))
                     .is_none_or(|r| r.is_err())
                 {
                     for p in inbox[n].drain() {

@@ -428,6 +428,7 @@ impl Runner {
         let stats = self.fast.as_ref().map(|f| f.stats);
         let mut s = self.walk.summary(input_error, opts.loops, seconds, stats)?;
         s.fastpath_auto = self.auto.as_ref().map(|a| a.stats);
+        s.aggregate_stages = self.stages.as_ref().and_then(|st| st.agg);
         Ok(s)
     }
 

@@ -6,7 +6,8 @@
 //! measured per packet. Modes: `off` (no aggregation) and `aggregate` (`aggregate =
 //! true` on the veths between stages; the chain's ingress and egress stay plain, as in
 //! PA-Flow). PA-Flow's third bar, NFs working on aggregated frames without unpacking
-//! them, is not built (docs/paflow.md): no `aggregate+nf` rows are printed.
+//! them, is built between in-process stages only (docs/paflow.md): the in-process table
+//! (2 stages on a ring: `off`, `aggregate`, `aggregate+nf`) has it, the veth rows not.
 //!
 //! Needs root (namespaces, AF_PACKET). On a small shared machine every stage process and
 //! the bench's sender and receiver compete for the same cores: the figures say what this
@@ -167,6 +168,90 @@ fn build(stages: usize, aggregate: bool, tag: &str) -> anyhow::Result<(Topology,
         std::thread::spawn(move || for _ in lines {});
     }
     Ok((t, ends[0].0.clone(), ends[stages].1.clone()))
+}
+
+/// Between in-process stages (`aggregate_stages`, docs/paflow.md): a 2-stage chain of
+/// `wire` NFs on one ring replays `count` generated packets of each size, aggregation
+/// off and on; Mpps is the run's own (`Summary::mpps`), the median of `runs`.
+#[derive(Serialize, Clone)]
+struct InProcessRow {
+    size: usize,
+    mode: String,
+    packets: u64,
+    mpps: f64,
+    aggregated_pct: f64,
+    frames: u64,
+}
+
+fn in_process(a: &Args, count: u64) -> anyhow::Result<Vec<InProcessRow>> {
+    use catena::io::{PcapHeader, Trace};
+    use catena::nfs::{Nf, Wire};
+    use catena::packet::LinkKind;
+    use catena::runtime::{Chain, NoProgress, RunOptions, Runner};
+    let mut rows = Vec::new();
+    for &size in SIZES {
+        let name = format!("in-process {size}");
+        if !a.only.is_empty() && !a.only.iter().any(|o| name.contains(o.as_str())) {
+            continue;
+        }
+        let frames: Vec<Vec<u8>> = (0..count.min(50_000))
+            .map(|i| {
+                let mut b = vec![0u8; size];
+                packet(&mut b, i);
+                b
+            })
+            .collect();
+        let trace = Trace::from_packets(
+            LinkKind::Ethernet,
+            PcapHeader::new(1, false),
+            frames
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (i as u64 * 1000, f.as_slice())),
+        );
+        let loops = count.div_ceil(frames.len() as u64).max(1);
+        for mode in ["off", "aggregate", "aggregate+nf"] {
+            let mut v = Vec::new();
+            let mut last = None;
+            for _ in 0..a.runs.max(1) {
+                let nfs: Vec<(String, Box<dyn Nf>)> = vec![
+                    ("a".into(), Box::new(Wire::new())),
+                    ("b".into(), Box::new(Wire::new())),
+                ];
+                // Two ports: `wire` sends port 0's packets out of port 1 and back.
+                let mut chain = Chain::linear("paflow", 2, 1, nfs);
+                chain
+                    .set_stages(&[vec!["a".into()], vec!["b".into()]])
+                    .map_err(anyhow::Error::msg)?;
+                chain
+                    .set_aggregate_stages(mode != "off")
+                    .map_err(anyhow::Error::msg)?;
+                chain.aggregate_views = mode == "aggregate+nf";
+                let opts = RunOptions {
+                    loops,
+                    ..Default::default()
+                };
+                let s = Runner::new(chain, trace.max_packet_len()).run(
+                    &trace,
+                    &opts,
+                    &mut NoProgress,
+                )?;
+                v.push(s.mpps);
+                last = Some(s);
+            }
+            let s = last.ok_or_else(|| anyhow::anyhow!("no run"))?;
+            let agg = s.aggregate_stages.unwrap_or_default();
+            rows.push(InProcessRow {
+                size,
+                mode: mode.to_string(),
+                packets: s.packets_in,
+                mpps: median(&mut v),
+                aggregated_pct: 100.0 * agg.aggregated as f64 / s.packets_in.max(1) as f64,
+                frames: agg.frames,
+            });
+        }
+    }
+    Ok(rows)
 }
 
 /// One UDP/IPv4 packet of `size` bytes; flows vary with `i` (for realism only: the
@@ -369,6 +454,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         anyhow::bail!("bench paflow makes network namespaces and veth pairs: run it as root");
     }
     let count = ((200_000.0 * a.scale) as u64).max(1000);
+    let inproc = in_process(a, 5 * count)?;
     let tag = format!("pf{}", std::process::id() % 100_000);
     let mut rows = Vec::new();
     for stages in 1..=3usize {
@@ -446,10 +532,41 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         })
         .collect();
     write_results(a, "paflow", &header, &table, &rows)?;
+    let ih = [
+        "in-process",
+        "size",
+        "mode",
+        "packets",
+        "Mpps",
+        "aggregated %",
+        "frames",
+    ];
+    let itable: Vec<Vec<String>> = inproc
+        .iter()
+        .map(|r| {
+            vec![
+                "2 stages".into(),
+                r.size.to_string(),
+                r.mode.clone(),
+                r.packets.to_string(),
+                format!("{:.3}", r.mpps),
+                format!("{:.1}", r.aggregated_pct),
+                r.frames.to_string(),
+            ]
+        })
+        .collect();
+    if !inproc.is_empty() {
+        write_results(a, "paflow-inprocess", &ih, &itable, &inproc)?;
+    }
     if a.json {
+        // The rows of the veth chains; the in-process rows are in the results folder.
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         print_table(&header, &table);
+        if !inproc.is_empty() {
+            println!();
+            print_table(&ih, &itable);
+        }
         for s in 1..=3 {
             let top = |m: &str| {
                 rows.iter()
@@ -467,7 +584,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             }
         }
         println!(
-            "aggregate+nf (NFs on aggregated frames without unpacking) is not built: no rows."
+            "aggregate+nf between processes (NFs on views into frames a port received) is not built: no veth rows; it is built between in-process stages (rows above)."
         );
     }
     Ok(0)

@@ -5,6 +5,8 @@
 
 pub mod frame;
 mod port;
+pub mod stages;
 
 pub use frame::{Bad, Packer, Records, DEFAULT_SIZE, ETHERTYPE, MAX_SIZE, MIN_SIZE};
 pub use port::Aggregating;
+pub use stages::{Packed, StageCounters, StagePacker, StageUnpacker};
