@@ -6,6 +6,7 @@
 use super::ast::BinOp;
 use super::plan::{binop, link_code, ActTmpl, Code, Ex, FieldRef, Leaf, Op, Pkt, Read, State};
 use super::table::Act;
+use super::walk::Walk;
 use crate::packet::FLOOD;
 
 /// Decoder entries and table applications per packet at most: decoder repeats and
@@ -61,6 +62,9 @@ pub enum Val {
 
 #[derive(Clone, Debug)]
 pub enum Ins {
+    /// The program's header walk done by `Layers` (see `walk.rs`): to the IPv4 decoder's
+    /// body when it applies, else on to the program's own walk.
+    Walk(Box<Walk>),
     Jump(u32),
     /// Falls through when the test holds, else jumps.
     IfNot(Cond, u32),
@@ -137,7 +141,9 @@ impl Flat {
                 .collect(),
             guarded: 0,
         };
-        f.start = f.region(&code.start);
+        f.start = f.pc();
+        let walk = Walk::recognise(code).map(|w| f.emit(Ins::Walk(Box::new(w))));
+        f.region(&code.start);
         for d in &code.decoders {
             let body = f.region(&d.body);
             let short = f.region(&d.short);
@@ -159,6 +165,13 @@ impl Flat {
         }
         for (i, d) in f.decs.iter_mut().enumerate() {
             d.track = f.guarded & (1 << i) != 0;
+        }
+        if let Some(at) = walk {
+            let (decs, guarded) = (&f.decs, f.guarded);
+            if let Ins::Walk(w) = &mut f.ins[at] {
+                w.body = decs[w.ip()].body;
+                w.set_track(guarded);
+            }
         }
         f
     }
@@ -358,6 +371,11 @@ impl Flat {
             };
             pc += 1;
             match i {
+                Ins::Walk(w) => {
+                    if let Some(to) = w.run(p, &mut steps) {
+                        pc = to;
+                    }
+                }
                 Ins::Jump(t) => pc = *t as usize,
                 Ins::IfNot(k, t) => {
                     if !test(c, k, p) {

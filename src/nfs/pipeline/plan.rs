@@ -377,6 +377,13 @@ impl Pkt<'_> {
         self.sc.visits[di] = self.sc.visits[di].saturating_add(1);
     }
 
+    /// Decoder `di` was entered `n` times this packet (the header walk, done at once).
+    #[inline(always)]
+    pub fn entered_times(&mut self, di: usize, n: u8) {
+        self.entered |= 1 << di;
+        self.sc.visits[di % MAX_DECODERS] = n;
+    }
+
     /// Decoder `di`'s header fit: `n` bytes at `at`.
     #[inline(always)]
     pub fn fit(&mut self, di: usize, at: usize, n: usize) {
