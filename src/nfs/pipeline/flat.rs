@@ -124,7 +124,8 @@ pub struct Flat {
 }
 
 impl Flat {
-    pub fn lower(code: &Code) -> Flat {
+    /// `walk`: run a recognised header walk as `Layers` (see `walk.rs`).
+    pub fn lower(code: &Code, walk: bool) -> Flat {
         let mut f = Flat {
             ins: Vec::new(),
             start: 0,
@@ -142,7 +143,9 @@ impl Flat {
             guarded: 0,
         };
         f.start = f.pc();
-        let walk = Walk::recognise(code).map(|w| f.emit(Ins::Walk(Box::new(w))));
+        let walk = Walk::recognise(code)
+            .filter(|_| walk)
+            .map(|w| f.emit(Ins::Walk(Box::new(w))));
         f.region(&code.start);
         for d in &code.decoders {
             let body = f.region(&d.body);
@@ -174,6 +177,14 @@ impl Flat {
             }
         }
         f
+    }
+
+    /// The recognised header walk, if the code runs one.
+    pub fn walk(&self) -> Option<&Walk> {
+        match self.ins.get(self.start as usize) {
+            Some(Ins::Walk(w)) => Some(w),
+            _ => None,
+        }
     }
 
     /// A block that ends the packet when it runs to its end.

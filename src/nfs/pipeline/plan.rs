@@ -429,12 +429,24 @@ pub struct Plan {
 impl Plan {
     pub fn new(code: Code, state: State, drops: Vec<String>) -> Plan {
         Plan {
-            flat: Flat::lower(&code),
+            flat: Flat::lower(&code, true),
             code,
             state,
             scratch: Scratch::default(),
             drops,
         }
+    }
+
+    /// Whether the program's header walk runs as `Layers` (on by default; off runs the
+    /// program's own decoders for every packet, for comparisons).
+    pub fn set_walk(&mut self, on: bool) {
+        self.flat = Flat::lower(&self.code, on);
+    }
+
+    /// The header walk recognised, described (`None`: the program's decoders run as
+    /// written for every packet).
+    pub fn walk(&self) -> Option<String> {
+        self.flat.walk().map(|w| w.describe(&self.code))
     }
 
     /// Runs a batch: one call per batch, so what the loop keeps in registers is loaded

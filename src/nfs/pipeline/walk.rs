@@ -195,6 +195,31 @@ impl Walk {
         self.ip as usize
     }
 
+    /// E.g. `ethernet, sll, sll2 (up to 8 VLAN tags), raw -> ip`.
+    pub fn describe(&self, code: &Code) -> String {
+        let names = [
+            (LinkKind::Ethernet, "ethernet"),
+            (LinkKind::LinuxSll, "sll"),
+            (LinkKind::LinuxSll2, "sll2"),
+            (LinkKind::RawIp, "raw"),
+        ];
+        let links: Vec<String> = names
+            .iter()
+            .filter_map(|(k, n)| {
+                let l = self.links[*k as usize]?;
+                Some(match l.tags {
+                    0 => n.to_string(),
+                    t => format!("{n} (up to {t} VLAN tags)"),
+                })
+            })
+            .collect();
+        format!(
+            "{} -> {}",
+            links.join(", "),
+            code.decoders[self.ip as usize].name
+        )
+    }
+
     /// Notes which decoders count their entries (see `Flat`).
     pub fn set_track(&mut self, track: u32) {
         self.track = track;
