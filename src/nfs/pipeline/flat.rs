@@ -80,6 +80,8 @@ pub enum Ins {
     Apply(u16),
     /// `learn T(leaf) -> output leaf` (or a fixed action), the common learn.
     Learn(Box<Learn>),
+    /// A learn and the `goto` after it.
+    LearnApply(Box<Learn>, u16),
     Op(Box<Op>),
     Count(u16),
     Output(Val),
@@ -171,8 +173,21 @@ impl Flat {
         }
         if let Some(at) = walk {
             let (decs, guarded) = (&f.decs, f.guarded);
-            if let Ins::Walk(w) = &mut f.ins[at] {
-                w.body = decs[w.ip()].body;
+            let Some(Ins::Walk(w)) = f.ins.get(at) else {
+                unreachable!("the walk is where it was emitted")
+            };
+            let ip = w.ip();
+            let mut body = decs[ip].body;
+            // `Layers` found IPv4 only with version 4: the body's own version check holds.
+            if let Some(Ins::DropIf(Cond::FieldNe(v, 4) | Cond::FieldConst(BinOp::Ne, v, 4), _)) =
+                f.ins.get(body as usize)
+            {
+                if v.hdr as usize == ip && v.is_first_nibble() {
+                    body += 1;
+                }
+            }
+            if let Some(Ins::Walk(w)) = f.ins.get_mut(at) {
+                w.body = body;
                 w.set_track(guarded);
             }
         }
@@ -213,7 +228,8 @@ impl Flat {
     }
 
     fn block(&mut self, ops: &[Op]) {
-        for op in ops {
+        let mut ops = ops.iter().peekable();
+        while let Some(op) = ops.next() {
             match op {
                 Op::If(c, t, e) if e.is_empty() && matches!(t.as_slice(), [Op::Drop(_)]) => {
                     let [Op::Drop(r)] = t.as_slice() else {
@@ -314,13 +330,20 @@ impl Flat {
                 }
                 Op::Learn { table, keys, act } if learn1(keys, act).is_some() => {
                     let (key, mask, out, act) = learn1(keys, act).expect("checked");
-                    self.emit(Ins::Learn(Box::new(Learn {
+                    let l = Box::new(Learn {
                         table: *table,
                         key,
                         mask,
                         out,
                         act,
-                    })));
+                    });
+                    // `learn …; goto T;` (the switches): one instruction.
+                    if let Some(Op::Goto(t)) = ops.peek() {
+                        self.emit(Ins::LearnApply(l, *t));
+                        ops.next();
+                    } else {
+                        self.emit(Ins::Learn(l));
+                    }
                 }
                 Op::Set { .. } | Op::Learn { .. } | Op::Remove { .. } => {
                     self.emit(Ins::Op(Box::new(op.clone())));
@@ -435,37 +458,33 @@ impl Flat {
                         return p.drop;
                     }
                     steps += 1;
-                    let t = *t as usize;
-                    let key = match &self.key1[t] {
-                        Some(f) => p.field(f) as u128,
-                        None => c.table_key(t, p),
-                    };
-                    match s.tables[t].lookup(key, p.m.now_ns) {
-                        Some(Act::Output(port)) => {
-                            p.m.egress = port;
-                            return p.drop;
-                        }
-                        Some(Act::Flood) => {
-                            p.m.egress = FLOOD;
-                            return p.drop;
-                        }
-                        Some(Act::Drop(r)) => return Some(r),
-                        Some(Act::Goto(t)) => pc = self.apply[t as usize] as usize,
-                        Some(Act::Pass) => return p.drop,
-                        None => pc = self.miss[t] as usize,
+                    match self.apply(*t as usize, c, s, p) {
+                        Ok(to) => pc = to,
+                        Err(end) => return end,
                     }
                 }
-                Ins::Learn(l) => {
-                    let key = match &l.key {
-                        Leaf::Field(f) => p.field(f),
-                        k => c.leaf(k, p),
-                    } & l.mask;
-                    let act = match &l.out {
-                        Some(Leaf::InPort) => Act::Output(p.m.in_port),
-                        Some(o) => Act::Output(c.leaf(o, p) as u16),
-                        None => l.act,
+                Ins::Learn(l) => learn(l, c, s, p),
+                Ins::LearnApply(l, t) => {
+                    if steps == MAX_STEPS {
+                        learn(l, c, s, p);
+                        return p.drop;
+                    }
+                    steps += 1;
+                    let t = *t as usize;
+                    let got = if l.table as usize == t {
+                        // The switches' step: learn the source, look the destination up.
+                        let (key, act) = learned(l, c, p);
+                        let look = self.key(t, c, p);
+                        s.tables[t].learn_lookup(key, act, look, p.m.now_ns)
+                    } else {
+                        learn(l, c, s, p);
+                        let look = self.key(t, c, p);
+                        s.tables[t].lookup(look, p.m.now_ns)
                     };
-                    s.tables[l.table as usize].learn(key as u128, act, p.m.now_ns);
+                    match self.hit(t, got, p) {
+                        Ok(to) => pc = to,
+                        Err(end) => return end,
+                    }
                 }
                 Ins::Op(op) => c.op(op, s, p),
                 Ins::Count(n) => s.counters[*n as usize].1 += 1,
@@ -480,6 +499,43 @@ impl Flat {
                 Ins::Drop(r) => return Some(*r),
                 Ins::Done => return p.drop,
             }
+        }
+    }
+
+    /// Applies table `t`: where to go on (a `goto` entry, the miss block), or the end of
+    /// the packet (its drop reason, if dropped).
+    #[inline(always)]
+    fn apply(&self, t: usize, c: &Code, s: &mut State, p: &mut Pkt) -> Result<usize, Option<u8>> {
+        let key = self.key(t, c, p);
+        let got = s.tables[t].lookup(key, p.m.now_ns);
+        self.hit(t, got, p)
+    }
+
+    /// Table `t`'s key for this packet.
+    #[inline(always)]
+    fn key(&self, t: usize, c: &Code, p: &Pkt) -> u128 {
+        match &self.key1[t] {
+            Some(f) => p.field(f) as u128,
+            None => c.table_key(t, p),
+        }
+    }
+
+    /// What a lookup of table `t` found: where to go on, or the end of the packet.
+    #[inline(always)]
+    fn hit(&self, t: usize, got: Option<Act>, p: &mut Pkt) -> Result<usize, Option<u8>> {
+        match got {
+            Some(Act::Output(port)) => {
+                p.m.egress = port;
+                Err(p.drop)
+            }
+            Some(Act::Flood) => {
+                p.m.egress = FLOOD;
+                Err(p.drop)
+            }
+            Some(Act::Drop(r)) => Err(Some(r)),
+            Some(Act::Goto(t)) => Ok(self.apply[t as usize] as usize),
+            Some(Act::Pass) => Err(p.drop),
+            None => Ok(self.miss[t] as usize),
         }
     }
 
@@ -512,6 +568,27 @@ impl Flat {
             }
         }
     }
+}
+
+#[inline(always)]
+fn learn(l: &Learn, c: &Code, s: &mut State, p: &Pkt) {
+    let (key, act) = learned(l, c, p);
+    s.tables[l.table as usize].learn(key, act, p.m.now_ns);
+}
+
+/// The key and action a learn inserts.
+#[inline(always)]
+fn learned(l: &Learn, c: &Code, p: &Pkt) -> (u128, Act) {
+    let key = match &l.key {
+        Leaf::Field(f) => p.field(f),
+        k => c.leaf(k, p),
+    } & l.mask;
+    let act = match &l.out {
+        Some(Leaf::InPort) => Act::Output(p.m.in_port),
+        Some(o) => Act::Output(c.leaf(o, p) as u16),
+        None => l.act,
+    };
+    (key as u128, act)
 }
 
 fn val(e: &Ex) -> Val {

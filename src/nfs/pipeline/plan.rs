@@ -66,6 +66,21 @@ impl FieldRef {
     }
 }
 
+impl FieldRef {
+    /// The header's first 4 bits (IPv4's `version`).
+    pub fn is_first_nibble(&self) -> bool {
+        matches!(
+            self.read,
+            Read::Bits {
+                off: 0,
+                nbytes: 1,
+                shift: 4,
+                mask: 0xf
+            }
+        )
+    }
+}
+
 impl Read {
     pub fn new(bit_off: u32, bits: u32) -> Read {
         let (off, rem) = ((bit_off / 8) as u16, bit_off % 8);
