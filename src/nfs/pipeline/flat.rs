@@ -30,6 +30,8 @@ pub enum Cond {
     Flat2(BinOp, BinOp, Leaf, Leaf, Leaf),
     /// `field in SET`, `leaf in SET`.
     FieldIn(FieldRef, u16),
+    /// `a in SET || b in SET` (a firewall's source or destination port).
+    EitherIn(FieldRef, FieldRef, u16),
     In(Leaf, u16),
     /// Anything else: non-zero is true.
     Ex(Box<Ex>),
@@ -72,8 +74,12 @@ pub enum Ins {
     If(Cond, u32),
     /// `if TEST { drop R; }` in one instruction.
     DropIf(Cond, u8),
+    /// Drops unless the test holds (a branch to a `drop`, threaded).
+    DropUnless(Cond, u8),
     /// First case matching the value; none: go to `end`.
     Switch(Val, Box<[Case]>, u32),
+    /// A `match link`: the case for each link kind (none: go to `end`).
+    SwitchLink(Box<[Option<Case>; 4]>, u32),
     /// Enter decoder `d` (its body or its `short` block).
     Enter(u16),
     /// Apply table `t` (a hit runs its action, a miss its `miss` block).
@@ -171,6 +177,7 @@ impl Flat {
         for (i, d) in f.decs.iter_mut().enumerate() {
             d.track = f.guarded & (1 << i) != 0;
         }
+        f.thread_drops();
         if let Some(at) = walk {
             let (decs, guarded) = (&f.decs, f.guarded);
             let Some(Ins::Walk(w)) = f.ins.get(at) else {
@@ -192,6 +199,24 @@ impl Flat {
             }
         }
         f
+    }
+
+    /// A branch to a `drop` drops in place (one dispatch less): `if a || b { … } drop R;`.
+    fn thread_drops(&mut self) {
+        for i in 0..self.ins.len() {
+            let to = match &self.ins[i] {
+                Ins::If(_, t) | Ins::IfNot(_, t) => *t as usize,
+                _ => continue,
+            };
+            let Some(&Ins::Drop(r)) = self.ins.get(to) else {
+                continue;
+            };
+            self.ins[i] = match &self.ins[i] {
+                Ins::If(c, _) => Ins::DropIf(c.clone(), r),
+                Ins::IfNot(c, _) => Ins::DropUnless(c.clone(), r),
+                _ => unreachable!("matched above"),
+            };
+        }
     }
 
     /// The recognised header walk, if the code runs one.
@@ -302,7 +327,16 @@ impl Flat {
                     }
                     let end = self.pc();
                     ends.into_iter().for_each(|j| self.patch(j, end));
-                    if let Ins::Switch(_, c, e) = &mut self.ins[sw] {
+                    // `match link`: four values, no guards: the case by the link kind's index.
+                    let by_link =
+                        matches!(val(e), Val::Link) && cases.iter().all(|k| k.guard == NO_GUARD);
+                    if by_link {
+                        let mut table = [None; 4];
+                        for (l, t) in table.iter_mut().enumerate() {
+                            *t = cases.iter().find(|k| k.any || k.value == l as u64).copied();
+                        }
+                        self.ins[sw] = Ins::SwitchLink(Box::new(table), end);
+                    } else if let Ins::Switch(_, c, e) = &mut self.ins[sw] {
                         *c = cases.into_boxed_slice();
                         *e = end;
                     }
@@ -355,6 +389,9 @@ impl Flat {
     /// Branches taken when `e` is false (to be patched to the else part); falls through
     /// when it is true. `&&` and `||` become branches, as they short-circuit.
     fn jump_unless(&mut self, e: &Ex) -> Vec<usize> {
+        if let Some(c) = either_in(e) {
+            return vec![self.emit(Ins::IfNot(c, 0))];
+        }
         match e {
             Ex::Bin(BinOp::And, a, b) => {
                 let mut j = self.jump_unless(a);
@@ -376,6 +413,9 @@ impl Flat {
 
     /// Branches taken when `e` is true; falls through when it is false.
     fn jump_if(&mut self, e: &Ex) -> Vec<usize> {
+        if let Some(c) = either_in(e) {
+            return vec![self.emit(Ins::If(c, 0))];
+        }
         match e {
             Ex::Bin(BinOp::Or, a, b) => {
                 let mut j = self.jump_if(a);
@@ -426,6 +466,11 @@ impl Flat {
                         return Some(*r);
                     }
                 }
+                Ins::DropUnless(k, r) => {
+                    if !test(c, k, p) {
+                        return Some(*r);
+                    }
+                }
                 Ins::Switch(v, cases, end) => {
                     let v = value(c, v, p);
                     pc = *end as usize;
@@ -446,6 +491,17 @@ impl Flat {
                         }
                     }
                 }
+                Ins::SwitchLink(cases, end) => match cases[p.m.link as usize % 4] {
+                    None => pc = *end as usize,
+                    Some(k) if k.enter == NO_ENTER => pc = k.pc as usize,
+                    Some(k) => {
+                        if steps == MAX_STEPS {
+                            return p.drop;
+                        }
+                        steps += 1;
+                        pc = self.enter(k.enter as usize, p);
+                    }
+                },
                 Ins::Enter(d) => {
                     if steps == MAX_STEPS {
                         return p.drop;
@@ -619,6 +675,19 @@ fn learn1(keys: &[(Ex, u32)], act: &ActTmpl) -> Option<(Leaf, u64, Option<Leaf>,
     Some((k.leaf()?, mask, out, act))
 }
 
+/// `field in SET || field in SET` over one set, as one test.
+fn either_in(e: &Ex) -> Option<Cond> {
+    match e {
+        Ex::Bin(BinOp::Or, a, b) => match (&**a, &**b) {
+            (Ex::InLeaf(Leaf::Field(f), s), Ex::InLeaf(Leaf::Field(g), t)) if s == t => {
+                Some(Cond::EitherIn(*f, *g, *s))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// A test that is not itself `&&`, `||` or `!` (those lower to branches).
 fn simple(e: &Ex) -> bool {
     !matches!(e, Ex::Bin(BinOp::And | BinOp::Or, _, _) | Ex::Not(_))
@@ -648,6 +717,7 @@ fn test(c: &Code, k: &Cond, p: &Pkt) -> bool {
             binop(*o2, binop(*o1, c.leaf(a, p), c.leaf(b, p)), c.leaf(x, p)) != 0
         }
         Cond::FieldIn(f, s) => c.member(p.field(f), *s) != 0,
+        Cond::EitherIn(f, g, s) => c.member(p.field(f), *s) != 0 || c.member(p.field(g), *s) != 0,
         Cond::In(l, s) => c.member(c.leaf(l, p), *s) != 0,
         Cond::Ex(e) => c.eval(e, p) != 0,
     }
