@@ -113,6 +113,119 @@ alert http any any -> any any (msg:"code"; http.stat_code; content:"200"; sid:14
     assert_eq!(s, [10, 11, 12]);
 }
 
+/// Suricata's behaviour on 1kxun.pcap and the merged trace (tests/ids_suricata_agreement.rs):
+/// an `alert http` rule on the raw stream sees the flow's first request; a rule on a
+/// buffer both sides have alerts once per direction and transaction; a missing buffer
+/// (no Cookie header) matches nothing, not even a negated pcre.
+#[test]
+fn http_direction_buffers_and_missing_buffers_as_suricata() {
+    let mut e = ids(
+        r#"alert http any any -> any any (msg:"raw"; flow:established,to_server; content:"Host"; sid:1;)
+alert http any any -> any any (msg:"no IE"; pcre:!"/User-Agent: IEXPLORER/H"; sid:2;)
+alert http any any -> any any (msg:"no dummy cookie"; pcre:!"/dummy/C"; sid:3;)"#,
+    );
+    let req = b"GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: curl\r\n\r\n";
+    let resp = b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nContent-Length: 0\r\n\r\n";
+    let mut f = e.new_flow();
+    let mut al = Vec::new();
+    e.on_stream(&mut f, &pkt(true), req, &mut al);
+    let mut s = sids(&al);
+    s.sort();
+    assert_eq!(s, [1, 2], "first request: no Cookie header, no sid 3");
+    al.clear();
+    e.on_stream(&mut f, &pkt(false), resp, &mut al);
+    let mut s = sids(&al);
+    s.sort();
+    assert_eq!(
+        s,
+        [2, 3],
+        "the response alerts sid 2 again and has a cookie"
+    );
+    al.clear();
+    e.on_stream(
+        &mut f,
+        &pkt(true),
+        b"GET / HTTP/1.1\r\nHost: x\r\nCookie: dummy=1\r\n\r\n",
+        &mut al,
+    );
+    let mut s = sids(&al);
+    s.sort();
+    assert_eq!(s, [1, 2]);
+}
+
+/// HTTP rules run on flows Suricata's protocol detection takes for HTTP: the client
+/// starts with a known method, or the server answers `HTTP/` (smtp.pcap: `EHLO` lines
+/// are not HTTP requests).
+#[test]
+fn http_rules_need_http_protocol_detection() {
+    let mut e = ids(
+        r#"alert http any any -> any any (msg:"not POST"; pcre:!"/POST/M"; sid:4;)
+alert http any any -> any any (msg:"ok"; http.stat_code; content:"200"; sid:5;)"#,
+    );
+    let run = |e: &mut Ids, req: &[u8], resp: &[u8]| {
+        let mut f = e.new_flow();
+        let mut al = Vec::new();
+        e.on_stream(&mut f, &pkt(true), req, &mut al);
+        e.on_stream(&mut f, &pkt(false), resp, &mut al);
+        sids(&al)
+    };
+    assert_eq!(
+        run(&mut e, b"EHLO mail.example.com\r\n", b"250 ok\r\n"),
+        [0u32; 0]
+    );
+    assert_eq!(
+        run(
+            &mut e,
+            b"get / HTTP/1.0\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\n\r\n"
+        ),
+        [4, 5]
+    );
+    // An unknown method: HTTP from the response on.
+    assert_eq!(
+        run(
+            &mut e,
+            b"FOO / HTTP/1.0\r\n\r\n",
+            b"HTTP/1.0 200 OK\r\n\r\n"
+        ),
+        [5]
+    );
+}
+
+/// `http.protocol` is each message's own version: the status line's for a `to_client`
+/// rule (1kxun.pcap: HTTP/1.1 requests answered with HTTP/1.0).
+#[test]
+fn http_protocol_is_the_messages_own() {
+    let mut e = ids(
+        r#"alert http any any -> any any (flow:to_client; http.protocol; content:"HTTP/1.1"; sid:6;)
+alert http any any -> any any (flow:to_server; http.protocol; content:"HTTP/1.1"; sid:7;)"#,
+    );
+    let mut f = e.new_flow();
+    let mut al = Vec::new();
+    e.on_stream(
+        &mut f,
+        &pkt(true),
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        &mut al,
+    );
+    e.on_stream(
+        &mut f,
+        &pkt(false),
+        b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n",
+        &mut al,
+    );
+    assert_eq!(sids(&al), [7]);
+    al.clear();
+    e.on_stream(&mut f, &pkt(true), b"GET / HTTP/1.0\r\n\r\n", &mut al);
+    e.on_stream(
+        &mut f,
+        &pkt(false),
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        &mut al,
+    );
+    assert_eq!(sids(&al), [6]);
+}
+
 #[test]
 fn packet_rules_and_ip_only_rules() {
     let mut e = ids(

@@ -1,6 +1,6 @@
 //! Agreement with Suricata 7 on real traffic, Suricata as the oracle: alert counts per
 //! rule of the product path (`catena run` with a microbox `ids` app) against
-//! `suricata -r … -k none` on a few captures, with examples/ids/bench.rules and
+//! `suricata -r … -k none` on 9 captures, with examples/ids/bench.rules and
 //! examples/ids/et-style.rules. Suricata runs with the options that make it comparable:
 //! `stream.midstream=true` (the stack picks connections up mid-stream) and
 //! `packet-alert-max=255` (Suricata otherwise keeps 15 alerts per packet, we keep all).
@@ -77,25 +77,37 @@ fn ours(pcap: &Path, rules: &Path, dir: &Path) -> BTreeMap<u32, u64> {
 fn alert_counts_per_rule_agree_with_suricata() {
     common::require("suricata");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // (capture, rule file, rules that fire with equal counts / rules that fire)
+    // (capture, rule file, rules that fire with equal counts / rules that fire, largest
+    // difference of the alert totals in % of Suricata's): 9 captures, among them the
+    // merged trace, TLS (google_ssl), DNS, QUIC and non-HTTP TCP (ssh, smtp, ftp).
     let cases = [
-        ("ndpi/pcap/1kxun.pcap", "bench.rules", 43, 59),
-        ("ndpi/pcap/netflix.pcap", "bench.rules", 36, 51),
-        ("ndpi/pcap/google_ssl.pcap", "bench.rules", 7, 9),
-        ("ndpi/pcap/quic.pcap", "bench.rules", 3, 3),
-        ("ndpi/pcap/ssh.pcap", "bench.rules", 11, 13),
-        ("ndpi/pcap/ftp.pcap", "bench.rules", 7, 11),
-        ("ndpi/pcap/1kxun.pcap", "et-style.rules", 25, 27),
-        ("ndpi/pcap/netflix.pcap", "et-style.rules", 11, 14),
-        ("ndpi/pcap/google_ssl.pcap", "et-style.rules", 2, 2),
-        ("ndpi/pcap/ssh.pcap", "et-style.rules", 5, 5),
-        ("ndpi/pcap/smtp.pcap", "et-style.rules", 3, 3),
-        ("ndpi/pcap/ftp.pcap", "et-style.rules", 3, 3),
+        ("bench/ndpi-ether-merged.pcap", "bench.rules", 22, 74, 2.0),
+        (
+            "bench/ndpi-ether-merged.pcap",
+            "et-style.rules",
+            68,
+            86,
+            0.1,
+        ),
+        ("ndpi/pcap/1kxun.pcap", "bench.rules", 47, 59, 2.0),
+        ("ndpi/pcap/netflix.pcap", "bench.rules", 41, 51, 1.0),
+        ("ndpi/pcap/google_ssl.pcap", "bench.rules", 7, 7, 0.0),
+        ("ndpi/pcap/dns.pcap", "bench.rules", 0, 4, 42.0),
+        ("ndpi/pcap/quic.pcap", "bench.rules", 3, 3, 0.0),
+        ("ndpi/pcap/ssh.pcap", "bench.rules", 11, 11, 0.0),
+        ("ndpi/pcap/smtp.pcap", "bench.rules", 11, 11, 0.0),
+        ("ndpi/pcap/ftp.pcap", "bench.rules", 7, 7, 0.0),
+        ("ndpi/pcap/1kxun.pcap", "et-style.rules", 25, 27, 0.3),
+        ("ndpi/pcap/netflix.pcap", "et-style.rules", 11, 14, 0.0),
+        ("ndpi/pcap/google_ssl.pcap", "et-style.rules", 2, 2, 0.0),
+        ("ndpi/pcap/ssh.pcap", "et-style.rules", 5, 5, 0.0),
+        ("ndpi/pcap/smtp.pcap", "et-style.rules", 3, 3, 0.0),
+        ("ndpi/pcap/ftp.pcap", "et-style.rules", 3, 3, 0.0),
     ];
     let (mut eq_all, mut fire_all, mut ours_all, mut theirs_all) = (0, 0, 0u64, 0u64);
     // Every case is run and printed before any floor is asserted.
     let mut below = Vec::new();
-    for (pcap, rules, want_eq, want_fire) in cases {
+    for (pcap, rules, want_eq, want_fire, max_apart) in cases {
         let pcap = common::dataset(pcap);
         let rules = root.join("examples/ids").join(rules);
         let d = common::tempdir();
@@ -122,6 +134,14 @@ fn alert_counts_per_rule_agree_with_suricata() {
                 sids.len()
             ));
         }
+        let apart = 100.0 * ta.abs_diff(tb) as f64 / tb.max(1) as f64;
+        if apart > max_apart {
+            below.push(format!(
+                "{} {}: totals {ta} vs {tb} are {apart:.2}% apart, at most {max_apart}%",
+                pcap.display(),
+                rules.display()
+            ));
+        }
         eq_all += eq;
         fire_all += sids.len();
         ours_all += ta;
@@ -134,5 +154,5 @@ fn alert_counts_per_rule_agree_with_suricata() {
         100.0 * diff
     );
     assert!(below.is_empty(), "below the floors: {}", below.join("; "));
-    assert!(diff < 0.03, "totals {:.1}% apart", 100.0 * diff);
+    assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }

@@ -207,10 +207,17 @@ impl Ids {
             return;
         }
         let fire_gen = self.next_gen();
+        // Suricata knows a flow is HTTP from the first request bytes (protocol detection
+        // runs before raw stream inspection), so `alert http` stream rules see that
+        // segment too: until the parser has recognised HTTP, it runs first.
+        let http_first = flow.http.is_some() && !flow.is_http();
+        if http_first {
+            self.http(flow, p, data, alerts);
+        }
         if self.set.has_stream() {
             self.stream_rules(flow, p, data, fire_gen, alerts);
         }
-        if flow.http.is_some() {
+        if flow.http.is_some() && !http_first {
             self.http(flow, p, data, alerts);
         }
     }
@@ -219,7 +226,7 @@ impl Ids {
     pub fn on_stream_end(&mut self, flow: &mut IdsFlow, p: &PacketInfo, alerts: &mut Vec<Alert>) {
         let d = usize::from(!p.to_server);
         let Some(h) = flow.http.as_mut() else { return };
-        if h[d].close() {
+        if h[d].close() && flow.http_known {
             flow.new_message(d);
             self.inspect_http(flow, p, d, false, alerts);
         }
@@ -296,6 +303,16 @@ impl Ids {
         alerts: &mut Vec<Alert>,
     ) {
         let d = usize::from(!p.to_server);
+        // A flow picked up mid-stream may start with the server's `HTTP/` in the
+        // direction taken for the client's: Suricata's detection (which then reverses the
+        // flow) still says HTTP.
+        if !flow.http_known
+            && data
+                .get(..5)
+                .is_some_and(|v| v.eq_ignore_ascii_case(b"HTTP/"))
+        {
+            flow.http_known = true;
+        }
         while !data.is_empty() {
             let Some(h) = flow.http.as_mut() else { return };
             if h[d].gave_up() {
@@ -315,11 +332,22 @@ impl Ids {
                         let head = h[0].method().eq_ignore_ascii_case(b"HEAD");
                         h[1].no_body = head;
                     }
+                    if !flow.http_known {
+                        flow.http_known = if d == 0 {
+                            known_method(h[0].method())
+                        } else {
+                            h[1].buf(Buf::HttpProtocol)
+                                .get(..5)
+                                .is_some_and(|v| v.eq_ignore_ascii_case(b"HTTP/"))
+                        };
+                    }
                     flow.new_message(d);
                 }
                 Event::Body => {}
             }
-            self.inspect_http(flow, p, d, ev == Event::Body, alerts);
+            if flow.http_known {
+                self.inspect_http(flow, p, d, ev == Event::Body, alerts);
+            }
         }
     }
 
@@ -404,18 +432,25 @@ impl Ids {
                     }
                 }
             }
-            if bit(req_fired, i) || bit(resp_fired, i) || !header_ok(r, p) {
+            // Once per transaction and direction: a rule on buffers both sides have
+            // (headers, bodies, cookies) alerts on the request and on the response, as
+            // Suricata's per-direction inspection engines do.
+            if bit(if d == 0 { req_fired } else { resp_fired }, i) || !header_ok(r, p) {
                 continue;
             }
+            // A buffer the message lacks (no Cookie header, no body) matches nothing,
+            // not even a negated test: Suricata's engine gives up on a missing buffer.
             let ok = r.groups.iter().all(|gr| {
-                matches(
-                    &gr.tests,
-                    pick(h, d, gr.buf),
-                    Span {
-                        base: 0,
-                        fresh: None,
-                    },
-                )
+                let hay = pick(h, d, gr.buf);
+                !hay.is_empty()
+                    && matches(
+                        &gr.tests,
+                        hay,
+                        Span {
+                            base: 0,
+                            fresh: None,
+                        },
+                    )
             });
             if ok {
                 set_bit(if d == 0 { req_fired } else { resp_fired }, i);
@@ -424,6 +459,43 @@ impl Ids {
         }
         self.cands.clear();
     }
+}
+
+/// The request methods Suricata's HTTP protocol detection looks for at the start of a
+/// flow's client bytes (any case); a flow whose client starts otherwise (SMTP's `EHLO`,
+/// FTP's `USER`) is HTTP only if its server answers `HTTP/`.
+fn known_method(m: &[u8]) -> bool {
+    const METHODS: &[&[u8]] = &[
+        b"GET",
+        b"PUT",
+        b"POST",
+        b"HEAD",
+        b"TRACE",
+        b"OPTIONS",
+        b"CONNECT",
+        b"DELETE",
+        b"PATCH",
+        b"PROPFIND",
+        b"PROPPATCH",
+        b"MKCOL",
+        b"COPY",
+        b"MOVE",
+        b"LOCK",
+        b"UNLOCK",
+        b"CHECKOUT",
+        b"UNCHECKOUT",
+        b"CHECKIN",
+        b"UPDATE",
+        b"LABEL",
+        b"REPORT",
+        b"MKWORKSPACE",
+        b"MKACTIVITY",
+        b"MERGE",
+        b"INVALID",
+        b"VERSION-CONTROL",
+        b"BASELINE-CONTROL",
+    ];
+    METHODS.iter().any(|k| k.eq_ignore_ascii_case(m))
 }
 
 /// The bytes of `b` for an inspection triggered on side `d` (0 request, 1 response).

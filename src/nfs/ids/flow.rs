@@ -31,6 +31,9 @@ pub struct IdsFlow {
     pub(crate) body_seen: [[usize; 2]; 2],
     /// Per direction: file data was the decoded body when last scanned.
     pub(crate) body_decoded: [bool; 2],
+    /// Suricata's protocol detection said HTTP: a request began with a known method or
+    /// a response with `HTTP/`. Until then HTTP rules do not run.
+    pub(crate) http_known: bool,
 }
 
 impl IdsFlow {
@@ -67,6 +70,7 @@ impl IdsFlow {
             body_hits: [(); 2].map(|_| vec![0; if http.is_some() { words } else { 0 }]),
             body_seen: [[0; 2]; 2],
             body_decoded: [false; 2],
+            http_known: false,
         }
     }
 
@@ -82,11 +86,9 @@ impl IdsFlow {
         self.body_decoded[d] = false;
     }
 
-    /// Did either direction's parser recognise HTTP?
+    /// Did protocol detection take the flow for HTTP (see `http_known`)?
     pub fn is_http(&self) -> bool {
-        self.http
-            .as_ref()
-            .is_some_and(|h| h[0].is_http() || h[1].is_http())
+        self.http_known
     }
 }
 

@@ -202,11 +202,6 @@ impl HttpHalf {
         }
     }
 
-    /// Has this direction shown an HTTP start line?
-    pub fn is_http(&self) -> bool {
-        self.messages > 0 && self.state != State::NotHttp
-    }
-
     pub fn gave_up(&self) -> bool {
         self.state == State::NotHttp
     }
@@ -1236,7 +1231,7 @@ mod tests {
             feed_all(&mut h, b"\x16\x03\x01\x00\x10hello\r\n\r\n", 3),
             []
         );
-        assert!(h.gave_up() && !h.is_http());
+        assert!(h.gave_up() && h.messages == 0);
         let limits = HttpLimits {
             header: 64,
             body: 8,

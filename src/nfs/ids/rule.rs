@@ -98,7 +98,10 @@ impl Buf {
     pub fn side(self) -> Side {
         match self {
             Buf::Payload | Buf::HttpHeader | Buf::HttpHeaderRaw | Buf::FileData => Side::Either,
-            Buf::HttpContentType | Buf::HttpConnection => Side::Either,
+            // Suricata's http.cookie is Cookie in requests and Set-Cookie in responses,
+            // http.protocol the request's or the status line's version.
+            Buf::HttpContentType | Buf::HttpConnection | Buf::HttpCookie => Side::Either,
+            Buf::HttpProtocol => Side::Either,
             Buf::HttpStatCode | Buf::HttpStatMsg | Buf::HttpResponseLine => Side::Response,
             _ => Side::Request,
         }
