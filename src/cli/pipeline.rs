@@ -19,6 +19,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Ok(p) => {
             println!("{}: compiles", a.program.display());
             println!("{}", p.report());
+            match p.walk() {
+                Some(w) => println!("header walk run as catena's Layers decode: {w}"),
+                None => println!("header walk: the program's decoders, as written"),
+            }
             Ok(0)
         }
         Err(e) => {

@@ -6,6 +6,7 @@
 use super::ast::BinOp;
 use super::plan::{binop, link_code, ActTmpl, Code, Ex, FieldRef, Leaf, Op, Pkt, Read, State};
 use super::table::Act;
+use super::walk::Walk;
 use crate::packet::FLOOD;
 
 /// Decoder entries and table applications per packet at most: decoder repeats and
@@ -29,6 +30,8 @@ pub enum Cond {
     Flat2(BinOp, BinOp, Leaf, Leaf, Leaf),
     /// `field in SET`, `leaf in SET`.
     FieldIn(FieldRef, u16),
+    /// `a in SET || b in SET` (a firewall's source or destination port).
+    EitherIn(FieldRef, FieldRef, u16),
     In(Leaf, u16),
     /// Anything else: non-zero is true.
     Ex(Box<Ex>),
@@ -61,6 +64,9 @@ pub enum Val {
 
 #[derive(Clone, Debug)]
 pub enum Ins {
+    /// The program's header walk done by `Layers` (see `walk.rs`): to the IPv4 decoder's
+    /// body when it applies, else on to the program's own walk.
+    Walk(Box<Walk>),
     Jump(u32),
     /// Falls through when the test holds, else jumps.
     IfNot(Cond, u32),
@@ -68,14 +74,20 @@ pub enum Ins {
     If(Cond, u32),
     /// `if TEST { drop R; }` in one instruction.
     DropIf(Cond, u8),
+    /// Drops unless the test holds (a branch to a `drop`, threaded).
+    DropUnless(Cond, u8),
     /// First case matching the value; none: go to `end`.
     Switch(Val, Box<[Case]>, u32),
+    /// A `match link`: the case for each link kind (none: go to `end`).
+    SwitchLink(Box<[Option<Case>; 4]>, u32),
     /// Enter decoder `d` (its body or its `short` block).
     Enter(u16),
     /// Apply table `t` (a hit runs its action, a miss its `miss` block).
     Apply(u16),
     /// `learn T(leaf) -> output leaf` (or a fixed action), the common learn.
     Learn(Box<Learn>),
+    /// A learn and the `goto` after it.
+    LearnApply(Box<Learn>, u16),
     Op(Box<Op>),
     Count(u16),
     Output(Val),
@@ -120,7 +132,8 @@ pub struct Flat {
 }
 
 impl Flat {
-    pub fn lower(code: &Code) -> Flat {
+    /// `walk`: run a recognised header walk as `Layers` (see `walk.rs`).
+    pub fn lower(code: &Code, walk: bool) -> Flat {
         let mut f = Flat {
             ins: Vec::new(),
             start: 0,
@@ -137,7 +150,11 @@ impl Flat {
                 .collect(),
             guarded: 0,
         };
-        f.start = f.region(&code.start);
+        f.start = f.pc();
+        let walk = Walk::recognise(code)
+            .filter(|_| walk)
+            .map(|w| f.emit(Ins::Walk(Box::new(w))));
+        f.region(&code.start);
         for d in &code.decoders {
             let body = f.region(&d.body);
             let short = f.region(&d.short);
@@ -160,7 +177,54 @@ impl Flat {
         for (i, d) in f.decs.iter_mut().enumerate() {
             d.track = f.guarded & (1 << i) != 0;
         }
+        f.thread_drops();
+        if let Some(at) = walk {
+            let (decs, guarded) = (&f.decs, f.guarded);
+            let Some(Ins::Walk(w)) = f.ins.get(at) else {
+                unreachable!("the walk is where it was emitted")
+            };
+            let ip = w.ip();
+            let mut body = decs[ip].body;
+            // `Layers` found IPv4 only with version 4: the body's own version check holds.
+            if let Some(Ins::DropIf(Cond::FieldNe(v, 4) | Cond::FieldConst(BinOp::Ne, v, 4), _)) =
+                f.ins.get(body as usize)
+            {
+                if v.hdr as usize == ip && v.is_first_nibble() {
+                    body += 1;
+                }
+            }
+            if let Some(Ins::Walk(w)) = f.ins.get_mut(at) {
+                w.body = body;
+                w.set_track(guarded);
+            }
+        }
         f
+    }
+
+    /// A branch to a `drop` drops in place (one dispatch less): `if a || b { … } drop R;`.
+    fn thread_drops(&mut self) {
+        for i in 0..self.ins.len() {
+            let to = match &self.ins[i] {
+                Ins::If(_, t) | Ins::IfNot(_, t) => *t as usize,
+                _ => continue,
+            };
+            let Some(&Ins::Drop(r)) = self.ins.get(to) else {
+                continue;
+            };
+            self.ins[i] = match &self.ins[i] {
+                Ins::If(c, _) => Ins::DropIf(c.clone(), r),
+                Ins::IfNot(c, _) => Ins::DropUnless(c.clone(), r),
+                _ => unreachable!("matched above"),
+            };
+        }
+    }
+
+    /// The recognised header walk, if the code runs one.
+    pub fn walk(&self) -> Option<&Walk> {
+        match self.ins.get(self.start as usize) {
+            Some(Ins::Walk(w)) => Some(w),
+            _ => None,
+        }
     }
 
     /// A block that ends the packet when it runs to its end.
@@ -189,7 +253,8 @@ impl Flat {
     }
 
     fn block(&mut self, ops: &[Op]) {
-        for op in ops {
+        let mut ops = ops.iter().peekable();
+        while let Some(op) = ops.next() {
             match op {
                 Op::If(c, t, e) if e.is_empty() && matches!(t.as_slice(), [Op::Drop(_)]) => {
                     let [Op::Drop(r)] = t.as_slice() else {
@@ -262,7 +327,16 @@ impl Flat {
                     }
                     let end = self.pc();
                     ends.into_iter().for_each(|j| self.patch(j, end));
-                    if let Ins::Switch(_, c, e) = &mut self.ins[sw] {
+                    // `match link`: four values, no guards: the case by the link kind's index.
+                    let by_link =
+                        matches!(val(e), Val::Link) && cases.iter().all(|k| k.guard == NO_GUARD);
+                    if by_link {
+                        let mut table = [None; 4];
+                        for (l, t) in table.iter_mut().enumerate() {
+                            *t = cases.iter().find(|k| k.any || k.value == l as u64).copied();
+                        }
+                        self.ins[sw] = Ins::SwitchLink(Box::new(table), end);
+                    } else if let Ins::Switch(_, c, e) = &mut self.ins[sw] {
                         *c = cases.into_boxed_slice();
                         *e = end;
                     }
@@ -290,13 +364,20 @@ impl Flat {
                 }
                 Op::Learn { table, keys, act } if learn1(keys, act).is_some() => {
                     let (key, mask, out, act) = learn1(keys, act).expect("checked");
-                    self.emit(Ins::Learn(Box::new(Learn {
+                    let l = Box::new(Learn {
                         table: *table,
                         key,
                         mask,
                         out,
                         act,
-                    })));
+                    });
+                    // `learn …; goto T;` (the switches): one instruction.
+                    if let Some(Op::Goto(t)) = ops.peek() {
+                        self.emit(Ins::LearnApply(l, *t));
+                        ops.next();
+                    } else {
+                        self.emit(Ins::Learn(l));
+                    }
                 }
                 Op::Set { .. } | Op::Learn { .. } | Op::Remove { .. } => {
                     self.emit(Ins::Op(Box::new(op.clone())));
@@ -308,6 +389,9 @@ impl Flat {
     /// Branches taken when `e` is false (to be patched to the else part); falls through
     /// when it is true. `&&` and `||` become branches, as they short-circuit.
     fn jump_unless(&mut self, e: &Ex) -> Vec<usize> {
+        if let Some(c) = either_in(e) {
+            return vec![self.emit(Ins::IfNot(c, 0))];
+        }
         match e {
             Ex::Bin(BinOp::And, a, b) => {
                 let mut j = self.jump_unless(a);
@@ -329,6 +413,9 @@ impl Flat {
 
     /// Branches taken when `e` is true; falls through when it is false.
     fn jump_if(&mut self, e: &Ex) -> Vec<usize> {
+        if let Some(c) = either_in(e) {
+            return vec![self.emit(Ins::If(c, 0))];
+        }
         match e {
             Ex::Bin(BinOp::Or, a, b) => {
                 let mut j = self.jump_if(a);
@@ -358,6 +445,11 @@ impl Flat {
             };
             pc += 1;
             match i {
+                Ins::Walk(w) => {
+                    if let Some(to) = w.run(p, &mut steps) {
+                        pc = to;
+                    }
+                }
                 Ins::Jump(t) => pc = *t as usize,
                 Ins::IfNot(k, t) => {
                     if !test(c, k, p) {
@@ -371,6 +463,11 @@ impl Flat {
                 }
                 Ins::DropIf(k, r) => {
                     if test(c, k, p) {
+                        return Some(*r);
+                    }
+                }
+                Ins::DropUnless(k, r) => {
+                    if !test(c, k, p) {
                         return Some(*r);
                     }
                 }
@@ -394,6 +491,17 @@ impl Flat {
                         }
                     }
                 }
+                Ins::SwitchLink(cases, end) => match cases[p.m.link as usize % 4] {
+                    None => pc = *end as usize,
+                    Some(k) if k.enter == NO_ENTER => pc = k.pc as usize,
+                    Some(k) => {
+                        if steps == MAX_STEPS {
+                            return p.drop;
+                        }
+                        steps += 1;
+                        pc = self.enter(k.enter as usize, p);
+                    }
+                },
                 Ins::Enter(d) => {
                     if steps == MAX_STEPS {
                         return p.drop;
@@ -406,37 +514,33 @@ impl Flat {
                         return p.drop;
                     }
                     steps += 1;
-                    let t = *t as usize;
-                    let key = match &self.key1[t] {
-                        Some(f) => p.field(f) as u128,
-                        None => c.table_key(t, p),
-                    };
-                    match s.tables[t].lookup(key, p.m.now_ns) {
-                        Some(Act::Output(port)) => {
-                            p.m.egress = port;
-                            return p.drop;
-                        }
-                        Some(Act::Flood) => {
-                            p.m.egress = FLOOD;
-                            return p.drop;
-                        }
-                        Some(Act::Drop(r)) => return Some(r),
-                        Some(Act::Goto(t)) => pc = self.apply[t as usize] as usize,
-                        Some(Act::Pass) => return p.drop,
-                        None => pc = self.miss[t] as usize,
+                    match self.apply(*t as usize, c, s, p) {
+                        Ok(to) => pc = to,
+                        Err(end) => return end,
                     }
                 }
-                Ins::Learn(l) => {
-                    let key = match &l.key {
-                        Leaf::Field(f) => p.field(f),
-                        k => c.leaf(k, p),
-                    } & l.mask;
-                    let act = match &l.out {
-                        Some(Leaf::InPort) => Act::Output(p.m.in_port),
-                        Some(o) => Act::Output(c.leaf(o, p) as u16),
-                        None => l.act,
+                Ins::Learn(l) => learn(l, c, s, p),
+                Ins::LearnApply(l, t) => {
+                    if steps == MAX_STEPS {
+                        learn(l, c, s, p);
+                        return p.drop;
+                    }
+                    steps += 1;
+                    let t = *t as usize;
+                    let got = if l.table as usize == t {
+                        // The switches' step: learn the source, look the destination up.
+                        let (key, act) = learned(l, c, p);
+                        let look = self.key(t, c, p);
+                        s.tables[t].learn_lookup(key, act, look, p.m.now_ns)
+                    } else {
+                        learn(l, c, s, p);
+                        let look = self.key(t, c, p);
+                        s.tables[t].lookup(look, p.m.now_ns)
                     };
-                    s.tables[l.table as usize].learn(key as u128, act, p.m.now_ns);
+                    match self.hit(t, got, p) {
+                        Ok(to) => pc = to,
+                        Err(end) => return end,
+                    }
                 }
                 Ins::Op(op) => c.op(op, s, p),
                 Ins::Count(n) => s.counters[*n as usize].1 += 1,
@@ -451,6 +555,43 @@ impl Flat {
                 Ins::Drop(r) => return Some(*r),
                 Ins::Done => return p.drop,
             }
+        }
+    }
+
+    /// Applies table `t`: where to go on (a `goto` entry, the miss block), or the end of
+    /// the packet (its drop reason, if dropped).
+    #[inline(always)]
+    fn apply(&self, t: usize, c: &Code, s: &mut State, p: &mut Pkt) -> Result<usize, Option<u8>> {
+        let key = self.key(t, c, p);
+        let got = s.tables[t].lookup(key, p.m.now_ns);
+        self.hit(t, got, p)
+    }
+
+    /// Table `t`'s key for this packet.
+    #[inline(always)]
+    fn key(&self, t: usize, c: &Code, p: &Pkt) -> u128 {
+        match &self.key1[t] {
+            Some(f) => p.field(f) as u128,
+            None => c.table_key(t, p),
+        }
+    }
+
+    /// What a lookup of table `t` found: where to go on, or the end of the packet.
+    #[inline(always)]
+    fn hit(&self, t: usize, got: Option<Act>, p: &mut Pkt) -> Result<usize, Option<u8>> {
+        match got {
+            Some(Act::Output(port)) => {
+                p.m.egress = port;
+                Err(p.drop)
+            }
+            Some(Act::Flood) => {
+                p.m.egress = FLOOD;
+                Err(p.drop)
+            }
+            Some(Act::Drop(r)) => Err(Some(r)),
+            Some(Act::Goto(t)) => Ok(self.apply[t as usize] as usize),
+            Some(Act::Pass) => Err(p.drop),
+            None => Ok(self.miss[t] as usize),
         }
     }
 
@@ -485,6 +626,27 @@ impl Flat {
     }
 }
 
+#[inline(always)]
+fn learn(l: &Learn, c: &Code, s: &mut State, p: &Pkt) {
+    let (key, act) = learned(l, c, p);
+    s.tables[l.table as usize].learn(key, act, p.m.now_ns);
+}
+
+/// The key and action a learn inserts.
+#[inline(always)]
+fn learned(l: &Learn, c: &Code, p: &Pkt) -> (u128, Act) {
+    let key = match &l.key {
+        Leaf::Field(f) => p.field(f),
+        k => c.leaf(k, p),
+    } & l.mask;
+    let act = match &l.out {
+        Some(Leaf::InPort) => Act::Output(p.m.in_port),
+        Some(o) => Act::Output(c.leaf(o, p) as u16),
+        None => l.act,
+    };
+    (key as u128, act)
+}
+
 fn val(e: &Ex) -> Val {
     match (e, e.leaf()) {
         (_, Some(Leaf::Field(f))) => Val::Field(f),
@@ -511,6 +673,19 @@ fn learn1(keys: &[(Ex, u32)], act: &ActTmpl) -> Option<(Leaf, u64, Option<Leaf>,
         ActTmpl::Fixed(a) => (None, *a),
     };
     Some((k.leaf()?, mask, out, act))
+}
+
+/// `field in SET || field in SET` over one set, as one test.
+fn either_in(e: &Ex) -> Option<Cond> {
+    match e {
+        Ex::Bin(BinOp::Or, a, b) => match (&**a, &**b) {
+            (Ex::InLeaf(Leaf::Field(f), s), Ex::InLeaf(Leaf::Field(g), t)) if s == t => {
+                Some(Cond::EitherIn(*f, *g, *s))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// A test that is not itself `&&`, `||` or `!` (those lower to branches).
@@ -542,6 +717,7 @@ fn test(c: &Code, k: &Cond, p: &Pkt) -> bool {
             binop(*o2, binop(*o1, c.leaf(a, p), c.leaf(b, p)), c.leaf(x, p)) != 0
         }
         Cond::FieldIn(f, s) => c.member(p.field(f), *s) != 0,
+        Cond::EitherIn(f, g, s) => c.member(p.field(f), *s) != 0 || c.member(p.field(g), *s) != 0,
         Cond::In(l, s) => c.member(c.leaf(l, p), *s) != 0,
         Cond::Ex(e) => c.eval(e, p) != 0,
     }

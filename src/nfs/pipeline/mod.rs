@@ -14,6 +14,7 @@ mod nf;
 mod parser;
 mod plan;
 mod table;
+mod walk;
 
 pub use check::{ParamVal, Report};
 pub use error::{Diag, Span};

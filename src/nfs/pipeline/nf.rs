@@ -122,6 +122,18 @@ impl Pipeline {
         Ok(Pipeline::new(c))
     }
 
+    /// Whether a recognised header walk runs as catena's `Layers` decode (default on);
+    /// off runs the program's own decoders for every packet. Output is the same.
+    pub fn with_walk(mut self, on: bool) -> Pipeline {
+        self.plan.set_walk(on);
+        self
+    }
+
+    /// The header walk run as `Layers`, described, when the program spells one out.
+    pub fn walk(&self) -> Option<String> {
+        self.plan.walk()
+    }
+
     /// What the compiler found: fields each decoder reads (the partial decode), profile.
     pub fn report(&self) -> &Report {
         &self.report

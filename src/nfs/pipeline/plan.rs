@@ -66,6 +66,21 @@ impl FieldRef {
     }
 }
 
+impl FieldRef {
+    /// The header's first 4 bits (IPv4's `version`).
+    pub fn is_first_nibble(&self) -> bool {
+        matches!(
+            self.read,
+            Read::Bits {
+                off: 0,
+                nbytes: 1,
+                shift: 4,
+                mask: 0xf
+            }
+        )
+    }
+}
+
 impl Read {
     pub fn new(bit_off: u32, bits: u32) -> Read {
         let (off, rem) = ((bit_off / 8) as u16, bit_off % 8);
@@ -377,6 +392,13 @@ impl Pkt<'_> {
         self.sc.visits[di] = self.sc.visits[di].saturating_add(1);
     }
 
+    /// Decoder `di` was entered `n` times this packet (the header walk, done at once).
+    #[inline(always)]
+    pub fn entered_times(&mut self, di: usize, n: u8) {
+        self.entered |= 1 << di;
+        self.sc.visits[di % MAX_DECODERS] = n;
+    }
+
     /// Decoder `di`'s header fit: `n` bytes at `at`.
     #[inline(always)]
     pub fn fit(&mut self, di: usize, at: usize, n: usize) {
@@ -422,12 +444,24 @@ pub struct Plan {
 impl Plan {
     pub fn new(code: Code, state: State, drops: Vec<String>) -> Plan {
         Plan {
-            flat: Flat::lower(&code),
+            flat: Flat::lower(&code, true),
             code,
             state,
             scratch: Scratch::default(),
             drops,
         }
+    }
+
+    /// Whether the program's header walk runs as `Layers` (on by default; off runs the
+    /// program's own decoders for every packet, for comparisons).
+    pub fn set_walk(&mut self, on: bool) {
+        self.flat = Flat::lower(&self.code, on);
+    }
+
+    /// The header walk recognised, described (`None`: the program's decoders run as
+    /// written for every packet).
+    pub fn walk(&self) -> Option<String> {
+        self.flat.walk().map(|w| w.describe(&self.code))
     }
 
     /// Runs a batch: one call per batch, so what the loop keeps in registers is loaded

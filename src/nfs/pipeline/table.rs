@@ -235,6 +235,42 @@ impl Table {
         }
     }
 
+    /// Learns `key → act`, then looks `look` up: a learning switch's step (as the native
+    /// switches do it), with one dispatch on the key's width for both.
+    #[inline(always)]
+    pub fn learn_lookup(&mut self, key: u128, act: Act, look: u128, now_ns: u64) -> Option<Act> {
+        let Some(l) = self
+            .learned
+            .as_mut()
+            .filter(|_| self.hard_ns == 0 && self.exact.is_empty() && self.is_exact)
+        else {
+            return self.learn_lookup_slow(key, act, look, now_ns);
+        };
+        let v = LVal {
+            act,
+            born_ns: now_ns,
+        };
+        let (r, got) = each!(l, t => {
+            let r = t.learn(key as _, v, now_ns);
+            (r, t.get(&(look as _), now_ns).map(|v| v.act))
+        });
+        if r == Learned::Full {
+            self.full += 1;
+        }
+        match got {
+            Some(_) => self.hits += 1,
+            None => self.misses += 1,
+        }
+        got
+    }
+
+    /// [`Table::learn_lookup`] with fixed entries or a hard timeout: one after the other.
+    #[inline(never)]
+    fn learn_lookup_slow(&mut self, key: u128, act: Act, look: u128, now_ns: u64) -> Option<Act> {
+        self.learn(key, act, now_ns);
+        self.lookup(look, now_ns)
+    }
+
     pub fn remove_learned(&mut self, key: u128) -> bool {
         self.learned
             .as_mut()

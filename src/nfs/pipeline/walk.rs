@@ -1,0 +1,285 @@
+//! The header walk a program spells out, recognised and run as catena's own layer decode.
+//!
+//! Most programs begin the way `Layers::parse` walks: `match link`, a link header
+//! (Ethernet, Linux cooked v1/v2, or a peek at raw IP's version), VLAN tags, then IPv4
+//! chosen by the ethertype. When the program's decoders are exactly that walk, a packet
+//! that `Layers` finds to be IPv4 would reach the IPv4 decoder's body with the same header
+//! offsets, so the walk is done by `Layers` (cached in the packet's meta, as native NFs
+//! read it) and the program starts in that body. Any other packet (not IPv4, cut short,
+//! more tags than the program allows) runs the program's own decoders as written, so the
+//! output is the same either way; only the common packet skips the interpretation.
+
+use super::plan::{link_code, Arm, Code, Leaf, Op, Pkt, Read};
+use crate::packet::{L3Kind, Layers, LinkKind};
+
+/// The ethertypes `Layers` skips as VLAN tags.
+const TAGS: [u64; 3] = [0x8100, 0x88a8, 0x9100];
+/// Most tags `Layers` skips.
+const MAX_TAGS: u8 = 8;
+
+/// How one link kind reaches the IPv4 decoder.
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    /// The link header's decoder and its length (raw IP: a peek, length from its layout).
+    dec: u16,
+    len: u16,
+    peek: bool,
+    /// Most VLAN tags the program skips on this link before IPv4 (0: tagged packets run
+    /// the program's own walk).
+    tags: u8,
+}
+
+/// The recognised walk: per link kind, how it reaches decoder `ip`.
+#[derive(Clone, Debug)]
+pub struct Walk {
+    links: [Option<Link>; 4],
+    tag: u16,
+    ip: u16,
+    /// Where the IPv4 decoder's body starts in the flat code (set once it is laid out).
+    pub body: u32,
+    /// Decoders whose entries a guarded `match` arm counts (one bit each).
+    track: u32,
+}
+
+impl Walk {
+    /// The walk, when `code`'s start block and decoders are exactly `Layers::parse`'s
+    /// route to IPv4 for at least one link kind.
+    pub fn recognise(code: &Code) -> Option<Walk> {
+        let [Op::Match(e, arms)] = code.start.as_slice() else {
+            return None;
+        };
+        if !matches!(e.leaf(), Some(Leaf::Link)) {
+            return None;
+        }
+        let mut w = Walk {
+            links: [None; 4],
+            tag: u16::MAX,
+            ip: u16::MAX,
+            body: 0,
+            track: 0,
+        };
+        // (link, header length, where its ethertype is; None: raw IP's version nibble)
+        let kinds = [
+            (LinkKind::Ethernet, 14, Some(12)),
+            (LinkKind::LinuxSll, 16, Some(14)),
+            (LinkKind::LinuxSll2, 20, Some(0)),
+            (LinkKind::RawIp, 0, None),
+        ];
+        for (kind, len, ty) in kinds {
+            let Some(d) = next_of(arms, link_code(kind)) else {
+                continue;
+            };
+            let link = match ty {
+                Some(ty) => w.l2(code, d, len, ty),
+                None => w.raw(code, d),
+            };
+            w.links[kind as usize] = link;
+        }
+        if w.links.iter().all(Option::is_none) {
+            return None;
+        }
+        let ip = code.decoders.get(w.ip as usize)?;
+        // `size = ihl * 4` over the IPv4 header's second nibble: `Layers`' length checks.
+        let ihl = matches!(
+            ip.size,
+            Some((
+                Read::Bits {
+                    off: 0,
+                    nbytes: 1,
+                    shift: 0,
+                    mask: 0xf
+                },
+                4
+            ))
+        );
+        if !ihl || ip.fixed_len != 20 || ip.peek {
+            return None;
+        }
+        Some(w)
+    }
+
+    /// A link header decoder `d` of `len` bytes whose body is only `match d.TYPE`, the
+    /// ethertype at byte `ty`, entering the tag decoder and the IPv4 decoder.
+    fn l2(&mut self, code: &Code, d: u16, len: u16, ty: u16) -> Option<Link> {
+        let arms = self.ethertype_match(code, d, len, ty)?;
+        let ip = next_of(arms, 0x0800)?;
+        if !self.same_ip(ip, d) {
+            return None;
+        }
+        Some(Link {
+            dec: d,
+            len,
+            peek: false,
+            tags: self.tags(code, arms, d).unwrap_or(0),
+        })
+    }
+
+    /// How many tags `Layers` may skip for a link decoder whose ethertype arms are
+    /// `arms`: every tag ethertype enters one tag decoder, whose own arms enter it again
+    /// (guarded by its `repeat`) and the IPv4 decoder.
+    fn tags(&mut self, code: &Code, arms: &[Arm], from: u16) -> Option<u8> {
+        let t = guarded_next(arms, TAGS[0])?;
+        if TAGS.iter().any(|&v| guarded_next(arms, v) != Some(t)) || t == from || t == self.ip {
+            return None;
+        }
+        if self.tag != u16::MAX && self.tag != t {
+            return None;
+        }
+        let tarms = self.ethertype_match(code, t, 4, 2)?;
+        if TAGS.iter().any(|&v| guarded_next(tarms, v) != Some(t))
+            || next_of(tarms, 0x0800) != Some(self.ip)
+        {
+            return None;
+        }
+        self.tag = t;
+        Some(code.decoders[t as usize].repeat.min(MAX_TAGS))
+    }
+
+    /// Raw IP: a `peek` decoder whose body is only `match d.VERSION` (the first nibble),
+    /// 4 entering the IPv4 decoder.
+    fn raw(&mut self, code: &Code, d: u16) -> Option<Link> {
+        let dec = code.decoders.get(d as usize)?;
+        if !dec.peek || dec.size.is_some() || dec.fixed_len > 20 {
+            return None;
+        }
+        let [Op::Match(e, arms)] = dec.body.as_slice() else {
+            return None;
+        };
+        let version = matches!(e.leaf(), Some(Leaf::Field(f)) if f.hdr as u16 == d && matches!(
+            f.read,
+            Read::Bits { off: 0, nbytes: 1, shift: 4, mask: 0xf }
+        ));
+        let ip = next_of(arms, 4)?;
+        if !version || !self.same_ip(ip, d) {
+            return None;
+        }
+        Some(Link {
+            dec: d,
+            len: dec.fixed_len,
+            peek: true,
+            tags: 0,
+        })
+    }
+
+    /// Decoder `d` is `len` bytes, not `peek` nor sized, and its body is only a `match`
+    /// on the 16-bit field at byte `ty`: its arms.
+    fn ethertype_match<'c>(&self, code: &'c Code, d: u16, len: u16, ty: u16) -> Option<&'c [Arm]> {
+        let dec = code.decoders.get(d as usize)?;
+        if dec.peek || dec.size.is_some() || dec.fixed_len != len {
+            return None;
+        }
+        let [Op::Match(e, arms)] = dec.body.as_slice() else {
+            return None;
+        };
+        match e.leaf() {
+            Some(Leaf::Field(f))
+                if f.hdr as u16 == d && matches!(f.read, Read::U16(o) if o == ty) =>
+            {
+                Some(arms)
+            }
+            _ => None,
+        }
+    }
+
+    /// Every link reaches the same IPv4 decoder, not itself.
+    fn same_ip(&mut self, ip: u16, from: u16) -> bool {
+        if ip == from || (self.ip != u16::MAX && self.ip != ip) || ip == self.tag {
+            return false;
+        }
+        self.ip = ip;
+        true
+    }
+
+    /// The IPv4 decoder the walk ends in.
+    pub fn ip(&self) -> usize {
+        self.ip as usize
+    }
+
+    /// E.g. `ethernet, sll, sll2 (up to 8 VLAN tags), raw -> ip`.
+    pub fn describe(&self, code: &Code) -> String {
+        let names = [
+            (LinkKind::Ethernet, "ethernet"),
+            (LinkKind::LinuxSll, "sll"),
+            (LinkKind::LinuxSll2, "sll2"),
+            (LinkKind::RawIp, "raw"),
+        ];
+        let links: Vec<String> = names
+            .iter()
+            .filter_map(|(k, n)| {
+                let l = self.links[*k as usize]?;
+                Some(match l.tags {
+                    0 => n.to_string(),
+                    t => format!("{n} (up to {t} VLAN tags)"),
+                })
+            })
+            .collect();
+        format!(
+            "{} -> {}",
+            links.join(", "),
+            code.decoders[self.ip as usize].name
+        )
+    }
+
+    /// Notes which decoders count their entries (see `Flat`).
+    pub fn set_track(&mut self, track: u32) {
+        self.track = track;
+    }
+
+    /// The walk for one packet: when `Layers` finds IPv4 reached the way the program
+    /// would, marks the headers entered as the program's decoders would and returns
+    /// where the IPv4 decoder's body starts; else the program runs its own walk.
+    #[inline(always)]
+    pub fn run(&self, p: &mut Pkt, steps: &mut u32) -> Option<usize> {
+        if p.m.layers.is_unparsed() {
+            p.m.layers = Layers::parse(p.m.link, p.d);
+        }
+        let l = p.m.layers;
+        if l.l3 != L3Kind::Ipv4 {
+            return None;
+        }
+        let k = self.links[p.m.link as usize % 4]?;
+        if l.vlans > k.tags {
+            return None;
+        }
+        let off = l.l3_off as usize;
+        let n = (*p.d.get(off)? & 0x0f) as usize * 4;
+        p.fit(k.dec as usize, 0, k.len as usize);
+        self.count(p, k.dec, 1);
+        if l.vlans > 0 {
+            p.fit(self.tag as usize, off - 4, 4);
+            self.count(p, self.tag, l.vlans);
+        }
+        p.fit(self.ip as usize, off, n);
+        self.count(p, self.ip, 1);
+        p.cur = off + n;
+        debug_assert!(k.peek || off == k.len as usize + 4 * l.vlans as usize);
+        *steps += 2 + l.vlans as u32;
+        Some(self.body as usize)
+    }
+
+    /// Decoder `d` was entered `n` times this packet (for guarded arms that ask).
+    #[inline(always)]
+    fn count(&self, p: &mut Pkt, d: u16, n: u8) {
+        if self.track & (1 << d) != 0 {
+            p.entered_times(d as usize, n);
+        }
+    }
+}
+
+/// The decoder the first arm matching `v` enters, when its body is exactly `next D`.
+fn next_of(arms: &[Arm], v: u64) -> Option<u16> {
+    let a = arms.iter().find(|a| a.any || a.values.contains(&v))?;
+    match a.body.as_slice() {
+        [Op::Next(d)] => Some(*d),
+        _ => None,
+    }
+}
+
+/// As [`next_of`], for an arm guarded by the decoder it enters (a `repeat` decoder).
+fn guarded_next(arms: &[Arm], v: u64) -> Option<u16> {
+    let a = arms.iter().find(|a| a.any || a.values.contains(&v))?;
+    match a.body.as_slice() {
+        [Op::Next(d)] if a.guard == Some(*d) => Some(*d),
+        _ => None,
+    }
+}
