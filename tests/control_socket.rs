@@ -342,8 +342,35 @@ fn filter_and_balancer_commands_take_the_config_s_parser_and_limits() {
         })
         .collect();
     let cmd = format!("rules {}; allow ip", rules.join("; "));
-    // Too long for one argument of `catena ctl`: the library's client sends it.
     let r = catena::runtime::control::send(&sock, "acl", &cmd, Duration::from_secs(60)).unwrap();
     assert_eq!(r, Ok("40001 rule(s)".to_string()));
+    // The same set is too long for one argument (128 KiB): `catena ctl --file` sends it,
+    // one rule per line, comments and blank lines skipped.
+    let file = d.path().join("rules.txt");
+    let text: String = rules.iter().map(|r| format!("{r};\n")).collect();
+    std::fs::write(
+        &file,
+        format!("# 40k hosts\n\n{text}deny tcp port 23;\nallow ip;\n"),
+    )
+    .unwrap();
+    assert!(text.len() > 128 << 10, "the set must not fit one argument");
+    let o = ctl(
+        &sock,
+        &[
+            "--timeout",
+            "60",
+            "--file",
+            file.to_str().unwrap(),
+            "acl",
+            "rules",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "40002 rule(s)");
+    let o = ctl(&sock, &["--file", "/nonexistent/rules.txt", "acl", "rules"]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    assert!(e.contains("--file /nonexistent/rules.txt"), "{e}");
     stop(child);
 }

@@ -18,6 +18,12 @@ pub struct Args {
     /// The command and its arguments, e.g. `allow_ports 80 443 8080` or `flush`.
     #[arg(trailing_var_arg = true)]
     command: Vec<String>,
+    /// Append the command's remaining arguments from PATH (`-` for standard input), for
+    /// text too long for one argument (the kernel caps one at 128 KiB): its lines are joined
+    /// with spaces, blank lines and lines starting with `#` skipped. Put it before NF, e.g.
+    /// `catena ctl SOCKET --file rules.txt acl rules` with one `RULE;` per line.
+    #[arg(long, value_name = "PATH")]
+    file: Option<PathBuf>,
     /// Seconds to wait for the reply (connecting, sending, the change being applied)
     /// before giving up with an error; raise it for very big rule sets.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS", value_parser = timeout)]
@@ -31,7 +37,16 @@ fn timeout(s: &str) -> Result<f64, String> {
     }
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    if let Some(path) = &a.file {
+        let text = if path.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin())
+        } else {
+            std::fs::read_to_string(path)
+        }
+        .map_err(|e| anyhow::anyhow!("--file {}: {e}", path.display()))?;
+        a.command.extend(file_words(&text));
+    }
     let (nf, cmd) = match (a.nf.as_str(), a.command.is_empty()) {
         ("reload", true) => ("*", "reload".to_string()),
         (_, true) => anyhow::bail!(
@@ -48,5 +63,25 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Ok(0)
         }
         Err(e) => anyhow::bail!("{}: {e}", a.nf),
+    }
+}
+
+/// The lines of a `--file` that carry text, trimmed: blank and `#` lines are skipped, so a
+/// rule file can be commented.
+fn file_words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::file_words;
+
+    #[test]
+    fn file_lines_become_words_without_comments_or_blanks() {
+        let w: Vec<String> = file_words("# rules\ndeny tcp port 23;\n\n  allow ip  \n").collect();
+        assert_eq!(w, ["deny tcp port 23;", "allow ip"]);
     }
 }

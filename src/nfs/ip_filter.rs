@@ -540,7 +540,7 @@ impl Nf for IpFilter {
     /// Rule sets are parsed and compiled off the worker (tens of thousands of rules take
     /// most of a second); the worker swaps them in.
     fn preparer(&self) -> Option<super::Preparer> {
-        Some(prepare)
+        Some(std::sync::Arc::new(prepare))
     }
 
     fn control_prepared(

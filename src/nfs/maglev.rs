@@ -122,6 +122,21 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Each backend's (name, weight), as [`populate`] takes them.
+fn weighted(backends: &[Backend]) -> Vec<(&str, u32)> {
+    backends
+        .iter()
+        .map(|b| (b.name.as_str(), b.weight))
+        .collect()
+}
+
+/// A `backends` command parsed, with its lookup table filled off the worker: a table of
+/// up to 16M slots takes a noticeable time to fill, which would stall the traffic.
+struct PreparedBackends {
+    set: Vec<Backend>,
+    table: Vec<u16>,
+}
+
 /// The paper's `offset` and `skip` for a backend name in a table of `m` slots.
 fn offset_skip(name: &str, m: usize) -> (usize, usize) {
     let h1 = mix(fnv1a(0xcbf2_9ce4_8422_2325, name.as_bytes()));
@@ -387,6 +402,17 @@ impl Maglev {
     /// backend while it is in the set, and flows of removed backends are rehashed on their
     /// next packet. On error nothing changes.
     pub fn set_backends(&mut self, backends: &[Backend]) -> Result<(), String> {
+        self.set_backends_with(backends, None).map(drop)
+    }
+
+    /// [`Maglev::set_backends`] with the lookup table already filled for this set and
+    /// table size (by the preparer, off the worker), or None to fill it here. Returns the
+    /// table it replaced.
+    fn set_backends_with(
+        &mut self,
+        backends: &[Backend],
+        table: Option<Vec<u16>>,
+    ) -> Result<Vec<u16>, String> {
         if backends.len() > MAX_BACKENDS.min(self.m) {
             return Err(format!(
                 "{} backends: at most {} (and no more than table_size)",
@@ -440,17 +466,14 @@ impl Maglev {
                 id: id as u32,
             });
         }
-        let names: Vec<(&str, u32)> = backends
-            .iter()
-            .map(|b| (b.name.as_str(), b.weight))
-            .collect();
-        self.table = populate(&names, self.m);
+        let table = table.unwrap_or_else(|| populate(&weighted(backends), self.m));
+        let old = std::mem::replace(&mut self.table, table);
         self.profile.writes = if backends.iter().any(|b| b.mac.is_some()) {
             Fields::IP_DST | Fields::ETH_DST
         } else {
             Fields::IP_DST
         };
-        Ok(())
+        Ok(old)
     }
 
     /// The backend address of every slot of the lookup table (empty if no backend takes
@@ -917,6 +940,50 @@ fn parse_backends(p: &mut Params) -> Result<Vec<Backend>, ParamError> {
     Ok(out)
 }
 
+/// Parses `backends ADDR[:WEIGHT][@MAC] …` into a backend set (not yet checked against
+/// the VIP's family or for duplicates: [`Maglev::set_backends`] does that).
+fn parse_command(cmd: &str) -> Result<Vec<Backend>, String> {
+    let mut words = cmd.split_whitespace();
+    if words.next() != Some("backends") {
+        return Err(format!(
+            "unknown command `{cmd}` (commands: backends ADDR[:WEIGHT][@MAC]…)"
+        ));
+    }
+    let mut set = Vec::new();
+    for w in words {
+        let (rest, mac) = match w.split_once('@') {
+            Some((r, m)) => (
+                r,
+                Some(parse_mac(m).ok_or_else(|| format!("`{m}` is not a MAC"))?),
+            ),
+            None => (w, None),
+        };
+        let (addr, weight) = match rest.rsplit_once(':') {
+            Some((a, wt)) if !a.contains(':') || a.starts_with('[') => (
+                a.trim_matches(['[', ']']),
+                wt.parse::<i64>()
+                    .map_err(|_| weight_err(format_args!("weight `{wt}`")))
+                    .and_then(weight)
+                    .map_err(|e| format!("backend `{w}`: {e}"))?,
+            ),
+            _ => (rest, 1),
+        };
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("`{addr}` is not an IP address"))?;
+        set.push(Backend {
+            addr,
+            mac,
+            weight,
+            name: addr.to_string(),
+        });
+    }
+    if set.is_empty() {
+        return Err("give at least one backend".into());
+    }
+    Ok(set)
+}
+
 impl Nf for Maglev {
     /// The lookup table, the backends and the connection table at its capacity.
     fn memory(&self) -> usize {
@@ -941,46 +1008,33 @@ impl Nf for Maglev {
     /// `backends ADDR[:WEIGHT][@MAC] …` replaces the backend set: tracked flows stay on
     /// their backend while it remains; flows of removed backends are rehashed.
     fn control(&mut self, cmd: &str) -> Result<String, String> {
-        let mut words = cmd.split_whitespace();
-        if words.next() != Some("backends") {
-            return Err(format!(
-                "unknown command `{cmd}` (commands: backends ADDR[:WEIGHT][@MAC]…)"
-            ));
-        }
-        let mut set = Vec::new();
-        for w in words {
-            let (rest, mac) = match w.split_once('@') {
-                Some((r, m)) => (
-                    r,
-                    Some(parse_mac(m).ok_or_else(|| format!("`{m}` is not a MAC"))?),
-                ),
-                None => (w, None),
-            };
-            let (addr, weight) = match rest.rsplit_once(':') {
-                Some((a, wt)) if !a.contains(':') || a.starts_with('[') => (
-                    a.trim_matches(['[', ']']),
-                    wt.parse::<i64>()
-                        .map_err(|_| weight_err(format_args!("weight `{wt}`")))
-                        .and_then(weight)
-                        .map_err(|e| format!("backend `{w}`: {e}"))?,
-                ),
-                _ => (rest, 1),
-            };
-            let addr: IpAddr = addr
-                .parse()
-                .map_err(|_| format!("`{addr}` is not an IP address"))?;
-            set.push(Backend {
-                addr,
-                mac,
-                weight,
-                name: addr.to_string(),
-            });
-        }
-        if set.is_empty() {
-            return Err("give at least one backend".into());
-        }
+        let set = parse_command(cmd)?;
         self.set_backends(&set)?;
         Ok(format!("{} backend(s)", set.len()))
+    }
+
+    /// The lookup table is filled off the worker; the worker checks the set and swaps in.
+    fn preparer(&self) -> Option<super::Preparer> {
+        let m = self.m;
+        Some(std::sync::Arc::new(move |cmd: &str| {
+            let set = parse_command(cmd)?;
+            let table = populate(&weighted(&set), m);
+            Ok(Box::new(PreparedBackends { set, table }) as super::Prepared)
+        }))
+    }
+
+    fn control_prepared(
+        &mut self,
+        cmd: &str,
+        prepared: &mut super::Prepared,
+    ) -> Result<String, String> {
+        let Some(p) = prepared.downcast_mut::<PreparedBackends>() else {
+            return self.control(cmd);
+        };
+        let table = std::mem::take(&mut p.table);
+        // The old table goes back in `prepared`, to be freed by the caller.
+        p.table = self.set_backends_with(&p.set, Some(table))?;
+        Ok(format!("{} backend(s)", p.set.len()))
     }
 
     fn consolidate(&self) -> Option<&dyn Consolidate> {
@@ -1087,6 +1141,39 @@ mod tests {
             .unwrap_err();
         assert!(e.contains("0..=65535"), "{e}");
         assert!(lb.control("backendsx 10.0.0.1").is_err());
+    }
+
+    /// A backend change fills its table off the worker (the preparer knows the table
+    /// size); applying the prepared change equals `control`, hands the old table back for
+    /// freeing off the worker, and a set the worker refuses changes nothing.
+    #[test]
+    fn prepared_backends_equal_control_and_return_the_old_table() {
+        let b = |a: &str| Backend::new(a.parse().unwrap());
+        let vip: IpAddr = "10.0.0.100".parse().unwrap();
+        let new = || Maglev::new(vip, &[b("10.0.0.1")], 251, 64, 1_000_000_000).unwrap();
+        let (mut direct, mut prepared) = (new(), new());
+        let before = prepared.table();
+        let cmd = "backends 10.0.0.2:3 10.0.0.3 10.0.0.4:0";
+        let prepare = prepared
+            .preparer()
+            .expect("maglev prepares backend changes");
+        let mut p = prepare(cmd).unwrap();
+        assert_eq!(direct.control(cmd).unwrap(), "3 backend(s)");
+        assert_eq!(
+            prepared.control_prepared(cmd, &mut p).unwrap(),
+            "3 backend(s)"
+        );
+        assert_eq!(prepared.table(), direct.table());
+        assert_ne!(prepared.table(), before);
+        let old = &p.downcast_ref::<PreparedBackends>().unwrap().table;
+        assert_eq!(old.len(), 251, "the replaced table goes back to be freed");
+        // Family checks stay on the worker: an IPv6 backend for an IPv4 VIP is refused
+        // after preparing, and the running set stays.
+        let v6 = "backends 2001:db8::1";
+        let mut p = prepare(v6).unwrap();
+        assert!(prepared.control_prepared(v6, &mut p).is_err());
+        assert_eq!(prepared.table(), direct.table());
+        assert!(prepare("backends").is_err());
     }
 
     #[test]

@@ -9,8 +9,9 @@ pub use super::consolidate::{Consolidate, FastPacket};
 /// A command parsed and compiled off the worker (see [`Nf::preparer`]).
 pub type Prepared = Box<dyn std::any::Any + Send>;
 
-/// Parses and compiles a command without the NF's state; see [`Nf::preparer`].
-pub type Preparer = fn(&str) -> Result<Prepared, String>;
+/// Parses and compiles a command without the NF's state; see [`Nf::preparer`]. A closure,
+/// so it can carry the NF's fixed configuration (a table size) to another thread.
+pub type Preparer = std::sync::Arc<dyn Fn(&str) -> Result<Prepared, String> + Send + Sync>;
 
 /// What an NF declares about itself. Parallel planning and header-action consolidation
 /// read this, and debug builds check that the NF writes only what it declared.

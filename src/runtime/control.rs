@@ -471,7 +471,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
         let sock = d.path().join("c.sock");
-        let preparers = HashMap::from([("acl".to_string(), on_which_thread as Preparer)]);
+        let preparers = HashMap::from([(
+            "acl".to_string(),
+            std::sync::Arc::new(on_which_thread) as Preparer,
+        )]);
         let (_server, port) = serve(&sock, ServeOptions::default(), preparers).unwrap();
         let client = std::thread::spawn({
             let sock = sock.clone();
