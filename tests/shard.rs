@@ -350,5 +350,5 @@ fn check_prints_the_sharded_plan_and_refuses_unbuilt_modes() {
     )
     .unwrap();
     let e = Chain::from_config(&cfg).err().unwrap().to_string();
-    assert!(e.contains("not built yet"), "{e}");
+    assert!(e.contains("fewer than two NFs"), "{e}");
 }

@@ -239,7 +239,7 @@ fn bad_plans_are_refused_in_one_line() {
     );
     assert_eq!(
         err("parallel = true").as_deref(),
-        Some("t.toml: `parallel`: parallel NFs are not built yet; remove the key (`stages` pipelines NFs over threads)")
+        Some("t.toml: `parallel = true`: no two consecutive NFs can run in parallel (`acl` ∥ `nat`: cannot: `nat` writes ip.src,ip.dst,l4.src,l4.dst,icmp which `acl` reads)")
     );
     // One stage is the plain run.
     assert_eq!(err("stages = [[\"acl\", \"nat\", \"lb\", \"mon\"]]"), None);

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use catena::io::gen::{generate, GenOptions, Profile};
-use catena::io::{Opened, PcapStream, Rate, Source, Trace, TraceSource};
+use catena::io::{MappedPcap, Opened, PcapStream, Rate, Source, Trace, TraceSource};
 use catena::runtime::{
     api, control, limits, ports, Chain, ChainConfig, Live, NodeKind, RunOptions, Runner, Shards,
 };
@@ -73,6 +73,11 @@ pub struct Args {
     /// the machine's RAM); `catena check` prints what a chain allocates.
     #[arg(long, value_name = "SIZE", value_parser = limits::parse_size)]
     max_memory: Option<u64>,
+    /// Copy every packet from the input into a pool buffer as it is read (as a NIC's DMA
+    /// would). By default a pcap file is mapped and its packets are processed in place,
+    /// copied only when an NF first writes one; the output is the same either way.
+    #[arg(long)]
+    copy: bool,
 }
 
 /// `--fastpath MODE`.
@@ -83,10 +88,10 @@ pub enum FastMode {
     Auto,
 }
 
-/// Where the packets come from: a pcap read as the run goes, or a trace held in memory
-/// (pcapng, the generated fallback, a sharded run).
+/// Where the packets come from: a pcap mapped (processed in place) or read as the run
+/// goes, or a trace held in memory (pcapng, the generated fallback, a sharded run).
 enum Input {
-    Stream(Box<PcapStream>),
+    Stream(Box<dyn Source>),
     Held(Trace),
 }
 
@@ -134,6 +139,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             chain.stages()
         );
     }
+    let helpers = workers * chain.groups.len();
+    if helpers > 0 && threads + helpers > cores {
+        eprintln!(
+            "warning: {threads} worker/stage thread(s) + {helpers} parallel helper(s) on {cores} cores: a helper without a core hands its batches back (as in sequence)"
+        );
+    }
     if a.api.is_some() {
         anyhow::bail!("--api serves chains with [[port]] tables; this one replays a trace");
     }
@@ -169,6 +180,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             match PcapStream::open(path)? {
                 // Sharded workers each walk the whole index (their share of it).
                 Opened::Pcap(_) if workers > 1 => Input::Held(Trace::open(path)?),
+                // In place: packets view the map, copied only when an NF writes.
+                Opened::Pcap(_) if regular && !a.copy => {
+                    Input::Stream(Box::new(MappedPcap::open(path)?))
+                }
                 Opened::Pcap(s) => Input::Stream(s),
                 Opened::Pcapng => Input::Held(Trace::load(path)?),
             }

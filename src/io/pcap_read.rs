@@ -112,6 +112,12 @@ pub enum TraceError {
         record: u64,
         expected: u64,
     },
+    /// A mapped file got shorter during its first pass (`catena run` in place).
+    #[error(
+        "{}: the file shrank while it was read, at record {record}: the packets before it were processed",
+        .path.display()
+    )]
+    Shrank { path: PathBuf, record: u64 },
     /// A problem at a record: the records before it were read.
     #[error("{}: record {record} at byte offset {offset}: {problem}", .path.display())]
     Record {
@@ -253,7 +259,8 @@ impl TraceError {
             | TraceError::LinkType { path, .. }
             | TraceError::Block { path, .. }
             | TraceError::Record { path, .. }
-            | TraceError::Changed { path, .. } => path,
+            | TraceError::Changed { path, .. }
+            | TraceError::Shrank { path, .. } => path,
         }
     }
 }

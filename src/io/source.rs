@@ -42,6 +42,11 @@ pub trait Source {
     fn records_hint(&self) -> u64;
     /// The error that ended reading early: the records before it were good.
     fn error(&self) -> Option<&TraceError>;
+    /// The bytes [`Source::next_chunk`] returns, when they last for the rest of the
+    /// process (a leaked map): packets may then view them instead of copying them.
+    fn lasting(&self) -> Option<&'static [u8]> {
+        None
+    }
 }
 
 /// A pass over an indexed trace.

@@ -68,6 +68,9 @@ pub struct Chain {
     pub ring: usize,
     /// Pipelined prefetching distance (0 = off).
     pub prefetch: usize,
+    /// `parallel = true`: the pairs of NFs in `groups` run on two threads (`join.rs`).
+    pub parallel: bool,
+    pub groups: Vec<super::parallel::Group>,
 }
 
 pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted", "bad-aggregate"];
@@ -220,12 +223,9 @@ impl Chain {
             stage_of: Vec::new(),
             ring: super::stage::DEFAULT_RING,
             prefetch: 0,
+            parallel: false,
+            groups: Vec::new(),
         };
-        if c.parallel.is_some() {
-            return Err(c.invalid(
-                "`parallel`: parallel NFs are not built yet; remove the key (`stages` pipelines NFs over threads)",
-            ));
-        }
         if let Some(k) = c.prefetch {
             if k as usize > MAX_PREFETCH {
                 return Err(c.invalid(format!(
@@ -302,6 +302,11 @@ impl Chain {
                 .map_err(|e| c.invalid(format!("`fastpath = {what}`: {e}")))?;
             chain.fastpath_auto = auto;
         }
+        if c.parallel == Some(true) {
+            chain
+                .set_parallel(true)
+                .map_err(|e| c.invalid(format!("`parallel = true`: {e}")))?;
+        }
         Ok(chain).and_then(|ch| {
             if ch.ports == 0 {
                 Err(c.invalid("[input] ports must be at least 1"))
@@ -357,6 +362,8 @@ impl Chain {
             stage_of: Vec::new(),
             ring: super::stage::DEFAULT_RING,
             prefetch: 0,
+            parallel: false,
+            groups: Vec::new(),
         }
     }
 
@@ -368,6 +375,41 @@ impl Chain {
             return Err("FastPath and stages do not combine yet: use one of them".into());
         }
         self.stage_of = if stages.len() > 1 { of } else { Vec::new() };
+        if self.parallel {
+            // A pair split over two stages no longer runs in parallel.
+            self.set_parallel(true)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the pairs of NFs whose profiles allow it on two threads (`parallel.rs`), or
+    /// every NF in sequence. Err says why no pair can.
+    pub fn set_parallel(&mut self, on: bool) -> Result<(), String> {
+        self.parallel = false;
+        self.groups.clear();
+        if !on {
+            return Ok(());
+        }
+        if self.fastpath.is_some() {
+            return Err("FastPath and parallel NFs do not combine yet: use one of them".into());
+        }
+        let groups = super::parallel::plan(self);
+        if groups.is_empty() {
+            let why = super::parallel::pairs(self)
+                .first()
+                .map(|&(a, b)| match super::parallel::pair(self, a, b) {
+                    Err(why) => {
+                        format!("`{}` ∥ `{}`: {why}", self.nodes[a].name, self.nodes[b].name)
+                    }
+                    Ok(_) => String::new(),
+                })
+                .unwrap_or_else(|| "the chain has fewer than two NFs".into());
+            return Err(format!(
+                "no two consecutive NFs can run in parallel ({why})"
+            ));
+        }
+        self.parallel = true;
+        self.groups = groups;
         Ok(())
     }
 
@@ -382,6 +424,9 @@ impl Chain {
     pub fn enable_fastpath(&mut self, cfg: FastConfig) -> Result<(), String> {
         if self.stages() > 1 {
             return Err("FastPath and stages do not combine yet: use one of them".into());
+        }
+        if self.parallel {
+            return Err("FastPath and parallel NFs do not combine yet: use one of them".into());
         }
         for (i, n) in self.nodes.iter().enumerate() {
             let mut preds: Vec<usize> = (0..self.nodes.len())
@@ -543,60 +588,13 @@ impl Chain {
                 list.join(&format!(" =ring({})=> ", self.ring))
             ));
         }
-        s.push_str("  parallel groups: none (parallel NFs are not built yet); by profile:\n");
-        let nfs: Vec<usize> = self
-            .order
-            .iter()
-            .copied()
-            .filter(|&i| matches!(self.nodes[i].kind, NodeKind::Nf { .. }))
-            .collect();
-        for w in nfs.windows(2) {
-            let (a, b) = (&self.nodes[w[0]], &self.nodes[w[1]]);
-            let (NodeKind::Nf { nf: x, .. }, NodeKind::Nf { nf: y, .. }) = (&a.kind, &b.kind)
-            else {
-                continue;
-            };
-            s.push_str(&format!(
-                "    {} ∥ {}: {}\n",
-                a.name,
-                b.name,
-                conflict(&a.name, x.profile(), &b.name, y.profile())
-                    .unwrap_or_else(|| "could run in parallel (no field written by one is read or written by the other)".into())
-            ));
-        }
+        s.push_str(&super::parallel::describe(self));
         s.push_str(&match self.prefetch {
             0 => "  prefetch: off (`prefetch = k` prefetches packet i + k's first cache line while ingesting packet i)\n".to_string(),
             k => format!("  prefetch: {k} packets ahead at ingest (the first cache line of each packet's bytes)\n"),
         });
         s
     }
-}
-
-/// Why NFs `a` and `b` cannot run side by side on the same packets (the NFP rules), or
-/// None when their profiles do not conflict.
-fn conflict(
-    an: &str,
-    a: &crate::nfs::Profile,
-    bn: &str,
-    b: &crate::nfs::Profile,
-) -> Option<String> {
-    if a.changes_length || b.changes_length {
-        let n = if a.changes_length { an } else { bn };
-        return Some(format!("cannot: `{n}` adds or removes headers"));
-    }
-    if a.writes.intersects(b.reads | b.writes) {
-        return Some(format!(
-            "cannot: `{an}` writes {} which `{bn}` reads or writes",
-            crate::packet::Fields(a.writes.0 & (b.reads | b.writes).0)
-        ));
-    }
-    if b.writes.intersects(a.reads) {
-        return Some(format!(
-            "cannot: `{bn}` writes {} which `{an}` reads",
-            crate::packet::Fields(b.writes.0 & a.reads.0)
-        ));
-    }
-    None
 }
 
 fn str_key(

@@ -77,9 +77,9 @@ pub struct ChainConfig {
     pub stages: Option<Vec<Vec<String>>>,
     /// Packets each ring between stages holds (default 1024, at least a batch).
     pub ring: Option<u32>,
-    /// Parallel NFs: recognised so that a file asking for them gets a clear refusal
-    /// (not built yet), never a silent ignore.
-    pub parallel: Option<toml::Value>,
+    /// Parallel NFs: consecutive NFs whose profiles allow it run on two threads
+    /// (`parallel.rs`, `join.rs`); default false.
+    pub parallel: Option<bool>,
     /// Pipelined prefetching: the first cache line of the first k packets of a batch,
     /// then packet i + k while NFs work on i (0 = off, the default).
     pub prefetch: Option<u32>,

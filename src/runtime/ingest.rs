@@ -1,5 +1,6 @@
-//! The input side of a walk: trace records copied into pool buffers, as a NIC would,
-//! each given an ingress port drawn among the chain's ports.
+//! The input side of a walk: trace records copied into pool buffers, as a NIC would, or
+//! viewed in place when the input lasts the whole process (copied on an NF's first
+//! write); each given an ingress port drawn among the chain's ports.
 
 use super::walk::Walk;
 use crate::flow::prefetch;
@@ -20,7 +21,8 @@ fn step(rng: &mut u64) {
 
 impl Walk {
     /// Copies the records `chunk` lists (indices into `recs`, ascending) into pool
-    /// buffers and queues them at the input's successor, each stamped with the run
+    /// buffers — or, when `lasting` is the same bytes as `bytes` for the rest of the
+    /// process, makes the buffers views of them (`Packet::set_view`) — and queues them at the input's successor, each stamped with the run
     /// clock's time. `base` is the position in the input of `recs[0]`; `after` is the
     /// capture time (shifted) of the record after `recs`, for the clock's look-ahead
     /// (docs/time.md).
@@ -31,6 +33,7 @@ impl Walk {
     #[inline]
     pub fn ingest(
         &mut self,
+        lasting: Option<&'static [u8]>,
         bytes: &[u8],
         recs: &[Record],
         chunk: impl Iterator<Item = usize> + Clone,
@@ -106,8 +109,12 @@ impl Walk {
             let in_port = (((*rng >> 32) * cx.ports as u64) >> 32) as u16;
             rx[in_port as usize] += 1;
             let off = r.off as usize;
-            // set_bytes resets the decoded offsets, flow hash and verdict; the rest is here.
-            p.set_bytes(&bytes[off..off + r.caplen as usize]);
+            // set_view and set_bytes reset the decoded offsets, flow hash and verdict; the
+            // rest is here. Both fit: the buffer was chosen for `caplen`.
+            match lasting {
+                Some(all) => p.set_view(&all[off..off + r.caplen as usize]),
+                None => p.set_bytes(&bytes[off..off + r.caplen as usize]),
+            };
             let m = p.meta_mut();
             m.ts_ns = r.ts_ns.wrapping_add(shift);
             m.now_ns = now;

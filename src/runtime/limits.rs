@@ -182,9 +182,11 @@ impl Chain {
         } else {
             (pool_buffers(fast), 0)
         };
+        // Parallel groups: a batch of shadow buffers each, in every stage's walk.
+        let shadows = stages * self.groups.len() * Pool::bytes(cap, max_packet);
         Memory {
             nfs,
-            buffers: (Pool::bytes(count, max_packet) + batches + rings) as u64,
+            buffers: (Pool::bytes(count, max_packet) + batches + rings + shadows) as u64,
             fastpath: self.fastpath.map_or(0, |f| Table::bytes(f.entries) as u64),
         }
     }

@@ -2,7 +2,8 @@
 //! (`worker`) that ingests chunks (`ingest`), walks them over the graph (`walk`, with
 //! FastPath lent the walk through `fastpath_host`) to the sinks (`sink`), and sums up
 //! (`summary`). With `[[port]]` tables (`ports`) the worker runs live (`worker/live.rs`),
-//! serves the HTTP API (`api`) and reloads its file (`reload`).
+//! serves the HTTP API (`api`) and reloads its file (`reload`). Pairs of NFs planned by
+//! `parallel` run on two threads through `join`.
 
 pub mod api;
 mod chain;
@@ -11,7 +12,9 @@ pub mod control;
 mod counters;
 mod fastpath_host;
 mod ingest;
+mod join;
 pub mod limits;
+pub mod parallel;
 pub mod ports;
 mod profile_check;
 pub mod reload;

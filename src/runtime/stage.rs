@@ -172,6 +172,8 @@ fn shell(chain: &mut Chain, stage_of: &[usize], s: usize) -> Chain {
         stage_of: chain.stage_of.clone(),
         ring: chain.ring,
         prefetch: chain.prefetch,
+        parallel: chain.parallel,
+        groups: chain.groups.clone(),
     }
 }
 

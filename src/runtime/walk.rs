@@ -4,6 +4,7 @@
 
 use super::chain::{Chain, NodeKind};
 use super::counters::NodeCounters;
+use super::join::Fork;
 use super::profile_check::Snapshot;
 use super::ring::Out;
 use super::sink::{to_sink, SinkState};
@@ -57,6 +58,9 @@ pub(super) struct Walk {
     pub out: Option<Out>,
     /// Pipelined prefetching distance at ingest (0 = off).
     pub prefetch: usize,
+    /// Parallel groups (`join.rs`), and per node the group it starts, if any.
+    pub forks: Vec<Fork>,
+    pub fork_at: Vec<Option<usize>>,
 }
 
 /// The violation a walk records when the next stage stopped taking packets.
@@ -74,9 +78,26 @@ impl Walk {
             .map(|node| NodeCounters::new(node.outputs.len(), node.drop_reasons.len()))
             .collect();
         let ports = chain.ports as usize;
+        let mut fork_at = vec![None; n];
+        let forks = chain
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(k, g)| {
+                fork_at[g.a] = Some(k);
+                let shadow = if g.shadow_is_a { g.a } else { g.b };
+                let profile = match &chain.nodes[shadow].kind {
+                    NodeKind::Nf { nf, .. } => nf.profile().clone(),
+                    _ => unreachable!("parallel groups are NFs"),
+                };
+                Fork::new(*g, profile, cap, max_packet)
+            })
+            .collect();
         // Run to completion holds one chunk in flight (packets never multiply); FastPath
         // keeps a copy of each packet it records.
         Walk {
+            forks,
+            fork_at,
             pool: Pool::new(super::limits::pool_buffers(recording), max_packet),
             inbox: (0..n).map(|_| Batch::with_capacity(cap)).collect(),
             spare: Batch::with_capacity(cap),
@@ -144,6 +165,8 @@ impl Walk {
             live,
             mine,
             out,
+            forks,
+            fork_at,
             ..
         } = self;
         for &n in &chain.order {
@@ -165,6 +188,21 @@ impl Walk {
                 continue;
             }
             std::mem::swap(spare, &mut inbox[n]);
+            if let (Some(k), None) = (fork_at[n], fast.as_ref()) {
+                // A parallel group: both NFs at once; its packets go on past the second.
+                if forks[k].run(
+                    &mut chain.nodes,
+                    counters,
+                    inbox,
+                    spare,
+                    pool,
+                    cx,
+                    check,
+                    violation,
+                ) {
+                    continue;
+                }
+            }
             let node = &mut chain.nodes[n];
             let c = &mut counters[n];
             c.packets_in += spare.len() as u64;

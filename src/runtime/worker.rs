@@ -206,6 +206,8 @@ impl Runner {
         }
         let mut next_change = 0;
         let mut started = false;
+        // A mapped input lasts the whole process: packets view it instead of copying.
+        let lasting = src.lasting();
         for lp in 0..opts.loops {
             // Each loop after the first shifts time by the first loop's span.
             if lp > 0 && !src.rewind() {
@@ -254,7 +256,8 @@ impl Runner {
                 // A chunk is all this worker's: its indices start over each time.
                 self.walk.drawn = 0;
                 self.stage_room()?;
-                self.walk.ingest(bytes, chunk, 0..chunk.len(), done, after);
+                self.walk
+                    .ingest(lasting, bytes, chunk, 0..chunk.len(), done, after);
                 match self.fast.as_deref_mut() {
                     Some(f) if plan.is_none_or(|p| p.on) => f.chunk(&mut self.walk),
                     _ => self.walk.drain(None),
@@ -349,7 +352,7 @@ impl Runner {
                 self.poll_control();
                 let idx = share[pos..end].iter().map(|&i| i as usize);
                 self.stage_room()?;
-                self.walk.ingest(bytes, recs, idx, base, after);
+                self.walk.ingest(None, bytes, recs, idx, base, after);
                 match self.fast.as_deref_mut() {
                     Some(f) => f.chunk(&mut self.walk),
                     None => self.walk.drain(None),

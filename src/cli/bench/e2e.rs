@@ -2,8 +2,10 @@
 //! beside Click userlevel (FromDump -> the same NF -> Discard, one thread) and tcpdump
 //! reading (`-w /dev/null`) and copying (`-w OUT`) the same file, all in the same run.
 //!
-//! Each cell is the median wall time of `--runs` runs after one warm-up (the trace is in
-//! the page cache for every tool). Whole process is compared only with whole process;
+//! Each cell is the median wall time of `--runs` runs after one warm-up round (the trace
+//! is in the page cache for every tool); the commands of a case run interleaved (catena,
+//! catena -o, catena --copy, Click, …, then again), so load from elsewhere falls on all
+//! of them alike. Whole process is compared only with whole process;
 //! catena's own processing figure (`seconds` of its summary) is a separate column and is
 //! never set against a peer's whole process. Peak memory is the child's maximum RSS.
 
@@ -207,25 +209,38 @@ fn time_proc(cmd: &mut Command, out_file: &Path) -> anyhow::Result<Proc> {
     })
 }
 
-/// Median over runs after one warm-up; returns the median seconds, the largest peak RSS
-/// and the last run's stdout.
-fn timed(a: &Args, mut make: impl FnMut() -> Command, tmp: &Path) -> anyhow::Result<Proc> {
-    let mut secs = Vec::new();
-    let mut rss = 0;
-    let mut last = Vec::new();
-    for i in 0..=a.runs {
-        let p = time_proc(&mut make(), &tmp.join("stdout"))?;
-        if i > 0 {
-            secs.push(p.secs);
-            rss = rss.max(p.rss);
-            last = p.stdout;
+/// The commands of one group run interleaved (A B C A B C …): one untimed warm-up
+/// round, then `a.runs` timed rounds, so a burst of load from elsewhere falls on every
+/// column alike. Per command: the median seconds, the largest peak RSS and the last
+/// round's stdout.
+fn interleaved(
+    a: &Args,
+    cmds: &mut [Box<dyn FnMut() -> Command + '_>],
+    tmp: &Path,
+) -> anyhow::Result<Vec<Proc>> {
+    let mut secs = vec![Vec::new(); cmds.len()];
+    let mut rss = vec![0; cmds.len()];
+    let mut last = vec![Vec::new(); cmds.len()];
+    for round in 0..=a.runs {
+        for (k, make) in cmds.iter_mut().enumerate() {
+            let p = time_proc(&mut make(), &tmp.join("stdout"))?;
+            if round > 0 {
+                secs[k].push(p.secs);
+                rss[k] = rss[k].max(p.rss);
+                last[k] = p.stdout;
+            }
         }
     }
-    Ok(Proc {
-        secs: median(&mut secs),
-        rss,
-        stdout: last,
-    })
+    Ok(secs
+        .iter_mut()
+        .zip(rss)
+        .zip(last)
+        .map(|((s, rss), stdout)| Proc {
+            secs: median(s),
+            rss,
+            stdout,
+        })
+        .collect())
 }
 
 #[derive(Serialize)]
@@ -240,6 +255,9 @@ struct Row {
     catena_gbps: f64,
     /// The same with `-o OUT.pcap`.
     catena_o_s: f64,
+    /// catena whole process with `--copy` (every packet copied into a pool buffer as it
+    /// is read, instead of processed in place from the mapped file), no output.
+    catena_copy_s: f64,
     /// catena's own processing time (`seconds` in its summary), no output.
     catena_processing_s: f64,
     catena_peak_rss: u64,
@@ -308,100 +326,113 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         let (label, path) = trace_file(&name, a, &tmp)?;
         let trace_bytes = std::fs::metadata(&path)?.len();
         let out = tmp.join("out.pcap");
-        let tcpdump_read = timed(
-            a,
-            || {
-                let mut c = Command::new("tcpdump");
-                c.args(["-r"]).arg(&path).args(["-w", "/dev/null"]);
-                c
-            },
-            &tmp,
-        )?;
-        let tcpdump_copy = timed(
-            a,
-            || {
-                let mut c = Command::new("tcpdump");
-                c.args(["-r"]).arg(&path).arg("-w").arg(&out);
-                c
-            },
-            &tmp,
-        )?;
+        // The file tool's floors, measured in the first case's group (the wire's).
+        let mut floors: Option<(f64, f64)> = None;
         for (case, text, click_cfg) in cases() {
             if !a.only.is_empty() && !a.only.iter().any(|o| case.contains(o.as_str())) {
                 continue;
             }
             let chain = tmp.join("chain.toml");
             std::fs::write(&chain, &text)?;
-            let catena_run = |output: bool| {
-                let mut c = Command::new(&me);
-                c.arg("run").arg(&chain).arg("-i").arg(&path).arg("--json");
-                if output {
-                    c.arg("-o").arg(&out);
-                }
-                c
+            let catena_run = |extra: &'static [&'static str], output: bool| {
+                let (me, chain, path, out) = (me.clone(), chain.clone(), path.clone(), out.clone());
+                Box::new(move || {
+                    let mut c = Command::new(&me);
+                    c.arg("run").arg(&chain).arg("-i").arg(&path).arg("--json");
+                    c.args(extra);
+                    if output {
+                        c.arg("-o").arg(&out);
+                    }
+                    c
+                }) as Box<dyn FnMut() -> Command>
             };
-            let plain = timed(a, || catena_run(false), &tmp)?;
-            let with_o = timed(a, || catena_run(true), &tmp)?;
+            let mut cmds = vec![
+                catena_run(&[], false),
+                catena_run(&[], true),
+                catena_run(&["--copy"], false),
+            ];
+            let click_file = match (&click, click_cfg) {
+                (Some(_), Some(ClickConfig::File(f))) => Some(click_dir().join("configs").join(f)),
+                (Some(_), Some(ClickConfig::Text(t))) => {
+                    let p = tmp.join("nf.click");
+                    std::fs::write(&p, t)?;
+                    Some(p)
+                }
+                _ => None,
+            };
+            let (bin, path2) = (click.clone(), path.clone());
+            if let (Some(bin), Some(file)) = (bin.clone(), click_file.clone()) {
+                cmds.push(Box::new(move || {
+                    let mut c = Command::new(&bin);
+                    // The switch has one counter per port; the others one `out`.
+                    if case == "mac_switch" {
+                        for o in 0..4 {
+                            c.arg("-h").arg(format!("nf/o{o}.count"));
+                        }
+                    } else {
+                        c.arg("-h").arg("nf/out.count");
+                    }
+                    c.arg(&file);
+                    c.arg(format!("F={}", path2.display()));
+                    c
+                }));
+            }
+            let todump = click.is_some() && case == "wire";
+            if let (true, Some(bin)) = (todump, bin) {
+                let (path, out) = (path.clone(), out.clone());
+                let dump = click_dir().join("configs/wire_todump.click");
+                cmds.push(Box::new(move || {
+                    let mut c = Command::new(&bin);
+                    c.arg(&dump);
+                    c.arg(format!("F={}", path.display()));
+                    c.arg(format!("OUTF={}", out.display()));
+                    c
+                }));
+            }
+            let measure_floors = floors.is_none();
+            if measure_floors {
+                let (p1, p2, out) = (path.clone(), path.clone(), out.clone());
+                cmds.push(Box::new(move || {
+                    let mut c = Command::new("tcpdump");
+                    c.args(["-r"]).arg(&p1).args(["-w", "/dev/null"]);
+                    c
+                }));
+                cmds.push(Box::new(move || {
+                    let mut c = Command::new("tcpdump");
+                    c.args(["-r"]).arg(&p2).arg("-w").arg(&out);
+                    c
+                }));
+            }
+            let mut got = interleaved(a, &mut cmds, &tmp)?.into_iter();
+            let (plain, with_o, copied) = (
+                got.next().unwrap(),
+                got.next().unwrap(),
+                got.next().unwrap(),
+            );
+            let clicked = click_file.is_some().then(|| got.next().unwrap());
+            let todump = todump.then(|| got.next().unwrap().secs);
+            if measure_floors {
+                floors = Some((got.next().unwrap().secs, got.next().unwrap().secs));
+            }
+            let (tcpdump_read, tcpdump_copy) = floors.unwrap_or_default();
             let v: serde_json::Value = serde_json::from_slice(&plain.stdout)?;
             let packets = v["packets_in"].as_u64().unwrap_or(0);
             let passed = v["packets_out"].as_u64().unwrap_or(0);
             let processing = v["seconds"].as_f64().unwrap_or(0.0);
-            let (mut click_s, mut click_passed, mut click_rss, mut todump) =
-                (None, None, None, None);
-            if let (Some(bin), Some(cfg)) = (&click, click_cfg) {
-                let file = match cfg {
-                    ClickConfig::File(f) => click_dir().join("configs").join(f),
-                    ClickConfig::Text(t) => {
-                        let p = tmp.join("nf.click");
-                        std::fs::write(&p, t)?;
-                        p
-                    }
-                };
-                let p = timed(
-                    a,
-                    || {
-                        let mut c = Command::new(bin);
-                        // The switch has one counter per port; the others one `out`.
-                        if case == "mac_switch" {
-                            for o in 0..4 {
-                                c.arg("-h").arg(format!("nf/o{o}.count"));
-                            }
-                        } else {
-                            c.arg("-h").arg("nf/out.count");
-                        }
-                        c.arg(&file);
-                        c.arg(format!("F={}", path.display()));
-                        c
-                    },
-                    &tmp,
-                )?;
+            let (click_s, click_passed, click_rss) = match &clicked {
                 // Each `-h H` prints "H:\nN\n" at exit; passed is their sum.
-                click_passed = Some(
-                    String::from_utf8_lossy(&p.stdout)
-                        .lines()
-                        .filter_map(|l| l.trim().parse::<u64>().ok())
-                        .sum(),
-                );
-                click_s = Some(p.secs);
-                click_rss = Some(p.rss);
-                if case == "wire" {
-                    let dump = click_dir().join("configs/wire_todump.click");
-                    todump = Some(
-                        timed(
-                            a,
-                            || {
-                                let mut c = Command::new(bin);
-                                c.arg(&dump);
-                                c.arg(format!("F={}", path.display()));
-                                c.arg(format!("OUTF={}", out.display()));
-                                c
-                            },
-                            &tmp,
-                        )?
-                        .secs,
-                    );
-                }
-            }
+                Some(p) => (
+                    Some(p.secs),
+                    Some(
+                        String::from_utf8_lossy(&p.stdout)
+                            .lines()
+                            .filter_map(|l| l.trim().parse::<u64>().ok())
+                            .sum(),
+                    ),
+                    Some(p.rss),
+                ),
+                None => (None, None, None),
+            };
             let mpps = |s: f64| packets as f64 / s.max(1e-9) / 1e6;
             let r = Row {
                 trace: label.clone(),
@@ -412,6 +443,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 catena_mpps: mpps(plain.secs),
                 catena_gbps: trace_bytes as f64 * 8.0 / plain.secs.max(1e-9) / 1e9,
                 catena_o_s: with_o.secs,
+                catena_copy_s: copied.secs,
                 catena_processing_s: processing,
                 catena_peak_rss: plain.rss.max(with_o.rss),
                 packets_passed: passed,
@@ -419,8 +451,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 click_passed,
                 click_peak_rss: click_rss,
                 click_todump_s: todump,
-                tcpdump_read_s: tcpdump_read.secs,
-                tcpdump_copy_s: tcpdump_copy.secs,
+                tcpdump_read_s: tcpdump_read,
+                tcpdump_copy_s: tcpdump_copy,
             };
             let opt = |v: Option<f64>| v.map_or("–".to_string(), |x| format!("{x:.2}"));
             table.push(vec![
@@ -431,10 +463,11 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 opt(click_s.map(mpps)),
                 opt(click_s.map(|c| c / plain.secs.max(1e-9))),
                 format!("{:.2}", mpps(with_o.secs)),
+                format!("{:.2}", mpps(copied.secs)),
                 opt(todump.map(mpps)),
-                format!("{:.2}", mpps(tcpdump_read.secs)),
-                format!("{:.2}", plain.secs / tcpdump_read.secs.max(1e-9)),
-                format!("{:.2}", mpps(tcpdump_copy.secs)),
+                format!("{:.2}", mpps(tcpdump_read)),
+                format!("{:.2}", plain.secs / tcpdump_read.max(1e-9)),
+                format!("{:.2}", mpps(tcpdump_copy)),
                 format!("{}", passed),
                 click_passed.map_or("–".into(), |n: u64| n.to_string()),
                 format!("{:.0}", r.catena_peak_rss as f64 / 1e6),
@@ -452,6 +485,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "Click whole Mpps",
         "× Click",
         "-o Mpps",
+        "--copy Mpps",
         "Click ToDump Mpps",
         "tcpdump -w /dev/null Mpps",
         "÷ tcpdump read",

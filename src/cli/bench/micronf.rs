@@ -6,6 +6,8 @@
 //! - stages: 1–6 busy NFs (500 cycles each) as one stage vs one stage per NF:
 //!   throughput and per-packet latency (TSC at the first NF to TSC at the last,
 //!   p50/p99 with hdrhistogram);
+//! - parallel: 2 busy NFs of 0–700 cycles in sequence vs as a parallel group: latency
+//!   p50/p99 (the microNF slides' figure; ratio = p50 over the sequential p50);
 //! - hop: cycles per packet through one ring hop (send, receive, buffer back);
 //! - prefetch: k = 0, 4, 8, 16 on the merged trace with the mixed chain.
 //!
@@ -34,9 +36,10 @@ struct Row {
     prefetch: usize,
     packets: u64,
     mpps: f64,
-    /// Mpps over the group's baseline (1 worker / one stage / prefetch off).
+    /// Mpps over the group's baseline (1 worker / one stage / prefetch off); for the
+    /// parallel group, p50 latency over the sequential p50.
     ratio: f64,
-    /// Latency first NF → last NF, TSC ticks (stages group only).
+    /// Latency first NF → last NF, TSC ticks (stages and parallel groups).
     p50_cycles: Option<u64>,
     p99_cycles: Option<u64>,
     /// Ticks per packet through one ring hop (hop group only).
@@ -214,6 +217,66 @@ fn staged(
     Ok((median(&mut v), s.packets_in, stat("p50"), stat("p99")))
 }
 
+/// Two busy NFs of `cycles` each between a stamp and a mark, in sequence or as a
+/// parallel group (the microNF slides' figure): Mpps and latency p50/p99.
+fn pair(
+    a: &Args,
+    cycles: u64,
+    parallel: bool,
+    trace: &Trace,
+    loops: u64,
+) -> anyhow::Result<(f64, u64, u64, u64)> {
+    let mut v = Vec::new();
+    let mut last: Option<Summary> = None;
+    for i in 0..=a.runs.min(3) {
+        let stamps: Stamps = Arc::new((0..STAMPS).map(|_| AtomicU64::new(0)).collect());
+        let h = hdrhistogram::Histogram::new_with_bounds(1, 1 << 40, 3)?;
+        let nfs: Vec<(String, Box<dyn Nf>)> = vec![
+            ("stamp".into(), Box::new(Stamp(quiet(), stamps.clone()))),
+            (
+                "busy0".into(),
+                Box::new(Busy::new(cycles, &[Fields::IP_TTL], &[])),
+            ),
+            (
+                "busy1".into(),
+                Box::new(Busy::new(cycles, &[Fields::L4_DST], &[])),
+            ),
+            ("mark".into(), Box::new(Mark(quiet(), stamps, h))),
+        ];
+        let mut chain = Chain::linear("micronf", 2, 1, nfs);
+        if parallel {
+            // Exactly busy0 ∥ busy1 (nodes 2 and 3), as the planner allows it; the
+            // stamp and the mark stay outside the group.
+            let g = catena::runtime::parallel::pair(&chain, 2, 3).map_err(anyhow::Error::msg)?;
+            chain.groups = vec![g];
+            chain.parallel = true;
+        }
+        let opts = RunOptions {
+            loops,
+            ..Default::default()
+        };
+        let s = Runner::new(chain, trace.max_packet_len()).run(trace, &opts, &mut NoProgress)?;
+        if i > 0 {
+            v.push(s.mpps);
+            last = Some(s);
+        }
+    }
+    let s = last.expect("runs >= 1");
+    let stat = |k: &str| {
+        s.nfs
+            .last()
+            .and_then(|m| m.stats.iter().find(|(n, _)| n == k))
+            .map_or(0, |(_, v)| *v)
+    };
+    Ok((median(&mut v), s.packets_in, stat("p50"), stat("p99")))
+}
+
+/// `--only`: the rows whose "group case" contains one of the words (all without it).
+fn want(a: &Args, group: &str, case: &str) -> bool {
+    let text = format!("{group} {case}");
+    a.only.is_empty() || a.only.iter().any(|o| text.contains(o.as_str()))
+}
+
 pub fn run(a: &Args) -> anyhow::Result<i32> {
     let merged = traces::load("merged", a.scale)?;
     let mut rows: Vec<Row> = Vec::new();
@@ -235,7 +298,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .ceil()
         .max(1.0) as u64;
     for (name, text) in scaling_chains() {
-        if !a.only.is_empty() && !a.only.iter().any(|o| name.contains(o.as_str())) {
+        if !want(a, "scaling", name) {
             continue;
         }
         let (one, packets) = mpps(a, &text, &merged, 1, loops)?;
@@ -256,7 +319,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     let small_loops = ((200_000.0 * a.scale) / small.len().max(1) as f64)
         .ceil()
         .max(1.0) as u64;
-    for n in 1..=6 {
+    for n in (1..=6).filter(|n| want(a, "stages", &format!("{n} busy"))) {
         let mut base = 0.0;
         for per_nf in [false, true] {
             let (m, packets, p50, p99) = staged(a, n, per_nf, &small, small_loops)?;
@@ -285,8 +348,37 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             rows.push(r);
         }
     }
+    for cycles in (0..=700)
+        .step_by(100)
+        .filter(|c| want(a, "parallel", &format!("2 busy × {c} cycles")))
+    {
+        let mut base = 0.0;
+        for parallel in [false, true] {
+            let (m, packets, p50, p99) = pair(a, cycles, parallel, &small, small_loops)?;
+            if !parallel {
+                base = p50 as f64;
+            }
+            let mut r = row(
+                "parallel",
+                format!(
+                    "2 busy × {cycles} cycles, {}",
+                    if parallel { "parallel" } else { "sequential" }
+                ),
+                1,
+                1,
+                0,
+                packets,
+                m,
+                // Latency: p50 over the sequential p50 (the target is ≤ 0.6 at 500).
+                p50 as f64 / base.max(1.0),
+            );
+            r.p50_cycles = Some(p50);
+            r.p99_cycles = Some(p99);
+            rows.push(r);
+        }
+    }
     let mut hops = Vec::new();
-    for _ in 0..a.runs.min(3) {
+    for _ in 0..a.runs.min(3) * u64::from(want(a, "hop", "")) {
         hops.push(catena::runtime::ring::hop_cycles(
             (2_000_000.0 * a.scale) as u64 + 1000,
             1024,
@@ -303,9 +395,14 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         1.0,
     );
     r.hop_cycles = Some(median(&mut hops));
-    rows.push(r);
+    if !hops.is_empty() {
+        rows.push(r);
+    }
     let mut off = 0.0;
-    for k in [0usize, 4, 8, 16] {
+    for k in [0usize, 4, 8, 16]
+        .into_iter()
+        .filter(|k| want(a, "prefetch", &format!("mixed, prefetch {k}")))
+    {
         let text = format!("prefetch = {k}\n{MIXED}");
         let (m, packets) = mpps(a, &text, &merged, 1, loops)?;
         if k == 0 {

@@ -1,0 +1,484 @@
+//! Reading a classic pcap file in place: mapped once, walked record by record as the
+//! worker consumes it (no index, no separate pass), its packets handed out as read-only
+//! views of the map (`Packet::set_view`) so that nothing is copied unless an NF writes.
+//!
+//! The map is leaked for the rest of the process: a view may be anywhere a packet goes
+//! (stage threads, NF queues, pools) until the process exits, and `'static` is the
+//! lifetime that says so to the compiler. `catena run` maps one file per process.
+//!
+//! A file truncated under a map turns the next touch of a page past its new end into
+//! SIGBUS. [`MappedPcap`] installs a SIGBUS handler that maps zero pages over the rest of
+//! its map and notes the fault: the pass ends at the next record (a later loop reports
+//! the change as [`TraceError::Changed`], the first as [`TraceError::Shrank`]) and the run
+//! exits with an error instead of being killed. A packet whose bytes were cut off while it
+//! was in flight reads zeros from there on; the error says the input changed.
+//!
+//! Errors follow [`PcapStream`](super::PcapStream): a bad file header is `Err` from
+//! [`MappedPcap::open`], a bad record ends the input there, later loops replay exactly the
+//! records of the first one.
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+use super::pcap_read::{PcapFormat, RecordProblem, PCAP_HEADER_LEN};
+use super::source::{After, Source};
+use super::trace::{PcapHeader, Record};
+use super::TraceError;
+use crate::packet::LinkKind;
+
+/// The packet buffers' largest class: bigger records are dropped as `oversize`.
+const MAX_BUFFERED_PACKET: usize = 65_536;
+/// How far ahead of the parse position the map is prefetched. Parsing is a dependent
+/// chain (each record's length says where the next starts), so without it every record
+/// header of a cold map waits a full memory latency; `read(2)` streams instead.
+const AHEAD: usize = 4096;
+/// The map's pages further than this behind the parse position are given back
+/// (`MADV_DONTNEED`, a syscall per this many bytes), so the run's resident memory stays
+/// about this window, not the file: a packet still viewing them re-faults them from the
+/// page cache, unchanged.
+const KEEP: usize = 32 << 20;
+
+pub struct MappedPcap {
+    path: PathBuf,
+    map: &'static [u8],
+    fmt: PcapFormat,
+    pos: usize,
+    /// Prefetched up to here.
+    fetched: usize,
+    /// Pages before this were given back to the page cache.
+    released: usize,
+    chunk: Vec<Record>,
+    count: u64,
+    first_pass: Option<u64>,
+    done: bool,
+    ts_min: u64,
+    ts_max: u64,
+    first_ts: Option<u64>,
+    error: Option<TraceError>,
+    changed: bool,
+    loops_done: u64,
+}
+
+impl MappedPcap {
+    /// Maps the regular file `path` (a pcap, not pcapng) and reads its header.
+    pub fn open(path: &Path) -> Result<MappedPcap, TraceError> {
+        let open_err = |source| TraceError::Open {
+            path: path.to_owned(),
+            source,
+        };
+        let file = File::open(path).map_err(open_err)?;
+        let meta = file.metadata().map_err(open_err)?;
+        if !meta.is_file() {
+            return Err(open_err(io::Error::other(
+                "not a regular file: only a file can be mapped",
+            )));
+        }
+        if meta.len() == 0 {
+            return Err(TraceError::Empty {
+                path: path.to_owned(),
+            });
+        }
+        // SAFETY: read-only map of a regular file. Another process may truncate the file
+        // under it: `guard` turns the SIGBUS that would follow into zero pages and a flag
+        // checked after every record (module docs).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(open_err)?;
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Sequential);
+        let map: &'static [u8] = Box::leak(Box::new(map));
+        guard(map).map_err(open_err)?;
+        let fmt = PcapFormat::parse(path, map)?;
+        Ok(MappedPcap {
+            path: path.to_owned(),
+            map,
+            fmt,
+            pos: PCAP_HEADER_LEN,
+            fetched: PCAP_HEADER_LEN,
+            released: 0,
+            chunk: Vec::with_capacity(64),
+            count: 0,
+            first_pass: None,
+            done: false,
+            ts_min: u64::MAX,
+            ts_max: 0,
+            first_ts: None,
+            error: None,
+            changed: false,
+            loops_done: 0,
+        })
+    }
+
+    /// Drops the map's pages from `released` up to `to` (rounded down to a page) from
+    /// this process: the file's bytes stay in the page cache and the addresses valid.
+    fn release(&mut self, to: usize) {
+        let page = PAGE.load(Relaxed);
+        let to = to / page * page;
+        if to <= self.released {
+            return;
+        }
+        // SAFETY: a page-aligned range inside our own read-only file map; MADV_DONTNEED
+        // on it only unmaps pages, which the next access maps again from the file.
+        unsafe {
+            libc::madvise(
+                self.map.as_ptr().add(self.released) as *mut libc::c_void,
+                to - self.released,
+                libc::MADV_DONTNEED,
+            );
+        }
+        self.released = to;
+    }
+
+    fn record_error(&mut self, problem: RecordProblem) {
+        self.done = true;
+        match self.first_pass {
+            Some(n) if self.count < n => self.changed_error(),
+            Some(_) => {}
+            None => {
+                self.error = Some(TraceError::Record {
+                    path: self.path.clone(),
+                    record: self.count + 1,
+                    offset: self.pos as u64,
+                    problem,
+                })
+            }
+        }
+    }
+
+    fn changed_error(&mut self) {
+        self.changed = true;
+        self.done = true;
+        self.error = Some(match self.first_pass {
+            Some(expected) => TraceError::Changed {
+                path: self.path.clone(),
+                pass: self.loops_done + 1,
+                record: self.count + 1,
+                expected,
+            },
+            None => TraceError::Shrank {
+                path: self.path.clone(),
+                record: self.count + 1,
+            },
+        });
+    }
+}
+
+impl Source for MappedPcap {
+    fn link(&self) -> LinkKind {
+        self.fmt.link
+    }
+
+    fn header(&self) -> PcapHeader {
+        self.fmt.header
+    }
+
+    fn max_packet_len(&self) -> usize {
+        (self.fmt.caplen_limit() as usize).min(MAX_BUFFERED_PACKET)
+    }
+
+    fn lasting(&self) -> Option<&'static [u8]> {
+        Some(self.map)
+    }
+
+    fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record], After) {
+        self.chunk.clear();
+        if self.pos >= self.released + 2 * KEEP {
+            self.release(self.pos - KEEP);
+        }
+        while !self.done && self.chunk.len() < max {
+            if self.first_pass == Some(self.count) {
+                self.done = true;
+                break;
+            }
+            let ahead = (self.pos + AHEAD).min(self.map.len());
+            while self.fetched < ahead {
+                prefetch(&self.map[self.fetched]);
+                self.fetched += 64;
+            }
+            if self.pos == self.map.len() {
+                if self.first_pass.is_some_and(|n| self.count < n) {
+                    self.changed_error();
+                }
+                self.done = true;
+                break;
+            }
+            match self.fmt.record(&self.map[self.pos..]) {
+                // The header just read may be a zero page the SIGBUS guard put there.
+                _ if FAULTED.load(Relaxed) => self.changed_error(),
+                Ok(r) => {
+                    self.chunk.push(Record {
+                        off: (self.pos + r.data_off) as u64,
+                        caplen: r.caplen,
+                        wire_len: r.wire_len,
+                        ts_ns: r.ts_ns,
+                    });
+                    if self.first_pass.is_none() {
+                        self.ts_min = self.ts_min.min(r.ts_ns);
+                        self.ts_max = self.ts_max.max(r.ts_ns);
+                    }
+                    self.pos += r.len;
+                    self.count += 1;
+                }
+                Err(problem) => self.record_error(problem),
+            }
+        }
+        if self.first_ts.is_none() {
+            self.first_ts = self.chunk.first().map(|r| r.ts_ns);
+        }
+        let next = if self.error.is_some() {
+            After::Unknown
+        } else if self.done || self.first_pass == Some(self.count) || self.pos == self.map.len() {
+            let span = self.span_ns();
+            self.first_ts
+                .map_or(After::Unknown, |t| After::PassEnd(t.wrapping_add(span)))
+        } else {
+            self.fmt
+                .peek_ts(&self.map[self.pos..])
+                .map_or(After::Unknown, After::Record)
+        };
+        (self.map, &self.chunk, next)
+    }
+
+    fn rewind(&mut self) -> bool {
+        if self.first_pass.is_none() {
+            self.first_pass = Some(self.count);
+        }
+        self.loops_done += 1;
+        if self.changed {
+            return false;
+        }
+        // The last window stays mapped (a small trace is never released at all).
+        self.release(self.pos.saturating_sub(KEEP));
+        self.released = 0;
+        self.pos = PCAP_HEADER_LEN;
+        self.fetched = PCAP_HEADER_LEN;
+        self.count = 0;
+        self.done = false;
+        true
+    }
+
+    fn span_ns(&self) -> u64 {
+        if self.ts_min > self.ts_max {
+            1
+        } else {
+            self.ts_max - self.ts_min + 1
+        }
+    }
+
+    fn records_hint(&self) -> u64 {
+        if let Some(n) = self.first_pass {
+            return n;
+        }
+        if self.count == 0 || self.pos <= PCAP_HEADER_LEN {
+            return self.map.len() as u64 / 512;
+        }
+        (self.count as u128 * self.map.len() as u128 / self.pos as u128) as u64
+    }
+
+    fn error(&self) -> Option<&TraceError> {
+        self.error.as_ref()
+    }
+}
+
+#[inline(always)]
+fn prefetch(b: &u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch has no architectural effect; the address is a valid reference.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+            b as *const u8 as *const i8,
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = b;
+}
+
+/// The guarded map (one per process: the last one opened) and whether it faulted.
+static GUARD_START: AtomicUsize = AtomicUsize::new(0);
+static GUARD_END: AtomicUsize = AtomicUsize::new(0);
+static FAULTED: AtomicBool = AtomicBool::new(false);
+/// Read in the handler, where `sysconf` is not to be called.
+static PAGE: AtomicUsize = AtomicUsize::new(4096);
+/// What handled SIGBUS before (Rust's stack-overflow handler): faults outside the map
+/// go back to it.
+static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// Makes a truncation of the file under `map` end the pass instead of the process.
+fn guard(map: &'static [u8]) -> io::Result<()> {
+    let page = page_size();
+    PAGE.store(page, Relaxed);
+    let start = map.as_ptr() as usize;
+    let end = start + map.len().div_ceil(page) * page;
+    GUARD_START.store(0, Relaxed);
+    GUARD_END.store(end, Relaxed);
+    GUARD_START.store(start, Relaxed);
+    FAULTED.store(false, Relaxed);
+    if PREVIOUS.get().is_some() {
+        return Ok(());
+    }
+    // SAFETY: a zeroed sigaction is a valid starting point; the handler only uses
+    // async-signal-safe operations (atomics, mmap, sigaction).
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_sigbus as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        libc::sigemptyset(&mut act.sa_mask);
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGBUS, &act, &mut old) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let _ = PREVIOUS.set(old);
+    }
+    Ok(())
+}
+
+extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let (start, end) = (GUARD_START.load(Relaxed), GUARD_END.load(Relaxed));
+    if start != 0 && (start..end).contains(&addr) {
+        let page = addr & !(PAGE.load(Relaxed) - 1);
+        // SAFETY: replaces pages of our own (leaked, read-only) map, past the file's new
+        // end, with zero pages; the faulting read is retried on them.
+        let r = unsafe {
+            libc::mmap(
+                page as *mut libc::c_void,
+                end - page,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if r != libc::MAP_FAILED {
+            FAULTED.store(true, Relaxed);
+            return;
+        }
+    }
+    // Not ours: restore the previous handling; the retried access faults into it.
+    if let Some(old) = PREVIOUS.get() {
+        // SAFETY: `old` is what sigaction returned when the guard was installed.
+        unsafe { libc::sigaction(libc::SIGBUS, old, std::ptr::null_mut()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::Trace;
+
+    /// A µs pcap of `n` records of growing length; the last cut short by `cut` bytes.
+    fn pcap(n: usize, cut: usize) -> Vec<u8> {
+        let mut b = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        b.extend(65535u32.to_le_bytes());
+        b.extend(1u32.to_le_bytes());
+        for i in 0..n {
+            let len = 60 + i * 37 % 1500;
+            b.extend((i as u32 / 3).to_le_bytes());
+            b.extend((i as u32 * 11).to_le_bytes());
+            b.extend((len as u32).to_le_bytes());
+            b.extend((len as u32 + 4).to_le_bytes());
+            b.extend((0..len).map(|j| (i + j) as u8));
+        }
+        b.truncate(b.len() - cut);
+        b
+    }
+
+    fn file(name: &str, bytes: &[u8]) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("catena-map-{}-{name}", std::process::id()));
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    /// Every record the map yields, over `loops` passes, as (bytes, wire_len, ts).
+    fn walk(m: &mut MappedPcap, loops: usize) -> Vec<(&'static [u8], u32, u64)> {
+        let all = m.lasting().unwrap();
+        let mut v = Vec::new();
+        for lp in 0..loops {
+            if lp > 0 {
+                assert!(m.rewind());
+            }
+            loop {
+                let (_, recs, _) = m.next_chunk(7);
+                if recs.is_empty() {
+                    break;
+                }
+                for r in recs {
+                    let o = r.off as usize;
+                    v.push((&all[o..o + r.caplen as usize], r.wire_len, r.ts_ns));
+                }
+            }
+        }
+        v
+    }
+
+    /// The SIGBUS guard is per process: the tests that map take turns.
+    static ONE_MAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn yields_the_records_of_the_indexed_reader_in_place_across_loops() {
+        let _one = ONE_MAP.lock().unwrap_or_else(|e| e.into_inner());
+        let p = file("good", &pcap(300, 0));
+        let t = Trace::open(&p).unwrap();
+        let mut m = MappedPcap::open(&p).unwrap();
+        let got = walk(&mut m, 2);
+        assert_eq!(got.len(), 2 * t.len());
+        for (i, (b, wire, ts)) in got.iter().enumerate() {
+            let r = &t.records()[i % t.len()];
+            assert_eq!(*b, t.packet(i % t.len()), "record {i}");
+            assert_eq!((*wire, *ts), (r.wire_len, r.ts_ns));
+        }
+        assert_eq!(m.span_ns(), t.span_ns());
+        assert!(m.error().is_none());
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn a_record_cut_short_ends_the_input_with_the_indexed_readers_error() {
+        let _one = ONE_MAP.lock().unwrap_or_else(|e| e.into_inner());
+        let p = file("cut", &pcap(50, 9));
+        let t = Trace::open(&p).unwrap();
+        let mut m = MappedPcap::open(&p).unwrap();
+        assert_eq!(walk(&mut m, 1).len(), 49);
+        assert_eq!(
+            m.error().map(|e| e.to_string()),
+            t.error().map(|e| e.to_string())
+        );
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn a_file_truncated_under_the_map_ends_the_pass_instead_of_the_process() {
+        let _one = ONE_MAP.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes = pcap(2000, 0);
+        let p = file("shrink", &bytes);
+        let mut m = MappedPcap::open(&p).unwrap();
+        // Cut after the second page: the records past it are on pages that now fault.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(3 * 4096 + 10)
+            .unwrap();
+        let got = walk(&mut m, 1);
+        assert!(!got.is_empty() && got.len() < 2000, "{} records", got.len());
+        let e = m.error().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("the file shrank while it was read"), "{e}");
+        // The records yielded before the fault are the file's own bytes.
+        let first = &bytes[24 + 16..24 + 16 + got[0].0.len()];
+        assert_eq!(got[0].0, first);
+        assert!(!m.rewind(), "no further pass over a changed file");
+        std::fs::remove_file(p).unwrap();
+    }
+}
