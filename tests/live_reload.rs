@@ -173,3 +173,57 @@ fn sighup_applies_new_ports_between_batches() {
     let k = found.unwrap();
     assert!(k > 0 && k < N, "switch at packet {k}");
 }
+
+/// A live change (`catena ctl SOCKET fw allow_ports …`) does not outlive a reload of the
+/// unchanged file: the reload puts the file's parameters back (it used to answer "no NF
+/// parameter changed" and keep the live change).
+#[test]
+fn reload_undoes_a_live_change_of_an_unchanged_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/datasets/bench/ndpi-ether-merged.pcap"
+    ));
+    let file = dir.path().join("live.toml");
+    std::fs::write(&file, chain(&src, "80, 443", "")).unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let mut child = Command::new(bin())
+        .args(["run", file.to_str().unwrap(), "--rate", "200pps"])
+        .args(["-o", "/dev/null", "--control", sock.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !sock.exists() && start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ctl = |args: &[&str]| {
+        let r = Command::new(bin())
+            .arg("ctl")
+            .arg(&sock)
+            .args(args)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&r.stdout).trim().to_string();
+        let err = String::from_utf8_lossy(&r.stderr).trim().to_string();
+        (r.status.success(), out, err)
+    };
+    let a = ctl(&["fw", "allow_ports", "22"]);
+    let b = ctl(&["reload"]);
+    let c = ctl(&["reload"]);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(a, (true, "1 port(s) allowed".into(), String::new()));
+    assert_eq!(
+        b,
+        (
+            true,
+            "1 change(s): fw: 2 port(s) allowed".into(),
+            String::new()
+        )
+    );
+    assert_eq!(c, (true, "no NF parameter changed".into(), String::new()));
+    assert!(status.success(), "{status}");
+}

@@ -6,7 +6,7 @@ use std::time::Instant;
 use catena::io::gen::{generate, GenOptions, Profile};
 use catena::io::{MappedPcap, Opened, PcapStream, Rate, Source, Trace, TraceSource};
 use catena::runtime::{
-    api, control, limits, ports, Chain, ChainConfig, Live, RunOptions, Runner, Shards,
+    api, control, limits, ports, Chain, ChainConfig, Live, NodeKind, RunOptions, Runner, Shards,
 };
 
 use super::progress::Bar;
@@ -64,7 +64,9 @@ pub struct Args {
     #[arg(long)]
     rate: Option<String>,
     /// Shard the input over N run-to-completion workers by a symmetric flow hash
-    /// (overrides the file's `workers`); each flow's packets keep their order.
+    /// (overrides the file's `workers`); each flow's packets keep their order. On live
+    /// ports each worker has its own sockets: AF_PACKET joins a fanout group, AF_XDP takes
+    /// queue `queue + worker` (the interface needs that many queues).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     workers: Option<u32>,
     /// Refuse a chain that would allocate more than this (e.g. 2G, 512M; default: half
@@ -125,7 +127,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let workers = a.workers.map_or(chain.workers, |w| w as usize);
     if !chain.port_specs.is_empty() {
         if workers > 1 {
-            anyhow::bail!("{}: chains with [[port]] tables run on one worker (use `fanout` on AF_PACKET ports)", a.config.display());
+            return run_ports_workers(a, chain, &cfg, workers);
         }
         return run_ports(a, chain, &cfg);
     }
@@ -348,6 +350,114 @@ fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
             publish: a.api.is_some().then(|| shared.clone()),
         },
     )?;
+    report(&s, a.json)
+}
+
+/// A live chain on several workers, each with its own socket per port (AF_PACKET fanout,
+/// AF_XDP one queue each: `ports::open_workers`), until SIGINT/SIGTERM; the summaries
+/// are summed. Live changes and reloads need one worker (they would have to reach every
+/// worker at once), and so do files: refused in one line.
+fn run_ports_workers(
+    a: Args,
+    chain: Chain,
+    cfg: &ChainConfig,
+    workers: usize,
+) -> anyhow::Result<i32> {
+    let file = a.config.display().to_string();
+    if a.input.is_some() || a.loops > 1 || !a.change.is_empty() || a.ports.is_some() {
+        anyhow::bail!(
+            "{file}: the chain takes packets from its [[port]] tables; --input, --loops, --change and --ports do not apply"
+        );
+    }
+    let files = chain
+        .nodes
+        .iter()
+        .any(|n| matches!(&n.kind, NodeKind::Sink { path: Some(_) }));
+    if a.control.is_some() || a.api.is_some() || a.output.is_some() || a.rate.is_some() || files {
+        anyhow::bail!(
+            "{file}: with {workers} workers on live ports, --control, --api, --output, --rate and sinks writing files are not supported yet: run with --workers 1"
+        );
+    }
+    if chain.stages() > 1 {
+        anyhow::bail!("{file}: stages need --workers 1 on live ports");
+    }
+    let sets = ports::open_workers(&chain.port_specs, workers)
+        .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let max = sets[0].iter().map(|p| p.max_frame()).max().unwrap_or(0);
+    let limit = a.max_memory.unwrap_or_else(limits::default_max_memory);
+    chain
+        .memory(max.max(64))
+        .check(limit / workers as u64)
+        .map_err(|e| anyhow::anyhow!("{file}: {e} (per worker, with {workers} workers)"))?;
+    let mut chains = vec![chain];
+    for _ in 1..workers {
+        chains.push(build(&a, cfg)?);
+    }
+    signals::install_service_handlers();
+    eprintln!(
+        "catena: running on {} port(s) with {workers} workers; Ctrl-C or SIGTERM stops",
+        sets[0].len()
+    );
+    let started = Instant::now();
+    let stop = &signals::STOP;
+    let results: Vec<anyhow::Result<catena::runtime::Summary>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = chains
+            .into_iter()
+            .zip(sets)
+            .enumerate()
+            .map(|(w, (chain, ports))| {
+                std::thread::Builder::new()
+                    .name(format!("catena-w{w}"))
+                    .spawn_scoped(scope, move || {
+                        let mut r = Runner::new(chain, max.max(64));
+                        let live = Live {
+                            stop,
+                            reload: None,
+                            publish: None,
+                        };
+                        let s = r.run_live(ports, &RunOptions::default(), live);
+                        // One worker failing ends the others.
+                        if s.is_err() {
+                            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        s
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(w, h)| match h.map(|h| h.join()) {
+                Err(e) => Err(anyhow::anyhow!("worker {w}: cannot start a thread: {e}")),
+                Ok(Ok(r)) => r.map_err(|e| anyhow::anyhow!("worker {w}: {e}")),
+                Ok(Err(_)) => Err(anyhow::anyhow!("worker {w} died")),
+            })
+            .collect()
+    });
+    let parts = results.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+    let lives: Vec<Vec<Option<catena::io::PortCounters>>> = parts
+        .iter()
+        .map(|s| s.ports.iter().map(|p| p.live).collect())
+        .collect();
+    let mut s = catena::runtime::shard::sum(
+        parts.into_iter().map(|s| (s, None)).collect(),
+        started.elapsed().as_secs_f64(),
+    );
+    for (i, p) in s.ports.iter_mut().enumerate() {
+        let mut all = lives.iter().filter_map(|l| l.get(i).copied().flatten());
+        if let Some(mut c) = all.next() {
+            for d in all {
+                c.rx += d.rx;
+                c.rx_bytes += d.rx_bytes;
+                c.rx_oversize += d.rx_oversize;
+                c.kernel_drops += d.kernel_drops;
+                c.tx += d.tx;
+                c.tx_bytes += d.tx_bytes;
+                c.tx_errors += d.tx_errors;
+            }
+            p.live = Some(c);
+        }
+    }
     report(&s, a.json)
 }
 

@@ -13,9 +13,11 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use super::af_packet::ifindex;
-use super::af_xdp_prog::{XdpMode, XdpProgram, MAX_QUEUES};
+pub use super::af_xdp_prog::XdpProgram;
+use super::af_xdp_prog::{XdpMode, MAX_QUEUES};
 use super::port::{Port, PortCounters, Recv};
 use crate::packet::{Batch, LinkKind, Pool};
 
@@ -128,8 +130,8 @@ impl Drop for Ring {
 
 pub struct AfXdp {
     // Field order is drop order: the program goes (queue back to the kernel's stack)
-    // before the socket closes.
-    _prog: XdpProgram,
+    // before the socket closes, once the last socket of the interface holding it does.
+    prog: Arc<XdpProgram>,
     rx: Ring,
     tx: Ring,
     fill: Ring,
@@ -230,8 +232,35 @@ impl Drop for Umem {
     }
 }
 
+/// The receive queues `iface` has (`/sys/class/net/IFACE/queues/rx-*`); None if unknown.
+pub fn rx_queues(iface: &str) -> Option<u32> {
+    let d = std::fs::read_dir(format!("/sys/class/net/{iface}/queues")).ok()?;
+    let n = d
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+        .count();
+    (n > 0).then_some(n as u32)
+}
+
 impl AfXdp {
+    /// Opens a socket on `cfg.queue`, attaching the interface's XDP program.
     pub fn open(cfg: &AfXdpConfig) -> io::Result<AfXdp> {
+        AfXdp::open_with(cfg, None)
+    }
+
+    /// Opens a socket on `cfg.queue` of an interface whose XDP program `prog` another
+    /// socket (`AfXdp::program`) attached: one program and XSKMAP serve every queue, one
+    /// socket per queue (each its own UMEM and rings).
+    pub fn open_on(cfg: &AfXdpConfig, prog: Arc<XdpProgram>) -> io::Result<AfXdp> {
+        AfXdp::open_with(cfg, Some(prog))
+    }
+
+    /// The interface's XDP program, to open sockets on its other queues.
+    pub fn program(&self) -> Arc<XdpProgram> {
+        self.prog.clone()
+    }
+
+    fn open_with(cfg: &AfXdpConfig, prog: Option<Arc<XdpProgram>>) -> io::Result<AfXdp> {
         let iface = cfg.iface.as_str();
         let index = ifindex(iface)?;
         let e = |what: &str| os_err(what, iface);
@@ -355,7 +384,10 @@ impl AfXdp {
         let mut o = libc::xdp_options { flags: 0 };
         let zero_copy = getopt(s, libc::XDP_OPTIONS, &mut o).is_ok()
             && o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0;
-        let prog = XdpProgram::attach(index, iface)?;
+        let prog = match prog {
+            Some(p) => p,
+            None => Arc::new(XdpProgram::attach(index, iface)?),
+        };
         prog.insert(cfg.queue, s).map_err(|x| {
             io::Error::new(
                 x.kind(),
@@ -363,7 +395,7 @@ impl AfXdp {
             )
         })?;
         let mut port = AfXdp {
-            _prog: prog,
+            prog,
             rx,
             tx,
             fill,
@@ -390,7 +422,7 @@ impl AfXdp {
     pub fn mode(&self) -> String {
         format!(
             "{} XDP, {}",
-            match self._prog.mode {
+            match self.prog.mode {
                 XdpMode::Native => "native",
                 XdpMode::Generic => "generic",
             },

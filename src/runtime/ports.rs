@@ -297,3 +297,58 @@ pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dy
     }
     Ok(v)
 }
+
+/// Opens every port once per worker, for a live run on `workers` threads: AF_PACKET
+/// ports join one fanout group (the file's `fanout`, else one of this process's), so
+/// the kernel spreads flows over the workers' sockets by hash; AF_XDP port `queue = Q`
+/// gives worker `w` its own socket on queue `Q + w`, all behind the one XDP program of
+/// the interface. pcap ports would replay or write once per worker: refused.
+pub fn open_workers(specs: &[PortSpec], workers: usize) -> anyhow::Result<Vec<Vec<Box<dyn Port>>>> {
+    if let Some(s) = specs.iter().find(|s| !s.is_live() || s.aggregate.is_some()) {
+        anyhow::bail!(
+            "port `{}`: with several workers every port must be af_packet or af_xdp without `aggregate` (set `workers = 1`)",
+            s.name
+        );
+    }
+    let group = (std::process::id() & 0x7fff) as u16;
+    let mut progs: Vec<Option<std::sync::Arc<af_xdp::XdpProgram>>> = vec![None; specs.len()];
+    let mut out = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let mut v: Vec<Box<dyn Port>> = Vec::with_capacity(specs.len());
+        for (i, s) in specs.iter().enumerate() {
+            let e = |e: String| anyhow::anyhow!("port `{}`: {e}", s.name);
+            v.push(match &s.kind {
+                PortKind::AfPacket(c) => {
+                    let mut c = c.clone();
+                    // A fanout group serves one interface: one group per port.
+                    c.fanout = Some(c.fanout.unwrap_or(group.wrapping_add(i as u16)));
+                    Box::new(AfPacket::open(&c).map_err(|x| e(x.to_string()))?)
+                }
+                PortKind::AfXdp(c) => {
+                    let mut c = c.clone();
+                    c.queue += w as u32;
+                    let have = af_xdp::rx_queues(&c.iface).unwrap_or(1);
+                    if c.queue >= have {
+                        return Err(e(format!(
+                            "{workers} workers need queues {}..={} of {}, which has {have}: give it more (`ethtool -L {} combined {workers}`; veth: `numrxqueues {workers} numtxqueues {workers}`) or fewer workers",
+                            c.queue - w as u32,
+                            c.queue,
+                            c.iface,
+                            c.iface
+                        )));
+                    }
+                    let p = match &progs[i] {
+                        Some(prog) => AfXdp::open_on(&c, prog.clone()),
+                        None => AfXdp::open(&c),
+                    }
+                    .map_err(|x| e(x.to_string()))?;
+                    progs[i].get_or_insert_with(|| p.program());
+                    Box::new(p)
+                }
+                PortKind::Pcap { .. } => return Err(e("a pcap port runs on one worker".into())),
+            });
+        }
+        out.push(v);
+    }
+    Ok(out)
+}

@@ -5,6 +5,10 @@
 //! commands, which the worker applies between batches like any other. A change of shape,
 //! or of a parameter no command can change, is refused with one line and the old chain
 //! keeps running; so is a bad file.
+//!
+//! A reload makes the running NFs equal the file: an NF whose parameters were changed
+//! live since (`catena ctl`, `POST /nf/NAME`) gets the file's parameters back even when
+//! the file did not change, so a live change never silently outlives a reload.
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +20,9 @@ pub struct Base {
     path: PathBuf,
     shape: String,
     nfs: Vec<toml::Table>,
+    /// NFs whose reloadable parameters were changed by a live command since the file
+    /// was last applied.
+    live: std::collections::BTreeSet<String>,
 }
 
 impl Base {
@@ -24,6 +31,21 @@ impl Base {
             path: path.to_path_buf(),
             shape: shape(chain),
             nfs: cfg.nfs.clone(),
+            live: Default::default(),
+        }
+    }
+
+    /// Notes that `cmd` was applied to NF `nf` outside a reload: when it changes a
+    /// parameter a reload sets, the next reload sets it back to the file's.
+    pub fn changed_live(&mut self, nf: &str, cmd: &str) {
+        let verb = cmd.split_whitespace().next().unwrap_or("");
+        let kind = self
+            .nfs
+            .iter()
+            .find(|t| t.get("name").and_then(|v| v.as_str()) == Some(nf))
+            .and_then(|t| t.get("kind").and_then(|v| v.as_str()));
+        if kind.is_some_and(|k| param_command(k) == Some(verb)) {
+            self.live.insert(nf.to_string());
         }
     }
 
@@ -49,12 +71,13 @@ impl Base {
                 .filter(|k| old.get(*k) != new.get(*k))
                 .map(String::as_str)
                 .collect();
-            if changed.is_empty() {
+            if changed.is_empty() && !self.live.contains(name) {
                 continue;
             }
             cmds.push((name.to_string(), command(kind, name, new, &changed)?));
         }
         self.nfs = cfg.nfs;
+        self.live.clear();
         Ok(cmds)
     }
 }
@@ -93,6 +116,17 @@ fn first_difference<'a>(a: &'a str, b: &'a str) -> (&'a str, &'a str) {
             (Some(p), Some(q)) if p == q => continue,
             (p, q) => return (p.unwrap_or("(nothing)"), q.unwrap_or("(nothing)")),
         }
+    }
+}
+
+/// The command that sets the reloadable parameters of an NF of `kind`, if it has one.
+fn param_command(kind: &str) -> Option<&'static str> {
+    match kind {
+        "firewall" => Some("allow_ports"),
+        "ip_filter" => Some("rules"),
+        "nat" => Some("pool"),
+        "maglev" => Some("backends"),
+        _ => None,
     }
 }
 
@@ -136,6 +170,11 @@ fn command(kind: &str, name: &str, t: &toml::Table, changed: &[&str]) -> Result<
         "ip_filter" => {
             only(&["rules"])?;
             if t.contains_key("rules_file") {
+                if changed.is_empty() {
+                    return Err(format!(
+                        "`{name}` was changed live and its rules come from `rules_file`: restart catena to return to the file"
+                    ));
+                }
                 return refuse("rules");
             }
             Ok(format!("rules {}", strs("rules").join("; ")))
@@ -222,6 +261,26 @@ mod tests {
             ])
         );
         // The base moved on: the same file again changes nothing.
+        assert_eq!(b.plan(), Ok(vec![]));
+    }
+
+    #[test]
+    fn a_live_change_is_undone_by_reloading_the_same_file() {
+        let d = tempfile::tempdir().unwrap();
+        let mut b = base(d.path(), CHAIN);
+        // Read-only or unknown commands, and NFs without reloadable parameters, do not count.
+        b.changed_live("fw", "flush");
+        b.changed_live("nobody", "allow_ports 22");
+        assert_eq!(b.plan(), Ok(vec![]));
+        b.changed_live("fw", "allow_ports 22");
+        b.changed_live("lb", "backends 10.9.9.9");
+        assert_eq!(
+            b.plan(),
+            Ok(vec![
+                ("fw".into(), "allow_ports 80".into()),
+                ("lb".into(), "backends 10.1.0.1".into())
+            ])
+        );
         assert_eq!(b.plan(), Ok(vec![]));
     }
 

@@ -355,7 +355,7 @@ fn merge(trace: &Trace, out: &Path, parts: &[PathBuf]) -> anyhow::Result<()> {
 }
 
 /// The workers' summaries summed; `seconds` is the whole run's wall time.
-fn sum(parts: Vec<(Summary, Option<usize>)>, seconds: f64) -> Summary {
+pub fn sum(parts: Vec<(Summary, Option<usize>)>, seconds: f64) -> Summary {
     let mut it = parts.into_iter().enumerate();
     let (_, (mut s, core)) = it.next().expect("at least one worker");
     let per = |w: usize, p: &Summary, core: Option<usize>| WorkerSummary {

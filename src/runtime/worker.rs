@@ -476,6 +476,19 @@ impl Runner {
         if nf == live::CHAIN {
             return self.chain_command(cmd);
         }
+        let r = self.apply_nf(nf, cmd, prepared);
+        if let (Ok(_), Some(base)) = (&r, self.reload.as_deref_mut()) {
+            base.changed_live(nf, cmd);
+        }
+        r
+    }
+
+    fn apply_nf(
+        &mut self,
+        nf: &str,
+        cmd: &str,
+        prepared: Option<&mut Prepared>,
+    ) -> Result<String, String> {
         let chain = &self.walk.chain;
         let names = || {
             chain

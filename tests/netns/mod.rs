@@ -103,6 +103,51 @@ impl Netns {
         (x, y)
     }
 
+    /// As [`veth`](Self::veth), with `queues` receive and transmit queues on each end
+    /// (the kernel spreads flows over them by hash, as a multi-queue NIC does).
+    pub fn veth_queues(
+        &self,
+        a: usize,
+        b: usize,
+        suffix: &str,
+        mtu: u32,
+        queues: u32,
+    ) -> (String, String) {
+        let (x, y) = (
+            format!("{}{suffix}a", self.tag),
+            format!("{}{suffix}b", self.tag),
+        );
+        assert!(x.len() <= 15, "interface name {x} too long");
+        let (na, nb) = (&self.names[a], &self.names[b]);
+        let q = queues.to_string();
+        ip(&[
+            "-n",
+            na,
+            "link",
+            "add",
+            &x,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &y,
+            "netns",
+            nb,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+        ]);
+        let m = mtu.to_string();
+        ip(&["-n", na, "link", "set", &x, "mtu", &m, "up"]);
+        ip(&["-n", nb, "link", "set", &y, "mtu", &m, "up"]);
+        (x, y)
+    }
+
     /// Moves the calling thread into namespace `i` (sockets it opens live there).
     pub fn enter(&self, i: usize) {
         let f = std::fs::File::open(format!("/var/run/netns/{}", self.names[i])).expect("netns");

@@ -269,15 +269,16 @@ fn send(lab: &Lab, pcap: &Path, pps: Option<u64>) -> anyhow::Result<f64> {
 }
 
 /// catena as the sender: a pcap port replays `pcap` at top speed through `wire` out of
-/// an AF_PACKET or AF_XDP port on a0 (pinned to CPU 0), nothing forwarding in C. Returns
-/// the seconds from catena's start until c0 has counted every packet (sampled every
-/// 10 ms) and that count.
+/// an AF_PACKET or AF_XDP port on a0 (pinned to CPU 0). Returns the seconds from
+/// catena's start until `watch` (namespace, interface: c0 when nothing forwards in C, b0
+/// behind a forwarder) has counted every packet (sampled every 10 ms) and that count.
 fn send_catena(
     lab: &Lab,
     dir: &Path,
     pcap: &Path,
     kind: &str,
     n: u64,
+    watch: (&str, &str),
 ) -> anyhow::Result<(f64, u64)> {
     let (k, extra) = kind.split_once('\n').unwrap_or((kind, ""));
     let chain = dir.join("sender.toml");
@@ -288,7 +289,7 @@ fn send_catena(
             pcap.display()
         ),
     )?;
-    let before = lab.rx(&lab.c, "c0")?;
+    let before = lab.rx(watch.0, watch.1)?;
     let exe = std::env::current_exe()?;
     let exe = exe.to_str().unwrap_or_default();
     let c = chain.to_str().unwrap_or_default();
@@ -303,7 +304,7 @@ fn send_catena(
     let end = Instant::now() + Duration::from_secs(30);
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(10));
-        let now = lab.rx(&lab.c, "c0")?;
+        let now = lab.rx(watch.0, watch.1)?;
         if now != last {
             (last, at) = (now, Instant::now());
         } else if now - before >= n || at.elapsed() > Duration::from_millis(500) {
@@ -565,7 +566,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             if !wanted(a, &case) {
                 continue;
             }
-            let (secs, got) = send_catena(&lab, dir, &files[0].0, kind, n)?;
+            let (secs, got) = send_catena(&lab, dir, &files[0].0, kind, n, (&lab.c, "c0"))?;
             let mpps = got as f64 / secs / 1e6;
             rows.push(Row {
                 case: format!(
@@ -647,6 +648,71 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 kernel_drops: drops,
             });
             eprintln!("done: {} {} B", dut.name(), len + 4);
+        }
+    }
+    // The same forwarders with catena's AF_XDP sender (faster than tcpreplay here), so
+    // that the sender is less the limit.
+    for len in [60usize, 1514] {
+        let n = ((if len == 60 { 300_000.0 } else { 100_000.0 }) * scale).max(1000.0) as u64;
+        let f = dir.join(format!("l2_{len}.pcap"));
+        for dut in [
+            Dut::Bridge,
+            Dut::Catena {
+                kind: "af_packet",
+                nf: "wire",
+            },
+            Dut::Catena {
+                kind: "af_xdp",
+                nf: "wire",
+            },
+        ] {
+            let case = format!("{} (sender: catena af_xdp)", dut.name());
+            if !wanted(a, &case) {
+                continue;
+            }
+            let proc_ = dut.start(&lab, dir)?;
+            let cpu0 = proc_.as_ref().map(Proc::cpu);
+            let (secs, delivered) = send_catena(&lab, dir, &f, "af_xdp", n, (&lab.b, "b0"))?;
+            let cpu = match (&proc_, cpu0) {
+                (Some(p), Some(c0)) => {
+                    let c1 = p.cpu();
+                    Some(((c1.0 - c0.0) / secs * 100.0, (c1.1 - c0.1) / secs * 100.0))
+                }
+                _ => None,
+            };
+            let mut drops = None;
+            if let Some(p) = proc_ {
+                let out = p.signal_and_wait(libc::SIGTERM);
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) {
+                    drops = v["ports"].as_array().map(|ps| {
+                        ps.iter()
+                            .filter_map(|p| p["live"]["kernel_drops"].as_u64())
+                            .sum()
+                    });
+                }
+            }
+            dut.stop(&lab);
+            let mpps = delivered as f64 / secs / 1e6;
+            rows.push(Row {
+                case,
+                frame_bytes: len + 4,
+                sent: n,
+                delivered,
+                loss_pct: 100.0 * (n.saturating_sub(delivered)) as f64 / n as f64,
+                sender_secs: secs,
+                mpps,
+                gbps: mpps * (len + 24) as f64 * 8.0 / 1e3,
+                p50_us: None,
+                p99_us: None,
+                catena_user_pct: cpu.map(|c| c.0),
+                catena_sys_pct: cpu.map(|c| c.1),
+                kernel_drops: drops,
+            });
+            eprintln!(
+                "done: {} {} B",
+                rows.last().map_or("", |r| r.case.as_str()),
+                len + 4
+            );
         }
     }
     // No loss below 80% of the bridge's rate: the best catena row at that offered rate.

@@ -53,8 +53,16 @@ impl Runner {
         let Some(mut base) = self.reload.take() else {
             return Err("this run cannot reload: it was not started from a chain file".into());
         };
-        let plan = base.plan();
+        // The base is out while its commands apply, so they do not count as live changes.
+        let r = self.apply_plan(base.plan());
         self.reload = Some(base);
+        r
+    }
+
+    fn apply_plan(
+        &mut self,
+        plan: Result<Vec<(String, String)>, String>,
+    ) -> Result<String, String> {
         let cmds = plan.map_err(|e| format!("{e}; the old chain keeps running"))?;
         if cmds.is_empty() {
             return Ok("no NF parameter changed".into());
