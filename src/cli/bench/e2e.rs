@@ -167,7 +167,7 @@ enum ClickConfig {
 /// Click's `CheckIPHeader(14)` -> `IPFilter` alone (its shipped configurations) passed
 /// fewer packets than catena on real traces (merged: 12,860 against 16,718 for the
 /// 10-rule filter), because it drops what catena (and tcpdump) classify: IPv4 packets with
-/// a bad header checksum (capture offload), VLAN-tagged packets (catena looks through
+/// a bad header checksum, VLAN-tagged packets (catena looks through
 /// 802.1Q/802.1ad tags) and IPv6 (Click's IPFilter is IPv4 only). So here: tags
 /// (0x8100/0x88a8/0x9100, up to two) are skipped by a Classifier, IPv4 goes through
 /// `CheckIPHeader(OFFSET, CHECKSUM false)` (still dropping what catena drops as malformed)
