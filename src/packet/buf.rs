@@ -256,6 +256,17 @@ impl Packet {
         (&mut b.meta, d)
     }
 
+    /// The meta to change and the bytes to read only: a borrowed view stays borrowed
+    /// (no copy), for NFs that read the packet but never write its bytes.
+    #[inline]
+    pub fn split_meta(&mut self) -> (&mut Meta, &[u8]) {
+        let b = self.b_mut();
+        // SAFETY: as in `data`: `ptr` is valid for `len` bytes and nothing writes them
+        // while the slice lives (it borrows `self`); `meta` is a separate field.
+        let d = unsafe { std::slice::from_raw_parts(b.ptr, b.len as usize) };
+        (&mut b.meta, d)
+    }
+
     /// Header offsets, decoding them on first use (Steve's partial decode).
     #[inline]
     pub fn layers(&mut self) -> Layers {

@@ -4,7 +4,9 @@
 //! costs one jump-table dispatch; decoders and tables are entered in place.
 
 use super::ast::BinOp;
-use super::plan::{binop, link_code, ActTmpl, Code, Ex, FieldRef, Leaf, Op, Pkt, Read, State};
+use super::plan::{
+    binop, link_code, ActTmpl, Bytes, Code, Ex, FieldRef, Leaf, Op, Pkt, Read, State,
+};
 use super::table::Act;
 use super::walk::Walk;
 use crate::packet::FLOOD;
@@ -129,6 +131,8 @@ pub struct Flat {
     key1: Vec<Option<FieldRef>>,
     /// Decoders some `match` arm guards, one bit each.
     guarded: u32,
+    /// Some instruction writes the packet's bytes (`set`).
+    writes: bool,
 }
 
 impl Flat {
@@ -149,6 +153,7 @@ impl Flat {
                 })
                 .collect(),
             guarded: 0,
+            writes: false,
         };
         f.start = f.pc();
         let walk = Walk::recognise(code)
@@ -178,6 +183,10 @@ impl Flat {
             d.track = f.guarded & (1 << i) != 0;
         }
         f.thread_drops();
+        f.writes = f
+            .ins
+            .iter()
+            .any(|i| matches!(i, Ins::Op(op) if matches!(**op, Op::Set { .. })));
         if let Some(at) = walk {
             let (decs, guarded) = (&f.decs, f.guarded);
             let Some(Ins::Walk(w)) = f.ins.get(at) else {
@@ -217,6 +226,12 @@ impl Flat {
                 _ => unreachable!("matched above"),
             };
         }
+    }
+
+    /// Whether packets must be writable: a read-only program leaves a borrowed packet
+    /// (a mapped trace's bytes) uncopied.
+    pub fn writes(&self) -> bool {
+        self.writes
     }
 
     /// The recognised header walk, if the code runs one.
@@ -436,7 +451,7 @@ impl Flat {
 
     /// Runs one packet to its end; the drop reason, if dropped.
     #[inline(always)]
-    pub fn run(&self, c: &Code, s: &mut State, p: &mut Pkt) -> Option<u8> {
+    pub fn run<D: Bytes>(&self, c: &Code, s: &mut State, p: &mut Pkt<D>) -> Option<u8> {
         let mut pc = self.start as usize;
         let mut steps = 0u32;
         loop {
@@ -561,7 +576,13 @@ impl Flat {
     /// Applies table `t`: where to go on (a `goto` entry, the miss block), or the end of
     /// the packet (its drop reason, if dropped).
     #[inline(always)]
-    fn apply(&self, t: usize, c: &Code, s: &mut State, p: &mut Pkt) -> Result<usize, Option<u8>> {
+    fn apply<D: Bytes>(
+        &self,
+        t: usize,
+        c: &Code,
+        s: &mut State,
+        p: &mut Pkt<D>,
+    ) -> Result<usize, Option<u8>> {
         let key = self.key(t, c, p);
         let got = s.tables[t].lookup(key, p.m.now_ns);
         self.hit(t, got, p)
@@ -569,7 +590,7 @@ impl Flat {
 
     /// Table `t`'s key for this packet.
     #[inline(always)]
-    fn key(&self, t: usize, c: &Code, p: &Pkt) -> u128 {
+    fn key<D: Bytes>(&self, t: usize, c: &Code, p: &Pkt<D>) -> u128 {
         match &self.key1[t] {
             Some(f) => p.field(f) as u128,
             None => c.table_key(t, p),
@@ -578,7 +599,12 @@ impl Flat {
 
     /// What a lookup of table `t` found: where to go on, or the end of the packet.
     #[inline(always)]
-    fn hit(&self, t: usize, got: Option<Act>, p: &mut Pkt) -> Result<usize, Option<u8>> {
+    fn hit<D: Bytes>(
+        &self,
+        t: usize,
+        got: Option<Act>,
+        p: &mut Pkt<D>,
+    ) -> Result<usize, Option<u8>> {
         match got {
             Some(Act::Output(port)) => {
                 p.m.egress = port;
@@ -597,7 +623,7 @@ impl Flat {
 
     /// Enters decoder `di` at the current offset; where its code starts.
     #[inline(always)]
-    fn enter(&self, di: usize, p: &mut Pkt) -> usize {
+    fn enter<D: Bytes>(&self, di: usize, p: &mut Pkt<D>) -> usize {
         let dec = &self.decs[di];
         let at = p.cur;
         let len = p.d.len();
@@ -606,7 +632,7 @@ impl Flat {
             (false, _) => None,
             (true, None) => Some(dec.fixed_len as usize),
             (true, Some((r, mul))) => {
-                let n = r.get(p.d, at) as usize * mul as usize;
+                let n = r.get(&p.d, at) as usize * mul as usize;
                 (n >= dec.fixed_len as usize && at + n <= len).then_some(n)
             }
         };
@@ -627,14 +653,14 @@ impl Flat {
 }
 
 #[inline(always)]
-fn learn(l: &Learn, c: &Code, s: &mut State, p: &Pkt) {
+fn learn<D: Bytes>(l: &Learn, c: &Code, s: &mut State, p: &Pkt<D>) {
     let (key, act) = learned(l, c, p);
     s.tables[l.table as usize].learn(key, act, p.m.now_ns);
 }
 
 /// The key and action a learn inserts.
 #[inline(always)]
-fn learned(l: &Learn, c: &Code, p: &Pkt) -> (u128, Act) {
+fn learned<D: Bytes>(l: &Learn, c: &Code, p: &Pkt<D>) -> (u128, Act) {
     let key = match &l.key {
         Leaf::Field(f) => p.field(f),
         k => c.leaf(k, p),
@@ -707,7 +733,7 @@ fn cond(e: &Ex) -> Cond {
 }
 
 #[inline(always)]
-fn test(c: &Code, k: &Cond, p: &Pkt) -> bool {
+fn test<D: Bytes>(c: &Code, k: &Cond, p: &Pkt<D>) -> bool {
     match k {
         Cond::FieldEq(f, v) => p.field(f) == *v,
         Cond::FieldNe(f, v) => p.field(f) != *v,
@@ -724,7 +750,7 @@ fn test(c: &Code, k: &Cond, p: &Pkt) -> bool {
 }
 
 #[inline(always)]
-fn value(c: &Code, v: &Val, p: &Pkt) -> u64 {
+fn value<D: Bytes>(c: &Code, v: &Val, p: &Pkt<D>) -> u64 {
     match v {
         Val::Field(f) => p.field(f),
         Val::Link => link_code(p.m.link),

@@ -343,9 +343,11 @@ impl Default for Scratch {
 }
 
 /// The state of one packet while it runs.
-pub(super) struct Pkt<'a> {
+pub(super) struct Pkt<'a, D: Bytes> {
     pub m: &'a mut Meta,
-    pub d: &'a mut [u8],
+    /// The packet's bytes: writable only for programs that `set` a field, so a packet
+    /// read from a mapped trace is not copied for programs that only read it.
+    pub d: D,
     pub ports: u16,
     pub sc: &'a mut Scratch,
     /// Decoders entered, one bit each (their `visits` are this packet's).
@@ -356,7 +358,21 @@ pub(super) struct Pkt<'a> {
     pub drop: Option<u8>,
 }
 
-impl Pkt<'_> {
+impl<'a, D: Bytes> Pkt<'a, D> {
+    #[inline(always)]
+    fn new(m: &'a mut Meta, d: D, ports: u16, sc: &'a mut Scratch) -> Self {
+        Pkt {
+            m,
+            d,
+            ports,
+            sc,
+            entered: 0,
+            valid: 0,
+            cur: 0,
+            drop: None,
+        }
+    }
+
     #[inline(always)]
     pub fn field(&self, f: &FieldRef) -> u64 {
         if self.valid & (1 << f.hdr) == 0 {
@@ -379,7 +395,7 @@ impl Pkt<'_> {
     #[cold]
     #[inline(never)]
     fn field_near_end(&self, f: &FieldRef, base: usize) -> u64 {
-        f.read.get(self.d, base)
+        f.read.get(&self.d, base)
     }
 
     /// Counts one entry into decoder `di` (its first this packet resets the count).
@@ -411,6 +427,26 @@ impl Pkt<'_> {
     #[inline(always)]
     pub fn may_enter(&self, d: u16, c: &Code) -> bool {
         self.entered & (1 << d) == 0 || self.sc.visits[d as usize] < c.decoders[d as usize].repeat
+    }
+}
+
+/// A packet's bytes as a program sees them: always readable, writable when the program
+/// writes (`set`).
+pub(super) trait Bytes: std::ops::Deref<Target = [u8]> {
+    fn writable(&mut self) -> Option<&mut [u8]>;
+}
+
+impl Bytes for &mut [u8] {
+    #[inline(always)]
+    fn writable(&mut self) -> Option<&mut [u8]> {
+        Some(self)
+    }
+}
+
+impl Bytes for &[u8] {
+    #[inline(always)]
+    fn writable(&mut self) -> Option<&mut [u8]> {
+        None
     }
 }
 
@@ -469,20 +505,20 @@ impl Plan {
     #[inline]
     pub fn run_batch(&mut self, batch: &mut Batch, ports: u16) {
         let (flat, code, state) = (&self.flat, &self.code, &mut self.state);
-        for pk in batch {
-            let (m, d) = pk.split_mut();
-            let p = &mut Pkt {
-                m,
-                d,
-                ports,
-                sc: &mut self.scratch,
-                entered: 0,
-                valid: 0,
-                cur: 0,
-                drop: None,
-            };
-            if let Some(r) = flat.run(code, state, p) {
-                pk.drop_with(r);
+        let sc = &mut self.scratch;
+        if flat.writes() {
+            for pk in batch {
+                let (m, d) = pk.split_mut();
+                if let Some(r) = flat.run(code, state, &mut Pkt::new(m, d, ports, sc)) {
+                    pk.drop_with(r);
+                }
+            }
+        } else {
+            for pk in batch {
+                let (m, d) = pk.split_meta();
+                if let Some(r) = flat.run(code, state, &mut Pkt::new(m, d, ports, sc)) {
+                    pk.drop_with(r);
+                }
             }
         }
     }
@@ -491,7 +527,7 @@ impl Plan {
 impl Code {
     /// The statements that are not control flow: set, learn, remove.
     #[inline(never)]
-    pub(super) fn op(&self, op: &Op, s: &mut State, p: &mut Pkt) {
+    pub(super) fn op<D: Bytes>(&self, op: &Op, s: &mut State, p: &mut Pkt<D>) {
         match op {
             Op::Set { field, value, csum } => {
                 let v = self.eval(value, p);
@@ -508,7 +544,7 @@ impl Code {
 
     /// Table `ti`'s key: its fields concatenated.
     #[inline(never)]
-    pub(super) fn table_key(&self, ti: usize, p: &Pkt) -> u128 {
+    pub(super) fn table_key<D: Bytes>(&self, ti: usize, p: &Pkt<D>) -> u128 {
         let mut key: u128 = 0;
         for (f, bits) in &self.keys[ti] {
             key = key << bits | p.field(f) as u128;
@@ -516,7 +552,14 @@ impl Code {
         key
     }
 
-    fn learn(&self, table: u16, keys: &[(Ex, u32)], act: &ActTmpl, s: &mut State, p: &Pkt) {
+    fn learn<D: Bytes>(
+        &self,
+        table: u16,
+        keys: &[(Ex, u32)],
+        act: &ActTmpl,
+        s: &mut State,
+        p: &Pkt<D>,
+    ) {
         let key = self.key(keys, p);
         let a = match act {
             ActTmpl::Output(e) => Act::Output(self.eval(e, p) as u16),
@@ -525,7 +568,7 @@ impl Code {
         s.tables[table as usize].learn(key, a, p.m.now_ns);
     }
 
-    fn key(&self, keys: &[(Ex, u32)], p: &Pkt) -> u128 {
+    fn key<D: Bytes>(&self, keys: &[(Ex, u32)], p: &Pkt<D>) -> u128 {
         let mut k: u128 = 0;
         for (e, bits) in keys {
             let mask = if *bits >= 64 {
@@ -539,7 +582,7 @@ impl Code {
     }
 
     #[inline(always)]
-    pub(super) fn leaf(&self, l: &Leaf, p: &Pkt) -> u64 {
+    pub(super) fn leaf<D: Bytes>(&self, l: &Leaf, p: &Pkt<D>) -> u64 {
         match l {
             Leaf::Const(v) => *v,
             Leaf::Field(f) => p.field(f),
@@ -557,7 +600,7 @@ impl Code {
 
     /// Flat shapes evaluated in place; only deeper trees recurse.
     #[inline(always)]
-    fn eval_flat(&self, e: &Ex, p: &Pkt) -> u64 {
+    fn eval_flat<D: Bytes>(&self, e: &Ex, p: &Pkt<D>) -> u64 {
         match e {
             Ex::Flat(op, a, b) => binop(*op, self.leaf(a, p), self.leaf(b, p)),
             Ex::InLeaf(l, set) => self.member(self.leaf(l, p), *set),
@@ -566,7 +609,7 @@ impl Code {
         }
     }
 
-    pub(super) fn eval(&self, e: &Ex, p: &Pkt) -> u64 {
+    pub(super) fn eval<D: Bytes>(&self, e: &Ex, p: &Pkt<D>) -> u64 {
         match e {
             Ex::Leaf(l) => self.leaf(l, p),
             Ex::Flat(op, a, b) => binop(*op, self.leaf(a, p), self.leaf(b, p)),
@@ -618,17 +661,21 @@ pub(super) fn binop(op: BinOp, x: u64, y: u64) -> u64 {
 }
 
 #[inline(never)]
-pub(super) fn set(f: FieldRef, v: u64, csum: Option<FieldRef>, p: &mut Pkt) {
+pub(super) fn set<D: Bytes>(f: FieldRef, v: u64, csum: Option<FieldRef>, p: &mut Pkt<D>) {
     if p.valid & (1 << f.hdr) == 0 {
         return;
     }
+    // Read-only bytes only for programs with no `set` (see `Flat::writes`).
+    let Some(d) = p.d.writable() else {
+        return;
+    };
     let base = p.sc.off[f.hdr as usize];
-    f.read.put(p.d, base as usize, v);
+    f.read.put(d, base as usize, v);
     if let Some(c) = csum {
         let (b, n) = (base as usize, p.sc.len[f.hdr as usize] as usize);
-        c.read.put(p.d, b, 0);
-        let sum = p.d.get(b..b + n).map_or(0, checksum::checksum);
-        c.read.put(p.d, b, sum as u64);
+        c.read.put(d, b, 0);
+        let sum = d.get(b..b + n).map_or(0, checksum::checksum);
+        c.read.put(d, b, sum as u64);
     }
     // Offsets other NFs cached and the flow hash may no longer hold.
     p.m.layers = crate::packet::Layers::UNPARSED;

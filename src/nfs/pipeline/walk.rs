@@ -9,7 +9,7 @@
 //! more tags than the program allows) runs the program's own decoders as written, so the
 //! output is the same either way; only the common packet skips the interpretation.
 
-use super::plan::{link_code, Arm, Code, Leaf, Op, Pkt, Read};
+use super::plan::{link_code, Arm, Bytes, Code, Leaf, Op, Pkt, Read};
 use crate::packet::{L3Kind, Layers, LinkKind};
 
 /// The ethertypes `Layers` skips as VLAN tags.
@@ -229,9 +229,9 @@ impl Walk {
     /// would, marks the headers entered as the program's decoders would and returns
     /// where the IPv4 decoder's body starts; else the program runs its own walk.
     #[inline(always)]
-    pub fn run(&self, p: &mut Pkt, steps: &mut u32) -> Option<usize> {
+    pub fn run<D: Bytes>(&self, p: &mut Pkt<D>, steps: &mut u32) -> Option<usize> {
         if p.m.layers.is_unparsed() {
-            p.m.layers = Layers::parse(p.m.link, p.d);
+            p.m.layers = Layers::parse(p.m.link, &p.d);
         }
         let l = p.m.layers;
         if l.l3 != L3Kind::Ipv4 {
@@ -259,7 +259,7 @@ impl Walk {
 
     /// Decoder `d` was entered `n` times this packet (for guarded arms that ask).
     #[inline(always)]
-    fn count(&self, p: &mut Pkt, d: u16, n: u8) {
+    fn count<D: Bytes>(&self, p: &mut Pkt<D>, d: u16, n: u8) {
         if self.track & (1 << d) != 0 {
             p.entered_times(d as usize, n);
         }
