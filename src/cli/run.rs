@@ -427,11 +427,7 @@ fn run_ports_workers(
         handles
             .into_iter()
             .enumerate()
-            .map(|(w, h)| match h.map(|h| h.join()) {
-                Err(e) => Err(anyhow::anyhow!("worker {w}: cannot start a thread: {e}")),
-                Ok(Ok(r)) => r.map_err(|e| anyhow::anyhow!("worker {w}: {e}")),
-                Ok(Err(_)) => Err(anyhow::anyhow!("worker {w} died")),
-            })
+            .map(|(w, h)| catena::runtime::shard::join_worker(w, h))
             .collect()
     });
     let parts = results.into_iter().collect::<anyhow::Result<Vec<_>>>()?;

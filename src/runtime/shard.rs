@@ -241,17 +241,7 @@ impl Shards {
             handles
                 .into_iter()
                 .enumerate()
-                .map(|(w, h)| match h.map(|h| h.join()) {
-                    Err(e) => Err(anyhow::anyhow!("worker {w}: cannot start a thread: {e}")),
-                    Ok(Ok(r)) => r.map_err(|e| anyhow::anyhow!("worker {w}: {e}")),
-                    Ok(Err(p)) => Err(anyhow::anyhow!(
-                        "worker {w} died: {}",
-                        p.downcast_ref::<&str>()
-                            .map(|s| s.to_string())
-                            .or_else(|| p.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "panic".into())
-                    )),
-                })
+                .map(|(w, h)| join_worker(w, h))
                 .collect()
         });
         let mut parts = Vec::with_capacity(n);
@@ -438,11 +428,51 @@ fn add_pairs(a: &mut Vec<(String, u64)>, b: &[(String, u64)]) {
     }
 }
 
+/// Worker `w`'s result once its thread ends, or one line saying why there is none: the
+/// thread could not start, or it panicked (with the panic's message).
+pub fn join_worker<T>(
+    w: usize,
+    h: std::io::Result<std::thread::ScopedJoinHandle<'_, anyhow::Result<T>>>,
+) -> anyhow::Result<T> {
+    match h.map(|h| h.join()) {
+        Err(e) => Err(anyhow::anyhow!("worker {w}: cannot start a thread: {e}")),
+        Ok(Ok(r)) => r.map_err(|e| anyhow::anyhow!("worker {w}: {e}")),
+        Ok(Err(p)) => Err(anyhow::anyhow!(
+            "worker {w} died: {}",
+            p.downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".into())
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::nfs::{Context, Nf, Profile};
     use crate::packet::{Batch, Fields};
+
+    /// Live multi-worker runs (cli/run.rs) join through this too: a worker's panic is
+    /// reported with its message, its error with its number.
+    #[test]
+    fn a_worker_s_end_is_reported_with_its_cause() {
+        let (panicked, failed, fine) = std::thread::scope(|s| {
+            let spawn =
+                |f: fn() -> anyhow::Result<u8>| std::thread::Builder::new().spawn_scoped(s, f);
+            (
+                join_worker(0, spawn(|| panic!("table full"))),
+                join_worker(1, spawn(|| Err(anyhow::anyhow!("port gone")))),
+                join_worker(2, spawn(|| Ok(7))),
+            )
+        });
+        assert_eq!(
+            panicked.unwrap_err().to_string(),
+            "worker 0 died: table full"
+        );
+        assert_eq!(failed.unwrap_err().to_string(), "worker 1: port gone");
+        assert_eq!(fine.unwrap(), 7);
+    }
 
     /// Panics on the packet whose first byte is 0xee.
     struct Fragile(Profile);
