@@ -378,9 +378,6 @@ fn run_ports_workers(
             "{file}: with {workers} workers on live ports, --control, --api, --output, --rate and sinks writing files are not supported yet: run with --workers 1"
         );
     }
-    if chain.stages() > 1 {
-        anyhow::bail!("{file}: stages need --workers 1 on live ports");
-    }
     let sets = ports::open_workers(&chain.port_specs, workers)
         .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let max = sets[0].iter().map(|p| p.max_frame()).max().unwrap_or(0);

@@ -165,7 +165,7 @@ impl Runner {
             return Ok(());
         };
         let shift = self.walk.shift;
-        if o.send(Msg::End { shift }).is_err() {
+        if o.end(shift).is_err() {
             return self.stage_failed(None);
         }
         if self.walk.violation.as_deref() == Some(NEXT_STAGE_STOPPED) {
