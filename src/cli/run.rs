@@ -225,7 +225,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
         })?;
     let mut bar = Bar::new(!a.json);
-    let mut s = if let (true, Input::Held(trace)) = (workers > 1, &input) {
+    let mut s = if let (true, Input::Held(_)) = (workers > 1, &input) {
+        let Input::Held(trace) = input else {
+            unreachable!("matched above")
+        };
+        // The trace lasts the process, so the workers' packets can view its bytes in
+        // place (copied only when an NF writes), as one worker's do.
+        let trace: &'static Trace = Box::leak(Box::new(trace));
         let mut chains = vec![chain];
         for _ in 1..workers {
             chains.push(build(&a, &cfg)?);
@@ -240,7 +246,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
             None => None,
         };
-        shards.run(trace, &opts, &mut bar)?
+        if a.copy {
+            shards.run(trace, &opts, &mut bar)?
+        } else {
+            shards.run_in_place(trace, &opts, &mut bar)?
+        }
     } else {
         let mut held;
         let src: &mut dyn Source = match &mut input {
