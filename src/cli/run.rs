@@ -300,7 +300,12 @@ fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
         .map(str::parse::<Rate>)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--rate {e}"))?;
-    let specs = chain.port_specs.clone();
+    let mut specs = chain.port_specs.clone();
+    // [xdp hook] Stage threads keep packets past the batch: views of a port's ring would
+    // outlive the memory they point into, so such runs copy on receive.
+    if chain.stages() > 1 {
+        ports::copy_rx(&mut specs);
+    }
     let live = specs.iter().any(|s| s.is_live());
     let ports = ports::open(&specs, rate).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let max = ports.iter().map(|p| p.max_frame()).max().unwrap_or(0);
