@@ -47,6 +47,8 @@ struct Row {
     ingest_cycles: Option<f64>,
     chain_cycles: Option<f64>,
     flush_cycles: Option<f64>,
+    /// Packets per batch catena took off its ports (per-batch costs spread over these).
+    batch_packets: Option<f64>,
 }
 
 fn mac(m: [u8; 6]) -> String {
@@ -153,9 +155,9 @@ impl Drop for Proc {
     }
 }
 
-/// catena's cycles per packet (ingest, chain, flush) from its `step cycles` line, waiting
+/// catena's cycles per packet (ingest, chain, flush) and packets per batch from its `step cycles` line, waiting
 /// up to 1 s for its stderr to be read to the end.
-fn step_cycles(line: &Mutex<Option<String>>) -> Option<[f64; 3]> {
+fn step_cycles(line: &Mutex<Option<String>>) -> Option<[f64; 4]> {
     let end = Instant::now() + Duration::from_secs(1);
     let l = loop {
         if let Some(l) = line.lock().unwrap_or_else(|e| e.into_inner()).clone() {
@@ -172,7 +174,13 @@ fn step_cycles(line: &Mutex<Option<String>>) -> Option<[f64; 3]> {
         w.get(i + 1)?.parse().ok()
     };
     let n = num("packets")?.max(1.0);
-    Some([num("ingest")? / n, num("chain")? / n, num("flush")? / n])
+    let b = num("batches")?.max(1.0);
+    Some([
+        num("ingest")? / n,
+        num("chain")? / n,
+        num("flush")? / n,
+        n / b,
+    ])
 }
 
 impl Proc {
@@ -631,6 +639,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 ingest_cycles: None,
                 chain_cycles: None,
                 flush_cycles: None,
+                batch_packets: None,
             });
         }
         for dut in duts.iter().filter(|d| wanted(a, &d.name())) {
@@ -698,6 +707,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 ingest_cycles: steps.map(|c| c[0]),
                 chain_cycles: steps.map(|c| c[1]),
                 flush_cycles: steps.map(|c| c[2]),
+                batch_packets: steps.map(|c| c[3]),
             });
             eprintln!("done: {} {} B", dut.name(), len + 4);
         }
@@ -765,6 +775,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 ingest_cycles: steps.map(|c| c[0]),
                 chain_cycles: steps.map(|c| c[1]),
                 flush_cycles: steps.map(|c| c[2]),
+                batch_packets: steps.map(|c| c[3]),
             });
             eprintln!(
                 "done: {} {} B",
@@ -819,6 +830,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 ingest_cycles: None,
                 chain_cycles: None,
                 flush_cycles: None,
+                batch_packets: None,
             });
         }
     }
@@ -839,6 +851,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "cyc/pkt ingest",
         "chain",
         "flush",
+        "pkts/batch",
     ];
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
     let table: Vec<Vec<String>> = rows
@@ -860,6 +873,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 r.ingest_cycles.map_or("-".into(), |c| format!("{c:.0}")),
                 r.chain_cycles.map_or("-".into(), |c| format!("{c:.0}")),
                 r.flush_cycles.map_or("-".into(), |c| format!("{c:.0}")),
+                r.batch_packets.map_or("-".into(), |c| format!("{c:.1}")),
             ]
         })
         .collect();
