@@ -34,7 +34,8 @@ pub struct Args {
     json: bool,
     /// Listen for live changes on this Unix socket: lines `NF COMMAND…`, applied between
     /// batches (see `catena ctl`); with several workers, at one packet index in all of
-    /// them, which the reply names. Whoever can connect may reconfigure the chain: the
+    /// them, which the reply names (on live ports: in each worker between its batches).
+    /// Whoever can connect may reconfigure the chain: the
     /// socket is made mode 0600, in a directory not writable by every user, and only a
     /// stale socket of yours is ever replaced at that path.
     #[arg(long, value_name = "SOCKET")]
@@ -58,7 +59,8 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     ports: Option<u16>,
     /// Serve the HTTP API on this loopback address (chains with [[port]] tables): GET
-    /// /stats, GET /metrics, POST /nf/NAME with a command as the body.
+    /// /stats, GET /metrics, POST /nf/NAME with a command as the body. With several
+    /// workers, commands reach every worker and the counters are summed.
     #[arg(long, value_name = "ADDR:PORT")]
     api: Option<String>,
     /// Pace of replayed `kind = "pcap"` ports: `10000pps`, `100Mbps`, `1Gbps` or `top`.
