@@ -15,6 +15,7 @@ mod fuse_filters; // issue 20 (e2e): consecutive ip_filters classified once
 mod ingest;
 mod join;
 pub mod limits;
+pub mod live_fan;
 pub mod parallel;
 pub mod ports;
 mod profile_check;
