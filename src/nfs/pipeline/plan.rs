@@ -12,7 +12,7 @@ use crate::packet::{Batch, LinkKind, Meta};
 pub const MAX_DECODERS: usize = 32;
 
 /// How one field is read, relative to its header's start.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Read {
     U8(u16),
     U16(u16),
@@ -29,7 +29,7 @@ pub enum Read {
     },
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FieldRef {
     pub hdr: u8,
     pub read: Read,
@@ -419,8 +419,9 @@ impl<'a, D: Bytes> Pkt<'a, D> {
     #[inline(always)]
     pub fn fit(&mut self, di: usize, at: usize, n: usize) {
         self.valid |= 1 << di;
-        self.sc.off[di] = at as u16;
-        self.sc.len[di] = n as u16;
+        // `di` < MAX_DECODERS (the checker's bound): the mask only spares bounds checks.
+        self.sc.off[di % MAX_DECODERS] = at as u16;
+        self.sc.len[di % MAX_DECODERS] = n as u16;
     }
 
     /// Whether decoder `d` has repeats left (a guarded `match` arm enters it).
