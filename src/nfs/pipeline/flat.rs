@@ -82,6 +82,8 @@ pub enum Ins {
     DropIf(Cond, u8),
     /// Drops unless the test holds (a branch to a `drop`, threaded).
     DropUnless(Cond, u8),
+    /// A `DropIf` and the `DropIf` after it (which stays, for jumps to it): one dispatch.
+    DropIf2(Box<(Cond, u8, Cond, u8)>),
     /// First case matching the value; none: go to `end`.
     Switch(Val, Box<[Case]>, u32),
     /// A `match link`: the case for each link kind (none: go to `end`).
@@ -249,7 +251,18 @@ impl Flat {
                 w.set_track(guarded);
             }
         }
+        f.pair_drops();
         f
+    }
+
+    /// `DropIf; DropIf` runs as one instruction that goes on past both (the second
+    /// stays where it is, so jumps to it still work).
+    fn pair_drops(&mut self) {
+        for i in 0..self.ins.len().saturating_sub(1) {
+            if let (Ins::DropIf(a, r), Ins::DropIf(b, q)) = (&self.ins[i], &self.ins[i + 1]) {
+                self.ins[i] = Ins::DropIf2(Box::new((a.clone(), *r, b.clone(), *q)));
+            }
+        }
     }
 
     /// A branch to a `drop` drops in place (one dispatch less): `if a || b { … } drop R;`.
@@ -528,6 +541,15 @@ impl Flat {
                     if !test(c, k, p) {
                         return Some(*r);
                     }
+                }
+                Ins::DropIf2(d) => {
+                    if test(c, &d.0, p) {
+                        return Some(d.1);
+                    }
+                    if test(c, &d.2, p) {
+                        return Some(d.3);
+                    }
+                    pc += 1;
                 }
                 Ins::Switch(v, cases, end) => {
                     let v = value(c, v, p);

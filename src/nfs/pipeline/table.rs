@@ -245,11 +245,7 @@ impl Table {
     /// switches do it), with one dispatch on the key's width for both.
     #[inline(always)]
     pub fn learn_lookup(&mut self, key: u128, act: Act, look: u128, now_ns: u64) -> Option<Act> {
-        let Some(l) = self
-            .learned
-            .as_mut()
-            .filter(|_| self.quick)
-        else {
+        let Some(l) = self.learned.as_mut().filter(|_| self.quick) else {
             return self.learn_lookup_slow(key, act, look, now_ns);
         };
         let v = LVal {

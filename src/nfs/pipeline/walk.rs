@@ -63,6 +63,9 @@ pub struct Walk {
     pub others: [Option<Other>; 2],
     /// Decoders whose entries a guarded `match` arm counts (one bit each).
     track: u32,
+    /// Link and tag decoders whose fields are used past their own body (one bit each):
+    /// the others' offsets are never read once the walk is past them, so not kept.
+    keep: u32,
 }
 
 impl Walk {
@@ -82,6 +85,7 @@ impl Walk {
             body: 0,
             others: [None; 2],
             track: 0,
+            keep: code.used_elsewhere(),
         };
         // (link, header length, where its ethertype is; None: raw IP's version nibble)
         let kinds = [
@@ -320,12 +324,7 @@ impl Walk {
         }
         let off = l.l3_off as usize;
         let n = (*p.d.get(off)? & 0x0f) as usize * 4;
-        p.fit(k.dec as usize, 0, k.len as usize);
-        self.count(p, k.dec, 1);
-        if l.vlans > 0 {
-            p.fit(self.tag as usize, off - 4, 4);
-            self.count(p, self.tag, l.vlans);
-        }
+        self.pass(p, k, l.vlans, off);
         p.fit(self.ip as usize, off, n);
         self.count(p, self.ip, 1);
         p.cur = off + n;
@@ -353,18 +352,29 @@ impl Walk {
             return None;
         }
         let off = l.l3_off as usize;
-        p.fit(k.dec as usize, 0, k.len as usize);
-        self.count(p, k.dec, 1);
-        if l.vlans > 0 {
-            p.fit(self.tag as usize, off - 4, 4);
-            self.count(p, self.tag, l.vlans);
-        }
+        self.pass(p, k, l.vlans, off);
         p.fit(o.dec as usize, off, o.len as usize);
         self.count(p, o.dec, 1);
         p.cur = off + o.len as usize;
         debug_assert!(p.cur <= p.d.len());
         *steps += 2 + l.vlans as u32;
         Some(o.body as usize)
+    }
+
+    /// Marks the link header and the `vlans` tags before `off` as the program's walk
+    /// would have entered them.
+    #[inline(always)]
+    fn pass<D: Bytes>(&self, p: &mut Pkt<D>, k: Link, vlans: u8, off: usize) {
+        if self.keep & (1 << k.dec) != 0 {
+            p.fit(k.dec as usize, 0, k.len as usize);
+        }
+        self.count(p, k.dec, 1);
+        if vlans > 0 {
+            if self.keep & (1 << self.tag) != 0 {
+                p.fit(self.tag as usize, off - 4, 4);
+            }
+            self.count(p, self.tag, vlans);
+        }
     }
 
     /// Decoder `d` was entered `n` times this packet (for guarded arms that ask).
