@@ -366,8 +366,6 @@ pub(super) struct Pkt<'a, D: Bytes> {
 impl<'a, D: Bytes> Pkt<'a, D> {
     #[inline(always)]
     fn new(m: &'a mut Meta, d: D, ports: u16, sc: &'a mut Scratch) -> Self {
-        // A few vector stores; every field read then skips testing its header's bit.
-        sc.off = [UNSET; MAX_DECODERS];
         Pkt {
             m,
             d,
@@ -517,8 +515,14 @@ impl Plan {
     pub fn run_batch(&mut self, batch: &mut Batch, ports: u16) {
         let (flat, code, state) = (&self.flat, &self.code, &mut self.state);
         let sc = &mut self.scratch;
+        // A few vector stores per packet (programs with decoders only); every field read
+        // then skips testing its header's bit.
+        let fresh = !code.decoders.is_empty();
         if flat.writes() {
             for pk in batch {
+                if fresh {
+                    sc.off = [UNSET; MAX_DECODERS];
+                }
                 let (m, d) = pk.split_mut();
                 if let Some(r) = flat.run(code, state, &mut Pkt::new(m, d, ports, sc)) {
                     pk.drop_with(r);
@@ -526,6 +530,9 @@ impl Plan {
             }
         } else {
             for pk in batch {
+                if fresh {
+                    sc.off = [UNSET; MAX_DECODERS];
+                }
                 let (m, d) = pk.split_meta();
                 if let Some(r) = flat.run(code, state, &mut Pkt::new(m, d, ports, sc)) {
                     pk.drop_with(r);
