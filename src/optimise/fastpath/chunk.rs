@@ -5,7 +5,7 @@
 //! The runtime owns the chain, the buffers and the counters; it lends them through
 //! [`Host`], so this layer never names the runtime's types.
 
-use super::table::{Found, Probe, Step};
+use super::table::{Found, Probe, Step, Way};
 use super::{FastPath, FpKey};
 use crate::nfs::{Consolidate, FastPacket, Nf};
 use crate::packet::{Batch, Layers, Packet, Pool, Verdict, MAX_BATCH};
@@ -198,7 +198,7 @@ impl FastPath {
         // recorded, no FIN/RST). Hits then go along their entries in one pass, without
         // the general loop's per-packet lookup, flush, refusal and deferral handling.
         // Hits change no entry but a failed check's, so what was found holds.
-        let mut fused = [0usize; MAX_BATCH];
+        let mut fused: [Option<Way>; MAX_BATCH] = [None; MAX_BATCH];
         let all = keyed.count_ones() as usize == input.len() && !input.is_empty();
         let fits = all
             && input.iter().enumerate().all(|(i, p)| {
@@ -209,7 +209,7 @@ impl FastPath {
                 };
                 match w.filter(|&w| self.table.fits(w, &keys[i], p)) {
                     Some(w) => {
-                        fused[i] = w;
+                        fused[i] = Some(w);
                         true
                     }
                     None => false,
@@ -226,18 +226,18 @@ impl FastPath {
                         slots: &slots,
                         out,
                     };
-                    rest.by_ref().find_map(|(i, p)| {
-                        self.hit_along(&mut cx, fused[i], &keys[i], p)
-                            .map(|p| (i, p))
+                    rest.by_ref().find_map(|(i, p)| match fused[i] {
+                        Some(w) => self.hit_along(&mut cx, w, &keys[i], p).map(|p| (i, p)),
+                        None => Some((i, p)),
                     })
                 });
                 self.slots = slots;
                 failed
             } else {
                 let mut cx = Direct(&mut *h);
-                rest.by_ref().find_map(|(i, p)| {
-                    self.hit_along(&mut cx, fused[i], &keys[i], p)
-                        .map(|p| (i, p))
+                rest.by_ref().find_map(|(i, p)| match fused[i] {
+                    Some(w) => self.hit_along(&mut cx, w, &keys[i], p).map(|p| (i, p)),
+                    None => Some((i, p)),
                 })
             };
             if let Some((i, mut p)) = failed {
@@ -335,7 +335,7 @@ impl FastPath {
         keyed: u64,
         keys: &[FpKey; MAX_BATCH],
         probes: &[Probe; MAX_BATCH],
-        ways: &mut [Option<usize>; MAX_BATCH],
+        ways: &mut [Option<Way>; MAX_BATCH],
     ) {
         let mut m = keyed;
         while m != 0 {
@@ -375,7 +375,7 @@ impl FastPath {
     /// their state functions and counters, then the consolidated rewrite. Gives the
     /// packet back when a check fails (the entry is dropped; the slow path takes it).
     #[inline(always)]
-    fn hit<C: HitCx>(&mut self, cx: &mut C, w: usize, key: &FpKey, p: Packet) -> Option<Packet> {
+    fn hit<C: HitCx>(&mut self, cx: &mut C, w: Way, key: &FpKey, p: Packet) -> Option<Packet> {
         let (e, actions, _) = self.table.entry_parts(w);
         if p.len() < e.min_len as usize || e.matches_eth() && !actions.eth_matches(p.data()) {
             return Some(p);
@@ -388,7 +388,7 @@ impl FastPath {
     fn hit_along<C: HitCx>(
         &mut self,
         h: &mut C,
-        w: usize,
+        w: Way,
         key: &FpKey,
         mut p: Packet,
     ) -> Option<Packet> {
