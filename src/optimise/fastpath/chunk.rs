@@ -377,7 +377,9 @@ impl FastPath {
     #[inline(always)]
     fn hit<C: HitCx>(&mut self, cx: &mut C, w: Way, key: &FpKey, p: Packet) -> Option<Packet> {
         let (e, actions, _) = self.table.entry_parts(w);
-        if p.len() < e.min_len as usize || e.matches_eth() && !actions.eth_matches(p.data()) {
+        if p.len() < e.min_len as usize
+            || e.matches_eth() && !actions.is_some_and(|a| a.eth_matches(p.data()))
+        {
             return Some(p);
         }
         self.hit_along(cx, w, key, p)
@@ -394,7 +396,8 @@ impl FastPath {
     ) -> Option<Packet> {
         let (e, actions, keys) = self.table.entry_parts(w);
         let now = p.meta().now_ns;
-        if e.calls() {
+        // An entry that calls NFs has its keys (`keys_of`).
+        if let Some(keys) = keys {
             let m = p.meta();
             let mut fp = FastPacket {
                 key: &keys.keys[0],
@@ -429,8 +432,8 @@ impl FastPath {
             }
         }
         if let Some(k) = e.sink() {
-            if e.rewrites() {
-                actions.apply(p.data_mut());
+            if let Some(a) = actions.filter(|_| e.rewrites()) {
+                a.apply(p.data_mut());
             }
             p.meta_mut().egress = e.egress;
             h.to_sink(k, &p);

@@ -285,9 +285,11 @@ struct Tags([u32; WAYS]);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Way(u32);
 
-/// Per-way storage allocated untouched and written a whole set at a time, on the set's
-/// first insert ([`Table::insert`]), before any of its tags is set; a set once written
-/// stays so. Reads go through [`Way`]s, which only set tags make.
+/// Per-way storage allocated untouched. Entries are written a whole set at a time, on
+/// the set's first insert ([`Table::insert`]), before any of its tags is set; a set once
+/// written stays so, and reads go through [`Way`]s, which only set tags make. Actions
+/// and flow keys are written only for entries that read them ([`Table::actions_of`],
+/// [`Table::keys_of`]).
 struct Ways<T>(Box<[MaybeUninit<T>]>);
 
 impl<T: Copy> Ways<T> {
@@ -301,16 +303,23 @@ impl<T: Copy> Ways<T> {
         }
     }
 
+    fn write(&mut self, w: Way, v: T) {
+        self.0[w.0 as usize].write(v);
+    }
+
+    /// # Safety
+    /// Way `w` was written ([`fill_set`](Self::fill_set) or [`write`](Self::write)).
     #[inline(always)]
-    fn get(&self, w: Way) -> &T {
-        // SAFETY: a `Way` is made only from a set tag, and a set is written before any
-        // of its tags is set (`Table::insert`) and never unwritten.
+    unsafe fn get(&self, w: Way) -> &T {
+        // SAFETY: the caller's.
         unsafe { self.0[w.0 as usize].assume_init_ref() }
     }
 
+    /// # Safety
+    /// As [`get`](Self::get).
     #[inline(always)]
-    fn get_mut(&mut self, w: Way) -> &mut T {
-        // SAFETY: as in `get`.
+    unsafe fn get_mut(&mut self, w: Way) -> &mut T {
+        // SAFETY: the caller's.
         unsafe { self.0[w.0 as usize].assume_init_mut() }
     }
 
@@ -475,7 +484,7 @@ impl Table {
         while m != 0 {
             // The mask holds tags that were set: their ways were written.
             let w = Way(base + m.trailing_zeros());
-            if self.entries.get(w).key == *k {
+            if self.hot(w).key == *k {
                 return Some(w);
             }
             m &= m - 1;
@@ -529,7 +538,7 @@ impl Table {
         let Some(w) = w else {
             return Found::Miss;
         };
-        let e = self.entries.get(w);
+        let e = self.hot(w);
         if self.timeout_ns != 0 && now.saturating_sub(e.last_ns) > self.timeout_ns {
             self.remove(w);
             return Found::Expired;
@@ -545,13 +554,13 @@ impl Table {
     /// with the Ethernet addresses they match, and no FIN or RST. Changes nothing.
     #[inline]
     pub fn fits(&self, w: Way, k: &FpKey, p: &crate::packet::Packet) -> bool {
-        let e = self.entries.get(w);
+        let e = self.hot(w);
         self.live(w)
             && !(self.timeout_ns != 0
                 && p.meta().now_ns.saturating_sub(e.last_ns) > self.timeout_ns)
             && !e.refusal()
             && p.len() >= e.min_len as usize
-            && (!e.matches_eth() || self.actions.get(w).0.eth_matches(p.data()))
+            && (!e.matches_eth() || self.actions_of(w).is_some_and(|a| a.eth_matches(p.data())))
             && !k.ends_flow(p.data())
     }
 
@@ -564,18 +573,45 @@ impl Table {
 
     #[inline]
     pub fn entry(&self, w: Way) -> &Hot {
-        self.entries.get(w)
+        self.hot(w)
     }
 
     /// Entry `w`, its actions and the flow keys its NFs saw (references: only what is
     /// read is loaded).
     #[inline]
-    pub fn entry_parts(&self, w: Way) -> (&Hot, &Actions, &Keys) {
-        (
-            self.entries.get(w),
-            &self.actions.get(w).0,
-            self.keys.get(w),
-        )
+    pub fn entry_parts(&self, w: Way) -> (&Hot, Option<&Actions>, Option<&Keys>) {
+        (self.hot(w), self.actions_of(w), self.keys_of(w))
+    }
+
+    #[inline(always)]
+    fn hot(&self, w: Way) -> &Hot {
+        // SAFETY: a `Way` is made only from a set tag, and a set's entries are written
+        // before any of its tags is set (`insert`) and never unwritten.
+        unsafe { self.entries.get(w) }
+    }
+
+    #[inline(always)]
+    fn hot_mut(&mut self, w: Way) -> &mut Hot {
+        // SAFETY: as in `hot`.
+        unsafe { self.entries.get_mut(w) }
+    }
+
+    /// Entry `w`'s actions, when it has any (it rewrites or matches Ethernet addresses).
+    #[inline(always)]
+    pub fn actions_of(&self, w: Way) -> Option<&Actions> {
+        let e = self.hot(w);
+        // SAFETY: `insert` writes a way's actions whenever the entry it installs there
+        // rewrites or matches (`Hot::of` sets both flags from those actions), and the
+        // flags read are the installed entry's.
+        (e.rewrites() || e.matches_eth()).then(|| unsafe { &self.actions.get(w).0 })
+    }
+
+    /// The flow keys entry `w`'s NFs saw, when some NF on its path has a call to make.
+    #[inline(always)]
+    pub fn keys_of(&self, w: Way) -> Option<&Keys> {
+        // SAFETY: `insert` writes a way's keys whenever the entry it installs there
+        // calls an NF, and the flag read is the installed entry's.
+        self.hot(w).calls().then(|| unsafe { self.keys.get(w) })
     }
 
     /// Starts loading the actions of entry `w` (when its path rewrites something): one
@@ -589,7 +625,7 @@ impl Table {
     /// the flow should be recorded again.
     #[inline]
     pub fn count_down(&mut self, w: Way) -> bool {
-        let e = self.entries.get_mut(w);
+        let e = self.hot_mut(w);
         e.count -= 1;
         if e.count == 0 {
             self.remove(w);
@@ -602,7 +638,7 @@ impl Table {
     /// added now ([`take_count`](Self::take_count)).
     #[inline]
     pub fn hit(&mut self, w: Way, now: u64) -> bool {
-        let e = self.entries.get_mut(w);
+        let e = self.hot_mut(w);
         e.last_ns = e.last_ns.max(now);
         e.count += 1;
         e.count == u8::MAX
@@ -611,7 +647,7 @@ impl Table {
     /// Entry `w`'s hits not yet added, and its path; the count restarts.
     #[inline]
     pub fn take_count(&mut self, w: Way) -> (u8, &[Step]) {
-        let e = self.entries.get_mut(w);
+        let e = self.hot_mut(w);
         let n = std::mem::take(&mut e.count);
         (n, e.path())
     }
@@ -649,7 +685,7 @@ impl Table {
     pub fn drain_counts(&mut self, mut add: impl FnMut(u64, &[Step])) {
         self.drain_retired(&mut add);
         self.for_each_live(|t, w| {
-            let e = t.entries.get_mut(w);
+            let e = t.hot_mut(w);
             if !e.refusal() && e.count > 0 {
                 let n = std::mem::take(&mut e.count);
                 add(n as u64, e.path());
@@ -663,7 +699,7 @@ impl Table {
     pub fn remove_through(&mut self, node: usize) -> u64 {
         let mut n = 0;
         self.for_each_live(|t, w| {
-            if t.entries.get(w).path().iter().any(|s| s.node() == node) {
+            if t.hot(w).path().iter().any(|s| s.node() == node) {
                 t.remove(w);
                 n += 1;
             }
@@ -691,7 +727,7 @@ impl Table {
 
     #[inline]
     fn retire(&mut self, w: Way) {
-        let e = self.entries.get(w);
+        let e = self.hot(w);
         if !e.refusal() && e.count > 0 {
             self.retired.push(Retired {
                 steps: e.steps,
@@ -718,10 +754,8 @@ impl Table {
         let h = self.hash(&e.key);
         let (set, tag) = self.place(h);
         if self.written[set / 64] >> (set % 64) & 1 == 0 {
-            // The set's first insert: its ways are written before any tag is set.
+            // The set's first insert: its entries are written before any tag is set.
             self.entries.fill_set(set, Hot::EMPTY);
-            self.actions.fill_set(set, ActionsLine(Actions::NONE));
-            self.keys.fill_set(set, Keys::EMPTY);
             self.written[set / 64] |= 1 << (set % 64);
         }
         let base = set * WAYS;
@@ -743,7 +777,7 @@ impl Table {
                     // set is full: every way holds an entry.
                     let w = (0..WAYS)
                         .map(|i| Way((base + i) as u32))
-                        .min_by_key(|&w| self.entries.get(w).last_ns)
+                        .min_by_key(|&w| self.hot(w).last_ns)
                         .unwrap_or(Way(base as u32));
                     self.retire(w);
                     w
@@ -756,18 +790,15 @@ impl Table {
         let hot = Hot::of(e);
         self.tags[set].0[w.0 as usize - base] = tag;
         let n = e.len as usize;
-        let d = self.entries.get_mut(w);
+        let d = self.hot_mut(w);
         (d.key, d.last_ns, d.egress, d.sink) = (hot.key, hot.last_ns, hot.egress, hot.sink);
         (d.min_len, d.len, d.count) = (hot.min_len, hot.len, hot.count);
         d.steps[..n].copy_from_slice(&hot.steps[..n]);
         if hot.rewrites() || hot.matches_eth() {
-            *self.actions.get_mut(w) = ActionsLine(e.actions);
+            self.actions.write(w, ActionsLine(e.actions));
         }
         if hot.calls() {
-            let k = self.keys.get_mut(w);
-            let n = keys.n as usize;
-            k.keys[..n].copy_from_slice(&keys.keys[..n]);
-            k.n = keys.n;
+            self.keys.write(w, *keys);
         }
         evicted
     }
