@@ -59,7 +59,8 @@ pub trait Host {
 
 /// What a hit reaches: the NFs on its path and the host's sinks and counters.
 trait HitCx: HitOut {
-    fn nf(&mut self, node: usize) -> Option<&mut dyn Consolidate>;
+    /// The NF of step `s` of a path.
+    fn nf(&mut self, s: &Step) -> Option<&mut dyn Consolidate>;
 }
 
 /// Each NF looked up when a hit needs it.
@@ -84,15 +85,14 @@ impl<H: Host> HitOut for Direct<'_, H> {
 
 impl<H: Host> HitCx for Direct<'_, H> {
     #[inline(always)]
-    fn nf(&mut self, node: usize) -> Option<&mut dyn Consolidate> {
-        self.0.nf(node).and_then(|nf| nf.consolidate_mut())
+    fn nf(&mut self, s: &Step) -> Option<&mut dyn Consolidate> {
+        self.0.nf(s.node()).and_then(|nf| nf.consolidate_mut())
     }
 }
 
 /// The NFs lent for a chunk ([`Host::lend`]).
 struct Lending<'l, 'a, O: HitOut> {
     nfs: &'l mut Lent<'a>,
-    slots: &'l [u8],
     out: &'l mut O,
 }
 
@@ -115,9 +115,9 @@ impl<O: HitOut> HitOut for Lending<'_, '_, O> {
 
 impl<O: HitOut> HitCx for Lending<'_, '_, O> {
     #[inline(always)]
-    fn nf(&mut self, node: usize) -> Option<&mut dyn Consolidate> {
-        let s = *self.slots.get(node)? as usize;
-        match self.nfs.get_mut(s) {
+    fn nf(&mut self, s: &Step) -> Option<&mut dyn Consolidate> {
+        // The slot recorded in the step (the lent NFs are the chain's, by its slots).
+        match self.nfs.get_mut(s.slot as usize) {
             Some(Some(c)) => Some(&mut **c),
             _ => None,
         }
@@ -135,7 +135,7 @@ fn count_along<C: HitCx>(cx: &mut C, path: &[Step], n: u64) {
     for s in path {
         cx.count(s.node(), s.verdict, n);
         if s.flags & Step::COUNT != 0 {
-            if let Some(c) = cx.nf(s.node()) {
+            if let Some(c) = cx.nf(s) {
                 c.fast_count(s.token, n);
             }
         }
@@ -181,11 +181,7 @@ impl FastPath {
                 // The NFs that prefetch, looked up once for the chunk.
                 let slots = std::mem::take(&mut self.slots);
                 h.lend(&slots, |nfs, out| {
-                    let mut cx = Lending {
-                        nfs,
-                        slots: &slots,
-                        out,
-                    };
+                    let mut cx = Lending { nfs, out };
                     self.find_ways(&mut cx, keyed, &keys, &probes, &mut ways);
                 });
                 self.slots = slots;
@@ -221,11 +217,7 @@ impl FastPath {
                 // The NFs the hits call, looked up once for the chunk.
                 let slots = std::mem::take(&mut self.slots);
                 let failed = h.lend(&slots, |nfs, out| {
-                    let mut cx = Lending {
-                        nfs,
-                        slots: &slots,
-                        out,
-                    };
+                    let mut cx = Lending { nfs, out };
                     rest.by_ref().find_map(|(i, p)| match fused[i] {
                         Some(w) => self.hit_along(&mut cx, w, &keys[i], p).map(|p| (i, p)),
                         None => Some((i, p)),
@@ -351,7 +343,7 @@ impl FastPath {
             }
             if self.prefetch {
                 for s in e.path() {
-                    if let Some(c) = cx.nf(s.node()) {
+                    if let Some(c) = cx.nf(s) {
                         c.fast_prefetch(s.token);
                     }
                 }
@@ -410,7 +402,7 @@ impl FastPath {
             let path = e.path();
             // Every check before any state function, so a failed one leaves no trace.
             for s in path.iter().filter(|s| s.flags & Step::CHECK != 0) {
-                let ok = match h.nf(s.node()) {
+                let ok = match h.nf(s) {
                     Some(nf) => {
                         // A reference only: the key is read by the NFs that need it.
                         fp.key = &keys.keys[s.key_index()];
@@ -425,7 +417,7 @@ impl FastPath {
                 }
             }
             for s in path.iter().filter(|s| s.flags & Step::STATE != 0) {
-                if let Some(nf) = h.nf(s.node()) {
+                if let Some(nf) = h.nf(s) {
                     fp.key = &keys.keys[s.key_index()];
                     nf.fast_state(s.token, &fp);
                 }
@@ -463,8 +455,9 @@ impl FastPath {
     #[inline]
     pub fn before_nf(&mut self, n: usize, b: &mut Batch) {
         let (g, ok, w) = (self.flags[n], self.consolidable[n], self.writes[n]);
+        let slot = self.slots.get(n).copied().unwrap_or(u8::MAX);
         for p in b.iter_mut() {
-            self.rec.before(n, g, ok, w, p);
+            self.rec.before(n, g, slot, ok, w, p);
         }
     }
 

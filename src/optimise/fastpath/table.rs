@@ -39,6 +39,9 @@ pub struct Step {
     node_key: u16,
     /// Out(counted output) or Drop(reason), as the NF decided.
     pub verdict: Verdict,
+    /// Where a chunk of hits finds the NF among the lent ones ([`super::FastPath::slots`]),
+    /// set when the path is recorded, so a hit skips the node-to-slot lookup.
+    pub slot: u8,
 }
 
 /// A refused flow's packets after the refusal until one is recorded again (the ones
@@ -55,6 +58,7 @@ impl Step {
         flags: 0,
         node_key: 0,
         verdict: Verdict::Out(0),
+        slot: u8::MAX,
     };
 
     /// A hit asks the NF whether the token still holds (`fast_valid`).
@@ -73,6 +77,7 @@ impl Step {
             flags,
             node_key: node as u16 | (key as u16) << 13,
             verdict: Verdict::Out(0),
+            slot: u8::MAX,
         }
     }
 
