@@ -178,6 +178,20 @@ impl Packet {
         true
     }
 
+    /// Stops viewing borrowed bytes, leaving an empty owned packet; a no-op for a packet
+    /// that owns its bytes. The pool calls it on free, so that a freed packet never points
+    /// into memory its lender reuses (a live port recycles its frames after the batch).
+    #[inline]
+    pub fn forget_view(&mut self) {
+        if self.b().view {
+            let b = self.b_mut();
+            b.view = false;
+            b.len = 0;
+            b.start = HEADROOM as u32;
+            self.point_at_own();
+        }
+    }
+
     /// The bytes are a view of borrowed memory, not yet copied into the packet's buffer.
     #[inline]
     pub fn is_view(&self) -> bool {

@@ -128,7 +128,8 @@ impl Pool {
     }
 
     #[inline]
-    pub fn free(&mut self, p: Packet) {
+    pub fn free(&mut self, mut p: Packet) {
+        p.forget_view();
         if let Some(big) = self.big.as_mut().filter(|_| p.capacity() > self.buf_bytes) {
             big.free.push(p);
             return;
@@ -157,6 +158,22 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_freed_view_no_longer_points_at_the_lent_bytes() {
+        let mut pool = Pool::new(1, 1500);
+        let mut p = pool.alloc().unwrap();
+        let frame = vec![7u8; 60];
+        // SAFETY: the packet stops viewing `frame` when it is freed, below, before `frame`
+        // goes out of scope.
+        assert!(unsafe { p.set_view_unchecked(&frame) });
+        assert!(p.is_view());
+        pool.free(p);
+        let p = pool.alloc().unwrap();
+        assert!(!p.is_view());
+        assert_eq!(p.len(), 0);
+        assert!(!std::ptr::eq(p.data().as_ptr(), frame.as_ptr()));
+    }
 
     #[test]
     fn exhausts_and_recycles() {
