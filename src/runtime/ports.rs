@@ -30,12 +30,19 @@ pub struct PortSpec {
     pub kind: PortKind,
     /// PA-Flow aggregation on this port: the largest aggregated frame, in bytes.
     pub aggregate: Option<usize>,
+    /// PA-Flow: received aggregates' packets go to the NFs as views into the frame.
+    pub views: bool,
 }
 
 impl PortSpec {
     pub fn describe(&self) -> String {
         let agg = self.aggregate.map_or(String::new(), |n| {
-            format!("; aggregates (PA-Flow) up to {n} B")
+            let v = if self.views {
+                ", NFs work on the received aggregates' packets as views into them"
+            } else {
+                ""
+            };
+            format!("; aggregates (PA-Flow) up to {n} B{v}")
         });
         self.describe_kind() + &agg
     }
@@ -180,10 +187,15 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 "`aggregate` is not supported on af_xdp ports yet: use kind = \"af_packet\"".into(),
             ));
         }
+        let views = p.aggregate_views == Some(true);
+        if views && aggregate.is_none() {
+            return Err(bad("`aggregate_views` needs `aggregate = true`".into()));
+        }
         out.push(PortSpec {
             name: p.name.clone(),
             kind,
             aggregate,
+            views,
         });
     }
     if out.len() > usize::from(u16::MAX - 2) {
@@ -291,7 +303,7 @@ pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dy
             }
         };
         v.push(match s.aggregate {
-            Some(size) => Box::new(Aggregating::new(port, size)),
+            Some(size) => Box::new(Aggregating::new(port, size).views(s.views)),
             None => port,
         });
     }

@@ -135,6 +135,10 @@ impl Runner {
                 for p in &mut self.walk.live {
                     p.flush();
                 }
+                // PA-Flow hook: frames whose packets the batch viewed go back now.
+                for p in &mut self.walk.live {
+                    p.after_batch(&mut self.walk.pool);
+                }
                 batches.record(t0.elapsed().as_secs_f64());
                 if let Some(v) = self.walk.violation.take() {
                     anyhow::bail!("{v}");
