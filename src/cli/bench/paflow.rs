@@ -51,6 +51,14 @@ struct Row {
     aggregated_pct: f64,
     /// CPU time (user + system) of all stage processes per packet received, ns.
     stage_cpu_ns_per_pkt: f64,
+    /// Of it, user time (catena's own code) and system time (the kernel's AF_PACKET
+    /// and veth work, including softirq delivery that ran in the stages' context).
+    stage_user_ns_per_pkt: f64,
+    stage_sys_ns_per_pkt: f64,
+    /// CPU time of the bench's sender and receiver threads per packet received, ns
+    /// (the sender's includes the veth delivery into stage 1 that it triggers).
+    sender_cpu_ns_per_pkt: f64,
+    receiver_cpu_ns_per_pkt: f64,
     latency_p50_us: f64,
     latency_p99_us: f64,
 }
@@ -286,6 +294,21 @@ struct Measured {
     received: u64,
     secs: f64,
     lat_ns: Vec<u64>,
+    /// CPU time of the sender's and the receiver's thread, ns.
+    tx_cpu_ns: u64,
+    rx_cpu_ns: u64,
+}
+
+/// CPU time (user + system) the calling thread has used, ns.
+fn thread_cpu_ns() -> u64 {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    tv_ns(ru.ru_utime) + tv_ns(ru.ru_stime)
+}
+
+fn tv_ns(t: libc::timeval) -> u64 {
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000
 }
 
 /// Sends `count` packets of `size` bytes at `pps` (0: as fast as possible) into `tx_if`
@@ -303,7 +326,7 @@ fn measure(
     let sending = Arc::new(AtomicBool::new(true));
     let ready = Arc::new(AtomicU64::new(0));
     let (s2, r2) = (sending.clone(), ready.clone());
-    let rx = std::thread::spawn(move || -> anyhow::Result<(u64, f64, Vec<u64>)> {
+    let rx = std::thread::spawn(move || -> anyhow::Result<(u64, f64, Vec<u64>, u64)> {
         enter(&ns_rx)?;
         let mut port = AfPacket::open(&AfPacketConfig::new(&rx_if))?;
         r2.store(1, Ordering::Release);
@@ -335,14 +358,14 @@ fn measure(
             std::thread::sleep(Duration::from_micros(50));
         }
         let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
-        Ok((lat.len() as u64, secs, lat))
+        Ok((lat.len() as u64, secs, lat, thread_cpu_ns()))
     });
     while ready.load(Ordering::Acquire) == 0 && !rx.is_finished() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let ns_tx = ns.to_string();
     let tx_if = tx_if.to_string();
-    let tx = std::thread::spawn(move || -> anyhow::Result<u64> {
+    let tx = std::thread::spawn(move || -> anyhow::Result<(u64, u64)> {
         enter(&ns_tx)?;
         let mut port = AfPacket::open(&AfPacketConfig::new(&tx_if))?;
         let mut buf = vec![0u8; size];
@@ -367,18 +390,21 @@ fn measure(
             }
             port.flush();
         }
-        Ok(port.counters().tx)
+        Ok((port.counters().tx, thread_cpu_ns()))
     });
     let sent = tx.join().map_err(|_| anyhow::anyhow!("sender panicked"))?;
     sending.store(false, Ordering::Release);
-    let (received, secs, lat) = rx
+    let (received, secs, lat, rx_cpu_ns) = rx
         .join()
         .map_err(|_| anyhow::anyhow!("receiver panicked"))??;
+    let (sent, tx_cpu_ns) = sent?;
     Ok(Measured {
-        sent: sent?,
+        sent,
         received,
         secs,
         lat_ns: lat,
+        tx_cpu_ns,
+        rx_cpu_ns,
     })
 }
 
@@ -395,12 +421,13 @@ fn pct(v: &mut [u64], q: f64) -> f64 {
 struct Stages {
     agg: u64,
     all: u64,
-    cpu_ns: u64,
+    user_ns: u64,
+    sys_ns: u64,
 }
 
 /// Stops the stages and collects [`Stages`].
 fn stop(mut t: Topology, stages: usize) -> Stages {
-    let (mut agg, mut all, mut cpu_ns) = (0, 0, 0u64);
+    let (mut agg, mut all, mut user_ns, mut sys_ns) = (0, 0, 0u64, 0u64);
     for (k, p) in t.procs.iter_mut().enumerate() {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(p.id() as i32, libc::SIGTERM) };
@@ -416,8 +443,8 @@ fn stop(mut t: Topology, stages: usize) -> Stages {
         let mut st = 0;
         let r = unsafe { libc::wait4(p.id() as i32, &mut st, 0, &mut ru) };
         if r > 0 {
-            let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-            cpu_ns += tv(ru.ru_utime) + tv(ru.ru_stime);
+            user_ns += tv_ns(ru.ru_utime);
+            sys_ns += tv_ns(ru.ru_stime);
         }
         let _ = p.wait();
         if k + 1 < stages {
@@ -427,7 +454,12 @@ fn stop(mut t: Topology, stages: usize) -> Stages {
             }
         }
     }
-    Stages { agg, all, cpu_ns }
+    Stages {
+        agg,
+        all,
+        user_ns,
+        sys_ns,
+    }
 }
 
 fn row(stages: usize, size: usize, mode: &str, pps: u64, m: &mut Measured, st: Stages) -> Row {
@@ -436,6 +468,7 @@ fn row(stages: usize, size: usize, mode: &str, pps: u64, m: &mut Measured, st: S
     } else {
         0.0
     };
+    let per = m.received.max(1) as f64;
     Row {
         stages,
         size,
@@ -450,7 +483,11 @@ fn row(stages: usize, size: usize, mode: &str, pps: u64, m: &mut Measured, st: S
         } else {
             0.0
         },
-        stage_cpu_ns_per_pkt: st.cpu_ns as f64 / m.received.max(1) as f64,
+        stage_cpu_ns_per_pkt: (st.user_ns + st.sys_ns) as f64 / per,
+        stage_user_ns_per_pkt: st.user_ns as f64 / per,
+        stage_sys_ns_per_pkt: st.sys_ns as f64 / per,
+        sender_cpu_ns_per_pkt: m.tx_cpu_ns as f64 / per,
+        receiver_cpu_ns_per_pkt: m.rx_cpu_ns as f64 / per,
         latency_p50_us: pct(&mut m.lat_ns, 0.5),
         latency_p99_us: pct(&mut m.lat_ns, 0.99),
     }
@@ -513,6 +550,9 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "Gbps",
         "aggregated %",
         "stage CPU ns/pkt",
+        "usr/sys",
+        "sender ns/pkt",
+        "receiver ns/pkt",
         "p50 µs",
         "p99 µs",
     ];
@@ -534,6 +574,12 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 format!("{:.3}", r.gbps),
                 format!("{:.1}", r.aggregated_pct),
                 format!("{:.0}", r.stage_cpu_ns_per_pkt),
+                format!(
+                    "{:.0}/{:.0}",
+                    r.stage_user_ns_per_pkt, r.stage_sys_ns_per_pkt
+                ),
+                format!("{:.0}", r.sender_cpu_ns_per_pkt),
+                format!("{:.0}", r.receiver_cpu_ns_per_pkt),
                 format!("{:.1}", r.latency_p50_us),
                 format!("{:.1}", r.latency_p99_us),
             ]
