@@ -244,11 +244,12 @@ fn nfs_on_received_aggregates_as_views_give_the_unaggregated_output() {
     let rx = &b["ports"][0]["live"];
     let tx = &a["ports"][1]["live"];
     eprintln!(
-        "views: {} of {PACKETS} packets in {} aggregates, {} unpacked as views; {} of them out",
+        "views: {} of {PACKETS} packets in {} aggregates, {} unpacked as views; {} of them out; {}",
         tx["tx_aggregated"],
         tx["tx_aggregates"],
         rx["rx_viewed"],
-        got.len()
+        got.len(),
+        nf_counts(&b).join("; ")
     );
     assert_eq!(rx["kernel_drops"], 0);
     assert_eq!(rx["rx_bad_aggregate"], 0);
