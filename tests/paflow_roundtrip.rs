@@ -174,6 +174,44 @@ fn catena_run_pair_gives_the_capture_back() {
     assert!(tx["tx_aggregated"].as_u64().unwrap() > 80_000, "{tx}");
     assert_eq!(rx["rx_unpacked"], tx["tx_aggregated"]);
     assert_eq!(s2["packets_in"].as_u64().unwrap() as usize, t.len());
+    // The same through `catena run` with the NFs on views into the aggregates (the live
+    // runtime's `after_batch` path, no root needed): the capture back, views used.
+    let views = ports(&agg, true, &back, false).replacen(
+        "aggregate = true\n",
+        "aggregate = true\naggregate_views = true\n",
+        1,
+    );
+    let (s3, ok, err) = run(&views, dir.path());
+    assert!(ok, "{err}");
+    assert!(!err.contains("outlived"), "{err}");
+    let b = Trace::open(&back).unwrap();
+    assert_eq!(b.len(), t.len());
+    for i in 0..t.len() {
+        assert_eq!(b.packet(i), t.packet(i), "views: packet {i}");
+    }
+    let rv = &s3["ports"][0]["live"];
+    assert_eq!(rv["rx_unpacked"], tx["tx_aggregated"]);
+    let big = (0..t.len())
+        .filter(|&i| t.packet(i).len() + catena::packet::HEADROOM > 2048)
+        .count() as u64;
+    let viewed = rv["rx_viewed"].as_u64().unwrap();
+    assert!(
+        viewed + big >= rv["rx_unpacked"].as_u64().unwrap() && viewed > 80_000,
+        "{rv}"
+    );
+    // Views need aggregation on the port: one line.
+    let c = ports(&cap, false, &back, false).replacen(
+        "aggregate = false\n",
+        "aggregate = false\naggregate_views = true\n",
+        1,
+    );
+    let (_, ok, err) = run(&c, dir.path());
+    assert!(!ok);
+    assert!(
+        err.contains("`aggregate_views` needs `aggregate = true`"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
 #[test]
