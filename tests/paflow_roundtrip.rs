@@ -394,7 +394,8 @@ fn packets_for_different_ports_never_share_an_aggregate() {
 /// Reads `agg` back through an aggregating port with views (`aggregate_views`), as the
 /// live runtime does: each batch's packets are used (every 5th changed, which copies
 /// it), freed, then `after_batch`. `keep` packets from the first batch are kept past
-/// it. Returns the packets' bytes, how many were views, the port, and the pool.
+/// it; `after_batch` runs only after a batch that took packets, as in the runtime.
+/// Returns the packets' bytes, how many were views, the port, and the pool.
 fn disaggregate_views(agg: &Path, keep: usize) -> (Vec<Vec<u8>>, u64, Aggregating, Pool) {
     let h = Trace::open(agg).unwrap().header();
     let inner = PcapPort::open(Some(agg), None, Rate::Top, h).unwrap();
@@ -420,7 +421,9 @@ fn disaggregate_views(agg: &Path, keep: usize) -> (Vec<Vec<u8>>, u64, Aggregatin
                 pool.free(p);
             }
         }
-        port.after_batch(&mut pool);
+        if matches!(r, Recv::Got(n) if n > 0) {
+            port.after_batch(&mut pool);
+        }
         if r == Recv::Ended {
             break;
         }
@@ -471,4 +474,56 @@ fn views_into_received_aggregates_come_back_byte_identical_and_frames_return() {
         "views go on after a packet outlived its batch"
     );
     assert!(views2 > 0 && views2 < views, "{views2} views of {views}");
+}
+
+/// Aggregates of exactly one batch (32 packets): the last frame's end is found on the
+/// call after its last packet, one that takes no packet and so is followed by no
+/// `after_batch`. That frame must still go back to the pool, and `catena run` must end
+/// with every buffer back (it stopped with "conservation violated ... buffers held 1").
+#[test]
+fn a_frame_ending_on_a_batch_boundary_goes_back_to_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let pkt = |i: usize| {
+        let mut v = vec![i as u8; 64];
+        v[12] = 0x08;
+        v[13] = 0x00;
+        v
+    };
+    let pkts: Vec<Vec<u8>> = (0..4 * MAX_BATCH).map(pkt).collect();
+    let frames: Vec<Vec<u8>> = pkts
+        .chunks(MAX_BATCH)
+        .map(|c| {
+            let mut p = Packer::new(9000);
+            for x in c {
+                assert!(p.push(x));
+            }
+            p.frame().to_vec()
+        })
+        .collect();
+    let agg = dir.path().join("agg.pcap");
+    Trace::from_packets(
+        LinkKind::Ethernet,
+        catena::io::PcapHeader::new(1, false),
+        frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (i as u64 * 1000, f.as_slice())),
+    )
+    .write_pcap(&agg)
+    .unwrap();
+    let (got, views, _, pool) = disaggregate_views(&agg, 0);
+    assert_eq!(got, pkts);
+    assert_eq!(views, pkts.len() as u64);
+    assert_eq!(pool.available(), pool.size(), "a frame was kept");
+
+    let back = dir.path().join("back.pcap");
+    let c = ports(&agg, true, &back, false).replacen(
+        "aggregate = true\n",
+        "aggregate = true\naggregate_views = true\n",
+        1,
+    );
+    let (s, ok, err) = run(&c, dir.path());
+    assert!(ok, "{err}");
+    assert_eq!(s["ports"][0]["live"]["rx_viewed"], pkts.len());
+    assert_eq!(packets(&back), pkts);
 }

@@ -28,6 +28,8 @@ struct Unpacking {
     left: u16,
     /// Some of its packets are views into it.
     viewed: bool,
+    /// Some were lent since the last `after_batch` (earlier ones were found back then).
+    lent_now: bool,
 }
 
 /// How deep into the pool `after_batch` looks for lent buffers before it looks through
@@ -104,7 +106,9 @@ impl Aggregating {
 
     /// A frame fully unpacked: back to the pool, or held while its packets view it.
     fn done_with(&mut self, u: Unpacking, pool: &mut Pool) {
-        if !u.viewed {
+        if !u.viewed || (self.views && !u.lent_now) {
+            // No packet views it, or every one that did was found back in the pool by
+            // an `after_batch` since (a frame may end on a batch's last packet).
             pool.free(u.frame);
         } else if self.views {
             self.held.push(u.frame);
@@ -225,6 +229,7 @@ impl Aggregating {
                     if view {
                         self.lent.push(id(&p));
                         u.viewed = true;
+                        u.lent_now = true;
                         self.c.rx_viewed += 1;
                     }
                     *p.meta_mut() = Meta::default();
@@ -296,6 +301,7 @@ impl Port for Aggregating {
                         at: frame::HEADER,
                         left,
                         viewed: false,
+                        lent_now: false,
                     });
                 } else {
                     out.push(p);
@@ -370,6 +376,9 @@ impl Port for Aggregating {
         }
         for f in self.held.drain(..) {
             pool.free(f);
+        }
+        if let Some(u) = self.cur.as_mut() {
+            u.lent_now = false;
         }
     }
 
