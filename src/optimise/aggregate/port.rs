@@ -118,20 +118,6 @@ impl Aggregating {
         }
     }
 
-    /// True when `p` views bytes of a frame this port holds.
-    fn views_ours(&self, p: &Packet) -> bool {
-        if !p.is_view() {
-            return false;
-        }
-        let at = p.data().as_ptr() as usize;
-        let inside = |f: &Packet| {
-            let d = f.data();
-            let s = d.as_ptr() as usize;
-            at >= s && at < s + d.len()
-        };
-        self.held.iter().any(inside) || self.cur.as_ref().is_some_and(|u| inside(&u.frame))
-    }
-
     /// Pops up to `depth` buffers from `pool`, un-viewing the ones lent this batch and
     /// crossing them off `lent`, and pushes them all back in their order.
     fn look(&mut self, pool: &mut Pool, depth: usize) {
@@ -139,12 +125,23 @@ impl Aggregating {
             let Some(mut p) = pool.alloc_raw() else {
                 break;
             };
-            if let Some(k) = self.lent.iter().position(|&x| x == id(&p)) {
-                self.lent.swap_remove(k);
-                if self.views_ours(&p) {
-                    // No buffer in the pool keeps viewing a frame about to be reused.
-                    p.set_bytes(&[]);
-                }
+            // The batch freed its packets in order, so the pool gives them back last
+            // first: the match is nearly always `lent`'s last entry.
+            let me = id(&p);
+            let found = match self.lent.last() {
+                Some(&x) if x == me => self.lent.pop().is_some(),
+                _ => match self.lent.iter().rposition(|&x| x == me) {
+                    Some(k) => {
+                        self.lent.swap_remove(k);
+                        true
+                    }
+                    None => false,
+                },
+            };
+            if found && p.is_view() {
+                // A buffer this port lent views only its frames (or was copied by an
+                // NF and views nothing): none stays in the pool viewing a frame.
+                p.set_bytes(&[]);
             }
             self.scratch.push(p);
         }
