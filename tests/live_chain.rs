@@ -239,12 +239,20 @@ fn live_equals_replay_on(kind: &str, test: &str, nfs: &str, replies: bool) {
     let live: Value = serde_json::from_str(&out).unwrap();
     if kind == "af_xdp" {
         assert!(!xdp_on(&c0) && !xdp_on(&c1), "XDP program removed at exit");
-        // veth has no zero-copy: the kernel copies, and the port says so.
-        let name = live["ports"][0]["name"].as_str().unwrap();
-        assert!(
-            name.starts_with("af_xdp:") && name.ends_with(" XDP, copy)"),
-            "{name}"
-        );
+        // veth has no zero-copy: the kernel copies, and the port says so; catena reads
+        // the UMEM frames in place unless told to copy them.
+        let rx = if settings.contains("rx = \"copy\"") {
+            "rx copied"
+        } else {
+            "rx in place"
+        };
+        for p in 0..2 {
+            let name = live["ports"][p]["name"].as_str().unwrap();
+            assert!(
+                name.starts_with("af_xdp:") && name.ends_with(&format!(" XDP, copy, {rx})")),
+                "{name}"
+            );
+        }
     }
 
     assert_eq!(
@@ -334,6 +342,27 @@ fn firewall_af_xdp_live_equals_replay() {
 }
 
 const NAT: &str = "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"\npublic = \"198.51.100.1, 198.51.100.2\"\ntcp_timeout = 86400\ntcp_linger = 86400\nudp_timeout = 86400\nicmp_timeout = 86400\n";
+
+/// The copying receive path (`rx = "copy"`) gives the same bytes as the default views.
+#[test]
+fn firewall_af_xdp_rx_copy_live_equals_replay() {
+    live_equals_replay_on(
+        "af_xdp\nrx = \"copy\"",
+        "firewall_af_xdp_rx_copy_live_equals_replay",
+        "[[nf]]\nname = \"fw\"\nkind = \"firewall\"\nallow_ports = [80, 443]\n",
+        false,
+    );
+}
+
+#[test]
+fn firewall_rx_copy_live_equals_replay() {
+    live_equals_replay_on(
+        "af_packet\nrx = \"copy\"",
+        "firewall_rx_copy_live_equals_replay",
+        "[[nf]]\nname = \"fw\"\nkind = \"firewall\"\nallow_ports = [80, 443]\n",
+        false,
+    );
+}
 
 #[test]
 fn nat_live_equals_replay() {

@@ -228,6 +228,18 @@ fn check_says_what_to_do_about_ports() {
             "error: c.toml: port `a`: `tx` does not apply to kind `af_xdp`\n",
         ),
         (
+            port("af_xdp", "iface = \"lo\"\nrx = \"sideways\""),
+            "error: c.toml: port `a`: `rx`: `sideways` is not an RX mode (view, copy)\n",
+        ),
+        (
+            port("af_packet", "iface = \"lo\"\nrx = \"zero\""),
+            "error: c.toml: port `a`: `rx`: `zero` is not an RX mode (view, copy)\n",
+        ),
+        (
+            port("pcap", "path = \"x.pcap\"\nrx = \"copy\""),
+            "error: c.toml: port `a`: `rx` does not apply to kind `pcap`\n",
+        ),
+        (
             format!("{}{}", port("af_xdp", "iface = \"lo\""), port("af_xdp", "iface = \"lo\"").replace("name = \"a\"", "name = \"b\"").split("[[nf]]").next().unwrap()),
             "error: c.toml: port `b`: interface `lo` already has an af_xdp port (one per interface)\n",
         ),

@@ -6,7 +6,8 @@ use std::time::Instant;
 use catena::io::gen::{generate, GenOptions, Profile};
 use catena::io::{MappedPcap, Opened, PcapStream, Rate, Source, Trace, TraceSource};
 use catena::runtime::{
-    api, control, limits, ports, Chain, ChainConfig, Live, NodeKind, RunOptions, Runner, Shards,
+    api, control, limits, live_fan, ports, Chain, ChainConfig, Live, NodeKind, RunOptions, Runner,
+    Shards,
 };
 
 use super::progress::Bar;
@@ -33,7 +34,8 @@ pub struct Args {
     json: bool,
     /// Listen for live changes on this Unix socket: lines `NF COMMAND…`, applied between
     /// batches (see `catena ctl`); with several workers, at one packet index in all of
-    /// them, which the reply names. Whoever can connect may reconfigure the chain: the
+    /// them, which the reply names (on live ports: in each worker between its batches).
+    /// Whoever can connect may reconfigure the chain: the
     /// socket is made mode 0600, in a directory not writable by every user, and only a
     /// stale socket of yours is ever replaced at that path.
     #[arg(long, value_name = "SOCKET")]
@@ -57,7 +59,8 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     ports: Option<u16>,
     /// Serve the HTTP API on this loopback address (chains with [[port]] tables): GET
-    /// /stats, GET /metrics, POST /nf/NAME with a command as the body.
+    /// /stats, GET /metrics, POST /nf/NAME with a command as the body. With several
+    /// workers, commands reach every worker and the counters are summed.
     #[arg(long, value_name = "ADDR:PORT")]
     api: Option<String>,
     /// Pace of replayed `kind = "pcap"` ports: `10000pps`, `100Mbps`, `1Gbps` or `top`.
@@ -300,7 +303,12 @@ fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
         .map(str::parse::<Rate>)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--rate {e}"))?;
-    let specs = chain.port_specs.clone();
+    let mut specs = chain.port_specs.clone();
+    // [xdp hook] Stage threads keep packets past the batch: views of a port's ring would
+    // outlive the memory they point into, so such runs copy on receive.
+    if chain.stages() > 1 {
+        ports::copy_rx(&mut specs);
+    }
     let live = specs.iter().any(|s| s.is_live());
     let ports = ports::open(&specs, rate).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let max = ports.iter().map(|p| p.max_frame()).max().unwrap_or(0);
@@ -319,18 +327,9 @@ fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
     let shared = api::Shared::default();
     let _api = match &a.api {
         Some(addr) => {
-            let sa: std::net::SocketAddr = addr
-                .parse()
-                .map_err(|_| anyhow::anyhow!("--api `{addr}`: write it as 127.0.0.1:9100"))?;
-            if !sa.ip().is_loopback() {
-                anyhow::bail!("--api `{addr}`: the API has no authentication; bind it to a loopback address such as 127.0.0.1:9100");
-            }
             let (tx, port) = control::channel_pair();
             runner.attach_control(port);
-            let srv = api::serve(addr, tx, shared.clone(), runner.preparers())
-                .map_err(|e| anyhow::anyhow!("--api: {e}"))?;
-            eprintln!("catena: API on http://{}", srv.addr);
-            Some(srv)
+            Some(serve_api(addr, tx, shared.clone(), runner.preparers())?)
         }
         None => None,
     };
@@ -353,10 +352,30 @@ fn run_ports(a: Args, chain: Chain, cfg: &ChainConfig) -> anyhow::Result<i32> {
     report(&s, a.json)
 }
 
+/// `--api ADDR`: loopback only (the API has no authentication).
+fn serve_api(
+    addr: &str,
+    tx: std::sync::mpsc::Sender<control::Command>,
+    shared: api::Shared,
+    preparers: std::collections::HashMap<String, catena::nfs::Preparer>,
+) -> anyhow::Result<api::ApiServer> {
+    let sa: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--api `{addr}`: write it as 127.0.0.1:9100"))?;
+    if !sa.ip().is_loopback() {
+        anyhow::bail!("--api `{addr}`: the API has no authentication; bind it to a loopback address such as 127.0.0.1:9100");
+    }
+    let srv = api::serve(addr, tx, shared, preparers).map_err(|e| anyhow::anyhow!("--api: {e}"))?;
+    eprintln!("catena: API on http://{}", srv.addr);
+    Ok(srv)
+}
+
 /// A live chain on several workers, each with its own socket per port (AF_PACKET fanout,
 /// AF_XDP one queue each: `ports::open_workers`), until SIGINT/SIGTERM; the summaries
-/// are summed. Live changes and reloads need one worker (they would have to reach every
-/// worker at once), and so do files: refused in one line.
+/// are summed. `--control` and `--api` reach every worker through one fan thread
+/// (`runtime::live_fan`): commands and reloads go to each, counters are summed. Files
+/// (`--output`, sinks with a path) need one worker: one file written by several workers
+/// would need a lock per batch and has no defined packet order; refused in one line.
 fn run_ports_workers(
     a: Args,
     chain: Chain,
@@ -373,9 +392,9 @@ fn run_ports_workers(
         .nodes
         .iter()
         .any(|n| matches!(&n.kind, NodeKind::Sink { path: Some(_) }));
-    if a.control.is_some() || a.api.is_some() || a.output.is_some() || a.rate.is_some() || files {
+    if a.output.is_some() || a.rate.is_some() || files {
         anyhow::bail!(
-            "{file}: with {workers} workers on live ports, --control, --api, --output, --rate and sinks writing files are not supported yet: run with --workers 1"
+            "{file}: with {workers} workers on live ports, --output, --rate and sinks writing files are not supported (one file would need a lock per batch): run with --workers 1"
         );
     }
     if chain.stages() > 1 {
@@ -393,6 +412,48 @@ fn run_ports_workers(
     for _ in 1..workers {
         chains.push(build(&a, cfg)?);
     }
+    // [xdp hook] One fan thread joins the workers to `--control` and `--api`.
+    let mut runners: Vec<Runner> = chains
+        .into_iter()
+        .map(|c| {
+            let mut r = Runner::new(c, max.max(64));
+            r.reload_from(&a.config, cfg);
+            r
+        })
+        .collect();
+    let preparers = runners[0].preparers();
+    let mut inputs = Vec::new();
+    let _server = match open_control(&a, preparers.clone())? {
+        Some((server, port)) => {
+            inputs.push(port);
+            Some(server)
+        }
+        None => None,
+    };
+    let merged = api::Shared::default();
+    let _api = match &a.api {
+        Some(addr) => {
+            let (tx, port) = control::channel_pair();
+            inputs.push(port);
+            Some(serve_api(addr, tx, merged.clone(), preparers.clone())?)
+        }
+        None => None,
+    };
+    let parts: Vec<api::Shared> = (0..workers).map(|_| api::Shared::default()).collect();
+    let (ports_of, fan) = live_fan::start(
+        workers,
+        live_fan::FanParts {
+            inputs,
+            preparers,
+            parts: parts.clone(),
+            merged: a.api.is_some().then(|| merged.clone()),
+            reload: Some(&signals::RELOAD),
+        },
+    )?;
+    for (r, p) in runners.iter_mut().zip(ports_of) {
+        r.attach_control(p);
+    }
+    let publish = a.api.is_some();
     signals::install_service_handlers();
     eprintln!(
         "catena: running on {} port(s) with {workers} workers; Ctrl-C or SIGTERM stops",
@@ -401,19 +462,20 @@ fn run_ports_workers(
     let started = Instant::now();
     let stop = &signals::STOP;
     let results: Vec<anyhow::Result<catena::runtime::Summary>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = chains
+        let handles: Vec<_> = runners
             .into_iter()
             .zip(sets)
+            .zip(parts)
             .enumerate()
-            .map(|(w, (chain, ports))| {
+            .map(|(w, ((mut r, ports), part))| {
                 std::thread::Builder::new()
                     .name(format!("catena-w{w}"))
                     .spawn_scoped(scope, move || {
-                        let mut r = Runner::new(chain, max.max(64));
+                        // Reloads arrive through the fan, to every worker.
                         let live = Live {
                             stop,
                             reload: None,
-                            publish: None,
+                            publish: publish.then_some(part),
                         };
                         let s = r.run_live(ports, &RunOptions::default(), live);
                         // One worker failing ends the others.
@@ -430,30 +492,14 @@ fn run_ports_workers(
             .map(|(w, h)| catena::runtime::shard::join_worker(w, h))
             .collect()
     });
+    drop(fan);
     let parts = results.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
-    let lives: Vec<Vec<Option<catena::io::PortCounters>>> = parts
-        .iter()
-        .map(|s| s.ports.iter().map(|p| p.live).collect())
-        .collect();
-    let mut s = catena::runtime::shard::sum(
-        parts.into_iter().map(|s| (s, None)).collect(),
-        started.elapsed().as_secs_f64(),
-    );
-    for (i, p) in s.ports.iter_mut().enumerate() {
-        let mut all = lives.iter().filter_map(|l| l.get(i).copied().flatten());
-        if let Some(mut c) = all.next() {
-            for d in all {
-                c.rx += d.rx;
-                c.rx_bytes += d.rx_bytes;
-                c.rx_oversize += d.rx_oversize;
-                c.kernel_drops += d.kernel_drops;
-                c.tx += d.tx;
-                c.tx_bytes += d.tx_bytes;
-                c.tx_errors += d.tx_errors;
-            }
-            p.live = Some(c);
-        }
-    }
+    let mut s = live_fan::sum_workers(parts);
+    let secs = started.elapsed().as_secs_f64();
+    s.seconds = secs;
+    s.mpps = s.packets_in as f64 / secs.max(1e-9) / 1e6;
+    // The API's last answer is the final summary, as with one worker.
+    merged.lock().unwrap_or_else(|e| e.into_inner()).summary = Some(s.clone());
     report(&s, a.json)
 }
 

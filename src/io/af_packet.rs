@@ -33,6 +33,32 @@ pub struct AfPacketConfig {
     pub block_timeout_ms: u32,
     /// How frames leave.
     pub tx: TxMode,
+    /// How frames arrive: read in place in the ring (views) or copied out.
+    pub rx: RxMode,
+}
+
+/// How a live port hands received frames to the chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RxMode {
+    /// Each packet is a read-only view of the ring memory the kernel wrote it to (copied
+    /// into the packet's buffer only if an NF changes it). The memory goes back to the
+    /// kernel once the batch has left the chain: at the port's next `recv` or `flush`.
+    /// Only for run-to-completion use: nothing may keep a packet past the batch
+    /// (pipeline stages and PA-Flow aggregation take `Copy`).
+    View,
+    /// Each packet is copied into its pool buffer and the ring memory returned at once.
+    Copy,
+}
+
+impl std::str::FromStr for RxMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<RxMode, String> {
+        match s {
+            "view" => Ok(RxMode::View),
+            "copy" => Ok(RxMode::Copy),
+            _ => Err(format!("`{s}` is not an RX mode (view, copy)")),
+        }
+    }
 }
 
 /// How an AF_PACKET port sends.
@@ -66,6 +92,7 @@ impl AfPacketConfig {
             block_nr: 64,
             block_timeout_ms: 1,
             tx: TxMode::Sendmmsg,
+            rx: RxMode::View,
         }
     }
 }
@@ -86,6 +113,11 @@ pub struct AfPacket {
     block: usize,
     left: u32,
     next: usize,
+    rx_mode: RxMode,
+    /// Blocks before `block` read to the end but not yet given back, because packets of
+    /// the batch view them (`RxMode::View`): at most the blocks one batch spans, given
+    /// back by `recycle` at the next `recv` or `flush`.
+    held: usize,
     tx_buf: Vec<u8>,
     tx_len: Vec<u32>,
     tx_n: usize,
@@ -249,6 +281,8 @@ impl AfPacket {
             block: 0,
             left: 0,
             next: 0,
+            rx_mode: cfg.rx,
+            held: 0,
             tx_buf: vec![0; TX_SLOTS * TX_FRAME],
             tx_len: vec![0; TX_SLOTS],
             tx_n: 0,
@@ -356,11 +390,28 @@ impl AfPacket {
 
     /// Hands the current block back to the kernel and moves to the next.
     #[inline]
+    /// Done with the block being read: back to the kernel now, or once the batch has
+    /// left the chain when packets view it.
     fn release(&mut self) {
-        self.block_status(self.block)
-            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        if self.rx_mode == RxMode::View {
+            self.held += 1;
+        } else {
+            self.block_status(self.block)
+                .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        }
         self.block = (self.block + 1) % self.block_nr;
         self.left = 0;
+    }
+
+    /// Gives back, in ring order, the blocks the last batch viewed (it has left the
+    /// chain). The block being read stays ours until it is read to the end.
+    fn recycle(&mut self) {
+        while self.held > 0 {
+            let b = (self.block + self.block_nr - self.held) % self.block_nr;
+            self.block_status(b)
+                .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.held -= 1;
+        }
     }
 }
 
@@ -377,10 +428,18 @@ impl Port for AfPacket {
     }
 
     fn recv(&mut self, pool: &mut Pool, out: &mut Batch, max: usize) -> Recv {
+        // The previous batch has left the chain: its blocks may be written again.
+        self.recycle();
+        let views = self.rx_mode == RxMode::View;
         let mut got = 0;
         let room = pool.max_packet();
         while got < max {
             if self.left == 0 {
+                // Blocks held for this batch's views are still marked ours: never read
+                // all the way round to them.
+                if self.held + 1 >= self.block_nr {
+                    break;
+                }
                 let st = self.block_status(self.block).load(Ordering::Acquire);
                 if st & libc::TP_STATUS_USER == 0 {
                     break;
@@ -433,6 +492,13 @@ impl Port for AfPacket {
                     tag[12..14].copy_from_slice(&tpid.to_be_bytes());
                     tag[14..16].copy_from_slice(&tci.to_be_bytes());
                     p.set_bytes(&tag) && p.extend(&frame[12..])
+                } else if views {
+                    // SAFETY: the frame lies in a block that stays ours (not handed back
+                    // to the kernel, so unwritten) until `recycle`, which runs only once
+                    // this batch has left the chain; the ring stays mapped while the port
+                    // lives. A packet freed to the pool still pointing here is given new
+                    // bytes before it is read again.
+                    unsafe { p.set_view_unchecked(frame) }
                 } else {
                     p.set_bytes(frame)
                 }
@@ -477,6 +543,7 @@ impl Port for AfPacket {
     }
 
     fn flush(&mut self) {
+        self.recycle();
         if let Some(r) = self.ring_tx.as_mut() {
             r.flush(&mut self.c);
             return;

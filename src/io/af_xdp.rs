@@ -1,7 +1,10 @@
 //! AF_XDP port on one queue of a Linux interface. The XDP program (af_xdp_prog.rs)
 //! redirects the queue's packets to this socket; the kernel writes them into UMEM frames
-//! we lent it through the fill ring and reports them on the RX ring. We copy each into a
-//! pool buffer (as AF_PACKET's ring is copied) and give the frame straight back. Sending
+//! we lent it through the fill ring and reports them on the RX ring. By default each packet
+//! is a read-only view of its UMEM frame (`RxMode::View`: no copy unless an NF writes), and
+//! the frames of a batch go back to the fill ring once the batch has left the chain (the
+//! port's next `recv` or `flush`); `RxMode::Copy` copies each into a pool buffer and gives
+//! the frame straight back. Sending
 //! copies frames into UMEM, queues descriptors on the TX ring and wakes the kernel once
 //! per flush. No system call while packets are ready on receive.
 //!
@@ -15,7 +18,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use super::af_packet::ifindex;
+use super::af_packet::{ifindex, RxMode};
 pub use super::af_xdp_prog::XdpProgram;
 use super::af_xdp_prog::{XdpMode, MAX_QUEUES};
 use super::port::{Port, PortCounters, Recv};
@@ -27,6 +30,8 @@ pub struct AfXdpConfig {
     pub iface: String,
     /// The interface queue this socket serves (veth has one: 0).
     pub queue: u32,
+    /// Packets as views of their UMEM frames, or copied out.
+    pub rx: RxMode,
 }
 
 impl AfXdpConfig {
@@ -34,6 +39,7 @@ impl AfXdpConfig {
         AfXdpConfig {
             iface: iface.to_string(),
             queue: 0,
+            rx: RxMode::View,
         }
     }
 }
@@ -142,6 +148,11 @@ pub struct AfXdp {
     queue: u32,
     zero_copy: bool,
     sg: bool,
+    rx_mode: RxMode,
+    /// RX frames that packets of the last batch view, out of the fill ring until
+    /// `recycle`. At most one batch's worth (one frame per viewed packet), so the kernel
+    /// always has at least `RX_RING - MAX_BATCH` frames to receive into.
+    lent: Vec<u64>,
     /// TX frames not lent to the kernel.
     tx_free: Vec<u64>,
     /// Per queued packet: the TX ring index after its last fragment, and its length;
@@ -406,6 +417,8 @@ impl AfXdp {
             queue: cfg.queue,
             zero_copy,
             sg,
+            rx_mode: cfg.rx,
+            lent: Vec::with_capacity(crate::packet::MAX_BATCH),
             tx_free,
             tx_pending: VecDeque::with_capacity(TX_RING as usize),
             tx_published: 0,
@@ -440,6 +453,22 @@ impl AfXdp {
         } else {
             0
         }
+    }
+
+    /// Gives the frames the last batch viewed back to the kernel. Called when that batch
+    /// has left the chain (sent, written or dropped): the next `recv` or `flush`.
+    fn recycle(&mut self) {
+        if self.lent.is_empty() {
+            return;
+        }
+        for &a in &self.lent {
+            // SAFETY: a fill slot below consumer + RING: every RX frame is either in the
+            // fill ring, the RX ring or `lent`, and the ring has a slot for each.
+            unsafe { *self.fill.addr_slot(self.fill.local) = a };
+            self.fill.local = self.fill.local.wrapping_add(1);
+        }
+        self.lent.clear();
+        self.fill.prod().store(self.fill.local, Ordering::Release);
     }
 
     /// Takes back the TX frames the kernel has sent and counts their packets as sent.
@@ -501,10 +530,22 @@ impl AfXdp {
 
 impl Port for AfXdp {
     fn describe(&self) -> String {
-        format!("af_xdp:{}:{} ({})", self.iface, self.queue, self.mode())
+        let rx = match self.rx_mode {
+            RxMode::View => "rx in place",
+            RxMode::Copy => "rx copied",
+        };
+        format!(
+            "af_xdp:{}:{} ({}, {rx})",
+            self.iface,
+            self.queue,
+            self.mode()
+        )
     }
 
     fn recv(&mut self, pool: &mut Pool, out: &mut Batch, max: usize) -> Recv {
+        // The previous batch has left the chain: its frames may be written again.
+        self.recycle();
+        let views = self.rx_mode == RxMode::View;
         let prod = self.rx.prod().load(Ordering::Acquire);
         if prod == self.rx.local {
             return Recv::Got(0);
@@ -544,7 +585,26 @@ impl Port for AfXdp {
                 None
             };
             let mut p = p;
-            for k in 0..n {
+            let mut copy = true;
+            if let (true, 1, Some(b)) = (views, n, p.as_mut()) {
+                // SAFETY: below the producer index: published by the kernel.
+                let d = unsafe { *self.rx.desc_slot(first) };
+                // SAFETY: the kernel wrote `len` bytes at `addr` inside the UMEM, which
+                // stays mapped while the port lives; the frame stays out of the fill
+                // ring (so unwritten) until `recycle`, which runs only once this batch
+                // has left the chain. A packet freed to the pool still pointing here is
+                // given new bytes before it is read again.
+                let ok = unsafe {
+                    b.set_view_unchecked(std::slice::from_raw_parts(
+                        self.umem.add(d.addr as usize),
+                        d.len as usize,
+                    ))
+                };
+                debug_assert!(ok);
+                self.lent.push(d.addr & !(FRAME - 1));
+                copy = false;
+            }
+            for k in (0..n).filter(|_| copy) {
                 // SAFETY: as above.
                 let d = unsafe { *self.rx.desc_slot(first.wrapping_add(k)) };
                 if let Some(b) = p.as_mut() {
@@ -623,6 +683,7 @@ impl Port for AfXdp {
     }
 
     fn flush(&mut self) {
+        self.recycle();
         if self.tx.local != self.tx_published || !self.tx_pending.is_empty() {
             self.kick();
         }

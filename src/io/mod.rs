@@ -15,7 +15,7 @@ mod port;
 mod source;
 mod trace;
 
-pub use af_packet::{AfPacket, AfPacketConfig, TxMode};
+pub use af_packet::{AfPacket, AfPacketConfig, RxMode, TxMode};
 pub use af_xdp::{AfXdp, AfXdpConfig};
 pub use linktype::{link_from_pcap, pcap_linktype};
 pub use pcap_map::MappedPcap;

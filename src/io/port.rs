@@ -49,7 +49,10 @@ pub trait Port: Send {
     /// `kind:iface` or `pcap:path`, for messages.
     fn describe(&self) -> String;
     /// Appends up to `max` received packets to `out`, in pool buffers with `ts_ns`,
-    /// `wire_len` and `link` set. Never blocks.
+    /// `wire_len` and `link` set. Never blocks. Live ports may hand packets that view
+    /// their ring (`RxMode::View`): those bytes are valid until this port's next `recv`
+    /// or `flush`, by which time the batch must have left the chain (sent, written or
+    /// dropped); a caller that keeps packets longer opens the port with `RxMode::Copy`.
     fn recv(&mut self, pool: &mut Pool, out: &mut Batch, max: usize) -> Recv;
     /// Queues one frame for sending (copied: the caller keeps its buffer).
     fn send(&mut self, frame: &[u8], ts_ns: u64, wire_len: u32);

@@ -143,6 +143,9 @@ pub struct PortConfig {
     pub fanout: Option<u16>,
     /// af_packet: how frames leave, `sendmmsg` (default) or `ring` (TPACKET TX ring).
     pub tx: Option<String>,
+    /// af_packet, af_xdp: how frames arrive, `view` (default: read in place in the
+    /// kernel's ring or UMEM, copied only when an NF writes) or `copy`.
+    pub rx: Option<String>,
     /// af_packet: promiscuous mode (default true).
     pub promisc: Option<bool>,
     /// pcap: a capture replayed into the chain on this port (relative to the chain file).

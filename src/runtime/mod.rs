@@ -14,6 +14,7 @@ mod fastpath_host;
 mod ingest;
 mod join;
 pub mod limits;
+pub mod live_fan;
 pub mod parallel;
 pub mod ports;
 mod profile_check;

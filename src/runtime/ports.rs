@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::config::{ChainConfig, ConfigError};
 use crate::io::{
     af_packet, af_xdp, AfPacket, AfPacketConfig, AfXdp, AfXdpConfig, PcapHeader, PcapPort, Port,
-    Rate, Trace,
+    Rate, RxMode, Trace,
 };
 use crate::optimise::aggregate::{self, Aggregating};
 
@@ -75,6 +75,18 @@ impl PortSpec {
     }
 }
 
+/// Makes every live port copy what it receives (`rx = "copy"`): for runs where packets
+/// outlive the batch they arrived in (pipeline stages hand them to other threads).
+pub fn copy_rx(specs: &mut [PortSpec]) {
+    for s in specs {
+        match &mut s.kind {
+            PortKind::AfPacket(c) => c.rx = RxMode::Copy,
+            PortKind::AfXdp(c) => c.rx = RxMode::Copy,
+            PortKind::Pcap { .. } => {}
+        }
+    }
+}
+
 /// The `[[port]]` tables, checked.
 pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
     let mut out: Vec<PortSpec> = Vec::new();
@@ -109,6 +121,9 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 if let Some(t) = &p.tx {
                     cfg.tx = t.parse().map_err(|e: String| bad(format!("`tx`: {e}")))?;
                 }
+                if let Some(r) = &p.rx {
+                    cfg.rx = r.parse().map_err(|e: String| bad(format!("`rx`: {e}")))?;
+                }
                 PortKind::AfPacket(cfg)
             }
             "pcap" => {
@@ -117,6 +132,7 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 only("promisc", p.promisc.is_some())?;
                 only("queue", p.queue.is_some())?;
                 only("tx", p.tx.is_some())?;
+                only("rx", p.rx.is_some())?;
                 if p.path.is_none() && p.write.is_none() {
                     return Err(bad(
                         "needs `path` (a capture to replay) or `write` (a file to record to)"
@@ -162,6 +178,9 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
                 }
                 let mut cfg = AfXdpConfig::new(iface);
                 cfg.queue = p.queue.unwrap_or(0);
+                if let Some(r) = &p.rx {
+                    cfg.rx = r.parse().map_err(|e: String| bad(format!("`rx`: {e}")))?;
+                }
                 PortKind::AfXdp(cfg)
             }
             k => return Err(bad(format!("unknown kind `{k}` (kinds: {KINDS})"))),
@@ -186,6 +205,12 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
             return Err(bad(
                 "`aggregate` is not supported on af_xdp ports yet: use kind = \"af_packet\"".into(),
             ));
+        }
+        let mut kind = kind;
+        if let (Some(_), PortKind::AfPacket(c)) = (aggregate, &mut kind) {
+            // The aggregating port keeps received frames across `recv` calls while it
+            // unpacks them: views of the ring would outlive the blocks they point into.
+            c.rx = RxMode::Copy;
         }
         let views = p.aggregate_views == Some(true);
         if views && aggregate.is_none() {

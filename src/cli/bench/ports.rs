@@ -9,6 +9,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -41,6 +42,13 @@ struct Row {
     catena_user_pct: Option<f64>,
     catena_sys_pct: Option<f64>,
     kernel_drops: Option<u64>,
+    /// catena's TSC cycles per packet in each step of its loop, over the throughput
+    /// run: taking batches off the ports, the chain, sending.
+    ingest_cycles: Option<f64>,
+    chain_cycles: Option<f64>,
+    flush_cycles: Option<f64>,
+    /// Packets per batch catena took off its ports (per-batch costs spread over these).
+    batch_packets: Option<f64>,
 }
 
 fn mac(m: [u8; 6]) -> String {
@@ -136,8 +144,9 @@ impl Drop for Lab {
     }
 }
 
-/// A child killed (if still running) and reaped when dropped.
-struct Proc(Child);
+/// A child killed (if still running) and reaped when dropped; `steps` is catena's
+/// `step cycles` line (CATENA_STEP_TSC=1) once it has printed it at exit.
+struct Proc(Child, Arc<Mutex<Option<String>>>);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -146,18 +155,49 @@ impl Drop for Proc {
     }
 }
 
+/// catena's cycles per packet (ingest, chain, flush) and packets per batch from its `step cycles` line, waiting
+/// up to 1 s for its stderr to be read to the end.
+fn step_cycles(line: &Mutex<Option<String>>) -> Option<[f64; 4]> {
+    let end = Instant::now() + Duration::from_secs(1);
+    let l = loop {
+        if let Some(l) = line.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            break l;
+        }
+        if Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let w: Vec<&str> = l.split_whitespace().collect();
+    let num = |k: &str| -> Option<f64> {
+        let i = w.iter().position(|x| *x == k)?;
+        w.get(i + 1)?.parse().ok()
+    };
+    let n = num("packets")?.max(1.0);
+    let b = num("batches")?.max(1.0);
+    Some([
+        num("ingest")? / n,
+        num("chain")? / n,
+        num("flush")? / n,
+        n / b,
+    ])
+}
+
 impl Proc {
     /// Spawns `cmd` and waits (≤ 5 s) for `ready` on its stderr, then keeps draining it.
     fn until(mut cmd: Command, ready: &str) -> anyhow::Result<Proc> {
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
         let err = child.stderr.take().expect("piped");
-        let p = Proc(child);
+        let steps = Arc::new(Mutex::new(None));
+        let p = Proc(child, steps.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let ready = ready.to_string();
         std::thread::spawn(move || {
             let mut said = String::new();
             for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if line.contains(&ready) {
+                if line.starts_with("catena: step cycles:") {
+                    *steps.lock().unwrap_or_else(|e| e.into_inner()) = Some(line);
+                } else if line.contains(&ready) {
                     let _ = tx.send(Ok(()));
                 } else if said.len() < 2000 {
                     said += &line;
@@ -394,7 +434,9 @@ impl Dut {
                     "--json".into(),
                 ]);
                 let v: Vec<&str> = cmd.iter().map(String::as_str).collect();
-                Ok(Some(Proc::until(in_ns(c, &v), "running on")?))
+                let mut run = in_ns(c, &v);
+                run.env("CATENA_STEP_TSC", "1");
+                Ok(Some(Proc::until(run, "running on")?))
             }
         }
     }
@@ -535,6 +577,15 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             kind: "af_xdp",
             nf: "wire",
         },
+        // The copying receive path beside the default views: what reading in place saves.
+        Dut::Catena {
+            kind: "af_packet\nrx = \"copy\"",
+            nf: "wire",
+        },
+        Dut::Catena {
+            kind: "af_xdp\nrx = \"copy\"",
+            nf: "wire",
+        },
         Dut::Catena {
             kind: "af_packet",
             nf: "firewall",
@@ -585,6 +636,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 catena_user_pct: None,
                 catena_sys_pct: None,
                 kernel_drops: None,
+                ingest_cycles: None,
+                chain_cycles: None,
+                flush_cycles: None,
+                batch_packets: None,
             });
         }
         for dut in duts.iter().filter(|d| wanted(a, &d.name())) {
@@ -619,8 +674,11 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                     }
                 }
             };
+            let mut steps = None;
             if let Some(p) = proc_ {
+                let st = p.1.clone();
                 let out = p.signal_and_wait(libc::SIGTERM);
+                steps = step_cycles(&st);
                 if let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) {
                     drops = v["ports"].as_array().map(|ps| {
                         ps.iter()
@@ -646,6 +704,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 catena_user_pct: cpu.map(|c| c.0),
                 catena_sys_pct: cpu.map(|c| c.1),
                 kernel_drops: drops,
+                ingest_cycles: steps.map(|c| c[0]),
+                chain_cycles: steps.map(|c| c[1]),
+                flush_cycles: steps.map(|c| c[2]),
+                batch_packets: steps.map(|c| c[3]),
             });
             eprintln!("done: {} {} B", dut.name(), len + 4);
         }
@@ -681,8 +743,11 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 _ => None,
             };
             let mut drops = None;
+            let mut steps = None;
             if let Some(p) = proc_ {
+                let st = p.1.clone();
                 let out = p.signal_and_wait(libc::SIGTERM);
+                steps = step_cycles(&st);
                 if let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) {
                     drops = v["ports"].as_array().map(|ps| {
                         ps.iter()
@@ -707,6 +772,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 catena_user_pct: cpu.map(|c| c.0),
                 catena_sys_pct: cpu.map(|c| c.1),
                 kernel_drops: drops,
+                ingest_cycles: steps.map(|c| c[0]),
+                chain_cycles: steps.map(|c| c[1]),
+                flush_cycles: steps.map(|c| c[2]),
+                batch_packets: steps.map(|c| c[3]),
             });
             eprintln!(
                 "done: {} {} B",
@@ -758,6 +827,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 catena_user_pct: None,
                 catena_sys_pct: None,
                 kernel_drops: None,
+                ingest_cycles: None,
+                chain_cycles: None,
+                flush_cycles: None,
+                batch_packets: None,
             });
         }
     }
@@ -775,6 +848,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "catena usr %",
         "catena sys %",
         "kernel drops",
+        "cyc/pkt ingest",
+        "chain",
+        "flush",
+        "pkts/batch",
     ];
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
     let table: Vec<Vec<String>> = rows
@@ -793,6 +870,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 opt(r.catena_user_pct),
                 opt(r.catena_sys_pct),
                 r.kernel_drops.map_or("-".into(), |d| d.to_string()),
+                r.ingest_cycles.map_or("-".into(), |c| format!("{c:.0}")),
+                r.chain_cycles.map_or("-".into(), |c| format!("{c:.0}")),
+                r.flush_cycles.map_or("-".into(), |c| format!("{c:.0}")),
+                r.batch_packets.map_or("-".into(), |c| format!("{c:.1}")),
             ]
         })
         .collect();

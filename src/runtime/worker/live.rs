@@ -35,6 +35,34 @@ pub struct Live<'a> {
     pub publish: Option<Shared>,
 }
 
+/// TSC cycles summed per step over the batches that had packets.
+#[derive(Default)]
+struct StepCycles {
+    packets: u64,
+    batches: u64,
+    /// Ingest (ports' `recv`), chain (NFs, sinks queueing frames), flush (ports' sends).
+    cycles: [u64; 3],
+}
+
+impl StepCycles {
+    fn add(&mut self, packets: usize, c: [u64; 3]) {
+        self.packets += packets as u64;
+        self.batches += 1;
+        for (a, b) in self.cycles.iter_mut().zip(c) {
+            *a += b;
+        }
+    }
+
+    /// `catena: step cycles: packets P batches B ingest I chain C flush F`.
+    fn line(&self) -> String {
+        let [i, c, f] = self.cycles;
+        format!(
+            "catena: step cycles: packets {} batches {} ingest {i} chain {c} flush {f}",
+            self.packets, self.batches
+        )
+    }
+}
+
 /// The name commands for the whole chain go to: `* reload` (not a valid node name).
 pub const CHAIN: &str = "*";
 
@@ -110,6 +138,10 @@ impl Runner {
         let mut rr = 0usize;
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.walk.live.len());
         let mut batches = BatchHist::default();
+        // [xdp hook] Where a batch's time goes (TSC cycles: taking it off the ports, the
+        // chain, sending), three counter reads per batch; `bench ports` asks for the sums
+        // with CATENA_STEP_TSC=1 and reads them from stderr at exit.
+        let mut steps = StepCycles::default();
         loop {
             if live.stop.load(Ordering::Relaxed) {
                 break;
@@ -125,13 +157,16 @@ impl Runner {
                 }
             }
             let t0 = Instant::now();
+            let c0 = crate::flow::tsc();
             let (got, ended) = self.ingest_ports(rr);
             rr = rr.wrapping_add(1);
             if got > 0 {
+                let c1 = crate::flow::tsc();
                 match self.fast.as_deref_mut() {
                     Some(f) => f.chunk(&mut self.walk),
                     None => self.walk.drain(None),
                 }
+                let c2 = crate::flow::tsc();
                 for p in &mut self.walk.live {
                     p.flush();
                 }
@@ -139,6 +174,8 @@ impl Runner {
                 for p in &mut self.walk.live {
                     p.after_batch(&mut self.walk.pool);
                 }
+                let c3 = crate::flow::tsc();
+                steps.add(got, [c1 - c0, c2 - c1, c3 - c2]);
                 batches.record(t0.elapsed().as_secs_f64());
                 if let Some(v) = self.walk.violation.take() {
                     anyhow::bail!("{v}");
@@ -164,6 +201,9 @@ impl Runner {
             p.refresh();
         }
         let seconds = start.elapsed().as_secs_f64();
+        if std::env::var_os("CATENA_STEP_TSC").is_some() {
+            eprintln!("{}", steps.line());
+        }
         self.settle_counts();
         for n in &mut self.walk.chain.nodes {
             if let super::NodeKind::Nf { nf, .. } = &mut n.kind {
