@@ -228,7 +228,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
         })?;
     let mut bar = Bar::new(!a.json);
-    let mut s = if let (true, Input::Held(trace)) = (workers > 1, &input) {
+    let mut s = if let (true, Input::Held(_)) = (workers > 1, &input) {
+        let Input::Held(trace) = input else {
+            unreachable!("matched above")
+        };
+        // The trace lasts the process, so the workers' packets can view its bytes in
+        // place (copied only when an NF writes), as one worker's do.
+        let trace: &'static Trace = Box::leak(Box::new(trace));
         let mut chains = vec![chain];
         for _ in 1..workers {
             chains.push(build(&a, &cfg)?);
@@ -243,7 +249,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
             None => None,
         };
-        shards.run(trace, &opts, &mut bar)?
+        if a.copy {
+            shards.run(trace, &opts, &mut bar)?
+        } else {
+            shards.run_in_place(trace, &opts, &mut bar)?
+        }
     } else {
         let mut held;
         let src: &mut dyn Source = match &mut input {
@@ -397,11 +407,12 @@ fn run_ports_workers(
             "{file}: with {workers} workers on live ports, --output, --rate and sinks writing files are not supported (one file would need a lock per batch): run with --workers 1"
         );
     }
+    let mut specs = chain.port_specs.clone();
+    // [xdp hook] As with one worker: stage threads keep packets past the batch.
     if chain.stages() > 1 {
-        anyhow::bail!("{file}: stages need --workers 1 on live ports");
+        ports::copy_rx(&mut specs);
     }
-    let sets = ports::open_workers(&chain.port_specs, workers)
-        .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let sets = ports::open_workers(&specs, workers).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let max = sets[0].iter().map(|p| p.max_frame()).max().unwrap_or(0);
     let limit = a.max_memory.unwrap_or_else(limits::default_max_memory);
     chain

@@ -255,16 +255,16 @@ impl Chain {
             chain.ring = r;
         }
         if let Some(st) = &c.stages {
-            if !chain.port_specs.is_empty() {
-                return Err(c.invalid(
-                    "`stages` with [[port]] tables is not built yet: stages run trace replays",
-                ));
-            }
             chain
                 .set_stages(st)
                 .map_err(|e| c.invalid(format!("`stages`: {e}")))?;
         }
         if c.aggregate_stages == Some(true) {
+            if !chain.port_specs.is_empty() {
+                return Err(c.invalid(
+                    "`aggregate_stages` with [[port]] tables is not built: a full ring on live input drops packets, which an aggregated frame cannot; remove one of them",
+                ));
+            }
             chain
                 .set_aggregate_stages(true)
                 .map_err(|e| c.invalid(format!("`aggregate_stages`: {e}")))?;

@@ -33,6 +33,18 @@ impl NodeCounters {
     pub fn packets_dropped(&self) -> u64 {
         self.drops.iter().sum()
     }
+
+    /// Adds `o`'s counts (same outputs and reasons) to these.
+    pub fn add(&mut self, o: &NodeCounters) {
+        self.packets_in += o.packets_in;
+        self.bytes_in += o.bytes_in;
+        for (a, b) in self.out.iter_mut().zip(&o.out) {
+            *a += b;
+        }
+        for (a, b) in self.drops.iter_mut().zip(&o.drops) {
+            *a += b;
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]

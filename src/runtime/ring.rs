@@ -49,6 +49,11 @@ pub struct Out {
     pub full: u64,
     /// PA-Flow (`aggregate_stages`): packs each batch into frames before it goes.
     pub agg: Option<StagePacker>,
+    /// Live input: a full ring drops (`ring-full`) instead of waiting, since the ports
+    /// cannot be paused ([`send_lossy`](Self::send_lossy)).
+    pub lossy: bool,
+    /// Lossy: packets went down since the last end marker (an empty chunk sends none).
+    pending: bool,
 }
 
 /// Waits until `tx` has `n` free slots, counting a wait in `full`; `Gone` if the
@@ -79,6 +84,8 @@ impl Out {
             tx,
             full: 0,
             agg: None,
+            lossy: false,
+            pending: false,
         }
     }
 
@@ -111,7 +118,7 @@ impl Out {
     /// aggregates. Waits for room like [`send_batch`](Self::send_batch).
     #[inline]
     pub fn send_node(&mut self, node: usize, b: &mut Batch, pool: &mut Pool) -> Result<(), Gone> {
-        let Out { tx, full, agg } = self;
+        let Out { tx, full, agg, .. } = self;
         let Some(agg) = agg.as_mut() else {
             return self.send_batch(node, b);
         };
@@ -131,6 +138,43 @@ impl Out {
             left -= chunk.fill_from_iter(it.by_ref().take(n));
         }
         Ok(())
+    }
+
+    /// Live input: sends what fits of `b` for node `node` (keeping a slot for the chunk's
+    /// end marker, so that never waits) and frees the rest into `pool`, emptying `b`.
+    /// Returns how many were dropped (counted as `ring-full` by the caller).
+    #[inline]
+    pub fn send_lossy(&mut self, node: usize, b: &mut Batch, pool: &mut Pool) -> Result<u64, Gone> {
+        if self.tx.is_abandoned() {
+            for p in b.drain() {
+                pool.free(p);
+            }
+            return Err(Gone);
+        }
+        let n = b.len().min(self.tx.slots().saturating_sub(1));
+        let mut it = b.drain();
+        if n > 0 {
+            if let Ok(chunk) = self.tx.write_chunk_uninit(n) {
+                chunk.fill_from_iter(it.by_ref().take(n).map(|p| Msg::Pkt(node as u32, p)));
+                self.pending = true;
+            }
+        }
+        let mut dropped = 0;
+        for p in it {
+            pool.free(p);
+            dropped += 1;
+        }
+        self.full += (dropped > 0) as u64;
+        Ok(dropped)
+    }
+
+    /// Ends a chunk: the marker that lets the next stage walk it. Lossy rings skip it
+    /// when every packet of the chunk was dropped (nothing to walk; the slot stays free).
+    pub fn end(&mut self, shift: u64) -> Result<(), Gone> {
+        if self.lossy && !std::mem::take(&mut self.pending) {
+            return Ok(());
+        }
+        self.send(Msg::End { shift })
     }
 
     /// Sends one marker or command, waiting for room.

@@ -12,7 +12,9 @@
 //!   what it freed back over a return ring after each chunk; stage 1 takes them back
 //!   before ingesting. The pool is sized for everything the rings and stages can hold,
 //!   so waiting for buffers always ends (back-pressure, nothing lost).
-//! - A full forward ring makes its producer wait (replay: nothing is lost).
+//! - A full forward ring makes its producer wait (replay: nothing is lost); on ports the
+//!   kernel feeds it drops what does not fit, counted as `ring-full` at the node the
+//!   packets were for ([`Staged::go_live`]). Live ports are shared by the stages.
 //! - Control commands for a later stage's NF travel down the rings between chunks, so
 //!   each packet is processed wholly before or wholly after a change.
 //! - A stage that fails or dies stops the run: its rings are abandoned, its neighbours
@@ -206,6 +208,8 @@ pub(super) struct Staged {
     names: Vec<String>,
     /// PA-Flow: what stage 1's ring aggregated, once the run is joined.
     pub agg: Option<crate::optimise::aggregate::StageCounters>,
+    /// Live input: full rings drop (`ring-full`) instead of waiting.
+    lossy: bool,
 }
 
 impl Staged {
@@ -244,7 +248,33 @@ impl Staged {
             back: Vec::new(),
             names,
             agg: None,
+            lossy: false,
         }
+    }
+
+    /// Before [`start`](Self::start) on live ports: the ports (moved out of `first`) are
+    /// shared by every stage, and with `lossy` (ports the kernel feeds, which cannot
+    /// wait) a full ring drops, counted as `ring-full` at the node the packets were for.
+    pub fn go_live(&mut self, first: &mut Walk, lossy: bool) {
+        let shared: super::walk::SharedPorts =
+            std::sync::Arc::new(std::sync::Mutex::new(std::mem::take(&mut first.live)));
+        self.lossy = lossy;
+        for (i, &s) in self.stage_of.iter().enumerate() {
+            if !lossy || s == 0 || matches!(first.chain.nodes[i].kind, NodeKind::Input) {
+                continue;
+            }
+            first.chain.nodes[i]
+                .drop_reasons
+                .push(super::walk::RING_FULL);
+            first.counters[i].drops.push(0);
+            for w in &mut self.waiting {
+                w.counters[i].drops.push(0);
+            }
+        }
+        for w in &mut self.waiting {
+            w.ports = Some(shared.clone());
+        }
+        first.ports = Some(shared);
     }
 
     /// Stage 1's pool size and which nodes it runs.
@@ -280,7 +310,8 @@ impl Staged {
         for s in 0..walks.len() {
             let (tx, rx) = RingBuffer::new(self.ring + 2);
             let mut out = Some(Out::new(tx));
-            if s == 0 && first.chain.aggregate_stages && walks.len() == 1 {
+            out.as_mut().expect("made above").lossy = self.lossy;
+            if s == 0 && first.chain.aggregate_stages && walks.len() == 1 && !self.lossy {
                 // PA-Flow hook: stage 1's ring carries aggregated frames.
                 out.as_mut().expect("made above").agg = Some(StagePacker::new(
                     first.pool.max_packet(),
@@ -371,10 +402,12 @@ impl Staged {
             match e {
                 Ok(mut w) => {
                     for i in 0..first.chain.nodes.len() {
+                        // Summed: a node is counted by its own stage, and (live) its
+                        // `ring-full` drops by the stage before the full ring.
+                        first.counters[i].add(&w.counters[i]);
                         if self.stage_of[i] != s {
                             continue;
                         }
-                        std::mem::swap(&mut first.counters[i], &mut w.counters[i]);
                         std::mem::swap(&mut first.chain.nodes[i].kind, &mut w.chain.nodes[i].kind);
                         if let Some(sink) = w.sinks.get_mut(i).and_then(Option::take) {
                             first.sinks[i] = Some(sink);
@@ -481,7 +514,7 @@ fn serve(
                         });
                     }
                     if let Some(o) = w.out.as_mut() {
-                        o.send(Msg::End { shift }).map_err(|_| gone())?;
+                        o.end(shift).map_err(|_| gone())?;
                     }
                     if let Some(u) = unpack.as_deref_mut() {
                         // PA-Flow hook: the buffers the frames' packets took come back.

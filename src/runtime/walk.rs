@@ -49,6 +49,10 @@ pub(super) struct Walk {
     pub first: usize,
     /// Live ports, by port number: packets reaching a sink leave by their egress port.
     pub live: Vec<Box<dyn Port>>,
+    /// Live input with stages: the ports, shared by the stages (stage 1 receives, a
+    /// sink's stage sends). Held once per batch, never while waiting on a ring; `live`
+    /// holds them only while the lock is held.
+    pub ports: Option<SharedPorts>,
     /// Sinks also write each packet's input position (sharded runs merge by it).
     pub sink_seqs: bool,
     /// Per node: whether this walk runs it (all, unless the chain has stages).
@@ -62,6 +66,35 @@ pub(super) struct Walk {
     pub forks: Vec<Fork>,
     pub fork_at: Vec<Option<usize>>,
 }
+
+/// The live ports of a run with stages (see [`Walk::ports`]).
+pub(super) type SharedPorts = std::sync::Arc<std::sync::Mutex<Vec<Box<dyn Port>>>>;
+
+/// Takes the shared ports into `live` until [`release`] (the lock is held meanwhile).
+#[inline]
+pub(super) fn hold<'a>(
+    m: &'a std::sync::Mutex<Vec<Box<dyn Port>>>,
+    live: &mut Vec<Box<dyn Port>>,
+) -> std::sync::MutexGuard<'a, Vec<Box<dyn Port>>> {
+    let mut g = m.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    std::mem::swap(live, &mut *g);
+    g
+}
+
+/// Puts the ports [`hold`] took back.
+#[inline]
+pub(super) fn release(
+    g: Option<std::sync::MutexGuard<'_, Vec<Box<dyn Port>>>>,
+    live: &mut Vec<Box<dyn Port>>,
+) {
+    if let Some(mut g) = g {
+        std::mem::swap(live, &mut *g);
+    }
+}
+
+/// The drop reason a node of a later stage gets for packets a full ring dropped (live
+/// input only).
+pub const RING_FULL: &str = "ring-full";
 
 /// The violation a walk records when the next stage stopped taking packets.
 pub(super) const NEXT_STAGE_STOPPED: &str = "the next stage stopped";
@@ -116,6 +149,7 @@ impl Walk {
             seq: 0,
             first: chain.nodes[0].next[0],
             live: Vec::new(),
+            ports: None,
             sink_seqs: false,
             mine: vec![true; n],
             out: None,
@@ -163,6 +197,7 @@ impl Walk {
             violation,
             shift,
             live,
+            ports,
             mine,
             out,
             forks,
@@ -175,11 +210,25 @@ impl Walk {
             }
             if !mine[n] {
                 // Another stage runs it: the packets go down the ring, in order.
-                if out
-                    .as_mut()
-                    .map(|o| o.send_node(n, &mut inbox[n], pool))
-                    .is_none_or(|r| r.is_err())
-                {
+                let sent = match out.as_mut() {
+                    // Live input: what a full ring cannot take is dropped and counted
+                    // at the node it was for (an NF's in = out + dropped still holds;
+                    // a sink counts it dropped, not out).
+                    Some(o) if o.lossy => o.send_lossy(n, &mut inbox[n], pool).map(|d| {
+                        if d > 0 {
+                            let c = &mut counters[n];
+                            if !matches!(chain.nodes[n].kind, NodeKind::Sink { .. }) {
+                                c.packets_in += d;
+                            }
+                            if let Some(r) = c.drops.last_mut() {
+                                *r += d;
+                            }
+                        }
+                    }),
+                    Some(o) => o.send_node(n, &mut inbox[n], pool),
+                    None => Err(super::ring::Gone),
+                };
+                if sent.is_err() {
                     for p in inbox[n].drain() {
                         pool.free(p);
                     }
@@ -273,10 +322,18 @@ impl Walk {
                     if let Some(f) = fast.as_deref_mut() {
                         f.at_sink(n, spare);
                     }
+                    // With stages on live ports, the ports are shared: held for the batch.
+                    let held = ports.as_deref().map(|m| hold(m, live));
                     for p in spare.drain() {
                         to_sink(s, c, tx, live, *shift, &p);
                         pool.free(p);
                     }
+                    if held.is_some() {
+                        for l in live.iter_mut() {
+                            l.flush();
+                        }
+                    }
+                    release(held, live);
                 }
                 NodeKind::Input => {}
             }

@@ -165,7 +165,7 @@ impl Runner {
             return Ok(());
         };
         let shift = self.walk.shift;
-        if o.send(Msg::End { shift }).is_err() {
+        if o.end(shift).is_err() {
             return self.stage_failed(None);
         }
         if self.walk.violation.as_deref() == Some(NEXT_STAGE_STOPPED) {
@@ -293,10 +293,12 @@ impl Runner {
     /// between the same packets as one worker given all of it; the port draw and the
     /// run clock step over the other workers' records alike. Commands from the control
     /// socket come through `gate` (this worker's number beside it) with the input
-    /// position they apply at (runtime/shard_control.rs).
+    /// position they apply at (runtime/shard_control.rs). `lasting`: `trace`'s bytes,
+    /// when they last the process (packets then view them, see `Walk::ingest`).
     pub(super) fn run_share(
         &mut self,
         trace: &Trace,
+        lasting: Option<&'static [u8]>,
         opts: &RunOptions,
         share: &[u32],
         gate: Option<(&super::shard_control::Gate, usize)>,
@@ -352,7 +354,7 @@ impl Runner {
                 self.poll_control();
                 let idx = share[pos..end].iter().map(|&i| i as usize);
                 self.stage_room()?;
-                self.walk.ingest(None, bytes, recs, idx, base, after);
+                self.walk.ingest(lasting, bytes, recs, idx, base, after);
                 match self.fast.as_deref_mut() {
                     Some(f) => f.chunk(&mut self.walk),
                     None => self.walk.drain(None),

@@ -9,7 +9,10 @@
 //! - parallel: 2 busy NFs of 0–700 cycles in sequence vs as a parallel group: latency
 //!   p50/p99 (the microNF slides' figure; ratio = p50 over the sequential p50);
 //! - hop: cycles per packet through one ring hop (send, receive, buffer back);
-//! - prefetch: k = 0, 4, 8, 16 on the merged trace with the mixed chain.
+//! - prefetch: k = 0, 4, 8, 16 on the merged trace with the mixed chain;
+//! - monolithic: edge firewall → flow monitor → application firewall as three
+//!   monolithic VNFs (each receives, decodes, classifies, transmits) vs as catena's chain
+//!   (one receive, one shared decode): cycles per packet per element (`monolithic.rs`).
 //!
 //! Timings on a shared machine are noisy: medians of `--runs` runs (at most 3 here).
 
@@ -26,6 +29,8 @@ use catena::packet::{Batch, Fields};
 use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Shards, Summary};
 
 use super::{median, print_table, traces, write_results, Args};
+
+mod monolithic;
 
 #[derive(Serialize)]
 struct Row {
@@ -44,6 +49,8 @@ struct Row {
     p99_cycles: Option<u64>,
     /// Ticks per packet through one ring hop (hop group only).
     hop_cycles: Option<f64>,
+    /// TSC ticks per input packet (monolithic group: per element, and overall).
+    cycles_per_packet: Option<f64>,
 }
 
 const MIXED: &str = r#"
@@ -292,6 +299,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         p50_cycles: None,
         p99_cycles: None,
         hop_cycles: None,
+        cycles_per_packet: None,
     };
     // About a million packets per run at scale 1.
     let loops = ((1_000_000.0 * a.scale) / merged.len().max(1) as f64)
@@ -419,6 +427,51 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             m / off.max(1e-9),
         ));
     }
+    if want(a, "monolithic", "") {
+        // Interleaved runs; per element and mode the median of the runs.
+        let mut per: [[Vec<f64>; 5]; 2] = Default::default();
+        let mut last = [(0u64, 0u64, 0u64); 2];
+        for _ in 0..a.runs.clamp(1, 3) {
+            for (m, mono) in [true, false].into_iter().enumerate() {
+                let c = monolithic::measure(&merged, loops, mono)?;
+                for (k, v) in c.per.iter().enumerate() {
+                    per[m][k].push(*v);
+                }
+                per[m][4].push(c.overall());
+                last[m] = (c.packets, c.out, c.digest);
+            }
+        }
+        if last[0] != last[1] {
+            anyhow::bail!(
+                "monolithic: the VNFs and the chain transmitted different packets ({} vs {}): not the same work",
+                last[0].1,
+                last[1].1
+            );
+        }
+        let mono: Vec<f64> = per[0].iter_mut().map(|v| median(v)).collect();
+        let micro: Vec<f64> = per[1].iter_mut().map(|v| median(v)).collect();
+        let names = monolithic::ELEMENTS.iter().chain(&["overall"]);
+        for (m, label) in ["3 monolithic VNFs", "catena chain (micro-NFs)"]
+            .into_iter()
+            .enumerate()
+        {
+            for (k, e) in names.clone().enumerate() {
+                let v = if m == 0 { mono[k] } else { micro[k] };
+                let mut r = row(
+                    "monolithic",
+                    format!("{label}: {e}"),
+                    1,
+                    1,
+                    0,
+                    last[m].0,
+                    0.0,
+                    v / mono[k].max(1e-9),
+                );
+                r.cycles_per_packet = Some(v);
+                rows.push(r);
+            }
+        }
+    }
     let header = [
         "group",
         "case",
@@ -431,6 +484,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "p50 cyc",
         "p99 cyc",
         "hop cyc/pkt",
+        "cyc/pkt",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -448,6 +502,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 o(r.p50_cycles),
                 o(r.p99_cycles),
                 r.hop_cycles.map_or("-".into(), |v| format!("{v:.1}")),
+                r.cycles_per_packet
+                    .map_or("-".into(), |v| format!("{v:.1}")),
             ]
         })
         .collect();

@@ -24,6 +24,22 @@ pub struct Decoded {
     pub fields: PktFields,
 }
 
+/// Whether Suricata 7 gives this packet a flow: it makes flows for TCP, UDP, ICMP,
+/// ICMPv6, SCTP and ESP only, never for an IP fragment (the reassembled packet gets one)
+/// nor for an ICMPv4 error message (destination unreachable, source quench, redirect,
+/// time exceeded, parameter problem), which joins the quoted packet's flow when that one
+/// exists. A packet without a flow is every IP-only rule's "first packet".
+pub fn suricata_makes_flow(l: &Layers, d: &Decoded) -> bool {
+    if l.is_fragment() {
+        return false;
+    }
+    match d.proto {
+        6 | 17 | 58 | 132 | 50 => true,
+        1 => !matches!(d.fields.icmp_type, 3 | 4 | 5 | 11 | 12),
+        _ => false,
+    }
+}
+
 /// None for non-IP packets and IP headers cut short.
 pub fn decode(l: &Layers, b: &[u8]) -> Option<Decoded> {
     let l3 = l.l3_off as usize;

@@ -17,7 +17,7 @@ mod rule;
 mod ruleset;
 mod vars;
 
-pub use decode::{decode, Decoded};
+pub use decode::{decode, suricata_makes_flow, Decoded};
 pub use engine::{Alert, Ids, IdsConfig, PacketInfo};
 pub use eve::{Eve, EveFlow, EveTuple};
 pub use flow::IdsFlow;

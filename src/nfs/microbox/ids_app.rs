@@ -24,8 +24,8 @@ use std::path::PathBuf;
 use crate::flow::{FlowKey, TimedTable, WideKey};
 use crate::nfs::dpi::AppProto;
 use crate::nfs::ids::{
-    decode, Alert, Eve, EveFlow, EveTuple, Ids, IdsConfig, IdsFlow, Ip, PacketInfo, PktFields,
-    RuleSet, Vars,
+    decode, suricata_makes_flow, Alert, Decoded, Eve, EveFlow, EveTuple, Ids, IdsConfig, IdsFlow,
+    Ip, PacketInfo, PktFields, RuleSet, Vars,
 };
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::packet::wire::tcp::flags;
@@ -80,6 +80,40 @@ fn loose_timeout_ns(established: bool, tcp: bool) -> u64 {
         (false, true) => 60 * S,
         (false, false) => 30 * S,
     }
+}
+
+/// Whose flow a packet is, as Suricata sees it.
+#[derive(Clone, Copy, PartialEq)]
+enum Owner {
+    /// A TCP flow the stack tracks.
+    Stack,
+    /// An untracked flow followed by 5-tuple.
+    Loose,
+    /// No flow (see [`suricata_makes_flow`]).
+    NoFlow,
+    /// An ICMP error joining the quoted packet's untracked flow ([`IdsApp::join_quoted`]).
+    Quoted((bool, bool, bool, u32, u64)),
+}
+
+/// The 5-tuple of the IPv4 TCP or UDP packet an ICMPv4 error quotes (`b`: the bytes
+/// after the ICMP header); None when cut short or of another protocol.
+fn quoted_key(b: &[u8]) -> Option<FlowKey> {
+    let ihl = usize::from(b.first()? & 0x0f) * 4;
+    if b[0] >> 4 != 4 || ihl < 20 || !matches!(b.get(9)?, 6 | 17) {
+        return None;
+    }
+    let ports = b.get(ihl..ihl + 4)?;
+    let mut k = FlowKey {
+        src: [0; 16],
+        dst: [0; 16],
+        sport: u16::from_be_bytes([ports[0], ports[1]]),
+        dport: u16::from_be_bytes([ports[2], ports[3]]),
+        proto: b[9],
+        family: 4,
+    };
+    k.src[..4].copy_from_slice(&b[12..16]);
+    k.dst[..4].copy_from_slice(&b[16..20]);
+    Some(k)
 }
 
 /// A FIN or RST of a tracked flow whose end of direction is inspected after its bytes.
@@ -367,12 +401,26 @@ impl IdsApp {
         } else {
             None
         };
-        let c = self.conn(ev.flow);
-        *c = Conn {
+        // A segment after a close or reset that the stack picks up as a new flow is,
+        // for Suricata, still the closed flow (only a SYN starts a new one there).
+        let mut conn = Conn {
             state: state as u8,
             id,
             ..Conn::default()
         };
+        if state != TcpState::SynSent {
+            let now = cx.packet(ev).map_or(0, |p| p.meta().now_ns);
+            if let Some(k) = cx.conn(ev.flow).map(|c| c.key) {
+                if let Some(f) = self.loose_live(&k, now) {
+                    let dir0_to_server = (k == k.canonical()) == f.client_is_src;
+                    let d = usize::from(!dir0_to_server);
+                    conn.seen = [f.seen[d], f.seen[1 - d]];
+                    (conn.id, conn.dropped_by) = (f.id, f.dropped_by);
+                    self.next_id -= 1;
+                }
+            }
+        }
+        *self.conn(ev.flow) = conn;
         let i = ev.flow as usize;
         self.close_flow(i);
         self.flows[i] = new_flow;
@@ -409,14 +457,7 @@ impl IdsApp {
         let ck = key.canonical();
         let from_src = *key == ck;
         let wk = WideKey(ck);
-        let tcp = key.proto == 6;
-        // Suricata compares whole seconds: a flow lives while now's second is at most
-        // its last packet's second plus the timeout (30.5 s apart can be one flow).
-        const S: u64 = 1_000_000_000;
-        let live = |f: &Loose| {
-            now / S <= f.last_ns / S + loose_timeout_ns(f.seen[0] && f.seen[1], tcp) / S
-        };
-        if let Some(f) = self.loose.get_mut(&wk, now).filter(|f| live(f)) {
+        if let Some(f) = self.loose_live(key, now) {
             f.last_ns = now;
             let to_server = from_src == f.client_is_src;
             let d = usize::from(!to_server);
@@ -446,6 +487,20 @@ impl IdsApp {
         (to_server, true, false, 0, id)
     }
 
+    /// The untracked (or closed and remembered) flow of `key`, unless timed out by `now`.
+    fn loose_live(&mut self, key: &FlowKey, now: u64) -> Option<&mut Loose> {
+        let tcp = key.proto == 6;
+        // Suricata compares whole seconds: a flow lives while now's second is at most
+        // its last packet's second plus the timeout (30.5 s apart can be one flow).
+        const S: u64 = 1_000_000_000;
+        let live = |f: &Loose| {
+            now / S <= f.last_ns / S + loose_timeout_ns(f.seen[0] && f.seen[1], tcp) / S
+        };
+        self.loose
+            .get_mut(&WideKey(key.canonical()), now)
+            .filter(|f| live(f))
+    }
+
     fn remember_closed(&mut self, k: &FlowKey, c: &Conn) {
         let ck = k.canonical();
         let f = Loose {
@@ -473,10 +528,6 @@ impl IdsApp {
         let tracked = ev.flow != NO_FLOW;
         let Some(p) = cx.packet(ev) else { return };
         let l = p.layers();
-        let ts = p.meta().ts_ns;
-        // Timers read the run clock; records carry the capture time.
-        let now = p.meta().now_ns;
-        let len = p.data().len() as u64;
         let Some(d) = decode(&l, p.data()) else {
             return;
         };
@@ -484,49 +535,130 @@ impl IdsApp {
             return;
         };
         self.packets += 1;
+        // Suricata gives some packets no flow (other protocols, fragments, ICMP errors):
+        // each is its own first packet. A first fragment also stands for the datagram
+        // Suricata reassembles from it, which has a flow.
+        let flowless = !tracked && !suricata_makes_flow(&l, &d);
+        let now = p.meta().now_ns;
+        let quoted = if flowless && d.proto == 1 && d.fields.icmp_type == 3 {
+            let b = p.data().get(d.payload.clone()).unwrap_or(&[]);
+            quoted_key(b).and_then(|k| self.join_quoted(&k, &key, now))
+        } else {
+            None
+        };
+        let datagram = flowless && l.is_fragment() && !l.is_later_fragment() && l.has_l4();
+        for pass in 0..1 + usize::from(datagram) {
+            let mut d = d.clone();
+            if l.is_fragment() && pass == 0 {
+                // Suricata decodes no transport header in a fragment.
+                (d.sport, d.dport, d.tcp) = (0, 0, None);
+                d.payload = d.payload.end..d.payload.end;
+            }
+            let ip_proto = if l.is_fragment() && pass == 0 {
+                0
+            } else {
+                d.proto
+            };
+            let owner = match (tracked, flowless && pass == 0, quoted) {
+                (true, _, _) => Owner::Stack,
+                (false, true, Some(q)) => Owner::Quoted(q),
+                (false, true, None) => Owner::NoFlow,
+                (false, false, _) => Owner::Loose,
+            };
+            if self.packet_pass(ev, cx, &d, ip_proto, &key, owner) {
+                return;
+            }
+        }
+    }
+
+    /// The untracked flow an ICMP destination-unreachable message joins, as Suricata's
+    /// flow lookup does: the flow of the quoted packet, when that packet went the
+    /// flow's first way (client to server). The message's direction is the one of its
+    /// sender. (to server, first of its direction, both ways seen, drop mark, flow id).
+    fn join_quoted(
+        &mut self,
+        quoted: &FlowKey,
+        pkt: &FlowKey,
+        now: u64,
+    ) -> Option<(bool, bool, bool, u32, u64)> {
+        let from_src = *quoted == quoted.canonical();
+        let f = self.loose_live(quoted, now)?;
+        if from_src != f.client_is_src {
+            return None;
+        }
+        let to_server = pkt.src == quoted.src;
+        let d = usize::from(!to_server);
+        let first = !f.seen[d];
+        f.seen[d] = true;
+        f.last_ns = now;
+        Some((to_server, first, f.seen[0] && f.seen[1], f.dropped_by, f.id))
+    }
+
+    /// One inspection of a packet (as a packet without a flow when `flowless`); true when
+    /// the IDS dropped it.
+    fn packet_pass(
+        &mut self,
+        ev: &Event,
+        cx: &mut Ctx<'_>,
+        d: &Decoded,
+        ip_proto: u8,
+        key: &FlowKey,
+        owner: Owner,
+    ) -> bool {
+        let tracked = owner == Owner::Stack;
+        let Some(p) = cx.packet(ev) else { return false };
+        let ts = p.meta().ts_ns;
+        // Timers read the run clock; records carry the capture time.
+        let now = p.meta().now_ns;
+        let len = p.data().len() as u64;
         let pay_len = d.payload.len();
         let tcp_flags = u16::from(d.tcp.map_or(0, |t| t.1));
         let (syn, ack) = (tcp_flags & flags::SYN != 0, tcp_flags & flags::ACK != 0);
-        let (to_server, first_in_dir, established, dropped_by, flow_id, app) = if tracked {
-            let dir = usize::from(ev.dir);
-            let c = self.conn(ev.flow);
-            let first = !c.seen[dir];
-            c.seen[dir] = true;
-            c.pkts[dir] += 1;
-            c.bytes[dir] += len;
-            c.payload[dir] |= pay_len > 0;
-            if c.start_ns == 0 {
-                c.start_ns = ts;
-            }
-            c.last_ns = ts;
-            // The state this packet leaves (the stack's state change follows the packet).
-            let st = TcpState::from_u8(c.state);
-            let est = st >= TcpState::Established
-                || (st == TcpState::SynReceived
-                    && ((dir == 0 && ack && !syn) || (dir == 1 && !syn && pay_len > 0)));
-            if est && st < TcpState::Established {
-                c.state = TcpState::Established as u8;
-            }
-            let r = (dir == 0, first, est, c.dropped_by, c.id, c.app);
-            if tcp_flags & (flags::FIN | flags::RST) != 0 {
-                self.pending = Some(PendingEnd {
-                    flow: ev.flow,
-                    dir: ev.dir,
-                });
-            }
-            r
-        } else {
-            let synack = syn && ack;
-            let (ts_, first, est, dropped, id) = self.loose_flow(&key, synack, now);
-            // An untracked TCP flow has no handshake seen.
-            (ts_, first, est && d.proto != 6, dropped, id, 0)
-        };
+        let (to_server, first_in_dir, established, dropped_by, flow_id, app) =
+            if let Owner::Quoted(q) = owner {
+                (q.0, q.1, q.2, q.3, q.4, 0)
+            } else if owner == Owner::NoFlow {
+                (true, true, false, 0, 0, 0)
+            } else if tracked {
+                let dir = usize::from(ev.dir);
+                let c = self.conn(ev.flow);
+                let first = !c.seen[dir];
+                c.seen[dir] = true;
+                c.pkts[dir] += 1;
+                c.bytes[dir] += len;
+                c.payload[dir] |= pay_len > 0;
+                if c.start_ns == 0 {
+                    c.start_ns = ts;
+                }
+                c.last_ns = ts;
+                // The state this packet leaves (the stack's state change follows the packet).
+                let st = TcpState::from_u8(c.state);
+                let est = st >= TcpState::Established
+                    || (st == TcpState::SynReceived
+                        && ((dir == 0 && ack && !syn) || (dir == 1 && !syn && pay_len > 0)));
+                if est && st < TcpState::Established {
+                    c.state = TcpState::Established as u8;
+                }
+                let r = (dir == 0, first, est, c.dropped_by, c.id, c.app);
+                if tcp_flags & (flags::FIN | flags::RST) != 0 {
+                    self.pending = Some(PendingEnd {
+                        flow: ev.flow,
+                        dir: ev.dir,
+                    });
+                }
+                r
+            } else {
+                let synack = syn && ack;
+                let (ts_, first, est, dropped, id) = self.loose_flow(key, synack, now);
+                // An untracked TCP flow has no handshake seen.
+                (ts_, first, est && d.proto != 6, dropped, id, 0)
+            };
         if dropped_by != 0 {
             self.drop(ev, cx, dropped_by - 1);
-            return;
+            return true;
         }
         let info = PacketInfo {
-            ip_proto: d.proto,
+            ip_proto,
             src: d.src,
             dst: d.dst,
             sport: d.sport,
@@ -543,7 +675,7 @@ impl IdsApp {
             self.ids.on_packet(&info, payload, &mut self.alerts);
         }
         if self.alerts.is_empty() {
-            return;
+            return false;
         }
         let t = EveTuple {
             ts_ns: ts,
@@ -560,12 +692,14 @@ impl IdsApp {
             if tracked {
                 self.conn(ev.flow).dropped_by = rule + 1;
             } else {
-                self.mark_loose_dropped(&key, rule, now);
+                self.mark_loose_dropped(key, rule, now);
             }
             self.drop(ev, cx, rule);
+            return true;
         } else if tracked {
             self.conn(ev.flow).alerted = true;
         }
+        false
     }
 
     fn drop(&mut self, ev: &Event, cx: &mut Ctx<'_>, rule: u32) {
@@ -776,7 +910,8 @@ impl IdsApp {
     fn pseudo_packets(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
         let i = ev.flow as usize;
         let c = self.conns[i];
-        if c.dropped_by != 0 {
+        // Suricata keeps no bytes of a flow whose SYN got no SYN-ACK: nothing to flush.
+        if c.dropped_by != 0 || c.state < TcpState::Established as u8 {
             return;
         }
         self.alerts.clear();

@@ -13,6 +13,7 @@ use crate::packet::{FastMark, MAX_BATCH, NOT_RECORDED, NO_PORT};
 use crate::runtime::api::{BatchHist, Shared};
 use crate::runtime::counters::Summary;
 use crate::runtime::reload::Base;
+use crate::runtime::walk::{hold, release};
 
 /// The input's drop reason for packets larger than the buffers (`chain::INPUT_DROPS`).
 const OVERSIZE: usize = 0;
@@ -133,6 +134,21 @@ impl Runner {
             }
         }
         self.walk.live = ports;
+        // Stages: the ports are shared (stage 1 receives, the sinks' stages send), and
+        // when the kernel feeds them (they cannot wait) a full ring drops `ring-full`.
+        let shared = match self.stages.as_mut() {
+            Some(s) => {
+                let kernel = self
+                    .walk
+                    .live
+                    .iter()
+                    .any(|p| p.receives() && p.fd().is_some());
+                s.go_live(&mut self.walk, kernel);
+                s.start(&mut self.walk)?;
+                self.walk.ports.clone()
+            }
+            None => None,
+        };
         let start = Instant::now();
         let mut next_refresh = start + REFRESH;
         let mut rr = 0usize;
@@ -157,9 +173,23 @@ impl Runner {
                 }
             }
             let t0 = Instant::now();
+            self.stage_room()?;
+            // With stages the ports are held only while receiving (the walk holds them
+            // at its sinks), never while a ring is waited on.
+            let held = shared.as_deref().map(|m| hold(m, &mut self.walk.live));
             let c0 = crate::flow::tsc();
             let (got, ended) = self.ingest_ports(rr);
             rr = rr.wrapping_add(1);
+            let timeout = (got == 0 && !ended).then(|| self.poll_set(&mut fds));
+            let now = Instant::now();
+            let refresh = now >= next_refresh;
+            if refresh {
+                next_refresh = now + REFRESH;
+                for p in &mut self.walk.live {
+                    p.refresh();
+                }
+            }
+            release(held, &mut self.walk.live);
             if got > 0 {
                 let c1 = crate::flow::tsc();
                 match self.fast.as_deref_mut() {
@@ -176,26 +206,34 @@ impl Runner {
                 }
                 let c3 = crate::flow::tsc();
                 steps.add(got, [c1 - c0, c2 - c1, c3 - c2]);
+                self.end_chunk()?;
                 batches.record(t0.elapsed().as_secs_f64());
                 if let Some(v) = self.walk.violation.take() {
                     anyhow::bail!("{v}");
                 }
             } else if ended {
                 break;
-            } else {
-                self.wait(&mut fds);
+            } else if let Some(ms) = timeout.filter(|&ms| ms > 0) {
+                // SAFETY: `fds` holds `fds.len()` initialised pollfd entries. EINTR (a
+                // signal) just ends the wait early.
+                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
             }
-            let now = Instant::now();
-            if now >= next_refresh {
-                next_refresh = now + REFRESH;
-                for p in &mut self.walk.live {
-                    p.refresh();
-                }
+            if refresh && shared.is_none() {
+                // With stages the later stages' counters are theirs until the end: the
+                // API's live figures then come at the end only.
                 if let Some(shared) = &live.publish {
                     self.publish(shared, &batches, start);
                 }
             }
         }
+        if let Some(s) = self.stages.as_mut() {
+            s.join(&mut self.walk)?;
+        }
+        if let Some(m) = &shared {
+            let mut g = m.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.walk.live = std::mem::take(&mut *g);
+        }
+        self.walk.ports = None;
         for p in &mut self.walk.live {
             p.flush();
             p.refresh();
@@ -313,9 +351,10 @@ impl Runner {
         (got, ended)
     }
 
-    /// Waits for a live port to have packets, a paced replay's next packet, or
-    /// `IDLE_WAIT`, whichever is first: one `poll` per idle round, none while busy.
-    fn wait(&mut self, fds: &mut Vec<libc::pollfd>) {
+    /// What to wait on for a live port to have packets, a paced replay's next packet, or
+    /// `IDLE_WAIT`, whichever is first: the ports' fds into `fds`, and the timeout in ms
+    /// (0: do not wait). One `poll` per idle round, none while busy.
+    fn poll_set(&mut self, fds: &mut Vec<libc::pollfd>) -> i32 {
         fds.clear();
         let mut timeout = IDLE_WAIT.as_nanos() as u64;
         for p in &self.walk.live {
@@ -330,12 +369,6 @@ impl Runner {
                 timeout = timeout.min(ns);
             }
         }
-        if timeout == 0 {
-            return;
-        }
-        let ms = timeout.div_ceil(1_000_000) as i32;
-        // SAFETY: `fds` holds `fds.len()` initialised pollfd entries. EINTR (a signal)
-        // just ends the wait early.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        timeout.div_ceil(1_000_000) as i32
     }
 }
