@@ -79,6 +79,8 @@ impl PortSpec {
 /// outlive the batch they arrived in (pipeline stages hand them to other threads).
 pub fn copy_rx(specs: &mut [PortSpec]) {
     for s in specs {
+        // PA-Flow: packets viewing a received aggregate must leave within their batch too.
+        s.views = false;
         match &mut s.kind {
             PortKind::AfPacket(c) => c.rx = RxMode::Copy,
             PortKind::AfXdp(c) => c.rx = RxMode::Copy,
