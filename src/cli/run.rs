@@ -188,7 +188,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     Input::Stream(Box::new(MappedPcap::open(path)?))
                 }
                 Opened::Pcap(s) => Input::Stream(s),
-                Opened::Pcapng => Input::Held(Trace::load(path)?),
+                // issue 20 (e2e): pcapng streamed in bounded memory (one worker).
+                Opened::Pcapng(_) if workers > 1 => Input::Held(Trace::load(path)?),
+                Opened::Pcapng(s) => Input::Stream(s),
             }
         }
         None => Input::Held(

@@ -48,7 +48,7 @@ pub const MAX_SNAPLEN: u32 = 256 << 20;
 pub const DEFAULT_SNAPLEN: u32 = 262_144;
 
 pub(crate) const PCAP_HEADER_LEN: usize = 24;
-const SHB_MIN_LEN: usize = 28;
+pub(crate) const SHB_MIN_LEN: usize = 28;
 
 pub(crate) const SHB_TYPE: u32 = 0x0A0D_0D0A;
 const IDB_TYPE: u32 = 0x0000_0001;
@@ -384,7 +384,7 @@ fn caplen_limit(snaplen: u32) -> u32 {
     snaplen.clamp(DEFAULT_SNAPLEN, MAX_SNAPLEN)
 }
 
-fn too_short(path: &Path, data: &[u8], format: &'static str, need: usize) -> TraceError {
+pub(crate) fn too_short(path: &Path, data: &[u8], format: &'static str, need: usize) -> TraceError {
     TraceError::TooShort {
         path: path.to_owned(),
         len: data.len() as u64,
@@ -645,140 +645,232 @@ struct Iface {
     offset_ns: i128,
 }
 
+/// What reading pcapng blocks one at a time keeps: the section's byte order, its
+/// interfaces, the link the first packet decided, and what the output header gets. The
+/// indexed reader and the stream ([`super::PcapStream`]) both read through it.
+pub(crate) struct NgFormat {
+    ifaces: Vec<Iface>,
+    in_section: bool,
+    big_endian: bool,
+    /// Decided by the first packet: (raw linktype, kind).
+    link: Option<(u32, LinkKind)>,
+    first_idb_link: Option<u32>,
+    /// The linktype of a packet's interface that catena cannot read.
+    bad_link: Option<u32>,
+    nanos: bool,
+    snaplen: u32,
+    max_caplen: u32,
+}
+
+/// One block read by [`NgFormat::block`].
+pub(crate) enum NgBlock {
+    /// No packet: skip this many bytes.
+    Skip(usize),
+    Packet(RawRecord),
+}
+
+impl NgFormat {
+    pub(crate) fn new() -> NgFormat {
+        NgFormat {
+            ifaces: Vec::new(),
+            in_section: false,
+            big_endian: false,
+            link: None,
+            first_idb_link: None,
+            bad_link: None,
+            nanos: false,
+            snaplen: 0,
+            max_caplen: 0,
+        }
+    }
+
+    /// Reads the block at the start of `rest` (which runs to the end of the file, or of
+    /// what has been read of it so far: `TruncatedHeader` and `BlockPastEnd` then mean
+    /// "read more").
+    pub(crate) fn block(&mut self, rest: &[u8]) -> Result<NgBlock, RecordProblem> {
+        let (len, pkt) = pcapng_block(
+            rest,
+            0,
+            &mut self.big_endian,
+            &mut self.in_section,
+            &mut self.ifaces,
+            &mut self.first_idb_link,
+        )?;
+        let Some(pkt) = pkt else {
+            return Ok(NgBlock::Skip(len));
+        };
+        let iface = &self.ifaces[pkt.iface];
+        let Some(kind) = iface.link else {
+            self.bad_link = Some(iface.linktype);
+            return Err(RecordProblem::LinkType {
+                id: pkt.iface as u32,
+                link: describe_linktype(iface.linktype),
+            });
+        };
+        match self.link {
+            None => self.link = Some((iface.linktype, kind)),
+            Some((first, k)) if k != kind => {
+                return Err(RecordProblem::MixedLinks {
+                    id: pkt.iface as u32,
+                    link: describe_linktype(iface.linktype),
+                    first: describe_linktype(first),
+                })
+            }
+            Some(_) => {}
+        }
+        let limit = caplen_limit(iface.snaplen);
+        if pkt.caplen > limit {
+            return Err(RecordProblem::CaplenAbsurd {
+                caplen: pkt.caplen,
+                limit,
+            });
+        }
+        self.nanos |= iface.res.finer_than_us();
+        self.snaplen = self.snaplen.max(iface.snaplen);
+        self.max_caplen = self.max_caplen.max(pkt.caplen);
+        let ns = iface.res.to_ns(pkt.ts) as i128 + iface.offset_ns;
+        Ok(NgBlock::Packet(RawRecord {
+            caplen: pkt.caplen,
+            wire_len: pkt.wire_len,
+            ts_ns: ns.clamp(0, u64::MAX as i128) as u64,
+            data_off: pkt.data_off,
+            len,
+        }))
+    }
+
+    /// The capture time of the next packet block in `rest`, skipping blocks that change
+    /// nothing (statistics, names), when it is there and needs no new interface.
+    pub(crate) fn peek_ts(&self, mut rest: &[u8]) -> Option<u64> {
+        let be = self.big_endian;
+        loop {
+            let h = rest.get(..12)?;
+            let raw = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+            let btype = if be { raw.swap_bytes() } else { raw };
+            let len = read_u32(h, 4, be) as usize;
+            let block = rest.get(..len).filter(|_| len >= 12 && len % 4 == 0)?;
+            match btype {
+                SHB_TYPE | IDB_TYPE => return None,
+                EPB_TYPE | OPB_TYPE if len >= 32 => {
+                    let id = if btype == EPB_TYPE {
+                        read_u32(block, 8, be) as usize
+                    } else {
+                        read_u16(block, 8, be) as usize
+                    };
+                    let iface = self.ifaces.get(id)?;
+                    let ts =
+                        (read_u32(block, 12, be) as u64) << 32 | read_u32(block, 16, be) as u64;
+                    let ns = iface.res.to_ns(ts) as i128 + iface.offset_ns;
+                    return Some(ns.clamp(0, u64::MAX as i128) as u64);
+                }
+                SPB_TYPE => {
+                    let iface = self.ifaces.first()?;
+                    let ns = iface.res.to_ns(0) as i128 + iface.offset_ns;
+                    return Some(ns.clamp(0, u64::MAX as i128) as u64);
+                }
+                EPB_TYPE | OPB_TYPE => return None,
+                _ => rest = &rest[len..],
+            }
+        }
+    }
+
+    /// The trace's link and output header once the blocks up to `error` (at `offset`)
+    /// have been read, `records` packets of them; Err when the file is unusable (an
+    /// error before the first packet, or no packet and an unknown link).
+    pub(crate) fn finish(
+        &self,
+        path: &Path,
+        records: u64,
+        error: Option<(u64, RecordProblem)>,
+    ) -> Result<(LinkKind, PcapHeader, Option<TraceError>), TraceError> {
+        if records == 0 {
+            if let (Some(linktype), Some((_, RecordProblem::LinkType { .. }))) =
+                (self.bad_link, &error)
+            {
+                return Err(TraceError::LinkType {
+                    path: path.to_owned(),
+                    linktype,
+                    link: describe_linktype(linktype),
+                });
+            }
+        }
+        // No packet: the trace still gets a link, from the first interface or Ethernet.
+        let (linktype, kind) = match self.link {
+            Some(l) => l,
+            None => {
+                let lt = self.first_idb_link.unwrap_or(1);
+                match link_from_pcap(lt) {
+                    Some(k) => (lt, k),
+                    None if error.is_none() => {
+                        return Err(TraceError::LinkType {
+                            path: path.to_owned(),
+                            linktype: lt,
+                            link: describe_linktype(lt),
+                        })
+                    }
+                    None => (lt, LinkKind::Ethernet),
+                }
+            }
+        };
+        // Errors before the first packet are file-header errors.
+        if records == 0 {
+            if let Some((offset, problem)) = error {
+                return Err(TraceError::Block {
+                    path: path.to_owned(),
+                    offset,
+                    problem,
+                });
+            }
+        }
+        let snaplen = if self.snaplen == 0 {
+            DEFAULT_SNAPLEN
+        } else {
+            self.snaplen
+        };
+        let header = PcapHeader {
+            snaplen: snaplen.max(self.max_caplen),
+            ..PcapHeader::new(linktype, self.nanos)
+        };
+        let error = error.map(|(offset, problem)| TraceError::Record {
+            path: path.to_owned(),
+            record: records + 1,
+            offset,
+            problem,
+        });
+        Ok((kind, header, error))
+    }
+}
+
 /// Decodes a pcapng file: sections, interfaces and packet blocks.
 fn parse_pcapng(path: &Path, data: &[u8]) -> Result<Parsed, TraceError> {
     if data.len() < SHB_MIN_LEN {
         return Err(too_short(path, data, "pcapng section header", SHB_MIN_LEN));
     }
     let mut records: Vec<Record> = Vec::with_capacity(data.len() / 512);
-    let mut ifaces: Vec<Iface> = Vec::new();
-    let mut in_section = false;
-    let mut big_endian = false;
-    // Decided by the first packet: (raw linktype, kind).
-    let mut link: Option<(u32, LinkKind)> = None;
-    let mut first_idb_link: Option<u32> = None;
-    let mut nanos = false;
-    let mut snaplen = 0u32;
-    let mut max_caplen = 0u32;
-
+    let mut ng = NgFormat::new();
     let mut off = 0usize;
     let mut error: Option<(u64, RecordProblem)> = None;
     while off < data.len() {
-        match pcapng_block(
-            data,
-            off,
-            &mut big_endian,
-            &mut in_section,
-            &mut ifaces,
-            &mut first_idb_link,
-        ) {
+        match ng.block(&data[off..]) {
             Err(problem) => {
                 error = Some((off as u64, problem));
                 break;
             }
-            Ok((len, None)) => off += len,
-            Ok((len, Some(pkt))) => {
-                let iface = &ifaces[pkt.iface];
-                let Some(kind) = iface.link else {
-                    let problem = RecordProblem::LinkType {
-                        id: pkt.iface as u32,
-                        link: describe_linktype(iface.linktype),
-                    };
-                    if records.is_empty() {
-                        return Err(TraceError::LinkType {
-                            path: path.to_owned(),
-                            linktype: iface.linktype,
-                            link: describe_linktype(iface.linktype),
-                        });
-                    }
-                    error = Some((off as u64, problem));
-                    break;
-                };
-                match link {
-                    None => link = Some((iface.linktype, kind)),
-                    Some((first, k)) if k != kind => {
-                        error = Some((
-                            off as u64,
-                            RecordProblem::MixedLinks {
-                                id: pkt.iface as u32,
-                                link: describe_linktype(iface.linktype),
-                                first: describe_linktype(first),
-                            },
-                        ));
-                        break;
-                    }
-                    Some(_) => {}
-                }
-                let limit = caplen_limit(iface.snaplen);
-                if pkt.caplen > limit {
-                    error = Some((
-                        off as u64,
-                        RecordProblem::CaplenAbsurd {
-                            caplen: pkt.caplen,
-                            limit,
-                        },
-                    ));
-                    break;
-                }
-                nanos |= iface.res.finer_than_us();
-                snaplen = snaplen.max(iface.snaplen);
-                max_caplen = max_caplen.max(pkt.caplen);
-                let ns = iface.res.to_ns(pkt.ts) as i128 + iface.offset_ns;
+            Ok(NgBlock::Skip(len)) => off += len,
+            Ok(NgBlock::Packet(r)) => {
                 records.push(Record {
-                    off: pkt.data_off as u64,
-                    caplen: pkt.caplen,
-                    wire_len: pkt.wire_len,
-                    ts_ns: ns.clamp(0, u64::MAX as i128) as u64,
+                    off: (off + r.data_off) as u64,
+                    caplen: r.caplen,
+                    wire_len: r.wire_len,
+                    ts_ns: r.ts_ns,
                 });
-                off += len;
+                off += r.len;
             }
         }
     }
-
-    // No packet: the trace still gets a link, from the first interface or Ethernet.
-    let (linktype, kind) = match link {
-        Some(l) => l,
-        None => {
-            let lt = first_idb_link.unwrap_or(1);
-            match link_from_pcap(lt) {
-                Some(k) => (lt, k),
-                None if error.is_none() => {
-                    return Err(TraceError::LinkType {
-                        path: path.to_owned(),
-                        linktype: lt,
-                        link: describe_linktype(lt),
-                    })
-                }
-                None => (lt, LinkKind::Ethernet),
-            }
-        }
-    };
-    // Errors before the first packet are file-header errors.
-    if records.is_empty() {
-        if let Some((offset, problem)) = error {
-            return Err(TraceError::Block {
-                path: path.to_owned(),
-                offset,
-                problem,
-            });
-        }
-    }
-    if snaplen == 0 {
-        snaplen = DEFAULT_SNAPLEN;
-    }
-    let header = PcapHeader {
-        snaplen: snaplen.max(max_caplen),
-        ..PcapHeader::new(linktype, nanos)
-    };
-    let error = error.map(|(offset, problem)| TraceError::Record {
-        path: path.to_owned(),
-        record: records.len() as u64 + 1,
-        offset,
-        problem,
-    });
+    let (link, header, error) = ng.finish(path, records.len() as u64, error)?;
     Ok(Parsed {
         records,
-        link: kind,
+        link,
         header,
         error,
     })

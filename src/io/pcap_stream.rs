@@ -11,12 +11,20 @@
 //! [`PcapStream::open`], a bad record ends the input there (the records before it are
 //! yielded) and is kept in [`Source::error`]. Later loops replay exactly the records of
 //! the first one.
+//!
+//! pcapng is read the same way, block by block ([`NgFormat`], shared with the indexed
+//! reader). Its output header (ns timestamps, snaplen, link) depends on every interface
+//! block a packet uses, so `open` first reads the file once through without keeping
+//! anything (the same bounded buffer), then the passes start: two reads of the file, in
+//! bounded memory, where the indexed reader held the whole file and its index.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use super::pcap_read::{PcapFormat, RecordProblem, PCAP_HEADER_LEN, SHB_TYPE};
+use super::pcap_read::{
+    too_short, NgBlock, NgFormat, PcapFormat, RecordProblem, PCAP_HEADER_LEN, SHB_MIN_LEN, SHB_TYPE,
+};
 use super::source::{After, Source};
 use super::trace::{PcapHeader, Record};
 use super::TraceError;
@@ -24,15 +32,22 @@ use crate::packet::LinkKind;
 
 /// Bytes read at a time: a few hundred packets, comfortably within L2.
 pub const READ_BUFFER: usize = 1 << 20;
+/// Records parsed per call while reading a pcapng file through.
+const MAX_CHUNK: usize = 4096;
 /// The packet buffers' largest class: bigger records are dropped as `oversize`.
 const MAX_BUFFERED_PACKET: usize = 65_536;
 
 /// What [`PcapStream::open`] found.
 pub enum Opened {
     Pcap(Box<PcapStream>),
-    /// A pcapng file (its output header depends on every interface block, so it is read
-    /// whole with [`Trace`](super::Trace)).
-    Pcapng,
+    /// A pcapng file, streamed too (its header found by a first read through).
+    Pcapng(Box<PcapStream>),
+}
+
+/// How records are framed: classic pcap, or pcapng blocks.
+enum Framing {
+    Pcap(PcapFormat),
+    Ng(NgFormat),
 }
 
 pub struct PcapStream {
@@ -41,7 +56,13 @@ pub struct PcapStream {
     /// A regular file can be read again for the next loop; a pipe cannot.
     regular: bool,
     file_len: u64,
-    fmt: PcapFormat,
+    framing: Framing,
+    header: PcapHeader,
+    link: LinkKind,
+    /// Largest caplen a record may have.
+    limit: u32,
+    /// File offset of the first record (pcap) or block (pcapng): where a pass starts.
+    start: u64,
     buf: Vec<u8>,
     /// Parse position and end of valid data in `buf`.
     pos: usize,
@@ -60,6 +81,8 @@ pub struct PcapStream {
     first_ts: Option<u64>,
     ts_max: u64,
     error: Option<TraceError>,
+    /// Where and why the first pass ended early (pcapng's header needs it).
+    problem: Option<(u64, RecordProblem)>,
     /// The input changed between loops: no further pass.
     changed: bool,
     loops_done: u64,
@@ -100,23 +123,51 @@ impl PcapStream {
                 path: path.to_owned(),
             });
         }
-        if head.len() >= 4 && u32::from_le_bytes([head[0], head[1], head[2], head[3]]) == SHB_TYPE {
-            if !regular {
-                return Err(open_err(io::Error::other(
-                    "pcapng from a pipe or a device: give a file, or convert it (editcap -F pcap)",
-                )));
-            }
-            return Ok(Opened::Pcapng);
+        let ng =
+            head.len() >= 4 && u32::from_le_bytes([head[0], head[1], head[2], head[3]]) == SHB_TYPE;
+        if ng && !regular {
+            return Err(open_err(io::Error::other(
+                "pcapng from a pipe or a device: give a file, or convert it (editcap -F pcap)",
+            )));
         }
-        let fmt = PcapFormat::parse(path, head)?;
-        Ok(Opened::Pcap(Box::new(PcapStream {
+        let (framing, header, link, limit, pos) = if ng {
+            while len < SHB_MIN_LEN && !eof {
+                read_some(&mut file, &mut buf, &mut len, &mut eof).map_err(open_err)?;
+            }
+            if len < SHB_MIN_LEN {
+                return Err(too_short(
+                    path,
+                    &buf[..len],
+                    "pcapng section header",
+                    SHB_MIN_LEN,
+                ));
+            }
+            // Found by the read through below.
+            let header = PcapHeader::new(1, false);
+            (
+                Framing::Ng(NgFormat::new()),
+                header,
+                LinkKind::Ethernet,
+                0,
+                0,
+            )
+        } else {
+            let fmt = PcapFormat::parse(path, head)?;
+            let (h, l, c) = (fmt.header, fmt.link, fmt.caplen_limit());
+            (Framing::Pcap(fmt), h, l, c, PCAP_HEADER_LEN)
+        };
+        let mut s = Box::new(PcapStream {
             path: path.to_owned(),
             file,
             regular,
             file_len: if regular { meta.len() } else { 0 },
-            fmt,
+            framing,
+            header,
+            link,
+            limit,
+            start: pos as u64,
             buf,
-            pos: PCAP_HEADER_LEN,
+            pos,
             len,
             eof,
             base: 0,
@@ -128,9 +179,55 @@ impl PcapStream {
             first_ts: None,
             ts_max: 0,
             error: None,
+            problem: None,
             changed: false,
             loops_done: 0,
-        })))
+        });
+        if !ng {
+            return Ok(Opened::Pcap(s));
+        }
+        s.read_through()?;
+        Ok(Opened::Pcapng(s))
+    }
+
+    /// pcapng: reads the file once through, keeping nothing but what the output header
+    /// and the link need, then starts over. Err as [`Trace::open`](super::Trace::open)
+    /// for a problem before the first packet.
+    fn read_through(&mut self) -> Result<(), TraceError> {
+        self.limit = u32::MAX;
+        while !self.next_chunk(MAX_CHUNK).1.is_empty() {}
+        if let Some(e @ TraceError::Open { .. }) = self.error.take() {
+            return Err(e);
+        }
+        let Framing::Ng(ng) = &self.framing else {
+            return Ok(());
+        };
+        let (link, header, _) = ng.finish(&self.path, self.count, self.problem.take())?;
+        self.link = link;
+        self.header = header;
+        self.limit = header.snaplen;
+        self.ts_min = u64::MAX;
+        self.ts_max = 0;
+        self.first_ts = None;
+        self.restart().map_err(|source| TraceError::Open {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// Back to the first record for another pass.
+    fn restart(&mut self) -> io::Result<()> {
+        self.file.seek(SeekFrom::Start(self.start))?;
+        self.base = self.start;
+        self.pos = 0;
+        self.len = 0;
+        self.eof = false;
+        self.count = 0;
+        self.done = false;
+        if let Framing::Ng(ng) = &mut self.framing {
+            *ng = NgFormat::new();
+        }
+        Ok(())
     }
 
     /// Moves the bytes from `keep` on to the front of the buffer (records of the chunk
@@ -155,6 +252,9 @@ impl PcapStream {
 
     fn record_error(&mut self, problem: RecordProblem) {
         self.done = true;
+        if self.first_pass.is_none() {
+            self.problem = Some((self.base + self.pos as u64, problem.clone()));
+        }
         match self.first_pass {
             // A later pass ends before the first did: the file changed under us.
             Some(n) if self.count < n => self.changed_error(),
@@ -184,15 +284,15 @@ impl PcapStream {
 
 impl Source for PcapStream {
     fn link(&self) -> LinkKind {
-        self.fmt.link
+        self.link
     }
 
     fn header(&self) -> PcapHeader {
-        self.fmt.header
+        self.header
     }
 
     fn max_packet_len(&self) -> usize {
-        (self.fmt.caplen_limit() as usize).min(MAX_BUFFERED_PACKET)
+        (self.limit as usize).min(MAX_BUFFERED_PACKET)
     }
 
     fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record], After) {
@@ -204,8 +304,14 @@ impl Source for PcapStream {
                 self.done = true;
                 break;
             }
-            match self.fmt.record(&self.buf[self.pos..self.len]) {
-                Ok(r) => {
+            let rest = &self.buf[self.pos..self.len];
+            let step = match &mut self.framing {
+                Framing::Pcap(f) => f.record(rest).map(NgBlock::Packet),
+                Framing::Ng(n) => n.block(rest),
+            };
+            match step {
+                Ok(NgBlock::Skip(len)) => self.pos += len,
+                Ok(NgBlock::Packet(r)) => {
                     self.chunk.push(Record {
                         off: (self.pos + r.data_off) as u64,
                         caplen: r.caplen,
@@ -225,14 +331,27 @@ impl Source for PcapStream {
                     }
                     self.done = true;
                 }
-                Err(problem @ RecordProblem::CaplenAbsurd { .. }) => self.record_error(problem),
                 Err(problem) if self.eof => self.record_error(problem),
                 Err(problem) => {
                     // Incomplete: read more, unless the chunk must go first so that the
-                    // buffer need not grow past one record.
+                    // buffer need not grow past one record. Anything else is bad.
                     let need = match problem {
                         RecordProblem::PastEnd { caplen, .. } => caplen as usize + 24,
-                        _ => 24,
+                        // A block running past the end of the file is bad now (a stream
+                        // of pcapng is a regular file): never grow the buffer for it.
+                        RecordProblem::BlockPastEnd { len, .. }
+                            if self.base + (self.pos + len as usize) as u64 > self.file_len =>
+                        {
+                            let have = self.file_len.saturating_sub(self.base + self.pos as u64);
+                            self.record_error(RecordProblem::BlockPastEnd { len, have });
+                            continue;
+                        }
+                        RecordProblem::BlockPastEnd { len, .. } => len as usize,
+                        RecordProblem::TruncatedHeader { .. } => 24,
+                        _ => {
+                            self.record_error(problem);
+                            continue;
+                        }
                     };
                     if !self.chunk.is_empty() && self.pos - start + need > self.buf.len() {
                         break;
@@ -261,9 +380,12 @@ impl Source for PcapStream {
             self.first_ts
                 .map_or(After::Unknown, |t| After::PassEnd(t.wrapping_add(span)))
         } else {
-            self.fmt
-                .peek_ts(&self.buf[self.pos..self.len])
-                .map_or(After::Unknown, After::Record)
+            let rest = &self.buf[self.pos..self.len];
+            let ts = match &self.framing {
+                Framing::Pcap(f) => f.peek_ts(rest),
+                Framing::Ng(n) => n.peek_ts(rest),
+            };
+            ts.map_or(After::Unknown, After::Record)
         };
         (&self.buf[..self.len], &self.chunk, next)
     }
@@ -276,7 +398,7 @@ impl Source for PcapStream {
         if self.changed || !self.regular {
             return false;
         }
-        if let Err(e) = self.file.seek(SeekFrom::Start(PCAP_HEADER_LEN as u64)) {
+        if let Err(e) = self.restart() {
             self.error = Some(TraceError::Open {
                 path: self.path.clone(),
                 source: e,
@@ -284,12 +406,6 @@ impl Source for PcapStream {
             self.changed = true;
             return false;
         }
-        self.base = PCAP_HEADER_LEN as u64;
-        self.pos = 0;
-        self.len = 0;
-        self.eof = false;
-        self.count = 0;
-        self.done = false;
         true
     }
 
@@ -306,7 +422,7 @@ impl Source for PcapStream {
             return n;
         }
         let read = self.base + self.pos as u64;
-        if self.count == 0 || read <= PCAP_HEADER_LEN as u64 {
+        if self.count == 0 || read <= self.start {
             return self.file_len / 512;
         }
         // Records so far, scaled to the whole file.
@@ -366,7 +482,7 @@ mod tests {
         std::fs::write(&p, bytes).unwrap();
         match PcapStream::open(&p).unwrap() {
             Opened::Pcap(s) => (d, s),
-            Opened::Pcapng => panic!("pcapng"),
+            Opened::Pcapng(_) => panic!("pcapng"),
         }
     }
 
@@ -456,6 +572,101 @@ mod tests {
             "{e}"
         );
         assert!(!s.rewind());
+    }
+
+    fn shared(rel: &str) -> Option<PathBuf> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/datasets")
+            .join(rel);
+        p.exists().then_some(p).or_else(|| {
+            eprintln!("skipped {rel}: not found");
+            None
+        })
+    }
+
+    /// A pcapng file streamed: the indexed reader's records, link, header and error,
+    /// across chunk sizes and loops, in a buffer that never grew.
+    fn same_as_indexed(path: &Path) -> usize {
+        let t = Trace::open(path).unwrap();
+        let want: Packets = (0..t.len())
+            .map(|i| {
+                (
+                    t.record(i).ts_ns,
+                    t.record(i).wire_len,
+                    t.packet(i).to_vec(),
+                )
+            })
+            .collect();
+        for max in [1, 32, 1000] {
+            let mut s = match PcapStream::open(path).unwrap() {
+                Opened::Pcapng(s) => s,
+                Opened::Pcap(_) => panic!("{}: not taken for pcapng", path.display()),
+            };
+            assert_eq!(s.link(), t.link());
+            assert_eq!(format!("{:?}", s.header()), format!("{:?}", t.header()));
+            for lp in 0..2 {
+                assert_eq!(
+                    pass(&mut s, max),
+                    want,
+                    "{} chunks of {max}",
+                    path.display()
+                );
+                let e = |e: Option<&TraceError>| e.map(|e| e.to_string());
+                assert_eq!(e(s.error()), e(t.error()), "{}", path.display());
+                assert!(s.rewind() || lp == 1);
+            }
+            assert_eq!(s.span_ns(), t.span_ns());
+            assert_eq!(s.buf.len(), READ_BUFFER, "the buffer grew");
+        }
+        want.len()
+    }
+
+    #[test]
+    fn pcapng_is_streamed_with_the_indexed_readers_records_and_header() {
+        let mut seen = 0;
+        // (retina/quic_retry.pcapng is a classic pcap despite its name.)
+        for rel in ["retina/quic_kyber.pcapng"] {
+            if let Some(p) = shared(rel) {
+                assert!(same_as_indexed(&p) > 0);
+                seen += 1;
+            }
+        }
+        // A large real capture converted (editcap), and the same cut in the middle of a
+        // block: the packets before the cut, then the indexed reader's error.
+        let d = tempfile::tempdir().unwrap();
+        let ng = d.path().join("merged.pcapng");
+        if let Some(src) = shared("bench/ndpi-ether-merged.pcap") {
+            let ok = std::process::Command::new("editcap")
+                .args(["-F", "pcapng"])
+                .arg(&src)
+                .arg(&ng)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "editcap -F pcapng failed (is it installed?)");
+            let n = same_as_indexed(&ng);
+            assert_eq!(n, Trace::open(&src).unwrap().len());
+            let bytes = std::fs::read(&ng).unwrap();
+            let cut = d.path().join("cut.pcapng");
+            std::fs::write(&cut, &bytes[..bytes.len() / 2 + 7]).unwrap();
+            let kept = same_as_indexed(&cut);
+            assert!(kept > 0 && kept < n, "{kept} of {n}");
+            let t = Trace::open(&cut).unwrap();
+            assert!(t.error().is_some(), "the cut is reported");
+            seen += 1;
+        }
+        assert!(seen > 0, "no pcapng found or made");
+    }
+
+    #[test]
+    fn pcapng_header_errors_are_open_errors() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t.pcapng");
+        // A section header cut short, and a packet before any interface.
+        std::fs::write(&p, [0x0a, 0x0d, 0x0d, 0x0a, 28, 0, 0, 0, 0x4d, 0x3c]).unwrap();
+        let e = PcapStream::open(&p).err().map(|e| e.to_string());
+        let want = Trace::open(&p).err().map(|e| e.to_string());
+        assert!(want.is_some());
+        assert_eq!(e, want);
     }
 
     #[test]

@@ -28,6 +28,11 @@
 //! sits in front of the classifier; a rule change clears it. It changes no verdict and no
 //! counter, only how often the bitmaps are ANDed. Per batch, every packet's key is packed
 //! straight from its bytes and its bucket prefetched, then the buckets are read.
+//!
+//! Consecutive filters of a chain are fused when the run starts ([`fused`]): the first
+//! decides every filter's verdict for a packet with one key and one cache lookup, the
+//! others read theirs from the packet; verdicts and counters are those of the filters
+//! run one after the other.
 
 use super::acl::cache::{
     KeyMask, DPORT_SHIFT, FLAGS_SHIFT, FRAG_SHIFT, MARK, PROTO_SHIFT, P_DPORT, P_DST4, P_FLAGS,
@@ -41,6 +46,9 @@ use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::bytes::{be16, be32};
 use crate::packet::{Batch, FastMark, Fields, L3Kind, Layers, LinkKind, Packet, MAX_BATCH};
+
+#[path = "ip_filter_fused.rs"]
+mod fused;
 
 const DENIED: u8 = 0;
 const MALFORMED: u8 = 1;
@@ -63,6 +71,13 @@ pub struct IpFilter {
     cache: VerdictCache,
     /// What frames with an inconsistent IP header get.
     malformed: Malformed,
+    /// First of a fused run: the filters after it, whose verdicts it decides.
+    lead: Option<Box<fused::Lead>>,
+    /// Later in a fused run: where its verdict is in a packet's `filter_verdicts`.
+    follow: Option<fused::Follow>,
+    /// The classifier went to the first of the run (rebuilt if a packet comes without
+    /// a verdict).
+    lent: bool,
 }
 
 impl IpFilter {
@@ -117,6 +132,9 @@ impl IpFilter {
             reads_flags: false,
             cache: VerdictCache::new(crate::nfs::acl::cache::DEFAULT_BUCKETS),
             malformed: Malformed::Drop,
+            lead: None,
+            follow: None,
+            lent: false,
         };
         f.set_rules(rules);
         f
@@ -143,6 +161,11 @@ impl IpFilter {
         self.reads_flags = self.classifier.constrains(Field::Flags);
         self.mask = KeyMask::new(&self.classifier);
         self.cache.clear();
+        // New rules: the filter decides alone again (the run's first, if it was one,
+        // stops deciding for the others, which then decide alone too).
+        self.lead = None;
+        self.follow = None;
+        self.lent = false;
     }
 
     /// Sets what frames with an inconsistent IP header get (see [`Malformed`]).
@@ -212,6 +235,24 @@ impl IpFilter {
         let k = bpf_key(p)?;
         let found = self.classifier.classify(&k);
         Some(found.map_or(self.rules.len(), |i| i as usize))
+    }
+
+    /// Counts a packet that hit counter `hit` and drops it if that says deny.
+    #[inline]
+    fn count(&mut self, p: &mut Packet, hit: usize) {
+        if let Some(h) = self.hits.get_mut(hit) {
+            *h += 1;
+        }
+        if p.meta().fast == FastMark::Want {
+            let l = p.layers();
+            p.meta_mut().fast = match packet_key(p) {
+                Some(k) => self.fast_mark(&k, &l, hit),
+                None => FastMark::Refuse,
+            };
+        }
+        if self.actions.get(hit).copied().unwrap_or(self.default) == Action::Deny {
+            p.drop_with(DENIED);
+        }
     }
 
     /// The token is the index of the hit counter the packet bumped. IPv6 extension
@@ -485,6 +526,12 @@ impl Nf for IpFilter {
     /// on a miss classify), so the buckets' loads overlap.
     #[inline]
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
+        if self.lead.is_some() {
+            return self.process_lead(batch);
+        }
+        if let Some(f) = self.follow {
+            return self.process_follow(batch, f);
+        }
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
             let mut keys = [Packed::Malformed; MAX_BATCH];
             let mut at = [0usize; MAX_BATCH];
@@ -514,19 +561,7 @@ impl Nf for IpFilter {
                         }
                     },
                 };
-                if let Some(h) = self.hits.get_mut(hit) {
-                    *h += 1;
-                }
-                if p.meta().fast == FastMark::Want {
-                    let l = p.layers();
-                    p.meta_mut().fast = match packet_key(p) {
-                        Some(k) => self.fast_mark(&k, &l, hit),
-                        None => FastMark::Refuse,
-                    };
-                }
-                if self.actions.get(hit).copied().unwrap_or(self.default) == Action::Deny {
-                    p.drop_with(DENIED);
-                }
+                self.count(p, hit);
             }
         }
     }
@@ -558,9 +593,15 @@ impl Nf for IpFilter {
         Ok(format!("{} rule(s)", self.rules.len()))
     }
 
-    /// The verdict cache and the classifier (a rule change builds one of similar size).
+    /// The verdict cache and the classifier (a rule change builds one of similar size);
+    /// the first of a fused run also holds the others' classifiers.
     fn memory(&self) -> usize {
-        self.cache.memory() + self.classifier.memory()
+        let lent = self.lead.as_ref().map_or(0, |l| l.memory());
+        self.cache.memory() + self.classifier.memory() + lent
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
     }
 
     fn consolidate(&self) -> Option<&dyn Consolidate> {

@@ -145,6 +145,12 @@ pub trait Nf: Send {
     fn stats(&self) -> Stats {
         Vec::new()
     }
+
+    /// The NF as `Any`, for the runtime to find NFs it may fuse (consecutive
+    /// `ip_filter`s: `nfs/ip_filter_fused.rs`); None for the rest. (issue 20, e2e)
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }
 
 /// An NF's own counters: names are mostly literals; some are made per rule or backend.

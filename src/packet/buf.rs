@@ -327,12 +327,14 @@ impl Packet {
 }
 
 impl Buf<[u8]> {
-    /// What new contents reset: decoded offsets, flow hash and verdict.
+    /// What new contents reset: decoded offsets, flow hash, verdict and fused filters'
+    /// verdicts.
     #[inline]
     fn reset_meta(&mut self) {
         self.meta.layers = Layers::UNPARSED;
         self.meta.flow_hash = 0;
         self.meta.verdict = Verdict::Out(0);
+        self.meta.filter_verdicts = 0;
     }
 }
 

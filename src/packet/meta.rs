@@ -77,6 +77,10 @@ pub struct Meta {
     /// Position in the input (0-based, across replay loops), set at ingest: sharded
     /// workers' outputs are merged back into input order by it.
     pub seq: u64,
+    /// Verdicts the first `ip_filter` of a fused run decided for the filters after it
+    /// (`nfs/ip_filter_fused.rs`): the run's id in the high half, 0 when none. New
+    /// contents reset it.
+    pub filter_verdicts: u64,
 }
 
 impl Default for Meta {
@@ -94,6 +98,7 @@ impl Default for Meta {
             fast: FastMark::Off,
             fast_rec: NOT_RECORDED,
             seq: 0,
+            filter_verdicts: 0,
         }
     }
 }

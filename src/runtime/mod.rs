@@ -11,6 +11,7 @@ mod config;
 pub mod control;
 mod counters;
 mod fastpath_host;
+mod fuse_filters; // issue 20 (e2e): consecutive ip_filters classified once
 mod ingest;
 mod join;
 pub mod limits;

@@ -80,6 +80,8 @@ impl Runner {
         let mut chain = chain;
         let stages = (chain.stages() > 1 && fast.is_none())
             .then(|| Box::new(Staged::split(&mut chain, max_packet)));
+        // issue 20 (e2e): consecutive ip_filters classified once (plain runs only).
+        super::fuse_filters::fuse_filters(&mut chain);
         let mut walk = Walk::new(chain, max_packet, fast.is_some());
         if let Some(s) = &stages {
             s.first(&mut walk, max_packet);
