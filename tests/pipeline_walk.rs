@@ -181,6 +181,9 @@ fn the_example_walks_are_recognised_and_change_nothing() {
 
 #[test]
 fn walks_that_differ_from_layers_change_nothing() {
+    // The firewall walks IPv6 and ARP too.
+    let w = compile(&program("firewall"), true).walk().expect("a walk");
+    assert!(w.ends_with("-> ip, ip6, arp"), "{w}");
     let fw = program("firewall");
     let variants: &[(&str, &str, &str, bool)] = &[
         // Fewer tags than Layers skips: deeper stacks run the program's own walk.
@@ -210,6 +213,37 @@ fn walks_that_differ_from_layers_change_nothing() {
         ("no size", "  size = ihl * 4;\n", "", false),
         // Raw IP's version 4 is not IPv4 here.
         ("raw 4 is ip6", "    4 => next ip;\n    6 => next ip6;", "    4, 6 => next ip6;", true),
+        // IPv6 and ARP walks (`Layers` finds them too): routes that differ in one way.
+        // ARP read as IPv6 from the tags only: tagged ARP runs the program's walk.
+        (
+            "tag arp is ip6",
+            "    0x86dd => next ip6;\n    0x0806 => next arp;\n    _ => drop not_ipv4;\n  }\n}\n\ndecoder raw",
+            "    0x86dd, 0x0806 => next ip6;\n    _ => drop not_ipv4;\n  }\n}\n\ndecoder raw",
+            true,
+        ),
+        // Cooked v2 does not route IPv6: only the other links walk it.
+        (
+            "sll2 ip6 not walked",
+            "  match sll2.type {\n    0x8100, 0x88a8, 0x9100 => next tag;\n    0x0800 => next ip;\n    0x86dd => next ip6;",
+            "  match sll2.type {\n    0x8100, 0x88a8, 0x9100 => next tag;\n    0x0800 => next ip;\n    0x86dd => drop not_ipv4;",
+            true,
+        ),
+        // An ARP header longer than `Layers` checks (cut-short ARP must reach `short`).
+        (
+            "arp 29 bytes",
+            "layout arp { htype: 16;",
+            "layout arp { pad: 8; htype: 16;",
+            true,
+        ),
+        // IPv6 decoded with a peek: the offset does not move, not walked.
+        ("ip6 peek", "decoder ip6: ipv6 {", "decoder ip6: ipv6 peek {", true),
+        // The version check reads another field: kept, not skipped.
+        (
+            "ip6 checks class",
+            "  extract version;\n  short { drop malformed; }\n  if ip6.version != 6 { drop malformed; }",
+            "  extract version, class;\n  short { drop malformed; }\n  if ip6.class != 6 { drop malformed; }",
+            true,
+        ),
     ];
     for &(what, from, to, walk) in variants {
         assert!(fw.contains(from), "{what}: `{from}` not in firewall.stv");

@@ -261,7 +261,7 @@ impl Nf for Firewall {
                 p.drop_with(FRAGMENT);
                 continue;
             }
-            let (m, d) = p.split_mut();
+            let (m, d) = p.split_meta();
             // The ports are all the rule needs, as for BPF: a cut-short header past them is fine.
             if d.len() < o4 + 4 {
                 p.drop_with(TRUNCATED);

@@ -157,7 +157,7 @@ impl Nf for Ipv4Switch {
             let Some(l) = ipv4_or_drop(p, NOT_IPV4, MALFORMED) else {
                 continue;
             };
-            let (m, d) = p.split_mut();
+            let (m, d) = p.split_meta();
             let o = l.l3_off as usize;
             self.learn.switch(m, be32(d, o + 12), be32(d, o + 16));
         }

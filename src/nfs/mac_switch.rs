@@ -84,7 +84,7 @@ impl Nf for MacSwitch {
     #[inline]
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
         for p in batch {
-            let (m, d) = p.split_mut();
+            let (m, d) = p.split_meta();
             if m.link != LinkKind::Ethernet || d.len() < 14 {
                 p.drop_with(NOT_ETHERNET);
                 continue;

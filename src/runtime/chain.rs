@@ -553,7 +553,7 @@ impl Chain {
         s.push_str(&format!(
             "fastpath: {}\n  {} entries, idle timeout {}, records packet {} of each flow (the ones before run every NF unrecorded)\n",
             if self.fastpath.is_some() && self.fastpath_auto {
-                "auto (starts on; the run times a few chunks with the TSC in each mode, tries the other mode every 2048 chunks for 256, and keeps it only if it costs at most 7/8; the decision and both costs are in the run's summary)"
+                "auto (starts off; the run times chunks with the TSC, tries consolidation from chunk 25 and again every 256 chunks, four times later after each losing trial, and keeps it only if it costs at most 15/16 of off; the decision and both costs are in the run's summary)"
             } else if self.fastpath.is_some() {
                 "on (a flow's recorded packet runs every NF; later packets take one lookup, the state functions below and one consolidated rewrite; a flow whose path holds an always-run NF runs whole)"
             } else {

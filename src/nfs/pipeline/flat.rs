@@ -24,6 +24,10 @@ pub enum Cond {
     /// `field == constant`, `field != constant`: no operator to dispatch on.
     FieldEq(FieldRef, u64),
     FieldNe(FieldRef, u64),
+    /// `field != a && field != b` (`ip.proto != 6 && ip.proto != 17`): one read.
+    FieldNe2(FieldRef, u64, u64),
+    /// `field == a || field == b`.
+    FieldEq2(FieldRef, u64, u64),
     /// `field OP constant`, the common shape (`ip.proto != 6`).
     FieldConst(BinOp, FieldRef, u64),
     /// `leaf OP leaf`.
@@ -78,12 +82,17 @@ pub enum Ins {
     DropIf(Cond, u8),
     /// Drops unless the test holds (a branch to a `drop`, threaded).
     DropUnless(Cond, u8),
+    /// A `DropIf` and the `DropIf` after it (which stays, for jumps to it): one dispatch.
+    DropIf2(Box<(Cond, u8, Cond, u8)>),
     /// First case matching the value; none: go to `end`.
     Switch(Val, Box<[Case]>, u32),
     /// A `match link`: the case for each link kind (none: go to `end`).
     SwitchLink(Box<[Option<Case>; 4]>, u32),
     /// Enter decoder `d` (its body or its `short` block).
     Enter(u16),
+    /// Enter a decoder of fixed length that moves the offset and counts no entries:
+    /// what `Enter` does for it, without looking the decoder up.
+    EnterFixed(Box<Fixed>),
     /// Apply table `t` (a hit runs its action, a miss its `miss` block).
     Apply(u16),
     /// `learn T(leaf) -> output leaf` (or a fixed action), the common learn.
@@ -96,6 +105,14 @@ pub enum Ins {
     Flood,
     Drop(u8),
     Done,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Fixed {
+    dec: u16,
+    len: u16,
+    body: u32,
+    short: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -182,6 +199,18 @@ impl Flat {
         for (i, d) in f.decs.iter_mut().enumerate() {
             d.track = f.guarded & (1 << i) != 0;
         }
+        for i in 0..f.ins.len() {
+            let Ins::Enter(d) = f.ins[i] else { continue };
+            let dec = f.decs[d as usize];
+            if dec.size.is_none() && !dec.peek && !dec.track {
+                f.ins[i] = Ins::EnterFixed(Box::new(Fixed {
+                    dec: d,
+                    len: dec.fixed_len,
+                    body: dec.body,
+                    short: dec.short,
+                }));
+            }
+        }
         f.thread_drops();
         f.writes = f
             .ins
@@ -202,12 +231,38 @@ impl Flat {
                     body += 1;
                 }
             }
+            // IPv6 likewise (`Layers` checked version 6); ARP's body runs whole.
+            let mut others = w.others;
+            for (o, version) in others.iter_mut().flatten().zip([Some(6), None]) {
+                o.body = decs[o.dec as usize].body;
+                if let (
+                    Some(Ins::DropIf(Cond::FieldNe(v, x) | Cond::FieldConst(BinOp::Ne, v, x), _)),
+                    Some(version),
+                ) = (f.ins.get(o.body as usize), version)
+                {
+                    if *x == version && v.hdr as u16 == o.dec && v.is_first_nibble() {
+                        o.body += 1;
+                    }
+                }
+            }
             if let Some(Ins::Walk(w)) = f.ins.get_mut(at) {
                 w.body = body;
+                w.others = others;
                 w.set_track(guarded);
             }
         }
+        f.pair_drops();
         f
+    }
+
+    /// `DropIf; DropIf` runs as one instruction that goes on past both (the second
+    /// stays where it is, so jumps to it still work).
+    fn pair_drops(&mut self) {
+        for i in 0..self.ins.len().saturating_sub(1) {
+            if let (Ins::DropIf(a, r), Ins::DropIf(b, q)) = (&self.ins[i], &self.ins[i + 1]) {
+                self.ins[i] = Ins::DropIf2(Box::new((a.clone(), *r, b.clone(), *q)));
+            }
+        }
     }
 
     /// A branch to a `drop` drops in place (one dispatch less): `if a || b { … } drop R;`.
@@ -277,6 +332,7 @@ impl Flat {
                     };
                     // `if a && b { drop }`: a decides by a branch, b in the drop.
                     let (skip, last) = match c {
+                        _ if one_of_two(c).is_some() => (Vec::new(), c),
                         Ex::Bin(BinOp::And, a, b) if simple(b) => (self.jump_unless(a), &**b),
                         _ => (Vec::new(), c),
                     };
@@ -404,7 +460,7 @@ impl Flat {
     /// Branches taken when `e` is false (to be patched to the else part); falls through
     /// when it is true. `&&` and `||` become branches, as they short-circuit.
     fn jump_unless(&mut self, e: &Ex) -> Vec<usize> {
-        if let Some(c) = either_in(e) {
+        if let Some(c) = either_in(e).or_else(|| one_of_two(e)) {
             return vec![self.emit(Ins::IfNot(c, 0))];
         }
         match e {
@@ -428,7 +484,7 @@ impl Flat {
 
     /// Branches taken when `e` is true; falls through when it is false.
     fn jump_if(&mut self, e: &Ex) -> Vec<usize> {
-        if let Some(c) = either_in(e) {
+        if let Some(c) = either_in(e).or_else(|| one_of_two(e)) {
             return vec![self.emit(Ins::If(c, 0))];
         }
         match e {
@@ -486,6 +542,15 @@ impl Flat {
                         return Some(*r);
                     }
                 }
+                Ins::DropIf2(d) => {
+                    if test(c, &d.0, p) {
+                        return Some(d.1);
+                    }
+                    if test(c, &d.2, p) {
+                        return Some(d.3);
+                    }
+                    pc += 1;
+                }
                 Ins::Switch(v, cases, end) => {
                     let v = value(c, v, p);
                     pc = *end as usize;
@@ -523,6 +588,21 @@ impl Flat {
                     }
                     steps += 1;
                     pc = self.enter(*d as usize, p);
+                }
+                Ins::EnterFixed(e) => {
+                    if steps == MAX_STEPS {
+                        return p.drop;
+                    }
+                    steps += 1;
+                    let at = p.cur;
+                    let n = e.len as usize;
+                    if at + n <= p.d.len() {
+                        p.fit(e.dec as usize, at, n);
+                        p.cur = at + n;
+                        pc = e.body as usize;
+                    } else {
+                        pc = e.short as usize;
+                    }
                 }
                 Ins::Apply(t) => {
                     if steps == MAX_STEPS {
@@ -714,12 +794,39 @@ fn either_in(e: &Ex) -> Option<Cond> {
     }
 }
 
-/// A test that is not itself `&&`, `||` or `!` (those lower to branches).
+/// `f != a && f != b` or `f == a || f == b` over one field, as one test.
+fn one_of_two(e: &Ex) -> Option<Cond> {
+    let Ex::Bin(op @ (BinOp::And | BinOp::Or), a, b) = e else {
+        return None;
+    };
+    let want = if *op == BinOp::And {
+        BinOp::Ne
+    } else {
+        BinOp::Eq
+    };
+    match (&**a, &**b) {
+        (
+            Ex::Flat(o1, Leaf::Field(f), Leaf::Const(x)),
+            Ex::Flat(o2, Leaf::Field(g), Leaf::Const(y)),
+        ) if *o1 == want && *o2 == want && f == g => Some(if want == BinOp::Ne {
+            Cond::FieldNe2(*f, *x, *y)
+        } else {
+            Cond::FieldEq2(*f, *x, *y)
+        }),
+        _ => None,
+    }
+}
+
+/// A test that is not itself `&&`, `||` or `!` (those lower to branches), or one of
+/// them that is a single test.
 fn simple(e: &Ex) -> bool {
-    !matches!(e, Ex::Bin(BinOp::And | BinOp::Or, _, _) | Ex::Not(_))
+    !matches!(e, Ex::Bin(BinOp::And | BinOp::Or, _, _) | Ex::Not(_)) || one_of_two(e).is_some()
 }
 
 fn cond(e: &Ex) -> Cond {
+    if let Some(c) = one_of_two(e) {
+        return c;
+    }
     match e {
         Ex::Flat(BinOp::Eq, Leaf::Field(f), Leaf::Const(k)) => Cond::FieldEq(*f, *k),
         Ex::Flat(BinOp::Ne, Leaf::Field(f), Leaf::Const(k)) => Cond::FieldNe(*f, *k),
@@ -737,6 +844,14 @@ fn test<D: Bytes>(c: &Code, k: &Cond, p: &Pkt<D>) -> bool {
     match k {
         Cond::FieldEq(f, v) => p.field(f) == *v,
         Cond::FieldNe(f, v) => p.field(f) != *v,
+        Cond::FieldNe2(f, a, b) => {
+            let v = p.field(f);
+            v != *a && v != *b
+        }
+        Cond::FieldEq2(f, a, b) => {
+            let v = p.field(f);
+            v == *a || v == *b
+        }
         Cond::FieldConst(op, f, v) => binop(*op, p.field(f), *v) != 0,
         Cond::Flat(op, a, b) => binop(*op, c.leaf(a, p), c.leaf(b, p)) != 0,
         Cond::Flat2(o1, o2, a, b, x) => {

@@ -11,8 +11,12 @@ use crate::packet::{Batch, LinkKind, Meta};
 /// Most decoders a program may declare (per-packet header offsets live on the stack).
 pub const MAX_DECODERS: usize = 32;
 
+/// The offset of a header that did not fit this packet (see [`Pkt::field`]): far past
+/// any packet (a buffer holds at most 64 KiB and its headroom).
+const UNSET: u32 = 1 << 30;
+
 /// How one field is read, relative to its header's start.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Read {
     U8(u16),
     U16(u16),
@@ -29,7 +33,7 @@ pub enum Read {
     },
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FieldRef {
     pub hdr: u8,
     pub read: Read,
@@ -325,9 +329,10 @@ pub struct Decoder {
 }
 
 /// Header offsets and lengths by decoder, valid for decoders whose bit is set in
-/// [`Pkt::entered`]: kept across packets so a packet costs no clearing.
+/// [`Pkt::valid`] (lengths, visits: kept across packets, so a packet costs no clearing
+/// of them). An offset is [`UNSET`] for a header that did not fit this packet.
 pub struct Scratch {
-    off: [u16; MAX_DECODERS],
+    off: [u32; MAX_DECODERS],
     len: [u16; MAX_DECODERS],
     visits: [u8; MAX_DECODERS],
 }
@@ -335,7 +340,7 @@ pub struct Scratch {
 impl Default for Scratch {
     fn default() -> Self {
         Scratch {
-            off: [0; MAX_DECODERS],
+            off: [UNSET; MAX_DECODERS],
             len: [0; MAX_DECODERS],
             visits: [0; MAX_DECODERS],
         }
@@ -375,9 +380,9 @@ impl<'a, D: Bytes> Pkt<'a, D> {
 
     #[inline(always)]
     pub fn field(&self, f: &FieldRef) -> u64 {
-        if self.valid & (1 << f.hdr) == 0 {
-            return 0;
-        }
+        // A header that did not fit has offset `UNSET`: the 8 bytes from it are past any
+        // packet, so its fields take the out-of-line path, which reads them as 0. No test
+        // of the header's valid bit here.
         // `hdr` < MAX_DECODERS (the checker's bound): the mask only spares a bounds check.
         let base = self.sc.off[f.hdr as usize % MAX_DECODERS] as usize;
         // One 8-byte load, whatever the width, unless the packet ends within it.
@@ -395,6 +400,9 @@ impl<'a, D: Bytes> Pkt<'a, D> {
     #[cold]
     #[inline(never)]
     fn field_near_end(&self, f: &FieldRef, base: usize) -> u64 {
+        if self.valid & (1 << f.hdr) == 0 {
+            return 0;
+        }
         f.read.get(&self.d, base)
     }
 
@@ -419,8 +427,9 @@ impl<'a, D: Bytes> Pkt<'a, D> {
     #[inline(always)]
     pub fn fit(&mut self, di: usize, at: usize, n: usize) {
         self.valid |= 1 << di;
-        self.sc.off[di] = at as u16;
-        self.sc.len[di] = n as u16;
+        // `di` < MAX_DECODERS (the checker's bound): the mask only spares bounds checks.
+        self.sc.off[di % MAX_DECODERS] = at as u32;
+        self.sc.len[di % MAX_DECODERS] = n as u16;
     }
 
     /// Whether decoder `d` has repeats left (a guarded `match` arm enters it).
@@ -506,8 +515,14 @@ impl Plan {
     pub fn run_batch(&mut self, batch: &mut Batch, ports: u16) {
         let (flat, code, state) = (&self.flat, &self.code, &mut self.state);
         let sc = &mut self.scratch;
+        // A few vector stores per packet (programs with decoders only); every field read
+        // then skips testing its header's bit.
+        let fresh = !code.decoders.is_empty();
         if flat.writes() {
             for pk in batch {
+                if fresh {
+                    sc.off = [UNSET; MAX_DECODERS];
+                }
                 let (m, d) = pk.split_mut();
                 if let Some(r) = flat.run(code, state, &mut Pkt::new(m, d, ports, sc)) {
                     pk.drop_with(r);
@@ -515,6 +530,9 @@ impl Plan {
             }
         } else {
             for pk in batch {
+                if fresh {
+                    sc.off = [UNSET; MAX_DECODERS];
+                }
                 let (m, d) = pk.split_meta();
                 if let Some(r) = flat.run(code, state, &mut Pkt::new(m, d, ports, sc)) {
                     pk.drop_with(r);
@@ -525,6 +543,26 @@ impl Plan {
 }
 
 impl Code {
+    /// Decoders (one bit each) with a field used outside their own body and `short`
+    /// block: only those need their offset kept when a walk enters them on the way.
+    pub fn used_elsewhere(&self) -> u32 {
+        let mut m = 0u32;
+        let mut all = |f: &FieldRef| m |= 1 << (f.hdr as u32 % 32);
+        ops_fields(&self.start, &mut all);
+        self.misses.iter().for_each(|o| ops_fields(o, &mut all));
+        self.keys.iter().flatten().for_each(|(f, _)| all(f));
+        for (i, d) in self.decoders.iter().enumerate() {
+            let mut other = |f: &FieldRef| {
+                if f.hdr as usize != i {
+                    m |= 1 << (f.hdr as u32 % 32);
+                }
+            };
+            ops_fields(&d.body, &mut other);
+            ops_fields(&d.short, &mut other);
+        }
+        m
+    }
+
     /// The statements that are not control flow: set, learn, remove.
     #[inline(never)]
     pub(super) fn op<D: Bytes>(&self, op: &Op, s: &mut State, p: &mut Pkt<D>) {
@@ -685,4 +723,62 @@ pub(super) fn set<D: Bytes>(f: FieldRef, v: u64, csum: Option<FieldRef>, p: &mut
 /// `link` values, as programs name them (`ethernet`, `raw`, `sll`, `sll2`).
 pub fn link_code(l: LinkKind) -> u64 {
     l as u8 as u64
+}
+
+/// Every field the statements read or write, to `f`.
+fn ops_fields(ops: &[Op], f: &mut dyn FnMut(&FieldRef)) {
+    for op in ops {
+        match op {
+            Op::Set { field, value, csum } => {
+                f(field);
+                csum.iter().for_each(&mut *f);
+                ex_fields(value, f);
+            }
+            Op::Learn { keys, act, .. } => {
+                keys.iter().for_each(|(e, _)| ex_fields(e, f));
+                if let ActTmpl::Output(e) = act {
+                    ex_fields(e, f);
+                }
+            }
+            Op::Remove { keys, .. } => keys.iter().for_each(|(e, _)| ex_fields(e, f)),
+            Op::If(c, t, e) => {
+                ex_fields(c, f);
+                ops_fields(t, f);
+                ops_fields(e, f);
+            }
+            Op::Match(e, arms) => {
+                ex_fields(e, f);
+                arms.iter().for_each(|a| ops_fields(&a.body, f));
+            }
+            Op::Output(e) => ex_fields(e, f),
+            Op::Count(_) | Op::Flood | Op::Drop(_) | Op::Goto(_) | Op::Next(_) | Op::Pass => {}
+        }
+    }
+}
+
+fn ex_fields(e: &Ex, f: &mut dyn FnMut(&FieldRef)) {
+    let leaf = |l: &Leaf, f: &mut dyn FnMut(&FieldRef)| {
+        if let Leaf::Field(x) = l {
+            f(x);
+        }
+    };
+    match e {
+        Ex::Leaf(l) | Ex::InLeaf(l, _) => leaf(l, f),
+        Ex::Flat(_, a, b) => {
+            leaf(a, f);
+            leaf(b, f);
+        }
+        Ex::Flat2(_, _, a, b, c) => {
+            leaf(a, f);
+            leaf(b, f);
+            leaf(c, f);
+        }
+        Ex::Field(x) => f(x),
+        Ex::Not(a) | Ex::In(a, _) => ex_fields(a, f),
+        Ex::Bin(_, a, b) => {
+            ex_fields(a, f);
+            ex_fields(b, f);
+        }
+        Ex::Const(_) | Ex::InPort | Ex::Ports | Ex::Link | Ex::Len => {}
+    }
 }

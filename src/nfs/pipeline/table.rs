@@ -62,6 +62,9 @@ pub struct Table {
     /// Whether the table is exact-only (lookups hash) or masked (lookups scan).
     is_exact: bool,
     learned: Option<Learn>,
+    /// Exact, no fixed entries, no hard timeout: `learn_lookup` takes its one-dispatch
+    /// path (kept up to date by `add_exact` and `del`, so a packet tests one flag).
+    quick: bool,
     pub hits: u64,
     pub misses: u64,
     pub full: u64,
@@ -109,6 +112,7 @@ impl Table {
             exact: HashMap::default(),
             masked: Vec::new(),
             is_exact,
+            quick: is_exact && hard_ns == 0,
             learned,
             hits: 0,
             misses: 0,
@@ -138,6 +142,7 @@ impl Table {
             ));
         }
         self.exact.insert(key, (act, 0));
+        self.quick = false;
         Ok(())
     }
 
@@ -167,6 +172,7 @@ impl Table {
     pub fn del(&mut self, value: u128, mask: u128) -> usize {
         if self.is_exact {
             let n = self.exact.remove(&value).is_some() as usize;
+            self.quick = self.hard_ns == 0 && self.exact.is_empty();
             n + self.remove_learned(value) as usize
         } else {
             let before = self.masked.len();
@@ -239,11 +245,7 @@ impl Table {
     /// switches do it), with one dispatch on the key's width for both.
     #[inline(always)]
     pub fn learn_lookup(&mut self, key: u128, act: Act, look: u128, now_ns: u64) -> Option<Act> {
-        let Some(l) = self
-            .learned
-            .as_mut()
-            .filter(|_| self.hard_ns == 0 && self.exact.is_empty() && self.is_exact)
-        else {
+        let Some(l) = self.learned.as_mut().filter(|_| self.quick) else {
             return self.learn_lookup_slow(key, act, look, now_ns);
         };
         let v = LVal {

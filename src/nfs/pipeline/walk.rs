@@ -8,6 +8,11 @@
 //! read it) and the program starts in that body. Any other packet (not IPv4, cut short,
 //! more tags than the program allows) runs the program's own decoders as written, so the
 //! output is the same either way; only the common packet skips the interpretation.
+//!
+//! IPv6 and ARP are walked the same way when the program routes their ethertype (raw
+//! IP's version 6) from the same link headers and tags to one decoder each: a packet
+//! `Layers` finds to be IPv6 (40 bytes, version 6) or ARP (28 bytes) starts in that
+//! decoder's body.
 
 use super::plan::{link_code, Arm, Bytes, Code, Leaf, Op, Pkt, Read};
 use crate::packet::{L3Kind, Layers, LinkKind};
@@ -29,6 +34,23 @@ struct Link {
     tags: u8,
 }
 
+/// IPv6 or ARP: the decoder the program enters for it after the link header and tags.
+#[derive(Clone, Copy, Debug)]
+pub struct Other {
+    pub dec: u16,
+    len: u16,
+    /// Link kinds (one bit each) that route it, as `Layers` does.
+    links: u8,
+    /// The tag decoder routes it too (else tagged packets run the program's walk).
+    tagged: bool,
+    /// Where the decoder's body starts in the flat code (set once it is laid out).
+    pub body: u32,
+}
+
+/// What `Layers` guarantees: (ethertype, raw IP version, bytes at the L3 offset).
+const V6: (u64, Option<u64>, u16) = (0x86dd, Some(6), 40);
+const ARP: (u64, Option<u64>, u16) = (0x0806, None, 28);
+
 /// The recognised walk: per link kind, how it reaches decoder `ip`.
 #[derive(Clone, Debug)]
 pub struct Walk {
@@ -37,8 +59,13 @@ pub struct Walk {
     ip: u16,
     /// Where the IPv4 decoder's body starts in the flat code (set once it is laid out).
     pub body: u32,
+    /// IPv6 and ARP, when the program routes them as `Layers` does.
+    pub others: [Option<Other>; 2],
     /// Decoders whose entries a guarded `match` arm counts (one bit each).
     track: u32,
+    /// Link and tag decoders whose fields are used past their own body (one bit each):
+    /// the others' offsets are never read once the walk is past them, so not kept.
+    keep: u32,
 }
 
 impl Walk {
@@ -56,7 +83,9 @@ impl Walk {
             tag: u16::MAX,
             ip: u16::MAX,
             body: 0,
+            others: [None; 2],
             track: 0,
+            keep: code.used_elsewhere(),
         };
         // (link, header length, where its ethertype is; None: raw IP's version nibble)
         let kinds = [
@@ -95,7 +124,59 @@ impl Walk {
         if !ihl || ip.fixed_len != 20 || ip.peek {
             return None;
         }
+        w.others = [w.other(code, V6), w.other(code, ARP)];
         Some(w)
+    }
+
+    /// IPv6 or ARP (`what`): the decoder every walked link routing the ethertype enters
+    /// (a fixed header no longer than `Layers` checks, moving the offset), and which
+    /// links and whether the tags route it there.
+    fn other(&self, code: &Code, what: (u64, Option<u64>, u16)) -> Option<Other> {
+        let (ty, version, min) = what;
+        let mut o = Other {
+            dec: u16::MAX,
+            len: 0,
+            links: 0,
+            tagged: false,
+            body: 0,
+        };
+        let mut known = vec![self.ip, self.tag];
+        known.extend(self.links.iter().flatten().map(|l| l.dec));
+        let take = |o: &mut Other, d: Option<u16>| -> bool {
+            match d {
+                Some(d) if !known.contains(&d) && (o.dec == u16::MAX || o.dec == d) => {
+                    o.dec = d;
+                    true
+                }
+                _ => false,
+            }
+        };
+        for (k, l) in self.links.iter().enumerate() {
+            let Some(l) = l else { continue };
+            let arms = match code.decoders[l.dec as usize].body.as_slice() {
+                [Op::Match(_, arms)] => arms,
+                _ => continue,
+            };
+            let d = match (l.peek, version) {
+                (false, _) => next_of(arms, ty),
+                (true, Some(v)) => next_of(arms, v),
+                (true, None) => None,
+            };
+            if take(&mut o, d) {
+                o.links |= 1 << k;
+            }
+        }
+        if self.tag != u16::MAX {
+            if let [Op::Match(_, arms)] = code.decoders[self.tag as usize].body.as_slice() {
+                o.tagged = o.dec != u16::MAX && next_of(arms, ty) == Some(o.dec);
+            }
+        }
+        let dec = code.decoders.get(o.dec as usize)?;
+        if dec.peek || dec.size.is_some() || dec.fixed_len > min || o.links == 0 {
+            return None;
+        }
+        o.len = dec.fixed_len;
+        Some(o)
     }
 
     /// A link header decoder `d` of `len` bytes whose body is only `match d.TYPE`, the
@@ -213,11 +294,11 @@ impl Walk {
                 })
             })
             .collect();
-        format!(
-            "{} -> {}",
-            links.join(", "),
-            code.decoders[self.ip as usize].name
-        )
+        let mut to = code.decoders[self.ip as usize].name.clone();
+        for o in self.others.iter().flatten() {
+            to = format!("{to}, {}", code.decoders[o.dec as usize].name);
+        }
+        format!("{} -> {to}", links.join(", "))
     }
 
     /// Notes which decoders count their entries (see `Flat`).
@@ -234,27 +315,66 @@ impl Walk {
             p.m.layers = Layers::parse(p.m.link, &p.d);
         }
         let l = p.m.layers;
-        if l.l3 != L3Kind::Ipv4 {
-            return None;
-        }
         let k = self.links[p.m.link as usize % 4]?;
         if l.vlans > k.tags {
             return None;
         }
+        if l.l3 != L3Kind::Ipv4 {
+            return self.run_other(p, steps, l, k);
+        }
         let off = l.l3_off as usize;
         let n = (*p.d.get(off)? & 0x0f) as usize * 4;
-        p.fit(k.dec as usize, 0, k.len as usize);
-        self.count(p, k.dec, 1);
-        if l.vlans > 0 {
-            p.fit(self.tag as usize, off - 4, 4);
-            self.count(p, self.tag, l.vlans);
-        }
+        self.pass(p, k, l.vlans, off);
         p.fit(self.ip as usize, off, n);
         self.count(p, self.ip, 1);
         p.cur = off + n;
         debug_assert!(k.peek || off == k.len as usize + 4 * l.vlans as usize);
         *steps += 2 + l.vlans as u32;
         Some(self.body as usize)
+    }
+
+    /// IPv6 or ARP, when the program routes it from this link (and its tags) as
+    /// `Layers` did; else `None` (the program's own walk).
+    #[inline(never)]
+    fn run_other<D: Bytes>(
+        &self,
+        p: &mut Pkt<D>,
+        steps: &mut u32,
+        l: Layers,
+        k: Link,
+    ) -> Option<usize> {
+        let o = match l.l3 {
+            L3Kind::Ipv6 => self.others[0]?,
+            L3Kind::Arp => self.others[1]?,
+            _ => return None,
+        };
+        if o.links & (1 << (p.m.link as usize % 4)) == 0 || (l.vlans > 0 && !o.tagged) {
+            return None;
+        }
+        let off = l.l3_off as usize;
+        self.pass(p, k, l.vlans, off);
+        p.fit(o.dec as usize, off, o.len as usize);
+        self.count(p, o.dec, 1);
+        p.cur = off + o.len as usize;
+        debug_assert!(p.cur <= p.d.len());
+        *steps += 2 + l.vlans as u32;
+        Some(o.body as usize)
+    }
+
+    /// Marks the link header and the `vlans` tags before `off` as the program's walk
+    /// would have entered them.
+    #[inline(always)]
+    fn pass<D: Bytes>(&self, p: &mut Pkt<D>, k: Link, vlans: u8, off: usize) {
+        if self.keep & (1 << k.dec) != 0 {
+            p.fit(k.dec as usize, 0, k.len as usize);
+        }
+        self.count(p, k.dec, 1);
+        if vlans > 0 {
+            if self.keep & (1 << self.tag) != 0 {
+                p.fit(self.tag as usize, off - 4, 4);
+            }
+            self.count(p, self.tag, vlans);
+        }
     }
 
     /// Decoder `d` was entered `n` times this packet (for guarded arms that ask).

@@ -134,7 +134,26 @@ impl Auto {
     }
 
     /// The plan for the next chunk.
+    #[inline]
     pub fn plan(&mut self) -> Plan {
+        // Most chunks: the kept mode, untimed, until its measurement before the next
+        // trial (a few compares a chunk).
+        if self.chunks + 1 + TIMED as u64 <= self.stay && !self.trial && self.forced.is_none() {
+            self.chunk_no += 1;
+            self.chunks += 1;
+            return Plan {
+                on: self.on,
+                switched: false,
+                time: false,
+            };
+        }
+        self.plan_edge()
+    }
+
+    /// [`plan`](Self::plan) near a decision: in a trial, in the kept mode's measurement
+    /// before one, or forced.
+    #[cold]
+    fn plan_edge(&mut self) -> Plan {
         let n = self.chunk_no;
         self.chunk_no += 1;
         let flip = match &self.forced {
@@ -152,12 +171,15 @@ impl Auto {
             self.stats.on = self.on;
         }
         self.chunks += 1;
-        // Every chunk past the warm ones is timed (two TSC reads a chunk), so a mode's
-        // cost is always its last few chunks.
+        // A trial's chunks past the warm ones are timed, and the kept mode's last few
+        // before the next trial (two TSC reads a chunk), so each decision compares the
+        // two modes' latest costs and the chunks between trials pay nothing.
         Plan {
             on: self.on,
             switched: flip,
-            time: self.forced.is_none() && self.chunks > WARM,
+            time: self.forced.is_none()
+                && self.chunks > WARM
+                && (self.trial || self.chunks + TIMED as u64 > self.stay),
         }
     }
 
@@ -215,9 +237,9 @@ impl Auto {
         let s = &mut self.samples[m];
         s.push(cycles / packets);
         self.stats.samples += 1;
-        // The reported cost follows each whole round of samples (and every sample of a
-        // measurement under way), not every chunk: a median is a sort, per chunk.
-        if s.next == 0 || s.n < TIMED {
+        // The reported cost is the median of the samples so far (a sort of eight, only
+        // on timed chunks).
+        {
             let c = s.median().unwrap_or(0);
             *if m == 1 {
                 &mut self.stats.cycles_on

@@ -5,7 +5,7 @@
 //! The runtime owns the chain, the buffers and the counters; it lends them through
 //! [`Host`], so this layer never names the runtime's types.
 
-use super::table::{Found, Probe, Step};
+use super::table::{Found, Probe, Step, Way};
 use super::{FastPath, FpKey};
 use crate::nfs::{Consolidate, FastPacket, Nf};
 use crate::packet::{Batch, Layers, Packet, Pool, Verdict, MAX_BATCH};
@@ -59,7 +59,8 @@ pub trait Host {
 
 /// What a hit reaches: the NFs on its path and the host's sinks and counters.
 trait HitCx: HitOut {
-    fn nf(&mut self, node: usize) -> Option<&mut dyn Consolidate>;
+    /// The NF of step `s` of a path.
+    fn nf(&mut self, s: &Step) -> Option<&mut dyn Consolidate>;
 }
 
 /// Each NF looked up when a hit needs it.
@@ -84,15 +85,14 @@ impl<H: Host> HitOut for Direct<'_, H> {
 
 impl<H: Host> HitCx for Direct<'_, H> {
     #[inline(always)]
-    fn nf(&mut self, node: usize) -> Option<&mut dyn Consolidate> {
-        self.0.nf(node).and_then(|nf| nf.consolidate_mut())
+    fn nf(&mut self, s: &Step) -> Option<&mut dyn Consolidate> {
+        self.0.nf(s.node()).and_then(|nf| nf.consolidate_mut())
     }
 }
 
 /// The NFs lent for a chunk ([`Host::lend`]).
 struct Lending<'l, 'a, O: HitOut> {
     nfs: &'l mut Lent<'a>,
-    slots: &'l [u8],
     out: &'l mut O,
 }
 
@@ -115,9 +115,9 @@ impl<O: HitOut> HitOut for Lending<'_, '_, O> {
 
 impl<O: HitOut> HitCx for Lending<'_, '_, O> {
     #[inline(always)]
-    fn nf(&mut self, node: usize) -> Option<&mut dyn Consolidate> {
-        let s = *self.slots.get(node)? as usize;
-        match self.nfs.get_mut(s) {
+    fn nf(&mut self, s: &Step) -> Option<&mut dyn Consolidate> {
+        // The slot recorded in the step (the lent NFs are the chain's, by its slots).
+        match self.nfs.get_mut(s.slot as usize) {
             Some(Some(c)) => Some(&mut **c),
             _ => None,
         }
@@ -135,7 +135,7 @@ fn count_along<C: HitCx>(cx: &mut C, path: &[Step], n: u64) {
     for s in path {
         cx.count(s.node(), s.verdict, n);
         if s.flags & Step::COUNT != 0 {
-            if let Some(c) = cx.nf(s.node()) {
+            if let Some(c) = cx.nf(s) {
                 c.fast_count(s.token, n);
             }
         }
@@ -181,11 +181,7 @@ impl FastPath {
                 // The NFs that prefetch, looked up once for the chunk.
                 let slots = std::mem::take(&mut self.slots);
                 h.lend(&slots, |nfs, out| {
-                    let mut cx = Lending {
-                        nfs,
-                        slots: &slots,
-                        out,
-                    };
+                    let mut cx = Lending { nfs, out };
                     self.find_ways(&mut cx, keyed, &keys, &probes, &mut ways);
                 });
                 self.slots = slots;
@@ -198,7 +194,7 @@ impl FastPath {
         // recorded, no FIN/RST). Hits then go along their entries in one pass, without
         // the general loop's per-packet lookup, flush, refusal and deferral handling.
         // Hits change no entry but a failed check's, so what was found holds.
-        let mut fused = [0usize; MAX_BATCH];
+        let mut fused: [Option<Way>; MAX_BATCH] = [None; MAX_BATCH];
         let all = keyed.count_ones() as usize == input.len() && !input.is_empty();
         let fits = all
             && input.iter().enumerate().all(|(i, p)| {
@@ -209,7 +205,7 @@ impl FastPath {
                 };
                 match w.filter(|&w| self.table.fits(w, &keys[i], p)) {
                     Some(w) => {
-                        fused[i] = w;
+                        fused[i] = Some(w);
                         true
                     }
                     None => false,
@@ -221,23 +217,19 @@ impl FastPath {
                 // The NFs the hits call, looked up once for the chunk.
                 let slots = std::mem::take(&mut self.slots);
                 let failed = h.lend(&slots, |nfs, out| {
-                    let mut cx = Lending {
-                        nfs,
-                        slots: &slots,
-                        out,
-                    };
-                    rest.by_ref().find_map(|(i, p)| {
-                        self.hit_along(&mut cx, fused[i], &keys[i], p)
-                            .map(|p| (i, p))
+                    let mut cx = Lending { nfs, out };
+                    rest.by_ref().find_map(|(i, p)| match fused[i] {
+                        Some(w) => self.hit_along(&mut cx, w, &keys[i], p).map(|p| (i, p)),
+                        None => Some((i, p)),
                     })
                 });
                 self.slots = slots;
                 failed
             } else {
                 let mut cx = Direct(&mut *h);
-                rest.by_ref().find_map(|(i, p)| {
-                    self.hit_along(&mut cx, fused[i], &keys[i], p)
-                        .map(|p| (i, p))
+                rest.by_ref().find_map(|(i, p)| match fused[i] {
+                    Some(w) => self.hit_along(&mut cx, w, &keys[i], p).map(|p| (i, p)),
+                    None => Some((i, p)),
                 })
             };
             if let Some((i, mut p)) = failed {
@@ -335,7 +327,7 @@ impl FastPath {
         keyed: u64,
         keys: &[FpKey; MAX_BATCH],
         probes: &[Probe; MAX_BATCH],
-        ways: &mut [Option<usize>; MAX_BATCH],
+        ways: &mut [Option<Way>; MAX_BATCH],
     ) {
         let mut m = keyed;
         while m != 0 {
@@ -351,7 +343,7 @@ impl FastPath {
             }
             if self.prefetch {
                 for s in e.path() {
-                    if let Some(c) = cx.nf(s.node()) {
+                    if let Some(c) = cx.nf(s) {
                         c.fast_prefetch(s.token);
                     }
                 }
@@ -375,9 +367,11 @@ impl FastPath {
     /// their state functions and counters, then the consolidated rewrite. Gives the
     /// packet back when a check fails (the entry is dropped; the slow path takes it).
     #[inline(always)]
-    fn hit<C: HitCx>(&mut self, cx: &mut C, w: usize, key: &FpKey, p: Packet) -> Option<Packet> {
+    fn hit<C: HitCx>(&mut self, cx: &mut C, w: Way, key: &FpKey, p: Packet) -> Option<Packet> {
         let (e, actions, _) = self.table.entry_parts(w);
-        if p.len() < e.min_len as usize || e.matches_eth() && !actions.eth_matches(p.data()) {
+        if p.len() < e.min_len as usize
+            || e.matches_eth() && !actions.is_some_and(|a| a.eth_matches(p.data()))
+        {
             return Some(p);
         }
         self.hit_along(cx, w, key, p)
@@ -388,13 +382,14 @@ impl FastPath {
     fn hit_along<C: HitCx>(
         &mut self,
         h: &mut C,
-        w: usize,
+        w: Way,
         key: &FpKey,
         mut p: Packet,
     ) -> Option<Packet> {
         let (e, actions, keys) = self.table.entry_parts(w);
         let now = p.meta().now_ns;
-        if e.calls() {
+        // An entry that calls NFs has its keys (`keys_of`).
+        if let Some(keys) = keys {
             let m = p.meta();
             let mut fp = FastPacket {
                 key: &keys.keys[0],
@@ -407,7 +402,7 @@ impl FastPath {
             let path = e.path();
             // Every check before any state function, so a failed one leaves no trace.
             for s in path.iter().filter(|s| s.flags & Step::CHECK != 0) {
-                let ok = match h.nf(s.node()) {
+                let ok = match h.nf(s) {
                     Some(nf) => {
                         // A reference only: the key is read by the NFs that need it.
                         fp.key = &keys.keys[s.key_index()];
@@ -422,15 +417,15 @@ impl FastPath {
                 }
             }
             for s in path.iter().filter(|s| s.flags & Step::STATE != 0) {
-                if let Some(nf) = h.nf(s.node()) {
+                if let Some(nf) = h.nf(s) {
                     fp.key = &keys.keys[s.key_index()];
                     nf.fast_state(s.token, &fp);
                 }
             }
         }
         if let Some(k) = e.sink() {
-            if e.rewrites() {
-                actions.apply(p.data_mut());
+            if let Some(a) = actions.filter(|_| e.rewrites()) {
+                a.apply(p.data_mut());
             }
             p.meta_mut().egress = e.egress;
             h.to_sink(k, &p);
@@ -460,8 +455,9 @@ impl FastPath {
     #[inline]
     pub fn before_nf(&mut self, n: usize, b: &mut Batch) {
         let (g, ok, w) = (self.flags[n], self.consolidable[n], self.writes[n]);
+        let slot = self.slots.get(n).copied().unwrap_or(u8::MAX);
         for p in b.iter_mut() {
-            self.rec.before(n, g, ok, w, p);
+            self.rec.before(n, g, slot, ok, w, p);
         }
     }
 

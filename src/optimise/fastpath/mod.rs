@@ -23,7 +23,7 @@ pub use auto::{Auto, AutoStats, Plan};
 pub use chunk::{count_path, HitOut, Host, Lent, LENT};
 pub use key::FpKey;
 pub use record::{Outcome, Recorder};
-pub use table::{Entry, Found, Hot, Keys, Probe, Step, Table, MAX_KEYS, MAX_NODES, MAX_PATH};
+pub use table::{Entry, Found, Hot, Keys, Probe, Step, Table, Way, MAX_KEYS, MAX_NODES, MAX_PATH};
 
 use crate::nfs::Nf;
 use crate::packet::{Batch, Fields};

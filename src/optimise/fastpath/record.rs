@@ -113,13 +113,15 @@ impl Recorder {
             .filter(|r| r.outcome == Outcome::Open)
     }
 
-    /// Before NF `node` (what a hit does for it: `flags`) runs on `p`: `consolidable` says
+    /// Before NF `node` (what a hit does for it: `flags`; lent at `slot`) runs on `p`:
+    /// `consolidable` says
     /// whether the NF can be skipped at all, `writes` whether it may change any byte (else
     /// its checksum terms are not summed and the flow key after it is the one before).
     pub fn before(
         &mut self,
         node: usize,
         flags: u8,
+        slot: u8,
         consolidable: bool,
         writes: bool,
         p: &mut Packet,
@@ -160,7 +162,9 @@ impl Recorder {
                 }
             }
         };
-        e.steps[e.len as usize] = Step::new(node, k, flags);
+        let mut step = Step::new(node, k, flags);
+        step.slot = slot;
+        e.steps[e.len as usize] = step;
         e.len += 1;
         r.key_fresh = !writes;
         if writes {

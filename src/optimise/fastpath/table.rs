@@ -1,7 +1,10 @@
 //! The bounded table of consolidated entries: 8-way set associative, least recently
-//! used way evicted when a set is full, idle timeout on capture time. Allocated once.
+//! used way evicted when a set is full, idle timeout on capture time. Allocated once,
+//! untouched: a set's entries are written on its first insert, so a table costs nothing
+//! until it holds entries (`fastpath = "auto"` while off never pays for one).
 
 use std::hash::BuildHasher;
+use std::mem::MaybeUninit;
 
 use super::actions::Actions;
 use super::key::FpKey;
@@ -36,6 +39,9 @@ pub struct Step {
     node_key: u16,
     /// Out(counted output) or Drop(reason), as the NF decided.
     pub verdict: Verdict,
+    /// Where a chunk of hits finds the NF among the lent ones ([`super::FastPath::slots`]),
+    /// set when the path is recorded, so a hit skips the node-to-slot lookup.
+    pub slot: u8,
 }
 
 /// A refused flow's packets after the refusal until one is recorded again (the ones
@@ -52,6 +58,7 @@ impl Step {
         flags: 0,
         node_key: 0,
         verdict: Verdict::Out(0),
+        slot: u8::MAX,
     };
 
     /// A hit asks the NF whether the token still holds (`fast_valid`).
@@ -70,6 +77,7 @@ impl Step {
             flags,
             node_key: node as u16 | (key as u16) << 13,
             verdict: Verdict::Out(0),
+            slot: u8::MAX,
         }
     }
 
@@ -276,13 +284,66 @@ struct ActionsLine(Actions);
 #[repr(align(32))]
 struct Tags([u32; WAYS]);
 
+/// A way of the table that holds an entry or did once (made only from a tag that was
+/// set, so what it names was written: see [`Ways`]). It may have been emptied since:
+/// [`Table::live`] tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Way(u32);
+
+/// Per-way storage allocated untouched. Entries are written a whole set at a time, on
+/// the set's first insert ([`Table::insert`]), before any of its tags is set; a set once
+/// written stays so, and reads go through [`Way`]s, which only set tags make. Actions
+/// and flow keys are written only for entries that read them ([`Table::actions_of`],
+/// [`Table::keys_of`]).
+struct Ways<T>(Box<[MaybeUninit<T>]>);
+
+impl<T: Copy> Ways<T> {
+    fn new(n: usize) -> Ways<T> {
+        Ways(Box::new_uninit_slice(n))
+    }
+
+    fn fill_set(&mut self, set: usize, v: T) {
+        for x in &mut self.0[set * WAYS..(set + 1) * WAYS] {
+            x.write(v);
+        }
+    }
+
+    fn write(&mut self, w: Way, v: T) {
+        self.0[w.0 as usize].write(v);
+    }
+
+    /// # Safety
+    /// Way `w` was written ([`fill_set`](Self::fill_set) or [`write`](Self::write)).
+    #[inline(always)]
+    unsafe fn get(&self, w: Way) -> &T {
+        // SAFETY: the caller's.
+        unsafe { self.0[w.0 as usize].assume_init_ref() }
+    }
+
+    /// # Safety
+    /// As [`get`](Self::get).
+    #[inline(always)]
+    unsafe fn get_mut(&mut self, w: Way) -> &mut T {
+        // SAFETY: the caller's.
+        unsafe { self.0[w.0 as usize].assume_init_mut() }
+    }
+
+    /// For prefetches, which read nothing.
+    #[inline(always)]
+    fn slot(&self, w: usize) -> &MaybeUninit<T> {
+        &self.0[w]
+    }
+}
+
 pub struct Table {
     /// Per set and way: 0 when empty, else the key hash's high half with the low bit set
     /// (the set comes from the low bits).
     tags: Vec<Tags>,
-    entries: Vec<Hot>,
-    actions: Vec<ActionsLine>,
-    keys: Vec<Keys>,
+    entries: Ways<Hot>,
+    actions: Ways<ActionsLine>,
+    keys: Ways<Keys>,
+    /// Bit per set: its ways are written ([`Ways`]).
+    written: Vec<u64>,
     sets: usize,
     /// Per-process secrets of the hash.
     seeds: [u64; 7],
@@ -308,9 +369,9 @@ impl Probe {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Found {
     /// A consolidated entry.
-    Hit(usize),
+    Hit(Way),
     /// A remembered refusal (or a deferred flow's countdown): the packet runs the chain.
-    Refusal(usize),
+    Refusal(Way),
     Miss,
     /// The entry was idle past the timeout and is gone.
     Expired,
@@ -321,10 +382,11 @@ impl Table {
     pub fn new(capacity: usize, timeout_ns: u64) -> Table {
         let sets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
         Table {
-            tags: vec![Tags([0; WAYS]); sets],
-            entries: vec![Hot::EMPTY; sets * WAYS],
-            actions: vec![ActionsLine(Actions::NONE); sets * WAYS],
-            keys: vec![Keys::EMPTY; sets * WAYS],
+            tags: zeroed_tags(sets),
+            entries: Ways::new(sets * WAYS),
+            actions: Ways::new(sets * WAYS),
+            keys: Ways::new(sets * WAYS),
+            written: vec![0; sets.div_ceil(64)],
             sets,
             seeds: {
                 let h = crate::flow::Hasher::default();
@@ -406,7 +468,7 @@ impl Table {
     /// The way holding `k` (hash `h`), without the side effects of [`find`](Self::find)
     /// (the tags compared now are live ones).
     #[inline]
-    pub fn way(&self, k: &FpKey, h: u64) -> Option<usize> {
+    pub fn way(&self, k: &FpKey, h: u64) -> Option<Way> {
         let (set, tag) = self.place(h);
         self.way_in(
             Probe {
@@ -421,12 +483,13 @@ impl Table {
     /// [`probe`](Self::probe) serve the lookup too, as long as nothing was inserted since.
     /// A way emptied since still answers: check [`live`](Self::live) after removals.
     #[inline]
-    pub fn way_in(&self, p: Probe, k: &FpKey) -> Option<usize> {
-        let base = p.set as usize * WAYS;
+    pub fn way_in(&self, p: Probe, k: &FpKey) -> Option<Way> {
+        let base = p.set * WAYS as u32;
         let mut m = p.mask;
         while m != 0 {
-            let w = base + m.trailing_zeros() as usize;
-            if self.entries[w].key == *k {
+            // The mask holds tags that were set: their ways were written.
+            let w = Way(base + m.trailing_zeros());
+            if self.hot(w).key == *k {
                 return Some(w);
             }
             m &= m - 1;
@@ -450,10 +513,13 @@ impl Table {
         let mask = self.matching(set, tag);
         let mut m = mask;
         while m != 0 {
-            let e = &self.entries[set * WAYS + m.trailing_zeros() as usize];
+            let e = self.entries.slot(set * WAYS + m.trailing_zeros() as usize);
             prefetch(e);
             if path {
-                prefetch(&e.steps);
+                prefetch(
+                    e.as_ptr()
+                        .wrapping_byte_add(std::mem::offset_of!(Hot, steps)),
+                );
             }
             m &= m - 1;
         }
@@ -473,11 +539,11 @@ impl Table {
     /// [`find`](Self::find) with the way already looked up by [`way`](Self::way) or
     /// [`way_in`](Self::way_in).
     #[inline]
-    pub fn find_at(&mut self, w: Option<usize>, now: u64) -> Found {
+    pub fn find_at(&mut self, w: Option<Way>, now: u64) -> Found {
         let Some(w) = w else {
             return Found::Miss;
         };
-        let e = &self.entries[w];
+        let e = self.hot(w);
         if self.timeout_ns != 0 && now.saturating_sub(e.last_ns) > self.timeout_ns {
             self.remove(w);
             return Found::Expired;
@@ -488,51 +554,83 @@ impl Table {
         Found::Hit(w)
     }
 
-    /// Way `w` holds an entry (it may have been emptied since it was looked up).
     /// Whether packet `p` (key `k`) would hit entry `w` as it stands: live, not idle past
     /// the timeout, consolidated (not a refusal), `p` long enough for its actions and
     /// with the Ethernet addresses they match, and no FIN or RST. Changes nothing.
     #[inline]
-    pub fn fits(&self, w: usize, k: &FpKey, p: &crate::packet::Packet) -> bool {
-        let e = &self.entries[w];
+    pub fn fits(&self, w: Way, k: &FpKey, p: &crate::packet::Packet) -> bool {
+        let e = self.hot(w);
         self.live(w)
             && !(self.timeout_ns != 0
                 && p.meta().now_ns.saturating_sub(e.last_ns) > self.timeout_ns)
             && !e.refusal()
             && p.len() >= e.min_len as usize
-            && (!e.matches_eth() || self.actions[w].0.eth_matches(p.data()))
+            && (!e.matches_eth() || self.actions_of(w).is_some_and(|a| a.eth_matches(p.data())))
             && !k.ends_flow(p.data())
     }
 
+    /// Way `w` holds an entry (it may have been emptied since it was looked up).
     #[inline]
-    pub fn live(&self, w: usize) -> bool {
+    pub fn live(&self, w: Way) -> bool {
+        let w = w.0 as usize;
         self.tags[w / WAYS].0[w % WAYS] != 0
     }
 
     #[inline]
-    pub fn entry(&self, w: usize) -> &Hot {
-        &self.entries[w]
+    pub fn entry(&self, w: Way) -> &Hot {
+        self.hot(w)
     }
 
     /// Entry `w`, its actions and the flow keys its NFs saw (references: only what is
     /// read is loaded).
     #[inline]
-    pub fn entry_parts(&self, w: usize) -> (&Hot, &Actions, &Keys) {
-        (&self.entries[w], &self.actions[w].0, &self.keys[w])
+    pub fn entry_parts(&self, w: Way) -> (&Hot, Option<&Actions>, Option<&Keys>) {
+        (self.hot(w), self.actions_of(w), self.keys_of(w))
+    }
+
+    #[inline(always)]
+    fn hot(&self, w: Way) -> &Hot {
+        // SAFETY: a `Way` is made only from a set tag, and a set's entries are written
+        // before any of its tags is set (`insert`) and never unwritten.
+        unsafe { self.entries.get(w) }
+    }
+
+    #[inline(always)]
+    fn hot_mut(&mut self, w: Way) -> &mut Hot {
+        // SAFETY: as in `hot`.
+        unsafe { self.entries.get_mut(w) }
+    }
+
+    /// Entry `w`'s actions, when it has any (it rewrites or matches Ethernet addresses).
+    #[inline(always)]
+    pub fn actions_of(&self, w: Way) -> Option<&Actions> {
+        let e = self.hot(w);
+        // SAFETY: `insert` writes a way's actions whenever the entry it installs there
+        // rewrites or matches (`Hot::of` sets both flags from those actions), and the
+        // flags read are the installed entry's.
+        (e.rewrites() || e.matches_eth()).then(|| unsafe { &self.actions.get(w).0 })
+    }
+
+    /// The flow keys entry `w`'s NFs saw, when some NF on its path has a call to make.
+    #[inline(always)]
+    pub fn keys_of(&self, w: Way) -> Option<&Keys> {
+        // SAFETY: `insert` writes a way's keys whenever the entry it installs there
+        // calls an NF, and the flag read is the installed entry's.
+        self.hot(w).calls().then(|| unsafe { self.keys.get(w) })
     }
 
     /// Starts loading the actions of entry `w` (when its path rewrites something): one
     /// aligned line.
     #[inline]
-    pub fn prefetch_actions(&self, w: usize) {
-        prefetch(&self.actions[w]);
+    pub fn prefetch_actions(&self, w: Way) {
+        prefetch(self.actions.slot(w.0 as usize));
     }
 
     /// One more packet through a remembered refusal; true (and the refusal is gone) when
     /// the flow should be recorded again.
     #[inline]
-    pub fn count_down(&mut self, w: usize) -> bool {
-        let e = &mut self.entries[w];
+    pub fn count_down(&mut self, w: Way) -> bool {
+        let e = self.hot_mut(w);
         e.count -= 1;
         if e.count == 0 {
             self.remove(w);
@@ -544,8 +642,8 @@ impl Table {
     /// A hit on consolidated entry `w` at `now`; true when its count is full and must be
     /// added now ([`take_count`](Self::take_count)).
     #[inline]
-    pub fn hit(&mut self, w: usize, now: u64) -> bool {
-        let e = &mut self.entries[w];
+    pub fn hit(&mut self, w: Way, now: u64) -> bool {
+        let e = self.hot_mut(w);
         e.last_ns = e.last_ns.max(now);
         e.count += 1;
         e.count == u8::MAX
@@ -553,8 +651,8 @@ impl Table {
 
     /// Entry `w`'s hits not yet added, and its path; the count restarts.
     #[inline]
-    pub fn take_count(&mut self, w: usize) -> (u8, &[Step]) {
-        let e = &mut self.entries[w];
+    pub fn take_count(&mut self, w: Way) -> (u8, &[Step]) {
+        let e = self.hot_mut(w);
         let n = std::mem::take(&mut e.count);
         (n, e.path())
     }
@@ -568,20 +666,36 @@ impl Table {
         }
     }
 
-    /// Hands every live entry's and every retired entry's hits not yet added to `add`
-    /// (count, path), so the counters are whole: before a summary, before an NF takes a
-    /// command. Walks the whole table: not per packet.
-    pub fn drain_counts(&mut self, mut add: impl FnMut(u64, &[Step])) {
-        self.drain_retired(&mut add);
-        for (set, t) in self.tags.iter().enumerate() {
-            for (i, &tag) in t.0.iter().enumerate() {
-                let e = &mut self.entries[set * WAYS + i];
-                if tag != 0 && !e.refusal() && e.count > 0 {
-                    let n = std::mem::take(&mut e.count);
-                    add(n as u64, e.path());
+    /// Calls `f` with every way that holds an entry, set by set, skipping sets never
+    /// written 64 at a time (a table a short trial of `auto` filled holds few entries
+    /// among many empty sets). `f` may remove the way it is given.
+    fn for_each_live(&mut self, mut f: impl FnMut(&mut Table, Way)) {
+        for i in 0..self.written.len() {
+            let mut b = self.written[i];
+            while b != 0 {
+                let set = i * 64 + b.trailing_zeros() as usize;
+                b &= b - 1;
+                for j in 0..WAYS {
+                    if self.tags[set].0[j] != 0 {
+                        f(self, Way((set * WAYS + j) as u32));
+                    }
                 }
             }
         }
+    }
+
+    /// Hands every live entry's and every retired entry's hits not yet added to `add`
+    /// (count, path), so the counters are whole: before a summary, before an NF takes a
+    /// command. Walks the table's written sets: not per packet.
+    pub fn drain_counts(&mut self, mut add: impl FnMut(u64, &[Step])) {
+        self.drain_retired(&mut add);
+        self.for_each_live(|t, w| {
+            let e = t.hot_mut(w);
+            if !e.refusal() && e.count > 0 {
+                let n = std::mem::take(&mut e.count);
+                add(n as u64, e.path());
+            }
+        });
     }
 
     /// Removes every entry whose path goes through `node` (after
@@ -589,39 +703,26 @@ impl Table {
     /// otherwise); returns how many.
     pub fn remove_through(&mut self, node: usize) -> u64 {
         let mut n = 0;
-        for w in 0..self.entries.len() {
-            if self.tags[w / WAYS].0[w % WAYS] != 0
-                && self.entries[w].path().iter().any(|s| s.node() == node)
-            {
-                self.remove(w);
+        self.for_each_live(|t, w| {
+            if t.hot(w).path().iter().any(|s| s.node() == node) {
+                t.remove(w);
                 n += 1;
             }
-        }
+        });
         n
     }
 
     /// Removes every entry (their counts go to `retired`); returns how many.
     pub fn clear(&mut self) -> u64 {
         let n = self.live as u64;
-        // Set by set, skipping empty ones (a table a short trial of `auto` filled holds
-        // few entries among many empty sets).
-        for set in 0..self.sets {
-            if self.live == 0 {
-                break;
-            }
-            if self.tags[set].0 == [0; WAYS] {
-                continue;
-            }
-            for w in set * WAYS..(set + 1) * WAYS {
-                self.remove(w);
-            }
-        }
+        self.for_each_live(|t, w| t.remove(w));
         n
     }
 
     /// Empties way `w`; hits it had not added go to `retired`.
-    pub fn remove(&mut self, w: usize) {
-        let t = &mut self.tags[w / WAYS].0[w % WAYS];
+    pub fn remove(&mut self, w: Way) {
+        let i = w.0 as usize;
+        let t = &mut self.tags[i / WAYS].0[i % WAYS];
         if *t != 0 {
             *t = 0;
             self.live -= 1;
@@ -630,8 +731,8 @@ impl Table {
     }
 
     #[inline]
-    fn retire(&mut self, w: usize) {
-        let e = &self.entries[w];
+    fn retire(&mut self, w: Way) {
+        let e = self.hot(w);
         if !e.refusal() && e.count > 0 {
             self.retired.push(Retired {
                 steps: e.steps,
@@ -657,6 +758,11 @@ impl Table {
     pub fn insert(&mut self, e: &Entry, keys: &Keys) -> bool {
         let h = self.hash(&e.key);
         let (set, tag) = self.place(h);
+        if self.written[set / 64] >> (set % 64) & 1 == 0 {
+            // The set's first insert: its entries are written before any tag is set.
+            self.entries.fill_set(set, Hot::EMPTY);
+            self.written[set / 64] |= 1 << (set % 64);
+        }
         let base = set * WAYS;
         let mut evicted = false;
         let w = match self.way(&e.key, h) {
@@ -664,18 +770,20 @@ impl Table {
                 self.retire(w);
                 w
             }
-            None => match (base..base + WAYS).find(|&w| self.tags[set].0[w - base] == 0) {
-                Some(w) => {
+            None => match (0..WAYS).find(|&i| self.tags[set].0[i] == 0) {
+                Some(i) => {
                     self.live += 1;
-                    w
+                    Way((base + i) as u32)
                 }
                 None => {
                     evicted = true;
                     // Least recently used by capture time: the entry's own `last_ns`,
-                    // so a hit writes nothing outside the line it already holds.
-                    let w = (base..base + WAYS)
-                        .min_by_key(|&w| self.entries[w].last_ns)
-                        .unwrap_or(base);
+                    // so a hit writes nothing outside the line it already holds. The
+                    // set is full: every way holds an entry.
+                    let w = (0..WAYS)
+                        .map(|i| Way((base + i) as u32))
+                        .min_by_key(|&w| self.hot(w).last_ns)
+                        .unwrap_or(Way(base as u32));
                     self.retire(w);
                     w
                 }
@@ -685,22 +793,37 @@ impl Table {
         // rewrite or match, the flow keys when a state function may read one. A recording
         // costs mostly these cache misses, and a remembered refusal is the first line.
         let hot = Hot::of(e);
-        self.tags[set].0[w - base] = tag;
+        self.tags[set].0[w.0 as usize - base] = tag;
         let n = e.len as usize;
-        let d = &mut self.entries[w];
+        let d = self.hot_mut(w);
         (d.key, d.last_ns, d.egress, d.sink) = (hot.key, hot.last_ns, hot.egress, hot.sink);
         (d.min_len, d.len, d.count) = (hot.min_len, hot.len, hot.count);
         d.steps[..n].copy_from_slice(&hot.steps[..n]);
         if hot.rewrites() || hot.matches_eth() {
-            self.actions[w] = ActionsLine(e.actions);
+            self.actions.write(w, ActionsLine(e.actions));
         }
         if hot.calls() {
-            let k = &mut self.keys[w];
-            let n = keys.n as usize;
-            k.keys[..n].copy_from_slice(&keys.keys[..n]);
-            k.n = keys.n;
+            self.keys.write(w, *keys);
         }
         evicted
+    }
+}
+
+/// `sets` empty sets' tags from zeroed memory (no writes: the pages come when used).
+fn zeroed_tags(sets: usize) -> Vec<Tags> {
+    let layout = std::alloc::Layout::array::<Tags>(sets).expect("FastPath table size");
+    if layout.size() == 0 {
+        return Vec::new();
+    }
+    // SAFETY: `Tags` is `[u32; WAYS]`, for which zero bytes are a valid (empty) value;
+    // the memory comes from the global allocator with the layout of `sets` of them, as
+    // `Vec::from_raw_parts` requires.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout) as *mut Tags;
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Vec::from_raw_parts(p, sets, sets)
     }
 }
 
@@ -712,13 +835,11 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
 }
 
 #[inline]
-fn prefetch<T>(r: &T) {
+fn prefetch<T>(r: *const T) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch has no architectural effect; the address is a valid reference.
+    // SAFETY: a prefetch has no architectural effect, whatever the address.
     unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-            r as *const T as *const i8,
-        );
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(r as *const i8);
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = r;
@@ -791,5 +912,36 @@ mod tests {
         assert!(!t.live(w));
         assert_eq!(t.way(k, t.hash(k)), None);
         assert_eq!(t.way_in(Probe::NONE, k), None);
+    }
+
+    /// A table is allocated untouched: a set is written on its first insert, and the
+    /// walks over written sets (counts, removal through an NF, clearing) see every entry.
+    #[test]
+    fn sets_are_written_on_first_use_and_walks_find_every_entry() {
+        let mut t = Table::new(1 << 16, 0);
+        let written = |t: &Table| t.written.iter().map(|b| b.count_ones()).sum::<u32>();
+        assert_eq!(written(&t), 0);
+        let keys: Vec<FpKey> = (0..100).map(FpKey::numbered).collect();
+        for (i, k) in keys.iter().enumerate() {
+            let mut e = Entry::EMPTY;
+            (e.key, e.len) = (*k, 1);
+            e.steps[0] = Step::new(i % 2 + 1, 0, Step::COUNT);
+            assert!(!t.insert(&e, &Keys::EMPTY));
+        }
+        let sets: std::collections::BTreeSet<usize> =
+            keys.iter().map(|k| t.place(t.hash(k)).0).collect();
+        assert_eq!(written(&t) as usize, sets.len());
+        for k in &keys {
+            let w = t.way(k, t.hash(k)).expect("installed");
+            t.hit(w, 1);
+        }
+        let mut counted = 0;
+        t.drain_counts(|n, _| counted += n);
+        assert_eq!(counted, 100);
+        assert_eq!(t.remove_through(1), 50);
+        assert_eq!(t.len(), 50);
+        assert_eq!(t.clear(), 50);
+        assert!(t.is_empty());
+        assert!(keys.iter().all(|k| t.way(k, t.hash(k)).is_none()));
     }
 }
