@@ -75,19 +75,37 @@ fn frames(p: &Path) -> Vec<Vec<u8>> {
 /// A sends `cap` to B over a fresh veth pair; returns B's recorded packets and both
 /// summaries.
 fn a_to_b(dir: &Path, cap: &Path, aggregate: bool) -> (Vec<Vec<u8>>, Value, Value) {
+    a_to_b_with(dir, cap, aggregate, "", WIRE)
+}
+
+const WIRE: &str = "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n";
+
+/// B's NFs for the views test: a filter that drops (inside aggregates), NAT (writes, so
+/// its packets are copied out of the frame first) and a flow monitor (reads only).
+const NFS: &str = "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\ndefault = \"allow\"\nrules = [\"deny udp dst port 53\", \"deny tcp dst port 23\", \"deny src net 10.0.0.0/8 and icmp\"]\n\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"192.168.0.0/16, 172.16.0.0/12\"\npublic = \"198.51.100.1, 198.51.100.2\"\n\n[[nf]]\nname = \"mon\"\nkind = \"flow_monitor\"\n";
+
+/// As [`a_to_b`], with B's port settings `b_in` added and B running `nfs`.
+fn a_to_b_with(
+    dir: &Path,
+    cap: &Path,
+    aggregate: bool,
+    b_in: &str,
+    nfs: &str,
+) -> (Vec<Vec<u8>>, Value, Value) {
     let ns = Netns::new(2);
     let (xa, xb) = ns.veth(0, 1, "p", 9000);
-    let got = dir.join(format!("got-{aggregate}.pcap"));
-    let b_chain = dir.join(format!("b-{aggregate}.toml"));
+    let tag = format!("{aggregate}{}", b_in.len());
+    let got = dir.join(format!("got-{tag}.pcap"));
+    let b_chain = dir.join(format!("b-{tag}.toml"));
     std::fs::write(
         &b_chain,
         format!(
-            "[[port]]\nname = \"in\"\nkind = \"af_packet\"\niface = \"{xb}\"\naggregate = {aggregate}\n\n[[port]]\nname = \"out\"\nkind = \"pcap\"\nwrite = \"{}\"\n\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+            "[[port]]\nname = \"in\"\nkind = \"af_packet\"\niface = \"{xb}\"\naggregate = {aggregate}\n{b_in}\n[[port]]\nname = \"out\"\nkind = \"pcap\"\nwrite = \"{}\"\n\n{nfs}",
             got.display()
         ),
     )
     .unwrap();
-    let a_chain = dir.join(format!("a-{aggregate}.toml"));
+    let a_chain = dir.join(format!("a-{tag}.toml"));
     std::fs::write(
         &a_chain,
         format!(
@@ -160,6 +178,118 @@ fn two_processes_over_a_veth_give_the_same_output_with_aggregation_on_and_off() 
     assert_eq!(rx["rx_bad_aggregate"], 0);
     assert_eq!(rx["kernel_drops"], 0);
     assert_eq!(b_on["packets_in"], PACKETS);
+}
+
+/// Per NF: name, packets in, out, dropped and drops by reason.
+fn nf_counts(s: &Value) -> Vec<String> {
+    s["nfs"]
+        .as_array()
+        .expect("nfs")
+        .iter()
+        .map(|n| {
+            format!(
+                "{} in {} out {} dropped {} {}",
+                n["name"], n["packets_in"], n["packets_out"], n["packets_dropped"], n["drops"]
+            )
+        })
+        .collect()
+}
+
+/// PA-Flow's NFs on aggregated frames between processes: B receives A's aggregates on
+/// a veth and its NFs (a dropping filter, NAT, a flow monitor) work on the packets as
+/// views into the received frames. B's output must equal, byte for byte, the same chain
+/// run unaggregated on the capture (a replaying pcap port), with the same per-NF counts
+/// and drops; every unpacked packet was a view.
+#[test]
+fn nfs_on_received_aggregates_as_views_give_the_unaggregated_output() {
+    let test = "nfs_on_received_aggregates_as_views_give_the_unaggregated_output";
+    if !netns::can_run(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The capture's packets 20 µs apart, as A sends them: NAT's and the flow monitor's
+    // timeouts then act alike in the replay (capture times) and live (arrival times).
+    let cap = dir.path().join("dense.pcap");
+    Trace::from_packets(
+        catena::packet::LinkKind::Ethernet,
+        catena::io::PcapHeader::new(1, false),
+        frames(&capture(dir.path()))
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (1_000_000_000 + i as u64 * 20_000, f.as_slice())),
+    )
+    .write_pcap(&cap)
+    .unwrap();
+    // The chain run unaggregated from the same capture, in one process.
+    let want_file = dir.path().join("want.pcap");
+    let r_chain = dir.path().join("ref.toml");
+    std::fs::write(
+        &r_chain,
+        format!(
+            "[[port]]\nname = \"in\"\nkind = \"pcap\"\npath = \"{}\"\n\n[[port]]\nname = \"out\"\nkind = \"pcap\"\nwrite = \"{}\"\n\n{NFS}",
+            cap.display(),
+            want_file.display()
+        ),
+    )
+    .unwrap();
+    let o = Command::new(bin())
+        .args(["run", r_chain.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want_sum: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let want = frames(&want_file);
+
+    let (got, a, b) = a_to_b_with(dir.path(), &cap, true, "aggregate_views = true\n", NFS);
+    let rx = &b["ports"][0]["live"];
+    let tx = &a["ports"][1]["live"];
+    eprintln!(
+        "views: {} of {PACKETS} packets in {} aggregates, {} unpacked as views; {} of them out; {}",
+        tx["tx_aggregated"],
+        tx["tx_aggregates"],
+        rx["rx_viewed"],
+        got.len(),
+        nf_counts(&b).join("; ")
+    );
+    assert_eq!(rx["kernel_drops"], 0);
+    assert_eq!(rx["rx_bad_aggregate"], 0);
+    assert_eq!(b["packets_in"], PACKETS);
+    // Views were really used, for every unpacked packet, and most packets came packed.
+    let unpacked = rx["rx_unpacked"].as_u64().unwrap();
+    assert!(unpacked > PACKETS as u64 / 2, "{unpacked} unpacked");
+    // Packets too large for an ordinary 2 KiB buffer are copied out (views use only
+    // those); every other unpacked packet is a view.
+    let big = frames(&cap)
+        .iter()
+        .filter(|f| f.len() + catena::packet::HEADROOM > 2048)
+        .count() as u64;
+    let viewed = rx["rx_viewed"].as_u64().unwrap();
+    assert!(
+        viewed <= unpacked && unpacked - viewed <= big,
+        "{viewed} of {unpacked} unpacked as views ({big} packets above 1,920 B)"
+    );
+    assert!(
+        b["ports"][0]["name"].to_string().contains("views"),
+        "{}",
+        b["ports"][0]["name"]
+    );
+    // Same per-NF counts and drops; some drops happened (inside aggregates).
+    assert_eq!(nf_counts(&b), nf_counts(&want_sum));
+    let dropped = b["nfs"][1]["packets_dropped"].as_u64().unwrap();
+    assert!(
+        dropped > 0,
+        "the filter dropped nothing: {}",
+        nf_counts(&b).join("; ")
+    );
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{} out, want {}",
+        got.len(),
+        want.len()
+    );
+    assert!(got == want, "B's packets differ from the unaggregated run");
+    assert!(got.len() < PACKETS, "nothing dropped");
 }
 
 /// One HTTP/1.0 GET on loopback (the calling thread must be in the run's namespace).

@@ -174,6 +174,44 @@ fn catena_run_pair_gives_the_capture_back() {
     assert!(tx["tx_aggregated"].as_u64().unwrap() > 80_000, "{tx}");
     assert_eq!(rx["rx_unpacked"], tx["tx_aggregated"]);
     assert_eq!(s2["packets_in"].as_u64().unwrap() as usize, t.len());
+    // The same through `catena run` with the NFs on views into the aggregates (the live
+    // runtime's `after_batch` path, no root needed): the capture back, views used.
+    let views = ports(&agg, true, &back, false).replacen(
+        "aggregate = true\n",
+        "aggregate = true\naggregate_views = true\n",
+        1,
+    );
+    let (s3, ok, err) = run(&views, dir.path());
+    assert!(ok, "{err}");
+    assert!(!err.contains("outlived"), "{err}");
+    let b = Trace::open(&back).unwrap();
+    assert_eq!(b.len(), t.len());
+    for i in 0..t.len() {
+        assert_eq!(b.packet(i), t.packet(i), "views: packet {i}");
+    }
+    let rv = &s3["ports"][0]["live"];
+    assert_eq!(rv["rx_unpacked"], tx["tx_aggregated"]);
+    let big = (0..t.len())
+        .filter(|&i| t.packet(i).len() + catena::packet::HEADROOM > 2048)
+        .count() as u64;
+    let viewed = rv["rx_viewed"].as_u64().unwrap();
+    assert!(
+        viewed + big >= rv["rx_unpacked"].as_u64().unwrap() && viewed > 80_000,
+        "{rv}"
+    );
+    // Views need aggregation on the port: one line.
+    let c = ports(&cap, false, &back, false).replacen(
+        "aggregate = false\n",
+        "aggregate = false\naggregate_views = true\n",
+        1,
+    );
+    let (_, ok, err) = run(&c, dir.path());
+    assert!(!ok);
+    assert!(
+        err.contains("`aggregate_views` needs `aggregate = true`"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
 #[test]
@@ -351,4 +389,141 @@ fn packets_for_different_ports_never_share_an_aggregate() {
             out.display()
         );
     }
+}
+
+/// Reads `agg` back through an aggregating port with views (`aggregate_views`), as the
+/// live runtime does: each batch's packets are used (every 5th changed, which copies
+/// it), freed, then `after_batch`. `keep` packets from the first batch are kept past
+/// it; `after_batch` runs only after a batch that took packets, as in the runtime.
+/// Returns the packets' bytes, how many were views, the port, and the pool.
+fn disaggregate_views(agg: &Path, keep: usize) -> (Vec<Vec<u8>>, u64, Aggregating, Pool) {
+    let h = Trace::open(agg).unwrap().header();
+    let inner = PcapPort::open(Some(agg), None, Rate::Top, h).unwrap();
+    let mut port = Aggregating::new(Box::new(inner), 9000).views(true);
+    let mut pool = Pool::new(256, 65535);
+    let mut out = Vec::new();
+    let mut kept = Vec::new();
+    let mut b = Batch::new();
+    let mut views = 0;
+    loop {
+        let r = port.recv(&mut pool, &mut b, MAX_BATCH);
+        for mut p in b.drain() {
+            views += u64::from(p.is_view());
+            if out.len() % 5 == 0 {
+                let d = p.data_mut();
+                d[0] ^= 0xff;
+                d[0] ^= 0xff;
+            }
+            out.push(p.data().to_vec());
+            if kept.len() < keep {
+                kept.push(p);
+            } else {
+                pool.free(p);
+            }
+        }
+        if matches!(r, Recv::Got(n) if n > 0) {
+            port.after_batch(&mut pool);
+        }
+        if r == Recv::Ended {
+            break;
+        }
+    }
+    // A kept packet still reads its own bytes, however many frames came after it.
+    for (i, p) in kept.iter().enumerate() {
+        assert_eq!(p.data(), out[i].as_slice(), "kept packet {i} changed");
+    }
+    for p in kept {
+        pool.free(p);
+    }
+    (out, views, port, pool)
+}
+
+#[test]
+fn views_into_received_aggregates_come_back_byte_identical_and_frames_return() {
+    let t = Trace::open(&common::dataset("bench/ndpi-ether-merged.pcap")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let agg = dir.path().join("agg.pcap");
+    let sent = aggregate(&t, &agg, 9000);
+    let want: Vec<&[u8]> = (0..t.len()).map(|i| t.packet(i)).collect();
+
+    let (got, views, port, pool) = disaggregate_views(&agg, 0);
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got.iter().zip(&want).all(|(g, w)| g == w),
+        "views: bytes differ"
+    );
+    let c = port.counters();
+    assert_eq!(c.rx_unpacked, sent.tx_aggregated);
+    assert_eq!(c.rx_viewed, views);
+    let big = want.iter().filter(|w| w.len() + 128 > 2048).count() as u64;
+    assert!(c.rx_viewed + big >= c.rx_unpacked, "{c:?}");
+    assert!(port.uses_views());
+    // Every frame and every lent buffer is back in the pool.
+    assert_eq!(pool.available(), pool.size());
+
+    // A packet kept past its batch: the frames it may view are never reused (its bytes
+    // stay right, checked inside), views stop, and the output is still the same.
+    let (got, views2, port, _) = disaggregate_views(&agg, 3);
+    assert!(
+        got.iter().zip(&want).all(|(g, w)| g == w),
+        "kept: bytes differ"
+    );
+    assert_eq!(got.len(), want.len());
+    assert!(
+        !port.uses_views(),
+        "views go on after a packet outlived its batch"
+    );
+    assert!(views2 > 0 && views2 < views, "{views2} views of {views}");
+}
+
+/// Aggregates of exactly one batch (32 packets): the last frame's end is found on the
+/// call after its last packet, one that takes no packet and so is followed by no
+/// `after_batch`. That frame must still go back to the pool, and `catena run` must end
+/// with every buffer back (it stopped with "conservation violated ... buffers held 1").
+#[test]
+fn a_frame_ending_on_a_batch_boundary_goes_back_to_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let pkt = |i: usize| {
+        let mut v = vec![i as u8; 64];
+        v[12] = 0x08;
+        v[13] = 0x00;
+        v
+    };
+    let pkts: Vec<Vec<u8>> = (0..4 * MAX_BATCH).map(pkt).collect();
+    let frames: Vec<Vec<u8>> = pkts
+        .chunks(MAX_BATCH)
+        .map(|c| {
+            let mut p = Packer::new(9000);
+            for x in c {
+                assert!(p.push(x));
+            }
+            p.frame().to_vec()
+        })
+        .collect();
+    let agg = dir.path().join("agg.pcap");
+    Trace::from_packets(
+        LinkKind::Ethernet,
+        catena::io::PcapHeader::new(1, false),
+        frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (i as u64 * 1000, f.as_slice())),
+    )
+    .write_pcap(&agg)
+    .unwrap();
+    let (got, views, _, pool) = disaggregate_views(&agg, 0);
+    assert_eq!(got, pkts);
+    assert_eq!(views, pkts.len() as u64);
+    assert_eq!(pool.available(), pool.size(), "a frame was kept");
+
+    let back = dir.path().join("back.pcap");
+    let c = ports(&agg, true, &back, false).replacen(
+        "aggregate = true\n",
+        "aggregate = true\naggregate_views = true\n",
+        1,
+    );
+    let (s, ok, err) = run(&c, dir.path());
+    assert!(ok, "{err}");
+    assert_eq!(s["ports"][0]["live"]["rx_viewed"], pkts.len());
+    assert_eq!(packets(&back), pkts);
 }

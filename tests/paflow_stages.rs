@@ -267,3 +267,35 @@ fn check_shows_stage_aggregation_and_other_stage_counts_are_refused() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("this chain has 1"));
 }
+
+/// `--max-memory` counts PA-Flow's buffers: stage 2's unpacking stock (64 buffers) and
+/// the frame each aggregating `[[port]]` packs into.
+#[test]
+fn the_memory_bound_counts_stage_2s_stock_and_the_ports_frames() {
+    let dir = common::tempdir();
+    let mem = |head: &str| {
+        let cfg = ChainConfig::parse(&chain(dir.path(), head, "mem"), "t.toml").unwrap();
+        Chain::from_config(&cfg).unwrap().memory(1514).buffers
+    };
+    let two = "stages = [[\"lb\"], [\"acl\", \"nat\", \"mon\"]]";
+    let stock = mem(ON) - mem(two);
+    // 64 buffers of 2 KiB at least, each with its metadata.
+    assert!(stock >= 64 * 2048, "{stock} B counted for the stock");
+    assert_eq!(
+        stock,
+        catena::optimise::aggregate::stages::stock_bytes(1514) as u64
+    );
+    let ports = |agg: &str| {
+        format!(
+            "[[port]]\nname = \"a\"\nkind = \"pcap\"\npath = \"x.pcap\"\n{agg}\n[[port]]\nname = \"b\"\nkind = \"pcap\"\nwrite = \"y.pcap\"\n{agg}\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n"
+        )
+    };
+    let mem_ports = |agg: &str| {
+        let cfg = ChainConfig::parse(&ports(agg), "t.toml").unwrap();
+        Chain::from_config(&cfg).unwrap().memory(1514).buffers
+    };
+    assert_eq!(
+        mem_ports("aggregate = true\naggregate_size = 30000\n") - mem_ports(""),
+        2 * 30_000
+    );
+}

@@ -31,6 +31,9 @@ pub struct PortCounters {
     pub rx_aggregates: u64,
     pub rx_unpacked: u64,
     pub rx_bad_aggregate: u64,
+    /// Of `rx_unpacked`, the packets handed to the chain as views into their frame
+    /// (`aggregate_views = true`), not copied out.
+    pub rx_viewed: u64,
 }
 
 /// What [`Port::recv`] found.
@@ -55,6 +58,12 @@ pub trait Port: Send {
     fn send(&mut self, frame: &[u8], ts_ns: u64, wire_len: u32);
     /// Sends what was queued: one system call for live ports.
     fn flush(&mut self);
+    /// Called once per batch after every port's `flush`, when every packet the batch
+    /// took has been sent or freed into `pool`. PA-Flow hook (docs/paflow.md): a port
+    /// whose packets viewed its received frames takes the frames back here.
+    fn after_batch(&mut self, pool: &mut Pool) {
+        let _ = pool;
+    }
     /// A descriptor that becomes readable when packets wait, for `poll`; None for ports
     /// that are never waited on this way.
     fn fd(&self) -> Option<RawFd> {

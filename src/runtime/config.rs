@@ -161,6 +161,10 @@ pub struct PortConfig {
     /// Largest aggregated frame in bytes, without FCS (default 9000, 164-65535); an
     /// af_packet port's interface MTU must allow it.
     pub aggregate_size: Option<u32>,
+    /// PA-Flow's NFs on aggregated frames: the packets of a received aggregate reach
+    /// the NFs as views into the frame (copied only when an NF changes one), not
+    /// copied out. Needs `aggregate = true` (docs/paflow.md).
+    pub aggregate_views: Option<bool>,
 }
 
 pub const DEFAULT_PORTS: u16 = 5;

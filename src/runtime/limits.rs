@@ -184,9 +184,19 @@ impl Chain {
         };
         // Parallel groups: a batch of shadow buffers each, in every stage's walk.
         let shadows = stages * self.groups.len() * Pool::bytes(cap, max_packet);
+        // PA-Flow: stage 2's unpacking stock, and the frame each aggregating port packs.
+        let paflow = if self.aggregate_stages {
+            crate::optimise::aggregate::stages::stock_bytes(max_packet)
+        } else {
+            0
+        } + self
+            .port_specs
+            .iter()
+            .filter_map(|p| p.aggregate)
+            .sum::<usize>();
         Memory {
             nfs,
-            buffers: (Pool::bytes(count, max_packet) + batches + rings + shadows) as u64,
+            buffers: (Pool::bytes(count, max_packet) + batches + rings + shadows + paflow) as u64,
             fastpath: self.fastpath.map_or(0, |f| Table::bytes(f.entries) as u64),
         }
     }

@@ -30,12 +30,19 @@ pub struct PortSpec {
     pub kind: PortKind,
     /// PA-Flow aggregation on this port: the largest aggregated frame, in bytes.
     pub aggregate: Option<usize>,
+    /// PA-Flow: received aggregates' packets go to the NFs as views into the frame.
+    pub views: bool,
 }
 
 impl PortSpec {
     pub fn describe(&self) -> String {
         let agg = self.aggregate.map_or(String::new(), |n| {
-            format!("; aggregates (PA-Flow) up to {n} B")
+            let v = if self.views {
+                ", NFs work on the received aggregates' packets as views into them"
+            } else {
+                ""
+            };
+            format!("; aggregates (PA-Flow) up to {n} B{v}")
         });
         self.describe_kind() + &agg
     }
@@ -72,6 +79,8 @@ impl PortSpec {
 /// outlive the batch they arrived in (pipeline stages hand them to other threads).
 pub fn copy_rx(specs: &mut [PortSpec]) {
     for s in specs {
+        // PA-Flow: packets viewing a received aggregate must leave within their batch too.
+        s.views = false;
         match &mut s.kind {
             PortKind::AfPacket(c) => c.rx = RxMode::Copy,
             PortKind::AfXdp(c) => c.rx = RxMode::Copy,
@@ -205,10 +214,15 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
             // unpacks them: views of the ring would outlive the blocks they point into.
             c.rx = RxMode::Copy;
         }
+        let views = p.aggregate_views == Some(true);
+        if views && aggregate.is_none() {
+            return Err(bad("`aggregate_views` needs `aggregate = true`".into()));
+        }
         out.push(PortSpec {
             name: p.name.clone(),
             kind,
             aggregate,
+            views,
         });
     }
     if out.len() > usize::from(u16::MAX - 2) {
@@ -316,7 +330,7 @@ pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dy
             }
         };
         v.push(match s.aggregate {
-            Some(size) => Box::new(Aggregating::new(port, size)),
+            Some(size) => Box::new(Aggregating::new(port, size).views(s.views)),
             None => port,
         });
     }

@@ -5,19 +5,42 @@
 //! aggregated frame is unpacked into the original packets, in order, before the chain
 //! sees them. The port wraps one port, so packets for different next hops (ports) never
 //! share a frame.
+//!
+//! With `views` (PA-Flow's NFs on aggregated frames), the unpacked packets are views
+//! into the received frame rather than copies: an NF reads them in place and a change
+//! copies the packet first (`Packet`'s copy-on-write). The frame is then kept until the
+//! batch is over (`after_batch`): every buffer lent as a view is found back in the pool
+//! by its identity and un-viewed before the frame is freed. A lent buffer not found
+//! (something kept a packet past its batch) leaves the frames allocated for good and
+//! turns views off: never a frame reused under a packet that reads it.
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 
 use super::frame::{self, Packer, Records};
 use crate::io::{PcapHeader, Port, PortCounters, Recv};
-use crate::packet::{Batch, LinkKind, Pool, MAX_BATCH};
+use crate::packet::{Batch, LinkKind, Meta, Packet, Pool, HEADROOM, MAX_BATCH};
 
 /// An aggregated frame being unpacked: where its next record is and how many remain.
 struct Unpacking {
-    frame: crate::packet::Packet,
+    frame: Packet,
     at: usize,
     left: u16,
+    /// Some of its packets are views into it.
+    viewed: bool,
+    /// Some were lent since the last `after_batch` (earlier ones were found back then).
+    lent_now: bool,
+}
+
+/// How deep into the pool `after_batch` looks for lent buffers before it looks through
+/// all of it: the buffers a batch freed lie on top (the pool is a stack), under at most
+/// the frames other ports gave back first.
+const LOOK: usize = 4 * MAX_BATCH;
+
+/// The identity of a packet's buffer (its metadata's address, which never moves).
+#[inline]
+fn id(p: &Packet) -> usize {
+    p.meta() as *const Meta as usize
 }
 
 pub struct Aggregating {
@@ -31,6 +54,16 @@ pub struct Aggregating {
     queue: VecDeque<crate::packet::Packet>,
     cur: Option<Unpacking>,
     c: PortCounters,
+    /// Unpack as views into the frame (see the module note).
+    views: bool,
+    /// Capacity of the pool's ordinary buffers (views use only those); 0 until known.
+    small: usize,
+    /// Frames fully unpacked whose packets may still view them, until `after_batch`.
+    held: Vec<Packet>,
+    /// Buffers lent as views since the last `after_batch`, by identity.
+    lent: Vec<usize>,
+    /// Room to look through the pool in `after_batch` (grown once if ever needed).
+    scratch: Vec<Packet>,
 }
 
 impl Aggregating {
@@ -45,6 +78,75 @@ impl Aggregating {
             queue: VecDeque::with_capacity(MAX_BATCH),
             cur: None,
             c: PortCounters::default(),
+            views: false,
+            small: 0,
+            held: Vec::new(),
+            lent: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Hands received aggregates' packets to the chain as views into the frames.
+    pub fn views(mut self, on: bool) -> Aggregating {
+        self.views = on;
+        if on {
+            // At most a batch of packets is unpacked between two `after_batch` calls,
+            // from at most a batch of frames and the one in hand.
+            self.held = Vec::with_capacity(MAX_BATCH + 1);
+            self.lent = Vec::with_capacity(MAX_BATCH);
+            self.scratch = Vec::with_capacity(LOOK);
+        }
+        self
+    }
+
+    /// Packets of this port's received aggregates are handed on as views.
+    pub fn uses_views(&self) -> bool {
+        self.views
+    }
+
+    /// A frame fully unpacked: back to the pool, or held while its packets view it.
+    fn done_with(&mut self, u: Unpacking, pool: &mut Pool) {
+        if !u.viewed || (self.views && !u.lent_now) {
+            // No packet views it, or every one that did was found back in the pool by
+            // an `after_batch` since (a frame may end on a batch's last packet).
+            pool.free(u.frame);
+        } else if self.views {
+            self.held.push(u.frame);
+        } else {
+            // Views were given up while this frame was viewed: it stays allocated.
+            std::mem::forget(u.frame);
+        }
+    }
+
+    /// Pops up to `depth` buffers from `pool`, un-viewing the ones lent this batch and
+    /// crossing them off `lent`, and pushes them all back in their order.
+    fn look(&mut self, pool: &mut Pool, depth: usize) {
+        while self.scratch.len() < depth && !self.lent.is_empty() {
+            let Some(mut p) = pool.alloc_raw() else {
+                break;
+            };
+            // The batch freed its packets in order, so the pool gives them back last
+            // first: the match is nearly always `lent`'s last entry.
+            let me = id(&p);
+            let found = match self.lent.last() {
+                Some(&x) if x == me => self.lent.pop().is_some(),
+                _ => match self.lent.iter().rposition(|&x| x == me) {
+                    Some(k) => {
+                        self.lent.swap_remove(k);
+                        true
+                    }
+                    None => false,
+                },
+            };
+            if found && p.is_view() {
+                // A buffer this port lent views only its frames (or was copied by an
+                // NF and views nothing): none stays in the pool viewing a frame.
+                p.set_bytes(&[]);
+            }
+            self.scratch.push(p);
+        }
+        while let Some(p) = self.scratch.pop() {
+            pool.free(p);
         }
     }
 
@@ -94,16 +196,40 @@ impl Aggregating {
                     self.c.rx_oversize += 1;
                 }
                 Some(Ok(pkt)) => {
-                    let Some(mut p) = pool.alloc_raw_for(pkt.len()) else {
+                    // Views take ordinary buffers only: those are what `after_batch`
+                    // looks through (the pool keeps larger ones apart).
+                    let view = self.views && pkt.len() + HEADROOM <= self.small;
+                    let alloc = if view {
+                        pool.alloc_raw()
+                    } else {
+                        pool.alloc_raw_for(pkt.len())
+                    };
+                    let Some(mut p) = alloc else {
                         recs = Records::resume(u.frame.data(), at, left);
                         break;
                     };
-                    if !p.set_bytes(pkt) {
+                    let set = if view {
+                        // SAFETY: `pkt` lies in `u.frame`, which this port neither
+                        // changes nor frees until `after_batch` has found this buffer
+                        // back in the pool and un-viewed it (else the frame is never
+                        // freed); the frame's buffer is a box, so moving the frame moves
+                        // none of its bytes.
+                        unsafe { p.set_view_unchecked(pkt) }
+                    } else {
+                        p.set_bytes(pkt)
+                    };
+                    if !set {
                         pool.free(p);
                         self.c.rx_oversize += 1;
                         continue;
                     }
-                    *p.meta_mut() = crate::packet::Meta::default();
+                    if view {
+                        self.lent.push(id(&p));
+                        u.viewed = true;
+                        u.lent_now = true;
+                        self.c.rx_viewed += 1;
+                    }
+                    *p.meta_mut() = Meta::default();
                     let m = p.meta_mut();
                     m.ts_ns = ts;
                     m.wire_len = pkt.len() as u32;
@@ -117,7 +243,7 @@ impl Aggregating {
         let (at, left) = (recs.offset(), recs.left());
         if done {
             let u = self.cur.take().expect("frame in hand");
-            pool.free(u.frame);
+            self.done_with(u, pool);
         } else {
             u.at = at;
             u.left = left;
@@ -129,13 +255,24 @@ impl Aggregating {
 impl Port for Aggregating {
     fn describe(&self) -> String {
         format!(
-            "{} (aggregate {} B)",
+            "{} (aggregate {} B{})",
             self.inner.describe(),
-            self.packer.size()
+            self.packer.size(),
+            if self.views { ", views" } else { "" }
         )
     }
 
     fn recv(&mut self, pool: &mut Pool, out: &mut Batch, max: usize) -> Recv {
+        if self.views && self.small == 0 {
+            // The ordinary buffers' size, from one of them (taken and put back).
+            match pool.alloc_raw() {
+                Some(p) => {
+                    self.small = p.capacity();
+                    pool.free(p);
+                }
+                None => return Recv::Got(0),
+            }
+        }
         let mut got = 0;
         let mut ended = false;
         while got < max {
@@ -160,6 +297,8 @@ impl Port for Aggregating {
                         frame: p,
                         at: frame::HEADER,
                         left,
+                        viewed: false,
+                        lent_now: false,
                     });
                 } else {
                     out.push(p);
@@ -209,6 +348,37 @@ impl Port for Aggregating {
         self.inner.flush();
     }
 
+    fn after_batch(&mut self, pool: &mut Pool) {
+        if !self.lent.is_empty() {
+            self.look(pool, LOOK);
+        }
+        if !self.lent.is_empty() {
+            // Not on top: look through the whole pool (one allocation, never expected).
+            self.scratch.reserve(pool.available());
+            self.look(pool, usize::MAX);
+        }
+        if !self.lent.is_empty() {
+            // Some packet outlived its batch and may still read a frame: keep every
+            // frame it could view allocated for good, and copy from now on.
+            eprintln!(
+                "catena: {}: a packet of a received aggregate outlived its batch; aggregates are unpacked by copying from now on",
+                self.describe()
+            );
+            self.views = false;
+            self.lent.clear();
+            for f in self.held.drain(..) {
+                std::mem::forget(f);
+            }
+            return;
+        }
+        for f in self.held.drain(..) {
+            pool.free(f);
+        }
+        if let Some(u) = self.cur.as_mut() {
+            u.lent_now = false;
+        }
+    }
+
     fn fd(&self) -> Option<RawFd> {
         self.inner.fd()
     }
@@ -234,6 +404,7 @@ impl Port for Aggregating {
             rx_aggregates: self.c.rx_aggregates,
             rx_unpacked: self.c.rx_unpacked,
             rx_bad_aggregate: self.c.rx_bad_aggregate,
+            rx_viewed: self.c.rx_viewed,
             ..i
         }
     }

@@ -21,6 +21,15 @@ pub const VERSION: u8 = 2;
 pub const META: usize = 40;
 /// Largest in-process aggregate: the wire format's default.
 pub const SIZE: usize = super::DEFAULT_SIZE;
+/// Buffers of stage 2's own stock: the last stage frees every packet of a chunk before
+/// the next, so a chunk's worth, twice for margin.
+pub const STOCK: usize = 2 * MAX_BATCH;
+
+/// Bytes stage 2's stock takes for packets of at most `max_packet` bytes (counted by
+/// `--max-memory`).
+pub fn stock_bytes(max_packet: usize) -> usize {
+    Pool::bytes(STOCK, max_packet)
+}
 
 /// What goes down the ring, in order: a packet as it is, or a frame of several.
 pub enum Packed {
@@ -219,9 +228,7 @@ impl StageUnpacker {
     /// A stock for packets of up to `max_packet` bytes; `hold` is the most buffers the
     /// stage's own pool may hold (the room to sort them).
     pub fn new(max_packet: usize, hold: usize, views: bool) -> StageUnpacker {
-        // The last stage frees every packet of a chunk before the next: a chunk's worth,
-        // twice for margin.
-        let stock = Pool::new(2 * MAX_BATCH, max_packet);
+        let stock = Pool::new(STOCK, max_packet);
         let small = Pool::new(1, 0).alloc_raw().map_or(0, |p| p.capacity());
         StageUnpacker {
             stock,

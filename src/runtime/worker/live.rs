@@ -200,6 +200,10 @@ impl Runner {
                 for p in &mut self.walk.live {
                     p.flush();
                 }
+                // PA-Flow hook: frames whose packets the batch viewed go back now.
+                for p in &mut self.walk.live {
+                    p.after_batch(&mut self.walk.pool);
+                }
                 let c3 = crate::flow::tsc();
                 steps.add(got, [c1 - c0, c2 - c1, c3 - c2]);
                 self.end_chunk()?;
