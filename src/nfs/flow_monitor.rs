@@ -535,7 +535,7 @@ impl Nf for FlowMonitor {
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
         for p in batch {
             let l = p.layers();
-            let (m, d) = p.split_mut();
+            let (m, d) = p.split_meta();
             self.tick(m.now_ns);
             let Some(key) = FlowKey::from_packet(&l, d) else {
                 if l.l3 == L3Kind::Malformed {
@@ -687,6 +687,21 @@ mod tests {
         );
         assert_eq!((r.packets_ab, r.packets_ba, r.bytes_ba), (1, 2, 200));
         assert_eq!((r.first_ns, r.last_ns, r.tcp_flags), (5, 7, 0x13));
+    }
+
+    #[test]
+    fn reads_viewed_packets_in_place() {
+        // A monitor only reads: a packet viewing a mapped trace must not be copied.
+        let bytes: &'static [u8] = tcp(1, 9, 5000, 80, 0x02, 5).data().to_vec().leak();
+        let mut p = tcp(0, 0, 0, 0, 0, 5);
+        assert!(p.set_view(bytes));
+        p.meta_mut().now_ns = 5;
+        let mut b = Batch::new();
+        b.push(p);
+        let mut m = FlowMonitor::new(16, 0);
+        m.process(&mut b, &Context { ports: 1 });
+        assert_eq!(m.active().len(), 1);
+        assert!(b.as_mut_slice()[0].is_view());
     }
 
     #[test]

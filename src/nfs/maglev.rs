@@ -559,7 +559,7 @@ impl Maglev {
     #[inline]
     fn flow_of(&mut self, p: &mut Packet) -> Option<(u32, WideKey)> {
         let l = p.layers();
-        let (m, d) = p.split_mut();
+        let (m, d) = p.split_meta();
         if m.fast == FastMark::Want {
             // Refused unless a branch below says otherwise.
             m.fast = FastMark::Refuse;
@@ -1122,6 +1122,29 @@ impl Consolidate for Maglev {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packets_not_to_the_vip_are_read_in_place() {
+        // Only packets to the VIP are rewritten: the others must stay views (no copy).
+        let mut f = vec![0u8; 54];
+        f[12] = 8;
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&40u16.to_be_bytes());
+        f[14 + 8] = 64;
+        f[14 + 9] = 6;
+        f[26..30].copy_from_slice(&[10, 0, 0, 9]);
+        f[30..34].copy_from_slice(&[10, 0, 0, 7]);
+        let bytes: &'static [u8] = f.leak();
+        let mut p = Packet::from_bytes(&[0; 60]);
+        assert!(p.set_view(bytes));
+        let vip = "10.0.0.100".parse().unwrap();
+        let b = Backend::new("10.0.0.1".parse().unwrap());
+        let mut lb = Maglev::new(vip, &[b], 251, 64, 1_000_000_000).unwrap();
+        let mut batch = Batch::new();
+        batch.push(p);
+        lb.process(&mut batch, &Context { ports: 2 });
+        assert!(batch.as_mut_slice()[0].is_view());
+    }
 
     #[test]
     fn weights_are_capped_alike_in_commands_and_config() {
