@@ -86,10 +86,29 @@ const EMPTY: Bucket = Bucket {
     vals: [0; WAYS],
 };
 
+/// `n` empty buckets, zeroed by the allocator: a large block comes as fresh pages from
+/// the kernel, so only the buckets flows touch are ever written (start-up does not pay
+/// for 512 KiB per filter, nor its page faults, before the first packet).
+fn empty_buckets(n: usize) -> Box<[Bucket]> {
+    use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
+    let layout = Layout::array::<Bucket>(n.max(1)).expect("bucket count fits memory");
+    // SAFETY: the layout has a non-zero size (n >= 1, buckets are 64 bytes).
+    let p = unsafe { alloc_zeroed(layout) } as *mut Bucket;
+    if p.is_null() {
+        handle_alloc_error(layout);
+    }
+    // SAFETY: `p` holds `n.max(1)` buckets allocated with the global allocator in the
+    // layout a `Box<[Bucket]>` of that length frees with; a bucket is integers only and
+    // all zeros is `EMPTY`.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n.max(1))) }
+}
+
 pub struct VerdictCache {
-    buckets: Vec<Bucket>,
+    buckets: Box<[Bucket]>,
     /// Per-process random seeds of the index hash.
     seeds: (u64, u64),
+    /// Some key was put since the buckets were last emptied.
+    used: bool,
 }
 
 impl VerdictCache {
@@ -97,18 +116,23 @@ impl VerdictCache {
     pub fn new(buckets: usize) -> VerdictCache {
         let h = Hasher::default();
         VerdictCache {
-            buckets: vec![EMPTY; buckets.max(1).next_power_of_two()],
+            buckets: empty_buckets(buckets.max(1).next_power_of_two()),
             seeds: (h.hash_one(1u64), h.hash_one(2u64)),
+            used: false,
         }
     }
 
-    /// Bytes of the buckets.
+    /// Bytes of the buckets (allocated; the pages no flow touched stay the kernel's).
     pub fn memory(&self) -> usize {
         std::mem::size_of_val(&*self.buckets)
     }
 
     pub fn clear(&mut self) {
-        self.buckets.fill(EMPTY);
+        // A filter installs its rules right after making its cache: nothing to write.
+        if self.used {
+            self.buckets.fill(EMPTY);
+            self.used = false;
+        }
     }
 
     /// The packed key, or None when it does not pack (IPv6 addresses, odd protocol
@@ -166,6 +190,7 @@ impl VerdictCache {
     /// Caches `v` for the packed key in bucket `i`, evicting the bucket's oldest key.
     #[inline]
     pub fn put_at(&mut self, i: usize, k: (u64, u64), v: u32) {
+        self.used = true;
         if let Some(b) = self.buckets.get_mut(i) {
             b.keys.copy_within(0..WAYS - 1, 1);
             b.vals.copy_within(0..WAYS - 1, 1);
