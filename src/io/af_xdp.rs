@@ -55,7 +55,10 @@ const RX_RING: u32 = 16384;
 /// Send: TX and completion ring entries, one UMEM frame each (4 MiB).
 const TX_RING: u32 = 2048;
 const FRAMES: u64 = (RX_RING + TX_RING) as u64;
-const _: () = assert!(FRAMES * FRAME == 36 << 20, "the UMEM size in `explain` and docs");
+const _: () = assert!(
+    FRAMES * FRAME == 36 << 20,
+    "the UMEM size in `explain` and docs"
+);
 /// Largest frame sent, as AF_PACKET (jumbo); larger ones count as `tx_errors`.
 const TX_MAX: usize = 9216 + 18;
 /// `XDP_PKT_CONTD`: more fragments of this packet follow.
@@ -388,8 +391,7 @@ impl AfXdp {
         let mut bound = Err(io::Error::from_raw_os_error(libc::EINVAL));
         for flags in [SG | NW, NW, 0] {
             bound = bind(flags).map(|()| flags);
-            if !matches!(&bound, Err(x) if x.raw_os_error() == Some(libc::EINVAL)) || flags == 0
-            {
+            if !matches!(&bound, Err(x) if x.raw_os_error() == Some(libc::EINVAL)) || flags == 0 {
                 break;
             }
         }

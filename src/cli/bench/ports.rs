@@ -28,6 +28,16 @@ const MAC_B: [u8; 6] = [2, 0, 0, 0, 0, 0xb0];
 /// packet, `ip_error`) on the forwarder's CPU: 46% of catena's cycles in a perf profile,
 /// work of the receiver, not of the forwarder. B's veth counts every frame either way.
 const MAC_SINK: [u8; 6] = [2, 0, 0, 0, 0, 0xbf];
+
+/// Where frames are addressed: MAC_SINK, or B's own MAC with `CATENA_BENCH_TO_B=1` (the
+/// receiver of the runs before session 12, to compare with them).
+fn dst_mac() -> [u8; 6] {
+    if std::env::var_os("CATENA_BENCH_TO_B").is_some() {
+        MAC_B
+    } else {
+        MAC_SINK
+    }
+}
 /// Offered rate for the latency rows (packets per second).
 const LATENCY_PPS: u64 = 20_000;
 
@@ -410,7 +420,7 @@ impl Dut {
                     "replace",
                     "10.2.0.2",
                     "lladdr",
-                    &mac(MAC_SINK),
+                    &mac(dst_mac()),
                     "dev",
                     "c1",
                     "nud",
@@ -796,7 +806,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         let n = ((if len == 60 { 300_000.0 } else { 100_000.0 }) * scale).max(1000.0) as u64;
         let nl = ((4000.0 * scale) as u64).max(500);
         let mut files: Vec<(PathBuf, PathBuf)> = Vec::new();
-        for (tag, dst) in [("l2", MAC_SINK), ("l3", MAC_C0)] {
+        for (tag, dst) in [("l2", dst_mac()), ("l3", MAC_C0)] {
             let (t, l) = (
                 dir.join(format!("{tag}_{len}.pcap")),
                 dir.join(format!("{tag}_{len}_lat.pcap")),
