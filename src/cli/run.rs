@@ -24,6 +24,7 @@ pub struct Args {
     #[arg(short, long)]
     input: Option<PathBuf>,
     /// Write forwarded packets to this pcap (the `out` sink); without it they are discarded.
+    /// With several workers on live ports each writes its own: `out.w0.pcap`, `out.w1.pcap`.
     #[arg(short, long)]
     output: Option<PathBuf>,
     /// Replay the trace this many times (read again from the file each time).
