@@ -144,7 +144,7 @@ fn forwards_on_two_workers(kind: &str, test: &str, record: bool) {
     let mut written: Vec<Vec<u8>> = Vec::new();
     for f in &files {
         let t = Trace::open(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        assert!(t.len() > 0, "{} is empty", f.display());
+        assert!(!t.is_empty(), "{} is empty", f.display());
         written.extend((0..t.len()).map(|i| t.packet(i).to_vec()));
     }
     let t = Trace::open(&cap).unwrap();
