@@ -907,6 +907,22 @@ pub(super) fn prefetch<T>(r: *const T) {
 mod tests {
     use super::*;
 
+    /// The tags come zeroed (empty) and each set's in one aligned half line, whatever
+    /// alignment the allocator gave.
+    #[test]
+    fn tags_are_zero_and_aligned_to_half_a_line() {
+        for sets in [0, 1, 3, 8192] {
+            let t = TagArray::zeroed(sets);
+            assert_eq!(t.len(), sets);
+            assert!(t.iter().all(|s| s.0 == [0; WAYS]));
+            assert_eq!(t.as_ptr() as usize % 32, 0, "{sets} sets");
+        }
+        let mut t = TagArray::zeroed(4);
+        t[3].0[7] = 9;
+        assert_eq!(t[3].0[7], 9);
+        assert_eq!(Table::new(8, 0).tags.len(), 1);
+    }
+
     /// A hot entry is a header line, then the path (four steps a line); steps stay 16
     /// bytes.
     #[test]
