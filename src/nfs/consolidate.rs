@@ -139,11 +139,21 @@ mod tests {
         let slab = vec![[0u8; 40]; 8];
         let nat = TokenLines::of(&slab, 0xff_ffff);
         let token = 1u64 << 56 | 5 << 32 | 77;
-        assert_eq!(nat.at(token), Some(&slab[5] as *const [u8; 40] as *const u8));
+        assert_eq!(
+            nat.at(token),
+            Some(&slab[5] as *const [u8; 40] as *const u8)
+        );
         assert_eq!(nat.at(8 << 32), None, "past the slab");
         let maglev = TokenLines::of(&slab, u64::from(u32::MAX));
-        assert_eq!(maglev.at(7 << 32 | 3), Some(&slab[7] as *const [u8; 40] as *const u8));
-        assert_eq!(maglev.at(1 << 56 | 5 << 32), None, "no kind byte in Maglev's");
+        assert_eq!(
+            maglev.at(7 << 32 | 3),
+            Some(&slab[7] as *const [u8; 40] as *const u8)
+        );
+        assert_eq!(
+            maglev.at(1 << 56 | 5 << 32),
+            None,
+            "no kind byte in Maglev's"
+        );
         assert_eq!(TokenLines::NONE.at(0), None);
     }
 }
