@@ -99,6 +99,9 @@ pub enum Ins {
     Learn(Box<Learn>),
     /// A learn and the `goto` after it.
     LearnApply(Box<Learn>, u16),
+    /// A learning switch's step, `learn T(h.a) -> output in_port; goto T;` with T keyed
+    /// by one field: both fields read in place, no template to interpret.
+    Step(Box<Step>),
     Op(Box<Op>),
     Count(u16),
     Output(Val),
@@ -113,6 +116,15 @@ pub struct Fixed {
     len: u16,
     body: u32,
     short: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Step {
+    table: u16,
+    /// The learned key (masked to the table key's width) and the key looked up.
+    src: FieldRef,
+    mask: u64,
+    dst: FieldRef,
 }
 
 #[derive(Clone, Debug)]
@@ -133,6 +145,8 @@ struct Dec {
     peek: bool,
     /// Whether a guarded `match` arm asks how often it was entered.
     track: bool,
+    /// Fixed length, moves the offset, not tracked: entered without the general case.
+    plain: bool,
     body: u32,
     short: u32,
 }
@@ -185,6 +199,7 @@ impl Flat {
                 size: d.size,
                 peek: d.peek,
                 track: false,
+                plain: false,
                 body,
                 short,
             });
@@ -198,6 +213,7 @@ impl Flat {
         }
         for (i, d) in f.decs.iter_mut().enumerate() {
             d.track = f.guarded & (1 << i) != 0;
+            d.plain = d.size.is_none() && !d.peek && !d.track;
         }
         for i in 0..f.ins.len() {
             let Ins::Enter(d) = f.ins[i] else { continue };
@@ -444,7 +460,21 @@ impl Flat {
                     });
                     // `learn …; goto T;` (the switches): one instruction.
                     if let Some(Op::Goto(t)) = ops.peek() {
-                        self.emit(Ins::LearnApply(l, *t));
+                        let step = match (&l.key, &l.out, self.key1[*t as usize]) {
+                            (Leaf::Field(src), Some(Leaf::InPort), Some(dst)) if l.table == *t => {
+                                Some(Step {
+                                    table: *t,
+                                    src: *src,
+                                    mask: l.mask,
+                                    dst,
+                                })
+                            }
+                            _ => None,
+                        };
+                        match step {
+                            Some(st) => self.emit(Ins::Step(Box::new(st))),
+                            None => self.emit(Ins::LearnApply(l, *t)),
+                        };
                         ops.next();
                     } else {
                         self.emit(Ins::Learn(l));
@@ -637,6 +667,22 @@ impl Flat {
                         Err(end) => return end,
                     }
                 }
+                Ins::Step(st) => {
+                    let t = st.table as usize;
+                    let key = (p.field(&st.src) & st.mask) as u128;
+                    let act = Act::Output(p.m.in_port);
+                    if steps == MAX_STEPS {
+                        s.tables[t].learn(key, act, p.m.now_ns);
+                        return p.drop;
+                    }
+                    steps += 1;
+                    let look = p.field(&st.dst) as u128;
+                    let got = s.tables[t].learn_lookup(key, act, look, p.m.now_ns);
+                    match self.hit(t, got, p) {
+                        Ok(to) => pc = to,
+                        Err(end) => return end,
+                    }
+                }
                 Ins::Op(op) => c.op(op, s, p),
                 Ins::Count(n) => s.counters[*n as usize].1 += 1,
                 Ins::Output(v) => {
@@ -707,6 +753,15 @@ impl Flat {
         let dec = &self.decs[di];
         let at = p.cur;
         let len = p.d.len();
+        if dec.plain {
+            let n = dec.fixed_len as usize;
+            if at + n > len {
+                return dec.short as usize;
+            }
+            p.fit(di, at, n);
+            p.cur = at + n;
+            return dec.body as usize;
+        }
         let fits = at + dec.fixed_len as usize <= len;
         let size = match (fits, dec.size) {
             (false, _) => None,
