@@ -164,6 +164,18 @@ pub struct Flat {
     guarded: u32,
     /// Some instruction writes the packet's bytes (`set`).
     writes: bool,
+    /// Per link kind: the start's `match link` entering a fixed header whose body begins
+    /// with a learning switch's step, run without dispatching either (an L2 switch).
+    entry: [Option<Entry>; 4],
+}
+
+/// `match link { K => next D; }`, D of fixed length, D's body beginning with a [`Step`].
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    dec: u16,
+    len: u16,
+    short: u32,
+    step: Step,
 }
 
 impl Flat {
@@ -185,6 +197,7 @@ impl Flat {
                 .collect(),
             guarded: 0,
             writes: false,
+            entry: [None; 4],
         };
         f.start = f.pc();
         let walk = Walk::recognise(code)
@@ -268,7 +281,31 @@ impl Flat {
             }
         }
         f.pair_drops();
+        f.entry = f.entries();
         f
+    }
+
+    /// The [`Entry`] per link kind, when the code starts with a `match link` (no walk).
+    fn entries(&self) -> [Option<Entry>; 4] {
+        let mut out = [None; 4];
+        let Some(Ins::SwitchLink(cases, _)) = self.ins.get(self.start as usize) else {
+            return out;
+        };
+        for (o, k) in out.iter_mut().zip(cases.iter()) {
+            let Some(k) = k.filter(|k| k.enter != NO_ENTER) else {
+                continue;
+            };
+            let d = self.decs[k.enter as usize];
+            if let (true, Some(Ins::Step(st))) = (d.plain, self.ins.get(d.body as usize)) {
+                *o = Some(Entry {
+                    dec: k.enter,
+                    len: d.fixed_len,
+                    short: d.short,
+                    step: **st,
+                });
+            }
+        }
+        out
     }
 
     /// `DropIf; DropIf` runs as one instruction that goes on past both (the second
@@ -540,6 +577,27 @@ impl Flat {
     pub fn run<D: Bytes>(&self, c: &Code, s: &mut State, p: &mut Pkt<D>) -> Option<u8> {
         let mut pc = self.start as usize;
         let mut steps = 0u32;
+        if let Some(e) = &self.entry[p.m.link as usize % 4] {
+            // What `SwitchLink`, entering `e.dec`, then its body's `Step` do.
+            let n = e.len as usize;
+            if n > p.d.len() {
+                pc = e.short as usize;
+                steps = 1;
+            } else {
+                p.fit(e.dec as usize, 0, n);
+                p.cur = n;
+                steps = 2;
+                let t = e.step.table as usize;
+                let key = (p.field(&e.step.src) & e.step.mask) as u128;
+                let look = p.field(&e.step.dst) as u128;
+                let act = Act::Output(p.m.in_port);
+                let got = s.tables[t].learn_lookup(key, act, look, p.m.now_ns);
+                match self.hit(t, got, p) {
+                    Ok(to) => pc = to,
+                    Err(end) => return end,
+                }
+            }
+        }
         loop {
             let Some(i) = self.ins.get(pc) else {
                 return p.drop;
