@@ -342,6 +342,11 @@ impl Flat {
         self.writes
     }
 
+    /// Whether some link kind starts with an [`Entry`].
+    pub fn has_entry(&self) -> bool {
+        self.entry.iter().any(Option::is_some)
+    }
+
     /// The recognised header walk, if the code runs one.
     pub fn walk(&self) -> Option<&Walk> {
         match self.ins.get(self.start as usize) {
@@ -574,10 +579,22 @@ impl Flat {
 
     /// Runs one packet to its end; the drop reason, if dropped.
     #[inline(always)]
-    pub fn run<D: Bytes>(&self, c: &Code, s: &mut State, p: &mut Pkt<D>) -> Option<u8> {
+    /// `ENTRY`: the code has an [`Entry`] (see [`Flat::has_entry`]); programs without
+    /// one run a copy of the loop that does not look for it.
+    pub fn run<D: Bytes, const ENTRY: bool>(
+        &self,
+        c: &Code,
+        s: &mut State,
+        p: &mut Pkt<D>,
+    ) -> Option<u8> {
         let mut pc = self.start as usize;
         let mut steps = 0u32;
-        if let Some(e) = &self.entry[p.m.link as usize % 4] {
+        let entry = if ENTRY {
+            self.entry[p.m.link as usize % 4].as_ref()
+        } else {
+            None
+        };
+        if let Some(e) = entry {
             // What `SwitchLink`, entering `e.dec`, then its body's `Step` do.
             let n = e.len as usize;
             if n > p.d.len() {

@@ -561,7 +561,7 @@ impl Plan {
             let mut m = m.clone();
             m.egress = start;
             let d: &[u8] = &[];
-            drop = self.flat.run(
+            drop = self.flat.run::<_, false>(
                 &self.code,
                 &mut self.state,
                 &mut Pkt::new(&mut m, d, ports, &mut self.scratch),
@@ -628,18 +628,32 @@ impl Plan {
         }
         let (flat, code, state) = (&self.flat, &self.code, &mut self.state);
         let sc = &mut self.scratch;
-        if flat.writes() {
-            for pk in batch {
-                let (m, d) = pk.split_mut();
-                if let Some(r) = run_one(flat, code, state, &mut Pkt::new(m, d, ports, sc)) {
-                    pk.drop_with(r);
+        match (flat.writes(), flat.has_entry()) {
+            (true, _) => {
+                for pk in batch {
+                    let (m, d) = pk.split_mut();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                        pk.drop_with(r);
+                    }
                 }
             }
-        } else {
-            for pk in batch {
-                let (m, d) = pk.split_meta();
-                if let Some(r) = run_one(flat, code, state, &mut Pkt::new(m, d, ports, sc)) {
-                    pk.drop_with(r);
+            (false, true) => {
+                for pk in batch {
+                    let (m, d) = pk.split_meta();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    if let Some(r) = run_one::<_, true>(flat, code, state, p) {
+                        pk.drop_with(r);
+                    }
+                }
+            }
+            (false, false) => {
+                for pk in batch {
+                    let (m, d) = pk.split_meta();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                        pk.drop_with(r);
+                    }
                 }
             }
         }
@@ -649,8 +663,13 @@ impl Plan {
 /// Runs one packet, then forgets the header offsets it set (only those: a packet
 /// entering one decoder costs one store here, not a clear of every decoder's).
 #[inline(always)]
-fn run_one<D: Bytes>(flat: &Flat, code: &Code, state: &mut State, p: &mut Pkt<D>) -> Option<u8> {
-    let r = flat.run(code, state, p);
+fn run_one<D: Bytes, const ENTRY: bool>(
+    flat: &Flat,
+    code: &Code,
+    state: &mut State,
+    p: &mut Pkt<D>,
+) -> Option<u8> {
+    let r = flat.run::<D, ENTRY>(code, state, p);
     let mut set = p.valid;
     while set != 0 {
         p.sc.off[set.trailing_zeros() as usize % MAX_DECODERS] = UNSET;
