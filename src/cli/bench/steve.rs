@@ -240,6 +240,10 @@ fn run_grid(a: &Args, apps: &[(&str, &str)], name: &str, first: &str) -> anyhow:
         // (as `catena run` keeps its mapped input), one per trace benchmarked.
         let trace: &'static Trace = Box::leak(Box::new(traces::load(&t, a.scale)?));
         for (app, text) in &apps {
+            // `--only`: one case under callgrind (an app's name matches its program too).
+            if !a.only.is_empty() && !a.only.iter().any(|o| app.contains(o.as_str())) {
+                continue;
+            }
             rows.push(measure(app, text, &t, trace, a.runs, hz)?);
         }
     }

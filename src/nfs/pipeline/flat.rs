@@ -99,6 +99,9 @@ pub enum Ins {
     Learn(Box<Learn>),
     /// A learn and the `goto` after it.
     LearnApply(Box<Learn>, u16),
+    /// A learning switch's step, `learn T(h.a) -> output in_port; goto T;` with T keyed
+    /// by one field: both fields read in place, no template to interpret.
+    Step(Box<Step>),
     Op(Box<Op>),
     Count(u16),
     Output(Val),
@@ -113,6 +116,15 @@ pub struct Fixed {
     len: u16,
     body: u32,
     short: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Step {
+    table: u16,
+    /// The learned key (masked to the table key's width) and the key looked up.
+    src: FieldRef,
+    mask: u64,
+    dst: FieldRef,
 }
 
 #[derive(Clone, Debug)]
@@ -133,6 +145,8 @@ struct Dec {
     peek: bool,
     /// Whether a guarded `match` arm asks how often it was entered.
     track: bool,
+    /// Fixed length, moves the offset, not tracked: entered without the general case.
+    plain: bool,
     body: u32,
     short: u32,
 }
@@ -150,6 +164,18 @@ pub struct Flat {
     guarded: u32,
     /// Some instruction writes the packet's bytes (`set`).
     writes: bool,
+    /// Per link kind: the start's `match link` entering a fixed header whose body begins
+    /// with a learning switch's step, run without dispatching either (an L2 switch).
+    entry: [Option<Entry>; 4],
+}
+
+/// `match link { K => next D; }`, D of fixed length, D's body beginning with a [`Step`].
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    dec: u16,
+    len: u16,
+    short: u32,
+    step: Step,
 }
 
 impl Flat {
@@ -171,6 +197,7 @@ impl Flat {
                 .collect(),
             guarded: 0,
             writes: false,
+            entry: [None; 4],
         };
         f.start = f.pc();
         let walk = Walk::recognise(code)
@@ -185,6 +212,7 @@ impl Flat {
                 size: d.size,
                 peek: d.peek,
                 track: false,
+                plain: false,
                 body,
                 short,
             });
@@ -198,6 +226,7 @@ impl Flat {
         }
         for (i, d) in f.decs.iter_mut().enumerate() {
             d.track = f.guarded & (1 << i) != 0;
+            d.plain = d.size.is_none() && !d.peek && !d.track;
         }
         for i in 0..f.ins.len() {
             let Ins::Enter(d) = f.ins[i] else { continue };
@@ -252,7 +281,31 @@ impl Flat {
             }
         }
         f.pair_drops();
+        f.entry = f.entries();
         f
+    }
+
+    /// The [`Entry`] per link kind, when the code starts with a `match link` (no walk).
+    fn entries(&self) -> [Option<Entry>; 4] {
+        let mut out = [None; 4];
+        let Some(Ins::SwitchLink(cases, _)) = self.ins.get(self.start as usize) else {
+            return out;
+        };
+        for (o, k) in out.iter_mut().zip(cases.iter()) {
+            let Some(k) = k.filter(|k| k.enter != NO_ENTER) else {
+                continue;
+            };
+            let d = self.decs[k.enter as usize];
+            if let (true, Some(Ins::Step(st))) = (d.plain, self.ins.get(d.body as usize)) {
+                *o = Some(Entry {
+                    dec: k.enter,
+                    len: d.fixed_len,
+                    short: d.short,
+                    step: **st,
+                });
+            }
+        }
+        out
     }
 
     /// `DropIf; DropIf` runs as one instruction that goes on past both (the second
@@ -287,6 +340,11 @@ impl Flat {
     /// (a mapped trace's bytes) uncopied.
     pub fn writes(&self) -> bool {
         self.writes
+    }
+
+    /// Whether some link kind starts with an [`Entry`].
+    pub fn has_entry(&self) -> bool {
+        self.entry.iter().any(Option::is_some)
     }
 
     /// The recognised header walk, if the code runs one.
@@ -444,7 +502,21 @@ impl Flat {
                     });
                     // `learn …; goto T;` (the switches): one instruction.
                     if let Some(Op::Goto(t)) = ops.peek() {
-                        self.emit(Ins::LearnApply(l, *t));
+                        let step = match (&l.key, &l.out, self.key1[*t as usize]) {
+                            (Leaf::Field(src), Some(Leaf::InPort), Some(dst)) if l.table == *t => {
+                                Some(Step {
+                                    table: *t,
+                                    src: *src,
+                                    mask: l.mask,
+                                    dst,
+                                })
+                            }
+                            _ => None,
+                        };
+                        match step {
+                            Some(st) => self.emit(Ins::Step(Box::new(st))),
+                            None => self.emit(Ins::LearnApply(l, *t)),
+                        };
                         ops.next();
                     } else {
                         self.emit(Ins::Learn(l));
@@ -507,9 +579,42 @@ impl Flat {
 
     /// Runs one packet to its end; the drop reason, if dropped.
     #[inline(always)]
-    pub fn run<D: Bytes>(&self, c: &Code, s: &mut State, p: &mut Pkt<D>) -> Option<u8> {
+    /// `ENTRY`: the code has an [`Entry`] (see [`Flat::has_entry`]); programs without
+    /// one run a copy of the loop that does not look for it.
+    pub fn run<D: Bytes, const ENTRY: bool>(
+        &self,
+        c: &Code,
+        s: &mut State,
+        p: &mut Pkt<D>,
+    ) -> Option<u8> {
         let mut pc = self.start as usize;
         let mut steps = 0u32;
+        let entry = if ENTRY {
+            self.entry[p.m.link as usize % 4].as_ref()
+        } else {
+            None
+        };
+        if let Some(e) = entry {
+            // What `SwitchLink`, entering `e.dec`, then its body's `Step` do.
+            let n = e.len as usize;
+            if n > p.d.len() {
+                pc = e.short as usize;
+                steps = 1;
+            } else {
+                p.fit(e.dec as usize, 0, n);
+                p.cur = n;
+                steps = 2;
+                let t = e.step.table as usize;
+                let key = (p.field(&e.step.src) & e.step.mask) as u128;
+                let look = p.field(&e.step.dst) as u128;
+                let act = Act::Output(p.m.in_port);
+                let got = s.tables[t].learn_lookup(key, act, look, p.m.now_ns);
+                match self.hit(t, got, p) {
+                    Ok(to) => pc = to,
+                    Err(end) => return end,
+                }
+            }
+        }
         loop {
             let Some(i) = self.ins.get(pc) else {
                 return p.drop;
@@ -637,6 +742,22 @@ impl Flat {
                         Err(end) => return end,
                     }
                 }
+                Ins::Step(st) => {
+                    let t = st.table as usize;
+                    let key = (p.field(&st.src) & st.mask) as u128;
+                    let act = Act::Output(p.m.in_port);
+                    if steps == MAX_STEPS {
+                        s.tables[t].learn(key, act, p.m.now_ns);
+                        return p.drop;
+                    }
+                    steps += 1;
+                    let look = p.field(&st.dst) as u128;
+                    let got = s.tables[t].learn_lookup(key, act, look, p.m.now_ns);
+                    match self.hit(t, got, p) {
+                        Ok(to) => pc = to,
+                        Err(end) => return end,
+                    }
+                }
                 Ins::Op(op) => c.op(op, s, p),
                 Ins::Count(n) => s.counters[*n as usize].1 += 1,
                 Ins::Output(v) => {
@@ -707,6 +828,15 @@ impl Flat {
         let dec = &self.decs[di];
         let at = p.cur;
         let len = p.d.len();
+        if dec.plain {
+            let n = dec.fixed_len as usize;
+            if at + n > len {
+                return dec.short as usize;
+            }
+            p.fit(di, at, n);
+            p.cur = at + n;
+            return dec.body as usize;
+        }
         let fits = at + dec.fixed_len as usize <= len;
         let size = match (fits, dec.size) {
             (false, _) => None,

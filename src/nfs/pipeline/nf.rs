@@ -274,9 +274,15 @@ impl Nf for Pipeline {
         &self.profile
     }
 
-    /// A program's tables may `learn` from every flow (the switches do): not sharded.
+    /// A program that `learn`s (the switches) learns from every flow: not sharded. One
+    /// that learns nothing keeps nothing between packets that decides a verdict (a wire,
+    /// a fixed ACL), as the native NFs it mirrors.
     fn state_scope(&self) -> StateScope {
-        StateScope::Global("runs a pipeline program whose tables may learn from every flow")
+        if self.profile.per_flow_state {
+            StateScope::Global("runs a pipeline program whose tables learn from every flow")
+        } else {
+            StateScope::None
+        }
     }
 
     fn memory(&self) -> usize {

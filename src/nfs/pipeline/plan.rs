@@ -484,16 +484,126 @@ pub struct Plan {
     pub scratch: Scratch,
     /// Drop reason names, in the profile's order.
     pub drops: Vec<String>,
+    /// The program's verdict is decided by the ingress port alone (see [`Code::by_port`]):
+    /// each port's, once run, is kept here for the batches after it.
+    by_port: Option<PortMemo>,
+}
+
+/// Ingress ports below this have their verdict kept (a wire's ports, a switch's).
+const MEMO_PORTS: usize = 64;
+
+/// Verdicts by ingress port for a program decided by the port alone, valid while the
+/// port count is `ports` (the one other input such a program reads).
+struct PortMemo {
+    ports: u16,
+    /// 0: not run yet; else an [`Outcome`] encoded by [`Outcome::code`].
+    verdict: [u32; MEMO_PORTS],
+}
+
+/// What a program decided for a packet, as it affects the packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Ended without `output` or `drop`: the egress stays as it was.
+    Keep,
+    Out(u16),
+    Drop(u8),
+}
+
+impl Outcome {
+    fn code(self) -> u32 {
+        match self {
+            Outcome::Keep => 1 << 16,
+            Outcome::Out(e) => 2 << 16 | e as u32,
+            Outcome::Drop(r) => 3 << 16 | r as u32,
+        }
+    }
+
+    #[inline(always)]
+    fn of(code: u32) -> Option<Outcome> {
+        match code >> 16 {
+            1 => Some(Outcome::Keep),
+            2 => Some(Outcome::Out(code as u16)),
+            3 => Some(Outcome::Drop(code as u8)),
+            _ => None,
+        }
+    }
 }
 
 impl Plan {
     pub fn new(code: Code, state: State, drops: Vec<String>) -> Plan {
         Plan {
             flat: Flat::lower(&code, true),
+            by_port: code.by_port().then_some(PortMemo {
+                ports: 0,
+                verdict: [0; MEMO_PORTS],
+            }),
             code,
             state,
             scratch: Scratch::default(),
             drops,
+        }
+    }
+
+    /// Whether the program is decided by the ingress port alone (its verdicts are kept
+    /// per port rather than run for every packet).
+    pub fn by_port(&self) -> bool {
+        self.by_port.is_some()
+    }
+
+    /// Runs a program decided by the port alone for a copy of `m` with no bytes: what
+    /// it does to any packet from that port. Run twice from two different egress ports
+    /// to tell `output` (same egress both times) from no `output` (egress kept).
+    #[cold]
+    fn decide(&mut self, m: &Meta, ports: u16) -> Outcome {
+        let mut egress = [0u16; 2];
+        let mut drop = None;
+        for (e, start) in egress.iter_mut().zip([0, 1]) {
+            let mut m = m.clone();
+            m.egress = start;
+            let d: &[u8] = &[];
+            drop = self.flat.run::<_, false>(
+                &self.code,
+                &mut self.state,
+                &mut Pkt::new(&mut m, d, ports, &mut self.scratch),
+            );
+            *e = m.egress;
+        }
+        match (drop, egress) {
+            (Some(r), _) => Outcome::Drop(r),
+            (None, [0, 1]) => Outcome::Keep,
+            (None, [e, _]) => Outcome::Out(e),
+        }
+    }
+
+    /// [`Plan::run_batch`] for a program decided by the port alone: one table load per
+    /// packet once its port has run.
+    fn run_by_port(&mut self, batch: &mut Batch, ports: u16) {
+        if let Some(memo) = self.by_port.as_mut().filter(|m| m.ports != ports) {
+            memo.ports = ports;
+            memo.verdict = [0; MEMO_PORTS];
+        }
+        for pk in batch {
+            let port = pk.meta().in_port as usize;
+            let known = match &self.by_port {
+                Some(memo) if port < MEMO_PORTS => Outcome::of(memo.verdict[port]),
+                _ => None,
+            };
+            let o = match known {
+                Some(o) => o,
+                None => {
+                    // Ports past the memo are decided afresh each time (the same way).
+                    let o = self.decide(pk.meta(), ports);
+                    if let Some(memo) = self.by_port.as_mut().filter(|_| port < MEMO_PORTS) {
+                        memo.verdict[port] = o.code();
+                    }
+                    o
+                }
+            };
+            match o {
+                Outcome::Keep => {}
+                Outcome::Out(e) => pk.meta_mut().egress = e,
+                Outcome::Drop(r) => pk.drop_with(r),
+            }
         }
     }
 
@@ -513,36 +623,100 @@ impl Plan {
     /// once per 32 packets rather than once per packet.
     #[inline]
     pub fn run_batch(&mut self, batch: &mut Batch, ports: u16) {
+        if self.by_port.is_some() {
+            return self.run_by_port(batch, ports);
+        }
         let (flat, code, state) = (&self.flat, &self.code, &mut self.state);
         let sc = &mut self.scratch;
-        // A few vector stores per packet (programs with decoders only); every field read
-        // then skips testing its header's bit.
-        let fresh = !code.decoders.is_empty();
-        if flat.writes() {
-            for pk in batch {
-                if fresh {
-                    sc.off = [UNSET; MAX_DECODERS];
-                }
-                let (m, d) = pk.split_mut();
-                if let Some(r) = flat.run(code, state, &mut Pkt::new(m, d, ports, sc)) {
-                    pk.drop_with(r);
+        match (flat.writes(), flat.has_entry()) {
+            (true, _) => {
+                for pk in batch {
+                    let (m, d) = pk.split_mut();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                        pk.drop_with(r);
+                    }
                 }
             }
-        } else {
-            for pk in batch {
-                if fresh {
-                    sc.off = [UNSET; MAX_DECODERS];
+            (false, true) => {
+                for pk in batch {
+                    let (m, d) = pk.split_meta();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    if let Some(r) = run_one::<_, true>(flat, code, state, p) {
+                        pk.drop_with(r);
+                    }
                 }
-                let (m, d) = pk.split_meta();
-                if let Some(r) = flat.run(code, state, &mut Pkt::new(m, d, ports, sc)) {
-                    pk.drop_with(r);
+            }
+            (false, false) => {
+                for pk in batch {
+                    let (m, d) = pk.split_meta();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                        pk.drop_with(r);
+                    }
                 }
             }
         }
     }
 }
 
+/// Runs one packet, then forgets the header offsets it set (only those: a packet
+/// entering one decoder costs one store here, not a clear of every decoder's).
+#[inline(always)]
+fn run_one<D: Bytes, const ENTRY: bool>(
+    flat: &Flat,
+    code: &Code,
+    state: &mut State,
+    p: &mut Pkt<D>,
+) -> Option<u8> {
+    let r = flat.run::<D, ENTRY>(code, state, p);
+    let mut set = p.valid;
+    while set != 0 {
+        p.sc.off[set.trailing_zeros() as usize % MAX_DECODERS] = UNSET;
+        set &= set - 1;
+    }
+    r
+}
+
 impl Code {
+    /// Whether the program's verdict depends on nothing but the ingress port and the
+    /// port count: no decoders, tables, counters or writes, and its tests and outputs
+    /// read only `in_port`, `ports` and constants (a wire). Then every packet from one
+    /// port meets the same end.
+    pub fn by_port(&self) -> bool {
+        fn ops(o: &[Op]) -> bool {
+            o.iter().all(|op| match op {
+                Op::If(c, t, e) => ex(c) && ops(t) && ops(e),
+                Op::Match(e, arms) => {
+                    ex(e) && arms.iter().all(|a| a.guard.is_none() && ops(&a.body))
+                }
+                Op::Output(e) => ex(e),
+                Op::Flood | Op::Drop(_) | Op::Pass => true,
+                Op::Set { .. }
+                | Op::Learn { .. }
+                | Op::Remove { .. }
+                | Op::Count(_)
+                | Op::Goto(_)
+                | Op::Next(_) => false,
+            })
+        }
+        fn leaf(l: &Leaf) -> bool {
+            matches!(l, Leaf::Const(_) | Leaf::InPort | Leaf::Ports)
+        }
+        fn ex(e: &Ex) -> bool {
+            match e {
+                Ex::Leaf(l) | Ex::InLeaf(l, _) => leaf(l),
+                Ex::Flat(_, a, b) => leaf(a) && leaf(b),
+                Ex::Flat2(_, _, a, b, c) => leaf(a) && leaf(b) && leaf(c),
+                Ex::Const(_) | Ex::InPort | Ex::Ports => true,
+                Ex::Not(a) | Ex::In(a, _) => ex(a),
+                Ex::Bin(_, a, b) => ex(a) && ex(b),
+                Ex::Field(_) | Ex::Link | Ex::Len => false,
+            }
+        }
+        self.decoders.is_empty() && ops(&self.start)
+    }
+
     /// Decoders (one bit each) with a field used outside their own body and `short`
     /// block: only those need their offset kept when a walk enters them on the way.
     pub fn used_elsewhere(&self) -> u32 {

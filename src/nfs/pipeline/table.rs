@@ -25,20 +25,29 @@ struct LVal {
 }
 
 /// Learned entries keyed by the narrowest integer holding the key (hashing a u32 key
-/// costs less than a u128 one).
+/// costs less than a u128 one), holding just the action (an entry as small as the
+/// native switches' ones: fewer cache lines on traces with many addresses); with a hard
+/// timeout, also when each was first learned.
 enum Learn {
-    K32(TimedTable<u32, LVal>),
-    K64(TimedTable<u64, LVal>),
-    K128(TimedTable<u128, LVal>),
+    K32(TimedTable<u32, Act>),
+    K64(TimedTable<u64, Act>),
+    K128(TimedTable<u128, Act>),
+    Hard(TimedTable<u128, LVal>),
 }
 
+/// `$e` for every kind of learned table (`$h`, `$he`: the hard-timeout one, when it
+/// differs).
 macro_rules! each {
-    ($s:expr, $t:ident => $e:expr) => {
+    ($s:expr, $t:ident => $e:expr, $h:ident => $he:expr) => {
         match $s {
             Learn::K32($t) => $e,
             Learn::K64($t) => $e,
             Learn::K128($t) => $e,
+            Learn::Hard($h) => $he,
         }
+    };
+    ($s:expr, $t:ident => $e:expr) => {
+        each!($s, $t => $e, $t => $e)
     };
 }
 
@@ -76,9 +85,10 @@ impl Table {
     pub fn memory(&self) -> usize {
         use crate::flow::footprint::{hash_table_bytes, vec_bytes};
         let learned = match &self.learned {
-            Some(Learn::K32(_)) => hash_table_bytes::<(u32, LVal, u64)>(self.capacity),
-            Some(Learn::K64(_)) => hash_table_bytes::<(u64, LVal, u64)>(self.capacity),
-            Some(Learn::K128(_)) => hash_table_bytes::<(u128, LVal, u64)>(self.capacity),
+            Some(Learn::K32(_)) => hash_table_bytes::<(u32, Act, u64)>(self.capacity),
+            Some(Learn::K64(_)) => hash_table_bytes::<(u64, Act, u64)>(self.capacity),
+            Some(Learn::K128(_)) => hash_table_bytes::<(u128, Act, u64)>(self.capacity),
+            Some(Learn::Hard(_)) => hash_table_bytes::<(u128, LVal, u64)>(self.capacity),
             None => 0,
         };
         let fixed = if self.is_exact {
@@ -100,6 +110,7 @@ impl Table {
         hard_ns: u64,
     ) -> Table {
         let learned = learns.then(|| match key_bits {
+            _ if hard_ns != 0 => Learn::Hard(TimedTable::new(capacity, idle_ns)),
             0..=32 => Learn::K32(TimedTable::new(capacity, idle_ns)),
             33..=64 => Learn::K64(TimedTable::new(capacity, idle_ns)),
             _ => Learn::K128(TimedTable::new(capacity, idle_ns)),
@@ -212,12 +223,14 @@ impl Table {
         }
         let hard = self.hard_ns;
         let l = self.learned.as_mut()?;
-        let v = each!(l, t => t.get(&(key as _), now_ns))?;
-        if hard != 0 && now_ns.saturating_sub(v.born_ns) > hard {
-            each!(l, t => t.remove(&(key as _)));
-            return None;
-        }
-        Some(v.act)
+        each!(l, t => t.get(&(key as _), now_ns), t => {
+            let v = t.get(&key, now_ns)?;
+            if now_ns.saturating_sub(v.born_ns) > hard {
+                t.remove(&key);
+                return None;
+            }
+            Some(v.act)
+        })
     }
 
     /// Learns `key → act` (refreshing its idle timer); a full table is counted.
@@ -227,15 +240,13 @@ impl Table {
         let Some(l) = self.learned.as_mut() else {
             return;
         };
-        let born_ns = if hard == 0 {
-            now_ns
-        } else {
-            match each!(l, t => t.get(&(key as _), now_ns)) {
+        let r = each!(l, t => t.learn(key as _, act, now_ns), t => {
+            let born_ns = match t.get(&key, now_ns) {
                 Some(v) if now_ns.saturating_sub(v.born_ns) <= hard => v.born_ns,
                 _ => now_ns,
-            }
-        };
-        let r = each!(l, t => t.learn(key as _, LVal { act, born_ns }, now_ns));
+            };
+            t.learn(key, LVal { act, born_ns }, now_ns)
+        });
         if r == Learned::Full {
             self.full += 1;
         }
@@ -245,17 +256,12 @@ impl Table {
     /// switches do it), with one dispatch on the key's width for both.
     #[inline(always)]
     pub fn learn_lookup(&mut self, key: u128, act: Act, look: u128, now_ns: u64) -> Option<Act> {
-        let Some(l) = self.learned.as_mut().filter(|_| self.quick) else {
-            return self.learn_lookup_slow(key, act, look, now_ns);
+        let (r, got) = match self.learned.as_mut().filter(|_| self.quick) {
+            Some(Learn::K32(t)) => (t.learn(key as _, act, now_ns), t.get(&(look as _), now_ns)),
+            Some(Learn::K64(t)) => (t.learn(key as _, act, now_ns), t.get(&(look as _), now_ns)),
+            Some(Learn::K128(t)) => (t.learn(key, act, now_ns), t.get(&look, now_ns)),
+            Some(Learn::Hard(_)) | None => return self.learn_lookup_slow(key, act, look, now_ns),
         };
-        let v = LVal {
-            act,
-            born_ns: now_ns,
-        };
-        let (r, got) = each!(l, t => {
-            let r = t.learn(key as _, v, now_ns);
-            (r, t.get(&(look as _), now_ns).map(|v| v.act))
-        });
         if r == Learned::Full {
             self.full += 1;
         }
