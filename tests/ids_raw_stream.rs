@@ -93,3 +93,18 @@ fn tcp_pkt_rules_inspect_every_packet_payload() {
     assert!(b.values().sum::<u64>() > 50, "{b:?}");
     assert_eq!(a, b);
 }
+
+/// netflix.pcap: a packet rule on the TLS application-data record header matched every
+/// encrypted packet that starts a record (far more than Suricata's 40): Suricata stops
+/// inspecting payloads once the other side acknowledges the flow's first application
+/// data record (its TLS parser runs on acknowledged bytes).
+#[test]
+fn tls_flows_are_not_inspected_once_application_data_is_acknowledged() {
+    common::require("suricata");
+    let (a, b) = both(
+        "ndpi/pcap/netflix.pcap",
+        "alert tcp-pkt any any -> any any (msg:\"TLS 1.2 app data\"; content:\"|17 03 03|\"; sid:1;)\n",
+    );
+    assert!(b.values().sum::<u64>() >= 30, "{b:?}");
+    assert_eq!(a, b);
+}

@@ -25,7 +25,7 @@ use crate::flow::{FlowKey, TimedTable, WideKey};
 use crate::nfs::dpi::AppProto;
 use crate::nfs::ids::{
     decode, suricata_makes_flow, Alert, Decoded, Eve, EveFlow, EveTuple, Ids, IdsConfig, IdsFlow,
-    Ip, PacketInfo, PktFields, RuleSet, Vars,
+    Ip, PacketInfo, PktFields, RuleSet, TlsRecords, Vars,
 };
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::packet::wire::tcp::flags;
@@ -58,6 +58,16 @@ struct Conn {
     alerted: bool,
     /// 1 + index of the drop rule that dropped the flow; 0 = not dropped.
     dropped_by: u32,
+    /// TLS records, to see application data start (see `encrypted`).
+    tls: TlsRecords,
+    /// 1 + direction of the first TLS application-data record, until the other side
+    /// acknowledges its header (sequence number `tls_ack`) and so makes the flow
+    /// `encrypted`; 0 = none yet.
+    tls_app: u8,
+    tls_ack: u32,
+    /// Suricata parses a direction's bytes when the other side acknowledges them; once
+    /// its TLS parser has seen application data, no payload of the flow is inspected.
+    encrypted: bool,
 }
 
 /// A flow the stack does not track (UDP, ICMP, other IP, untracked TCP), by canonical key.
@@ -614,6 +624,7 @@ impl IdsApp {
         let pay_len = d.payload.len();
         let tcp_flags = u16::from(d.tcp.map_or(0, |t| t.1));
         let (syn, ack) = (tcp_flags & flags::SYN != 0, tcp_flags & flags::ACK != 0);
+        let mut no_payload = false;
         let (to_server, first_in_dir, established, dropped_by, flow_id, app) =
             if let Owner::Quoted(q) = owner {
                 (q.0, q.1, q.2, q.3, q.4, 0)
@@ -640,6 +651,16 @@ impl IdsApp {
                     c.state = TcpState::Established as u8;
                 }
                 let r = (dir == 0, first, est, c.dropped_by, c.id, c.app);
+                no_payload = c.encrypted;
+                if c.tls_app != 0
+                    && usize::from(c.tls_app - 1) != dir
+                    && ack
+                    && d.tcp_ack.wrapping_sub(c.tls_ack) as i32 >= 0
+                {
+                    // This packet acknowledges the application data: later ones are
+                    // not inspected.
+                    c.encrypted = true;
+                }
                 if tcp_flags & (flags::FIN | flags::RST) != 0 {
                     self.pending = Some(PendingEnd {
                         flow: ev.flow,
@@ -668,6 +689,7 @@ impl IdsApp {
             reassembled: tracked && pay_len > 0,
             first_in_dir,
             fields: d.fields,
+            no_payload,
         };
         self.alerts.clear();
         if let Some(p) = cx.packet(ev) {
@@ -797,7 +819,21 @@ impl IdsApp {
         seen[usize::from(ev.dir)] += bytes.len() as u64;
         let done = seen[0] >= self.depth && seen[1] >= self.depth;
         self.alerts.clear();
-        self.ids.on_stream(fl, &info, bytes, &mut self.alerts);
+        let conn = &mut self.conns[i];
+        if !conn.encrypted {
+            if let Some(n) = conn.tls.feed(usize::from(ev.dir), bytes) {
+                if conn.tls_app == 0 {
+                    // Events are read after the batch: the stack's stream may be ahead
+                    // of this event, so the place is counted from the stream's start.
+                    let dir = usize::from(ev.dir);
+                    let base = c.next_seq(dir).wrapping_sub(c.delivered(dir) as u32);
+                    let at = seen[dir] - (bytes.len() - n) as u64;
+                    conn.tls_app = 1 + ev.dir;
+                    conn.tls_ack = base.wrapping_add(at as u32);
+                }
+            }
+            self.ids.on_stream(fl, &info, bytes, &mut self.alerts);
+        }
         // A FIN or RST on this packet ends its direction after its bytes.
         if let Some(pe) = self.pending {
             if pe.flow == ev.flow && pe.dir == ev.dir {
@@ -970,6 +1006,7 @@ fn stream_info(k: &FlowKey, to_server: bool, established: bool) -> PacketInfo {
         // Stream bytes, not a packet: packet rules ran on the packet event.
         first_in_dir: false,
         fields: PktFields::default(),
+        no_payload: false,
     }
 }
 
