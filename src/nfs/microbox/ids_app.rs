@@ -79,10 +79,15 @@ struct Loose {
     id: u64,
     dropped_by: u32,
     last_ns: u64,
+    /// A tracked TCP flow remembered after its close (Suricata's `tcp.closed` timeout).
+    closed: bool,
 }
 
 /// Suricata's default flow timeouts (`flow-timeouts`): a flow seen one way only ends
-/// after 30 s idle (TCP 60 s), one seen both ways after 300 s.
+/// after 30 s idle (TCP 60 s), one seen both ways after 300 s; a closed TCP flow after
+/// 60 s (`CLOSED_TIMEOUT_NS`).
+const CLOSED_TIMEOUT_NS: u64 = 60_000_000_000;
+
 fn loose_timeout_ns(established: bool, tcp: bool) -> u64 {
     const S: u64 = 1_000_000_000;
     match (established, tcp) {
@@ -490,6 +495,7 @@ impl IdsApp {
             id,
             dropped_by: 0,
             last_ns: now,
+            closed: false,
         };
         if self.loose.learn(wk, f, now) == crate::flow::Learned::Full {
             self.loose_full += 1;
@@ -504,7 +510,12 @@ impl IdsApp {
         // its last packet's second plus the timeout (30.5 s apart can be one flow).
         const S: u64 = 1_000_000_000;
         let live = |f: &Loose| {
-            now / S <= f.last_ns / S + loose_timeout_ns(f.seen[0] && f.seen[1], tcp) / S
+            let t = if f.closed {
+                CLOSED_TIMEOUT_NS
+            } else {
+                loose_timeout_ns(f.seen[0] && f.seen[1], tcp)
+            };
+            now / S <= f.last_ns / S + t / S
         };
         self.loose
             .get_mut(&WideKey(key.canonical()), now)
@@ -520,6 +531,7 @@ impl IdsApp {
             id: c.id,
             dropped_by: c.dropped_by,
             last_ns: c.last_ns,
+            closed: true,
         };
         if self.loose.learn(WideKey(ck), f, c.last_ns) == crate::flow::Learned::Full {
             self.loose_full += 1;
