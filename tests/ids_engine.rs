@@ -28,6 +28,7 @@ fn pkt(to_server: bool) -> PacketInfo {
             ttl: 64,
             ..PktFields::default()
         },
+        no_payload: false,
     }
 }
 

@@ -55,6 +55,11 @@ impl Conn {
         self.streams[dir].delivered()
     }
 
+    /// Sequence number of the next byte expected in `dir` (after the bytes delivered).
+    pub fn next_seq(&self, dir: usize) -> u32 {
+        self.streams[dir].next_seq()
+    }
+
     /// The stream of `dir` gave up (over its buffer bound): its bytes are incomplete.
     pub fn gave_up(&self, dir: usize) -> bool {
         self.streams[dir].gave_up()

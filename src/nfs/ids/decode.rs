@@ -19,6 +19,8 @@ pub struct Decoded {
     pub proto: u8,
     /// TCP: (sequence number, flags).
     pub tcp: Option<(u32, u8)>,
+    /// TCP: the acknowledgment number (0 otherwise).
+    pub tcp_ack: u32,
     /// The payload's bytes in the packet (Ethernet padding excluded).
     pub payload: Range<usize>,
     pub fields: PktFields,
@@ -77,6 +79,7 @@ pub fn decode(l: &Layers, b: &[u8]) -> Option<Decoded> {
         17 | 1 | 58 if has_l4 => (clamp(l4 + 8), None),
         _ => (clamp(l4), None),
     };
+    let tcp_ack = if tcp.is_some() { be32(b, l4 + 8) } else { 0 };
     let icmp = has_l4 && matches!(proto, 1 | 58) && b.len() >= l4 + 2;
     Some(Decoded {
         src,
@@ -85,6 +88,7 @@ pub fn decode(l: &Layers, b: &[u8]) -> Option<Decoded> {
         dport,
         proto,
         tcp,
+        tcp_ack,
         payload,
         fields: PktFields {
             tcp_flags: tcp.map_or(0, |t| t.1),

@@ -50,6 +50,9 @@ pub struct PacketInfo {
     pub first_in_dir: bool,
     /// Header fields for `flags`, `itype`, `icode`, `ttl`.
     pub fields: PktFields,
+    /// The flow's payloads are no longer inspected (Suricata's "no payload inspection",
+    /// e.g. a TLS flow carrying application data): rules with payload tests skip it.
+    pub no_payload: bool,
 }
 
 /// One alert.
@@ -165,7 +168,9 @@ impl Ids {
             if r.header.proto == Proto::Http || (r.ip_only && !p.first_in_dir) {
                 continue; // HTTP needs the flow's verdict: stream path only
             }
-            if r.kind == Kind::Stream && p.reassembled && !r.anchored {
+            if (r.kind == Kind::Stream && p.reassembled && !r.anchored)
+                || (p.no_payload && !r.groups.is_empty())
+            {
                 continue;
             }
             if header_ok(r, p)

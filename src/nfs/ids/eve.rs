@@ -216,6 +216,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn proto_names_as_suricata_writes_them() {
+        // Suricata 7's eve.json `proto` values (e.g. 1kxun.pcap: "TCP", "UDP";
+        // ICMPv6 is "IPv6-ICMP").
+        let n = |p| proto_name(p).to_string();
+        assert_eq!(
+            [n(1), n(6), n(17), n(58), n(132), n(47), n(103)],
+            ["ICMP", "TCP", "UDP", "IPv6-ICMP", "SCTP", "GRE", "103"]
+        );
+    }
+
+    #[test]
     fn timestamps_in_suricatas_format() {
         let mut v = Vec::new();
         // 2010-09-10 08:29:37.123456 UTC (date -u -d @1284107377)

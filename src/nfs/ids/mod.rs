@@ -15,6 +15,7 @@ mod pktcheck;
 pub mod replay;
 mod rule;
 mod ruleset;
+mod tls;
 mod vars;
 
 pub use decode::{decode, suricata_makes_flow, Decoded};
@@ -26,4 +27,5 @@ pub use http::{HttpLimits, INFLATER_BYTES};
 pub use pktcheck::PktFields;
 pub use rule::{Kind, Rule};
 pub use ruleset::{RuleSet, Warning};
+pub use tls::TlsRecords;
 pub use vars::Vars;

@@ -156,6 +156,7 @@ pub fn replay(
             reassembled: deliver.is_some(),
             first_in_dir,
             fields: dec.fields,
+            no_payload: false,
         };
         ids.on_packet(&info, payload, alerts);
         if let Some(seq) = deliver {

@@ -221,6 +221,8 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
     }
     let proto = Proto::parse(h[1])
         .ok_or_else(|| skip("protocol", format!("`{}` is not supported", h[1])))?;
+    // `tcp-pkt`: Suricata inspects each packet's payload only, never the stream.
+    let pkt_only = h[1].eq_ignore_ascii_case("tcp-pkt");
     let both = match h[4] {
         "->" => false,
         "<>" => true,
@@ -365,7 +367,11 @@ fn build_inner(raw: &RawRule<'_>, vars: &Vars, sid: Option<u32>) -> Result<Rule,
     let http_bufs = groups.iter().any(|g| g.buf != Buf::Payload);
     r.kind = if http_bufs || (proto == Proto::Http && groups.is_empty()) {
         Kind::Http
-    } else if matches!(proto, Proto::Tcp | Proto::Http) && !groups.is_empty() && r.pkt.is_empty() {
+    } else if matches!(proto, Proto::Tcp | Proto::Http)
+        && !groups.is_empty()
+        && r.pkt.is_empty()
+        && !pkt_only
+    {
         Kind::Stream
     } else {
         Kind::Packet

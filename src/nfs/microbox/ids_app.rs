@@ -25,7 +25,7 @@ use crate::flow::{FlowKey, TimedTable, WideKey};
 use crate::nfs::dpi::AppProto;
 use crate::nfs::ids::{
     decode, suricata_makes_flow, Alert, Decoded, Eve, EveFlow, EveTuple, Ids, IdsConfig, IdsFlow,
-    Ip, PacketInfo, PktFields, RuleSet, Vars,
+    Ip, PacketInfo, PktFields, RuleSet, TlsRecords, Vars,
 };
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::packet::wire::tcp::flags;
@@ -58,6 +58,16 @@ struct Conn {
     alerted: bool,
     /// 1 + index of the drop rule that dropped the flow; 0 = not dropped.
     dropped_by: u32,
+    /// TLS records, to see application data start (see `encrypted`).
+    tls: TlsRecords,
+    /// 1 + direction of the first TLS application-data record, until the other side
+    /// acknowledges its header (sequence number `tls_ack`) and so makes the flow
+    /// `encrypted`; 0 = none yet.
+    tls_app: u8,
+    tls_ack: u32,
+    /// Suricata parses a direction's bytes when the other side acknowledges them; once
+    /// its TLS parser has seen application data, no payload of the flow is inspected.
+    encrypted: bool,
 }
 
 /// A flow the stack does not track (UDP, ICMP, other IP, untracked TCP), by canonical key.
@@ -69,10 +79,15 @@ struct Loose {
     id: u64,
     dropped_by: u32,
     last_ns: u64,
+    /// A tracked TCP flow remembered after its close (Suricata's `tcp.closed` timeout).
+    closed: bool,
 }
 
 /// Suricata's default flow timeouts (`flow-timeouts`): a flow seen one way only ends
-/// after 30 s idle (TCP 60 s), one seen both ways after 300 s.
+/// after 30 s idle (TCP 60 s), one seen both ways after 300 s; a closed TCP flow after
+/// 60 s (`CLOSED_TIMEOUT_NS`).
+const CLOSED_TIMEOUT_NS: u64 = 60_000_000_000;
+
 fn loose_timeout_ns(established: bool, tcp: bool) -> u64 {
     const S: u64 = 1_000_000_000;
     match (established, tcp) {
@@ -480,6 +495,7 @@ impl IdsApp {
             id,
             dropped_by: 0,
             last_ns: now,
+            closed: false,
         };
         if self.loose.learn(wk, f, now) == crate::flow::Learned::Full {
             self.loose_full += 1;
@@ -494,7 +510,12 @@ impl IdsApp {
         // its last packet's second plus the timeout (30.5 s apart can be one flow).
         const S: u64 = 1_000_000_000;
         let live = |f: &Loose| {
-            now / S <= f.last_ns / S + loose_timeout_ns(f.seen[0] && f.seen[1], tcp) / S
+            let t = if f.closed {
+                CLOSED_TIMEOUT_NS
+            } else {
+                loose_timeout_ns(f.seen[0] && f.seen[1], tcp)
+            };
+            now / S <= f.last_ns / S + t / S
         };
         self.loose
             .get_mut(&WideKey(key.canonical()), now)
@@ -510,6 +531,7 @@ impl IdsApp {
             id: c.id,
             dropped_by: c.dropped_by,
             last_ns: c.last_ns,
+            closed: true,
         };
         if self.loose.learn(WideKey(ck), f, c.last_ns) == crate::flow::Learned::Full {
             self.loose_full += 1;
@@ -614,6 +636,7 @@ impl IdsApp {
         let pay_len = d.payload.len();
         let tcp_flags = u16::from(d.tcp.map_or(0, |t| t.1));
         let (syn, ack) = (tcp_flags & flags::SYN != 0, tcp_flags & flags::ACK != 0);
+        let mut no_payload = false;
         let (to_server, first_in_dir, established, dropped_by, flow_id, app) =
             if let Owner::Quoted(q) = owner {
                 (q.0, q.1, q.2, q.3, q.4, 0)
@@ -640,6 +663,16 @@ impl IdsApp {
                     c.state = TcpState::Established as u8;
                 }
                 let r = (dir == 0, first, est, c.dropped_by, c.id, c.app);
+                no_payload = c.encrypted;
+                if c.tls_app != 0
+                    && usize::from(c.tls_app - 1) != dir
+                    && ack
+                    && d.tcp_ack.wrapping_sub(c.tls_ack) as i32 >= 0
+                {
+                    // This packet acknowledges the application data: later ones are
+                    // not inspected.
+                    c.encrypted = true;
+                }
                 if tcp_flags & (flags::FIN | flags::RST) != 0 {
                     self.pending = Some(PendingEnd {
                         flow: ev.flow,
@@ -668,6 +701,7 @@ impl IdsApp {
             reassembled: tracked && pay_len > 0,
             first_in_dir,
             fields: d.fields,
+            no_payload,
         };
         self.alerts.clear();
         if let Some(p) = cx.packet(ev) {
@@ -797,7 +831,21 @@ impl IdsApp {
         seen[usize::from(ev.dir)] += bytes.len() as u64;
         let done = seen[0] >= self.depth && seen[1] >= self.depth;
         self.alerts.clear();
-        self.ids.on_stream(fl, &info, bytes, &mut self.alerts);
+        let conn = &mut self.conns[i];
+        if !conn.encrypted {
+            if let Some(n) = conn.tls.feed(usize::from(ev.dir), bytes) {
+                if conn.tls_app == 0 {
+                    // Events are read after the batch: the stack's stream may be ahead
+                    // of this event, so the place is counted from the stream's start.
+                    let dir = usize::from(ev.dir);
+                    let base = c.next_seq(dir).wrapping_sub(c.delivered(dir) as u32);
+                    let at = seen[dir] - (bytes.len() - n) as u64;
+                    conn.tls_app = 1 + ev.dir;
+                    conn.tls_ack = base.wrapping_add(at as u32);
+                }
+            }
+            self.ids.on_stream(fl, &info, bytes, &mut self.alerts);
+        }
         // A FIN or RST on this packet ends its direction after its bytes.
         if let Some(pe) = self.pending {
             if pe.flow == ev.flow && pe.dir == ev.dir {
@@ -970,6 +1018,7 @@ fn stream_info(k: &FlowKey, to_server: bool, established: bool) -> PacketInfo {
         // Stream bytes, not a packet: packet rules ran on the packet event.
         first_in_dir: false,
         fields: PktFields::default(),
+        no_payload: false,
     }
 }
 
