@@ -486,7 +486,8 @@ mod tests {
     /// batch (so the helper gets a core while the first side works).
     struct Seen {
         p: Profile,
-        on: Arc<Mutex<Vec<ThreadId>>>,
+        /// The thread and the core each batch ran on.
+        on: Arc<Mutex<Vec<(ThreadId, Option<usize>)>>>,
         seen: usize,
         at: usize,
         nap: u64,
@@ -497,14 +498,19 @@ mod tests {
             &self.p
         }
         fn process(&mut self, b: &mut Batch, _: &Context) {
-            self.on.lock().unwrap().push(std::thread::current().id());
+            self.on.lock().unwrap().push((
+                std::thread::current().id(),
+                crate::runtime::affinity::current_core(),
+            ));
             std::thread::sleep(std::time::Duration::from_micros(self.nap));
             self.seen += b.len();
             assert!(self.seen < self.at, "seen {} packets", self.at);
         }
     }
 
-    fn seen(at: usize, nap: u64) -> (Box<dyn Nf>, Arc<Mutex<Vec<ThreadId>>>) {
+    type Ran = Arc<Mutex<Vec<(ThreadId, Option<usize>)>>>;
+
+    fn seen(at: usize, nap: u64) -> (Box<dyn Nf>, Ran) {
         let on = Arc::new(Mutex::new(Vec::new()));
         let p = Profile {
             reads: Fields::IP_TTL,
@@ -534,7 +540,7 @@ mod tests {
         Trace::from_packets(LinkKind::Ethernet, h, (0..n).map(|i| (i, &f[..])))
     }
 
-    fn chain(at: usize) -> (Chain, [Arc<Mutex<Vec<ThreadId>>>; 2]) {
+    fn chain(at: usize) -> (Chain, [Ran; 2]) {
         let (a, on_a) = seen(usize::MAX, 500);
         let (b, on_b) = seen(at, 0);
         let mut c = Chain::linear("t", 1, 1, vec![("a".into(), a), ("b".into(), b)]);
@@ -552,10 +558,38 @@ mod tests {
         assert_eq!((s.packets_in, s.packets_out), (1000, 1000));
         let (a, b) = (on_a.lock().unwrap(), on_b.lock().unwrap());
         let me = std::thread::current().id();
-        assert!(a.len() >= 1000 / 32 && a.iter().all(|&t| t == me), "{a:?}");
+        assert!(a.len() >= 1000 / 32 && a.iter().all(|t| t.0 == me), "{a:?}");
         // The helper takes a batch whenever it gets a core before the first side ends
         // (else this thread runs it): with the first side napping, it does.
-        assert!(b.len() == a.len() && b.iter().any(|&t| t != me), "{b:?}");
+        assert!(b.len() == a.len() && b.iter().any(|t| t.0 != me), "{b:?}");
+    }
+
+    #[test]
+    fn the_helper_runs_on_another_core_and_the_walk_gets_its_mask_back() {
+        use crate::runtime::affinity::allowed_cores;
+        let mask = allowed_cores();
+        if mask.len() < 2 {
+            println!("skipped: {} core(s) in this thread's mask", mask.len());
+            return;
+        }
+        let (c, [on_a, on_b]) = chain(usize::MAX);
+        let mut r = Runner::new(c, 60);
+        r.run(&trace(1000), &RunOptions::default(), &mut NoProgress)
+            .unwrap();
+        drop(r);
+        // While the group lived the walk kept one core and the helper had the others:
+        // two threads that wait on each other every batch never shared a core.
+        let me = std::thread::current().id();
+        let (a, b) = (on_a.lock().unwrap(), on_b.lock().unwrap());
+        let walk: Vec<usize> = a.iter().filter_map(|t| t.1).collect();
+        assert!(
+            !walk.is_empty() && walk.iter().all(|&c| c == walk[0]),
+            "{a:?}"
+        );
+        let helper: Vec<usize> = b.iter().filter(|t| t.0 != me).filter_map(|t| t.1).collect();
+        assert!(!helper.is_empty(), "{b:?}");
+        assert!(helper.iter().all(|&c| c != walk[0]), "{a:?} {b:?}");
+        assert_eq!(allowed_cores(), mask, "the walk's thread got its mask back");
     }
 
     #[test]
