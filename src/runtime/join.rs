@@ -482,12 +482,14 @@ mod tests {
     use crate::packet::{Batch, Fields, LinkKind};
     use crate::runtime::{Chain, NoProgress, RunOptions, Runner};
 
+    /// The thread and the core each batch ran on.
+    type Ran = Arc<Mutex<Vec<(ThreadId, Option<usize>)>>>;
+
     /// Notes the thread each batch runs on; panics at packet `at`; sleeps `nap` per
     /// batch (so the helper gets a core while the first side works).
     struct Seen {
         p: Profile,
-        /// The thread and the core each batch ran on.
-        on: Arc<Mutex<Vec<(ThreadId, Option<usize>)>>>,
+        on: Ran,
         seen: usize,
         at: usize,
         nap: u64,
@@ -507,8 +509,6 @@ mod tests {
             assert!(self.seen < self.at, "seen {} packets", self.at);
         }
     }
-
-    type Ran = Arc<Mutex<Vec<(ThreadId, Option<usize>)>>>;
 
     fn seen(at: usize, nap: u64) -> (Box<dyn Nf>, Ran) {
         let on = Arc::new(Mutex::new(Vec::new()));
