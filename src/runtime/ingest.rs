@@ -11,6 +11,9 @@ use crate::packet::{FastMark, NOT_RECORDED, NO_PORT};
 const OVERSIZE: usize = 0;
 const POOL_EXHAUSTED: usize = 1;
 
+/// Most bytes of a packet `prefetch_whole` fetches ahead (a full-size Ethernet frame).
+const WHOLE_MAX: usize = 1536;
+
 /// One step of the ingress-port draw (xorshift64).
 #[inline(always)]
 fn step(rng: &mut u64) {
@@ -43,12 +46,27 @@ impl Walk {
         // Pipelined prefetching (`prefetch = k`): the first cache line of the first k
         // packets before the copies start, then of packet i + k while packet i is copied,
         // so the copy (the first touch of a packet's bytes) finds it loaded.
+        // With `prefetch_whole` every line of the packet: a sharded worker's packets lie
+        // between the others', out of reach of the hardware's stream prefetch, and an NF
+        // that writes copies the whole packet out of the input first.
         let mut lead = chunk.clone();
         let k = self.prefetch;
+        let whole = self.prefetch_whole;
         let fetch = |j: Option<usize>| {
             if let Some(r) = j.and_then(|j| recs.get(j)) {
-                if let Some(b) = bytes.get(r.off as usize) {
-                    prefetch(b);
+                let off = r.off as usize;
+                let end = if whole {
+                    off + (r.caplen as usize).min(WHOLE_MAX)
+                } else {
+                    off + 1
+                };
+                let mut at = off;
+                while at < end {
+                    match bytes.get(at) {
+                        Some(b) => prefetch(b),
+                        None => break,
+                    }
+                    at += 64;
                 }
             }
         };

@@ -5,6 +5,7 @@
 //! serves the HTTP API (`api`) and reloads its file (`reload`). Pairs of NFs planned by
 //! `parallel` run on two threads through `join`.
 
+mod affinity;
 pub mod api;
 mod chain;
 mod config;

@@ -102,13 +102,21 @@ impl Out {
         let mut left = b.len();
         let mut it = b.drain();
         while left > 0 {
-            self.room(1)?;
-            let n = left.min(self.tx.slots());
-            let Ok(chunk) = self.tx.write_chunk_uninit(n) else {
-                continue;
+            // The whole rest at once first: rtrb checks its cached copy of the consumer's
+            // position and loads the shared one only when that says full, so a batch
+            // costs one index store, not two loads of the line the consumer writes.
+            let n = match self.tx.write_chunk_uninit(left) {
+                Ok(chunk) => chunk.fill_from_iter(it.by_ref().map(|p| Msg::Pkt(node as u32, p))),
+                Err(_) => {
+                    self.room(1)?;
+                    let n = left.min(self.tx.slots());
+                    let Ok(chunk) = self.tx.write_chunk_uninit(n) else {
+                        continue;
+                    };
+                    chunk.fill_from_iter(it.by_ref().take(n).map(|p| Msg::Pkt(node as u32, p)))
+                }
             };
-            let sent = chunk.fill_from_iter(it.by_ref().take(n).map(|p| Msg::Pkt(node as u32, p)));
-            left -= sent;
+            left -= n;
         }
         Ok(())
     }
@@ -188,13 +196,19 @@ impl Out {
 /// of the run, so this never waits).
 #[inline]
 pub fn give_back(pool: &mut crate::packet::Pool, back: &mut Producer<Packet>) {
-    let n = pool.available().min(back.slots());
+    let n = pool.available();
     if n == 0 {
         return;
     }
-    if let Ok(chunk) = back.write_chunk_uninit(n) {
-        chunk.fill_from_iter(std::iter::from_fn(|| pool.alloc_raw()).take(n));
-    }
+    // As in `send_batch`: the cached room first, the shared index only when it is short.
+    let chunk = match back.write_chunk_uninit(n) {
+        Ok(c) => c,
+        Err(_) => match back.write_chunk_uninit(n.min(back.slots())) {
+            Ok(c) => c,
+            Err(_) => return,
+        },
+    };
+    chunk.fill_from_iter(std::iter::from_fn(|| pool.alloc_raw()));
 }
 
 /// Takes every buffer waiting on a return ring into `pool`.
@@ -222,7 +236,14 @@ pub fn hop_cycles(packets: u64, ring: usize) -> f64 {
     let mut pool = crate::packet::Pool::new(bufs, 64);
     let (tx, mut rx) = rtrb::RingBuffer::<Msg>::new(ring + 2);
     let (mut btx, mut brx) = rtrb::RingBuffer::<Packet>::new(2 * bufs);
+    // Two ends on two cores, as stages with a core each (the figure is a hop between
+    // cores, not the scheduler's time-sharing of one).
+    let split = super::affinity::split_two();
+    let theirs = split.as_ref().map(|s| s.other.clone());
     let consumer = std::thread::spawn(move || {
+        if let Some(c) = theirs {
+            super::affinity::set_cores(&c);
+        }
         let mut idle = Idle::default();
         let mut held = crate::packet::Pool::holding(2 * bufs);
         loop {
@@ -245,6 +266,7 @@ pub fn hop_cycles(packets: u64, ring: usize) -> f64 {
             give_back(&mut held, &mut btx);
         }
     });
+    let split = split.filter(|s| super::affinity::pin(s.here));
     let mut out = Out::new(tx);
     let mut b = Batch::with_capacity(MAX_BATCH);
     let mut sent = 0u64;
@@ -270,5 +292,8 @@ pub fn hop_cycles(packets: u64, ring: usize) -> f64 {
     let _ = consumer.join();
     take_back(&mut brx, &mut pool);
     let t = crate::flow::tsc().wrapping_sub(t0);
+    if let Some(s) = split {
+        super::affinity::set_cores(&s.mask);
+    }
     t as f64 / sent.max(1) as f64
 }

@@ -62,6 +62,9 @@ pub(super) struct Walk {
     pub out: Option<Out>,
     /// Pipelined prefetching distance at ingest (0 = off).
     pub prefetch: usize,
+    /// Prefetch every cache line of a packet ahead, not only its first (sharded workers,
+    /// see `shard::SHARD_PREFETCH`).
+    pub prefetch_whole: bool,
     /// Parallel groups (`join.rs`), and per node the group it starts, if any.
     pub forks: Vec<Fork>,
     pub fork_at: Vec<Option<usize>>,
@@ -154,6 +157,7 @@ impl Walk {
             mine: vec![true; n],
             out: None,
             prefetch: chain.prefetch,
+            prefetch_whole: false,
             chain,
         }
     }
