@@ -239,7 +239,7 @@ impl Summary {
         }
         if let Some(a) = &self.aggregate_stages {
             s.push_str(&format!(
-                "  stage 1 ring aggregates (PA-Flow): {} frames holding {} packets, {} packets sent as they are\n",
+                "  rings between stages aggregate (PA-Flow): {} frames holding {} packets, {} packets sent as they are\n",
                 a.frames, a.aggregated, a.plain
             ));
         }
