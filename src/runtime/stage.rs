@@ -429,6 +429,7 @@ impl Staged {
                         a.frames += r.frames;
                         a.aggregated += r.aggregated;
                         a.plain += r.plain;
+                        a.supply_waits += r.supply_waits;
                     }
                     for i in 0..first.chain.nodes.len() {
                         // Summed: a node is counted by its own stage, and (live) its

@@ -43,6 +43,8 @@ pub struct StageCounters {
     pub aggregated: u64,
     /// Packets sent as they are (alone in their batch, or no frame buffer free).
     pub plain: u64,
+    /// Times a stage waited for room in a supply ring (the next stage was behind).
+    pub supply_waits: u64,
 }
 
 /// A stage's sending side: packs a batch bound for one node into frames.
@@ -144,6 +146,7 @@ impl StagePacker {
     /// frames, else from `pool`. Returns what to send, in order.
     pub fn pack(&mut self, b: &mut Batch, pool: &mut Pool) -> std::vec::Drain<'_, Packed> {
         self.ready.clear();
+        self.supply_room(b.len());
         for p in b.drain() {
             let r = room(p.len());
             if !self.run.is_empty() && self.used + r > self.size {
@@ -159,6 +162,30 @@ impl StagePacker {
         }
         self.close(pool);
         self.ready.drain(..)
+    }
+
+    /// Back-pressure, as a full forward ring applies it: waits until the supply ring has
+    /// room for the buffers of `n` packets, when it can ever hold them. Every buffer in
+    /// it belongs to a frame already sent (earlier calls), which the next stage unpacks,
+    /// so the wait ends; it ends too if the next stage stopped. A stage running ahead of
+    /// the next would otherwise send its packets unpacked once the ring filled.
+    fn supply_room(&mut self, n: usize) {
+        if n < 2 || n > self.supply.buffer().capacity() {
+            return;
+        }
+        if self.supply.slots() < n {
+            self.c.supply_waits += 1;
+        }
+        let mut spins = 0u32;
+        while self.supply.slots() < n && !self.supply.is_abandoned() {
+            if spins < 64 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                // Stages may outnumber cores: give the core to the next stage.
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Keeps frame `f` (unpacked by this stage) to pack into; `pool` takes it when the
@@ -396,7 +423,8 @@ mod tests {
             StageCounters {
                 frames: 1,
                 aggregated: 5,
-                plain: 0
+                plain: 0,
+                supply_waits: 0
             }
         );
         let mut held = Pool::holding(128);
