@@ -131,7 +131,11 @@ fn every_capture_gives_the_same_output_with_stage_aggregation() {
         // How many runs are packed depends on timing (room in the supply ring, a free
         // frame buffer); the output never does. Every packet crossed once, either way.
         let aggc = c.aggregate_stages.expect("aggregation counters");
-        assert_eq!(aggc.aggregated + aggc.plain, c.nfs[1].packets_in, "{name}: {aggc:?}");
+        assert_eq!(
+            aggc.aggregated + aggc.plain,
+            c.nfs[1].packets_in,
+            "{name}: {aggc:?}"
+        );
         let agg = b.aggregate_stages.expect("aggregation counters");
         // Everything stage 1 sent to stage 2 (the filter's input) went down the ring.
         assert_eq!(
@@ -166,7 +170,10 @@ fn every_capture_gives_the_same_output_with_stage_aggregation() {
     eprintln!(
         "{compared} captures: {packed} packets crossed the ring in {frames} aggregates; the filter in stage 2 dropped {dropped}; 3 stages: {packed3} packets in {frames3} aggregates over both rings"
     );
-    assert!(packed3 > packed, "3 stages packed only {packed3} (2: {packed})");
+    assert!(
+        packed3 > packed,
+        "3 stages packed only {packed3} (2: {packed})"
+    );
     assert!(compared > 1000, "only {compared} captures compared");
     assert!(packed > 200_000, "only {packed} packets aggregated");
     assert!(dropped > 1000, "only {dropped} drops inside stage 2");
@@ -314,7 +321,10 @@ fn the_memory_bound_counts_the_supply_rings_and_the_ports_frames() {
     let ring = catena::runtime::stage::DEFAULT_RING as u64 + 2;
     let supply = mem(ON) - mem(two);
     // One ring: its slots' worth of buffers (2 KiB, with their metadata, at least).
-    assert!(supply >= ring * 2048, "{supply} B counted for the supply ring");
+    assert!(
+        supply >= ring * 2048,
+        "{supply} B counted for the supply ring"
+    );
     let three = "stages = [[\"lb\"], [\"acl\"], [\"nat\", \"mon\"]]";
     let supply3 = mem(&format!("{three}\naggregate_stages = true")) - mem(three);
     assert!(

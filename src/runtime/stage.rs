@@ -368,9 +368,9 @@ impl Staged {
             // PA-Flow hook: stage s + 1 unpacks what the ring into it carries aggregated;
             // as views only if it is the last (it frees every packet of a chunk).
             let last = s == self.stage_of.iter().copied().max().unwrap_or(0);
-            let unpack = supplies[k].take().map(|srx| {
-                StageUnpacker::new(srx, 2 * total, first.chain.aggregate_views && last)
-            });
+            let unpack = supplies[k]
+                .take()
+                .map(|srx| StageUnpacker::new(srx, 2 * total, first.chain.aggregate_views && last));
             let t = std::thread::Builder::new()
                 .name(format!("catena-stage{}", s + 1))
                 .spawn(move || run(w, rx, bt, unpack))

@@ -8,7 +8,8 @@
 //! PA-Flow; a stage copies a received aggregate's packets out) and `aggregate+nf`
 //! (PA-Flow's third bar: also `aggregate_views = true`, so a stage's NFs work on the
 //! received aggregate's packets as views into the frame, and what leaves is re-packed).
-//! The in-process table (2 stages on a ring) has the same three modes.
+//! The in-process table (2 and 3 stages on rings, every ring aggregating) has the same
+//! three modes.
 //!
 //! Ports: every size on `af_packet` (TPACKET_V3, whose 1 ms block timeout sets a ~1 ms
 //! latency floor per hop at low rates), and 64 B again on `af_xdp` (each packet handed
@@ -201,11 +202,14 @@ fn build(
     Ok((t, ends[0].0.clone(), ends[stages].1.clone()))
 }
 
-/// Between in-process stages (`aggregate_stages`, docs/paflow.md): a 2-stage chain of
-/// `wire` NFs on one ring replays `count` generated packets of each size, aggregation
-/// off and on; Mpps is the run's own (`Summary::mpps`), the median of `runs`.
+/// Between in-process stages (`aggregate_stages`, docs/paflow.md): a chain of 2 or 3
+/// `wire` NFs, one per stage, on rings replays `count` generated packets of each size,
+/// aggregation off and on; Mpps is the run's own (`Summary::mpps`), the median of
+/// `runs`. `aggregated_pct` is the share of the packets crossing rings (every ring) that
+/// crossed inside frames.
 #[derive(Serialize, Clone)]
 struct InProcessRow {
+    stages: usize,
     size: usize,
     mode: String,
     packets: u64,
@@ -220,8 +224,11 @@ fn in_process(a: &Args, count: u64) -> anyhow::Result<Vec<InProcessRow>> {
     use catena::packet::LinkKind;
     use catena::runtime::{Chain, NoProgress, RunOptions, Runner};
     let mut rows = Vec::new();
-    for &size in SIZES {
-        let name = format!("in-process {size}");
+    for (stages, &size) in [2usize, 3]
+        .into_iter()
+        .flat_map(|k| SIZES.iter().map(move |s| (k, s)))
+    {
+        let name = format!("in-process {stages} {size}");
         if !a.only.is_empty() && !a.only.iter().any(|o| name.contains(o.as_str())) {
             continue;
         }
@@ -245,15 +252,15 @@ fn in_process(a: &Args, count: u64) -> anyhow::Result<Vec<InProcessRow>> {
             let mut v = Vec::new();
             let mut last = None;
             for _ in 0..a.runs.max(1) {
-                let nfs: Vec<(String, Box<dyn Nf>)> = vec![
-                    ("a".into(), Box::new(Wire::new())),
-                    ("b".into(), Box::new(Wire::new())),
-                ];
+                let names: Vec<String> = (0..stages).map(|k| format!("w{k}")).collect();
+                let nfs: Vec<(String, Box<dyn Nf>)> = names
+                    .iter()
+                    .map(|n| (n.clone(), Box::new(Wire::new()) as Box<dyn Nf>))
+                    .collect();
                 // Two ports: `wire` sends port 0's packets out of port 1 and back.
                 let mut chain = Chain::linear("paflow", 2, 1, nfs);
-                chain
-                    .set_stages(&[vec!["a".into()], vec!["b".into()]])
-                    .map_err(anyhow::Error::msg)?;
+                let groups: Vec<Vec<String>> = names.iter().map(|n| vec![n.clone()]).collect();
+                chain.set_stages(&groups).map_err(anyhow::Error::msg)?;
                 chain
                     .set_aggregate_stages(mode != "off")
                     .map_err(anyhow::Error::msg)?;
@@ -273,11 +280,13 @@ fn in_process(a: &Args, count: u64) -> anyhow::Result<Vec<InProcessRow>> {
             let s = last.ok_or_else(|| anyhow::anyhow!("no run"))?;
             let agg = s.aggregate_stages.unwrap_or_default();
             rows.push(InProcessRow {
+                stages,
                 size,
                 mode: mode.to_string(),
                 packets: s.packets_in,
                 mpps: median(&mut v),
-                aggregated_pct: 100.0 * agg.aggregated as f64 / s.packets_in.max(1) as f64,
+                aggregated_pct: 100.0 * agg.aggregated as f64
+                    / (agg.aggregated + agg.plain).max(1) as f64,
                 frames: agg.frames,
             });
         }
@@ -634,7 +643,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .collect();
     write_results(a, "paflow", &header, &table, &rows)?;
     let ih = [
-        "in-process",
+        "in-process stages",
         "size",
         "mode",
         "packets",
@@ -646,7 +655,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .iter()
         .map(|r| {
             vec![
-                "2 stages".into(),
+                r.stages.to_string(),
                 r.size.to_string(),
                 r.mode.clone(),
                 r.packets.to_string(),
@@ -667,6 +676,19 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         if !inproc.is_empty() {
             println!();
             print_table(&ih, &itable);
+            for r in inproc.iter().filter(|r| r.size == 64 && r.mode != "off") {
+                let off = inproc
+                    .iter()
+                    .find(|o| o.stages == r.stages && o.size == 64 && o.mode == "off");
+                if let Some(off) = off.filter(|o| o.mpps > 0.0) {
+                    println!(
+                        "in-process {} stages, 64 B: {}/off = {:.2}x Mpps (no per-frame cost to remove on a ring: a loss is expected)",
+                        r.stages,
+                        r.mode,
+                        r.mpps / off.mpps
+                    );
+                }
+            }
         }
         for s in 1..=3 {
             for &kind in PORTS {

@@ -341,8 +341,7 @@ impl StageUnpacker {
             let from = at + RECORD + META;
             let bytes = d.get(from..from + len).ok_or_else(bad)?;
             let mut p = self.supply.pop().map_err(|_| {
-                "an in-process aggregate came without its buffers (supply ring empty)"
-                    .to_string()
+                "an in-process aggregate came without its buffers (supply ring empty)".to_string()
             })?;
             let set = if self.views {
                 // SAFETY: `bytes` lie in a frame that `unpack` keeps in `held`, never
@@ -565,7 +564,11 @@ mod tests {
         let mut held = Pool::holding(128);
         let mut to = Batch::new();
         assert!(u.unpack(f, &mut to, &mut held).unwrap().is_none());
-        assert_eq!(u.held.len(), 1, "the frame is kept while its packets view it");
+        assert_eq!(
+            u.held.len(),
+            1,
+            "the frame is kept while its packets view it"
+        );
         assert!(to.iter().all(|p| p.is_view()));
         let mut pkts: Vec<Packet> = to.drain().collect();
         // An NF's change copies that packet only; the others still read the frame.
