@@ -175,7 +175,9 @@ fn every_capture_gives_the_same_output_with_stage_aggregation() {
         "3 stages packed only {packed3} (2: {packed})"
     );
     assert!(compared > 1000, "only {compared} captures compared");
-    assert!(packed > 200_000, "only {packed} packets aggregated");
+    // A stage ahead of the next waits for supply room rather than sending runs
+    // unpacked (without that wait: ~203,000).
+    assert!(packed > 250_000, "only {packed} packets aggregated");
     assert!(dropped > 1000, "only {dropped} drops inside stage 2");
 }
 
