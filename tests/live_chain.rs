@@ -249,7 +249,8 @@ fn live_equals_replay_on(kind: &str, test: &str, nfs: &str, replies: bool) {
         for p in 0..2 {
             let name = live["ports"][p]["name"].as_str().unwrap();
             assert!(
-                name.starts_with("af_xdp:") && name.ends_with(&format!(" XDP, copy, {rx})")),
+                name.starts_with("af_xdp:")
+                    && name.ends_with(&format!(" (native XDP, copy, {rx})")),
                 "{name}"
             );
         }

@@ -49,7 +49,9 @@ fn counter(ns: &str, iface: &str, what: &str) -> u64 {
     String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
 }
 
-fn forwards_on_two_workers(kind: &str, test: &str) {
+/// With `record`, catena also writes what it forwards (`-o out.pcap`): one file per
+/// worker, `out.w0.pcap` and `out.w1.pcap`.
+fn forwards_on_two_workers(kind: &str, test: &str, record: bool) {
     if !netns::can_run(test) {
         return;
     }
@@ -65,22 +67,24 @@ fn forwards_on_two_workers(kind: &str, test: &str) {
     )
     .unwrap();
     let before = counter(&ns.names[2], &b, "rx_packets");
+    let out_file = dir.path().join("out.pcap");
+    let mut args = vec![
+        bin(),
+        "run",
+        fwd.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--json",
+    ];
+    if record {
+        args.extend(["-o", out_file.to_str().unwrap()]);
+    }
     let mut catena = Proc(
-        in_ns(
-            &ns.names[1],
-            &[
-                bin(),
-                "run",
-                fwd.to_str().unwrap(),
-                "--workers",
-                "2",
-                "--json",
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap(),
+        in_ns(&ns.names[1], &args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
     );
     // Ready once its sockets are open (it says so on stderr).
     let mut line = String::new();
@@ -128,16 +132,85 @@ fn forwards_on_two_workers(kind: &str, test: &str) {
     let ports = v["ports"].as_array().unwrap();
     assert_eq!(ports[0]["live"]["rx"], N as u64, "{v}");
     assert_eq!(ports[1]["live"]["tx"], N as u64, "{v}");
+    if !record {
+        assert!(!out_file.exists());
+        return;
+    }
+    // Each worker wrote its share; together they are the capture's packets, byte for
+    // byte (wire changes nothing), each file in its worker's order.
+    let files: Vec<PathBuf> = (0..2)
+        .map(|w| dir.path().join(format!("out.w{w}.pcap")))
+        .collect();
+    let mut written: Vec<Vec<u8>> = Vec::new();
+    for f in &files {
+        let t = Trace::open(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert!(!t.is_empty(), "{} is empty", f.display());
+        written.extend((0..t.len()).map(|i| t.packet(i).to_vec()));
+    }
+    let t = Trace::open(&cap).unwrap();
+    let mut sent: Vec<Vec<u8>> = (0..t.len()).map(|i| t.packet(i).to_vec()).collect();
+    assert_eq!(written.len(), N, "{v}");
+    written.sort();
+    sent.sort();
+    assert!(
+        written == sent,
+        "the workers' files hold other packets than A sent"
+    );
+    assert!(!out_file.exists(), "no shared file");
+    let sink = v["sinks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "out")
+        .expect("sink out");
+    assert_eq!(sink["packets"], N as u64, "{v}");
+    assert_eq!(
+        sink["path"],
+        format!("{}, {}", files[0].display(), files[1].display()),
+        "{v}"
+    );
 }
 
 #[test]
 fn af_xdp_one_socket_per_queue_on_two_workers() {
-    forwards_on_two_workers("af_xdp", "af_xdp_one_socket_per_queue_on_two_workers");
+    forwards_on_two_workers(
+        "af_xdp",
+        "af_xdp_one_socket_per_queue_on_two_workers",
+        false,
+    );
 }
 
 #[test]
 fn af_packet_fanout_on_two_workers() {
-    forwards_on_two_workers("af_packet", "af_packet_fanout_on_two_workers");
+    forwards_on_two_workers("af_packet", "af_packet_fanout_on_two_workers", false);
+}
+
+#[test]
+fn two_live_workers_write_one_file_each() {
+    forwards_on_two_workers("af_xdp", "two_live_workers_write_one_file_each", true);
+}
+
+#[test]
+fn several_live_workers_refuse_rate_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let fwd = dir.path().join("fwd.toml");
+    std::fs::write(
+        &fwd,
+        "[[port]]\nname = \"in\"\nkind = \"af_packet\"\niface = \"nonexistent0\"\n\n[[port]]\nname = \"out\"\nkind = \"af_packet\"\niface = \"nonexistent1\"\n\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+    )
+    .unwrap();
+    let o = std::process::Command::new(bin())
+        .args(["run", fwd.to_str().unwrap(), "--workers", "2"])
+        .args(["--rate", "1000pps"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("--rate paces `kind = \"pcap\"` ports, which run on one worker"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
 /// More workers than the interface has queues: one line saying what to do.

@@ -24,6 +24,7 @@ pub struct Args {
     #[arg(short, long)]
     input: Option<PathBuf>,
     /// Write forwarded packets to this pcap (the `out` sink); without it they are discarded.
+    /// With several workers on live ports each writes its own: `out.w0.pcap`, `out.w1.pcap`.
     #[arg(short, long)]
     output: Option<PathBuf>,
     /// Replay the trace this many times (read again from the file each time).
@@ -386,8 +387,10 @@ fn serve_api(
 /// AF_XDP one queue each: `ports::open_workers`), until SIGINT/SIGTERM; the summaries
 /// are summed. `--control` and `--api` reach every worker through one fan thread
 /// (`runtime::live_fan`): commands and reloads go to each, counters are summed. Files
-/// (`--output`, sinks with a path) need one worker: one file written by several workers
-/// would need a lock per batch and has no defined packet order; refused in one line.
+/// (`--output`, sinks with a path): one per worker, `NAME.wW.EXT` (as flow_monitor's),
+/// since one file written by several workers would need a lock per batch and live input
+/// has no packet order across workers to merge by. `--rate` paces pcap ports, which
+/// several workers do not take (each would replay the file): refused in one line.
 fn run_ports_workers(
     a: Args,
     chain: Chain,
@@ -400,14 +403,23 @@ fn run_ports_workers(
             "{file}: the chain takes packets from its [[port]] tables; --input, --loops, --change and --ports do not apply"
         );
     }
-    let files = chain
+    if a.rate.is_some() {
+        anyhow::bail!(
+            "{file}: --rate paces `kind = \"pcap\"` ports, which run on one worker: run with --workers 1"
+        );
+    }
+    // [xdp hook] Each sink's file, written by worker `w` as `NAME.wW.EXT`.
+    let mut files: Vec<(String, PathBuf)> = chain
         .nodes
         .iter()
-        .any(|n| matches!(&n.kind, NodeKind::Sink { path: Some(_) }));
-    if a.output.is_some() || a.rate.is_some() || files {
-        anyhow::bail!(
-            "{file}: with {workers} workers on live ports, --output, --rate and sinks writing files are not supported (one file would need a lock per batch): run with --workers 1"
-        );
+        .filter_map(|n| match &n.kind {
+            NodeKind::Sink { path: Some(p) } => Some((n.name.clone(), p.clone())),
+            _ => None,
+        })
+        .collect();
+    if let Some(o) = &a.output {
+        files.retain(|(n, _)| n != "out");
+        files.push(("out".into(), o.clone()));
     }
     let mut specs = chain.port_specs.clone();
     // [xdp hook] As with one worker: stage threads keep packets past the batch.
@@ -474,6 +486,7 @@ fn run_ports_workers(
     );
     let started = Instant::now();
     let stop = &signals::STOP;
+    let files = &files;
     let results: Vec<anyhow::Result<catena::runtime::Summary>> = std::thread::scope(|scope| {
         let handles: Vec<_> = runners
             .into_iter()
@@ -490,7 +503,14 @@ fn run_ports_workers(
                             reload: None,
                             publish: publish.then_some(part),
                         };
-                        let s = r.run_live(ports, &RunOptions::default(), live);
+                        let opts = RunOptions {
+                            outputs: files
+                                .iter()
+                                .map(|(n, p)| (n.clone(), live_fan::worker_file(p, w)))
+                                .collect(),
+                            ..Default::default()
+                        };
+                        let s = r.run_live(ports, &opts, live);
                         // One worker failing ends the others.
                         if s.is_err() {
                             stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -59,6 +59,14 @@ pub trait Consolidate {
         let _ = token;
     }
 
+    /// Where the state a token names lies, as data (one dynamic call per chunk, not one
+    /// per hit): FastPath prefetches those lines itself for a chunk of hits. NFs that
+    /// prefetch should say; [`TokenLines::NONE`] leaves it to
+    /// [`fast_prefetch`](Consolidate::fast_prefetch).
+    fn fast_lines(&self) -> TokenLines {
+        TokenLines::NONE
+    }
+
     /// Whether [`fast_prefetch`](Consolidate::fast_prefetch) does anything: a chain of
     /// NFs that all say no skips the pass that would call it.
     fn fast_prefetches(&self) -> bool {
@@ -78,5 +86,74 @@ pub trait Consolidate {
     /// [`fast_counts`](Consolidate::fast_counts)).
     fn fast_count(&mut self, token: u64, packets: u64) {
         let _ = (token, packets);
+    }
+}
+
+/// Where the state tokens name lies: token `t` names the `stride`-byte item at
+/// `base + ((t >> 32) & mask) * stride` when that index is below `len` (a slab indexed
+/// by the token's high half, as the NAT's mappings and Maglev's connections are). Used
+/// only to prefetch (never read through), so a stale or wrong address costs nothing but
+/// the prefetch.
+#[derive(Clone, Copy, Debug)]
+pub struct TokenLines {
+    pub base: *const u8,
+    pub len: usize,
+    pub stride: usize,
+    pub mask: u64,
+}
+
+impl TokenLines {
+    pub const NONE: TokenLines = TokenLines {
+        base: std::ptr::null(),
+        len: 0,
+        stride: 0,
+        mask: 0,
+    };
+
+    /// The lines of a slab indexed by the tokens' high half under `mask`.
+    pub fn of<T>(slab: &[T], mask: u64) -> TokenLines {
+        TokenLines {
+            base: slab.as_ptr() as *const u8,
+            len: slab.len(),
+            stride: std::mem::size_of::<T>(),
+            mask,
+        }
+    }
+
+    /// The address of the item `token` names, if it names one.
+    #[inline(always)]
+    pub fn at(&self, token: u64) -> Option<*const u8> {
+        let i = ((token >> 32) & self.mask) as usize;
+        (i < self.len).then(|| self.base.wrapping_add(i * self.stride))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TokenLines;
+
+    /// The item a token names by its high half, as the NAT's tokens (kind above the
+    /// slot: masked off) and Maglev's (the whole high half) name a mapping or connection.
+    #[test]
+    fn token_lines_name_the_slab_item_of_the_token() {
+        let slab = vec![[0u8; 40]; 8];
+        let nat = TokenLines::of(&slab, 0xff_ffff);
+        let token = 1u64 << 56 | 5 << 32 | 77;
+        assert_eq!(
+            nat.at(token),
+            Some(&slab[5] as *const [u8; 40] as *const u8)
+        );
+        assert_eq!(nat.at(8 << 32), None, "past the slab");
+        let maglev = TokenLines::of(&slab, u64::from(u32::MAX));
+        assert_eq!(
+            maglev.at(7 << 32 | 3),
+            Some(&slab[7] as *const [u8; 40] as *const u8)
+        );
+        assert_eq!(
+            maglev.at(1 << 56 | 5 << 32),
+            None,
+            "no kind byte in Maglev's"
+        );
+        assert_eq!(TokenLines::NONE.at(0), None);
     }
 }

@@ -31,7 +31,7 @@ use std::net::IpAddr;
 use foldhash::fast::FixedState;
 
 use super::nf::{named, Stats};
-use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
+use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{prefetch, FlowKey, Hasher, Index, Learned, WideKey};
 use crate::packet::wire::{Ipv4, Tcp, Udp};
@@ -1089,6 +1089,11 @@ impl Consolidate for Maglev {
 
     fn fast_prefetches(&self) -> bool {
         true
+    }
+
+    /// The tracked connection a token names: its slot is the token's high half.
+    fn fast_lines(&self) -> TokenLines {
+        TokenLines::of(&self.conns.slab, u64::from(u32::MAX))
     }
 
     fn fast_prefetch(&self, token: u64) {

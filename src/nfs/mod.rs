@@ -32,7 +32,9 @@ pub use maglev::{Backend, Maglev};
 pub use microbox::Microbox;
 pub use nat::{Nat, NatConfig};
 pub use nf::{named, Stats};
-pub use nf::{Consolidate, Context, FastPacket, Nf, Prepared, Preparer, Profile, StateScope};
+pub use nf::{
+    Consolidate, Context, FastPacket, Nf, Prepared, Preparer, Profile, StateScope, TokenLines,
+};
 pub use params::{ParamDoc, ParamError, Params};
 pub use pipeline::Pipeline;
 pub use wire::Wire;

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use crate::packet::{Batch, Fields};
 
-pub use super::consolidate::{Consolidate, FastPacket};
+pub use super::consolidate::{Consolidate, FastPacket, TokenLines};
 
 /// A command parsed and compiled off the worker (see [`Nf::preparer`]).
 pub type Prepared = Box<dyn std::any::Any + Send>;

@@ -205,10 +205,31 @@ fn merge(parts: &[Shared], merged: &Shared) {
     g.batches = batches;
 }
 
+/// Worker `w`'s file for a sink that writes `path`: `NAME.wW.EXT`, as flow_monitor's
+/// per-worker files (one file per worker: no lock per batch, and live input has no order
+/// across workers to merge by).
+pub fn worker_file(path: &std::path::Path, w: usize) -> std::path::PathBuf {
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match path.extension() {
+        Some(e) => format!("{stem}.w{w}.{}", e.to_string_lossy()),
+        None => format!("{stem}.w{w}"),
+    };
+    path.with_file_name(name)
+}
+
 /// The live workers' summaries summed, their ports' live counters too; the run's time
-/// is the longest worker's.
+/// is the longest worker's. A sink's files (one per worker) are listed together.
 pub fn sum_workers(parts: Vec<Summary>) -> Summary {
     let seconds = parts.iter().map(|s| s.seconds).fold(0.0, f64::max);
+    let paths: Vec<Option<String>> = (0..parts.first().map_or(0, |s| s.sinks.len()))
+        .map(|i| {
+            let all: Vec<String> = parts
+                .iter()
+                .filter_map(|s| s.sinks.get(i).and_then(|k| k.path.clone()))
+                .collect();
+            (!all.is_empty()).then(|| all.join(", "))
+        })
+        .collect();
     let lives: Vec<Vec<Option<crate::io::PortCounters>>> = parts
         .iter()
         .map(|s| s.ports.iter().map(|p| p.live).collect())
@@ -234,12 +255,29 @@ pub fn sum_workers(parts: Vec<Summary>) -> Summary {
             p.live = Some(c);
         }
     }
+    for (k, p) in s.sinks.iter_mut().zip(paths) {
+        k.path = p;
+    }
     s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_worker_writes_its_own_file() {
+        use std::path::{Path, PathBuf};
+        assert_eq!(
+            worker_file(Path::new("/tmp/x/out.pcap"), 1),
+            PathBuf::from("/tmp/x/out.w1.pcap")
+        );
+        assert_eq!(worker_file(Path::new("out"), 0), PathBuf::from("out.w0"));
+        assert_eq!(
+            worker_file(Path::new("d/a.b.pcapng"), 12),
+            PathBuf::from("d/a.b.w12.pcapng")
+        );
+    }
 
     #[test]
     fn alike_replies_are_one_line_different_ones_name_the_worker() {

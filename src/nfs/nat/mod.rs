@@ -49,7 +49,7 @@ use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
 
 use super::nf::{named, Stats};
-use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
+use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{prefetch, FlowKey, Hasher, Index};
 use crate::packet::bytes::{be16, be32, put16, put32};
@@ -1361,6 +1361,11 @@ impl Consolidate for Nat {
 
     fn fast_prefetches(&self) -> bool {
         true
+    }
+
+    /// The mapping a token names: its slot is the token's high half (below the kind).
+    fn fast_lines(&self) -> TokenLines {
+        TokenLines::of(&self.slab, 0xff_ffff)
     }
 
     /// (A no-mapping token names slot 0: prefetching it is harmless, and cheaper than a

@@ -19,13 +19,17 @@
 use serde::Serialize;
 
 /// Untimed chunks after a change of mode (caches refilling, the table's first entries).
-const WARM: u64 = 2;
+const WARM: u64 = 1;
 /// Timed chunks a measurement of a mode takes (their median is its cost).
 const TIMED: usize = 8;
 /// A trial ends early when even the cheapest of its first timed chunks costs more than
 /// this many eighths (1.25×) of the kept mode's: a trial of a mode that loses costs a few chunks.
 const ABORT_AFTER: usize = 2;
 const ABORT_EIGHTHS: u64 = 10;
+/// ... and at its first timed chunk already when that costs more than 1.5x the kept
+/// mode: a trial of a mode that loses by far (consolidation on real traffic full of
+/// short flows) costs two chunks (one warm, one timed).
+const ABORT_AT_ONCE_EIGHTHS: u64 = 12;
 /// Consolidation goes on only when it costs at most 15/16 of off ...
 const ON_SIXTEENTHS: u64 = 15;
 /// ... and stays on while it costs at most 31/32 of off.
@@ -201,9 +205,10 @@ impl Auto {
             self.trial = false;
             return true;
         };
-        let hopeless = mine.n >= ABORT_AFTER
-            && mine.n < TIMED
-            && mine.min().is_some_and(|m| m * 8 > kept * ABORT_EIGHTHS);
+        let worse_than = |eighths: u64| mine.min().is_some_and(|m| m * 8 > kept * eighths);
+        let hopeless = mine.n < TIMED
+            && (mine.n >= ABORT_AFTER && worse_than(ABORT_EIGHTHS)
+                || mine.n >= 1 && worse_than(ABORT_AT_ONCE_EIGHTHS));
         if !hopeless && mine.n < TIMED {
             return false;
         }
@@ -293,12 +298,17 @@ mod tests {
     #[test]
     fn a_losing_trial_ends_early_and_comes_back_ever_later() {
         let mut a = Auto::new();
-        // Off measured until chunk 24, then a trial of on that loses after WARM +
-        // ABORT_AFTER chunks.
+        // Off measured until chunk 24, then a trial of on that loses by far (3x) after
+        // WARM + 1 chunks.
         let on = run(&mut a, FIRST_TRIAL + 10, 300, 100);
         assert!(!a.stats.on);
-        assert_eq!(on, WARM + ABORT_AFTER as u64);
+        assert_eq!(on, WARM + 1);
         assert_eq!(a.stats.switches, 2);
+        // One that loses by less (1.5x) after WARM + ABORT_AFTER.
+        let mut b = Auto::new();
+        let on = run(&mut b, FIRST_TRIAL + 10, 150, 100);
+        assert!(!b.stats.on);
+        assert_eq!(on, WARM + ABORT_AFTER as u64);
         // Over a long run the trials cost a fraction of a percent of the chunks.
         let on = run(&mut a, 1_000_000, 300, 100);
         assert!(!a.stats.on);

@@ -7,7 +7,7 @@
 
 use super::table::{Found, Probe, Step, Way};
 use super::{FastPath, FpKey};
-use crate::nfs::{Consolidate, FastPacket, Nf};
+use crate::nfs::{Consolidate, FastPacket, Nf, TokenLines};
 use crate::packet::{Batch, Layers, Packet, Pool, Verdict, MAX_BATCH};
 
 /// Most consolidated NFs a chain may have for a chunk of hits to borrow them all at once
@@ -61,6 +61,12 @@ pub trait Host {
 trait HitCx: HitOut {
     /// The NF of step `s` of a path.
     fn nf(&mut self, s: &Step) -> Option<&mut dyn Consolidate>;
+
+    /// Where the lent NFs' tokens name their state, by slot (None when the NFs are not
+    /// lent: then each is asked per hit).
+    fn lines(&mut self) -> Option<[TokenLines; LENT]> {
+        None
+    }
 }
 
 /// Each NF looked up when a hit needs it.
@@ -121,6 +127,19 @@ impl<O: HitOut> HitCx for Lending<'_, '_, O> {
             Some(Some(c)) => Some(&mut **c),
             _ => None,
         }
+    }
+
+    fn lines(&mut self) -> Option<[TokenLines; LENT]> {
+        // NFs that prefetch nothing get empty lines with a full mask (skipped); NFs that
+        // prefetch without saying where get [`TokenLines::NONE`] (asked per hit).
+        const SKIP: TokenLines = TokenLines {
+            mask: u64::MAX,
+            ..TokenLines::NONE
+        };
+        Some(std::array::from_fn(|i| match &self.nfs[i] {
+            Some(c) if c.fast_prefetches() => c.fast_lines(),
+            _ => SKIP,
+        }))
     }
 }
 
@@ -329,6 +348,9 @@ impl FastPath {
         probes: &[Probe; MAX_BATCH],
         ways: &mut [Option<Way>; MAX_BATCH],
     ) {
+        // The NFs' state lines as data, looked up once for the chunk: a hit's prefetches
+        // are then address arithmetic, not a dynamic call per NF.
+        let lines = if self.prefetch { cx.lines() } else { None };
         let mut m = keyed;
         while m != 0 {
             let i = m.trailing_zeros() as usize;
@@ -341,10 +363,29 @@ impl FastPath {
             if e.rewrites() {
                 self.table.prefetch_actions(w);
             }
-            if self.prefetch {
-                for s in e.path() {
-                    if let Some(c) = cx.nf(s) {
-                        c.fast_prefetch(s.token);
+            if !self.prefetch {
+                continue;
+            }
+            match &lines {
+                Some(lines) => {
+                    for s in e.path() {
+                        let l = &lines[s.slot as usize % LENT];
+                        match l.at(s.token) {
+                            Some(a) => super::table::prefetch(a),
+                            None if l.len == 0 && l.mask == 0 => {
+                                if let Some(c) = cx.nf(s) {
+                                    c.fast_prefetch(s.token);
+                                }
+                            }
+                            None => {}
+                        }
+                    }
+                }
+                None => {
+                    for s in e.path() {
+                        if let Some(c) = cx.nf(s) {
+                            c.fast_prefetch(s.token);
+                        }
                     }
                 }
             }

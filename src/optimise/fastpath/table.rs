@@ -338,7 +338,7 @@ impl<T: Copy> Ways<T> {
 pub struct Table {
     /// Per set and way: 0 when empty, else the key hash's high half with the low bit set
     /// (the set comes from the low bits).
-    tags: Vec<Tags>,
+    tags: TagArray,
     entries: Ways<Hot>,
     actions: Ways<ActionsLine>,
     keys: Ways<Keys>,
@@ -382,7 +382,7 @@ impl Table {
     pub fn new(capacity: usize, timeout_ns: u64) -> Table {
         let sets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
         Table {
-            tags: zeroed_tags(sets),
+            tags: TagArray::zeroed(sets),
             entries: Ways::new(sets * WAYS),
             actions: Ways::new(sets * WAYS),
             keys: Ways::new(sets * WAYS),
@@ -408,7 +408,7 @@ impl Table {
         let per_way = std::mem::size_of::<Hot>()
             + std::mem::size_of::<ActionsLine>()
             + std::mem::size_of::<Keys>();
-        sets * std::mem::size_of::<Tags>() + sets * WAYS * per_way
+        sets * std::mem::size_of::<Tags>() + std::mem::align_of::<Tags>() + sets * WAYS * per_way
     }
 
     pub fn len(&self) -> usize {
@@ -809,21 +809,79 @@ impl Table {
     }
 }
 
-/// `sets` empty sets' tags from zeroed memory (no writes: the pages come when used).
-fn zeroed_tags(sets: usize) -> Vec<Tags> {
-    let layout = std::alloc::Layout::array::<Tags>(sets).expect("FastPath table size");
-    if layout.size() == 0 {
-        return Vec::new();
-    }
-    // SAFETY: `Tags` is `[u32; WAYS]`, for which zero bytes are a valid (empty) value;
-    // the memory comes from the global allocator with the layout of `sets` of them, as
-    // `Vec::from_raw_parts` requires.
-    unsafe {
-        let p = std::alloc::alloc_zeroed(layout) as *mut Tags;
-        if p.is_null() {
-            std::alloc::handle_alloc_error(layout);
+/// The sets' tags, from zeroed memory that is never written here: the pages come when a
+/// set is first used, so a table that stays empty (`fastpath = "auto"` while off) costs
+/// no clearing. Allocated at 16 bytes' alignment (which the system allocator serves with
+/// `calloc`, whose fresh pages are zero already) and rounded up to the tags' 32 inside
+/// (an `alloc_zeroed` at 32 is an allocation and a 256 KiB memset at 65,536 entries).
+struct TagArray {
+    /// The first set's tags (32-byte aligned, inside the allocation).
+    tags: std::ptr::NonNull<Tags>,
+    sets: usize,
+    /// The allocation and its layout (None when `sets` is 0).
+    alloc: Option<(std::ptr::NonNull<u8>, std::alloc::Layout)>,
+}
+
+// SAFETY: the array owns its memory, as a `Vec<Tags>` would.
+unsafe impl Send for TagArray {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for TagArray {}
+
+impl TagArray {
+    fn zeroed(sets: usize) -> TagArray {
+        let align = std::mem::align_of::<Tags>();
+        let bytes = sets
+            .checked_mul(std::mem::size_of::<Tags>())
+            .and_then(|b| b.checked_add(align))
+            .expect("FastPath table size");
+        if sets == 0 {
+            return TagArray {
+                tags: std::ptr::NonNull::dangling(),
+                sets: 0,
+                alloc: None,
+            };
         }
-        Vec::from_raw_parts(p, sets, sets)
+        let layout = std::alloc::Layout::from_size_align(bytes, 16).expect("FastPath table size");
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(base) = std::ptr::NonNull::new(p) else {
+            std::alloc::handle_alloc_error(layout);
+        };
+        let off = p.align_offset(align);
+        // SAFETY: `off` < `align`, and the allocation holds `align` spare bytes, so the
+        // `sets` tags from `p + off` lie inside it; zero bytes are empty tags.
+        let tags = unsafe { std::ptr::NonNull::new_unchecked(p.add(off) as *mut Tags) };
+        TagArray {
+            tags,
+            sets,
+            alloc: Some((base, layout)),
+        }
+    }
+}
+
+impl std::ops::Deref for TagArray {
+    type Target = [Tags];
+    #[inline(always)]
+    fn deref(&self) -> &[Tags] {
+        // SAFETY: `sets` zero-initialised, aligned tags owned by `self` (`zeroed`).
+        unsafe { std::slice::from_raw_parts(self.tags.as_ptr(), self.sets) }
+    }
+}
+
+impl std::ops::DerefMut for TagArray {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [Tags] {
+        // SAFETY: as in `deref`, borrowed mutably through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.tags.as_ptr(), self.sets) }
+    }
+}
+
+impl Drop for TagArray {
+    fn drop(&mut self) {
+        if let Some((p, layout)) = self.alloc {
+            // SAFETY: allocated in `zeroed` with this layout.
+            unsafe { std::alloc::dealloc(p.as_ptr(), layout) };
+        }
     }
 }
 
@@ -835,7 +893,7 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
 }
 
 #[inline]
-fn prefetch<T>(r: *const T) {
+pub(super) fn prefetch<T>(r: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch has no architectural effect, whatever the address.
     unsafe {
@@ -848,6 +906,22 @@ fn prefetch<T>(r: *const T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tags come zeroed (empty) and each set's in one aligned half line, whatever
+    /// alignment the allocator gave.
+    #[test]
+    fn tags_are_zero_and_aligned_to_half_a_line() {
+        for sets in [0, 1, 3, 8192] {
+            let t = TagArray::zeroed(sets);
+            assert_eq!(t.len(), sets);
+            assert!(t.iter().all(|s| s.0 == [0; WAYS]));
+            assert_eq!(t.as_ptr() as usize % 32, 0, "{sets} sets");
+        }
+        let mut t = TagArray::zeroed(4);
+        t[3].0[7] = 9;
+        assert_eq!(t[3].0[7], 9);
+        assert_eq!(Table::new(8, 0).tags.len(), 1);
+    }
 
     /// A hot entry is a header line, then the path (four steps a line); steps stay 16
     /// bytes.
