@@ -111,11 +111,15 @@ impl PcapStream {
             }
         }
         let mut file = file;
+        // Zeroed pages from the kernel, touched only as reads fill them.
         let mut buf = vec![0; READ_BUFFER];
         let (mut len, mut eof) = (0, false);
-        // The header: 24 bytes, or as many as there are.
+        // The header: 24 bytes (28 for pcapng's), or as many as there are. Only those are
+        // read here: a caller that only probes the format (and then maps the file) pays
+        // for a few bytes, not a whole buffer.
+        let head_len = PCAP_HEADER_LEN.max(SHB_MIN_LEN);
         while len < PCAP_HEADER_LEN && !eof {
-            read_some(&mut file, &mut buf, &mut len, &mut eof).map_err(open_err)?;
+            read_some(&mut file, &mut buf[..head_len], &mut len, &mut eof).map_err(open_err)?;
         }
         let head = &buf[..len];
         if head.is_empty() {
@@ -132,7 +136,7 @@ impl PcapStream {
         }
         let (framing, header, link, limit, pos) = if ng {
             while len < SHB_MIN_LEN && !eof {
-                read_some(&mut file, &mut buf, &mut len, &mut eof).map_err(open_err)?;
+                read_some(&mut file, &mut buf[..head_len], &mut len, &mut eof).map_err(open_err)?;
             }
             if len < SHB_MIN_LEN {
                 return Err(too_short(

@@ -532,6 +532,7 @@ impl Nf for IpFilter {
         if let Some(f) = self.follow {
             return self.process_follow(batch, f);
         }
+        self.cache.grow();
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
             let mut keys = [Packed::Malformed; MAX_BATCH];
             let mut at = [0usize; MAX_BATCH];

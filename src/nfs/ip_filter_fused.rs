@@ -207,6 +207,7 @@ impl IpFilter {
             None => return,
         };
         let malformed = self.rules.len() + 1;
+        self.cache.grow();
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
             let mut keys = [Packed::Malformed; MAX_BATCH];
             let mut at = [0usize; MAX_BATCH];

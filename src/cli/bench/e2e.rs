@@ -244,9 +244,12 @@ fn click_bin() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
-/// One timed process: wall seconds, peak RSS (bytes), stdout.
+/// One timed process: wall seconds, CPU seconds, peak RSS (bytes), stdout.
 struct Proc {
     secs: f64,
+    /// User plus system time: the process's own work, which load from other processes
+    /// on the machine stretches far less than the wall time.
+    cpu: f64,
     rss: u64,
     stdout: Vec<u8>,
 }
@@ -273,8 +276,10 @@ fn time_proc(cmd: &mut Command, out_file: &Path) -> anyhow::Result<Proc> {
     if !ok {
         anyhow::bail!("{cmd:?} failed (status {status})");
     }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     Ok(Proc {
         secs,
+        cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
         rss: ru.ru_maxrss as u64 * 1024,
         stdout: std::fs::read(out_file)?,
     })
@@ -290,6 +295,7 @@ fn interleaved(
     tmp: &Path,
 ) -> anyhow::Result<Vec<Proc>> {
     let mut secs = vec![Vec::new(); cmds.len()];
+    let mut cpu = vec![Vec::new(); cmds.len()];
     let mut rss = vec![0; cmds.len()];
     let mut last = vec![Vec::new(); cmds.len()];
     for round in 0..=a.runs {
@@ -297,6 +303,7 @@ fn interleaved(
             let p = time_proc(&mut make(), &tmp.join("stdout"))?;
             if round > 0 {
                 secs[k].push(p.secs);
+                cpu[k].push(p.cpu);
                 rss[k] = rss[k].max(p.rss);
                 last[k] = p.stdout;
             }
@@ -304,10 +311,12 @@ fn interleaved(
     }
     Ok(secs
         .iter_mut()
+        .zip(cpu.iter_mut())
         .zip(rss)
         .zip(last)
-        .map(|((s, rss), stdout)| Proc {
+        .map(|(((s, c), rss), stdout)| Proc {
             secs: median(s),
+            cpu: median(c),
             rss,
             stdout,
         })
@@ -332,8 +341,12 @@ struct Row {
     /// catena's own processing time (`seconds` in its summary), no output.
     catena_processing_s: f64,
     catena_peak_rss: u64,
+    /// catena whole process, user + system CPU seconds (median), no output.
+    catena_cpu_s: f64,
     packets_passed: u64,
     click_s: Option<f64>,
+    /// Click whole process, user + system CPU seconds (median).
+    click_cpu_s: Option<f64>,
     click_passed: Option<u64>,
     click_peak_rss: Option<u64>,
     /// Click's wire with ToDump, against catena's wire with -o.
@@ -518,8 +531,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 catena_copy_s: copied.secs,
                 catena_processing_s: processing,
                 catena_peak_rss: plain.rss.max(with_o.rss),
+                catena_cpu_s: plain.cpu,
                 packets_passed: passed,
                 click_s,
+                click_cpu_s: clicked.as_ref().map(|p| p.cpu),
                 click_passed,
                 click_peak_rss: click_rss,
                 click_todump_s: todump,
@@ -534,6 +549,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 format!("{:.2}", r.catena_gbps),
                 opt(click_s.map(mpps)),
                 opt(click_s.map(|c| c / plain.secs.max(1e-9))),
+                opt(clicked.as_ref().map(|c| c.cpu / plain.cpu.max(1e-9))),
                 format!("{:.2}", mpps(with_o.secs)),
                 format!("{:.2}", mpps(copied.secs)),
                 opt(todump.map(mpps)),
@@ -566,6 +582,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "whole Gbps",
         "Click whole Mpps",
         "× Click",
+        "CPU × Click",
         "-o Mpps",
         "--copy Mpps",
         "Click ToDump Mpps",
@@ -583,7 +600,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         println!(
-            "whole process, spawn to exit, median of {} (Mpps over the trace's packets); \"processing Mpps\" is catena's own `seconds` and is not comparable with the peers' columns",
+            "whole process, spawn to exit, median of {} (Mpps over the trace's packets); \"CPU × Click\" is Click's user+system time over catena's, whole process too (load from elsewhere stretches it less than wall time); \"processing Mpps\" is catena's own `seconds` and is not comparable with the peers' columns",
             a.runs
         );
         print_table(&header, &table);

@@ -8,13 +8,17 @@
 //! of negations, ranges and prefixes is exact, and the AND stops at the first non-zero
 //! word, so high-priority matches are found early.
 //!
-//! Lookups: protocol, ICMP type, TCP flags and ports index a direct table (value ->
-//! bitmap id); IPv4 addresses a two-level index (per /16, then per /24 where a /16 holds
-//! boundaries) ending in a bitmap id or, inside a /24 with boundaries, a short binary
-//! search; IPv6 addresses a binary search over the segment starts. Fields no rule
-//! constrains are skipped. Identical bitmaps are stored once. Memory is
-//! O(segments x entries / 8) bytes per field: 1,000 rules with distinct prefixes take
-//! well under 1 MiB.
+//! Lookups: a field cut into few segments (up to [`SEARCH_MAX`], what most rule sets
+//! give) is a binary search over the segment starts, so a small rule set builds and
+//! holds no more than its segments. Otherwise protocol, ICMP type, TCP flags and ports
+//! index a direct table (value -> bitmap id); IPv4 addresses a two-level index (per /16,
+//! then per /24 where a /16 holds boundaries) ending in a bitmap id or, inside a /24 with
+//! boundaries, a short binary search; IPv6 addresses always a binary search. Protocol,
+//! ICMP type, flags and fragmentation (tables of at most 513 entries, one page or two)
+//! always index a table. Fields no rule constrains are skipped. Identical bitmaps are
+//! stored once. Memory is O(segments x entries / 8) bytes per field: 1,000 rules with
+//! distinct prefixes take well under 1 MiB; building is proportional to the segments,
+//! plus one pass over a 64 Ki-entry table for a large port or IPv4 field.
 
 use hashbrown::HashTable;
 
@@ -26,10 +30,26 @@ const CHUNK: usize = 4;
 /// The packet's values per field (None: absent). Built per packet on the stack.
 pub type Values = [Option<u128>; FIELDS];
 
-/// Direct table over a small domain (protocol, ICMP type, flags, ports).
+/// Segments up to which a field is searched rather than indexed: a binary search of
+/// 32 starts is five steps within one or two cache lines, and spares building (and
+/// faulting in) a 256 KiB table at start-up. Classification runs on verdict-cache misses
+/// only.
+pub const SEARCH_MAX: usize = 32;
+
+/// Tables over domains up to this many values are always built (a page or two).
+const SMALL_DOMAIN: usize = 1024;
+
+/// A field with a small domain (protocol, ICMP type, flags, fragmentation, ports).
 struct Direct {
-    table: Vec<u32>,
+    map: DirectMap,
     absent: u32,
+}
+
+enum DirectMap {
+    /// Value -> bitmap id.
+    Table(Vec<u32>),
+    /// Few segments: their starts (sorted, first 0) and bitmap ids.
+    Search { starts: Vec<u32>, bms: Vec<u32> },
 }
 
 /// Segment starts (sorted, first is 0) and their bitmap ids.
@@ -37,7 +57,8 @@ struct Segments<T> {
     starts: Vec<T>,
     bms: Vec<u32>,
     absent: u32,
-    /// IPv4 only: per /16, a bitmap id, or (with [`DEEPER`]) a block of `l2`.
+    /// IPv4 only: per /16, a bitmap id, or (with [`DEEPER`]) a block of `l2`. Empty when
+    /// there are at most [`SEARCH_MAX`] segments (then `starts` is searched).
     l1: Vec<u32>,
     /// IPv4 only: blocks of 256 entries per /24: a bitmap id, or (with [`DEEPER`]) the
     /// segment holding the /24's first address, to search from.
@@ -175,12 +196,20 @@ impl Classifier {
                 | Field::Frag
                 | Field::Sport
                 | Field::Dport => {
-                    let mut table = vec![0u32; max as usize + 1];
-                    for (k, &s) in starts.iter().enumerate() {
-                        let end = starts.get(k + 1).map_or(max as usize + 1, |&e| e as usize);
-                        table[s as usize..end].fill(bms[k]);
-                    }
-                    let d = Some(Direct { table, absent });
+                    let map = if starts.len() <= SEARCH_MAX && max as usize >= SMALL_DOMAIN {
+                        DirectMap::Search {
+                            starts: starts.iter().map(|&s| s as u32).collect(),
+                            bms,
+                        }
+                    } else {
+                        let mut table = vec![0u32; max as usize + 1];
+                        for (k, &s) in starts.iter().enumerate() {
+                            let end = starts.get(k + 1).map_or(max as usize + 1, |&e| e as usize);
+                            table[s as usize..end].fill(bms[k]);
+                        }
+                        DirectMap::Table(table)
+                    };
+                    let d = Some(Direct { map, absent });
                     match f {
                         Field::Proto => c.proto = d,
                         Field::Icmp => c.icmp = d,
@@ -192,7 +221,11 @@ impl Classifier {
                 }
                 Field::Src4 | Field::Dst4 => {
                     let starts: Vec<u32> = starts.iter().map(|&s| s as u32).collect();
-                    let (l1, l2) = v4_index(&starts, &bms);
+                    let (l1, l2) = if starts.len() <= SEARCH_MAX {
+                        (Vec::new(), Vec::new())
+                    } else {
+                        v4_index(&starts, &bms)
+                    };
                     let s = Some(Segments {
                         starts,
                         bms,
@@ -282,7 +315,10 @@ impl Classifier {
         let d: usize = direct
             .iter()
             .flat_map(|d| d.iter())
-            .map(|d| size_of_val(&*d.table))
+            .map(|d| match &d.map {
+                DirectMap::Table(t) => size_of_val(&**t),
+                DirectMap::Search { starts, bms } => size_of_val(&**starts) + size_of_val(&**bms),
+            })
             .sum();
         let s4: usize = [&self.src4, &self.dst4]
             .iter()
@@ -386,9 +422,13 @@ impl Classifier {
 impl Direct {
     #[inline]
     fn get(&self, v: Option<u32>) -> u32 {
-        match v {
-            Some(v) => self.table.get(v as usize).copied().unwrap_or(self.absent),
-            None => self.absent,
+        let Some(v) = v else { return self.absent };
+        match &self.map {
+            DirectMap::Table(t) => t.get(v as usize).copied().unwrap_or(self.absent),
+            // starts[0] is 0, so the segment is the last start <= v.
+            DirectMap::Search { starts, bms } => {
+                bms[starts.partition_point(|&s| s <= v).max(1) - 1]
+            }
         }
     }
 }
@@ -397,7 +437,10 @@ impl Segments<u32> {
     #[inline]
     fn lookup4(&self, v: Option<u32>) -> u32 {
         let Some(v) = v else { return self.absent };
-        let e = self.l1[(v >> 16) as usize];
+        let Some(&e) = self.l1.get((v >> 16) as usize) else {
+            // No index (few segments): search them all.
+            return self.bms[self.starts.partition_point(|&s| s <= v).max(1) - 1];
+        };
         if e & DEEPER == 0 {
             return e;
         }
@@ -432,14 +475,20 @@ fn v4_index(starts: &[u32], bms: &[u32]) -> (Vec<u32>, Vec<u32>) {
     let mut l1 = Vec::with_capacity(65536);
     let mut l2 = Vec::new();
     let mut lo = 0;
-    for h in 0..65536u32 {
+    let mut h = 0u32;
+    while h < 65536 {
         let a = h << 16;
         lo = seg(lo, a);
-        let hi = seg(lo, a | 0xffff);
-        if lo == hi {
-            l1.push(bms[lo]);
+        // The /16s before the one holding the next boundary lie wholly in segment `lo`:
+        // filled at once, so the work follows the boundaries, not the 65,536 blocks.
+        let stop = starts.get(lo + 1).map_or(65536, |&s| s >> 16);
+        if stop > h {
+            l1.resize(stop as usize, bms[lo]);
+            h = stop;
             continue;
         }
+        // This /16 holds a boundary past its first address: two segments at least.
+        h += 1;
         l1.push(DEEPER | (l2.len() / 256) as u32);
         let mut lo = lo;
         for m in 0..256u32 {
@@ -662,6 +711,101 @@ mod tests {
             holding(&[Atom::new(true, vec![(7, 7)])], u128::MAX),
             vec![(0, 6), (8, u128::MAX)]
         );
+    }
+
+    /// Rule sets on either side of [`SEARCH_MAX`] segments (searched, then indexed) on
+    /// ports and IPv4 addresses, against the linear scan at every range end and next to
+    /// it: both representations give the same first match.
+    #[test]
+    fn searched_and_indexed_fields_agree_with_a_linear_scan() {
+        for n in [1u32, 5, 15, 16, 17, 31, 40, 200] {
+            let mut text = String::new();
+            for i in 0..n {
+                // Ports 100 apart, /24s 3 apart, hosts, and a range crossing /16s.
+                text.push_str(&format!("deny tcp dst port {}\n", 1000 + 100 * i));
+                text.push_str(&format!(
+                    "allow src net 10.{}.{}.0/24\n",
+                    i % 7,
+                    (3 * i) % 256
+                ));
+                text.push_str(&format!("deny dst host 192.168.{}.{}\n", i / 200, i % 200));
+                text.push_str(&format!(
+                    "allow udp src portrange {}-{}\n",
+                    7 * i,
+                    7 * i + 3
+                ));
+            }
+            text.push_str("deny dst net 172.16.0.0/12\n");
+            let rules = crate::nfs::acl::parse_rules(text.lines()).unwrap();
+            let c = Classifier::new(&rules);
+            let mut ports = vec![0u16, 65535];
+            let mut addrs = vec![0u32, u32::MAX, 0xac10_0000, 0xac1f_ffff, 0xac20_0000];
+            for i in 0..n {
+                for p in [1000 + 100 * i, 7 * i, 7 * i + 3] {
+                    ports.extend([p.saturating_sub(1), p, p + 1].map(|p| p as u16));
+                }
+                let net = u32::from_be_bytes([10, (i % 7) as u8, (3 * i % 256) as u8, 0]);
+                let host = u32::from_be_bytes([192, 168, (i / 200) as u8, (i % 200) as u8]);
+                for a in [net, net | 0xff, host] {
+                    addrs.extend([a.wrapping_sub(1), a, a.wrapping_add(1)]);
+                }
+            }
+            let mut checked = 0;
+            // Every address with a few ports, every port with a few addresses.
+            let (na, np) = (addrs.len(), ports.len());
+            let pairs = (0..na * 4).map(|x| (x / 4, x * 7 % np));
+            let pairs = pairs.chain((0..np * 4).map(|x| (x * 5 % na, x / 4)));
+            for (j, m) in pairs {
+                let (a, p) = (addrs[j], ports[m]);
+                {
+                    let b = addrs[(j + m) % na];
+                    for proto in [6u16, 17] {
+                        let k = Key {
+                            proto,
+                            src4: Some(a),
+                            dst4: Some(b),
+                            sport: Some(p),
+                            dport: Some(ports[(m * 7 + j) % ports.len()]),
+                            ..Key::default()
+                        };
+                        assert_eq!(
+                            c.classify(&k),
+                            linear(&rules, &k.values()),
+                            "{n} rules, {k:?}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+            assert!(checked > 100);
+        }
+    }
+
+    /// Start-up proportional to the rules: a small rule set holds (and so builds) no
+    /// 64 Ki-entry port table nor /16 index, a large one still indexes.
+    #[test]
+    fn small_rule_sets_build_no_large_tables() {
+        let ten = [
+            "deny src net 10.0.250.0/24",
+            "deny dst net 203.0.113.0/24",
+            "deny dst host 93.184.216.34",
+            "deny tcp dst port 23",
+            "deny tcp dst port 445",
+            "deny udp dst port 1900",
+            "deny ip frag",
+            "allow tcp dst port 80",
+            "allow tcp dst port 443",
+        ];
+        let rules = crate::nfs::acl::parse_rules(ten).unwrap();
+        let c = Classifier::new(&rules);
+        // Protocol and fragmentation tables (513 + 3 entries), segments, bitmaps.
+        assert!(c.memory() < 8 * 1024, "{} bytes", c.memory());
+        let many: Vec<String> = (0..1000)
+            .map(|i| format!("deny src host 10.200.{}.{}", i / 256, i % 256))
+            .collect();
+        let rules = crate::nfs::acl::parse_rules(many.iter().map(|s| s.as_str())).unwrap();
+        let c = Classifier::new(&rules);
+        assert!(c.memory() >= 65536 * 4, "{} bytes", c.memory());
     }
 
     #[test]
