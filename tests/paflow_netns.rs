@@ -75,7 +75,7 @@ fn frames(p: &Path) -> Vec<Vec<u8>> {
 /// A sends `cap` to B over a fresh veth pair; returns B's recorded packets and both
 /// summaries.
 fn a_to_b(dir: &Path, cap: &Path, aggregate: bool) -> (Vec<Vec<u8>>, Value, Value) {
-    a_to_b_with(dir, cap, aggregate, "", WIRE)
+    a_to_b_with(dir, cap, aggregate, "", WIRE, "af_packet")
 }
 
 const WIRE: &str = "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n";
@@ -84,23 +84,25 @@ const WIRE: &str = "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n";
 /// its packets are copied out of the frame first) and a flow monitor (reads only).
 const NFS: &str = "[[nf]]\nname = \"wire\"\nkind = \"wire\"\n\n[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\ndefault = \"allow\"\nrules = [\"deny udp dst port 53\", \"deny tcp dst port 23\", \"deny src net 10.0.0.0/8 and icmp\"]\n\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"192.168.0.0/16, 172.16.0.0/12\"\npublic = \"198.51.100.1, 198.51.100.2\"\n\n[[nf]]\nname = \"mon\"\nkind = \"flow_monitor\"\n";
 
-/// As [`a_to_b`], with B's port settings `b_in` added and B running `nfs`.
+/// As [`a_to_b`], with B's port settings `b_in` added, B running `nfs`, and both veth
+/// ports of `kind` (`af_packet` or `af_xdp`).
 fn a_to_b_with(
     dir: &Path,
     cap: &Path,
     aggregate: bool,
     b_in: &str,
     nfs: &str,
+    kind: &str,
 ) -> (Vec<Vec<u8>>, Value, Value) {
     let ns = Netns::new(2);
     let (xa, xb) = ns.veth(0, 1, "p", 9000);
-    let tag = format!("{aggregate}{}", b_in.len());
+    let tag = format!("{aggregate}{}{kind}", b_in.len());
     let got = dir.join(format!("got-{tag}.pcap"));
     let b_chain = dir.join(format!("b-{tag}.toml"));
     std::fs::write(
         &b_chain,
         format!(
-            "[[port]]\nname = \"in\"\nkind = \"af_packet\"\niface = \"{xb}\"\naggregate = {aggregate}\n{b_in}\n[[port]]\nname = \"out\"\nkind = \"pcap\"\nwrite = \"{}\"\n\n{nfs}",
+            "[[port]]\nname = \"in\"\nkind = \"{kind}\"\niface = \"{xb}\"\naggregate = {aggregate}\n{b_in}\n[[port]]\nname = \"out\"\nkind = \"pcap\"\nwrite = \"{}\"\n\n{nfs}",
             got.display()
         ),
     )
@@ -109,7 +111,7 @@ fn a_to_b_with(
     std::fs::write(
         &a_chain,
         format!(
-            "[[port]]\nname = \"replay\"\nkind = \"pcap\"\npath = \"{}\"\nrate = \"50000 pps\"\n\n[[port]]\nname = \"out\"\nkind = \"af_packet\"\niface = \"{xa}\"\naggregate = {aggregate}\n\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+            "[[port]]\nname = \"replay\"\nkind = \"pcap\"\npath = \"{}\"\nrate = \"50000 pps\"\n\n[[port]]\nname = \"out\"\nkind = \"{kind}\"\niface = \"{xa}\"\naggregate = {aggregate}\n\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
             cap.display()
         ),
     )
@@ -180,6 +182,59 @@ fn two_processes_over_a_veth_give_the_same_output_with_aggregation_on_and_off() 
     assert_eq!(b_on["packets_in"], PACKETS);
 }
 
+/// The same over AF_XDP ports (what `bench paflow` uses to measure latency to the µs):
+/// aggregates up to 9,000 B span several UMEM frames (scatter-gather). B's output with
+/// aggregation on equals B's with it off and the capture, byte for byte and in order.
+#[test]
+fn af_xdp_ports_give_the_same_output_with_aggregation_on_and_off() {
+    let test = "af_xdp_ports_give_the_same_output_with_aggregation_on_and_off";
+    if !netns::can_run(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(dir.path());
+    let want = frames(&cap);
+    let (off, _, _) = a_to_b_with(dir.path(), &cap, false, "", WIRE, "af_xdp");
+    let (on, a_on, b_on) = a_to_b_with(dir.path(), &cap, true, "", WIRE, "af_xdp");
+    assert_eq!(
+        off.len(),
+        PACKETS,
+        "af_xdp, aggregation off: B got {}",
+        off.len()
+    );
+    assert!(
+        off == want,
+        "af_xdp, aggregation off: B's packets differ from the capture"
+    );
+    assert_eq!(
+        on.len(),
+        PACKETS,
+        "af_xdp, aggregation on: B got {}",
+        on.len()
+    );
+    assert!(
+        on == off,
+        "af_xdp, aggregation on: B's packets differ from off"
+    );
+    let tx = &a_on["ports"][1]["live"];
+    let rx = &b_on["ports"][0]["live"];
+    eprintln!(
+        "af_xdp, aggregation on: {} of {PACKETS} packets in {} aggregates ({})",
+        tx["tx_aggregated"], tx["tx_aggregates"], b_on["ports"][0]["name"]
+    );
+    // Aggregation really happened, with frames above one UMEM frame among them.
+    assert!(tx["tx_aggregates"].as_u64().unwrap() > 0, "{tx}");
+    assert!(
+        tx["tx_bytes"].as_u64().unwrap() / tx["tx"].as_u64().unwrap().max(1) > 2048,
+        "aggregates average at most one UMEM frame: {tx}"
+    );
+    assert_eq!(rx["rx_unpacked"], tx["tx_aggregated"]);
+    assert_eq!(rx["rx_aggregates"], tx["tx_aggregates"]);
+    assert_eq!(rx["rx_bad_aggregate"], 0);
+    assert_eq!(tx["tx_errors"], 0);
+    assert_eq!(b_on["packets_in"], PACKETS);
+}
+
 /// Per NF: name, packets in, out, dropped and drops by reason.
 fn nf_counts(s: &Value) -> Vec<String> {
     s["nfs"]
@@ -240,7 +295,14 @@ fn nfs_on_received_aggregates_as_views_give_the_unaggregated_output() {
     let want_sum: Value = serde_json::from_slice(&o.stdout).unwrap();
     let want = frames(&want_file);
 
-    let (got, a, b) = a_to_b_with(dir.path(), &cap, true, "aggregate_views = true\n", NFS);
+    let (got, a, b) = a_to_b_with(
+        dir.path(),
+        &cap,
+        true,
+        "aggregate_views = true\n",
+        NFS,
+        "af_packet",
+    );
     let rx = &b["ports"][0]["live"];
     let tx = &a["ports"][1]["live"];
     eprintln!(

@@ -47,6 +47,9 @@ impl AfXdpConfig {
 /// UMEM frame size: the smallest the kernel takes, room for a 1514-byte frame after the
 /// kernel's 256-byte headroom; larger frames span several (scatter-gather).
 const FRAME: u64 = 2048;
+/// The largest frame that fits one UMEM frame after the headroom: what a socket without
+/// scatter-gather sends and receives (PA-Flow's aggregating ports check it).
+pub const ONE_FRAME: usize = FRAME as usize - 256;
 /// Receive buffering: fill and RX ring entries, one UMEM frame each (32 MiB). Deep, so
 /// that a worker descheduled for a while on a busy machine, or a burst faster than the
 /// forwarding, loses nothing: at 1 Mpps this is 16 ms (8,192 frames dropped 12,393 of a
@@ -461,6 +464,11 @@ impl AfXdp {
     }
 
     /// How the kernel serves this socket: `native` or `generic` XDP, `zero-copy` or `copy`.
+    /// Bound with `XDP_USE_SG`: frames may span several UMEM frames.
+    pub fn scatter_gather(&self) -> bool {
+        self.sg
+    }
+
     pub fn mode(&self) -> String {
         format!(
             "{} XDP, {}",

@@ -436,13 +436,13 @@ impl Chain {
         Ok(())
     }
 
-    /// PA-Flow between in-process stages (`optimise/aggregate/stages.rs`): stage 1's
-    /// ring into stage 2 carries aggregated frames. Built for two stages: stage 2 must
-    /// free every packet it unpacks (it is the last), so its buffers come back to it.
+    /// PA-Flow between in-process stages (`optimise/aggregate/stages.rs`): every ring
+    /// between stages carries aggregated frames (each with its packets' buffers on a
+    /// supply ring beside it). Needs two stages or more.
     pub fn set_aggregate_stages(&mut self, on: bool) -> Result<(), String> {
-        if on && self.stages() != 2 {
+        if on && self.stages() < 2 {
             return Err(format!(
-                "built for two stages (stage 1's ring into the last stage), this chain has {}: list two groups in `stages`",
+                "needs two stages or more (it packs the rings between them), this chain has {}: list the groups in `stages`",
                 self.stages()
             ));
         }
@@ -625,14 +625,20 @@ impl Chain {
                 list.join(&format!(" =ring({})=> ", self.ring))
             ));
             if self.aggregate_stages {
+                // PA-Flow (optimise/aggregate/stages.rs): every ring between stages.
+                let rings = if stages == 2 {
+                    "stage 1's ring into stage 2 carries".to_string()
+                } else {
+                    format!("each of the {} rings between stages carries", stages - 1)
+                };
+                let views = match (self.aggregate_views, stages) {
+                    (false, _) => "by copying each packet out",
+                    (true, 2) => "as views into the frames (NFs on aggregated frames: copied only when an NF changes a packet)",
+                    (true, _) => "by copying each packet out, and by the last stage as views into the frames (NFs on aggregated frames: copied only when an NF changes a packet)",
+                };
                 s.push_str(&format!(
-                    "  aggregation (PA-Flow): stage 1's ring into stage 2 carries each batch's packets for a node packed in aggregated frames of up to {} B (at most stage 1's buffer), unpacked by stage 2 {}; a lone packet goes as it is\n",
+                    "  aggregation (PA-Flow): {rings} each batch's packets for a node packed in aggregated frames of up to {} B (at most stage 1's buffer), unpacked by the next stage {views}; a lone packet goes as it is\n",
                     crate::optimise::aggregate::stages::SIZE,
-                    if self.aggregate_views {
-                        "as views into the frames (NFs on aggregated frames: copied only when an NF changes a packet)"
-                    } else {
-                        "by copying each packet out"
-                    }
                 ));
             }
         }

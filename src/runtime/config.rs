@@ -80,11 +80,13 @@ pub struct ChainConfig {
     /// Parallel NFs: consecutive NFs whose profiles allow it run on two threads
     /// (`parallel.rs`, `join.rs`); default false.
     pub parallel: Option<bool>,
-    /// PA-Flow between in-process stages: stage 1's ring carries the packets of each
-    /// batch packed into aggregated frames, unpacked by stage 2 (docs/paflow.md).
+    /// PA-Flow between in-process stages: every ring between stages carries the packets
+    /// of each batch packed into aggregated frames, unpacked by the next stage
+    /// (docs/paflow.md).
     pub aggregate_stages: Option<bool>,
-    /// With `aggregate_stages`: stage 2's NFs work on the packets as views into the
-    /// aggregated frames (PA-Flow's "NFs on aggregated frames"), copied only if changed.
+    /// With `aggregate_stages`: the last stage's NFs work on the packets as views into
+    /// the aggregated frames (PA-Flow's "NFs on aggregated frames"), copied only if
+    /// changed.
     pub aggregate_views: Option<bool>,
     /// Pipelined prefetching: the first cache line of the first k packets of a batch,
     /// then packet i + k while NFs work on i (0 = off, the default).

@@ -239,8 +239,8 @@ impl Summary {
         }
         if let Some(a) = &self.aggregate_stages {
             s.push_str(&format!(
-                "  stage 1 ring aggregates (PA-Flow): {} frames holding {} packets, {} packets sent as they are\n",
-                a.frames, a.aggregated, a.plain
+                "  rings between stages aggregate (PA-Flow): {} frames holding {} packets, {} packets sent as they are, {} waits for the next stage\n",
+                a.frames, a.aggregated, a.plain, a.supply_waits
             ));
         }
         if let Some(f) = &self.fastpath {

@@ -176,7 +176,8 @@ impl Chain {
         let batches = stages * (self.nodes.len() + 3) * cap * std::mem::size_of::<Packet>();
         // Stages: stage 1's pool covers what the rings hold; the rings hold references.
         let (count, rings) = if stages > 1 {
-            let n = super::stage::pool_buffers(pool_buffers(false), stages, self.ring);
+            let n = super::stage::pool_buffers(pool_buffers(false), stages, self.ring)
+                + super::stage::supply_buffers(self); // PA-Flow
             let slots = (stages - 1) * ((self.ring + 2) * 24 + 2 * 2 * n * 16);
             (n, slots)
         } else {
@@ -184,12 +185,9 @@ impl Chain {
         };
         // Parallel groups: a batch of shadow buffers each, in every stage's walk.
         let shadows = stages * self.groups.len() * Pool::bytes(cap, max_packet);
-        // PA-Flow: stage 2's unpacking stock, and the frame each aggregating port packs.
-        let paflow = if self.aggregate_stages {
-            crate::optimise::aggregate::stages::stock_bytes(max_packet)
-        } else {
-            0
-        } + self
+        // PA-Flow: the frame each aggregating port packs (between stages, frames and the
+        // packets' buffers on the supply rings are stage 1's pool buffers, counted above).
+        let paflow = self
             .port_specs
             .iter()
             .filter_map(|p| p.aggregate)

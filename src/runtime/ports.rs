@@ -202,17 +202,14 @@ pub fn specs(c: &ChainConfig) -> Result<Vec<PortSpec>, ConfigError> {
             (_, Some(_)) => return Err(bad("`aggregate_size` needs `aggregate = true`".into())),
             _ => None,
         };
-        if aggregate.is_some() && matches!(kind, PortKind::AfXdp(_)) {
-            // Its UMEM frames are smaller than an aggregate.
-            return Err(bad(
-                "`aggregate` is not supported on af_xdp ports yet: use kind = \"af_packet\"".into(),
-            ));
-        }
         let mut kind = kind;
-        if let (Some(_), PortKind::AfPacket(c)) = (aggregate, &mut kind) {
-            // The aggregating port keeps received frames across `recv` calls while it
-            // unpacks them: views of the ring would outlive the blocks they point into.
-            c.rx = RxMode::Copy;
+        // PA-Flow: the aggregating port keeps received frames across `recv` calls while
+        // it unpacks them: views of the ring (or UMEM) would outlive the memory they
+        // point into, so its live port copies.
+        match (aggregate, &mut kind) {
+            (Some(_), PortKind::AfPacket(c)) => c.rx = RxMode::Copy,
+            (Some(_), PortKind::AfXdp(c)) => c.rx = RxMode::Copy,
+            _ => {}
         }
         let views = p.aggregate_views == Some(true);
         if views && aggregate.is_none() {
@@ -237,30 +234,32 @@ pub fn probe(specs: &[PortSpec]) -> Result<(), String> {
     for s in specs {
         if let PortKind::AfPacket(c) = &s.kind {
             af_packet::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
-            mtu_fits(s, c)?;
+            mtu_fits(s, &c.iface, "af_packet")?;
         }
         if let PortKind::AfXdp(c) = &s.kind {
             af_xdp::probe(&c.iface).map_err(|e| format!("port `{}`: {e}", s.name))?;
+            mtu_fits(s, &c.iface, "af_xdp")?;
         }
     }
     Ok(())
 }
 
 /// An aggregated frame must pass the interface: refused at start rather than lost.
-fn mtu_fits(s: &PortSpec, c: &AfPacketConfig) -> Result<(), String> {
+fn mtu_fits(s: &PortSpec, iface: &str, kind: &str) -> Result<(), String> {
     let Some(size) = s.aggregate else {
         return Ok(());
     };
-    // AF_PACKET's send staging holds frames up to 9,234 B (`TX_FRAME` in
-    // io/af_packet.rs); larger aggregates would all be tx errors.
-    const AF_PACKET_TX_FRAME: usize = 9216 + 18;
-    if size > AF_PACKET_TX_FRAME {
+    // AF_PACKET's send staging and AF_XDP's largest send both take frames up to 9,234 B
+    // (`TX_FRAME` in io/af_packet.rs, `TX_MAX` in io/af_xdp.rs); larger aggregates
+    // would all be tx errors.
+    const LIVE_TX_FRAME: usize = 9216 + 18;
+    if size > LIVE_TX_FRAME {
         return Err(format!(
-            "port `{}`: aggregate_size {size} B is more than an af_packet port sends ({AF_PACKET_TX_FRAME} B): set `aggregate_size = {AF_PACKET_TX_FRAME}` or less",
+            "port `{}`: aggregate_size {size} B is more than an {kind} port sends ({LIVE_TX_FRAME} B): set `aggregate_size = {LIVE_TX_FRAME}` or less",
             s.name
         ));
     }
-    let path = format!("/sys/class/net/{}/mtu", c.iface);
+    let path = format!("/sys/class/net/{iface}/mtu");
     let Some(mtu) = std::fs::read_to_string(&path)
         .ok()
         .and_then(|t| t.trim().parse::<usize>().ok())
@@ -271,9 +270,9 @@ fn mtu_fits(s: &PortSpec, c: &AfPacketConfig) -> Result<(), String> {
         return Err(format!(
             "port `{}`: aggregate_size {size} B is more than {}'s MTU {mtu} allows ({} B): raise it (`ip link set {} mtu {}`) or set `aggregate_size = {}`",
             s.name,
-            c.iface,
+            iface,
             mtu + 14,
-            c.iface,
+            iface,
             size - 14,
             (mtu + 14).max(aggregate::MIN_SIZE)
         ));
@@ -310,10 +309,24 @@ pub fn open(specs: &[PortSpec], rate: Option<Rate>) -> anyhow::Result<Vec<Box<dy
         let e = |e: String| anyhow::anyhow!("port `{}`: {e}", s.name);
         let port: Box<dyn Port> = match &s.kind {
             PortKind::AfPacket(c) => {
-                mtu_fits(s, c).map_err(|x| anyhow::anyhow!("{x}"))?;
+                mtu_fits(s, &c.iface, "af_packet").map_err(|x| anyhow::anyhow!("{x}"))?;
                 Box::new(AfPacket::open(c).map_err(|x| e(x.to_string()))?)
             }
-            PortKind::AfXdp(c) => Box::new(AfXdp::open(c).map_err(|x| e(x.to_string()))?),
+            PortKind::AfXdp(c) => {
+                mtu_fits(s, &c.iface, "af_xdp").map_err(|x| anyhow::anyhow!("{x}"))?;
+                let x = AfXdp::open(c).map_err(|x| e(x.to_string()))?;
+                // PA-Flow: an aggregate larger than one UMEM frame needs scatter-gather.
+                if let Some(size) = s.aggregate.filter(|&n| n > af_xdp::ONE_FRAME) {
+                    anyhow::ensure!(
+                        x.scatter_gather(),
+                        "port `{}`: this kernel has no AF_XDP scatter-gather (XDP_USE_SG, 6.6+), so af_xdp sends at most {} B: set `aggregate_size = {}` or less (not {size})",
+                        s.name,
+                        af_xdp::ONE_FRAME,
+                        af_xdp::ONE_FRAME
+                    );
+                }
+                Box::new(x)
+            }
             PortKind::Pcap {
                 read,
                 write,

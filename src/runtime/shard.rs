@@ -438,6 +438,7 @@ pub fn sum(parts: Vec<(Summary, Option<usize>)>, seconds: f64) -> Summary {
             a.frames += b.frames;
             a.aggregated += b.aggregated;
             a.plain += b.plain;
+            a.supply_waits += b.supply_waits;
         }
         if let (Some(a), Some(b)) = (s.fastpath.as_mut(), p.fastpath) {
             a.hits += b.hits;

@@ -32,7 +32,7 @@ use super::control::Reply;
 use super::ring::{give_back, take_back, Idle, Msg, Out};
 use super::walk::Walk;
 use crate::nfs::{Context, Nf, Profile};
-use crate::optimise::aggregate::{StagePacker, StageUnpacker};
+use crate::optimise::aggregate::{StageCounters, StagePacker, StageUnpacker};
 use crate::packet::{Batch, Packet, Pool, MAX_BATCH};
 
 /// Default ring size, in packets.
@@ -182,13 +182,31 @@ fn shell(chain: &mut Chain, stage_of: &[usize], s: usize) -> Chain {
     }
 }
 
+/// PA-Flow (`aggregate_stages`): the buffers the supply rings beside the forward rings
+/// may hold (the packets of frames in flight, `optimise/aggregate/stages.rs`), which
+/// stage 1's pool needs on top of [`pool_buffers`]; 0 without aggregation.
+pub fn supply_buffers(chain: &Chain) -> usize {
+    if chain.aggregate_stages {
+        (chain.stages() - 1) * supply_ring(chain.ring)
+    } else {
+        0
+    }
+}
+
+/// PA-Flow: a supply ring's size, the forward ring's.
+fn supply_ring(ring: usize) -> usize {
+    ring + 2
+}
+
 /// The buffers stage 1's pool needs so that it never runs short while later stages
 /// hold packets: its own, what every ring holds, and a chunk in every stage.
 pub fn pool_buffers(base: usize, stages: usize, ring: usize) -> usize {
     base + (stages - 1) * (ring + 2) + stages * MAX_BATCH
 }
 
-type Ended = Result<Walk, Failure>;
+/// A later stage's walk when it ended well, with what its ring onward aggregated
+/// (PA-Flow, `aggregate_stages`).
+type Ended = Result<(Walk, Option<StageCounters>), Failure>;
 
 /// Why a stage stopped.
 struct Failure {
@@ -218,7 +236,8 @@ impl Staged {
     pub fn split(chain: &mut Chain, max_packet: usize) -> Staged {
         let stage_of = chain.stage_of.clone();
         let count = stage_of.iter().copied().max().unwrap_or(0) + 1;
-        let total = pool_buffers(super::limits::pool_buffers(false), count, chain.ring);
+        let total = pool_buffers(super::limits::pool_buffers(false), count, chain.ring)
+            + supply_buffers(chain); // PA-Flow
         let names = (0..count)
             .map(|s| {
                 chain
@@ -283,7 +302,7 @@ impl Staged {
             super::limits::pool_buffers(false),
             self.waiting.len() + 1,
             self.ring,
-        );
+        ) + supply_buffers(&w.chain); // PA-Flow
         w.pool = Pool::new(total, max_packet);
         w.mine = self.stage_of.iter().map(|&t| t == 0).collect();
     }
@@ -307,16 +326,22 @@ impl Staged {
         }
         // Ring s leads into stage s + 1.
         let mut rxs = Vec::with_capacity(walks.len());
+        // PA-Flow: each aggregating ring's supply ring (the packed packets' buffers).
+        let mut supplies: Vec<Option<Consumer<Packet>>> = Vec::with_capacity(walks.len());
         for s in 0..walks.len() {
             let (tx, rx) = RingBuffer::new(self.ring + 2);
             let mut out = Some(Out::new(tx));
             out.as_mut().expect("made above").lossy = self.lossy;
-            if s == 0 && first.chain.aggregate_stages && walks.len() == 1 && !self.lossy {
-                // PA-Flow hook: stage 1's ring carries aggregated frames.
+            supplies.push(None);
+            if first.chain.aggregate_stages && !self.lossy {
+                // PA-Flow hook: every ring between stages carries aggregated frames.
+                let (stx, srx) = RingBuffer::new(supply_ring(self.ring));
                 out.as_mut().expect("made above").agg = Some(StagePacker::new(
                     first.pool.max_packet(),
                     first.spare.capacity(),
+                    stx,
                 ));
+                supplies[s] = Some(srx);
             }
             if s == 0 {
                 first.out = out;
@@ -340,15 +365,12 @@ impl Staged {
             w.sink_seqs = first.sink_seqs;
             let (bt, br) = RingBuffer::new(2 * total);
             self.back.push(br);
-            // PA-Flow hook: stage 2 unpacks what stage 1's ring carries aggregated.
-            let unpack =
-                (s == 1 && first.out.as_ref().is_some_and(|o| o.agg.is_some())).then(|| {
-                    StageUnpacker::new(
-                        first.pool.max_packet(),
-                        2 * total,
-                        first.chain.aggregate_views,
-                    )
-                });
+            // PA-Flow hook: stage s + 1 unpacks what the ring into it carries aggregated;
+            // as views only if it is the last (it frees every packet of a chunk).
+            let last = s == self.stage_of.iter().copied().max().unwrap_or(0);
+            let unpack = supplies[k]
+                .take()
+                .map(|srx| StageUnpacker::new(srx, 2 * total, first.chain.aggregate_views && last));
             let t = std::thread::Builder::new()
                 .name(format!("catena-stage{}", s + 1))
                 .spawn(move || run(w, rx, bt, unpack))
@@ -382,6 +404,8 @@ impl Staged {
     pub fn join(&mut self, first: &mut Walk) -> anyhow::Result<()> {
         self.agg = first.out.as_ref().and_then(|o| o.agg.as_ref()).map(|a| a.c);
         first.out = None;
+        // PA-Flow: the later rings' counts are added as their stages are joined.
+        let mut agg = self.agg;
         let mut ended = Vec::new();
         for t in self.threads.drain(..) {
             ended.push(t.join().unwrap_or_else(|_| {
@@ -400,7 +424,13 @@ impl Staged {
         for (k, e) in ended.into_iter().enumerate() {
             let s = k + 1;
             match e {
-                Ok(mut w) => {
+                Ok((mut w, ring)) => {
+                    if let (Some(a), Some(r)) = (agg.as_mut(), ring) {
+                        a.frames += r.frames;
+                        a.aggregated += r.aggregated;
+                        a.plain += r.plain;
+                        a.supply_waits += r.supply_waits;
+                    }
                     for i in 0..first.chain.nodes.len() {
                         // Summed: a node is counted by its own stage, and (live) its
                         // `ring-full` drops by the stage before the full ring.
@@ -427,6 +457,7 @@ impl Staged {
                 }
             }
         }
+        self.agg = agg;
         match cause.or(any) {
             Some(e) => anyhow::bail!("{e}"),
             None => Ok(()),
@@ -445,12 +476,17 @@ fn run(
     let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
         serve(&mut w, rx, &mut back, unpack.as_mut())
     }));
+    // PA-Flow: what the ring onward aggregated (its spare frames back to the pool).
+    let ring = w.out.as_mut().and_then(|o| o.agg.as_mut()).map(|a| {
+        a.release(&mut w.pool);
+        a.c
+    });
     // Closing the ring onward lets the next stage finish (or notice this one stopped).
     w.out = None;
     match r {
         Ok(Ok(())) => {
             give_back(&mut w.pool, &mut back);
-            Ok(w)
+            Ok((w, ring))
         }
         Ok(Err(f)) => Err(f),
         Err(p) => Err(Failure {
@@ -494,14 +530,22 @@ fn serve(
             match m {
                 Msg::Pkt(node, p) => w.inbox[node as usize].push(p),
                 // PA-Flow hook (optimise/aggregate/stages.rs): the frame's packets join
-                // the node's inbox in order; the frame's buffer goes back to stage 1.
+                // the node's inbox in order; the frame's buffer is kept to pack the ring
+                // onward, else goes back to stage 1.
                 Msg::Agg(node, f) => match unpack.as_deref_mut() {
-                    Some(u) => u
-                        .unpack(f, &mut w.inbox[node as usize], &mut w.pool)
-                        .map_err(|e| Failure {
-                            msg: format!("stopped: {e}"),
-                            downstream: false,
-                        })?,
+                    Some(u) => {
+                        let f = u
+                            .unpack(f, &mut w.inbox[node as usize], &mut w.pool)
+                            .map_err(|e| Failure {
+                                msg: format!("stopped: {e}"),
+                                downstream: false,
+                            })?;
+                        match (f, w.out.as_mut().and_then(|o| o.agg.as_mut())) {
+                            (Some(f), Some(a)) => a.keep_frame(f, &mut w.pool),
+                            (Some(f), None) => w.pool.free(f),
+                            (None, _) => {}
+                        }
+                    }
                     None => w.pool.free(f),
                 },
                 Msg::End { shift } => {
@@ -517,8 +561,12 @@ fn serve(
                         o.end(shift).map_err(|_| gone())?;
                     }
                     if let Some(u) = unpack.as_deref_mut() {
-                        // PA-Flow hook: the buffers the frames' packets took come back.
+                        // PA-Flow hook: the frames the chunk's packets viewed come back.
                         u.reclaim(&mut w.pool);
+                    }
+                    if let Some(a) = w.out.as_mut().and_then(|o| o.agg.as_mut()) {
+                        // PA-Flow hook: spare frames not packed into go back.
+                        a.release(&mut w.pool);
                     }
                     give_back(&mut w.pool, back);
                 }

@@ -8,9 +8,15 @@
 //! PA-Flow; a stage copies a received aggregate's packets out) and `aggregate+nf`
 //! (PA-Flow's third bar: also `aggregate_views = true`, so a stage's NFs work on the
 //! received aggregate's packets as views into the frame, and what leaves is re-packed).
-//! The in-process table (2 stages on a ring) has the same three modes.
+//! The in-process table (2 and 3 stages on rings, every ring aggregating) has the same
+//! three modes.
 //!
-//! Needs root (namespaces, AF_PACKET). On a small shared machine every stage process and
+//! Ports: every size on `af_packet` (TPACKET_V3, whose 1 ms block timeout sets a ~1 ms
+//! latency floor per hop at low rates), and 64 B again on `af_xdp` (each packet handed
+//! over at once), where latency at a low rate is measured to the microsecond: the
+//! stages' ports and the bench's own sender and receiver are all of the row's kind.
+//!
+//! Needs root (namespaces, AF_PACKET, AF_XDP). On a small shared machine every stage process and
 //! the bench's sender and receiver compete for the same cores: the figures say what this
 //! machine does, and the rates used for latency are scaled to it.
 
@@ -23,13 +29,16 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use catena::io::{AfPacket, AfPacketConfig, Port, Recv};
+use catena::io::{AfPacket, AfPacketConfig, AfXdp, AfXdpConfig, Port, Recv};
 use catena::packet::{Batch, Pool, MAX_BATCH};
 
 use super::{median, print_table, write_results, Args};
 
 const SIZES: &[usize] = &[64, 128, 256, 512, 1024, 1500];
 const MODES: &[&str] = &["off", "aggregate", "aggregate+nf"];
+/// Port kinds of the stages (and of the bench's sender and receiver); `af_xdp` rows are
+/// 64 B only (throughput and the two latency rates).
+const PORTS: &[&str] = &["af_packet", "af_xdp"];
 /// Offered rates for the latency rows (packets per second): low enough that nothing
 /// queues, and high enough that batches form on this machine.
 const LOW_RATE: u64 = 10_000;
@@ -42,6 +51,8 @@ struct Row {
     stages: usize,
     size: usize,
     mode: String,
+    /// Port kind of every veth end: `af_packet` or `af_xdp`.
+    port: String,
     /// Offered rate in packets per second; 0 for "as fast as the sender goes".
     offered_pps: u64,
     sent: u64,
@@ -113,7 +124,12 @@ fn mono_ns() -> u64 {
 
 /// Builds `stages` stage processes; returns the topology and the bench's two veth ends
 /// (send into the chain, receive from it), which live in namespace `names[0]`.
-fn build(stages: usize, mode: &str, tag: &str) -> anyhow::Result<(Topology, String, String)> {
+fn build(
+    stages: usize,
+    mode: &str,
+    kind: &str,
+    tag: &str,
+) -> anyhow::Result<(Topology, String, String)> {
     let aggregate = mode != "off";
     let views = mode == "aggregate+nf";
     let mut t = Topology {
@@ -156,7 +172,7 @@ fn build(stages: usize, mode: &str, tag: &str) -> anyhow::Result<(Topology, Stri
             ""
         };
         let chain = format!(
-            "[[port]]\nname = \"in\"\nkind = \"af_packet\"\niface = \"{}\"\naggregate = {agg_in}\n{views}\n[[port]]\nname = \"out\"\nkind = \"af_packet\"\niface = \"{}\"\naggregate = {agg_out}\n\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+            "[[port]]\nname = \"in\"\nkind = \"{kind}\"\niface = \"{}\"\naggregate = {agg_in}\n{views}\n[[port]]\nname = \"out\"\nkind = \"{kind}\"\niface = \"{}\"\naggregate = {agg_out}\n\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
             ends[k - 1].1, ends[k].0
         );
         let path = dir.join(format!("{tag}s{k}.toml"));
@@ -186,11 +202,14 @@ fn build(stages: usize, mode: &str, tag: &str) -> anyhow::Result<(Topology, Stri
     Ok((t, ends[0].0.clone(), ends[stages].1.clone()))
 }
 
-/// Between in-process stages (`aggregate_stages`, docs/paflow.md): a 2-stage chain of
-/// `wire` NFs on one ring replays `count` generated packets of each size, aggregation
-/// off and on; Mpps is the run's own (`Summary::mpps`), the median of `runs`.
+/// Between in-process stages (`aggregate_stages`, docs/paflow.md): a chain of 2 or 3
+/// `wire` NFs, one per stage, on rings replays `count` generated packets of each size,
+/// aggregation off and on; Mpps is the run's own (`Summary::mpps`), the median of
+/// `runs`. `aggregated_pct` is the share of the packets crossing rings (every ring) that
+/// crossed inside frames.
 #[derive(Serialize, Clone)]
 struct InProcessRow {
+    stages: usize,
     size: usize,
     mode: String,
     packets: u64,
@@ -205,8 +224,11 @@ fn in_process(a: &Args, count: u64) -> anyhow::Result<Vec<InProcessRow>> {
     use catena::packet::LinkKind;
     use catena::runtime::{Chain, NoProgress, RunOptions, Runner};
     let mut rows = Vec::new();
-    for &size in SIZES {
-        let name = format!("in-process {size}");
+    for (stages, &size) in [2usize, 3]
+        .into_iter()
+        .flat_map(|k| SIZES.iter().map(move |s| (k, s)))
+    {
+        let name = format!("in-process {stages} {size}");
         if !a.only.is_empty() && !a.only.iter().any(|o| name.contains(o.as_str())) {
             continue;
         }
@@ -230,15 +252,15 @@ fn in_process(a: &Args, count: u64) -> anyhow::Result<Vec<InProcessRow>> {
             let mut v = Vec::new();
             let mut last = None;
             for _ in 0..a.runs.max(1) {
-                let nfs: Vec<(String, Box<dyn Nf>)> = vec![
-                    ("a".into(), Box::new(Wire::new())),
-                    ("b".into(), Box::new(Wire::new())),
-                ];
+                let names: Vec<String> = (0..stages).map(|k| format!("w{k}")).collect();
+                let nfs: Vec<(String, Box<dyn Nf>)> = names
+                    .iter()
+                    .map(|n| (n.clone(), Box::new(Wire::new()) as Box<dyn Nf>))
+                    .collect();
                 // Two ports: `wire` sends port 0's packets out of port 1 and back.
                 let mut chain = Chain::linear("paflow", 2, 1, nfs);
-                chain
-                    .set_stages(&[vec!["a".into()], vec!["b".into()]])
-                    .map_err(anyhow::Error::msg)?;
+                let groups: Vec<Vec<String>> = names.iter().map(|n| vec![n.clone()]).collect();
+                chain.set_stages(&groups).map_err(anyhow::Error::msg)?;
                 chain
                     .set_aggregate_stages(mode != "off")
                     .map_err(anyhow::Error::msg)?;
@@ -258,11 +280,13 @@ fn in_process(a: &Args, count: u64) -> anyhow::Result<Vec<InProcessRow>> {
             let s = last.ok_or_else(|| anyhow::anyhow!("no run"))?;
             let agg = s.aggregate_stages.unwrap_or_default();
             rows.push(InProcessRow {
+                stages,
                 size,
                 mode: mode.to_string(),
                 packets: s.packets_in,
                 mpps: median(&mut v),
-                aggregated_pct: 100.0 * agg.aggregated as f64 / s.packets_in.max(1) as f64,
+                aggregated_pct: 100.0 * agg.aggregated as f64
+                    / (agg.aggregated + agg.plain).max(1) as f64,
                 frames: agg.frames,
             });
         }
@@ -311,16 +335,27 @@ fn tv_ns(t: libc::timeval) -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000
 }
 
+/// Opens the bench's own port on `iface`: of the row's kind, so that its receiving end
+/// adds no block timeout of its own in `af_xdp` rows.
+fn open_port(kind: &str, iface: &str) -> anyhow::Result<Box<dyn Port>> {
+    Ok(if kind == "af_xdp" {
+        Box::new(AfXdp::open(&AfXdpConfig::new(iface))?)
+    } else {
+        Box::new(AfPacket::open(&AfPacketConfig::new(iface))?)
+    })
+}
+
 /// Sends `count` packets of `size` bytes at `pps` (0: as fast as possible) into `tx_if`
-/// and receives them on `rx_if`, both in namespace `ns`.
+/// and receives them on `rx_if`, both in namespace `ns`, on ports of `kind`.
 fn measure(
     ns: &str,
-    tx_if: &str,
-    rx_if: &str,
+    (tx_if, rx_if, kind): (&str, &str, &str),
     size: usize,
     count: u64,
     pps: u64,
 ) -> anyhow::Result<Measured> {
+    let kind_rx = kind.to_string();
+    let kind_tx = kind.to_string();
     let ns_rx = ns.to_string();
     let rx_if = rx_if.to_string();
     let sending = Arc::new(AtomicBool::new(true));
@@ -328,7 +363,7 @@ fn measure(
     let (s2, r2) = (sending.clone(), ready.clone());
     let rx = std::thread::spawn(move || -> anyhow::Result<(u64, f64, Vec<u64>, u64)> {
         enter(&ns_rx)?;
-        let mut port = AfPacket::open(&AfPacketConfig::new(&rx_if))?;
+        let mut port = open_port(&kind_rx, &rx_if)?;
         r2.store(1, Ordering::Release);
         let mut pool = Pool::new(4 * MAX_BATCH, 2048);
         let mut b = Batch::new();
@@ -355,7 +390,15 @@ fn measure(
             if !s2.load(Ordering::Acquire) && idle_since.elapsed() > Duration::from_millis(300) {
                 break;
             }
-            std::thread::sleep(Duration::from_micros(50));
+            // Woken as soon as a packet (AF_XDP) or a block (AF_PACKET) is ready, so the
+            // receiver adds no sleep of its own to the latency.
+            let mut fds = [libc::pollfd {
+                fd: port.fd().unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            // SAFETY: one initialised pollfd; a 1 ms timeout (to see the sender end).
+            unsafe { libc::poll(fds.as_mut_ptr(), 1, 1) };
         }
         let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
         Ok((lat.len() as u64, secs, lat, thread_cpu_ns()))
@@ -367,7 +410,7 @@ fn measure(
     let tx_if = tx_if.to_string();
     let tx = std::thread::spawn(move || -> anyhow::Result<(u64, u64)> {
         enter(&ns_tx)?;
-        let mut port = AfPacket::open(&AfPacketConfig::new(&tx_if))?;
+        let mut port = open_port(&kind_tx, &tx_if)?;
         let mut buf = vec![0u8; size];
         let start = Instant::now();
         let mut i = 0u64;
@@ -462,7 +505,12 @@ fn stop(mut t: Topology, stages: usize) -> Stages {
     }
 }
 
-fn row(stages: usize, size: usize, mode: &str, pps: u64, m: &mut Measured, st: Stages) -> Row {
+fn row(
+    (stages, size, mode, port): (usize, usize, &str, &str),
+    pps: u64,
+    m: &mut Measured,
+    st: Stages,
+) -> Row {
     let mpps = if m.secs > 0.0 {
         m.received as f64 / m.secs / 1e6
     } else {
@@ -473,6 +521,7 @@ fn row(stages: usize, size: usize, mode: &str, pps: u64, m: &mut Measured, st: S
         stages,
         size,
         mode: mode.to_string(),
+        port: port.to_string(),
         offered_pps: pps,
         sent: m.sent,
         received: m.received,
@@ -503,37 +552,51 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     let tag = format!("pf{}", std::process::id() % 100_000);
     let mut rows = Vec::new();
     for stages in 1..=3usize {
-        for &mode in MODES {
-            for &size in SIZES {
-                let only = &a.only;
-                let name = format!("{stages} {size} {mode}");
-                if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
-                    continue;
-                }
-                let mut best: Vec<Row> = Vec::new();
-                for _ in 0..a.runs {
-                    let (t, tx, rx) = build(stages, mode, &tag)?;
-                    let ns = t.names[0].clone();
-                    let mut m = measure(&ns, &tx, &rx, size, count, 0)?;
-                    let agg = stop(t, stages);
-                    best.push(row(stages, size, mode, 0, &mut m, agg));
-                }
-                let mut mp: Vec<f64> = best.iter().map(|r| r.mpps).collect();
-                let med = median(&mut mp);
-                let r = best
-                    .iter()
-                    .min_by(|x, y| (x.mpps - med).abs().total_cmp(&(y.mpps - med).abs()))
-                    .cloned()
-                    .ok_or_else(|| anyhow::anyhow!("no run"))?;
-                rows.push(r);
-                if size == 64 {
-                    for pps in [LOW_RATE, HIGH_RATE] {
-                        let (t, tx, rx) = build(stages, mode, &tag)?;
+        for &kind in PORTS {
+            for &mode in MODES {
+                // af_xdp: 64 B only (its rows are for latency to the µs).
+                let sizes = if kind == "af_xdp" { &SIZES[..1] } else { SIZES };
+                for &size in sizes {
+                    let only = &a.only;
+                    let name = format!("{stages} {size} {mode} {kind}");
+                    if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+                        continue;
+                    }
+                    let id = (stages, size, mode, kind);
+                    let mut best: Vec<Row> = Vec::new();
+                    for _ in 0..a.runs {
+                        let (t, tx, rx) = build(stages, mode, kind, &tag)?;
                         let ns = t.names[0].clone();
-                        let n = (pps / 2).min(count);
-                        let mut m = measure(&ns, &tx, &rx, size, n, pps)?;
+                        let mut m = measure(&ns, (&tx, &rx, kind), size, count, 0)?;
                         let agg = stop(t, stages);
-                        rows.push(row(stages, size, mode, pps, &mut m, agg));
+                        best.push(row(id, 0, &mut m, agg));
+                    }
+                    let mut mp: Vec<f64> = best.iter().map(|r| r.mpps).collect();
+                    let med = median(&mut mp);
+                    let r = best
+                        .iter()
+                        .min_by(|x, y| (x.mpps - med).abs().total_cmp(&(y.mpps - med).abs()))
+                        .cloned()
+                        .ok_or_else(|| anyhow::anyhow!("no run"))?;
+                    rows.push(r);
+                    if size == 64 {
+                        for pps in [LOW_RATE, HIGH_RATE] {
+                            // `runs` runs; the one of median p50 is reported.
+                            let mut lat: Vec<Row> = Vec::new();
+                            for _ in 0..a.runs {
+                                let (t, tx, rx) = build(stages, mode, kind, &tag)?;
+                                let ns = t.names[0].clone();
+                                let n = (pps / 2).min(count);
+                                let mut m = measure(&ns, (&tx, &rx, kind), size, n, pps)?;
+                                let agg = stop(t, stages);
+                                lat.push(row(id, pps, &mut m, agg));
+                            }
+                            lat.sort_by(|x, y| x.latency_p50_us.total_cmp(&y.latency_p50_us));
+                            let mid = lat.len() / 2;
+                            if let Some(r) = lat.into_iter().nth(mid) {
+                                rows.push(r);
+                            }
+                        }
                     }
                 }
             }
@@ -543,6 +606,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "stages",
         "size",
         "mode",
+        "port",
         "offered",
         "sent",
         "received",
@@ -563,6 +627,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 r.stages.to_string(),
                 r.size.to_string(),
                 r.mode.clone(),
+                r.port.clone(),
                 if r.offered_pps == 0 {
                     "top".into()
                 } else {
@@ -587,7 +652,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .collect();
     write_results(a, "paflow", &header, &table, &rows)?;
     let ih = [
-        "in-process",
+        "in-process stages",
         "size",
         "mode",
         "packets",
@@ -599,7 +664,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .iter()
         .map(|r| {
             vec![
-                "2 stages".into(),
+                r.stages.to_string(),
                 r.size.to_string(),
                 r.mode.clone(),
                 r.packets.to_string(),
@@ -620,20 +685,48 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         if !inproc.is_empty() {
             println!();
             print_table(&ih, &itable);
+            for r in inproc.iter().filter(|r| r.size == 64 && r.mode != "off") {
+                let off = inproc
+                    .iter()
+                    .find(|o| o.stages == r.stages && o.size == 64 && o.mode == "off");
+                if let Some(off) = off.filter(|o| o.mpps > 0.0) {
+                    println!(
+                        "in-process {} stages, 64 B: {}/off = {:.2}x Mpps (no per-frame cost to remove on a ring: a loss is expected)",
+                        r.stages,
+                        r.mode,
+                        r.mpps / off.mpps
+                    );
+                }
+            }
         }
         for s in 1..=3 {
-            let top = |m: &str| {
-                rows.iter()
-                    .find(|r| r.stages == s && r.size == 64 && r.mode == m && r.offered_pps == 0)
-                    .map(|r| (r.mpps, r.stage_cpu_ns_per_pkt))
-            };
-            for mode in ["aggregate", "aggregate+nf"] {
-                if let (Some(off), Some(on)) = (top("off"), top(mode)) {
-                    if off.0 > 0.0 && on.1 > 0.0 {
+            for &kind in PORTS {
+                let at = |m: &str, pps: u64| {
+                    rows.iter().find(|r| {
+                        r.stages == s
+                            && r.size == 64
+                            && r.mode == m
+                            && r.port == kind
+                            && r.offered_pps == pps
+                    })
+                };
+                for mode in ["aggregate", "aggregate+nf"] {
+                    if let (Some(off), Some(on)) = (at("off", 0), at(mode, 0)) {
+                        if off.mpps > 0.0 && on.stage_cpu_ns_per_pkt > 0.0 {
+                            println!(
+                                "{s} stage(s), 64 B, {kind}: {mode}/off = {:.2}x Mpps, {:.2}x fewer stage CPU ns per packet (PA-Flow target at 2 stages: >= 2.7x throughput)",
+                                on.mpps / off.mpps,
+                                off.stage_cpu_ns_per_pkt / on.stage_cpu_ns_per_pkt
+                            );
+                        }
+                    }
+                    if let (Some(off), Some(on)) = (at("off", LOW_RATE), at(mode, LOW_RATE)) {
                         println!(
-                            "{s} stage(s), 64 B: {mode}/off = {:.2}x Mpps, {:.2}x fewer stage CPU ns per packet (PA-Flow target at 2 stages: >= 2.7x throughput)",
-                            on.0 / off.0,
-                            off.1 / on.1
+                            "{s} stage(s), 64 B, {kind}, {} kpps: p50 {mode} {:.1} µs - off {:.1} µs = {:+.1} µs (PA-Flow target: <= +1 µs)",
+                            LOW_RATE / 1000,
+                            on.latency_p50_us,
+                            off.latency_p50_us,
+                            on.latency_p50_us - off.latency_p50_us
                         );
                     }
                 }
