@@ -121,6 +121,19 @@ fn check_prints_the_memory_and_both_commands_refuse_above_the_limit() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("use a size like 512M, 4G or bytes"));
 }
 
+#[test]
+fn live_ports_rings_count_toward_the_limit() {
+    // An AF_XDP socket pins 36 MiB of UMEM plus its rings, an AF_PACKET one maps 64 blocks
+    // of 256 KiB: 52.4 MiB together, refused before any interface is looked up.
+    let chain = "[[port]]\nname = \"a\"\nkind = \"af_xdp\"\niface = \"nosuch0\"\n\n\
+                 [[port]]\nname = \"b\"\nkind = \"af_packet\"\niface = \"nosuch1\"\n\n\
+                 [[nf]]\nname = \"w\"\nkind = \"wire\"\n";
+    refused(
+        &catena(chain, &["check", "--max-memory", "40M"]),
+        "(the largest part: the live ports' rings, 52.4 MiB)",
+    );
+}
+
 /// NF tables holding the parameters each kind needs besides the one tested.
 fn nf_with(kind: &str, param: &str, value: &str) -> String {
     let extra = match kind {

@@ -82,6 +82,15 @@ impl std::str::FromStr for TxMode {
 }
 
 impl AfPacketConfig {
+    /// What one socket maps: the RX ring's blocks, and the TX ring when sending through it.
+    pub fn memory(&self) -> usize {
+        let tx = match self.tx {
+            TxMode::Ring => RING_FRAME * RING_FRAMES,
+            TxMode::Sendmmsg => 0,
+        };
+        self.block_size as usize * self.block_nr as usize + tx
+    }
+
     pub fn new(iface: &str) -> AfPacketConfig {
         AfPacketConfig {
             iface: iface.to_string(),

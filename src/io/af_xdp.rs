@@ -35,6 +35,12 @@ pub struct AfXdpConfig {
 }
 
 impl AfXdpConfig {
+    /// What one socket pins: the UMEM, and its four rings (8-byte fill and completion
+    /// entries, 16-byte descriptors).
+    pub fn memory(&self) -> usize {
+        (FRAMES * FRAME) as usize + (RX_RING + TX_RING) as usize * (8 + 16)
+    }
+
     pub fn new(iface: &str) -> AfXdpConfig {
         AfXdpConfig {
             iface: iface.to_string(),

@@ -92,6 +92,8 @@ pub struct Memory {
     pub buffers: u64,
     /// The FastPath table, when FastPath is on.
     pub fastpath: u64,
+    /// Live ports' rings and UMEM.
+    pub ports: u64,
 }
 
 impl Memory {
@@ -102,6 +104,7 @@ impl Memory {
             .sum::<u64>()
             .saturating_add(self.buffers)
             .saturating_add(self.fastpath)
+            .saturating_add(self.ports)
     }
 
     /// One line for `catena check`: the total, then the parts (the largest NFs first).
@@ -119,6 +122,9 @@ impl Memory {
         parts.push(format!("packet buffers {}", human(self.buffers)));
         if self.fastpath > 0 {
             parts.push(format!("FastPath table {}", human(self.fastpath)));
+        }
+        if self.ports > 0 {
+            parts.push(format!("port rings {}", human(self.ports)));
         }
         format!(
             "memory: {} at most ({}); limit {} (--max-memory)",
@@ -141,6 +147,7 @@ impl Memory {
             .chain([
                 ("packet buffers".to_string(), self.buffers),
                 ("the FastPath table".to_string(), self.fastpath),
+                ("the live ports' rings".to_string(), self.ports),
             ])
             .max_by_key(|p| p.1)
             .unwrap_or_default();
@@ -196,6 +203,7 @@ impl Chain {
             nfs,
             buffers: (Pool::bytes(count, max_packet) + batches + rings + shadows + paflow) as u64,
             fastpath: self.fastpath.map_or(0, |f| Table::bytes(f.entries) as u64),
+            ports: self.port_specs.iter().map(|p| p.memory() as u64).sum(),
         }
     }
 }

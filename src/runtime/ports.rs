@@ -35,6 +35,16 @@ pub struct PortSpec {
 }
 
 impl PortSpec {
+    /// Memory the port's socket maps (rings, UMEM), per worker; pcap ports map their file
+    /// or buffer output, counted nowhere else either way and bounded by the file.
+    pub fn memory(&self) -> usize {
+        match &self.kind {
+            PortKind::AfPacket(c) => c.memory(),
+            PortKind::AfXdp(c) => c.memory(),
+            PortKind::Pcap { .. } => 0,
+        }
+    }
+
     pub fn describe(&self) -> String {
         let agg = self.aggregate.map_or(String::new(), |n| {
             let v = if self.views {
