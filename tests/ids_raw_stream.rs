@@ -9,65 +9,8 @@
 
 mod common;
 
+use common::{catena_ids_counts, suricata_alert_counts};
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
-
-fn suricata(pcap: &Path, rules: &Path, dir: &Path) -> BTreeMap<u32, u64> {
-    let o = Command::new("suricata")
-        .arg("-r")
-        .arg(pcap)
-        .arg("-S")
-        .arg(rules)
-        .arg("-l")
-        .arg(dir)
-        .args(["-k", "none", "--set", "stream.midstream=true"])
-        .args(["--set", "packet-alert-max=255"])
-        .output()
-        .expect("suricata");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut m = BTreeMap::new();
-    for l in std::fs::read_to_string(dir.join("eve.json"))
-        .unwrap()
-        .lines()
-    {
-        let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        if v["event_type"] == "alert" {
-            *m.entry(v["alert"]["signature_id"].as_u64().unwrap() as u32)
-                .or_insert(0) += 1;
-        }
-    }
-    m
-}
-
-fn ours(pcap: &Path, rules: &Path, dir: &Path) -> BTreeMap<u32, u64> {
-    let chain = dir.join("chain.toml");
-    std::fs::write(
-        &chain,
-        format!(
-            "[[nf]]\nname = \"ids\"\nkind = \"microbox\"\ntimeout = 600\n\
-             apps = [{{ kind = \"ids\", rules_file = '{}', alerts = \"ours.txt\" }}]\n",
-            rules.display()
-        ),
-    )
-    .unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_catena"))
-        .arg("run")
-        .arg(&chain)
-        .arg("-i")
-        .arg(pcap)
-        .output()
-        .expect("catena");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    std::fs::read_to_string(dir.join("ours.txt"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| {
-            let (s, n) = l.split_once(' ')?;
-            Some((s.parse().ok()?, n.parse().ok()?))
-        })
-        .collect()
-}
 
 /// Both sides' per-rule counts on `pcap` with `rules`.
 fn both(pcap: &str, rules: &str) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64>) {
@@ -75,8 +18,8 @@ fn both(pcap: &str, rules: &str) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64>) {
     let r = d.path().join("t.rules");
     std::fs::write(&r, rules).unwrap();
     let pcap = common::dataset(pcap);
-    let a = ours(&pcap, &r, d.path());
-    let b = suricata(&pcap, &r, d.path());
+    let a = catena_ids_counts(&pcap, &r, d.path());
+    let b = suricata_alert_counts(&pcap, &r, d.path());
     (a, b)
 }
 

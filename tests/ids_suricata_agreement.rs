@@ -15,63 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
-fn counts(text: &str) -> BTreeMap<u32, u64> {
-    text.lines()
-        .filter_map(|l| {
-            let (s, n) = l.split_once(' ')?;
-            Some((s.parse().ok()?, n.parse().ok()?))
-        })
-        .collect()
-}
-
-fn suricata(pcap: &Path, rules: &Path, dir: &Path) -> BTreeMap<u32, u64> {
-    let o = Command::new("suricata")
-        .arg("-r")
-        .arg(pcap)
-        .arg("-S")
-        .arg(rules)
-        .arg("-l")
-        .arg(dir)
-        .args(["-k", "none", "--set", "stream.midstream=true"])
-        .args(["--set", "packet-alert-max=255"])
-        .output()
-        .expect("suricata");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut m = BTreeMap::new();
-    for l in std::fs::read_to_string(dir.join("eve.json"))
-        .unwrap()
-        .lines()
-    {
-        let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        if v["event_type"] == "alert" {
-            *m.entry(v["alert"]["signature_id"].as_u64().unwrap() as u32)
-                .or_insert(0) += 1;
-        }
-    }
-    m
-}
-
-fn ours(pcap: &Path, rules: &Path, dir: &Path) -> BTreeMap<u32, u64> {
-    let chain = dir.join("chain.toml");
-    std::fs::write(
-        &chain,
-        format!(
-            "[[nf]]\nname = \"ids\"\nkind = \"microbox\"\ntimeout = 600\n\
-             apps = [{{ kind = \"ids\", rules_file = '{}', alerts = \"ours.txt\" }}]\n",
-            rules.display()
-        ),
-    )
-    .unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_catena"))
-        .arg("run")
-        .arg(&chain)
-        .arg("-i")
-        .arg(pcap)
-        .output()
-        .expect("catena");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    counts(&std::fs::read_to_string(dir.join("ours.txt")).unwrap())
-}
+use common::{catena_ids_counts, suricata_alert_counts};
 
 #[test]
 fn alert_counts_per_rule_agree_with_suricata() {
@@ -111,8 +55,8 @@ fn alert_counts_per_rule_agree_with_suricata() {
         let pcap = common::dataset(pcap);
         let rules = root.join("examples/ids").join(rules);
         let d = common::tempdir();
-        let a = ours(&pcap, &rules, d.path());
-        let b = suricata(&pcap, &rules, d.path());
+        let a = catena_ids_counts(&pcap, &rules, d.path());
+        let b = suricata_alert_counts(&pcap, &rules, d.path());
         let sids: BTreeSet<u32> = a.keys().chain(b.keys()).copied().collect();
         let eq = sids.iter().filter(|s| a.get(s) == b.get(s)).count();
         let (ta, tb): (u64, u64) = (a.values().sum(), b.values().sum());
@@ -168,7 +112,7 @@ fn bench_suricata_config_loads_every_rule_and_alerts_as_the_packaged_one() {
     let pcap = common::dataset("ndpi/pcap/1kxun.pcap");
     let rules = root.join("examples/ids/bench.rules");
     let d = common::tempdir();
-    let packaged = suricata(&pcap, &rules, d.path());
+    let packaged = suricata_alert_counts(&pcap, &rules, d.path());
     let bench = d.path().join("bench");
     std::fs::create_dir(&bench).unwrap();
     let o = Command::new("suricata")

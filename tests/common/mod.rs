@@ -1,6 +1,7 @@
 //! Shared by the integration tests: dataset paths, running chains, external oracles.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -77,4 +78,64 @@ pub fn packets(p: &Path) -> Vec<(u64, Vec<u8>)> {
 
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
+}
+
+// IDS per-rule alert counts, ours and Suricata's, for the agreement tests.
+
+pub fn alert_counts(text: &str) -> BTreeMap<u32, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (s, n) = l.split_once(' ')?;
+            Some((s.parse().ok()?, n.parse().ok()?))
+        })
+        .collect()
+}
+
+pub fn suricata_alert_counts(pcap: &Path, rules: &Path, dir: &Path) -> BTreeMap<u32, u64> {
+    let o = Command::new("suricata")
+        .arg("-r")
+        .arg(pcap)
+        .arg("-S")
+        .arg(rules)
+        .arg("-l")
+        .arg(dir)
+        .args(["-k", "none", "--set", "stream.midstream=true"])
+        .args(["--set", "packet-alert-max=255"])
+        .output()
+        .expect("suricata");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut m = BTreeMap::new();
+    for l in std::fs::read_to_string(dir.join("eve.json"))
+        .unwrap()
+        .lines()
+    {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        if v["event_type"] == "alert" {
+            *m.entry(v["alert"]["signature_id"].as_u64().unwrap() as u32)
+                .or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+pub fn catena_ids_counts(pcap: &Path, rules: &Path, dir: &Path) -> BTreeMap<u32, u64> {
+    let chain = dir.join("chain.toml");
+    std::fs::write(
+        &chain,
+        format!(
+            "[[nf]]\nname = \"ids\"\nkind = \"microbox\"\ntimeout = 600\n\
+             apps = [{{ kind = \"ids\", rules_file = '{}', alerts = \"ours.txt\" }}]\n",
+            rules.display()
+        ),
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .arg("run")
+        .arg(&chain)
+        .arg("-i")
+        .arg(pcap)
+        .output()
+        .expect("catena");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    alert_counts(&std::fs::read_to_string(dir.join("ours.txt")).unwrap())
 }
