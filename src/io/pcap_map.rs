@@ -186,42 +186,71 @@ impl Source for MappedPcap {
         if self.pos >= self.released + 2 * KEEP {
             self.release(self.pos - KEEP);
         }
+        // The walk keeps its state in locals (the pushes to `chunk` would otherwise make
+        // the compiler reload and store `self`'s fields per record) and prefetches
+        // through a raw pointer: this loop runs once per record.
+        let map = self.map;
+        let stop = self.first_pass.unwrap_or(u64::MAX);
+        let first = self.first_pass.is_none();
+        let (mut pos, mut fetched, mut count) = (self.pos, self.fetched, self.count);
+        let (mut ts_min, mut ts_max) = (self.ts_min, self.ts_max);
+        let mut ended = None;
+        if self.chunk.capacity() < max {
+            self.chunk.reserve(max);
+        }
         while !self.done && self.chunk.len() < max {
-            if self.first_pass == Some(self.count) {
+            if count == stop {
                 self.done = true;
                 break;
             }
-            let ahead = (self.pos + AHEAD).min(self.map.len());
-            while self.fetched < ahead {
-                prefetch(&self.map[self.fetched]);
-                self.fetched += 64;
+            let ahead = (pos + AHEAD).min(map.len());
+            while fetched < ahead {
+                prefetch(map.as_ptr().wrapping_add(fetched));
+                fetched += 64;
             }
-            if self.pos == self.map.len() {
-                if self.first_pass.is_some_and(|n| self.count < n) {
-                    self.changed_error();
-                }
-                self.done = true;
+            if pos == map.len() {
+                ended = Some(None);
                 break;
             }
-            match self.fmt.record(&self.map[self.pos..]) {
+            match self.fmt.record(&map[pos..]) {
                 // The header just read may be a zero page the SIGBUS guard put there.
-                _ if FAULTED.load(Relaxed) => self.changed_error(),
+                _ if FAULTED.load(Relaxed) => {
+                    ended = Some(Some(None));
+                    break;
+                }
                 Ok(r) => {
                     self.chunk.push(Record {
-                        off: (self.pos + r.data_off) as u64,
+                        off: (pos + r.data_off) as u64,
                         caplen: r.caplen,
                         wire_len: r.wire_len,
                         ts_ns: r.ts_ns,
                     });
-                    if self.first_pass.is_none() {
-                        self.ts_min = self.ts_min.min(r.ts_ns);
-                        self.ts_max = self.ts_max.max(r.ts_ns);
+                    if first {
+                        ts_min = ts_min.min(r.ts_ns);
+                        ts_max = ts_max.max(r.ts_ns);
                     }
-                    self.pos += r.len;
-                    self.count += 1;
+                    pos += r.len;
+                    count += 1;
                 }
-                Err(problem) => self.record_error(problem),
+                Err(problem) => {
+                    ended = Some(Some(Some(problem)));
+                    break;
+                }
             }
+        }
+        (self.pos, self.fetched, self.count) = (pos, fetched, count);
+        (self.ts_min, self.ts_max) = (ts_min, ts_max);
+        match ended {
+            // The end of the map.
+            Some(None) => {
+                if self.first_pass.is_some_and(|n| self.count < n) {
+                    self.changed_error();
+                }
+                self.done = true;
+            }
+            Some(Some(None)) => self.changed_error(),
+            Some(Some(Some(problem))) => self.record_error(problem),
+            None => {}
         }
         if self.first_ts.is_none() {
             self.first_ts = self.chunk.first().map(|r| r.ts_ns);
@@ -282,13 +311,12 @@ impl Source for MappedPcap {
 }
 
 #[inline(always)]
-fn prefetch(b: &u8) {
+fn prefetch(b: *const u8) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch has no architectural effect; the address is a valid reference.
+    // SAFETY: a prefetch has no architectural effect (it never faults, whatever the
+    // address); callers pass addresses inside the map or its last page.
     unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-            b as *const u8 as *const i8,
-        )
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(b as *const i8)
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = b;
