@@ -204,9 +204,14 @@ impl Source for MappedPcap {
                 break;
             }
             let ahead = (pos + AHEAD).min(map.len());
+            // Four lines a step: the same lines, a quarter of the loop's branches.
             while fetched < ahead {
-                prefetch(map.as_ptr().wrapping_add(fetched));
-                fetched += 64;
+                let at = map.as_ptr().wrapping_add(fetched);
+                prefetch(at);
+                prefetch(at.wrapping_add(64));
+                prefetch(at.wrapping_add(128));
+                prefetch(at.wrapping_add(192));
+                fetched += 256;
             }
             if pos == map.len() {
                 ended = Some(None);
@@ -314,7 +319,7 @@ impl Source for MappedPcap {
 fn prefetch(b: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch has no architectural effect (it never faults, whatever the
-    // address); callers pass addresses inside the map or its last page.
+    // address); callers pass addresses inside the map or up to 192 bytes past it.
     unsafe {
         core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(b as *const i8)
     };
