@@ -436,7 +436,9 @@ pub fn packed_key(m: &KeyMask, l: &Layers, d: &[u8]) -> Packed {
 /// [`packed_key`] of a packet, not parsing the commonest frame (untagged Ethernet / IPv4
 /// without options or fragmentation, decided from the bytes as [`Layers::parse`] decides
 /// it first) into its metadata: the filter needs no more of it, and a later reader parses.
-#[inline]
+/// Always inlined (two callers, both per-packet loops): called, its 24-byte result went
+/// through memory, about 30 instructions a packet.
+#[inline(always)]
 pub fn packed(m: &KeyMask, p: &mut Packet) -> Packed {
     let meta = p.meta();
     if meta.layers.is_unparsed() && meta.link == LinkKind::Ethernet {
@@ -460,7 +462,7 @@ pub fn packed(m: &KeyMask, p: &mut Packet) -> Packed {
 /// caller checked) whose first 48 bytes are `f`: every byte the key reads (a TCP header's
 /// flags at most) lies in `f`, so no bounds check is left, and the fragment class is
 /// known. Runs for most packets of most traces.
-#[inline]
+#[inline(always)]
 fn v4_plain_key(m: &KeyMask, f: &[u8; 48]) -> Packed {
     let proto = f[23];
     let a = u64::from_be_bytes([f[26], f[27], f[28], f[29], f[30], f[31], f[32], f[33]]);
