@@ -40,6 +40,11 @@ const AHEAD: usize = 4096;
 /// about this window, not the file: a packet still viewing them re-faults them from the
 /// page cache, unchanged.
 const KEEP: usize = 32 << 20;
+/// The map's page tables are filled this many bytes at a time ahead of the parse position
+/// (`MADV_POPULATE_READ`, one syscall per step) instead of by a page fault every 64 KiB
+/// (the kernel's fault-around): 2,400 faults on a 160 MB trace were about a tenth of
+/// `run`'s CPU time.
+const POPULATE: usize = 2 << 20;
 
 pub struct MappedPcap {
     path: PathBuf,
@@ -50,6 +55,9 @@ pub struct MappedPcap {
     fetched: usize,
     /// Pages before this were given back to the page cache.
     released: usize,
+    /// Page tables filled up to here (see [`POPULATE`]); `usize::MAX` once the kernel
+    /// refused (older than 5.14, or the file shrank): faults fill them from then on.
+    populated: usize,
     chunk: Vec<Record>,
     count: u64,
     first_pass: Option<u64>,
@@ -97,6 +105,7 @@ impl MappedPcap {
             pos: PCAP_HEADER_LEN,
             fetched: PCAP_HEADER_LEN,
             released: 0,
+            populated: 0,
             chunk: Vec::with_capacity(64),
             count: 0,
             first_pass: None,
@@ -128,6 +137,27 @@ impl MappedPcap {
             );
         }
         self.released = to;
+    }
+
+    /// Fills the page tables of the next [`POPULATE`] bytes once the parse position is
+    /// within one step of the filled end. Only a hint: an error stops it for good.
+    fn populate(&mut self) {
+        if self.pos + POPULATE <= self.populated || self.populated >= self.map.len() {
+            return;
+        }
+        let page = PAGE.load(Relaxed);
+        let from = self.populated.max(self.pos) / page * page;
+        let to = (from + POPULATE).min(self.map.len());
+        // SAFETY: a page-aligned start inside our own read-only file map, a length that
+        // stays inside it; MADV_POPULATE_READ only faults pages in, as reading them would.
+        let r = unsafe {
+            libc::madvise(
+                self.map.as_ptr().add(from) as *mut libc::c_void,
+                to - from,
+                libc::MADV_POPULATE_READ,
+            )
+        };
+        self.populated = if r == 0 { to } else { usize::MAX };
     }
 
     fn record_error(&mut self, problem: RecordProblem) {
@@ -186,6 +216,7 @@ impl Source for MappedPcap {
         if self.pos >= self.released + 2 * KEEP {
             self.release(self.pos - KEEP);
         }
+        self.populate();
         // The walk keeps its state in locals (the pushes to `chunk` would otherwise make
         // the compiler reload and store `self`'s fields per record) and prefetches
         // through a raw pointer: this loop runs once per record.
@@ -285,6 +316,9 @@ impl Source for MappedPcap {
         // The last window stays mapped (a small trace is never released at all).
         self.release(self.pos.saturating_sub(KEEP));
         self.released = 0;
+        if self.populated != usize::MAX {
+            self.populated = 0;
+        }
         self.pos = PCAP_HEADER_LEN;
         self.fetched = PCAP_HEADER_LEN;
         self.count = 0;
