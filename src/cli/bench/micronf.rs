@@ -317,20 +317,27 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     let loops = ((1_000_000.0 * a.scale) / merged.len().max(1) as f64)
         .ceil()
         .max(1.0) as u64;
-    // The 4sics profile (generated ICS traffic, 76 B packets) scaled to about as many
-    // packets per run; its flows are few and unequal, which tests the placement.
+    // The 4sics profile (generated ICS traffic, 76 B packets): few, unequal flows, which
+    // tests the placement. As many records as the merged trace (4 % of the profile,
+    // ~91,000), replayed as many times, so the input side's one pass over the records
+    // weighs the same in both.
     let sics = if scaling_chains()
         .iter()
         .any(|(n, _)| want(a, "scaling", &format!("{n} (4sics)")))
     {
-        Some(traces::load(
-            "4sics",
-            (1_000_000.0 * a.scale / 2_274_747.0).min(1.0),
-        )?)
+        Some(traces::load("4sics", 0.04)?)
     } else {
         None
     };
-    for (tname, trace, tloops) in [("", Some(&merged), loops), (" (4sics)", sics.as_ref(), 1)] {
+    let sics_loops = sics.as_ref().map_or(1, |t| {
+        ((1_000_000.0 * a.scale) / t.len().max(1) as f64)
+            .ceil()
+            .max(1.0) as u64
+    });
+    for (tname, trace, tloops) in [
+        ("", Some(&merged), loops),
+        (" (4sics)", sics.as_ref(), sics_loops),
+    ] {
         let Some(trace) = trace else { continue };
         for (name, text) in scaling_chains() {
             let case = format!("{name}{tname}");
