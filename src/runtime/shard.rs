@@ -350,7 +350,7 @@ fn thread_cpu_seconds() -> Option<f64> {
     };
     // SAFETY: `ts` is a valid, writable timespec for the call's duration.
     let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
-    ok.then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+    ok.then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
 /// The workers' summaries summed; `seconds` is the whole run's wall time.
