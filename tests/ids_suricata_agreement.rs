@@ -138,6 +138,7 @@ fn bench_suricata_config_loads_every_rule_and_alerts_as_the_packaged_one() {
         .arg(&bench)
         .args(["-k", "none", "--set", "stream.midstream=true"])
         .args(["--set", "packet-alert-max=255"])
+        .args(["--set", "stream.reassembly.randomize-chunk-size=no"])
         .output()
         .expect("suricata");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
