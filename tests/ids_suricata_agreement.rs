@@ -3,7 +3,9 @@
 //! `suricata -r … -k none` on 9 captures, with examples/ids/bench.rules and
 //! examples/ids/et-style.rules. Suricata runs with the options that make it comparable:
 //! `stream.midstream=true` (the stack picks connections up mid-stream) and
-//! `packet-alert-max=255` (Suricata otherwise keeps 15 alerts per packet, we keep all).
+//! `packet-alert-max=255` (Suricata otherwise keeps 15 alerts per packet, we keep all)
+//! and `stream.reassembly.randomize-chunk-size=no` (raw stream chunks of 2,560 bytes, not
+//! ±10 % at random per run).
 //! The microbox's idle timeout is Suricata's established-TCP one (600 s).
 //!
 //! The figures asserted are the ones measured when the test was written (floors); the
@@ -25,7 +27,7 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // difference of the alert totals in % of Suricata's): 9 captures, among them the
     // merged trace, TLS (google_ssl), DNS, QUIC and non-HTTP TCP (ssh, smtp, ftp).
     let cases = [
-        ("bench/ndpi-ether-merged.pcap", "bench.rules", 23, 74, 2.0),
+        ("bench/ndpi-ether-merged.pcap", "bench.rules", 22, 74, 2.0),
         (
             "bench/ndpi-ether-merged.pcap",
             "et-style.rules",
@@ -34,7 +36,7 @@ fn alert_counts_per_rule_agree_with_suricata() {
             0.2,
         ),
         ("ndpi/pcap/1kxun.pcap", "bench.rules", 49, 59, 2.0),
-        ("ndpi/pcap/netflix.pcap", "bench.rules", 43, 51, 1.0),
+        ("ndpi/pcap/netflix.pcap", "bench.rules", 42, 51, 2.0),
         ("ndpi/pcap/google_ssl.pcap", "bench.rules", 7, 7, 0.0),
         ("ndpi/pcap/dns.pcap", "bench.rules", 0, 4, 42.0),
         ("ndpi/pcap/quic.pcap", "bench.rules", 3, 3, 0.0),
@@ -49,6 +51,8 @@ fn alert_counts_per_rule_agree_with_suricata() {
         ("ndpi/pcap/ftp.pcap", "et-style.rules", 3, 3, 0.0),
     ];
     let (mut eq_all, mut fire_all, mut ours_all, mut theirs_all) = (0, 0, 0u64, 0u64);
+    // Sum over the cases of |ours - Suricata's| per rule.
+    let mut apart_all = 0u64;
     // Every case is run and printed before any floor is asserted.
     let mut below = Vec::new();
     for (pcap, rules, want_eq, want_fire, max_apart) in cases {
@@ -59,6 +63,11 @@ fn alert_counts_per_rule_agree_with_suricata() {
         let b = suricata_alert_counts(&pcap, &rules, d.path());
         let sids: BTreeSet<u32> = a.keys().chain(b.keys()).copied().collect();
         let eq = sids.iter().filter(|s| a.get(s) == b.get(s)).count();
+        let n = |m: &BTreeMap<u32, u64>, s: &u32| m.get(s).copied().unwrap_or(0);
+        apart_all += sids
+            .iter()
+            .map(|s| n(&a, s).abs_diff(n(&b, s)))
+            .sum::<u64>();
         let (ta, tb): (u64, u64) = (a.values().sum(), b.values().sum());
         println!(
             "{} {}: {eq} of {} firing rules equal; alerts {ta} vs Suricata's {tb}",
@@ -93,11 +102,14 @@ fn alert_counts_per_rule_agree_with_suricata() {
     }
     let diff = ours_all.abs_diff(theirs_all) as f64 / theirs_all as f64;
     println!(
-        "all: {eq_all} of {fire_all} equal ({:.0}%); alerts {ours_all} vs {theirs_all} ({:.1}% apart)",
+        "all: {eq_all} of {fire_all} equal ({:.0}%); alerts {ours_all} vs {theirs_all} ({:.1}% apart); \
+         per-rule differences sum to {apart_all}",
         100.0 * eq_all as f64 / fire_all as f64,
         100.0 * diff
     );
     assert!(below.is_empty(), "below the floors: {}", below.join("; "));
+    // 1,109 when stream rules alerted once per segment; 859 with Suricata's chunks.
+    assert!(apart_all <= 900, "per-rule differences sum to {apart_all}");
     assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }
 
@@ -126,6 +138,7 @@ fn bench_suricata_config_loads_every_rule_and_alerts_as_the_packaged_one() {
         .arg(&bench)
         .args(["-k", "none", "--set", "stream.midstream=true"])
         .args(["--set", "packet-alert-max=255"])
+        .args(["--set", "stream.reassembly.randomize-chunk-size=no"])
         .output()
         .expect("suricata");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

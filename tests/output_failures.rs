@@ -97,7 +97,8 @@ fn ids_alerts_that_cannot_be_written_fail_the_run() {
     let ok = dir.path().join("alerts.txt");
     let o = run(&ids(&ok), &[]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(std::fs::read_to_string(&ok).unwrap(), "1 3\n");
+    // Suricata 7 gives 2 here too (stream rules alert once per inspected chunk).
+    assert_eq!(std::fs::read_to_string(&ok).unwrap(), "1 2\n");
 }
 
 #[test]

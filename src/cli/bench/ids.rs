@@ -3,7 +3,8 @@
 //! records — timed from the first packet to the flushed output (the chain, rules
 //! included, is built before the clock starts); and the whole `catena run` process.
 //! Peer: `suricata -c examples/ids/suricata-alerts-only.yaml` (EVE alert records only)
-//! with `-k none`, `stream.midstream=true`, `packet-alert-max=255`, in `--runmode single`
+//! with `-k none`, `stream.midstream=true`, `packet-alert-max=255`,
+//! `stream.reassembly.randomize-chunk-size=no` (the chunks our stream inspection uses), in `--runmode single`
 //! and `autofp`; its start-up and rule loading (the same command on a one-packet trace)
 //! is subtracted for its processing time. Alert counts are printed beside the times.
 
@@ -219,6 +220,8 @@ fn suricata(pcap: &Path, rules: &Path, tmp: &Path, mode: &str) -> anyhow::Result
             "stream.midstream=true",
             "--set",
             "packet-alert-max=255",
+            "--set",
+            "stream.reassembly.randomize-chunk-size=no",
         ])
         .arg("-l")
         .arg(&log)

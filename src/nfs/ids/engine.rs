@@ -4,7 +4,7 @@
 //! caller's alert vector growing past its capacity.
 
 use super::content::{matches, Span};
-use super::flow::{bit, set_bit, IdsFlow};
+use super::flow::{bit, set_bit, IdsFlow, Window, QUEUED};
 use super::header::{Ip, Proto};
 use super::http::{Event, HttpLimits};
 use super::pktcheck::PktFields;
@@ -20,6 +20,13 @@ pub struct IdsConfig {
     pub stream_tail: usize,
     /// New stream bytes inspected at once (a long segment is inspected in pieces).
     pub stream_piece: usize,
+    /// 0: stream rules report a match on the bytes that bring it. Otherwise Suricata's
+    /// IDS-mode raw stream inspection: a direction's stream is inspected in chunks, on
+    /// its packets, once at least this many acknowledged bytes wait (its
+    /// `stream.reassembly.to{server,client}-chunk-size`), once an HTTP message is
+    /// complete and acknowledged, and at the flow's end; one alert per rule per chunk
+    /// ([`Ids::on_stream_packet`], [`Ids::on_stream_flush`]).
+    pub stream_chunk: u64,
 }
 
 impl Default for IdsConfig {
@@ -28,6 +35,7 @@ impl Default for IdsConfig {
             http: HttpLimits::default(),
             stream_tail: 2048,
             stream_piece: 4096,
+            stream_chunk: 0,
         }
     }
 }
@@ -73,6 +81,36 @@ pub struct Ids {
     fired: Vec<u32>,
     gen: u32,
     cands: Vec<u32>,
+    reports: Reports,
+}
+
+/// Chunked stream inspection's "already reported in this chunk" stamps per rule.
+struct Reports {
+    stamp: Vec<u32>,
+    gen: u32,
+}
+
+impl Reports {
+    /// Alerts for the matches `w` queued at stream offsets up to `upto`, once per rule.
+    fn report(&mut self, rules: &[Rule], w: &mut Window, upto: u64, alerts: &mut Vec<Alert>) {
+        self.gen = self.gen.wrapping_add(1);
+        if self.gen == 0 {
+            self.stamp.fill(0);
+            self.gen = 1;
+        }
+        while let Some(&(end, i)) = w.queued.front() {
+            if end > upto {
+                break;
+            }
+            w.queued.pop_front();
+            if let Some(s) = self.stamp.get_mut(i as usize) {
+                if *s != self.gen {
+                    *s = self.gen;
+                    push(alerts, &rules[i as usize], i);
+                }
+            }
+        }
+    }
 }
 
 impl Ids {
@@ -85,6 +123,10 @@ impl Ids {
             fired: vec![0; n],
             gen: 0,
             cands: Vec::with_capacity(n),
+            reports: Reports {
+                stamp: vec![0; n],
+                gen: 0,
+            },
         }
     }
 
@@ -102,7 +144,7 @@ impl Ids {
         IdsFlow::new(
             self.set.len(),
             win,
-            self.set.has_http().then_some(self.cfg.http),
+            self.http_parsers().then_some(self.cfg.http),
         )
     }
 
@@ -116,8 +158,14 @@ impl Ids {
         IdsFlow::max_bytes(
             self.set.len(),
             win,
-            self.set.has_http().then_some(self.cfg.http),
+            self.http_parsers().then_some(self.cfg.http),
         )
+    }
+
+    /// Flows get HTTP parsers for HTTP rules, and for chunked stream inspection, which
+    /// HTTP message ends trigger (Suricata's HTTP parser runs whatever the rules).
+    fn http_parsers(&self) -> bool {
+        self.set.has_http() || (self.set.has_stream() && self.cfg.stream_chunk != 0)
     }
 
     fn next_gen(&mut self) -> u32 {
@@ -212,6 +260,7 @@ impl Ids {
             return;
         }
         let fire_gen = self.next_gen();
+        flow.win[usize::from(!p.to_server)].seen += data.len() as u64;
         // Suricata knows a flow is HTTP from the first request bytes (protocol detection
         // runs before raw stream inspection), so `alert http` stream rules see that
         // segment too: until the parser has recognised HTTP, it runs first.
@@ -224,6 +273,66 @@ impl Ids {
         }
         if flow.http.is_some() && !http_first {
             self.http(flow, p, data, alerts);
+        }
+    }
+
+    /// Raw stream inspection on a packet `p` of a tracked flow, as Suricata 7 does it in
+    /// IDS mode (stream-tcp-reassemble.c): the packet's direction's bytes that the other
+    /// side acknowledged (up to stream offset `acked`) and that were not inspected yet
+    /// are inspected as one chunk when there are at least `stream_chunk` of them, or when
+    /// they complete an HTTP message (the parser's trigger); each stream rule that
+    /// matched in the chunk alerts once. `now`: inspect whatever is acknowledged (a TLS
+    /// flow whose application data Suricata's parser saw: its raw stream takes no new
+    /// segments and what it holds is inspected at once). No-op when `stream_chunk` is 0.
+    pub fn on_stream_packet(
+        &mut self,
+        flow: &mut IdsFlow,
+        p: &PacketInfo,
+        acked: u64,
+        now: bool,
+        alerts: &mut Vec<Alert>,
+    ) {
+        if self.cfg.stream_chunk == 0 {
+            return;
+        }
+        let d = usize::from(!p.to_server);
+        let w = &flow.win[d];
+        let upto = acked.min(w.seen);
+        if upto <= w.done {
+            return;
+        }
+        let trig = w.trigger != 0 && upto >= w.trigger;
+        if now || upto - w.done >= self.cfg.stream_chunk || trig {
+            self.inspect_to(flow, d, upto, alerts);
+        }
+    }
+
+    /// The flow ends (Suricata's flow-end pseudo packets): the bytes of direction
+    /// `to_server` not inspected yet, acknowledged or not, are inspected as one chunk.
+    pub fn on_stream_flush(
+        &mut self,
+        flow: &mut IdsFlow,
+        to_server: bool,
+        alerts: &mut Vec<Alert>,
+    ) {
+        if self.cfg.stream_chunk != 0 {
+            self.inspect_to(flow, usize::from(!to_server), u64::MAX, alerts);
+        }
+    }
+
+    /// The app layer asks for inspection of direction `to_server`'s bytes so far once
+    /// they are acknowledged (Suricata's `AppLayerParserTriggerRawStreamReassembly`).
+    pub fn on_stream_trigger(&mut self, flow: &mut IdsFlow, to_server: bool) {
+        let w = &mut flow.win[usize::from(!to_server)];
+        w.trigger = w.seen;
+    }
+
+    fn inspect_to(&mut self, flow: &mut IdsFlow, d: usize, upto: u64, alerts: &mut Vec<Alert>) {
+        let w = &mut flow.win[d];
+        self.reports.report(&self.set.rules, w, upto, alerts);
+        w.done = w.done.max(upto.min(w.seen));
+        if w.trigger != 0 && w.done >= w.trigger {
+            w.trigger = 0;
         }
     }
 
@@ -253,6 +362,9 @@ impl Ids {
             if w.buf.capacity() == 0 {
                 w.buf.reserve_exact(w.cap);
                 w.hit_end = vec![0; w.rules];
+                if self.cfg.stream_chunk != 0 {
+                    w.queued.reserve_exact(QUEUED);
+                }
             }
             if w.buf.len() > tail {
                 let cut = w.buf.len() - tail;
@@ -261,7 +373,9 @@ impl Ids {
                 w.base += cut as u64;
             }
             let fresh = w.buf.len();
+            let piece_start = w.base + fresh as u64;
             w.buf.extend_from_slice(chunk);
+            let piece_end = piece_start + chunk.len() as u64;
             let span = Span {
                 base: w.base,
                 fresh: Some(fresh),
@@ -284,6 +398,13 @@ impl Ids {
                     self.cands.push(i);
                 }
             }
+            let chunked = self.cfg.stream_chunk != 0;
+            if chunked && w.queued.len() + self.cands.len() > QUEUED {
+                // No room to queue this piece's matches: what is queued is inspected now
+                // as one chunk (bounded memory over exact chunking).
+                self.reports.report(&self.set.rules, w, u64::MAX, alerts);
+                w.done = w.done.max(piece_start);
+            }
             for k in 0..self.cands.len() {
                 let i = self.cands[k];
                 let r = &self.set.rules[i as usize];
@@ -293,7 +414,11 @@ impl Ids {
                 }
                 if header_ok(r, p) && groups_match(r, &w.buf, span) {
                     self.fired[i as usize] = fire_gen;
-                    push(alerts, r, i);
+                    if chunked {
+                        w.queued.push_back((piece_end, i));
+                    } else {
+                        push(alerts, r, i);
+                    }
                 }
             }
             self.cands.clear();
@@ -318,17 +443,19 @@ impl Ids {
         {
             flow.http_known = true;
         }
+        let open_before = flow.http.as_ref().is_some_and(|h| !h[d].complete());
+        let mut starts = 0;
         while !data.is_empty() {
             let Some(h) = flow.http.as_mut() else { return };
             if h[d].gave_up() {
-                return;
+                break;
             }
             let (used, ev) = h[d].feed(data);
             data = &data[used..];
             match ev {
                 Event::Nothing => {
                     if used == 0 {
-                        return;
+                        break;
                     }
                     continue;
                 }
@@ -347,12 +474,19 @@ impl Ids {
                         };
                     }
                     flow.new_message(d);
+                    starts += 1;
                 }
                 Event::Body => {}
             }
-            if flow.http_known {
+            if flow.http_known && self.set.has_http() {
                 self.inspect_http(flow, p, d, ev == Event::Body, alerts);
             }
+        }
+        // A message completed in these bytes: Suricata's HTTP parser asks for raw stream
+        // inspection once they are acknowledged (its parser runs on acknowledged bytes).
+        let Some(h) = flow.http.as_ref() else { return };
+        if flow.http_known && (open_before || starts > 0) && (h[d].complete() || starts > 1) {
+            flow.win[d].trigger = flow.win[d].seen;
         }
     }
 

@@ -16,7 +16,22 @@ pub(crate) struct Window {
     /// window stay candidates.
     pub hit_end: Vec<u64>,
     pub rules: usize,
+    /// Chunked inspection (see `Ids::on_stream_packet`): stream rules that matched
+    /// bytes not yet inspected as Suricata inspects them, as (stream offset just past
+    /// the piece that matched, rule), in stream order; reported once per rule per chunk.
+    pub queued: std::collections::VecDeque<(u64, u32)>,
+    /// Stream offset up to which the raw stream was inspected (Suricata's raw progress).
+    pub done: u64,
+    /// Stream bytes of this direction added so far.
+    pub seen: u64,
+    /// An HTTP message of this direction completed by this stream offset (0: none): the
+    /// app layer asks for inspection once it is acknowledged.
+    pub trigger: u64,
 }
+
+/// Stream rule matches held per direction until their chunk is inspected; when full, the
+/// direction is inspected at once (memory stays bounded, counts may then differ).
+pub(crate) const QUEUED: usize = 256;
 
 pub struct IdsFlow {
     pub(crate) win: [Window; 2],
@@ -42,7 +57,9 @@ impl IdsFlow {
     /// direction two bit sets (rules fired, body prefilter hits).
     pub(crate) fn max_bytes(n_rules: usize, window: usize, http: Option<HttpLimits>) -> usize {
         let words = n_rules.div_ceil(64);
-        let per_dir = window.saturating_add(n_rules.saturating_mul(8));
+        let per_dir = window
+            .saturating_add(n_rules.saturating_mul(8))
+            .saturating_add(QUEUED * std::mem::size_of::<(u64, u32)>());
         let http = http.map_or(0, |l| {
             std::mem::size_of::<[HttpHalf; 2]>()
                 .saturating_add(2 * HttpHalf::max_heap(l))
@@ -60,6 +77,10 @@ impl IdsFlow {
             base: 0,
             hit_end: Vec::new(),
             rules: n_rules,
+            queued: std::collections::VecDeque::new(),
+            done: 0,
+            seen: 0,
+            trigger: 0,
         };
         let words = n_rules.div_ceil(64);
         IdsFlow {

@@ -206,6 +206,13 @@ impl HttpHalf {
         self.state == State::NotHttp
     }
 
+    /// No message is open: the last one's headers and body are complete (or none began).
+    pub fn complete(&self) -> bool {
+        self.state == State::Start
+            || (self.state == State::Body
+                && matches!(self.mode, BodyMode::None | BodyMode::Length(0)))
+    }
+
     /// The request method of the last request (empty for responses).
     pub fn method(&self) -> &[u8] {
         if self.request {

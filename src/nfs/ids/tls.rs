@@ -18,6 +18,12 @@ pub struct TlsRecords {
 const APPLICATION_DATA: u8 = 23;
 
 impl TlsRecords {
+    /// The flow is followed as TLS and direction `d`'s last record is complete: Suricata's
+    /// TLS parser asks for raw stream inspection at each record's end.
+    pub fn record_done(&self, d: usize) -> bool {
+        self.verdict == 1 && self.left[d] == 0 && self.head_len[d] == 0
+    }
+
     /// New in-order bytes of direction `d` (0 = to server). `Some(n)` when the first `n`
     /// of them complete the header of an application-data record of a flow detected as
     /// TLS: a handshake record (`16 03 0x`) opened the first bytes the flow carried, as

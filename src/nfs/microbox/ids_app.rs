@@ -68,6 +68,8 @@ struct Conn {
     /// Suricata parses a direction's bytes when the other side acknowledges them; once
     /// its TLS parser has seen application data, no payload of the flow is inspected.
     encrypted: bool,
+    /// Per direction: how far (offset in its stream) the other side acknowledged it.
+    acked: [u64; 2],
 }
 
 /// A flow the stack does not track (UDP, ICMP, other IP, untracked TCP), by canonical key.
@@ -250,6 +252,12 @@ impl IdsApp {
             doc: "most flows inspected at once, each holding up to two stream windows and two HTTP parsers' buffers (1..=1,048,576; later flows are counted as ids_inspect_full, not inspected)",
         },
         ParamDoc {
+            name: "stream_chunk",
+            ty: "bytes",
+            default: "2560",
+            doc: "stream rules inspect a direction's acknowledged bytes in chunks of at least this many, one alert per rule per chunk (Suricata's stream.reassembly.to{server,client}-chunk-size); 0 = every segment as it arrives",
+        },
+        ParamDoc {
             name: "flows",
             ty: "integer",
             default: "65536",
@@ -300,6 +308,7 @@ impl IdsApp {
             0,
             16,
         )? as usize;
+        cfg.stream_chunk = p.int("stream_chunk", 2560, 0, 1 << 30)? as u64;
         let (set, warnings) = RuleSet::parse(&text, &Vars::suricata_defaults());
         for w in &warnings {
             let sid = w.sid.map_or(String::new(), |s| format!(" sid {s}"));
@@ -644,7 +653,21 @@ impl IdsApp {
                 (true, true, false, 0, 0, 0)
             } else if tracked {
                 let dir = usize::from(ev.dir);
+                // Where this packet's ACK puts the other direction's stream: the stack's
+                // sequence number of that stream's first byte is next_seq - delivered.
+                let other = cx.conn(ev.flow).map(|k| {
+                    let base = k
+                        .next_seq(1 - dir)
+                        .wrapping_sub(k.delivered(1 - dir) as u32);
+                    (d.tcp_ack.wrapping_sub(base), k.delivered(1 - dir))
+                });
                 let c = self.conn(ev.flow);
+                if let Some((rel, delivered)) = other.filter(|_| ack && c.seen[1 - dir]) {
+                    // A FIN counts one sequence number; an ACK beyond it is not believed.
+                    if u64::from(rel) <= delivered + 1 {
+                        c.acked[1 - dir] = c.acked[1 - dir].max(u64::from(rel));
+                    }
+                }
                 let first = !c.seen[dir];
                 c.seen[dir] = true;
                 c.pkts[dir] += 1;
@@ -704,6 +727,15 @@ impl IdsApp {
             no_payload,
         };
         self.alerts.clear();
+        if tracked {
+            // Suricata inspects the raw stream of this packet's direction on it.
+            let i = ev.flow as usize;
+            let acked = self.conns[i].acked[usize::from(ev.dir)];
+            if let Some(Some(fl)) = self.flows.get_mut(i) {
+                self.ids
+                    .on_stream_packet(fl, &info, acked, no_payload, &mut self.alerts);
+            }
+        }
         if let Some(p) = cx.packet(ev) {
             let payload = p.data().get(d.payload.clone()).unwrap_or(&[]);
             self.ids.on_packet(&info, payload, &mut self.alerts);
@@ -845,6 +877,9 @@ impl IdsApp {
                 }
             }
             self.ids.on_stream(fl, &info, bytes, &mut self.alerts);
+            if conn.tls.record_done(usize::from(ev.dir)) {
+                self.ids.on_stream_trigger(fl, ev.dir == 0);
+            }
         }
         // A FIN or RST on this packet ends its direction after its bytes.
         if let Some(pe) = self.pending {
@@ -855,7 +890,9 @@ impl IdsApp {
         }
         self.stream_alerts(ev, cx, ev.dir);
         if done {
-            self.close_flow(i);
+            if let Some(mut fl) = self.close_flow(i) {
+                self.flush_streams(ev, cx, &mut fl);
+            }
             cx.unsubscribe(ev.flow, Kind::Data);
         }
     }
@@ -894,6 +931,7 @@ impl IdsApp {
         let Some(c) = cx.conn(ev.flow) else { return };
         let (k, established, state) = (c.key, c.state >= TcpState::Established, c.state);
         if let Some(mut fl) = self.close_flow(i) {
+            self.flush_streams(ev, cx, &mut fl);
             self.alerts.clear();
             // Requests or responses cut short by the end are inspected as they are.
             for to_server in [true, false] {
@@ -950,6 +988,29 @@ impl IdsApp {
 }
 
 impl IdsApp {
+    /// The flow's inspection ends: each direction's stream bytes not inspected yet are
+    /// (Suricata's flow-end pseudo packets), their alerts stamped with that direction.
+    fn flush_streams(&mut self, ev: &Event, cx: &mut Ctx<'_>, fl: &mut IdsFlow) {
+        let i = ev.flow as usize;
+        let Some(&c) = self.conns.get(i) else { return };
+        for dir in 0..2u8 {
+            self.alerts.clear();
+            self.ids.on_stream_flush(fl, dir == 0, &mut self.alerts);
+            if !self.alerts.is_empty() {
+                if let Some(t) = Self::tuple(cx, ev.flow, dir, &c, c.last_ns) {
+                    if let Some(rule) = self.publish(ev, cx, &t, c.app) {
+                        let c = &mut self.conns[i];
+                        if c.dropped_by == 0 {
+                            c.dropped_by = rule + 1;
+                        }
+                    }
+                    self.conns[i].alerted = true;
+                }
+            }
+        }
+        self.alerts.clear();
+    }
+
     /// When a flow times out, and for every flow still open at the end of the input,
     /// Suricata flushes each direction's unacknowledged bytes with a pseudo packet from
     /// the other side; when that side never sent a packet, IP-only rules match it (so a
