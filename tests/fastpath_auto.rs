@@ -263,6 +263,71 @@ fn switching_on_small_generated_flows_stays_equal() {
     }
 }
 
+const FILTER_NAT: &str = "[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules = [\"allow ip\"]\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"\npublic = \"198.51.100.1\"\n";
+const NAT2: &str = "[[nf]]\nname = \"nat2\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 198.51.100.0/24\"\npublic = \"198.51.100.2\"\n";
+
+/// A chain with fewer than two NFs with per-flow state that a hit could skip (filter +
+/// NAT; a filter only counts): auto stays off from the first chunk without a trial or a
+/// timed chunk, and `check`, the summary and `--json` say so; counters equal off's.
+#[test]
+fn cli_auto_stays_off_without_a_trial_where_the_chain_cannot_win() {
+    let dir = common::tempdir();
+    let chain = dir.path().join("c.toml");
+    std::fs::write(&chain, format!("fastpath = \"auto\"\n{FILTER_NAT}")).unwrap();
+    let bin = env!("CARGO_BIN_EXE_catena");
+    let out = std::process::Command::new(bin)
+        .arg("check")
+        .arg(&chain)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("fastpath: auto: off without a trial: fewer than 2 NFs with per-flow state"),
+        "{text}"
+    );
+    let trace = common::dataset("bench/ndpi-ether-merged.pcap");
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(bin)
+            .args(["run", "--loops", "2", "-i"])
+            .arg(&trace)
+            .arg(&chain)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let auto: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
+    let a = &auto["fastpath_auto"];
+    assert!(
+        a["static_off"]
+            .as_str()
+            .is_some_and(|s| s.contains("without a trial")),
+        "{auto}"
+    );
+    assert_eq!(a["on"], false, "{auto}");
+    assert_eq!(a["switches"], 0, "{auto}");
+    assert_eq!(a["samples"], 0, "{auto}");
+    assert_eq!(auto["fastpath"]["hits"], 0, "{auto}");
+    assert_eq!(auto["fastpath"]["misses"], 0, "{auto}");
+    let off: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "--fastpath", "off"])).unwrap();
+    assert_eq!(auto["nfs"], off["nfs"]);
+    let human = run(&[]);
+    assert!(
+        human.contains("fastpath  auto: off without a trial"),
+        "{human}"
+    );
+    // Two NATs: auto tries.
+    std::fs::write(&chain, format!("fastpath = \"auto\"\n{FILTER_NAT}{NAT2}")).unwrap();
+    let two: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
+    assert!(two["fastpath_auto"]["static_off"].is_null(), "{two}");
+    assert!(
+        two["fastpath_auto"]["samples"].as_u64().unwrap() > 0,
+        "{two}"
+    );
+}
+
 /// `fastpath = "auto"` and `--fastpath auto`: check says so, the run reports the decision
 /// and both measured costs (the trace is long enough for a trial of the other mode), and
 /// the NFs' counters equal those of `--fastpath off`; a bad word is a one-line error.
@@ -270,7 +335,10 @@ fn switching_on_small_generated_flows_stays_equal() {
 fn cli_auto_reports_decision_and_costs() {
     let dir = common::tempdir();
     let chain = dir.path().join("c.toml");
-    let body = "[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules = [\"allow ip\"]\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"\npublic = \"198.51.100.1\"\n";
+    // Two NATs: enough per-flow state for auto to try (filter + NAT alone is decided off
+    // from the chain: `cli_auto_stays_off_without_a_trial_where_the_chain_cannot_win`).
+    let body = format!("{FILTER_NAT}{NAT2}");
+    let body = body.as_str();
     std::fs::write(&chain, format!("fastpath = \"auto\"\n{body}")).unwrap();
     let bin = env!("CARGO_BIN_EXE_catena");
     let out = std::process::Command::new(bin)

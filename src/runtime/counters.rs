@@ -248,7 +248,9 @@ impl Summary {
                 "  fastpath  hits {}  misses {}  installed {}  invalidated {}  evicted {}  expired {}  ended {}  refused {}  unconsolidatable {}  unrecorded {}  deferred {}\n",
                 f.hits, f.misses, f.installed, f.invalidated, f.evicted, f.expired, f.ended, f.refused, f.unconsolidatable, f.unrecorded, f.deferred
             ));
-            if let Some(a) = &self.fastpath_auto {
+            if let Some(why) = self.fastpath_auto.and_then(|a| a.static_off) {
+                s.push_str(&format!("  fastpath  auto: {why}\n"));
+            } else if let Some(a) = &self.fastpath_auto {
                 let cost = |c: u64| {
                     if c == 0 {
                         "not measured".to_string()

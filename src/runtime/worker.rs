@@ -76,7 +76,11 @@ impl Runner {
                 .collect();
             Box::new(FastPath::new(cfg, &nfs, cap))
         });
-        let auto = (fast.is_some() && chain.fastpath_auto).then(Auto::new);
+        // issue 18 (fastpath): auto knows the chain (it may stay off without a trial).
+        let auto = fast
+            .as_deref()
+            .filter(|_| chain.fastpath_auto)
+            .map(Auto::of);
         let mut chain = chain;
         let stages = (chain.stages() > 1 && fast.is_none())
             .then(|| Box::new(Staged::split(&mut chain, max_packet)));

@@ -106,6 +106,27 @@ pub fn role(nf: &dyn Nf) -> Result<&'static str, String> {
     }
 }
 
+/// Whether `fastpath = "auto"` can tell from the chain alone that consolidation loses,
+/// and why: a hit's own work (key, lookup, rewrite, counts; about 200 instructions over
+/// the floor, docs/fastpath.md) pays only when it skips NFs with per-flow work. Measured
+/// with every later packet a hit (the best case for FastPath): chains with fewer than two
+/// skippable NFs that keep per-flow state (NAT, Maglev, monitor; a filter only counts)
+/// cost more on than off (1 NF of any kind: +23 to +37 %; filter + NAT +13 %; up to 8
+/// filters), so auto stays off there without a trial.
+pub fn auto_static_off(nfs: &[Option<&dyn Nf>]) -> Option<&'static str> {
+    let stateful = nfs
+        .iter()
+        .flatten()
+        .filter(|n| role(**n).is_ok() && step_flags(**n) & (Step::CHECK | Step::STATE) != 0)
+        .count();
+    (stateful < AUTO_MIN_STATEFUL).then_some(
+        "off without a trial: fewer than 2 NFs with per-flow state that a hit could skip (a hit costs more than it saves)",
+    )
+}
+
+/// Fewest skippable NFs with per-flow state for `auto` to try consolidation.
+pub const AUTO_MIN_STATEFUL: usize = 2;
+
 /// What a hit does for `nf`: ask whether its token holds (unless only a control command
 /// can change its decision, which removes the entries through it at once), and run its
 /// state function, or count its packets in the entry when the state function only counts.
@@ -150,6 +171,9 @@ pub struct FastPath {
     pub slots: Vec<u8>,
     /// Every NF that can be skipped has a slot below [`chunk::LENT`].
     pub lendable: bool,
+    /// `fastpath = "auto"` stays off on this chain without a trial, and why
+    /// ([`auto_static_off`]).
+    pub auto_static_off: Option<&'static str>,
     /// Where a chunk is held while it is sorted into hits and misses (swapped with the
     /// runtime's queue of misses, so it has the same capacity).
     chunk_in: Batch,
@@ -176,6 +200,7 @@ impl FastPath {
             })
             .collect();
         FastPath {
+            auto_static_off: auto_static_off(nfs),
             slots,
             lendable: lent <= LENT,
             record_at: cfg.record_at.max(1),
