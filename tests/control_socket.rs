@@ -170,9 +170,11 @@ fn a_directory_every_user_may_write_is_refused() {
     }
 }
 
+/// Anonymous resident memory only: the replayed trace is mapped, and how much of the file
+/// is resident depends on how far the replay got, not on the control server.
 fn rss_kib(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let l = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let l = s.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
     l.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
@@ -281,7 +283,8 @@ fn ctl_gives_up_on_a_server_that_never_answers() {
     assert!(!o.status.success());
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("no reply within 0.5 s"), "{e}");
-    assert!(took < Duration::from_secs(4), "took {took:?}");
+    // Far below the 20 s the server holds the connection; loose enough for a loaded CI host.
+    assert!(took < Duration::from_secs(10), "took {took:?}");
     // The default is a few seconds, not forever.
     let t0 = Instant::now();
     let o = ctl(&sock, &["fw", "flush"]);

@@ -410,17 +410,22 @@ pub fn send(
             })();
             let _ = rtx.send(r);
         })?;
+    let no_reply = || {
+        std::io::Error::new(
+            ErrorKind::TimedOut,
+            format!(
+                "no reply within {:.1} s (raise --timeout if a big change takes longer)",
+                timeout.as_secs_f64()
+            ),
+        )
+    };
     let line = match rrx.recv_timeout(timeout) {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(std::io::Error::new(
-                ErrorKind::TimedOut,
-                format!(
-                    "no reply within {:.1} s (raise --timeout if a big change takes longer)",
-                    timeout.as_secs_f64()
-                ),
-            ))
+        // The socket's own timeouts can fire a moment before the channel's: same meaning.
+        Ok(Err(e)) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            return Err(no_reply())
         }
+        Ok(r) => r?,
+        Err(_) => return Err(no_reply()),
     };
     if line.is_empty() {
         return Err(std::io::Error::new(
