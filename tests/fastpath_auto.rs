@@ -268,7 +268,8 @@ const NAT2: &str = "[[nf]]\nname = \"nat2\"\nkind = \"nat\"\ninside = \"10.0.0.0
 
 /// A chain with fewer than two NFs with per-flow state that a hit could skip (filter +
 /// NAT; a filter only counts): auto stays off from the first chunk without a trial or a
-/// timed chunk, and `check`, the summary and `--json` say so; counters equal off's.
+/// timed chunk, the run is a plain one, and `check`, the summary and `--json` say so;
+/// counters equal off's.
 #[test]
 fn cli_auto_stays_off_without_a_trial_where_the_chain_cannot_win() {
     let dir = common::tempdir();
@@ -308,8 +309,8 @@ fn cli_auto_stays_off_without_a_trial_where_the_chain_cannot_win() {
     assert_eq!(a["on"], false, "{auto}");
     assert_eq!(a["switches"], 0, "{auto}");
     assert_eq!(a["samples"], 0, "{auto}");
-    assert_eq!(auto["fastpath"]["hits"], 0, "{auto}");
-    assert_eq!(auto["fastpath"]["misses"], 0, "{auto}");
+    // A plain run: no FastPath state at all.
+    assert!(auto["fastpath"].is_null(), "{auto}");
     let off: serde_json::Value =
         serde_json::from_str(&run(&["--json", "--fastpath", "off"])).unwrap();
     assert_eq!(auto["nfs"], off["nfs"]);
@@ -440,6 +441,8 @@ fn one_per_chunk(frames: &[(u64, Vec<u8>)]) -> Trace {
 /// A flow consolidated while on ends (FIN) while off; its 5-tuple comes back after
 /// switching on. The entry recorded before must be gone: the NFs ended that flow while
 /// FastPath was not looking, so a hit would run their state functions on a dead flow.
+/// (Chains with 2 NFs with per-flow state: with one, auto leaves FastPath off from the
+/// chain and there is nothing to switch.)
 #[test]
 fn a_flow_that_ends_while_off_is_not_hit_after_switching_on() {
     const SEC: u64 = 1_000_000_000;
@@ -449,7 +452,7 @@ fn a_flow_that_ends_while_off_is_not_hit_after_switching_on() {
         .map(|(i, &f)| (i as u64 * SEC, tcp(4000, f)))
         .collect();
     let t = one_per_chunk(&frames);
-    for chain in ["O", "NO", "FO"] {
+    for chain in ["OO", "NO", "FNO"] {
         let s = equal_across_switches(chain, VIP, &t, small(1), &[&[3, 4]], &[]);
         assert!(s[0].fastpath.unwrap().hits >= 2, "{chain}");
     }

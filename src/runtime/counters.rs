@@ -243,14 +243,16 @@ impl Summary {
                 a.frames, a.aggregated, a.plain, a.supply_waits
             ));
         }
+        // `fastpath = "auto"` that stays off from the chain: a plain run.
+        if let Some(why) = self.fastpath_auto.and_then(|a| a.static_off) {
+            s.push_str(&format!("  fastpath  auto: {why}\n"));
+        }
         if let Some(f) = &self.fastpath {
             s.push_str(&format!(
                 "  fastpath  hits {}  misses {}  installed {}  invalidated {}  evicted {}  expired {}  ended {}  refused {}  unconsolidatable {}  unrecorded {}  deferred {}\n",
                 f.hits, f.misses, f.installed, f.invalidated, f.evicted, f.expired, f.ended, f.refused, f.unconsolidatable, f.unrecorded, f.deferred
             ));
-            if let Some(why) = self.fastpath_auto.and_then(|a| a.static_off) {
-                s.push_str(&format!("  fastpath  auto: {why}\n"));
-            } else if let Some(a) = &self.fastpath_auto {
+            if let Some(a) = &self.fastpath_auto {
                 let cost = |c: u64| {
                     if c == 0 {
                         "not measured".to_string()

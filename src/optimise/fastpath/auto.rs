@@ -8,8 +8,8 @@
 //! timed chunks ends at once; one that is clearly cheaper (by 1/16) is kept. Trials of
 //! the mode not kept come back after a stay that grows sixteenfold each time a trial
 //! loses, so at every point of a run where FastPath loses, its trials have taken at most
-//! about 1 chunk in 512 (2 chunks after at least 1,024 off): a cost below what a run's
-//! instruction count varies by from one process to the next. While on, a trial of off
+//! about 1 chunk in 512 (2 chunks after at least 1,024 off): a cost of the order of what
+//! a run's instruction count varies by from one process to the next. While on, a trial of off
 //! switches off unless on is still cheaper by 1/32 (hysteresis: the mode does not flap
 //! on noise). Chains that cannot win are not tried at all ([`super::auto_static_off`]).
 //!
@@ -140,15 +140,13 @@ impl Auto {
         }
     }
 
-    /// Auto for chain `f`: off for good, without trials or timing, when the chain alone
-    /// tells that consolidation loses; else as [`Auto::new`].
-    pub fn of(f: &super::FastPath) -> Auto {
+    /// Off for good, without trials or timing: the chain alone tells that consolidation
+    /// loses, for reason `why` ([`super::auto_static_off`]).
+    pub fn off_from_chain(why: &'static str) -> Auto {
         let mut a = Auto::new();
-        if let Some(why) = f.auto_static_off {
-            a.stats.static_off = Some(why);
-            // Never an edge: every chunk off, untimed.
-            a.quiet = u64::MAX;
-        }
+        a.stats.static_off = Some(why);
+        // Never an edge: every chunk off, untimed.
+        a.quiet = u64::MAX;
         a
     }
 
