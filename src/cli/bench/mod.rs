@@ -33,7 +33,8 @@ pub struct Args {
     /// to the Linux bridge and IP forwarding; needs root), paflow (PA-Flow: 1-3 `catena
     /// run` stages over veths, AF_PACKET and (64 B, latency to the µs) AF_XDP ports:
     /// aggregation off, on, and on with NFs working on views into the received
-    /// aggregates; 2-3 in-process stages; needs root).
+    /// aggregates, with the chain's ingress and egress plain or aggregated too; 2-3
+    /// in-process stages; needs root).
     name: String,
     /// Runs per measurement; the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]

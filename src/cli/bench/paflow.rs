@@ -11,6 +11,14 @@
 //! The in-process table (2 and 3 stages on rings, every ring aggregating) has the same
 //! three modes.
 //!
+//! Ends: with `plain` ends (PA-Flow's setting) the chain's ingress (the bench's sender ->
+//! stage 1) and egress (last stage -> the bench's receiver) carry one packet per frame;
+//! with `aggregated` ends (aggregating modes only) the bench's sender packs what it has
+//! queued into aggregates bound for stage 1, stage 1's receiving and the last stage's
+//! sending port aggregate too, and the receiver unpacks: every hop carries aggregates.
+//! Either way the receiver checks every packet byte for byte (all but its send time)
+//! against the one sent, and in order; a mismatch fails the bench.
+//!
 //! Ports: every size on `af_packet` (TPACKET_V3, whose 1 ms block timeout sets a ~1 ms
 //! latency floor per hop at low rates), and 64 B again on `af_xdp` (each packet handed
 //! over at once), where latency at a low rate is measured to the microsecond: the
@@ -29,7 +37,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use catena::io::{AfPacket, AfPacketConfig, AfXdp, AfXdpConfig, Port, Recv};
+use catena::io::af_xdp::ONE_FRAME;
+use catena::io::{AfPacket, AfPacketConfig, AfXdp, AfXdpConfig, Port, Recv, RxMode};
+use catena::optimise::aggregate::{self, Aggregating};
 use catena::packet::{Batch, Pool, MAX_BATCH};
 
 use super::{median, print_table, write_results, Args};
@@ -39,6 +49,9 @@ const MODES: &[&str] = &["off", "aggregate", "aggregate+nf"];
 /// Port kinds of the stages (and of the bench's sender and receiver); `af_xdp` rows are
 /// 64 B only (throughput and the two latency rates).
 const PORTS: &[&str] = &["af_packet", "af_xdp"];
+/// The chain's ingress and egress hops: one packet per frame, or aggregated like the
+/// hops between stages (aggregating modes only).
+const ENDS: &[&str] = &["plain", "aggregated"];
 /// Offered rates for the latency rows (packets per second): low enough that nothing
 /// queues, and high enough that batches form on this machine.
 const LOW_RATE: u64 = 10_000;
@@ -53,6 +66,10 @@ struct Row {
     mode: String,
     /// Port kind of every veth end: `af_packet` or `af_xdp`.
     port: String,
+    /// The chain's ingress and egress hops: `plain` (one packet per frame, as PA-Flow's)
+    /// or `aggregated` (the bench's sender aggregates into stage 1, the last stage into
+    /// the receiver, which unpacks).
+    ends: String,
     /// Offered rate in packets per second; 0 for "as fast as the sender goes".
     offered_pps: u64,
     sent: u64,
@@ -72,6 +89,8 @@ struct Row {
     receiver_cpu_ns_per_pkt: f64,
     latency_p50_us: f64,
     latency_p99_us: f64,
+    /// Packets received out of order or not byte-equal to the one sent (must be 0).
+    mismatched: u64,
 }
 
 /// Namespaces and processes of one chain; removed when dropped (also on error).
@@ -126,8 +145,7 @@ fn mono_ns() -> u64 {
 /// (send into the chain, receive from it), which live in namespace `names[0]`.
 fn build(
     stages: usize,
-    mode: &str,
-    kind: &str,
+    (mode, kind, agg_ends): (&str, &str, bool),
     tag: &str,
 ) -> anyhow::Result<(Topology, String, String)> {
     let aggregate = mode != "off";
@@ -163,9 +181,9 @@ fn build(
     let dir = std::env::temp_dir();
     for k in 1..=stages {
         // Stage k receives on link k-1 and sends on link k; links between two stages
-        // aggregate.
-        let agg_in = aggregate && k > 1;
-        let agg_out = aggregate && k < stages;
+        // aggregate, and with aggregated ends the chain's ingress and egress too.
+        let agg_in = aggregate && (k > 1 || agg_ends);
+        let agg_out = aggregate && (k < stages || agg_ends);
         let views = if views && agg_in {
             "aggregate_views = true\n"
         } else {
@@ -321,6 +339,11 @@ struct Measured {
     /// CPU time of the sender's and the receiver's thread, ns.
     tx_cpu_ns: u64,
     rx_cpu_ns: u64,
+    /// Packets received out of order (a sequence number not above the last one) or
+    /// not byte-equal to the one sent.
+    mismatched: u64,
+    /// Of the packets the sender sent, how many went inside aggregates (aggregated ends).
+    tx_aggregated: u64,
 }
 
 /// CPU time (user + system) the calling thread has used, ns.
@@ -336,20 +359,57 @@ fn tv_ns(t: libc::timeval) -> u64 {
 }
 
 /// Opens the bench's own port on `iface`: of the row's kind, so that its receiving end
-/// adds no block timeout of its own in `af_xdp` rows.
-fn open_port(kind: &str, iface: &str) -> anyhow::Result<Box<dyn Port>> {
-    Ok(if kind == "af_xdp" {
-        Box::new(AfXdp::open(&AfXdpConfig::new(iface))?)
+/// adds no block timeout of its own in `af_xdp` rows. With `agg` (aggregated ends) it
+/// packs what is sent in one flush into aggregates and unpacks what it receives, as a
+/// stage's `aggregate = true` port does (copying on receive, since it keeps received
+/// frames across calls while it unpacks them).
+fn open_port(kind: &str, iface: &str, agg: bool) -> anyhow::Result<Box<dyn Port>> {
+    let rx = if agg { RxMode::Copy } else { RxMode::View };
+    let (port, size): (Box<dyn Port>, usize) = if kind == "af_xdp" {
+        let mut c = AfXdpConfig::new(iface);
+        c.rx = rx;
+        let x = AfXdp::open(&c)?;
+        // Without scatter-gather an aggregate must fit one UMEM frame (as the stages'
+        // ports are told in docs/paflow.md).
+        let size = if x.scatter_gather() {
+            aggregate::DEFAULT_SIZE
+        } else {
+            ONE_FRAME
+        };
+        (Box::new(x), size)
     } else {
-        Box::new(AfPacket::open(&AfPacketConfig::new(iface))?)
+        let mut c = AfPacketConfig::new(iface);
+        c.rx = rx;
+        (Box::new(AfPacket::open(&c)?), aggregate::DEFAULT_SIZE)
+    };
+    Ok(if agg {
+        Box::new(Aggregating::new(port, size))
+    } else {
+        port
     })
 }
 
+/// The sequence number of `data` if it is, byte for byte, the packet the sender made
+/// for that number at `size` bytes (all but its send time, which only the sender knew);
+/// `exp` is scratch room.
+fn check(data: &[u8], size: usize, exp: &mut Vec<u8>) -> Option<u64> {
+    if data.len() != size || size < STAMP + 16 {
+        return None;
+    }
+    let seq = u64::from_le_bytes(data[STAMP..STAMP + 8].try_into().ok()?);
+    exp.resize(size, 0);
+    packet(exp, seq);
+    exp[STAMP..STAMP + 8].copy_from_slice(&seq.to_le_bytes());
+    let same = data[..STAMP + 8] == exp[..STAMP + 8] && data[STAMP + 16..] == exp[STAMP + 16..];
+    same.then_some(seq)
+}
+
 /// Sends `count` packets of `size` bytes at `pps` (0: as fast as possible) into `tx_if`
-/// and receives them on `rx_if`, both in namespace `ns`, on ports of `kind`.
+/// and receives them on `rx_if`, both in namespace `ns`, on ports of `kind`; with
+/// `agg`, both ends aggregate (see [`open_port`]).
 fn measure(
     ns: &str,
-    (tx_if, rx_if, kind): (&str, &str, &str),
+    (tx_if, rx_if, kind, agg): (&str, &str, &str, bool),
     size: usize,
     count: u64,
     pps: u64,
@@ -361,13 +421,16 @@ fn measure(
     let sending = Arc::new(AtomicBool::new(true));
     let ready = Arc::new(AtomicU64::new(0));
     let (s2, r2) = (sending.clone(), ready.clone());
-    let rx = std::thread::spawn(move || -> anyhow::Result<(u64, f64, Vec<u64>, u64)> {
+    let rx = std::thread::spawn(move || -> anyhow::Result<(u64, f64, Vec<u64>, u64, u64)> {
         enter(&ns_rx)?;
-        let mut port = open_port(&kind_rx, &rx_if)?;
+        let mut port = open_port(&kind_rx, &rx_if, agg)?;
         r2.store(1, Ordering::Release);
-        let mut pool = Pool::new(4 * MAX_BATCH, 2048);
+        // Aggregates (up to 9 KiB) arrive in the pool's larger buffers.
+        let max = if agg { aggregate::DEFAULT_SIZE } else { 2048 };
+        let mut pool = Pool::new(4 * MAX_BATCH, max);
         let mut b = Batch::new();
         let mut lat = Vec::with_capacity(count as usize);
+        let (mut exp, mut next, mut mismatched) = (Vec::new(), 0u64, 0u64);
         let (mut first, mut last) = (None, Instant::now());
         let mut idle_since = Instant::now();
         loop {
@@ -378,6 +441,12 @@ fn measure(
                     first.get_or_insert(last);
                     idle_since = last;
                     for p in b.drain() {
+                        // Same packets, same order: byte-equal, sequence numbers rising
+                        // (a gap is a packet lost in the chain, counted by `received`).
+                        match check(p.data(), size, &mut exp) {
+                            Some(seq) if seq >= next => next = seq + 1,
+                            _ => mismatched += 1,
+                        }
                         if let Some(s) = p.data().get(STAMP + 8..STAMP + 16) {
                             let sent = u64::from_le_bytes(s.try_into().unwrap_or_default());
                             lat.push(now.saturating_sub(sent));
@@ -401,16 +470,16 @@ fn measure(
             unsafe { libc::poll(fds.as_mut_ptr(), 1, 1) };
         }
         let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
-        Ok((lat.len() as u64, secs, lat, thread_cpu_ns()))
+        Ok((lat.len() as u64, secs, lat, thread_cpu_ns(), mismatched))
     });
     while ready.load(Ordering::Acquire) == 0 && !rx.is_finished() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let ns_tx = ns.to_string();
     let tx_if = tx_if.to_string();
-    let tx = std::thread::spawn(move || -> anyhow::Result<(u64, u64)> {
+    let tx = std::thread::spawn(move || -> anyhow::Result<(u64, u64, u64)> {
         enter(&ns_tx)?;
-        let mut port = open_port(&kind_tx, &tx_if)?;
+        let mut port = open_port(&kind_tx, &tx_if, agg)?;
         let mut buf = vec![0u8; size];
         let start = Instant::now();
         let mut i = 0u64;
@@ -433,14 +502,17 @@ fn measure(
             }
             port.flush();
         }
-        Ok((port.counters().tx, thread_cpu_ns()))
+        // `tx` counts frames on the wire; aggregates carried `tx_aggregated` packets.
+        let c = port.counters();
+        let packets = c.tx - c.tx_aggregates + c.tx_aggregated;
+        Ok((packets, thread_cpu_ns(), c.tx_aggregated))
     });
     let sent = tx.join().map_err(|_| anyhow::anyhow!("sender panicked"))?;
     sending.store(false, Ordering::Release);
-    let (received, secs, lat, rx_cpu_ns) = rx
+    let (received, secs, lat, rx_cpu_ns, mismatched) = rx
         .join()
         .map_err(|_| anyhow::anyhow!("receiver panicked"))??;
-    let (sent, tx_cpu_ns) = sent?;
+    let (sent, tx_cpu_ns, tx_aggregated) = sent?;
     Ok(Measured {
         sent,
         received,
@@ -448,6 +520,8 @@ fn measure(
         lat_ns: lat,
         tx_cpu_ns,
         rx_cpu_ns,
+        mismatched,
+        tx_aggregated,
     })
 }
 
@@ -468,8 +542,9 @@ struct Stages {
     sys_ns: u64,
 }
 
-/// Stops the stages and collects [`Stages`].
-fn stop(mut t: Topology, stages: usize) -> Stages {
+/// Stops the stages and collects [`Stages`]; with `agg_ends` the last stage's egress
+/// counts among the aggregating links.
+fn stop(mut t: Topology, stages: usize, agg_ends: bool) -> Stages {
     let (mut agg, mut all, mut user_ns, mut sys_ns) = (0, 0, 0u64, 0u64);
     for (k, p) in t.procs.iter_mut().enumerate() {
         // SAFETY: signalling our own child.
@@ -490,7 +565,7 @@ fn stop(mut t: Topology, stages: usize) -> Stages {
             sys_ns += tv_ns(ru.ru_stime);
         }
         let _ = p.wait();
-        if k + 1 < stages {
+        if k + 1 < stages || agg_ends {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) {
                 agg += v["ports"][1]["live"]["tx_aggregated"].as_u64().unwrap_or(0);
                 all += v["ports"][1]["tx"].as_u64().unwrap_or(0);
@@ -506,11 +581,16 @@ fn stop(mut t: Topology, stages: usize) -> Stages {
 }
 
 fn row(
-    (stages, size, mode, port): (usize, usize, &str, &str),
+    (stages, size, mode, port, ends): (usize, usize, &str, &str, &str),
     pps: u64,
     m: &mut Measured,
-    st: Stages,
+    mut st: Stages,
 ) -> Row {
+    if ends == "aggregated" {
+        // The chain's ingress is an aggregating link too (its egress is in `st`).
+        st.agg += m.tx_aggregated;
+        st.all += m.sent;
+    }
     let mpps = if m.secs > 0.0 {
         m.received as f64 / m.secs / 1e6
     } else {
@@ -522,6 +602,7 @@ fn row(
         size,
         mode: mode.to_string(),
         port: port.to_string(),
+        ends: ends.to_string(),
         offered_pps: pps,
         sent: m.sent,
         received: m.received,
@@ -539,6 +620,7 @@ fn row(
         receiver_cpu_ns_per_pkt: m.rx_cpu_ns as f64 / per,
         latency_p50_us: pct(&mut m.lat_ns, 0.5),
         latency_p99_us: pct(&mut m.lat_ns, 0.99),
+        mismatched: m.mismatched,
     }
 }
 
@@ -551,24 +633,31 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     let inproc = in_process(a, 5 * count)?;
     let tag = format!("pf{}", std::process::id() % 100_000);
     let mut rows = Vec::new();
+    // Over every run (also the ones not reported): must stay 0.
+    let mut mismatched = 0u64;
     for stages in 1..=3usize {
         for &kind in PORTS {
-            for &mode in MODES {
+            for (&mode, &ends) in MODES
+                .iter()
+                .flat_map(|m| ENDS.iter().map(move |e| (m, e)))
+                .filter(|(m, e)| **m != "off" || **e == "plain")
+            {
+                let agg_ends = ends == "aggregated";
                 // af_xdp: 64 B only (its rows are for latency to the µs).
                 let sizes = if kind == "af_xdp" { &SIZES[..1] } else { SIZES };
                 for &size in sizes {
                     let only = &a.only;
-                    let name = format!("{stages} {size} {mode} {kind}");
+                    let name = format!("{stages} {size} {mode} {kind} {ends}-ends");
                     if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
                         continue;
                     }
-                    let id = (stages, size, mode, kind);
+                    let id = (stages, size, mode, kind, ends);
                     let mut best: Vec<Row> = Vec::new();
                     for _ in 0..a.runs {
-                        let (t, tx, rx) = build(stages, mode, kind, &tag)?;
+                        let (t, tx, rx) = build(stages, (mode, kind, agg_ends), &tag)?;
                         let ns = t.names[0].clone();
-                        let mut m = measure(&ns, (&tx, &rx, kind), size, count, 0)?;
-                        let agg = stop(t, stages);
+                        let mut m = measure(&ns, (&tx, &rx, kind, agg_ends), size, count, 0)?;
+                        let agg = stop(t, stages, agg_ends);
                         best.push(row(id, 0, &mut m, agg));
                     }
                     let mut mp: Vec<f64> = best.iter().map(|r| r.mpps).collect();
@@ -578,19 +667,22 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                         .min_by(|x, y| (x.mpps - med).abs().total_cmp(&(y.mpps - med).abs()))
                         .cloned()
                         .ok_or_else(|| anyhow::anyhow!("no run"))?;
+                    mismatched += best.iter().map(|r| r.mismatched).sum::<u64>();
                     rows.push(r);
                     if size == 64 {
                         for pps in [LOW_RATE, HIGH_RATE] {
                             // `runs` runs; the one of median p50 is reported.
                             let mut lat: Vec<Row> = Vec::new();
                             for _ in 0..a.runs {
-                                let (t, tx, rx) = build(stages, mode, kind, &tag)?;
+                                let (t, tx, rx) = build(stages, (mode, kind, agg_ends), &tag)?;
                                 let ns = t.names[0].clone();
                                 let n = (pps / 2).min(count);
-                                let mut m = measure(&ns, (&tx, &rx, kind), size, n, pps)?;
-                                let agg = stop(t, stages);
+                                let io = (tx.as_str(), rx.as_str(), kind, agg_ends);
+                                let mut m = measure(&ns, io, size, n, pps)?;
+                                let agg = stop(t, stages, agg_ends);
                                 lat.push(row(id, pps, &mut m, agg));
                             }
+                            mismatched += lat.iter().map(|r| r.mismatched).sum::<u64>();
                             lat.sort_by(|x, y| x.latency_p50_us.total_cmp(&y.latency_p50_us));
                             let mid = lat.len() / 2;
                             if let Some(r) = lat.into_iter().nth(mid) {
@@ -607,6 +699,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "size",
         "mode",
         "port",
+        "ends",
         "offered",
         "sent",
         "received",
@@ -619,6 +712,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "receiver ns/pkt",
         "p50 µs",
         "p99 µs",
+        "mismatched",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -628,6 +722,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 r.size.to_string(),
                 r.mode.clone(),
                 r.port.clone(),
+                r.ends.clone(),
                 if r.offered_pps == 0 {
                     "top".into()
                 } else {
@@ -647,6 +742,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 format!("{:.0}", r.receiver_cpu_ns_per_pkt),
                 format!("{:.1}", r.latency_p50_us),
                 format!("{:.1}", r.latency_p99_us),
+                r.mismatched.to_string(),
             ]
         })
         .collect();
@@ -701,28 +797,40 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         }
         for s in 1..=3 {
             for &kind in PORTS {
-                let at = |m: &str, pps: u64| {
+                let at = |m: &str, pps: u64, ends: &str| {
                     rows.iter().find(|r| {
                         r.stages == s
                             && r.size == 64
                             && r.mode == m
                             && r.port == kind
                             && r.offered_pps == pps
+                            && r.ends == ends
                     })
                 };
-                for mode in ["aggregate", "aggregate+nf"] {
-                    if let (Some(off), Some(on)) = (at("off", 0), at(mode, 0)) {
+                // Always against `off` with plain ends (nothing aggregated anywhere).
+                for (mode, ends) in [
+                    ("aggregate", "plain"),
+                    ("aggregate+nf", "plain"),
+                    ("aggregate", "aggregated"),
+                    ("aggregate+nf", "aggregated"),
+                ] {
+                    if let (Some(off), Some(on)) = (at("off", 0, "plain"), at(mode, 0, ends)) {
                         if off.mpps > 0.0 && on.stage_cpu_ns_per_pkt > 0.0 {
                             println!(
-                                "{s} stage(s), 64 B, {kind}: {mode}/off = {:.2}x Mpps, {:.2}x fewer stage CPU ns per packet (PA-Flow target at 2 stages: >= 2.7x throughput)",
+                                "{s} stage(s), 64 B, {kind}, {ends} ends: {mode}/off = {:.2}x Mpps, {:.2}x fewer stage CPU ns per packet; sender {:.0} -> {:.0}, receiver {:.0} -> {:.0} ns per packet (PA-Flow target at 2 stages: >= 2.7x throughput)",
                                 on.mpps / off.mpps,
-                                off.stage_cpu_ns_per_pkt / on.stage_cpu_ns_per_pkt
+                                off.stage_cpu_ns_per_pkt / on.stage_cpu_ns_per_pkt,
+                                off.sender_cpu_ns_per_pkt,
+                                on.sender_cpu_ns_per_pkt,
+                                off.receiver_cpu_ns_per_pkt,
+                                on.receiver_cpu_ns_per_pkt
                             );
                         }
                     }
-                    if let (Some(off), Some(on)) = (at("off", LOW_RATE), at(mode, LOW_RATE)) {
+                    let low = (at("off", LOW_RATE, "plain"), at(mode, LOW_RATE, ends));
+                    if let (Some(off), Some(on)) = low {
                         println!(
-                            "{s} stage(s), 64 B, {kind}, {} kpps: p50 {mode} {:.1} µs - off {:.1} µs = {:+.1} µs (PA-Flow target: <= +1 µs)",
+                            "{s} stage(s), 64 B, {kind}, {ends} ends, {} kpps: p50 {mode} {:.1} µs - off {:.1} µs = {:+.1} µs (PA-Flow target: <= +1 µs)",
                             LOW_RATE / 1000,
                             on.latency_p50_us,
                             off.latency_p50_us,
@@ -733,5 +841,47 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             }
         }
     }
+    if mismatched > 0 {
+        eprintln!(
+            "catena: bench paflow: {mismatched} packets arrived out of order or changed (see the `mismatched` column): aggregation changed the output, a bug"
+        );
+        return Ok(1);
+    }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(seq: u64, size: usize) -> Vec<u8> {
+        let mut b = vec![0u8; size];
+        packet(&mut b, seq);
+        b[STAMP..STAMP + 8].copy_from_slice(&seq.to_le_bytes());
+        b[STAMP + 8..STAMP + 16].copy_from_slice(&123_456u64.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn the_receiver_check_takes_the_sent_packet_and_refuses_any_change() {
+        let mut exp = Vec::new();
+        let p = sent(77, 64);
+        assert_eq!(check(&p, 64, &mut exp), Some(77));
+        // The send time is the sender's own: any value passes.
+        let mut t = p.clone();
+        t[STAMP + 8] ^= 0xff;
+        assert_eq!(check(&t, 64, &mut exp), Some(77));
+        // Any other byte changed, or the length, is a mismatch.
+        for at in [0, 13, 30, STAMP, STAMP + 16, 63] {
+            let mut q = p.clone();
+            q[at] ^= 1;
+            assert_eq!(check(&q, 64, &mut exp), None, "byte {at}");
+        }
+        assert_eq!(check(&p[..60], 64, &mut exp), None);
+        assert_eq!(check(&sent(77, 128), 64, &mut exp), None);
+        // Another packet's bytes under this one's number.
+        let mut o = sent(78, 64);
+        o[STAMP..STAMP + 8].copy_from_slice(&77u64.to_le_bytes());
+        assert_eq!(check(&o, 64, &mut exp), None);
+    }
 }

@@ -10,7 +10,8 @@
 //! into the received frame rather than copies: an NF reads them in place and a change
 //! copies the packet first (`Packet`'s copy-on-write). The frame is then kept until the
 //! batch is over (`after_batch`): every buffer lent as a view is found back in the pool
-//! by its identity and un-viewed before the frame is freed. A lent buffer not found
+//! by its identity (freeing forgot its view, `Pool::free`) before the frame is freed.
+//! A lent buffer not found
 //! (something kept a packet past its batch) leaves the frames allocated for good and
 //! turns views off: never a frame reused under a packet that reads it.
 
@@ -118,30 +119,26 @@ impl Aggregating {
         }
     }
 
-    /// Pops up to `depth` buffers from `pool`, un-viewing the ones lent this batch and
-    /// crossing them off `lent`, and pushes them all back in their order.
+    /// Pops up to `depth` buffers from `pool`, crossing the ones lent this batch off
+    /// `lent`, and pushes them all back in their order. A buffer back in the pool views
+    /// nothing (`Pool::free` forgets views), so finding it is all it takes.
     fn look(&mut self, pool: &mut Pool, depth: usize) {
         while self.scratch.len() < depth && !self.lent.is_empty() {
-            let Some(mut p) = pool.alloc_raw() else {
+            let Some(p) = pool.alloc_raw() else {
                 break;
             };
             // The batch freed its packets in order, so the pool gives them back last
             // first: the match is nearly always `lent`'s last entry.
             let me = id(&p);
-            let found = match self.lent.last() {
-                Some(&x) if x == me => self.lent.pop().is_some(),
-                _ => match self.lent.iter().rposition(|&x| x == me) {
-                    Some(k) => {
+            match self.lent.last() {
+                Some(&x) if x == me => {
+                    self.lent.pop();
+                }
+                _ => {
+                    if let Some(k) = self.lent.iter().rposition(|&x| x == me) {
                         self.lent.swap_remove(k);
-                        true
                     }
-                    None => false,
-                },
-            };
-            if found && p.is_view() {
-                // A buffer this port lent views only its frames (or was copied by an
-                // NF and views nothing): none stays in the pool viewing a frame.
-                p.set_bytes(&[]);
+                }
             }
             self.scratch.push(p);
         }
@@ -211,7 +208,7 @@ impl Aggregating {
                     let set = if view {
                         // SAFETY: `pkt` lies in `u.frame`, which this port neither
                         // changes nor frees until `after_batch` has found this buffer
-                        // back in the pool and un-viewed it (else the frame is never
+                        // back in the pool, where it views nothing (else the frame is never
                         // freed); the frame's buffer is a box, so moving the frame moves
                         // none of its bytes.
                         unsafe { p.set_view_unchecked(pkt) }

@@ -1,0 +1,92 @@
+//! `catena bench paflow` with aggregated ends (every hop of the chain aggregated: the
+//! bench's own sender packs into stage 1, the last stage into the bench's receiver, which
+//! unpacks): every packet arrives byte-equal (all but its send time) and in order, over
+//! AF_PACKET and AF_XDP, with NFs on views too. The receiver's own check (`mismatched`)
+//! is what this reads; `check`'s unit test in src/cli/bench/paflow.rs shows it refuses
+//! any changed byte. Bounded: 1,000 packets per row, 2 stages, 60 s at most; the bench's
+//! namespaces (`pf<pid>n<k>`) are removed by it, and by this test if it had to be killed.
+
+mod netns;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Removes the bench's namespaces whatever happened (they are named after its pid).
+struct Cleanup(u32);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for k in 0..4 {
+            let n = format!("pf{}n{k}", self.0 % 100_000);
+            let _ = Command::new("ip").args(["netns", "del", &n]).output();
+        }
+    }
+}
+
+#[test]
+fn every_hop_aggregated_delivers_the_same_packets_in_the_same_order() {
+    if !netns::can_run("every_hop_aggregated_delivers_the_same_packets_in_the_same_order") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args([
+            "bench", "paflow", "--runs", "1", "--scale", "0.001", "--json",
+        ])
+        .args(["--only", "2 64 aggregate af_packet aggregated-ends"])
+        .args(["--only", "2 64 aggregate+nf af_xdp aggregated-ends"])
+        .args(["--only", "2 64 off af_packet plain-ends"])
+        .arg("--out")
+        .arg(out.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn catena bench");
+    let clean = Cleanup(child.id());
+    let end = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            drop(clean);
+            panic!("bench paflow took more than 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "bench failed: {err}");
+    let rows: Value = serde_json::from_slice(&o.stdout).expect("JSON rows");
+    let rows = rows.as_array().expect("an array");
+    // Per selection: one top-rate row and two paced rows.
+    assert_eq!(rows.len(), 9, "{rows:?}");
+    let mut aggregated_ends = 0;
+    for r in rows {
+        let what = format!("{} {} {}", r["mode"], r["port"], r["ends"]);
+        assert_eq!(r["mismatched"], 0, "{what}: {r}");
+        assert_eq!(r["sent"], 1000, "{what}: {r}");
+        // 1,000 packets fit every ring on the way: none may be lost.
+        assert_eq!(r["received"], 1000, "{what}: {r}");
+        if r["ends"] == "aggregated" {
+            assert_ne!(r["mode"], "off");
+            aggregated_ends += 1;
+            if r["offered_pps"] == 0 {
+                // At top rate the sender's batches of 32 leave as aggregates.
+                assert!(r["aggregated_pct"].as_f64().unwrap() > 50.0, "{what}: {r}");
+            }
+        } else {
+            assert_eq!(r["ends"], "plain", "{what}");
+            assert_eq!(r["mode"], "off");
+            assert_eq!(r["aggregated_pct"], 0.0);
+        }
+    }
+    assert_eq!(aggregated_ends, 6);
+    let left = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let tag = format!("pf{}n", clean.0 % 100_000);
+    assert!(
+        !String::from_utf8_lossy(&left.stdout).contains(&tag),
+        "the bench left its namespaces"
+    );
+}
