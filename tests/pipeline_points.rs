@@ -342,3 +342,71 @@ start { match link { ethernet => next eth; } }
         assert_eq!(stat(nf, name), want, "{name}");
     }
 }
+
+/// `catena pipeline` says the state the NF's scope says: none for a wire (it learns
+/// nothing), global for a switch (it learns from every flow).
+#[test]
+fn the_compiler_report_states_the_derived_state_scope() {
+    for (app, want) in [
+        ("wire", "state: none"),
+        (
+            "mac_switch",
+            "state: global (learned entries, from every flow: not sharded)",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_catena"))
+            .arg("pipeline")
+            .arg(examples().join(format!("pipeline/{app}.stv")))
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let line = text.lines().find(|l| l.contains("state: ")).unwrap();
+        assert!(line.ends_with(want), "{app}: {line}");
+    }
+}
+
+/// A program's tables count what they allocate at their bounds: the MAC program's
+/// learned table is the native's table (same slots), its fixed entries a sixteenth.
+#[test]
+fn a_learning_program_takes_about_the_memory_of_its_native() {
+    for app in ["mac_switch", "ipv4_switch", "firewall"] {
+        let native = build(app, "", &examples()).memory();
+        let prog = build(
+            "pipeline",
+            &format!("program = \"{app}.stv\""),
+            &examples().join("pipeline"),
+        )
+        .memory();
+        assert!(
+            prog >= native * 9 / 10 && prog <= native * 5 / 4,
+            "{app}: program {prog} bytes, native {native}"
+        );
+    }
+}
+
+/// A table that learns holds capacity/16 fixed entries (at least 16) beside its learned
+/// ones: the 17th of a 64-entry table is refused with the reason, learning goes on.
+#[test]
+fn a_learning_table_has_room_for_a_sixteenth_of_fixed_entries() {
+    let (_d, mut nf) = switch("capacity 64;");
+    let nf = nf.as_mut();
+    for i in 0..16 {
+        nf.control(&format!("add mac 02:00:00:00:01:{i:02x} -> output 3"))
+            .unwrap();
+    }
+    let e = nf
+        .control("add mac 02:00:00:00:01:ff -> output 3")
+        .unwrap_err();
+    assert!(
+        e.contains("is full (16 fixed entries: a table that learns holds capacity/16"),
+        "{e}"
+    );
+    // Replacing an entry is not adding one.
+    nf.control("add mac 02:00:00:00:01:00 -> output 4").unwrap();
+    assert_eq!(
+        step(nf, &frame([2, 0, 0, 0, 1, 0], MAC_A, &[], 0x0800), 1, 0).0,
+        4
+    );
+    assert_eq!(step(nf, &frame(MAC_A, MAC_B, &[], 0x0800), 2, 0).0, 1);
+    assert_eq!(stat(nf, "mac.entries"), 16 + 2);
+}

@@ -14,7 +14,7 @@ use super::nf::{Context, Nf, Profile, StateScope};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::bytes::{be16, be32};
 use crate::packet::wire::{Ethernet, Ipv4, Tcp, Udp};
-use crate::packet::{Batch, Fields, L3Kind, Packet};
+use crate::packet::{Batch, Fields, L3Kind, Packet, MAX_BATCH};
 
 /// How much of the packet is decoded before deciding (the thesis' partial vs full decode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,6 +219,61 @@ fn full_decode(d: &[u8]) -> u64 {
     acc
 }
 
+impl Firewall {
+    /// One packet; `h`: its addresses' hashes when the batch prefetched them.
+    #[inline(always)]
+    fn one(&mut self, p: &mut Packet, h: (u64, u64)) {
+        let l = p.layers();
+        // IPv4 offsets, protocol and whether it is a later fragment.
+        let (o3, o4, proto, later) = match l.l3 {
+            L3Kind::Ipv4 => (
+                l.l3_off as usize,
+                l.l4_off as usize,
+                l.l4_proto,
+                l.is_later_fragment(),
+            ),
+            L3Kind::Malformed => match self.bpf_ipv4(p) {
+                Some(v) => v,
+                None => return,
+            },
+            _ => {
+                p.drop_with(NOT_IPV4);
+                return;
+            }
+        };
+        if proto != 6 && proto != 17 {
+            p.drop_with(NOT_TCP_UDP);
+            return;
+        }
+        if later {
+            p.drop_with(FRAGMENT);
+            return;
+        }
+        let (m, d) = p.split_meta();
+        // The ports are all the rule needs, as for BPF: a cut-short header past them is fine.
+        if d.len() < o4 + 4 {
+            p.drop_with(TRUNCATED);
+            return;
+        }
+        if self.decode == Decode::Full && l.has_ethernet() && l.l3 == L3Kind::Ipv4 {
+            self.full_sum = self.full_sum.wrapping_add(full_decode(d));
+        }
+        let sport = u16::from_be_bytes([d[o4], d[o4 + 1]]);
+        let dport = u16::from_be_bytes([d[o4 + 2], d[o4 + 3]]);
+        if !(self.allows(sport) || self.allows(dport)) {
+            p.drop_with(PORT_DENIED);
+            return;
+        }
+        // Read as BPF does (`malformed = "pass"`): not prefetched, hashed here.
+        let h = if l.l3 == L3Kind::Ipv4 {
+            h
+        } else {
+            self.learn.prefetch(d, o3)
+        };
+        self.learn.switch(m, be32(d, o3 + 12), be32(d, o3 + 16), h);
+    }
+}
+
 impl Nf for Firewall {
     fn memory(&self) -> usize {
         self.learn.memory() + std::mem::size_of_val(&*self.allowed)
@@ -232,51 +287,26 @@ impl Nf for Firewall {
         StateScope::Global("learns address -> port from every flow (as ipv4_switch)")
     }
 
+    /// In chunks of a batch: prefetch the learning table's slots of every TCP/UDP IPv4
+    /// packet the port rule passes, then decide packet by packet (the same order as one at a time).
     #[inline]
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
-        for p in batch {
-            let l = p.layers();
-            // IPv4 offsets, protocol and whether it is a later fragment.
-            let (o3, o4, proto, later) = match l.l3 {
-                L3Kind::Ipv4 => (
-                    l.l3_off as usize,
-                    l.l4_off as usize,
-                    l.l4_proto,
-                    l.is_later_fragment(),
-                ),
-                L3Kind::Malformed => match self.bpf_ipv4(p) {
-                    Some(v) => v,
-                    None => continue,
-                },
-                _ => {
-                    p.drop_with(NOT_IPV4);
+        for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
+            let mut hs = [(0u64, 0u64); MAX_BATCH];
+            for (p, h) in chunk.iter_mut().zip(hs.iter_mut()) {
+                let l = p.layers();
+                if l.l3 != L3Kind::Ipv4 || (l.l4_proto != 6 && l.l4_proto != 17) {
                     continue;
                 }
-            };
-            if proto != 6 && proto != 17 {
-                p.drop_with(NOT_TCP_UDP);
-                continue;
+                // Only packets the port rule lets through learn and look up.
+                let (d, o4) = (p.data(), l.l4_off as usize);
+                if d.len() >= o4 + 4 && (self.allows(be16(d, o4)) || self.allows(be16(d, o4 + 2))) {
+                    *h = self.learn.prefetch(d, l.l3_off as usize);
+                }
             }
-            if later {
-                p.drop_with(FRAGMENT);
-                continue;
+            for (p, &h) in chunk.iter_mut().zip(hs.iter()) {
+                self.one(p, h);
             }
-            let (m, d) = p.split_meta();
-            // The ports are all the rule needs, as for BPF: a cut-short header past them is fine.
-            if d.len() < o4 + 4 {
-                p.drop_with(TRUNCATED);
-                continue;
-            }
-            if self.decode == Decode::Full && l.has_ethernet() && l.l3 == L3Kind::Ipv4 {
-                self.full_sum = self.full_sum.wrapping_add(full_decode(d));
-            }
-            let sport = u16::from_be_bytes([d[o4], d[o4 + 1]]);
-            let dport = u16::from_be_bytes([d[o4 + 2], d[o4 + 3]]);
-            if !(self.allows(sport) || self.allows(dport)) {
-                p.drop_with(PORT_DENIED);
-                continue;
-            }
-            self.learn.switch(m, be32(d, o3 + 12), be32(d, o3 + 16));
         }
     }
 

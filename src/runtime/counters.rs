@@ -151,6 +151,10 @@ pub struct WorkerSummary {
     /// Its own processing time (from its first packet to its last).
     pub seconds: f64,
     pub mpps: f64,
+    /// The CPU time its thread used over the same span (`CLOCK_THREAD_CPUTIME_ID`):
+    /// unlike `seconds`, not inflated by waiting for a core on a loaded machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<f64>,
 }
 
 impl Summary {

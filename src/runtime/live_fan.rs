@@ -234,7 +234,10 @@ pub fn sum_workers(parts: Vec<Summary>) -> Summary {
         .iter()
         .map(|s| s.ports.iter().map(|p| p.live).collect())
         .collect();
-    let mut s = super::shard::sum(parts.into_iter().map(|s| (s, None)).collect(), seconds);
+    let mut s = super::shard::sum(
+        parts.into_iter().map(|s| (s, None, None)).collect(),
+        seconds,
+    );
     for (i, p) in s.ports.iter_mut().enumerate() {
         let mut all = lives.iter().filter_map(|l| l.get(i).copied().flatten());
         if let Some(mut c) = all.next() {

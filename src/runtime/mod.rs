@@ -22,6 +22,7 @@ pub mod ports;
 mod profile_check;
 pub mod reload;
 pub mod ring;
+pub mod rss;
 pub mod shard;
 mod shard_control;
 mod sink;

@@ -2,10 +2,9 @@
 //! its own instance of the chain, by a *symmetric* flow hash, as NIC RSS with a symmetric
 //! key and AF_PACKET fanout do.
 //!
-//! - Placement: IP packets by their two addresses, ordered (so both directions of a
-//!   connection, and every fragment of a datagram, land on one worker); other frames
-//!   with an Ethernet header by their two MAC addresses, ordered; anything else on
-//!   worker 0. Ports are left out on purpose: fragments after the first carry none.
+//! - Placement (`rss.rs`): a symmetric hash of the two addresses (both directions of a
+//!   connection, and every fragment of a datagram, land on one worker) onto an
+//!   indirection table of buckets balanced over a bounded sample of the trace.
 //! - The input side hashes every record once, before the workers start (in a replay the
 //!   NIC's work), and each worker replays its share in input order.
 //! - Each worker's sinks write their own file with each packet's input position beside
@@ -21,12 +20,12 @@ use std::time::Instant;
 use super::affinity::{allowed_cores, pin};
 use super::chain::{Chain, NodeKind};
 use super::counters::{NfSummary, Summary, WorkerSummary};
+use super::rss::Placement;
 use super::shard_control::Gate;
 use super::sink::seq_path;
 use super::worker::{NoProgress, Progress, RunOptions, Runner};
 use crate::io::{PcapWriter, Trace};
 use crate::nfs::StateScope;
-use crate::packet::{L3Kind, Layers, LinkKind};
 
 /// Most workers a chain may ask for.
 pub const MAX_WORKERS: usize = 64;
@@ -54,31 +53,6 @@ pub fn refusal(chain: &Chain) -> Option<String> {
         },
         _ => None,
     })
-}
-
-/// The worker (of `workers`) that packet `data` belongs to.
-#[inline]
-pub fn worker_of(link: LinkKind, data: &[u8], workers: usize) -> usize {
-    if workers <= 1 {
-        return 0;
-    }
-    let l = Layers::parse(link, data);
-    let o = l.l3_off as usize;
-    let (a, b): (&[u8], &[u8]) = match l.l3 {
-        L3Kind::Ipv4 if data.len() >= o + 20 => (&data[o + 12..o + 16], &data[o + 16..o + 20]),
-        L3Kind::Ipv6 if data.len() >= o + 40 => (&data[o + 8..o + 24], &data[o + 24..o + 40]),
-        _ if l.has_ethernet() && data.len() >= 12 => (&data[0..6], &data[6..12]),
-        _ => return 0,
-    };
-    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-    // FNV-1a, then a multiply-shift onto 0..workers: fixed, so placement is the same on
-    // every run and machine.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &x in lo.iter().chain(hi) {
-        h = (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3);
-    }
-    h ^= h >> 29;
-    (((h >> 32) * workers as u64) >> 32) as usize
 }
 
 /// A chain run by N workers.
@@ -185,10 +159,10 @@ impl Shards {
             );
         }
         let started = Instant::now();
-        // The input side: every record's worker, once, hashed on every core.
+        // The input side: every record's bucket, once, hashed on every core, and the
+        // balanced table (rss.rs).
         let (bytes, recs) = trace.raw();
-        let link = trace.link();
-        let owner = owners(link, bytes, recs, n);
+        let placement = Placement::of_trace(trace.link(), bytes, recs, n);
         // Each worker writes its own files; merged below.
         let finals = sink_paths(runners[0].chain(), opts);
         let part = |w: usize, p: &Path| -> PathBuf {
@@ -200,7 +174,7 @@ impl Shards {
             .as_ref()
             .map(|_| Gate::new(n, recs.len() as u64 * opts.loops));
         let preparers = runners[0].preparers();
-        let results: Vec<anyhow::Result<(Summary, Option<usize>)>> = std::thread::scope(|scope| {
+        let results: Vec<anyhow::Result<Part>> = std::thread::scope(|scope| {
             if let (Some(g), Some(c)) = (&gate, control) {
                 let preparers = &preparers;
                 // No thread, no live changes: the socket's senders then hear "the run has
@@ -210,11 +184,14 @@ impl Shards {
                     .spawn_scoped(scope, move || g.serve(&c.rx, preparers));
             }
             let gate = gate.as_ref();
-            let owner = &owner;
+            let placement = &placement;
+            // Each runner moves onto its worker's stack: in one Vec, the fields a walk
+            // writes per packet (the port draw, the clock) could share a cache line with
+            // the next worker's.
             let handles: Vec<_> = runners
-                .iter_mut()
+                .into_iter()
                 .enumerate()
-                .map(|(w, r)| {
+                .map(|(w, mut r)| {
                     let core = (n <= cores.len()).then(|| cores[w]);
                     let wopts = RunOptions {
                         loops: opts.loops,
@@ -226,35 +203,33 @@ impl Shards {
                     };
                     std::thread::Builder::new()
                         .name(format!("catena-w{w}"))
-                        .spawn_scoped(
-                            scope,
-                            move || -> anyhow::Result<(Summary, Option<usize>)> {
-                                // However this thread returns, the gate stops waiting for it.
-                                let _gone = gate.map(|g| Gone(g, w));
-                                let core = core.filter(|&c| pin(c));
-                                let t = Instant::now();
-                                // Its share: the records it owns, in input order.
-                                let share: Vec<u32> = owner
-                                    .iter()
-                                    .enumerate()
-                                    .filter(|(_, &o)| o as usize == w)
-                                    .map(|(i, _)| i as u32)
-                                    .collect();
-                                r.run_share(
-                                    trace,
-                                    lasting,
-                                    &wopts,
-                                    &share,
-                                    gate.map(|g| (g, w)),
-                                    &mut NoProgress,
-                                )?;
-                                let secs = t.elapsed().as_secs_f64();
-                                Ok((
-                                    r.finish(trace.error().map(|e| e.to_string()), &wopts, secs)?,
-                                    core,
-                                ))
-                            },
-                        )
+                        .spawn_scoped(scope, move || -> anyhow::Result<Part> {
+                            // However this thread returns, the gate stops waiting for it.
+                            let _gone = gate.map(|g| Gone(g, w));
+                            let core = core.filter(|&c| pin(c));
+                            let t = Instant::now();
+                            let cpu = thread_cpu_seconds();
+                            // Its share: the records it owns, in input order.
+                            let share: Vec<u32> = (0..recs.len())
+                                .filter(|&i| placement.worker(i) == w)
+                                .map(|i| i as u32)
+                                .collect();
+                            r.run_share(
+                                trace,
+                                lasting,
+                                &wopts,
+                                &share,
+                                gate.map(|g| (g, w)),
+                                &mut NoProgress,
+                            )?;
+                            let secs = t.elapsed().as_secs_f64();
+                            let cpu = thread_cpu_seconds().zip(cpu).map(|(b, a)| b - a);
+                            Ok((
+                                r.finish(trace.error().map(|e| e.to_string()), &wopts, secs)?,
+                                core,
+                                cpu,
+                            ))
+                        })
                 })
                 .collect();
             handles
@@ -299,43 +274,6 @@ impl Shards {
         }
         Ok(s)
     }
-}
-
-/// The worker of every record of `recs` (`workers` ≤ 64, so a byte each), hashed in
-/// `workers` slices on as many threads: on one thread this serial step alone held two
-/// workers well under twice one's rate. A slice whose thread cannot start is hashed here.
-fn owners(link: LinkKind, bytes: &[u8], recs: &[crate::io::Record], workers: usize) -> Vec<u8> {
-    let mut owner = vec![0u8; recs.len()];
-    let per = recs.len().div_ceil(workers).max(1);
-    let hash = |o: &mut [u8], r: &[crate::io::Record]| {
-        for (x, r) in o.iter_mut().zip(r) {
-            let d = &bytes[r.off as usize..r.off as usize + r.caplen as usize];
-            *x = worker_of(link, d, workers) as u8;
-        }
-    };
-    let mut failed = Vec::new();
-    std::thread::scope(|s| {
-        let mut slices = owner.chunks_mut(per).zip(recs.chunks(per)).enumerate();
-        // The first slice is hashed by this thread, the others by helpers.
-        let mine = slices.next();
-        for (k, (o, r)) in slices {
-            let started = std::thread::Builder::new()
-                .name(format!("catena-rss{k}"))
-                .spawn_scoped(s, move || hash(o, r));
-            if started.is_err() {
-                failed.push(k);
-            }
-        }
-        if let Some((_, (o, r))) = mine {
-            hash(o, r);
-        }
-    });
-    for k in failed {
-        let lo = k * per;
-        let hi = (lo + per).min(recs.len());
-        hash(&mut owner[lo..hi], &recs[lo..hi]);
-    }
-    owner
 }
 
 /// Tells the gate a worker thread has returned (also when it panics).
@@ -400,11 +338,26 @@ fn merge(trace: &Trace, out: &Path, parts: &[PathBuf]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A worker's summary, the core it was pinned to, and its thread's CPU seconds.
+pub type Part = (Summary, Option<usize>, Option<f64>);
+
+/// The CPU time the calling thread has used, in seconds (one system call; per worker
+/// run, not per packet).
+fn thread_cpu_seconds() -> Option<f64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
+    ok.then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+}
+
 /// The workers' summaries summed; `seconds` is the whole run's wall time.
-pub fn sum(parts: Vec<(Summary, Option<usize>)>, seconds: f64) -> Summary {
+pub fn sum(parts: Vec<Part>, seconds: f64) -> Summary {
     let mut it = parts.into_iter().enumerate();
-    let (_, (mut s, core)) = it.next().expect("at least one worker");
-    let per = |w: usize, p: &Summary, core: Option<usize>| WorkerSummary {
+    let (_, (mut s, core, cpu)) = it.next().expect("at least one worker");
+    let per = |w: usize, p: &Summary, core: Option<usize>, cpu_seconds| WorkerSummary {
         worker: w,
         core,
         packets_in: p.packets_in,
@@ -412,10 +365,11 @@ pub fn sum(parts: Vec<(Summary, Option<usize>)>, seconds: f64) -> Summary {
         packets_dropped: p.packets_dropped,
         seconds: p.seconds,
         mpps: p.mpps,
+        cpu_seconds,
     };
-    s.workers = vec![per(0, &s, core)];
-    for (w, (p, core)) in it {
-        s.workers.push(per(w, &p, core));
+    s.workers = vec![per(0, &s, core, cpu)];
+    for (w, (p, core, cpu)) in it {
+        s.workers.push(per(w, &p, core, cpu));
         s.packets_in += p.packets_in;
         s.packets_out += p.packets_out;
         s.packets_dropped += p.packets_dropped;
@@ -508,7 +462,7 @@ pub fn join_worker<T>(
 mod tests {
     use super::*;
     use crate::nfs::{Context, Nf, Profile};
-    use crate::packet::{Batch, Fields};
+    use crate::packet::{Batch, Fields, LinkKind};
 
     /// Live multi-worker runs (cli/run.rs) join through this too: a worker's panic is
     /// reported with its message, its error with its number.
@@ -562,8 +516,6 @@ mod tests {
         let good = ipv4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2);
         let mut bad = good.clone();
         bad[0] = 0xee;
-        // The poisoned frame's worker: hashed by its MAC-less IP pair, as `good`'s.
-        let w = worker_of(LinkKind::Ethernet, &bad, 2);
         let h = crate::io::PcapHeader::new(1, false);
         let frames: Vec<&[u8]> = vec![&good, &good, &bad, &good];
         let trace = Trace::from_packets(
@@ -571,6 +523,9 @@ mod tests {
             h,
             frames.into_iter().enumerate().map(|(i, f)| (i as u64, f)),
         );
+        // The poisoned frame's worker: placed by its IP pair, as `good`'s.
+        let (bytes, recs) = trace.raw();
+        let w = Placement::of_trace(LinkKind::Ethernet, bytes, recs, 2).worker(2);
         let chains = (0..2)
             .map(|_| Chain::linear("t", 1, 1, vec![("f".into(), fragile())]))
             .collect();
@@ -595,37 +550,5 @@ mod tests {
         f[36..38].copy_from_slice(&dport.to_be_bytes());
         f[46] = 0x50;
         f
-    }
-
-    #[test]
-    fn both_directions_land_on_one_worker() {
-        let mut seen = [false; 4];
-        for i in 0..200u8 {
-            let a = [10, 0, i, 1];
-            let b = [192, 168, 1, i.wrapping_mul(7)];
-            let fwd = worker_of(LinkKind::Ethernet, &ipv4(a, b, 1000 + i as u16, 80), 4);
-            let rev = worker_of(LinkKind::Ethernet, &ipv4(b, a, 80, 1000 + i as u16), 4);
-            assert_eq!(fwd, rev, "flow {i}");
-            seen[fwd] = true;
-        }
-        // The hash spreads: every worker gets some of 200 host pairs.
-        assert_eq!(seen, [true; 4]);
-    }
-
-    #[test]
-    fn non_ip_and_short_frames_are_placed_without_panic() {
-        assert_eq!(worker_of(LinkKind::Ethernet, &[], 4), 0);
-        assert_eq!(worker_of(LinkKind::RawIp, &[0x45, 0, 0], 4), 0);
-        let mut arp = vec![0u8; 42];
-        arp[0..6].copy_from_slice(&[1, 2, 3, 4, 5, 6]);
-        arp[6..12].copy_from_slice(&[6, 5, 4, 3, 2, 1]);
-        arp[12] = 8;
-        arp[13] = 6;
-        let w = worker_of(LinkKind::Ethernet, &arp, 4);
-        // Symmetric on MAC addresses too.
-        let mut back = arp.clone();
-        back[0..6].copy_from_slice(&arp[6..12]);
-        back[6..12].copy_from_slice(&arp[0..6]);
-        assert_eq!(w, worker_of(LinkKind::Ethernet, &back, 4));
     }
 }

@@ -1,8 +1,8 @@
 //! `catena bench micronf`: the many-cores experiments (microNF; RSS-sharded workers).
 //!
 //! - scaling: wire, ip_filter, NAT and the mixed chain (filter → NAT → Maglev → monitor)
-//!   at 1 and 2 workers on the merged real trace: Mpps (input side and merge included)
-//!   and the ratio;
+//!   at 1 and 2 workers on the merged real trace and the 4sics profile: Mpps (input side
+//!   and merge included), the ratio, and the busiest worker's share of the packets;
 //! - stages: 1–6 busy NFs (500 cycles each) as one stage vs one stage per NF:
 //!   throughput and per-packet latency (TSC at the first NF to TSC at the last,
 //!   p50/p99 with hdrhistogram);
@@ -51,6 +51,9 @@ struct Row {
     hop_cycles: Option<f64>,
     /// TSC ticks per input packet (monolithic group: per element, and overall).
     cycles_per_packet: Option<f64>,
+    /// The busiest worker's share of the packets (scaling group): `1 / max_share` bounds
+    /// the ratio two workers can reach.
+    max_share: Option<f64>,
 }
 
 const MIXED: &str = r#"
@@ -91,17 +94,19 @@ fn scaling_chains() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Median Mpps of `text` (with `head` prepended) on `trace`, `workers` workers.
+/// Median Mpps of `text` on `trace` with `workers` workers, the packets, and the busiest
+/// worker's share of them.
 fn mpps(
     a: &Args,
     text: &str,
     trace: &Trace,
     workers: usize,
     loops: u64,
-) -> anyhow::Result<(f64, u64)> {
+) -> anyhow::Result<(f64, u64, f64)> {
     let cfg = ChainConfig::parse(text, "micronf")?;
     let mut v = Vec::new();
     let mut packets = 0;
+    let mut share = 1.0;
     for i in 0..=a.runs.min(3) {
         let chains = (0..workers)
             .map(|_| Chain::from_config(&cfg))
@@ -112,11 +117,17 @@ fn mpps(
         };
         let s = Shards::new(chains, trace.max_packet_len())?.run(trace, &opts, &mut NoProgress)?;
         packets = s.packets_in;
+        share = s
+            .workers
+            .iter()
+            .map(|w| w.packets_in as f64 / s.packets_in.max(1) as f64)
+            .fold(0.0, f64::max)
+            .max(if s.workers.is_empty() { 1.0 } else { 0.0 });
         if i > 0 {
             v.push(s.mpps);
         }
     }
-    Ok((median(&mut v), packets))
+    Ok((median(&mut v), packets, share))
 }
 
 /// Shared between the first and the last NF: when each packet (by input position) was
@@ -300,28 +311,46 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         p99_cycles: None,
         hop_cycles: None,
         cycles_per_packet: None,
+        max_share: None,
     };
     // About a million packets per run at scale 1.
     let loops = ((1_000_000.0 * a.scale) / merged.len().max(1) as f64)
         .ceil()
         .max(1.0) as u64;
-    for (name, text) in scaling_chains() {
-        if !want(a, "scaling", name) {
-            continue;
+    // The 4sics profile (generated ICS traffic, 76 B packets): few, unequal flows, which
+    // tests the placement. As many records as the merged trace (4 % of the profile,
+    // ~91,000), replayed as many times, so the input side's one pass over the records
+    // weighs the same in both.
+    let sics = if scaling_chains()
+        .iter()
+        .any(|(n, _)| want(a, "scaling", &format!("{n} (4sics)")))
+    {
+        Some(traces::load("4sics", 0.04)?)
+    } else {
+        None
+    };
+    let sics_loops = sics.as_ref().map_or(1, |t| {
+        ((1_000_000.0 * a.scale) / t.len().max(1) as f64)
+            .ceil()
+            .max(1.0) as u64
+    });
+    for (tname, trace, tloops) in [
+        ("", Some(&merged), loops),
+        (" (4sics)", sics.as_ref(), sics_loops),
+    ] {
+        let Some(trace) = trace else { continue };
+        for (name, text) in scaling_chains() {
+            let case = format!("{name}{tname}");
+            if !want(a, "scaling", &case) {
+                continue;
+            }
+            let (one, packets, _) = mpps(a, &text, trace, 1, tloops)?;
+            rows.push(row("scaling", case.clone(), 1, 1, 0, packets, one, 1.0));
+            let (two, packets, share) = mpps(a, &text, trace, 2, tloops)?;
+            let mut r = row("scaling", case, 2, 1, 0, packets, two, two / one.max(1e-9));
+            r.max_share = Some(share);
+            rows.push(r);
         }
-        let (one, packets) = mpps(a, &text, &merged, 1, loops)?;
-        rows.push(row("scaling", name.into(), 1, 1, 0, packets, one, 1.0));
-        let (two, packets) = mpps(a, &text, &merged, 2, loops)?;
-        rows.push(row(
-            "scaling",
-            name.into(),
-            2,
-            1,
-            0,
-            packets,
-            two,
-            two / one.max(1e-9),
-        ));
     }
     let small = traces::load("smallflows", 1.0)?;
     let small_loops = ((200_000.0 * a.scale) / small.len().max(1) as f64)
@@ -412,7 +441,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .filter(|k| want(a, "prefetch", &format!("mixed, prefetch {k}")))
     {
         let text = format!("prefetch = {k}\n{MIXED}");
-        let (m, packets) = mpps(a, &text, &merged, 1, loops)?;
+        let (m, packets, _) = mpps(a, &text, &merged, 1, loops)?;
         if k == 0 {
             off = m;
         }
@@ -485,6 +514,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "p99 cyc",
         "hop cyc/pkt",
         "cyc/pkt",
+        "max share",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -504,6 +534,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 r.hop_cycles.map_or("-".into(), |v| format!("{v:.1}")),
                 r.cycles_per_packet
                     .map_or("-".into(), |v| format!("{v:.1}")),
+                r.max_share
+                    .map_or("-".into(), |v| format!("{:.1} %", v * 100.0)),
             ]
         })
         .collect();

@@ -41,6 +41,14 @@ const APPS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The thesis' Mpps per app (measured on 4SICS); the target is ten times these.
+const THESIS_MPPS: &[(&str, f64)] = &[
+    ("wire", 3.75),
+    ("mac_switch", 2.14),
+    ("ipv4_switch", 1.76),
+    ("firewall", 2.06),
+];
+
 /// The same apps as pipeline-language programs (`--pipeline`), with their native twin.
 const PROGRAMS: &[(&str, &str, u16)] = &[
     ("wire", "wire", 2),
@@ -298,6 +306,31 @@ pub fn apps(a: &Args) -> anyhow::Result<i32> {
                         );
                     }
                 }
+            }
+        }
+        println!(
+            "\n10x the thesis (its Mpps on 4SICS times ten; cycles a packet it allows at this TSC):"
+        );
+        for t in traces::names(&a.traces) {
+            for &(app, thesis) in THESIS_MPPS {
+                let get = |n: &str| rows.iter().find(|r| r.app == n && r.trace == t);
+                let Some(n) = get(app) else { continue };
+                let target = thesis * 10.0;
+                let verdict = |r: &Row| {
+                    format!(
+                        "{:.1} Mpps {:.0} cyc/pkt {}",
+                        r.mpps,
+                        r.cycles_per_packet,
+                        if r.mpps >= target { "met" } else { "MISSED" }
+                    )
+                };
+                let budget = n.cycles_per_packet * n.mpps / target;
+                let prog = get(&program_row(app))
+                    .map_or(String::new(), |p| format!(", program {}", verdict(p)));
+                println!(
+                    "  {t} {app} (>= {target:.1} Mpps, <= {budget:.0} cyc/pkt): native {}{prog}",
+                    verdict(n)
+                );
             }
         }
         println!("results in {}", a.out.display());

@@ -1275,6 +1275,12 @@ impl Nf for Nat {
         let addrs: Vec<Ipv4Addr> = self.pool.addrs.iter().map(|&a| Ipv4Addr::from(a)).collect();
         let (lo, hi) = (self.pool.lo, self.pool.hi);
         self.pool.share = (worker as u32, workers as u32);
+        if workers > 1 {
+            // Backed now, before the run: lazily, every first insert on a page flushed the
+            // TLB of the other workers' cores (see `Index::prefault`).
+            self.out.prefault();
+            self.back.prefault();
+        }
         self.set_pool(&addrs, lo, hi)
     }
 

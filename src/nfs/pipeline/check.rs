@@ -47,10 +47,13 @@ impl std::fmt::Display for Report {
             self.reads,
             self.writes,
             if self.may_drop { "yes" } else { "no" },
+            // As the NF's state scope says (what the multi-core planner reads): a
+            // program that learns does so from every flow, one that does not keeps
+            // nothing that decides a verdict (its counters are statistics).
             if self.per_flow_state {
-                "per flow (learned entries)"
+                "global (learned entries, from every flow: not sharded)"
             } else {
-                "global (counters only)"
+                "none"
             }
         )
     }

@@ -6,7 +6,7 @@ use super::ast::BinOp;
 use super::flat::Flat;
 use super::table::{Act, Table};
 use crate::packet::checksum;
-use crate::packet::{Batch, LinkKind, Meta};
+use crate::packet::{Batch, LinkKind, Meta, MAX_BATCH};
 
 /// Most decoders a program may declare (per-packet header offsets live on the stack).
 pub const MAX_DECODERS: usize = 32;
@@ -46,6 +46,20 @@ pub struct FieldRef {
 }
 
 const NO_WORD: u8 = u8::MAX;
+
+impl FieldRef {
+    /// The field of a header at `base`, by the one-load path only (`None` near the
+    /// packet's end or for a wide field): for a batch's prefetch pass, which may guess.
+    #[inline(always)]
+    pub fn peek(&self, d: &[u8], base: usize) -> Option<u64> {
+        if self.sh == NO_WORD {
+            return None;
+        }
+        let o = base + self.off as usize;
+        let w = d.get(o..o + 8)?;
+        Some((u64::from_be_bytes(w.try_into().ok()?) >> self.sh) & self.mask)
+    }
+}
 
 impl FieldRef {
     /// Field of decoder `hdr`, `bits` wide at `bit_off` bits from its header's start.
@@ -628,31 +642,36 @@ impl Plan {
         }
         let (flat, code, state) = (&self.flat, &self.code, &mut self.state);
         let sc = &mut self.scratch;
-        match (flat.writes(), flat.has_entry()) {
-            (true, _) => {
-                for pk in batch {
-                    let (m, d) = pk.split_mut();
-                    let p = &mut Pkt::new(m, d, ports, sc);
-                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
-                        pk.drop_with(r);
+        // In chunks of a batch: first the learning table's slots of every packet are
+        // prefetched (see `Flat::prefetch`), then the packets run one by one.
+        for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
+            flat.prefetch(state, chunk);
+            match (flat.writes(), flat.has_entry()) {
+                (true, _) => {
+                    for pk in chunk {
+                        let (m, d) = pk.split_mut();
+                        let p = &mut Pkt::new(m, d, ports, sc);
+                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                            pk.drop_with(r);
+                        }
                     }
                 }
-            }
-            (false, true) => {
-                for pk in batch {
-                    let (m, d) = pk.split_meta();
-                    let p = &mut Pkt::new(m, d, ports, sc);
-                    if let Some(r) = run_one::<_, true>(flat, code, state, p) {
-                        pk.drop_with(r);
+                (false, true) => {
+                    for pk in chunk {
+                        let (m, d) = pk.split_meta();
+                        let p = &mut Pkt::new(m, d, ports, sc);
+                        if let Some(r) = run_one::<_, true>(flat, code, state, p) {
+                            pk.drop_with(r);
+                        }
                     }
                 }
-            }
-            (false, false) => {
-                for pk in batch {
-                    let (m, d) = pk.split_meta();
-                    let p = &mut Pkt::new(m, d, ports, sc);
-                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
-                        pk.drop_with(r);
+                (false, false) => {
+                    for pk in chunk {
+                        let (m, d) = pk.split_meta();
+                        let p = &mut Pkt::new(m, d, ports, sc);
+                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                            pk.drop_with(r);
+                        }
                     }
                 }
             }

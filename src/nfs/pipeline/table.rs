@@ -1,23 +1,25 @@
 //! Run-time tables. Exact tables are hash maps (entries given in the program or by
-//! `ctl`, and learned entries in a [`TimedTable`], the native switches' table, so
-//! learning, idle expiry and the full count behave exactly as theirs); prefix and ternary
-//! tables are a list ordered by priority, scanned first match wins.
+//! `ctl`, and learned entries in a [`LearnTable`], the native switches' table, so
+//! learning, idle expiry and the full count behave exactly as theirs, and a batch can
+//! prefetch a packet's slots before it runs); prefix and ternary tables are a list
+//! ordered by priority, scanned first match wins.
 
 use std::collections::HashMap;
 
-use crate::flow::{Hasher, Learned, TimedTable};
+use crate::flow::{Hasher, LearnTable, Learned};
 
 /// What an entry does; small and `Copy` so a hit costs no more than a load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Act {
     Output(u16),
     Flood,
     Drop(u8),
     Goto(u16),
+    #[default]
     Pass,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct LVal {
     act: Act,
     /// When the key was first learned (for the hard timeout; re-learning keeps it).
@@ -29,10 +31,10 @@ struct LVal {
 /// native switches' ones: fewer cache lines on traces with many addresses); with a hard
 /// timeout, also when each was first learned.
 enum Learn {
-    K32(TimedTable<u32, Act>),
-    K64(TimedTable<u64, Act>),
-    K128(TimedTable<u128, Act>),
-    Hard(TimedTable<u128, LVal>),
+    K32(LearnTable<u32, Act>),
+    K64(LearnTable<u64, Act>),
+    K128(LearnTable<u128, Act>),
+    Hard(LearnTable<u128, LVal>),
 }
 
 /// `$e` for every kind of learned table (`$h`, `$he`: the hard-timeout one, when it
@@ -61,10 +63,16 @@ pub struct Masked {
     pub hits: u64,
 }
 
+/// A table that learns has room for `capacity / FIXED_SHARE` fixed entries.
+pub const FIXED_SHARE: usize = 16;
+
 pub struct Table {
     pub name: String,
     pub key_bits: u32,
     pub capacity: usize,
+    /// Fixed entries at most: the capacity, or in a table that learns a sixteenth of it
+    /// (at least 16), so that a learning table's bound is close to its learned part.
+    fixed_room: usize,
     hard_ns: u64,
     exact: HashMap<u128, (Act, u64), Hasher>,
     masked: Vec<Masked>,
@@ -80,21 +88,19 @@ pub struct Table {
 }
 
 impl Table {
-    /// Bytes the table takes at its capacity (learned part reserved up front, fixed
-    /// entries up to the capacity), for `catena check`'s memory line.
+    /// Bytes the table takes at its bounds, for `catena check`'s memory line: the
+    /// learned part as allocated (up front, at the capacity), fixed entries at their
+    /// room (they grow as the program and `ctl` add them).
     pub fn memory(&self) -> usize {
         use crate::flow::footprint::{hash_table_bytes, vec_bytes};
-        let learned = match &self.learned {
-            Some(Learn::K32(_)) => hash_table_bytes::<(u32, Act, u64)>(self.capacity),
-            Some(Learn::K64(_)) => hash_table_bytes::<(u64, Act, u64)>(self.capacity),
-            Some(Learn::K128(_)) => hash_table_bytes::<(u128, Act, u64)>(self.capacity),
-            Some(Learn::Hard(_)) => hash_table_bytes::<(u128, LVal, u64)>(self.capacity),
-            None => 0,
-        };
+        let learned = self
+            .learned
+            .as_ref()
+            .map_or(0, |l| each!(l, t => t.memory()));
         let fixed = if self.is_exact {
-            hash_table_bytes::<(u128, Act, u64)>(self.capacity)
+            hash_table_bytes::<(u128, (Act, u64))>(self.fixed_room)
         } else {
-            vec_bytes::<Masked>(self.capacity)
+            vec_bytes::<Masked>(self.fixed_room)
         };
         learned + fixed
     }
@@ -110,15 +116,20 @@ impl Table {
         hard_ns: u64,
     ) -> Table {
         let learned = learns.then(|| match key_bits {
-            _ if hard_ns != 0 => Learn::Hard(TimedTable::new(capacity, idle_ns)),
-            0..=32 => Learn::K32(TimedTable::new(capacity, idle_ns)),
-            33..=64 => Learn::K64(TimedTable::new(capacity, idle_ns)),
-            _ => Learn::K128(TimedTable::new(capacity, idle_ns)),
+            _ if hard_ns != 0 => Learn::Hard(LearnTable::new(capacity, idle_ns)),
+            0..=32 => Learn::K32(LearnTable::new(capacity, idle_ns)),
+            33..=64 => Learn::K64(LearnTable::new(capacity, idle_ns)),
+            _ => Learn::K128(LearnTable::new(capacity, idle_ns)),
         });
         Table {
             name: name.to_string(),
             key_bits,
             capacity,
+            fixed_room: if learns {
+                (capacity / FIXED_SHARE).max(16).min(capacity)
+            } else {
+                capacity
+            },
             hard_ns,
             exact: HashMap::default(),
             masked: Vec::new(),
@@ -144,13 +155,21 @@ impl Table {
         self.learned.as_ref().map_or(0, |l| each!(l, t => t.len()))
     }
 
+    fn full_msg(&self) -> String {
+        if self.learned.is_some() {
+            format!(
+                "table `{}` is full ({} fixed entries: a table that learns holds capacity/{FIXED_SHARE} fixed ones; raise its capacity)",
+                self.name, self.fixed_room
+            )
+        } else {
+            format!("table `{}` is full ({} entries)", self.name, self.capacity)
+        }
+    }
+
     /// Adds or replaces a fixed exact entry; refused beyond the capacity.
     pub fn add_exact(&mut self, key: u128, act: Act) -> Result<(), String> {
-        if !self.exact.contains_key(&key) && self.exact.len() >= self.capacity {
-            return Err(format!(
-                "table `{}` is full ({} entries)",
-                self.name, self.capacity
-            ));
+        if !self.exact.contains_key(&key) && self.exact.len() >= self.fixed_room {
+            return Err(self.full_msg());
         }
         self.exact.insert(key, (act, 0));
         self.quick = false;
@@ -168,11 +187,8 @@ impl Table {
             old.act = e.act;
             return Ok(());
         }
-        if self.masked.len() >= self.capacity {
-            return Err(format!(
-                "table `{}` is full ({} entries)",
-                self.name, self.capacity
-            ));
+        if self.masked.len() >= self.fixed_room {
+            return Err(self.full_msg());
         }
         let at = self.masked.partition_point(|o| o.priority >= e.priority);
         self.masked.insert(at, e);
@@ -249,6 +265,27 @@ impl Table {
         });
         if r == Learned::Full {
             self.full += 1;
+        }
+    }
+
+    /// Starts loading the learned slots of `key` and `look` (a batch's prefetch pass;
+    /// only on the quick path, where `learn_lookup` goes straight to them).
+    #[inline(always)]
+    pub fn prefetch(&self, key: u128, look: u128) {
+        match self.learned.as_ref().filter(|_| self.quick) {
+            Some(Learn::K32(t)) => {
+                t.prefetch(t.hash(&(key as u32)));
+                t.prefetch(t.hash(&(look as u32)));
+            }
+            Some(Learn::K64(t)) => {
+                t.prefetch(t.hash(&(key as u64)));
+                t.prefetch(t.hash(&(look as u64)));
+            }
+            Some(Learn::K128(t)) => {
+                t.prefetch(t.hash(&key));
+                t.prefetch(t.hash(&look));
+            }
+            Some(Learn::Hard(_)) | None => {}
         }
     }
 
