@@ -550,14 +550,26 @@ impl Chain {
             }
         }
         let fp = self.fastpath.unwrap_or(self.fastpath_settings);
+        // issue 18 (fastpath): auto may tell from the chain alone that it stays off.
+        let nfs: Vec<Option<&dyn crate::nfs::Nf>> = self
+            .nodes
+            .iter()
+            .map(|n| match &n.kind {
+                NodeKind::Nf { nf, .. } => Some(&**nf),
+                _ => None,
+            })
+            .collect();
+        let static_off = crate::optimise::fastpath::auto_static_off(&nfs);
         s.push_str(&format!(
             "fastpath: {}\n  {} entries, idle timeout {}, records packet {} of each flow (the ones before run every NF unrecorded)\n",
-            if self.fastpath.is_some() && self.fastpath_auto {
-                "auto (starts off; the run times chunks with the TSC, tries consolidation from chunk 25 and again every 256 chunks, four times later after each losing trial, and keeps it only if it costs at most 15/16 of off; the decision and both costs are in the run's summary)"
+            if let (Some(why), true) = (static_off, self.fastpath.is_some() && self.fastpath_auto) {
+                format!("auto: {why}")
+            } else if self.fastpath.is_some() && self.fastpath_auto {
+                "auto (starts off; the run times chunks with the TSC, tries consolidation from chunk 1,025 and again sixteen times later after each losing trial, and keeps it only if it costs at most 15/16 of off; the decision and both costs are in the run's summary)".into()
             } else if self.fastpath.is_some() {
-                "on (a flow's recorded packet runs every NF; later packets take one lookup, the state functions below and one consolidated rewrite; a flow whose path holds an always-run NF runs whole)"
+                "on (a flow's recorded packet runs every NF; later packets take one lookup, the state functions below and one consolidated rewrite; a flow whose path holds an always-run NF runs whole)".into()
             } else {
-                "off (`fastpath = true` or `catena run --fastpath` turns it on; `fastpath = \"auto\"` or `--fastpath auto` lets the run decide)"
+                "off (`fastpath = true` or `catena run --fastpath` turns it on; `fastpath = \"auto\"` or `--fastpath auto` lets the run decide)".into()
             },
             fp.entries,
             match fp.timeout_ns / 1_000_000_000 {

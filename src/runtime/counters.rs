@@ -247,6 +247,10 @@ impl Summary {
                 a.frames, a.aggregated, a.plain, a.supply_waits
             ));
         }
+        // `fastpath = "auto"` that stays off from the chain: a plain run.
+        if let Some(why) = self.fastpath_auto.and_then(|a| a.static_off) {
+            s.push_str(&format!("  fastpath  auto: {why}\n"));
+        }
         if let Some(f) = &self.fastpath {
             s.push_str(&format!(
                 "  fastpath  hits {}  misses {}  installed {}  invalidated {}  evicted {}  expired {}  ended {}  refused {}  unconsolidatable {}  unrecorded {}  deferred {}\n",

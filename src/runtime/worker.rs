@@ -17,7 +17,7 @@ use crate::io::{After, PcapHeader, Source, Trace, TraceSource};
 
 mod live;
 use crate::nfs::{Nf, Prepared, Preparer};
-use crate::optimise::fastpath::{auto, Auto, FastPath};
+use crate::optimise::fastpath::{self, auto, Auto, FastPath};
 use crate::packet::MAX_BATCH;
 pub use live::Live;
 
@@ -65,23 +65,35 @@ impl Runner {
     /// Prepares a run of `chain` over packets of at most `max_packet` bytes.
     pub fn new(chain: Chain, max_packet: usize) -> Runner {
         let cap = Walk::batch_cap(&chain);
-        let fast = chain.fastpath.map(|cfg| {
-            let nfs: Vec<Option<&dyn Nf>> = chain
-                .nodes
-                .iter()
-                .map(|node| match &node.kind {
-                    NodeKind::Nf { nf, .. } => Some(&**nf),
-                    _ => None,
-                })
-                .collect();
-            Box::new(FastPath::new(cfg, &nfs, cap))
-        });
-        let auto = (fast.is_some() && chain.fastpath_auto).then(Auto::new);
+        let nfs: Vec<Option<&dyn Nf>> = chain
+            .nodes
+            .iter()
+            .map(|node| match &node.kind {
+                NodeKind::Nf { nf, .. } => Some(&**nf),
+                _ => None,
+            })
+            .collect();
+        // issue 18 (fastpath): auto that stays off from the chain makes a plain run (no
+        // FastPath state, the plain pool, filters fused).
+        let off_from_chain = (chain.fastpath.is_some() && chain.fastpath_auto)
+            .then(|| fastpath::auto_static_off(&nfs))
+            .flatten();
+        let plain = off_from_chain.is_some();
+        let fast = (chain.fastpath)
+            .filter(|_| !plain)
+            .map(|cfg| Box::new(FastPath::new(cfg, &nfs, cap)));
+        drop(nfs);
+        let auto = match off_from_chain {
+            Some(why) => Some(Auto::off_from_chain(why)),
+            None => (fast.is_some() && chain.fastpath_auto).then(Auto::new),
+        };
         let mut chain = chain;
         let stages = (chain.stages() > 1 && fast.is_none())
             .then(|| Box::new(Staged::split(&mut chain, max_packet)));
         // issue 20 (e2e): consecutive ip_filters classified once (plain runs only).
+        let kept = chain.fastpath.take_if(|_| plain); // issue 18 (fastpath)
         super::fuse_filters::fuse_filters(&mut chain);
+        chain.fastpath = chain.fastpath.or(kept); // issue 18 (fastpath)
         let mut walk = Walk::new(chain, max_packet, fast.is_some());
         if let Some(s) = &stages {
             s.first(&mut walk, max_packet);
@@ -113,7 +125,8 @@ impl Runner {
     /// instead of by measured cost, so tests can check that switching never changes output.
     #[doc(hidden)]
     pub fn force_auto_switches(&mut self, at: Vec<u64>) {
-        if self.auto.is_some() {
+        // issue 18 (fastpath): not on a chain auto leaves off from the chain (a plain run).
+        if self.auto.is_some() && self.fast.is_some() {
             self.auto = Some(Auto::forced(at));
         }
     }

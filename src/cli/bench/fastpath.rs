@@ -21,7 +21,7 @@ use serde::Serialize;
 use catena::io::{PcapHeader, PcapWriter, Trace};
 use catena::optimise::fastpath::FastConfig;
 use catena::packet::{checksum, L3Kind, Layers, LinkKind};
-use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
+use catena::runtime::{Chain, ChainConfig, NoProgress, NodeKind, RunOptions, Runner};
 
 use super::nfs::{random_rules, toml_list};
 use super::{median, print_table, traces, tsc, write_results, Args};
@@ -92,6 +92,23 @@ struct Mixed {
     /// Whether auto had consolidation on at the end of its last run, and its switches.
     auto_on: bool,
     auto_switches: u64,
+    /// Auto stayed off without a trial: the chain tells that consolidation loses.
+    auto_static_off: bool,
+}
+
+/// Whether `fastpath = "auto"` stays off on chain `cfg` without a trial
+/// (`catena::optimise::fastpath::auto_static_off`).
+fn static_off(cfg: &ChainConfig) -> anyhow::Result<bool> {
+    let chain = Chain::from_config(cfg)?;
+    let nfs: Vec<Option<&dyn catena::nfs::Nf>> = chain
+        .nodes
+        .iter()
+        .map(|n| match &n.kind {
+            NodeKind::Nf { nf, .. } => Some(&**nf),
+            _ => None,
+        })
+        .collect();
+    Ok(catena::optimise::fastpath::auto_static_off(&nfs).is_some())
 }
 
 /// `passes` packets per flow, flows round-robin, UDP 10.x → 203.0.113.10:53, 64 bytes.
@@ -349,6 +366,7 @@ fn mixed(a: &Args, rules: &str, n: usize) -> anyhow::Result<Mixed> {
         misses: 0,
         auto_on: false,
         auto_switches: 0,
+        auto_static_off: static_off(&cfg)?,
     };
     for i in 0..=a.runs {
         for (k, mode) in Mode::ALL.into_iter().enumerate() {
@@ -446,9 +464,13 @@ fn svg(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     std::fs::write(path, s).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-/// `1 - x / y` in percent.
+/// `1 - x / y` in percent; "-" when `y` is not above zero (a floor-subtracted cost that
+/// noise took to zero or below means nothing).
 fn less(x: f64, y: f64) -> String {
-    format!("{:.1}", 100.0 * (1.0 - x / y.max(1e-9)))
+    if y <= 0.0 {
+        return "-".into();
+    }
+    format!("{:.1}", 100.0 * (1.0 - x / y))
 }
 
 pub fn run(a: &Args) -> anyhow::Result<i32> {
@@ -458,9 +480,12 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     let again = trace_of(&flow_frames(flows, AGAIN), flows as u64 * 1000);
     write_callgrind_inputs(&a.out, &rules, flows)?;
     let mut rows = Vec::new();
+    // Per chain: whether auto stays off without a trial (the table's last column).
+    let mut statics: Vec<(&str, usize, bool)> = Vec::new();
     for nf in KINDS {
         for len in LENS {
             let text = chain_text(&kinds_of(nf, len), &rules);
+            statics.push((nf, len, static_off(&ChainConfig::parse(&text, nf)?)?));
             let [floor, off, on, auto] = cycles(a, &text, flows, &first, &again)?;
             for (mode, (cf, cs)) in Mode::ALL.into_iter().zip([off, on, auto]) {
                 rows.push(Row {
@@ -495,6 +520,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "chain on",
         "chain reduction %",
         "chain on / one NF",
+        "auto",
     ];
     let body: Vec<Vec<String>> = rows
         .chunks(3)
@@ -532,7 +558,16 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 format!("{c_off:.0}"),
                 format!("{c_on:.0}"),
                 less(c_on, c_off),
-                format!("{:.2}", c_on / one_chain.max(1e-9)),
+                if one_chain > 0.0 {
+                    format!("{:.2}", c_on / one_chain)
+                } else {
+                    "-".into()
+                },
+                statics
+                    .iter()
+                    .find(|(n, l, _)| *n == off.nf && *l == off.chain_len)
+                    .map_or("?", |&(_, _, s)| if s { "off (chain)" } else { "measured" })
+                    .into(),
             ]
         })
         .collect();
@@ -546,12 +581,12 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     } else {
         print_table(&header, &body);
         println!(
-            "(TSC cycles per packet, median of {} runs; {flows} flows: first = one packet each, later = {AGAIN} more each;\n floor = the same runs through an empty chain; chain = later minus floor, what the NFs or the consolidated path cost;\n mixed = filter, NAT, Maglev, monitor repeated; auto vs off = first and later packets together)",
+            "(TSC cycles per packet, median of {} runs; {flows} flows: first = one packet each, later = {AGAIN} more each;\n floor = the same runs through an empty chain; chain = later minus floor, what the NFs or the consolidated path cost;\n mixed = filter, NAT, Maglev, monitor repeated; auto vs off = first and later packets together;\n auto = off (chain): auto stays off without a trial, the chain tells that consolidation loses; \"-\": floor-subtracted cost at or below zero)",
             a.runs
         );
         for m in &mixed {
             println!(
-                "mixed chain of {} on {} ({} packets): {:.2} Mpps off, {:.2} on, {:.2} auto ({} hits, {} misses on; auto ended {} after {} switches)",
+                "mixed chain of {} on {} ({} packets): {:.2} Mpps off, {:.2} on, {:.2} auto ({} hits, {} misses on; auto {})",
                 m.chain_len,
                 m.trace,
                 m.packets,
@@ -560,8 +595,15 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 m.mpps_auto,
                 m.hits,
                 m.misses,
-                if m.auto_on { "on" } else { "off" },
-                m.auto_switches
+                if m.auto_static_off {
+                    "off from the chain, no trial".to_string()
+                } else {
+                    format!(
+                        "ended {} after {} switches",
+                        if m.auto_on { "on" } else { "off" },
+                        m.auto_switches
+                    )
+                }
             );
         }
     }

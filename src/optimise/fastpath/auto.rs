@@ -3,14 +3,15 @@
 //! packet, the misses' recordings included when on); a mode's cost is the median of its
 //! last few timed chunks, so a chunk the scheduler preempted does not count.
 //!
-//! The run starts off (the reference, never a loss) and measures it over its first two
-//! dozen chunks, then tries consolidation for a few chunks. A trial that is clearly
-//! worse from its first timed chunks ends at once; one that is clearly cheaper (by
-//! 1/16) is kept. Trials of the mode not kept come back after a stay that grows fourfold
-//! each time a trial loses, so a chain where FastPath loses pays for a trial less and
-//! less often (the never-lose side), and one where it wins decides within a few dozen
-//! chunks. While on, a trial of off switches off unless on is still cheaper by 1/32
-//! (hysteresis: the mode does not flap on noise).
+//! The run starts off (the reference, never a loss), measures it over chunks 1,017-1,024,
+//! then tries consolidation for a few chunks. A trial that is clearly worse from its first
+//! timed chunks ends at once; one that is clearly cheaper (by 1/16) is kept. Trials of
+//! the mode not kept come back after a stay that grows sixteenfold each time a trial
+//! loses, so at every point of a run where FastPath loses, its trials have taken at most
+//! about 1 chunk in 512 (2 chunks after at least 1,024 off): a cost of the order of what
+//! a run's instruction count varies by from one process to the next. While on, a trial of off
+//! switches off unless on is still cheaper by 1/32 (hysteresis: the mode does not flap
+//! on noise). Chains that cannot win are not tried at all ([`super::auto_static_off`]).
 //!
 //! Switching never changes output: off, the chain runs as without FastPath; on again, the
 //! table starts empty (the runtime flushes it when switching off, after handing the
@@ -35,13 +36,15 @@ const ON_SIXTEENTHS: u64 = 15;
 /// ... and stays on while it costs at most 31/32 of off.
 const STAY_ON_32NDS: u64 = 31;
 /// Chunks in the kept mode before the next trial of the other: after a trial that won,
-/// then four times longer after each that lost, up to the most.
+/// then sixteen times longer after each that lost, up to the most.
 const FIRST_STAY: u64 = 256;
+const LOST_GROWTH: u64 = 16;
 const MAX_STAY: u64 = 1 << 16;
-/// Chunks off before the first trial: its cost is then the median of chunks 17-24, past
-/// the run's first chunks that pay for page faults in fresh NF tables (which would make
-/// off look dearer than it is).
-const FIRST_TRIAL: u64 = 24;
+/// Chunks off before the first trial (32,768 packets): a losing trial of 2 chunks then
+/// costs at most 1/512 of the run's chunks so far, and off's cost is the median of chunks
+/// 1,017-1,024, long past the run's first chunks that pay for page faults in fresh NF
+/// tables (which would make off look dearer than it is).
+const FIRST_TRIAL: u64 = 1024;
 
 /// What auto decided and what it measured, for the summary.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -56,6 +59,9 @@ pub struct AutoStats {
     pub cycles_off: u64,
     /// Chunks timed.
     pub samples: u64,
+    /// Off for the whole run without a trial, and why: the chain's NFs tell that
+    /// consolidation loses ([`super::auto_static_off`]).
+    pub static_off: Option<&'static str>,
 }
 
 /// The last [`TIMED`] per-packet costs of a mode.
@@ -94,6 +100,11 @@ pub struct Auto {
     trial: bool,
     /// Chunks the kept mode lasts before the next trial.
     stay: u64,
+    /// Chunks left that [`Auto::plan`] answers without a look at the decision state (the
+    /// kept mode, untimed): one decrement a chunk between trials.
+    quiet: u64,
+    /// The quiet chunks not yet added to `chunks` and `chunk_no`.
+    quieted: u64,
     samples: [Samples; 2],
     /// A forced schedule (tests): switch before these chunk numbers, never measure.
     forced: Option<Vec<u64>>,
@@ -120,11 +131,23 @@ impl Auto {
             chunks: 0,
             trial: false,
             stay: FIRST_TRIAL,
+            quiet: 0,
+            quieted: 0,
             samples: [Samples::default(); 2],
             forced: None,
             chunk_no: 0,
             stats: AutoStats::default(),
         }
+    }
+
+    /// Off for good, without trials or timing: the chain alone tells that consolidation
+    /// loses, for reason `why` ([`super::auto_static_off`]).
+    pub fn off_from_chain(why: &'static str) -> Auto {
+        let mut a = Auto::new();
+        a.stats.static_off = Some(why);
+        // Never an edge: every chunk off, untimed.
+        a.quiet = u64::MAX;
+        a
     }
 
     /// Starts on and switches exactly before the given chunk numbers (0-based) and
@@ -138,13 +161,12 @@ impl Auto {
     }
 
     /// The plan for the next chunk.
-    #[inline]
+    #[inline(always)]
     pub fn plan(&mut self) -> Plan {
         // Most chunks: the kept mode, untimed, until its measurement before the next
-        // trial (a few compares a chunk).
-        if self.chunks + 1 + TIMED as u64 <= self.stay && !self.trial && self.forced.is_none() {
-            self.chunk_no += 1;
-            self.chunks += 1;
+        // trial (one decrement a chunk; the counts catch up at the next edge).
+        if self.quiet != 0 {
+            self.quiet -= 1;
             return Plan {
                 on: self.on,
                 switched: false,
@@ -157,7 +179,11 @@ impl Auto {
     /// [`plan`](Self::plan) near a decision: in a trial, in the kept mode's measurement
     /// before one, or forced.
     #[cold]
+    #[inline(never)]
     fn plan_edge(&mut self) -> Plan {
+        let q = std::mem::take(&mut self.quieted);
+        self.chunks += q;
+        self.chunk_no += q;
         let n = self.chunk_no;
         self.chunk_no += 1;
         let flip = match &self.forced {
@@ -178,13 +204,19 @@ impl Auto {
         // A trial's chunks past the warm ones are timed, and the kept mode's last few
         // before the next trial (two TSC reads a chunk), so each decision compares the
         // two modes' latest costs and the chunks between trials pay nothing.
-        Plan {
+        let plan = Plan {
             on: self.on,
             switched: flip,
             time: self.forced.is_none()
                 && self.chunks > WARM
                 && (self.trial || self.chunks + TIMED as u64 > self.stay),
+        };
+        if !self.trial && self.forced.is_none() {
+            // The kept mode's chunks before its measurement: no decision to look at.
+            self.quiet = self.stay.saturating_sub(self.chunks + TIMED as u64);
+            self.quieted = self.quiet;
         }
+        plan
     }
 
     /// Whether to change mode before the next chunk (and the trial bookkeeping).
@@ -228,7 +260,7 @@ impl Auto {
         self.stay = if keep_tried {
             FIRST_STAY
         } else {
-            (self.stay * 4).clamp(FIRST_STAY, MAX_STAY)
+            (self.stay * LOST_GROWTH).clamp(FIRST_STAY, MAX_STAY)
         };
         !keep_tried
     }
@@ -283,9 +315,9 @@ mod tests {
     }
 
     #[test]
-    fn goes_on_within_a_few_dozen_chunks_when_on_is_cheaper() {
+    fn goes_on_at_the_first_trial_when_on_is_cheaper() {
         let mut a = Auto::new();
-        // Off measured until chunk 24, on tried for WARM + TIMED chunks and kept.
+        // Off measured until chunk 1,024, on tried for WARM + TIMED chunks and kept.
         run(&mut a, FIRST_TRIAL + WARM + TIMED as u64 + 1, 100, 300);
         assert!(a.stats.on);
         assert_eq!((a.stats.cycles_on, a.stats.cycles_off), (100, 300));
@@ -298,7 +330,7 @@ mod tests {
     #[test]
     fn a_losing_trial_ends_early_and_comes_back_ever_later() {
         let mut a = Auto::new();
-        // Off measured until chunk 24, then a trial of on that loses by far (3x) after
+        // Off measured until chunk 1,024, then a trial of on that loses by far (3x) after
         // WARM + 1 chunks.
         let on = run(&mut a, FIRST_TRIAL + 10, 300, 100);
         assert!(!a.stats.on);
@@ -315,15 +347,47 @@ mod tests {
         assert!(on * 1000 < 1_000_000, "{on} chunks on");
     }
 
+    /// Where trials of a losing "on" start (chunk numbers, 0-based), and which chunks
+    /// are timed: off's last 8 before each trial and the trial's after its warm one.
+    #[test]
+    fn losing_trials_come_at_1024_then_16384_and_65536_chunks_later() {
+        let mut a = Auto::new();
+        let (mut starts, mut timed) = (Vec::new(), Vec::new());
+        for n in 0..90_000u64 {
+            let p = a.plan();
+            if p.switched && p.on {
+                starts.push(n);
+            }
+            if p.time {
+                timed.push(n);
+                // On loses by far: each trial ends at its first timed chunk.
+                a.timed(if p.on { 300 } else { 100 } * 32, 32);
+            }
+        }
+        // Trial 1 at chunk 1,024 (warm), timed at 1,025, back off at 1,026; 16,384
+        // chunks off (counted from the switch back), trial 2, then 65,536 (the most).
+        assert_eq!(starts, [1024, 1026 + 16_384, 1026 + 16_384 + 2 + 65_536]);
+        assert_eq!(
+            timed[..9],
+            [1016, 1017, 1018, 1019, 1020, 1021, 1022, 1023, 1025]
+        );
+        assert_eq!(timed.len(), 3 * (TIMED + 1));
+        assert_eq!(a.stats.switches, 6);
+        // At every trial's end, trials took at most 1 chunk in 512 of the run so far.
+        for &s in &starts {
+            assert!(2 * 512 <= s + 2, "{s}");
+        }
+    }
+
     #[test]
     fn hysteresis_keeps_off_on_a_small_difference() {
         let mut a = Auto::new();
         // On only 5% cheaper: not enough to go on.
-        run(&mut a, 1000, 95, 100);
+        run(&mut a, FIRST_TRIAL + 1000, 95, 100);
         assert!(!a.stats.on);
         // On by 10%: on, and it stays on when the gap narrows to 4%.
         let mut a = Auto::new();
-        run(&mut a, 40, 90, 100);
+        run(&mut a, FIRST_TRIAL + 16, 90, 100);
         assert!(a.stats.on);
         run(&mut a, 10_000, 96, 100);
         assert!(a.stats.on);
