@@ -424,7 +424,7 @@ fn nat_pool_changed_mid_replay_follows_the_model() {
     ];
     let (events, starts) = phased_events(&[50, 40, 40], 400);
     // Flows alternate UDP and TCP; inside hosts 10/8, servers outside.
-    let proto = |f: usize| if f % 2 == 0 { 17u8 } else { 6 };
+    let proto = |f: usize| if f.is_multiple_of(2) { 17u8 } else { 6 };
     let inside = |f: usize| {
         (
             [10, 0, (f / 200) as u8, (f % 200 + 1) as u8],
@@ -434,7 +434,7 @@ fn nat_pool_changed_mid_replay_follows_the_model() {
     let server = |f: usize| {
         (
             [198, 18, 0, (f % 5 + 1) as u8],
-            if f % 2 == 0 { 53 } else { 80 },
+            if f.is_multiple_of(2) { 53 } else { 80 },
         )
     };
     // The model: each protocol's free pairs, rebuilt at every pool change.
@@ -522,7 +522,7 @@ fn nat_pool_changed_mid_replay_follows_the_model() {
 #[test]
 fn nat_pool_changed_mid_replay_with_two_workers() {
     let (events, starts) = phased_events(&[200, 200], 1000);
-    let proto = |f: usize| if f % 2 == 0 { 17u8 } else { 6 };
+    let proto = |f: usize| if f.is_multiple_of(2) { 17u8 } else { 6 };
     let inside = |f: usize| {
         (
             [10, 1, (f / 200) as u8, (f % 200 + 1) as u8],
@@ -663,7 +663,7 @@ fn maglev_backends_changed_mid_replay_follow_the_reference_table() {
             20_000 + f as u16,
         )
     };
-    let proto = |f: usize| if f % 3 == 0 { 17u8 } else { 6 };
+    let proto = |f: usize| if f.is_multiple_of(3) { 17u8 } else { 6 };
     let pick = |f: usize, k: usize| -> String {
         let (a, port) = client(f);
         let mut key = catena::flow::FlowKey {

@@ -220,7 +220,7 @@ fn dynamic_subscriptions_follow_published_labels() {
                 .next()
                 .map(|d| std::str::from_utf8(d).unwrap().parse().unwrap())
                 .unwrap();
-            if conn % 3 == 0 {
+            if conn.is_multiple_of(3) {
                 f[54..58].copy_from_slice(b"SSH-");
                 // Keep the checksum valid: the words changed are "GE"/"T " → "SS"/"H-".
                 let c = u16::from_be_bytes([f[50], f[51]]);

@@ -752,7 +752,9 @@ impl NgFormat {
             let raw = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
             let btype = if be { raw.swap_bytes() } else { raw };
             let len = read_u32(h, 4, be) as usize;
-            let block = rest.get(..len).filter(|_| len >= 12 && len % 4 == 0)?;
+            let block = rest
+                .get(..len)
+                .filter(|_| len >= 12 && len.is_multiple_of(4))?;
             match btype {
                 SHB_TYPE | IDB_TYPE => return None,
                 EPB_TYPE | OPB_TYPE if len >= 32 => {
@@ -929,7 +931,7 @@ fn pcapng_block(
         SPB_TYPE => 16,
         _ => 12,
     };
-    if len % 4 != 0 || len < min {
+    if !len.is_multiple_of(4) || len < min {
         return Err(RecordProblem::BlockLength { len, min });
     }
     if len as usize > rest.len() {

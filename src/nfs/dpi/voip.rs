@@ -94,7 +94,7 @@ fn stun(c: &Ctx, s: &mut Scratch, d: &[u8]) -> Verdict {
             return Verdict::Tentative(AppProto::Stun);
         }
         // Classic STUN (RFC 3489): no magic cookie, so want two such messages.
-        if len % 4 == 0 {
+        if len.is_multiple_of(4) {
             s.stun += 1;
             return if s.stun >= 2 {
                 s.flags |= Scratch::STUN_SEEN;
