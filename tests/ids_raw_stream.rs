@@ -15,7 +15,6 @@ mod common;
 use common::{catena_ids_counts, suricata_alert_counts};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 
 /// Both sides' per-rule counts on `pcap` with `rules`.
 fn both(pcap: &str, rules: &str) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64>) {
@@ -96,24 +95,12 @@ fn stream_rules_alert_once_per_inspected_chunk() {
     )
     .unwrap();
     let pcap = common::dataset("ndpi/pcap/1kxun.pcap");
-    let chain = d.path().join("chain.toml");
-    std::fs::write(
-        &chain,
-        format!(
-            "[[nf]]\nname = \"ids\"\nkind = \"microbox\"\ntimeout = 600\n\
-             apps = [{{ kind = \"ids\", rules_file = '{}', eve = \"ours.json\", eve_flows = false }}]\n",
-            rules.display()
-        ),
-    )
-    .unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_catena"))
-        .arg("run")
-        .arg(&chain)
-        .arg("-i")
-        .arg(&pcap)
-        .output()
-        .expect("catena");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    common::run_catena_ids(
+        &pcap,
+        &rules,
+        d.path(),
+        "eve = \"ours.json\", eve_flows = false",
+    );
     let sdir = d.path().join("suricata");
     std::fs::create_dir(&sdir).unwrap();
     common::suricata_alert_counts(&pcap, &rules, &sdir);

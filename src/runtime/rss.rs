@@ -172,11 +172,12 @@ fn balance(buckets: &[u16], recs: &[Record], workers: usize) -> [u8; BUCKETS] {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::io::{PcapHeader, Trace};
 
-    fn ipv4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+    /// A minimal Ethernet/IPv4/TCP frame (also used by `shard`'s tests).
+    pub(crate) fn ipv4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
         let mut f = vec![0u8; 54];
         f[12] = 8;
         f[14] = 0x45;

@@ -463,6 +463,7 @@ mod tests {
     use super::*;
     use crate::nfs::{Context, Nf, Profile};
     use crate::packet::{Batch, Fields, LinkKind};
+    use crate::runtime::rss::tests::ipv4;
 
     /// Live multi-worker runs (cli/run.rs) join through this too: a worker's panic is
     /// reported with its message, its error with its number.
@@ -535,20 +536,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(e, format!("worker {w} died: poisoned packet"));
-    }
-
-    fn ipv4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
-        let mut f = vec![0u8; 54];
-        f[12] = 8;
-        f[14] = 0x45;
-        f[16..18].copy_from_slice(&40u16.to_be_bytes());
-        f[22] = 64;
-        f[23] = 6;
-        f[26..30].copy_from_slice(&src);
-        f[30..34].copy_from_slice(&dst);
-        f[34..36].copy_from_slice(&sport.to_be_bytes());
-        f[36..38].copy_from_slice(&dport.to_be_bytes());
-        f[46] = 0x50;
-        f
     }
 }

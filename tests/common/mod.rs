@@ -121,13 +121,15 @@ pub fn suricata_alert_counts(pcap: &Path, rules: &Path, dir: &Path) -> BTreeMap<
     m
 }
 
-pub fn catena_ids_counts(pcap: &Path, rules: &Path, dir: &Path) -> BTreeMap<u32, u64> {
+/// Runs `catena run` with one `microbox` ids app over `pcap`; `output` is the app's output
+/// settings (e.g. `alerts = "ours.txt"`), written into `dir`.
+pub fn run_catena_ids(pcap: &Path, rules: &Path, dir: &Path, output: &str) {
     let chain = dir.join("chain.toml");
     std::fs::write(
         &chain,
         format!(
             "[[nf]]\nname = \"ids\"\nkind = \"microbox\"\ntimeout = 600\n\
-             apps = [{{ kind = \"ids\", rules_file = '{}', alerts = \"ours.txt\" }}]\n",
+             apps = [{{ kind = \"ids\", rules_file = '{}', {output} }}]\n",
             rules.display()
         ),
     )
@@ -140,5 +142,9 @@ pub fn catena_ids_counts(pcap: &Path, rules: &Path, dir: &Path) -> BTreeMap<u32,
         .output()
         .expect("catena");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+pub fn catena_ids_counts(pcap: &Path, rules: &Path, dir: &Path) -> BTreeMap<u32, u64> {
+    run_catena_ids(pcap, rules, dir, "alerts = \"ours.txt\"");
     alert_counts(&std::fs::read_to_string(dir.join("ours.txt")).unwrap())
 }
