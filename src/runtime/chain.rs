@@ -85,6 +85,17 @@ pub const INPUT_DROPS: &[&str] = &["oversize", "pool-exhausted", "bad-aggregate"
 pub const MAX_PREFETCH: usize = crate::packet::MAX_BATCH;
 
 impl Chain {
+    /// Each node's NF, or None for a port or sink: the shape FastPath's planning takes.
+    pub fn nf_slots(&self) -> Vec<Option<&dyn crate::nfs::Nf>> {
+        self.nodes
+            .iter()
+            .map(|n| match &n.kind {
+                NodeKind::Nf { nf, .. } => Some(&**nf),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn from_config(c: &ChainConfig) -> Result<Chain, ConfigError> {
         let port_specs = ports::specs(c)?;
         if !port_specs.is_empty() && (c.input.ports.is_some() || c.input.trace.is_some()) {
@@ -551,15 +562,7 @@ impl Chain {
         }
         let fp = self.fastpath.unwrap_or(self.fastpath_settings);
         // issue 18 (fastpath): auto may tell from the chain alone that it stays off.
-        let nfs: Vec<Option<&dyn crate::nfs::Nf>> = self
-            .nodes
-            .iter()
-            .map(|n| match &n.kind {
-                NodeKind::Nf { nf, .. } => Some(&**nf),
-                _ => None,
-            })
-            .collect();
-        let static_off = crate::optimise::fastpath::auto_static_off(&nfs);
+        let static_off = crate::optimise::fastpath::auto_static_off(&self.nf_slots());
         s.push_str(&format!(
             "fastpath: {}\n  {} entries, idle timeout {}, records packet {} of each flow (the ones before run every NF unrecorded)\n",
             if let (Some(why), true) = (static_off, self.fastpath.is_some() && self.fastpath_auto) {

@@ -16,7 +16,7 @@ use super::walk::{Walk, NEXT_STAGE_STOPPED};
 use crate::io::{After, PcapHeader, Source, Trace, TraceSource};
 
 mod live;
-use crate::nfs::{Nf, Prepared, Preparer};
+use crate::nfs::{Prepared, Preparer};
 use crate::optimise::fastpath::{self, auto, Auto, FastPath};
 use crate::packet::MAX_BATCH;
 pub use live::Live;
@@ -65,14 +65,7 @@ impl Runner {
     /// Prepares a run of `chain` over packets of at most `max_packet` bytes.
     pub fn new(chain: Chain, max_packet: usize) -> Runner {
         let cap = Walk::batch_cap(&chain);
-        let nfs: Vec<Option<&dyn Nf>> = chain
-            .nodes
-            .iter()
-            .map(|node| match &node.kind {
-                NodeKind::Nf { nf, .. } => Some(&**nf),
-                _ => None,
-            })
-            .collect();
+        let nfs = chain.nf_slots();
         // issue 18 (fastpath): auto that stays off from the chain makes a plain run (no
         // FastPath state, the plain pool, filters fused).
         let off_from_chain = (chain.fastpath.is_some() && chain.fastpath_auto)

@@ -21,7 +21,7 @@ use serde::Serialize;
 use catena::io::{PcapHeader, PcapWriter, Trace};
 use catena::optimise::fastpath::FastConfig;
 use catena::packet::{checksum, L3Kind, Layers, LinkKind};
-use catena::runtime::{Chain, ChainConfig, NoProgress, NodeKind, RunOptions, Runner};
+use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
 
 use super::nfs::{random_rules, toml_list};
 use super::{median, print_table, traces, tsc, write_results, Args};
@@ -100,15 +100,7 @@ struct Mixed {
 /// (`catena::optimise::fastpath::auto_static_off`).
 fn static_off(cfg: &ChainConfig) -> anyhow::Result<bool> {
     let chain = Chain::from_config(cfg)?;
-    let nfs: Vec<Option<&dyn catena::nfs::Nf>> = chain
-        .nodes
-        .iter()
-        .map(|n| match &n.kind {
-            NodeKind::Nf { nf, .. } => Some(&**nf),
-            _ => None,
-        })
-        .collect();
-    Ok(catena::optimise::fastpath::auto_static_off(&nfs).is_some())
+    Ok(catena::optimise::fastpath::auto_static_off(&chain.nf_slots()).is_some())
 }
 
 /// `passes` packets per flow, flows round-robin, UDP 10.x → 203.0.113.10:53, 64 bytes.
