@@ -4,7 +4,7 @@
 
 use super::ast::BinOp;
 use super::flat::Flat;
-use super::table::{Act, Table};
+use super::table::{Act, Hint, Table};
 use crate::packet::checksum;
 use crate::packet::{Batch, LinkKind, Meta, MAX_BATCH};
 
@@ -446,6 +446,12 @@ impl<'a, D: Bytes> Pkt<'a, D> {
         self.sc.len[di % MAX_DECODERS] = n as u16;
     }
 
+    /// Where decoder `d`'s header starts in this packet (`UNSET` if it did not fit).
+    #[inline(always)]
+    pub fn offset(&self, d: u8) -> u32 {
+        self.sc.off[d as usize % MAX_DECODERS]
+    }
+
     /// Whether decoder `d` has repeats left (a guarded `match` arm enters it).
     #[inline(always)]
     pub fn may_enter(&self, d: u16, c: &Code) -> bool {
@@ -496,6 +502,9 @@ pub struct Plan {
     flat: Flat,
     pub state: State,
     pub scratch: Scratch,
+    /// Per packet of a batch's chunk: the keys its prefetch pass read and their hashes
+    /// (see `Flat::prefetch`).
+    hints: [Hint; MAX_BATCH],
     /// Drop reason names, in the profile's order.
     pub drops: Vec<String>,
     /// The program's verdict is decided by the ingress port alone (see [`Code::by_port`]):
@@ -554,6 +563,7 @@ impl Plan {
             code,
             state,
             scratch: Scratch::default(),
+            hints: [Hint::NONE; MAX_BATCH],
             drops,
         }
     }
@@ -579,6 +589,7 @@ impl Plan {
                 &self.code,
                 &mut self.state,
                 &mut Pkt::new(&mut m, d, ports, &mut self.scratch),
+                &Hint::NONE,
             );
             *e = m.egress;
         }
@@ -644,32 +655,33 @@ impl Plan {
         let sc = &mut self.scratch;
         // In chunks of a batch: first the learning table's slots of every packet are
         // prefetched (see `Flat::prefetch`), then the packets run one by one.
+        let hints = &mut self.hints;
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
-            flat.prefetch(state, chunk);
+            flat.prefetch(state, chunk, hints);
             match (flat.writes(), flat.has_entry()) {
                 (true, _) => {
-                    for pk in chunk {
+                    for (pk, h) in chunk.iter_mut().zip(hints.iter()) {
                         let (m, d) = pk.split_mut();
                         let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                        if let Some(r) = run_one::<_, false>(flat, code, state, p, h) {
                             pk.drop_with(r);
                         }
                     }
                 }
                 (false, true) => {
-                    for pk in chunk {
+                    for (pk, h) in chunk.iter_mut().zip(hints.iter()) {
                         let (m, d) = pk.split_meta();
                         let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, true>(flat, code, state, p) {
+                        if let Some(r) = run_one::<_, true>(flat, code, state, p, h) {
                             pk.drop_with(r);
                         }
                     }
                 }
                 (false, false) => {
-                    for pk in chunk {
+                    for (pk, h) in chunk.iter_mut().zip(hints.iter()) {
                         let (m, d) = pk.split_meta();
                         let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                        if let Some(r) = run_one::<_, false>(flat, code, state, p, h) {
                             pk.drop_with(r);
                         }
                     }
@@ -687,8 +699,9 @@ fn run_one<D: Bytes, const ENTRY: bool>(
     code: &Code,
     state: &mut State,
     p: &mut Pkt<D>,
+    hint: &Hint,
 ) -> Option<u8> {
-    let r = flat.run::<D, ENTRY>(code, state, p);
+    let r = flat.run::<D, ENTRY>(code, state, p, hint);
     let mut set = p.valid;
     while set != 0 {
         p.sc.off[set.trailing_zeros() as usize % MAX_DECODERS] = UNSET;
