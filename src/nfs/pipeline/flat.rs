@@ -668,7 +668,6 @@ impl Flat {
         c: &Code,
         s: &mut State,
         p: &mut Pkt<D>,
-        hint: &Hint,
     ) -> Option<u8> {
         let mut pc = self.start as usize;
         let mut steps = 0u32;
@@ -689,6 +688,7 @@ impl Flat {
                 steps = 2;
                 let t = e.step.table as usize;
                 // The prefetch pass read these keys from the same bytes: no second read.
+                let hint = p.hint;
                 let (key, look, hs) = if hint.table as usize == t {
                     (hint.key, hint.look, Some((hint.kh, hint.lh)))
                 } else {
@@ -838,6 +838,7 @@ impl Flat {
                     let act = Act::Output(p.m.in_port);
                     // The header stands where the prefetch pass read these keys, and no
                     // field was written: they are its keys (no second read, no hash).
+                    let hint = p.hint;
                     let (key, look, hs) = if st.hinted
                         && hint.table as usize == t
                         && p.offset(st.src.hdr) == hint.off

@@ -375,11 +375,13 @@ pub(super) struct Pkt<'a, D: Bytes> {
     pub valid: u32,
     pub cur: usize,
     pub drop: Option<u8>,
+    /// What the batch's prefetch pass read and hashed for this packet.
+    pub hint: &'a Hint,
 }
 
 impl<'a, D: Bytes> Pkt<'a, D> {
     #[inline(always)]
-    fn new(m: &'a mut Meta, d: D, ports: u16, sc: &'a mut Scratch) -> Self {
+    fn new(m: &'a mut Meta, d: D, ports: u16, sc: &'a mut Scratch, hint: &'a Hint) -> Self {
         Pkt {
             m,
             d,
@@ -389,6 +391,7 @@ impl<'a, D: Bytes> Pkt<'a, D> {
             valid: 0,
             cur: 0,
             drop: None,
+            hint,
         }
     }
 
@@ -588,8 +591,7 @@ impl Plan {
             drop = self.flat.run::<_, false>(
                 &self.code,
                 &mut self.state,
-                &mut Pkt::new(&mut m, d, ports, &mut self.scratch),
-                &Hint::NONE,
+                &mut Pkt::new(&mut m, d, ports, &mut self.scratch, &Hint::NONE),
             );
             *e = m.egress;
         }
@@ -662,8 +664,8 @@ impl Plan {
                 (true, _) => {
                     for (pk, h) in chunk.iter_mut().zip(hints.iter()) {
                         let (m, d) = pk.split_mut();
-                        let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, false>(flat, code, state, p, h) {
+                        let p = &mut Pkt::new(m, d, ports, sc, h);
+                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
                             pk.drop_with(r);
                         }
                     }
@@ -671,8 +673,8 @@ impl Plan {
                 (false, true) => {
                     for (pk, h) in chunk.iter_mut().zip(hints.iter()) {
                         let (m, d) = pk.split_meta();
-                        let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, true>(flat, code, state, p, h) {
+                        let p = &mut Pkt::new(m, d, ports, sc, h);
+                        if let Some(r) = run_one::<_, true>(flat, code, state, p) {
                             pk.drop_with(r);
                         }
                     }
@@ -680,8 +682,8 @@ impl Plan {
                 (false, false) => {
                     for (pk, h) in chunk.iter_mut().zip(hints.iter()) {
                         let (m, d) = pk.split_meta();
-                        let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, false>(flat, code, state, p, h) {
+                        let p = &mut Pkt::new(m, d, ports, sc, h);
+                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
                             pk.drop_with(r);
                         }
                     }
@@ -699,9 +701,8 @@ fn run_one<D: Bytes, const ENTRY: bool>(
     code: &Code,
     state: &mut State,
     p: &mut Pkt<D>,
-    hint: &Hint,
 ) -> Option<u8> {
-    let r = flat.run::<D, ENTRY>(code, state, p, hint);
+    let r = flat.run::<D, ENTRY>(code, state, p);
     let mut set = p.valid;
     while set != 0 {
         p.sc.off[set.trailing_zeros() as usize % MAX_DECODERS] = UNSET;
