@@ -662,6 +662,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 .iter()
                 .flat_map(|m| ENDS.iter().map(move |e| (m, e)))
                 .filter(|(m, e)| **m != "off" || **e == "plain")
+                // tx_ring rows: the plain ends' send another way, against off only.
+                .filter(|(m, e)| kind != "tx_ring" || (**m != "aggregate+nf" && **e == "plain"))
             {
                 let agg_ends = ends == "aggregated";
                 // af_xdp (latency to the µs) and tx_ring: 64 B only.
