@@ -79,7 +79,10 @@ fn every_hop_aggregated_delivers_the_same_packets_in_the_same_order() {
             .collect();
         assert_eq!(each.len(), 2, "{what}: {r}");
         let all = r["stage_cpu_ns_per_pkt"].as_f64().unwrap();
-        assert!((each.iter().sum::<f64>() - all).abs() < 1e-6 * all.max(1.0), "{what}: {r}");
+        assert!(
+            (each.iter().sum::<f64>() - all).abs() < 1e-6 * all.max(1.0),
+            "{what}: {r}"
+        );
         if r["ends"] == "aggregated" {
             assert_ne!(r["mode"], "off");
             aggregated_ends += 1;

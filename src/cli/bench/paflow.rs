@@ -21,8 +21,11 @@
 //!
 //! Ports: every size on `af_packet` (TPACKET_V3, whose 1 ms block timeout sets a ~1 ms
 //! latency floor per hop at low rates), and 64 B again on `af_xdp` (each packet handed
-//! over at once), where latency at a low rate is measured to the microsecond: the
-//! stages' ports and the bench's own sender and receiver are all of the row's kind.
+//! over at once), where latency at a low rate is measured to the microsecond, and on
+//! `tx_ring` (`af_packet` sending through its TX ring): the stages' ports and the
+//! bench's own sender and receiver are all of the row's kind. Each stage process's CPU
+//! time and the sender's and receiver's are reported per packet, to say which process
+//! is the bottleneck (docs/paflow.md, "Where the time goes, per process").
 //!
 //! Needs root (namespaces, AF_PACKET, AF_XDP). On a small shared machine every stage process and
 //! the bench's sender and receiver compete for the same cores: the figures say what this
@@ -667,7 +670,11 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             {
                 let agg_ends = ends == "aggregated";
                 // af_xdp (latency to the µs) and tx_ring: 64 B only.
-                let sizes = if kind == "af_packet" { SIZES } else { &SIZES[..1] };
+                let sizes = if kind == "af_packet" {
+                    SIZES
+                } else {
+                    &SIZES[..1]
+                };
                 for &size in sizes {
                     let only = &a.only;
                     let name = format!("{stages} {size} {mode} {kind} {ends}-ends");
