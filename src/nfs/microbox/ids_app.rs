@@ -860,6 +860,14 @@ impl IdsApp {
         let info = stream_info(&k, ev.dir == 0, established);
         let bytes = cx.bytes(ev);
         let seen = &mut self.seen_bytes[i];
+        if ev.info != 0 {
+            // Bytes the capture missed before these (the stack skipped an acknowledged
+            // hole): offsets go past them; the TLS parser stops, as Suricata's does.
+            let gap = u64::from(ev.info);
+            seen[usize::from(ev.dir)] += gap;
+            self.conns[i].tls.gap();
+            self.ids.on_stream_gap(fl, ev.dir == 0, gap);
+        }
         seen[usize::from(ev.dir)] += bytes.len() as u64;
         let done = seen[0] >= self.depth && seen[1] >= self.depth;
         self.alerts.clear();
@@ -1090,6 +1098,11 @@ impl App for IdsApp {
 
     fn level(&self) -> Level {
         Level::Bytestream
+    }
+
+    /// Suricata inspects the stream after a gap the receiver acknowledged.
+    fn accepts_gaps(&self) -> bool {
+        true
     }
 
     fn may_drop(&self) -> bool {
