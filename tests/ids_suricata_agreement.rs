@@ -109,8 +109,9 @@ fn alert_counts_per_rule_agree_with_suricata() {
     );
     assert!(below.is_empty(), "below the floors: {}", below.join("; "));
     // 1,109 when stream rules alerted once per segment; 859 with Suricata's chunks; 807
-    // with acknowledged holes skipped as Suricata does.
-    assert!(apart_all <= 850, "per-rule differences sum to {apart_all}");
+    // with acknowledged holes skipped as Suricata does; 637 with ICMP errors joining
+    // their quoted flow either way.
+    assert!(apart_all <= 680, "per-rule differences sum to {apart_all}");
     assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }
 

@@ -477,7 +477,7 @@ mod tests {
         let mut st = Stream::default();
         st.start(0);
         let mut got = Vec::new();
-        let mut take = |c: Chunk<'_>, p: &[u8], got: &mut Vec<u8>| match c {
+        let take = |c: Chunk<'_>, p: &[u8], got: &mut Vec<u8>| match c {
             Chunk::Segment { off, len } => got.extend_from_slice(&p[off..off + len]),
             Chunk::Buffered(b) => got.extend_from_slice(b),
         };

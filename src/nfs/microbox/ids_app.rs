@@ -603,21 +603,20 @@ impl IdsApp {
     }
 
     /// The untracked flow an ICMP destination-unreachable message joins, as Suricata's
-    /// flow lookup does: the flow of the quoted packet, when that packet went the
-    /// flow's first way (client to server). The message's direction is the one of its
-    /// sender. (to server, first of its direction, both ways seen, drop mark, flow id).
+    /// flow lookup does: the flow of the quoted packet, whichever way that packet went.
+    /// The message's direction is the one of its sender. (to server, first of its direction, both ways seen, drop mark, flow id).
     fn join_quoted(
         &mut self,
         quoted: &FlowKey,
         pkt: &FlowKey,
         now: u64,
     ) -> Option<(bool, bool, bool, u32, u64)> {
-        let from_src = *quoted == quoted.canonical();
+        let c = quoted.canonical();
         let f = self.loose_live(quoted, now)?;
-        if from_src != f.client_is_src {
-            return None;
-        }
-        let to_server = pkt.src == quoted.src;
+        // Either way of the flow (flow-hash.c FlowCompareICMPv4); the direction is the
+        // sender's (flow.c FlowGetPacketDirection: from the client's address = to server).
+        let client = if f.client_is_src { c.src } else { c.dst };
+        let to_server = pkt.src == client;
         let d = usize::from(!to_server);
         let first = !f.seen[d];
         f.seen[d] = true;
