@@ -57,6 +57,15 @@ impl RunClock {
         self.now
     }
 
+    /// Steps over packets up to one stamped `last` without ticking each: right only when
+    /// their medians do not fall (the clock then ends where it would have, once the next
+    /// packet's tick takes the larger median). A sharded worker uses it to pass over the
+    /// others' packets (runtime/rss.rs says when it may).
+    #[inline]
+    pub fn skip_to(&mut self, last: u64) {
+        self.prev = Some(last);
+    }
+
     /// The clock's time now (that of the last packet stamped).
     #[inline]
     pub fn now(&self) -> u64 {

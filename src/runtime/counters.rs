@@ -155,6 +155,11 @@ pub struct WorkerSummary {
     /// unlike `seconds`, not inflated by waiting for a core on a loaded machine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_seconds: Option<f64>,
+    /// Replays: the other workers' records it stepped over one by one (where the run
+    /// clock goes back or a record is oversize, see runtime/rss.rs); the rest it never
+    /// reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records_stepped: Option<u64>,
 }
 
 impl Summary {

@@ -2,6 +2,7 @@
 //! viewed in place when the input lasts the whole process (copied on an NF's first
 //! write); each given an ingress port drawn among the chain's ports.
 
+use super::rss::STEP;
 use super::walk::Walk;
 use crate::flow::prefetch;
 use crate::io::Record;
@@ -33,16 +34,20 @@ impl Walk {
     /// The port draw and the clock advance once per record, whoever processes it: a
     /// worker given a share of the trace steps over the records between its own, so
     /// every packet gets the port and the time it gets when one worker runs everything.
+    /// Without [`STEP`] on an entry (see `rss::Placement::shares`) it does so without
+    /// reading them: the draw by their count, the clock to the last one's time (their
+    /// medians do not fall, so the next tick ends where ticking each would). With it,
+    /// one by one; the count of those is returned.
     #[inline]
     pub fn ingest(
         &mut self,
         lasting: Option<&'static [u8]>,
         bytes: &[u8],
         recs: &[Record],
-        chunk: impl Iterator<Item = usize> + Clone,
+        chunk: impl Iterator<Item = u32> + Clone,
         base: u64,
         after: Option<u64>,
-    ) {
+    ) -> u64 {
         // Pipelined prefetching (`prefetch = k`): the first cache line of the first k
         // packets before the copies start, then of packet i + k while packet i is copied,
         // so the copy (the first touch of a packet's bytes) finds it loaded.
@@ -52,8 +57,8 @@ impl Walk {
         let mut lead = chunk.clone();
         let k = self.prefetch;
         let whole = self.prefetch_whole;
-        let fetch = |j: Option<usize>| {
-            if let Some(r) = j.and_then(|j| recs.get(j)) {
+        let fetch = |j: Option<u32>| {
+            if let Some(r) = j.and_then(|j| recs.get((j & !STEP) as usize)) {
                 let off = r.off as usize;
                 let end = if whole {
                     off + (r.caplen as usize).min(WHOLE_MAX)
@@ -97,17 +102,33 @@ impl Walk {
             recs.get(j + 1)
                 .map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)))
         };
-        for i in chunk {
+        // With one port the draw decides nothing: it need not step over others' records.
+        let draws = cx.ports > 1;
+        let mut stepped = 0u64;
+        for e in chunk {
             if k > 0 {
                 fetch(lead.next());
             }
-            while *drawn < i {
-                let d = &recs[*drawn];
-                if d.caplen as usize <= max {
-                    step(rng);
+            let i = (e & !STEP) as usize;
+            if *drawn < i {
+                if e & STEP != 0 {
+                    stepped += (i - *drawn) as u64;
+                    while *drawn < i {
+                        let d = &recs[*drawn];
+                        if d.caplen as usize <= max {
+                            step(rng);
+                        }
+                        clock.tick(d.ts_ns.wrapping_add(shift), next_of(*drawn));
+                        *drawn += 1;
+                    }
+                } else {
+                    if draws {
+                        for _ in *drawn..i {
+                            step(rng);
+                        }
+                    }
+                    clock.skip_to(recs[i - 1].ts_ns.wrapping_add(shift));
                 }
-                clock.tick(d.ts_ns.wrapping_add(shift), next_of(*drawn));
-                *drawn += 1;
             }
             *drawn = i + 1;
             let r = &recs[i];
@@ -146,15 +167,38 @@ impl Walk {
             c.out[0] += 1;
             q.push(p);
         }
+        stepped
     }
 
     /// Ends a replay loop of `recs` (or a streamed chunk): the draw and the clock step
     /// over the records after this worker's last one, and the next starts from the
-    /// first record. `after` as for [`Walk::ingest`].
-    pub fn end_loop(&mut self, recs: &[Record], after: Option<u64>) {
+    /// first record. `after` as for [`Walk::ingest`]; `one_by_one` as [`STEP`] on an
+    /// entry (the count stepped so is returned).
+    pub fn end_loop(&mut self, recs: &[Record], after: Option<u64>, one_by_one: bool) -> u64 {
         let max = self.pool.max_packet();
         let shift = self.shift;
-        for j in self.drawn.min(recs.len())..recs.len() {
+        let from = self.drawn.min(recs.len());
+        self.drawn = 0;
+        if from == recs.len() {
+            return 0;
+        }
+        if !one_by_one {
+            // None oversize and the medians do not fall: the last record's tick ends
+            // where ticking each would.
+            if self.cx.ports > 1 {
+                for _ in from..recs.len() {
+                    step(&mut self.rng);
+                }
+            }
+            let n = recs.len();
+            if n - 1 > from {
+                self.clock.skip_to(recs[n - 2].ts_ns.wrapping_add(shift));
+            }
+            self.clock
+                .tick(recs[n - 1].ts_ns.wrapping_add(shift), after);
+            return 0;
+        }
+        for j in from..recs.len() {
             let r = &recs[j];
             if r.caplen as usize <= max {
                 step(&mut self.rng);
@@ -164,6 +208,6 @@ impl Walk {
                 .map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)));
             self.clock.tick(r.ts_ns.wrapping_add(shift), next);
         }
-        self.drawn = 0;
+        (recs.len() - from) as u64
     }
 }

@@ -16,6 +16,10 @@
 //!   so a flow's two directions stay on one worker; the same file and N give the same
 //!   placement on every run and machine. Nothing is tuned to a trace: the table is
 //!   computed from whatever file is replayed.
+//! - The shares ([`Placement::shares`]): every record hashed once, in N slices on N
+//!   threads, into each worker's list of its own records (4 bytes a record in all), so
+//!   a worker never reads the others' records, except where the run clock or an
+//!   oversize record needs it ([`STEP`]).
 
 use crate::io::Record;
 use crate::packet::{L3Kind, Layers, LinkKind};
@@ -33,6 +37,51 @@ const NONE: u16 = u16::MAX;
 /// The symmetric flow hash of `data`, or `None` for a frame without addresses.
 #[inline]
 pub fn flow_hash(link: LinkKind, data: &[u8]) -> Option<u64> {
+    // Untagged Ethernet / IPv4 without options or fragmentation (`Layers::parse`'s own
+    // fast case, so the same addresses): read in place, without the layer walk, which
+    // was most of the placement pass (callgrind: ~150 instructions a record of 4sics).
+    if link == LinkKind::Ethernet
+        && data.len() >= 34
+        && data[12] == 0x08
+        && data[13] == 0
+        && data[14] == 0x45
+        && u16::from_be_bytes([data[20], data[21]]) & 0x3fff == 0
+    {
+        let a = u32::from_be_bytes([data[26], data[27], data[28], data[29]]);
+        let b = u32::from_be_bytes([data[30], data[31], data[32], data[33]]);
+        // Big-endian order is the byte order the slices compare in below.
+        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+        return Some(finish(fnv4(fnv4(FNV_OFFSET, lo), hi)));
+    }
+    flow_hash_walk(link, data)
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0100_0000_01b3;
+
+/// FNV-1a over the four bytes of `x`, most significant first (spelled out: an iterator
+/// over the bytes cost three times as many instructions).
+#[inline(always)]
+fn fnv4(mut h: u64, x: u32) -> u64 {
+    h = (h ^ u64::from(x >> 24)).wrapping_mul(FNV_PRIME);
+    h = (h ^ u64::from((x >> 16) & 0xff)).wrapping_mul(FNV_PRIME);
+    h = (h ^ u64::from((x >> 8) & 0xff)).wrapping_mul(FNV_PRIME);
+    (h ^ u64::from(x & 0xff)).wrapping_mul(FNV_PRIME)
+}
+
+/// murmur3's finaliser: spreads FNV's low-bit changes over the high bits.
+#[inline]
+fn finish(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// [`flow_hash`] for every other frame, through the layer walk.
+#[inline(never)]
+fn flow_hash_walk(link: LinkKind, data: &[u8]) -> Option<u64> {
     let l = Layers::parse(link, data);
     let o = l.l3_off as usize;
     let (a, b): (&[u8], &[u8]) = match l.l3 {
@@ -42,15 +91,11 @@ pub fn flow_hash(link: LinkKind, data: &[u8]) -> Option<u64> {
         _ => return None,
     };
     let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = FNV_OFFSET;
     for &x in lo.iter().chain(hi) {
-        h = (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3);
+        h = (h ^ u64::from(x)).wrapping_mul(FNV_PRIME);
     }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    Some(h ^ (h >> 33))
+    Some(finish(h))
 }
 
 /// The table bucket of `data` ([`NONE`] without addresses).
@@ -59,61 +104,251 @@ fn bucket_of(link: LinkKind, data: &[u8]) -> u16 {
     flow_hash(link, data).map_or(NONE, |h| (h as usize % BUCKETS) as u16)
 }
 
-/// Every record's bucket and the table that maps buckets to workers.
+/// The bit of a share entry (`Shares`) saying that the records between the worker's
+/// previous one and this one must be stepped over one by one (`Walk::ingest`).
+pub const STEP: u32 = 1 << 31;
+
+/// Most records a sharded replay takes: a share entry's other bits.
+pub const MAX_RECORDS: usize = STEP as usize;
+
+/// The table that maps buckets to workers.
 pub struct Placement {
-    buckets: Vec<u16>,
     owner: [u8; BUCKETS],
 }
 
 impl Placement {
-    /// Hashes every record of the trace (in `workers` slices on as many threads: on one
-    /// thread this serial step alone held two workers well under twice one's rate; a slice
-    /// whose thread cannot start is hashed here), then balances the table on the sample.
+    /// The table, balanced on a bounded sample of the trace (only the sample is hashed).
     pub fn of_trace(link: LinkKind, bytes: &[u8], recs: &[Record], workers: usize) -> Placement {
         let workers = workers.clamp(1, super::shard::MAX_WORKERS);
-        let mut buckets = vec![NONE; recs.len()];
-        let per = recs.len().div_ceil(workers).max(1);
-        let hash = |o: &mut [u16], r: &[Record]| {
-            for (x, r) in o.iter_mut().zip(r) {
-                *x = bucket_of(
-                    link,
-                    &bytes[r.off as usize..r.off as usize + r.caplen as usize],
-                );
-            }
-        };
-        let mut failed = Vec::new();
-        std::thread::scope(|s| {
-            let mut slices = buckets.chunks_mut(per).zip(recs.chunks(per)).enumerate();
-            let mine = slices.next();
-            for (k, (o, r)) in slices {
-                let started = std::thread::Builder::new()
-                    .name(format!("catena-rss{k}"))
-                    .spawn_scoped(s, move || hash(o, r));
-                if started.is_err() {
-                    failed.push(k);
-                }
-            }
-            if let Some((_, (o, r))) = mine {
-                hash(o, r);
-            }
-        });
-        for k in failed {
-            let lo = k * per;
-            let hi = (lo + per).min(recs.len());
-            hash(&mut buckets[lo..hi], &recs[lo..hi]);
+        let step = recs.len().div_ceil(SAMPLE).max(1);
+        let sample = recs
+            .iter()
+            .step_by(step)
+            .map(|r| (bucket_of(link, record(bytes, r)), r.caplen));
+        Placement {
+            owner: balance(sample, workers),
         }
-        let owner = balance(&buckets, recs, workers);
-        Placement { buckets, owner }
     }
 
-    /// The worker of record `i`.
+    /// The worker of a frame.
     #[inline]
-    pub fn worker(&self, i: usize) -> usize {
-        match self.buckets[i] {
+    pub fn worker_of(&self, link: LinkKind, data: &[u8]) -> usize {
+        self.owner_of(bucket_of(link, data))
+    }
+
+    #[inline]
+    fn owner_of(&self, bucket: u16) -> usize {
+        match bucket {
             NONE => 0,
             b => usize::from(self.owner[usize::from(b)]),
         }
     }
+
+    /// Every record placed once: each worker's records in input order, 4 bytes a record
+    /// over all workers, hashed in `workers` slices on as many threads (on one thread this
+    /// serial step alone held two workers well under twice one's rate; a slice whose
+    /// thread cannot start is done here). A worker then touches only its own records.
+    ///
+    /// Between two records of a worker lie the others', over which the port draw and the
+    /// run clock must still step (`Walk::ingest`): a draw per record unless it is
+    /// oversize (`caplen > max_packet`), and the clock's median of neighbours, which
+    /// never goes back. When none of the records between is oversize and their medians
+    /// do not fall, the draw steps by their count and the clock ends where the next
+    /// record's own tick puts it, without reading them; otherwise the entry carries
+    /// [`STEP`] and the worker steps over them one by one, as before. The same pass
+    /// finds the trace's first and last timestamps (`Shares::span_ns`).
+    pub fn shares(
+        &self,
+        link: LinkKind,
+        bytes: &[u8],
+        recs: &[Record],
+        workers: usize,
+        max_packet: usize,
+    ) -> Shares {
+        let workers = workers.clamp(1, super::shard::MAX_WORKERS);
+        let per = recs.len().div_ceil(workers).max(1);
+        let slices = recs.len().div_ceil(per);
+        let place = |lo: usize| -> Slice {
+            let hi = (lo + per).min(recs.len());
+            let mut lists: Vec<Vec<u32>> = (0..workers)
+                .map(|_| Vec::with_capacity((hi - lo) / workers + (hi - lo) / 8 + 16))
+                .collect();
+            // The last hard record and each worker's last own one (-1: none yet).
+            let mut last_hard = -1isize;
+            let mut last_own = vec![-1isize; workers];
+            let mut medians = Medians::at(recs, lo);
+            let (mut ts_min, mut ts_max) = (u64::MAX, 0);
+            for (j, r) in recs[lo..hi].iter().enumerate() {
+                let j = lo + j;
+                let w = self.owner_of(bucket_of(link, record(bytes, r)));
+                let step = if last_hard > last_own[w] { STEP } else { 0 };
+                lists[w].push(j as u32 | step);
+                last_own[w] = j as isize;
+                // Both asked: `falls` walks the medians forward on every record.
+                let falls = medians.falls(recs, j);
+                if falls || r.caplen as usize > max_packet {
+                    last_hard = j as isize;
+                }
+                ts_min = ts_min.min(r.ts_ns);
+                ts_max = ts_max.max(r.ts_ns);
+            }
+            let tails = last_own.iter().map(|&o| last_hard > o).collect();
+            Slice {
+                lists,
+                tails,
+                ts: (ts_min, ts_max),
+            }
+        };
+        let mut out: Vec<Option<Slice>> = (0..slices).map(|_| None).collect();
+        std::thread::scope(|s| {
+            let mut cells = out.iter_mut().enumerate();
+            let mine = cells.next();
+            for (k, cell) in cells {
+                let place = &place;
+                // A slice whose thread cannot start stays `None` and is placed below.
+                let _ = std::thread::Builder::new()
+                    .name(format!("catena-rss{k}"))
+                    .spawn_scoped(s, move || *cell = Some(place(k * per)));
+            }
+            if let Some((_, cell)) = mine {
+                *cell = Some(place(0));
+            }
+        });
+        let slices = out
+            .into_iter()
+            .enumerate()
+            .map(|(k, c)| c.unwrap_or_else(|| place(k * per)))
+            .collect();
+        Shares { workers, slices }
+    }
+}
+
+/// One slice's placement: each worker's records in it, and whether a record after the
+/// worker's last one (or any, when it has none) in the slice is hard (see `shares`).
+struct Slice {
+    lists: Vec<Vec<u32>>,
+    tails: Vec<bool>,
+    /// Its records' first and last timestamps.
+    ts: (u64, u64),
+}
+
+/// Every record of a trace given to its worker, once (`Placement::shares`).
+pub struct Shares {
+    workers: usize,
+    slices: Vec<Slice>,
+}
+
+impl Shares {
+    /// Every worker's records in input order (the index, with [`STEP`] on those after a
+    /// gap to step over one by one), and whether the records after its last one must be
+    /// stepped over one by one; each slice's list freed once gathered, so the shares end
+    /// at 4 bytes a record. `one_by_one`: [`STEP`] on every entry (timestamps that wrap
+    /// when shifted by the loops, whose order the medians cannot tell).
+    pub fn into_lists(mut self, one_by_one: bool) -> Vec<(Vec<u32>, bool)> {
+        (0..self.workers)
+            .map(|w| {
+                let r = self.take(w, one_by_one);
+                for s in &mut self.slices {
+                    s.lists[w] = Vec::new();
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// Worker `w`'s list, as [`Shares::into_lists`] gives it.
+    pub fn take(&self, w: usize, one_by_one: bool) -> (Vec<u32>, bool) {
+        if w >= self.workers {
+            return (Vec::new(), false);
+        }
+        let mut out = Vec::with_capacity(self.slices.iter().map(|s| s.lists[w].len()).sum());
+        let mut carry = false;
+        for s in &self.slices {
+            let l = &s.lists[w];
+            if let Some(&first) = l.first() {
+                out.push(first | if carry { STEP } else { 0 });
+                out.extend_from_slice(&l[1..]);
+                carry = s.tails[w];
+            } else {
+                carry |= s.tails[w];
+            }
+        }
+        if one_by_one {
+            out.iter_mut().for_each(|e| *e |= STEP);
+        }
+        (out, carry || one_by_one)
+    }
+
+    /// The trace's first and last timestamps (0, 0 when it is empty).
+    pub fn ts_range(&self) -> (u64, u64) {
+        let (lo, hi) = self
+            .slices
+            .iter()
+            .fold((u64::MAX, 0), |(a, b), s| (a.min(s.ts.0), b.max(s.ts.1)));
+        if lo > hi {
+            (0, 0)
+        } else {
+            (lo, hi)
+        }
+    }
+
+    /// As `Trace::span_ns`, without another pass over the records.
+    pub fn span_ns(&self) -> u64 {
+        let (lo, hi) = self.ts_range();
+        hi - lo + 1
+    }
+}
+
+#[inline]
+fn record<'a>(bytes: &'a [u8], r: &Record) -> &'a [u8] {
+    &bytes[r.off as usize..r.off as usize + r.caplen as usize]
+}
+
+/// The run clock's medians along a trace (`flow::RunClock::tick`), walked forward: whether
+/// the median at record `j` may exceed the one at `j + 1` (so a worker cannot pass over
+/// `j` without ticking it: `RunClock::skip_to`). Exact inside the trace; at its ends,
+/// where the median depends on the loop (the first record's predecessor, the last one's
+/// successor), against the bound that keeps the answer safe: the first record's median
+/// is at most its own time, the last one's at least its own.
+struct Medians {
+    /// The median at the record `falls` is asked about next.
+    here: u64,
+}
+
+impl Medians {
+    fn at(recs: &[Record], j: usize) -> Medians {
+        Medians {
+            here: Self::bound(recs, j),
+        }
+    }
+
+    /// The median at `j`, or its bound at the ends (see the type's notes).
+    #[inline]
+    fn bound(recs: &[Record], j: usize) -> u64 {
+        let n = recs.len();
+        match j {
+            _ if j + 1 >= n => recs.get(j).map_or(0, |r| r.ts_ns),
+            0 => recs[0].ts_ns,
+            _ => median3(recs[j - 1].ts_ns, recs[j].ts_ns, recs[j + 1].ts_ns),
+        }
+    }
+
+    /// Asked for `j`, `j + 1`, ... in turn.
+    #[inline]
+    fn falls(&mut self, recs: &[Record], j: usize) -> bool {
+        if j + 1 >= recs.len() {
+            return false;
+        }
+        let next = Self::bound(recs, j + 1);
+        let falls = self.here > next;
+        self.here = next;
+        falls
+    }
+}
+
+#[inline]
+fn median3(a: u64, b: u64, c: u64) -> u64 {
+    a.max(b).min(a.min(b).max(c))
 }
 
 /// The table: each bucket's packets and bytes in the sample; buckets heaviest first
@@ -122,22 +357,21 @@ impl Placement {
 /// packet has a fixed part and a part that grows with the bytes (copies, checksums,
 /// prefetching every line): on the merged trace, packets alone gave 50.0 % of the
 /// packets but 55.8 % of the bytes to one worker; both give 50.1 % and 51.1 %.
-fn balance(buckets: &[u16], recs: &[Record], workers: usize) -> [u8; BUCKETS] {
+fn balance(sample: impl Iterator<Item = (u16, u32)>, workers: usize) -> [u8; BUCKETS] {
     let mut owner = [0u8; BUCKETS];
     if workers <= 1 {
         return owner;
     }
-    let step = buckets.len().div_ceil(SAMPLE).max(1);
     // (packets, bytes) per bucket and per worker.
     let mut weight = [(0u64, 0u64); BUCKETS];
     let mut load = vec![(0u64, 0u64); workers];
-    for (&b, r) in buckets.iter().zip(recs).step_by(step) {
+    for (b, caplen) in sample {
         let w = match b {
             NONE => &mut load[0],
             b => &mut weight[usize::from(b)],
         };
         w.0 += 1;
-        w.1 += u64::from(r.caplen);
+        w.1 += u64::from(caplen);
     }
     let total = weight
         .iter()
@@ -200,7 +434,21 @@ pub(crate) mod tests {
         );
         let (bytes, recs) = t.raw();
         let p = Placement::of_trace(LinkKind::Ethernet, bytes, recs, workers);
-        (0..frames.len()).map(|i| p.worker(i)).collect()
+        let (link, w) = (LinkKind::Ethernet, workers);
+        let byw: Vec<usize> = frames.iter().map(|f| p.worker_of(link, f)).collect();
+        // The shares give each record to that worker, once.
+        let mut got = vec![usize::MAX; frames.len()];
+        let s = p.shares(link, bytes, recs, w, usize::MAX);
+        assert_eq!(s.span_ns(), t.span_ns());
+        for k in 0..w {
+            for e in s.take(k, false).0 {
+                let i = (e & !STEP) as usize;
+                assert_eq!(got[i], usize::MAX, "record {i} in two shares");
+                got[i] = k;
+            }
+        }
+        assert_eq!(got, byw);
+        byw
     }
 
     #[test]
@@ -272,5 +520,142 @@ pub(crate) mod tests {
         let w = place(&[vec![0u8; 3], arp, back], 4);
         assert_eq!(w[0], 0);
         assert_eq!(w[1], w[2]);
+    }
+
+    /// The run clock's medians straight from their definition (`flow::RunClock`), with
+    /// the bounds at the ends: an independent model of `Medians`.
+    fn model_falls(ts: &[u64], j: usize) -> bool {
+        let n = ts.len();
+        if j + 1 >= n {
+            return false;
+        }
+        let med = |k: usize| {
+            let mut v = [ts[k - 1], ts[k], ts[k + 1]];
+            v.sort_unstable();
+            v[1]
+        };
+        let here = if j == 0 { ts[0] } else { med(j) };
+        let next = if j + 1 == n - 1 {
+            ts[n - 1]
+        } else {
+            med(j + 1)
+        };
+        here > next
+    }
+
+    /// Checks every worker's share against the placement function record by record, and
+    /// each [`STEP`] (and the tail's) against the model: set exactly when a record between
+    /// the worker's previous one and this one is oversize or its median falls.
+    fn check_shares(t: &Trace, workers: usize, max_packet: usize) -> (usize, usize) {
+        let (bytes, recs) = t.raw();
+        let link = t.link();
+        let p = Placement::of_trace(link, bytes, recs, workers);
+        let s = p.shares(link, bytes, recs, workers, max_packet);
+        assert_eq!(s.span_ns(), t.span_ns());
+        let ts: Vec<u64> = recs.iter().map(|r| r.ts_ns).collect();
+        let hard = |j: usize| recs[j].caplen as usize > max_packet || model_falls(&ts, j);
+        let mut owner = vec![usize::MAX; recs.len()];
+        let (mut steps, mut plain) = (0, 0);
+        for w in 0..workers {
+            let (share, tail) = s.take(w, false);
+            let mut from = 0;
+            for &e in &share {
+                let i = (e & !STEP) as usize;
+                assert_eq!(owner[i], usize::MAX, "record {i} given twice");
+                owner[i] = w;
+                assert_eq!(p.worker_of(link, t.packet(i)), w, "record {i}");
+                assert!(i >= from, "worker {w}: record {i} out of order");
+                let want = (from..i).any(hard);
+                assert_eq!(
+                    e & STEP != 0,
+                    want,
+                    "worker {w} of {workers}, record {i} after {from}"
+                );
+                if i > from {
+                    if want {
+                        steps += 1;
+                    } else {
+                        plain += 1;
+                    }
+                }
+                from = i + 1;
+            }
+            assert_eq!(tail, (from..recs.len()).any(hard), "worker {w}'s tail");
+            let (all, t) = s.take(w, true);
+            assert!(t && all.iter().all(|e| e & STEP != 0));
+        }
+        assert!(
+            owner.iter().all(|&w| w < workers),
+            "a record given to nobody"
+        );
+        let each: Vec<_> = (0..workers).map(|w| s.take(w, false)).collect();
+        assert_eq!(s.into_lists(false), each);
+        (steps, plain)
+    }
+
+    fn merged() -> Option<Trace> {
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/datasets/bench/ndpi-ether-merged.pcap"
+        );
+        match Trace::open(std::path::Path::new(p)) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("skipped: {p}: {e}");
+                None
+            }
+        }
+    }
+
+    /// On the merged real capture (90,989 records) with 2 and 3 workers: each record in
+    /// exactly its worker's share, in order; the gaps a worker may pass over unread are
+    /// the model's.
+    #[test]
+    fn shares_follow_the_placement_on_a_real_capture() {
+        let Some(t) = merged() else { return };
+        for w in [2, 3] {
+            let (steps, plain) = check_shares(&t, w, 65_536);
+            // Captures merged in time order: nearly every gap is passed over unread.
+            assert!(
+                plain > 10 * steps.max(1),
+                "{w} workers: {steps} steps, {plain} plain"
+            );
+        }
+        // Every record oversize: every gap is stepped over one by one.
+        let (steps, plain) = check_shares(&t, 2, 10);
+        assert!(steps > 0 && plain == 0, "{steps} steps, {plain} plain");
+    }
+
+    /// Time that jumps back and single outliers, oversize frames, slices cut anywhere.
+    #[test]
+    fn shares_mark_the_gaps_the_clock_or_the_size_needs() {
+        let mut frames = Vec::new();
+        let mut ts = Vec::new();
+        for i in 0..3000u32 {
+            let b = (i % 37) as u8;
+            let mut f = ipv4([10, 0, 0, b], [10, 1, 0, b ^ 5], 1000, 80);
+            if i % 97 == 0 {
+                f.resize(300, 0);
+            }
+            frames.push(f);
+            let base = u64::from(i) * 1000;
+            ts.push(match i % 211 {
+                0 => base + 10_000_000,               // an outlier ahead
+                5 => base / 2,                        // one behind
+                _ if i % 500 > 490 => base - 400_000, // a stretch that went back
+                _ => base,
+            });
+        }
+        let t = Trace::from_packets(
+            LinkKind::Ethernet,
+            PcapHeader::new(1, false),
+            frames.iter().zip(&ts).map(|(f, &t)| (t, &f[..])),
+        );
+        for w in 1..=5 {
+            let (steps, plain) = check_shares(&t, w, 200);
+            if w > 1 {
+                assert!(steps > 0 && plain > 0, "{w}: {steps} steps, {plain} plain");
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@ use super::control::{Command, ControlPort, Reply, Scheduled};
 use super::counters::Summary;
 use super::profile_check::Snapshot;
 use super::ring::Msg;
+use super::rss::STEP;
 use super::stage::Staged;
 use super::walk::{Walk, NEXT_STAGE_STOPPED};
 use crate::io::{After, PcapHeader, Source, Trace, TraceSource};
@@ -266,7 +267,7 @@ impl Runner {
                 self.walk.drawn = 0;
                 self.stage_room()?;
                 self.walk
-                    .ingest(lasting, bytes, chunk, 0..chunk.len(), done, after);
+                    .ingest(lasting, bytes, chunk, 0..chunk.len() as u32, done, after);
                 match self.fast.as_deref_mut() {
                     Some(f) if plan.is_none_or(|p| p.on) => f.chunk(&mut self.walk),
                     _ => self.walk.drain(None),
@@ -304,27 +305,31 @@ impl Runner {
     /// socket come through `gate` (this worker's number beside it) with the input
     /// position they apply at (runtime/shard_control.rs). `lasting`: `trace`'s bytes,
     /// when they last the process (packets then view them, see `Walk::ingest`).
+    /// `share`'s entries and `tail` as `rss::Shares::take` gives them, with the trace's
+    /// span (`Trace::span_ns`, found by the placement pass); returns how many of the
+    /// others' records this worker stepped over one by one.
     pub(super) fn run_share(
         &mut self,
         trace: &Trace,
         lasting: Option<&'static [u8]>,
         opts: &RunOptions,
-        share: &[u32],
+        (share, tail, span): (&[u32], bool, u64),
         gate: Option<(&super::shard_control::Gate, usize)>,
         progress: &mut dyn Progress,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<u64> {
         self.open_outputs(trace.header(), opts)?;
         self.walk.link = trace.link();
         let (bytes, recs) = trace.raw();
         let len = share.len();
         let input = recs.len() as u64 * opts.loops;
         let total = len as u64 * opts.loops;
-        let span = trace.span_ns();
         let mut done = 0u64;
         let mut next_report = 0u64;
         let mut schedule = opts.schedule.clone();
         schedule.sort_by_key(|c| c.at);
         let mut next_change = 0;
+        let mut stepped = 0u64;
+        let at = |k: usize| (share[k] & !STEP) as u64;
         // A live change handed over by the gate, applied at its input position.
         let mut live = None;
         self.walk.clock.start(recs.iter().take(3).map(|r| r.ts_ns));
@@ -338,7 +343,7 @@ impl Runner {
                 .map(|r| r.ts_ns.wrapping_add(span.wrapping_mul(lp + 1)));
             let mut pos = 0;
             while pos < len {
-                let seq = base + share[pos] as u64;
+                let seq = base + at(pos);
                 // A batch ends where a scheduled change applies, so the change falls
                 // exactly between the packets it names.
                 while let Some(c) = schedule.get(next_change).filter(|c| c.at <= seq) {
@@ -355,15 +360,15 @@ impl Runner {
                 }
                 let mut end = (pos + MAX_BATCH).min(len);
                 let cut = schedule.get(next_change).map(|c| c.at);
-                if let Some(at) = cut.into_iter().chain(live.as_ref().map(|o| o.at)).min() {
-                    while end > pos + 1 && base + share[end - 1] as u64 >= at {
+                if let Some(cut) = cut.into_iter().chain(live.as_ref().map(|o| o.at)).min() {
+                    while end > pos + 1 && base + at(end - 1) >= cut {
                         end -= 1;
                     }
                 }
                 self.poll_control();
-                let idx = share[pos..end].iter().map(|&i| i as usize);
+                let idx = share[pos..end].iter().copied();
                 self.stage_room()?;
-                self.walk.ingest(lasting, bytes, recs, idx, base, after);
+                stepped += self.walk.ingest(lasting, bytes, recs, idx, base, after);
                 match self.fast.as_deref_mut() {
                     Some(f) => f.chunk(&mut self.walk),
                     None => self.walk.drain(None),
@@ -379,7 +384,7 @@ impl Runner {
                     next_report = done + 65_536;
                 }
             }
-            self.walk.end_loop(recs, after);
+            stepped += self.walk.end_loop(recs, after, tail);
         }
         // Changes after this share's last packet but within the input still apply (a
         // sharded worker's state then matches one worker's at the end).
@@ -403,7 +408,7 @@ impl Runner {
             });
         }
         progress.finish();
-        Ok(())
+        Ok(stepped)
     }
 
     /// Applies a live change handed over by the gate and reports it there.
