@@ -80,22 +80,41 @@ impl Batch {
     }
 
     /// Keeps the packets for which `keep` is true, in order, handing the others to `gone`.
+    /// One pass: each packet is looked at once and moved at most once (the walk runs this
+    /// after every NF that can drop).
     #[inline]
     pub fn retain_or(
         &mut self,
         mut keep: impl FnMut(&Packet) -> bool,
         mut gone: impl FnMut(Packet),
     ) {
-        let mut w = 0;
-        for r in 0..self.pkts.len() {
-            if keep(&self.pkts[r]) {
-                self.pkts.swap(w, r);
-                w += 1;
+        let len = self.pkts.len();
+        let base = self.pkts.as_mut_ptr();
+        // SAFETY: the length is 0 while packets move, so a panic in `keep` or `gone`
+        // leaks the rest instead of dropping one twice; each of the `len` packets is
+        // read once, then either written back at `w <= r` (a slot already read) or
+        // handed to `gone`; the first `w` slots hold the kept ones at the end.
+        unsafe {
+            self.pkts.set_len(0);
+            let mut w = 0;
+            for r in 0..len {
+                let p = base.add(r).read();
+                if keep(&p) {
+                    base.add(w).write(p);
+                    w += 1;
+                } else {
+                    gone(p);
+                }
             }
+            self.pkts.set_len(w);
         }
-        for p in self.pkts.drain(w..) {
-            gone(p);
-        }
+    }
+
+    /// Moves every packet to the end of `to` (one copy of the pointers), leaving the
+    /// batch empty.
+    #[inline]
+    pub(crate) fn move_into(&mut self, to: &mut Vec<Packet>) {
+        to.append(&mut self.pkts);
     }
 }
 

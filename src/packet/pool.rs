@@ -141,6 +141,26 @@ impl Pool {
         self.free.push(p);
     }
 
+    /// Frees every packet of `b` ([`free`](Self::free) for each), leaving it empty: the
+    /// walk's sinks give back a whole batch at once.
+    #[inline]
+    pub fn free_batch(&mut self, b: &mut super::Batch) {
+        if self.big.is_some() {
+            for p in b.drain() {
+                self.free(p);
+            }
+            return;
+        }
+        for p in b.iter_mut() {
+            p.forget_view();
+        }
+        debug_assert!(
+            self.free.len() + b.len() <= self.size,
+            "packet freed twice or from another pool"
+        );
+        b.move_into(&mut self.free);
+    }
+
     pub fn available(&self) -> usize {
         self.free.len() + self.big.as_ref().map_or(0, |b| b.free.len())
     }
