@@ -125,3 +125,25 @@ impl<'a> IntoIterator for &'a mut Batch {
         self.pkts.iter_mut()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retain_or_keeps_order_and_hands_over_the_rest_in_order() {
+        let mut b = Batch::with_capacity(8);
+        for i in 0..7u8 {
+            b.push(Packet::from_bytes(&[i; 20]));
+        }
+        let mut gone = Vec::new();
+        b.retain_or(|p| p.data()[0] % 3 != 1, |p| gone.push(p.data()[0]));
+        let kept: Vec<u8> = b.iter().map(|p| p.data()[0]).collect();
+        assert_eq!(kept, [0, 2, 3, 5, 6]);
+        assert_eq!(gone, [1, 4]);
+        let mut to = Vec::new();
+        b.move_into(&mut to);
+        assert!(b.is_empty());
+        assert_eq!(to.len(), 5);
+    }
+}
