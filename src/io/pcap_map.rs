@@ -266,12 +266,7 @@ impl Source for MappedPcap {
                             ts_ns: r.ts_ns,
                         });
                         n += 1;
-                        if first {
-                            ts_min = ts_min.min(r.ts_ns);
-                            ts_max = ts_max.max(r.ts_ns);
-                        }
                         pos += r.len;
-                        count += 1;
                     }
                     Err(problem) => {
                         ended = Some(Some(Some(problem)));
@@ -281,6 +276,15 @@ impl Source for MappedPcap {
             }
             // SAFETY: the first `n` slots were written just above (`chunk` was empty).
             unsafe { self.chunk.set_len(n) };
+            // The count and the first pass's time span, once per chunk rather than in
+            // the record loop (fewer values live across it).
+            count += n as u64;
+            if first {
+                for r in &self.chunk {
+                    ts_min = ts_min.min(r.ts_ns);
+                    ts_max = ts_max.max(r.ts_ns);
+                }
+            }
             if ended.is_none() && count == stop && n < max {
                 self.done = true;
             }
