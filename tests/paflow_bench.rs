@@ -38,6 +38,7 @@ fn every_hop_aggregated_delivers_the_same_packets_in_the_same_order() {
         .args(["--only", "2 64 aggregate af_packet aggregated-ends"])
         .args(["--only", "2 64 aggregate+nf af_xdp aggregated-ends"])
         .args(["--only", "2 64 off af_packet plain-ends"])
+        .args(["--only", "2 64 aggregate tx_ring plain-ends"])
         .arg("--out")
         .arg(out.path())
         .stdout(Stdio::piped())
@@ -61,7 +62,7 @@ fn every_hop_aggregated_delivers_the_same_packets_in_the_same_order() {
     let rows: Value = serde_json::from_slice(&o.stdout).expect("JSON rows");
     let rows = rows.as_array().expect("an array");
     // Per selection: one top-rate row and two paced rows.
-    assert_eq!(rows.len(), 9, "{rows:?}");
+    assert_eq!(rows.len(), 12, "{rows:?}");
     let mut aggregated_ends = 0;
     for r in rows {
         let what = format!("{} {} {}", r["mode"], r["port"], r["ends"]);
@@ -69,11 +70,32 @@ fn every_hop_aggregated_delivers_the_same_packets_in_the_same_order() {
         assert_eq!(r["sent"], 1000, "{what}: {r}");
         // 1,000 packets fit every ring on the way: none may be lost.
         assert_eq!(r["received"], 1000, "{what}: {r}");
+        // Each stage process's CPU per packet, stage 1 first, adds up to the stages'.
+        let each: Vec<f64> = r["stage_cpu_ns_per_pkt_each"]
+            .as_array()
+            .expect("per-stage CPU")
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(each.len(), 2, "{what}: {r}");
+        let all = r["stage_cpu_ns_per_pkt"].as_f64().unwrap();
+        assert!(
+            (each.iter().sum::<f64>() - all).abs() < 1e-6 * all.max(1.0),
+            "{what}: {r}"
+        );
         if r["ends"] == "aggregated" {
             assert_ne!(r["mode"], "off");
             aggregated_ends += 1;
             if r["offered_pps"] == 0 {
                 // At top rate the sender's batches of 32 leave as aggregates.
+                assert!(r["aggregated_pct"].as_f64().unwrap() > 50.0, "{what}: {r}");
+            }
+        } else if r["port"] == "tx_ring" {
+            // Plain ends, the middle hop aggregated, sent through the TX ring: at top
+            // rate a stage's batches leave as aggregates.
+            assert_eq!(r["ends"], "plain", "{what}");
+            assert_eq!(r["mode"], "aggregate", "{what}");
+            if r["offered_pps"] == 0 {
                 assert!(r["aggregated_pct"].as_f64().unwrap() > 50.0, "{what}: {r}");
             }
         } else {

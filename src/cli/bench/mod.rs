@@ -31,7 +31,8 @@ pub struct Args {
     /// userlevel and tcpdump on the same files; Click from $CLICK or /tmp/click), ports
     /// (live forwarding between veths in namespaces: catena on AF_PACKET and AF_XDP next
     /// to the Linux bridge and IP forwarding; needs root), paflow (PA-Flow: 1-3 `catena
-    /// run` stages over veths, AF_PACKET and (64 B, latency to the µs) AF_XDP ports:
+    /// run` stages over veths, AF_PACKET, AF_PACKET through its TX ring (`tx_ring`, 64 B)
+    /// and (64 B, latency to the µs) AF_XDP ports; each process's CPU per packet:
     /// aggregation off, on, and on with NFs working on views into the received
     /// aggregates, with the chain's ingress and egress plain or aggregated too; 2-3
     /// in-process stages; needs root).

@@ -21,8 +21,11 @@
 //!
 //! Ports: every size on `af_packet` (TPACKET_V3, whose 1 ms block timeout sets a ~1 ms
 //! latency floor per hop at low rates), and 64 B again on `af_xdp` (each packet handed
-//! over at once), where latency at a low rate is measured to the microsecond: the
-//! stages' ports and the bench's own sender and receiver are all of the row's kind.
+//! over at once), where latency at a low rate is measured to the microsecond, and on
+//! `tx_ring` (`af_packet` sending through its TX ring): the stages' ports and the
+//! bench's own sender and receiver are all of the row's kind. Each stage process's CPU
+//! time and the sender's and receiver's are reported per packet, to say which process
+//! is the bottleneck (docs/paflow.md, "Where the time goes, per process").
 //!
 //! Needs root (namespaces, AF_PACKET, AF_XDP). On a small shared machine every stage process and
 //! the bench's sender and receiver compete for the same cores: the figures say what this
@@ -38,7 +41,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use catena::io::af_xdp::ONE_FRAME;
-use catena::io::{AfPacket, AfPacketConfig, AfXdp, AfXdpConfig, Port, Recv, RxMode};
+use catena::io::{AfPacket, AfPacketConfig, AfXdp, AfXdpConfig, Port, Recv, RxMode, TxMode};
 use catena::optimise::aggregate::{self, Aggregating};
 use catena::packet::{Batch, Pool, MAX_BATCH};
 
@@ -47,8 +50,10 @@ use super::{median, print_table, write_results, Args};
 const SIZES: &[usize] = &[64, 128, 256, 512, 1024, 1500];
 const MODES: &[&str] = &["off", "aggregate", "aggregate+nf"];
 /// Port kinds of the stages (and of the bench's sender and receiver); `af_xdp` rows are
-/// 64 B only (throughput and the two latency rates).
-const PORTS: &[&str] = &["af_packet", "af_xdp"];
+/// 64 B only (throughput and the two latency rates). `tx_ring` is `af_packet` sending
+/// through its TPACKET_V2 TX ring (`tx = "ring"`) rather than `sendmmsg`, 64 B only: the
+/// per-packet send of the plain ends another way (docs/paflow.md).
+const PORTS: &[&str] = &["af_packet", "af_xdp", "tx_ring"];
 /// The chain's ingress and egress hops: one packet per frame, or aggregated like the
 /// hops between stages (aggregating modes only).
 const ENDS: &[&str] = &["plain", "aggregated"];
@@ -83,6 +88,9 @@ struct Row {
     /// and veth work, including softirq delivery that ran in the stages' context).
     stage_user_ns_per_pkt: f64,
     stage_sys_ns_per_pkt: f64,
+    /// CPU time (user + system) of each stage process per packet received, ns, stage 1
+    /// first: which process is the busiest (docs/paflow.md, "Where the time goes").
+    stage_cpu_ns_per_pkt_each: Vec<f64>,
     /// CPU time of the bench's sender and receiver threads per packet received, ns
     /// (the sender's includes the veth delivery into stage 1 that it triggers).
     sender_cpu_ns_per_pkt: f64,
@@ -189,8 +197,12 @@ fn build(
         } else {
             ""
         };
+        let (kind, tx) = match kind {
+            "tx_ring" => ("af_packet", "tx = \"ring\"\n"),
+            k => (k, ""),
+        };
         let chain = format!(
-            "[[port]]\nname = \"in\"\nkind = \"{kind}\"\niface = \"{}\"\naggregate = {agg_in}\n{views}\n[[port]]\nname = \"out\"\nkind = \"{kind}\"\niface = \"{}\"\naggregate = {agg_out}\n\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
+            "[[port]]\nname = \"in\"\nkind = \"{kind}\"\niface = \"{}\"\naggregate = {agg_in}\n{views}{tx}\n[[port]]\nname = \"out\"\nkind = \"{kind}\"\niface = \"{}\"\naggregate = {agg_out}\n{tx}\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n",
             ends[k - 1].1, ends[k].0
         );
         let path = dir.join(format!("{tag}s{k}.toml"));
@@ -380,6 +392,9 @@ fn open_port(kind: &str, iface: &str, agg: bool) -> anyhow::Result<Box<dyn Port>
     } else {
         let mut c = AfPacketConfig::new(iface);
         c.rx = rx;
+        if kind == "tx_ring" {
+            c.tx = TxMode::Ring;
+        }
         (Box::new(AfPacket::open(&c)?), aggregate::DEFAULT_SIZE)
     };
     Ok(if agg {
@@ -540,12 +555,15 @@ struct Stages {
     all: u64,
     user_ns: u64,
     sys_ns: u64,
+    /// User + system time of each stage process, stage 1 first.
+    each_ns: Vec<u64>,
 }
 
 /// Stops the stages and collects [`Stages`]; with `agg_ends` the last stage's egress
 /// counts among the aggregating links.
 fn stop(mut t: Topology, stages: usize, agg_ends: bool) -> Stages {
     let (mut agg, mut all, mut user_ns, mut sys_ns) = (0, 0, 0u64, 0u64);
+    let mut each_ns = Vec::with_capacity(stages);
     for (k, p) in t.procs.iter_mut().enumerate() {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(p.id() as i32, libc::SIGTERM) };
@@ -560,10 +578,14 @@ fn stop(mut t: Topology, stages: usize, agg_ends: bool) -> Stages {
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         let mut st = 0;
         let r = unsafe { libc::wait4(p.id() as i32, &mut st, 0, &mut ru) };
-        if r > 0 {
-            user_ns += tv_ns(ru.ru_utime);
-            sys_ns += tv_ns(ru.ru_stime);
-        }
+        let (u, s) = if r > 0 {
+            (tv_ns(ru.ru_utime), tv_ns(ru.ru_stime))
+        } else {
+            (0, 0)
+        };
+        user_ns += u;
+        sys_ns += s;
+        each_ns.push(u + s);
         let _ = p.wait();
         if k + 1 < stages || agg_ends {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) {
@@ -577,6 +599,7 @@ fn stop(mut t: Topology, stages: usize, agg_ends: bool) -> Stages {
         all,
         user_ns,
         sys_ns,
+        each_ns,
     }
 }
 
@@ -616,6 +639,7 @@ fn row(
         stage_cpu_ns_per_pkt: (st.user_ns + st.sys_ns) as f64 / per,
         stage_user_ns_per_pkt: st.user_ns as f64 / per,
         stage_sys_ns_per_pkt: st.sys_ns as f64 / per,
+        stage_cpu_ns_per_pkt_each: st.each_ns.iter().map(|&n| n as f64 / per).collect(),
         sender_cpu_ns_per_pkt: m.tx_cpu_ns as f64 / per,
         receiver_cpu_ns_per_pkt: m.rx_cpu_ns as f64 / per,
         latency_p50_us: pct(&mut m.lat_ns, 0.5),
@@ -641,10 +665,16 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 .iter()
                 .flat_map(|m| ENDS.iter().map(move |e| (m, e)))
                 .filter(|(m, e)| **m != "off" || **e == "plain")
+                // tx_ring rows: the plain ends' send another way, against off only.
+                .filter(|(m, e)| kind != "tx_ring" || (**m != "aggregate+nf" && **e == "plain"))
             {
                 let agg_ends = ends == "aggregated";
-                // af_xdp: 64 B only (its rows are for latency to the µs).
-                let sizes = if kind == "af_xdp" { &SIZES[..1] } else { SIZES };
+                // af_xdp (latency to the µs) and tx_ring: 64 B only.
+                let sizes = if kind == "af_packet" {
+                    SIZES
+                } else {
+                    &SIZES[..1]
+                };
                 for &size in sizes {
                     let only = &a.only;
                     let name = format!("{stages} {size} {mode} {kind} {ends}-ends");
@@ -708,6 +738,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "aggregated %",
         "stage CPU ns/pkt",
         "usr/sys",
+        "per stage",
         "sender ns/pkt",
         "receiver ns/pkt",
         "p50 µs",
@@ -738,6 +769,11 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                     "{:.0}/{:.0}",
                     r.stage_user_ns_per_pkt, r.stage_sys_ns_per_pkt
                 ),
+                r.stage_cpu_ns_per_pkt_each
+                    .iter()
+                    .map(|n| format!("{n:.0}"))
+                    .collect::<Vec<_>>()
+                    .join("/"),
                 format!("{:.0}", r.sender_cpu_ns_per_pkt),
                 format!("{:.0}", r.receiver_cpu_ns_per_pkt),
                 format!("{:.1}", r.latency_p50_us),
@@ -794,6 +830,37 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                     );
                 }
             }
+        }
+        // Where the time goes (top rate): each process's CPU per packet, the busiest
+        // one's ceiling on a core of its own, and the ceiling of all of them sharing
+        // the machine's cores (every process here is CPU-bound on the same cores).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for r in rows.iter().filter(|r| r.offered_pps == 0) {
+            let mut procs = vec![("sender".to_string(), r.sender_cpu_ns_per_pkt)];
+            for (k, &n) in r.stage_cpu_ns_per_pkt_each.iter().enumerate() {
+                procs.push((format!("stage {}", k + 1), n));
+            }
+            procs.push(("receiver".to_string(), r.receiver_cpu_ns_per_pkt));
+            let sum: f64 = procs.iter().map(|p| p.1).sum();
+            let Some((who, most)) = procs.iter().max_by(|a, b| a.1.total_cmp(&b.1)) else {
+                continue;
+            };
+            if sum <= 0.0 || *most <= 0.0 {
+                continue;
+            }
+            let list: Vec<String> = procs.iter().map(|(n, v)| format!("{n} {v:.0}")).collect();
+            println!(
+                "{} stage(s), {} B, {}, {}, {} ends: CPU ns per packet {} (sum {sum:.0}); busiest {who}: {:.3} Mpps on a core of its own; all on {cores} cores: {:.3} Mpps; measured {:.3}",
+                r.stages,
+                r.size,
+                r.port,
+                r.mode,
+                r.ends,
+                list.join(", "),
+                1e3 / most,
+                cores as f64 * 1e3 / sum,
+                r.mpps
+            );
         }
         for s in 1..=3 {
             for &kind in PORTS {
