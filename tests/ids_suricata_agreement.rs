@@ -27,16 +27,16 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // difference of the alert totals in % of Suricata's): 9 captures, among them the
     // merged trace, TLS (google_ssl), DNS, QUIC and non-HTTP TCP (ssh, smtp, ftp).
     let cases = [
-        ("bench/ndpi-ether-merged.pcap", "bench.rules", 22, 74, 2.0),
+        ("bench/ndpi-ether-merged.pcap", "bench.rules", 23, 74, 2.0),
         (
             "bench/ndpi-ether-merged.pcap",
             "et-style.rules",
-            68,
+            70,
             86,
             0.2,
         ),
         ("ndpi/pcap/1kxun.pcap", "bench.rules", 49, 59, 2.0),
-        ("ndpi/pcap/netflix.pcap", "bench.rules", 42, 51, 2.0),
+        ("ndpi/pcap/netflix.pcap", "bench.rules", 46, 51, 2.0),
         ("ndpi/pcap/google_ssl.pcap", "bench.rules", 7, 7, 0.0),
         ("ndpi/pcap/dns.pcap", "bench.rules", 0, 4, 42.0),
         ("ndpi/pcap/quic.pcap", "bench.rules", 3, 3, 0.0),
@@ -44,7 +44,7 @@ fn alert_counts_per_rule_agree_with_suricata() {
         ("ndpi/pcap/smtp.pcap", "bench.rules", 11, 11, 0.0),
         ("ndpi/pcap/ftp.pcap", "bench.rules", 7, 7, 0.0),
         ("ndpi/pcap/1kxun.pcap", "et-style.rules", 25, 27, 0.3),
-        ("ndpi/pcap/netflix.pcap", "et-style.rules", 11, 14, 0.0),
+        ("ndpi/pcap/netflix.pcap", "et-style.rules", 13, 14, 0.3),
         ("ndpi/pcap/google_ssl.pcap", "et-style.rules", 2, 2, 0.0),
         ("ndpi/pcap/ssh.pcap", "et-style.rules", 5, 5, 0.0),
         ("ndpi/pcap/smtp.pcap", "et-style.rules", 3, 3, 0.0),
@@ -108,8 +108,10 @@ fn alert_counts_per_rule_agree_with_suricata() {
         100.0 * diff
     );
     assert!(below.is_empty(), "below the floors: {}", below.join("; "));
-    // 1,109 when stream rules alerted once per segment; 859 with Suricata's chunks.
-    assert!(apart_all <= 900, "per-rule differences sum to {apart_all}");
+    // 1,109 when stream rules alerted once per segment; 859 with Suricata's chunks; 807
+    // with acknowledged holes skipped as Suricata does; 637 with ICMP errors joining
+    // their quoted flow either way.
+    assert!(apart_all <= 680, "per-rule differences sum to {apart_all}");
     assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }
 

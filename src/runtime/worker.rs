@@ -87,7 +87,8 @@ impl Runner {
         let kept = chain.fastpath.take_if(|_| plain); // issue 18 (fastpath)
         super::fuse_filters::fuse_filters(&mut chain);
         chain.fastpath = chain.fastpath.or(kept); // issue 18 (fastpath)
-        let mut walk = Walk::new(chain, max_packet, fast.is_some());
+                                                  // issue 18 (fastpath): FastPath's recordings make their own buffers when they start.
+        let mut walk = Walk::new(chain, max_packet, false);
         if let Some(s) = &stages {
             s.first(&mut walk, max_packet);
         }

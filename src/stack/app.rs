@@ -40,6 +40,13 @@ pub trait App: Send {
         false
     }
 
+    /// The app takes data events after a gap (bytes the capture missed, the hole's length
+    /// in the event's `info`). Only when every app of a stack that takes data does, the
+    /// stack skips acknowledged holes; otherwise a direction waits for its holes to fill.
+    fn accepts_gaps(&self) -> bool {
+        false
+    }
+
     /// The app's drop reasons (the first is the app's own); [`Ctx::drop_packet_as`] picks
     /// one by index, so an app can count drops per cause (an IDS, per rule).
     fn drop_reasons(&self) -> Vec<String> {

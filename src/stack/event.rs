@@ -13,7 +13,9 @@ pub enum Kind {
     FlowStart = 2,
     /// The connection's state changed; `info` is `old << 8 | new` ([`super::TcpState`]).
     StateChange = 3,
-    /// New in-order bytes of one direction; the bytes come with the event.
+    /// New in-order bytes of one direction; the bytes come with the event. `info`: bytes
+    /// the capture missed just before them (a hole the receiver acknowledged, skipped;
+    /// only for stacks whose apps all accept gaps), else 0.
     Data = 4,
     /// The connection is over (closed, reset, idle timeout, or the run ended);
     /// `info` is an [`EndReason`].

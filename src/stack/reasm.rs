@@ -118,6 +118,8 @@ pub struct Stream {
     /// Present while `runs > 0`.
     ooo: Option<Box<Ooo>>,
     runs: u8,
+    /// Bytes of acknowledged holes skipped (within `next`).
+    skipped: u64,
 }
 
 impl Stream {
@@ -136,7 +138,8 @@ impl Stream {
         self.gave_up
     }
 
-    /// Bytes delivered so far.
+    /// Stream offset of the next byte to deliver: bytes delivered so far, plus the holes
+    /// skipped ([`Stream::skip_acked_hole`]).
     pub fn delivered(&self) -> u64 {
         self.next
     }
@@ -226,6 +229,49 @@ impl Stream {
             }
         }
         o
+    }
+
+    /// The receiver acknowledged up to sequence number `ack`. When bytes wait behind a
+    /// hole and `ack` reaches past the start of the first buffered run, the receiver got
+    /// the hole's bytes and the capture did not: the hole is skipped (as Suricata's
+    /// reassembly does once such a gap is acknowledged) and that run handed to `out`.
+    /// Returns the hole's length and the run's, or `None` (nothing to skip). One hole per
+    /// call: call again while it returns `Some`.
+    pub fn skip_acked_hole(
+        &mut self,
+        pool: &mut RingPool,
+        ack: u32,
+        mut out: impl FnMut(Chunk<'_>),
+    ) -> Option<(u64, u64)> {
+        if self.runs == 0 || self.gave_up {
+            return None;
+        }
+        let rel = seq::diff(self.next_seq(), ack);
+        let (rs, re) = self.ooo.as_deref()?.holes[0];
+        if rel <= 0 || rs >= self.next + rel as u64 {
+            return None;
+        }
+        let hole = rs - self.next;
+        self.emit_ring(rs, re, &mut out);
+        let n = self.runs as usize;
+        if let Some(o) = self.ooo.as_deref_mut() {
+            o.holes.copy_within(1..n, 0);
+        }
+        self.runs -= 1;
+        self.next = re;
+        self.skipped += hole;
+        if self.runs == 0 {
+            if let Some(r) = self.ooo.take() {
+                pool.give(r);
+            }
+        }
+        Some((hole, re - rs))
+    }
+
+    /// Bytes of holes skipped so far ([`Stream::skip_acked_hole`]): not delivered, though
+    /// counted in the stream's offsets.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
     }
 
     fn emit_ring(&self, from: u64, to: u64, out: &mut impl FnMut(Chunk<'_>)) {
@@ -423,5 +469,41 @@ mod tests {
         st.start(0);
         let o = st.segment(&mut pool, 5, b"late", |_| {});
         assert!(o.gave_up && st.gave_up());
+    }
+
+    #[test]
+    fn acknowledged_hole_is_skipped() {
+        let mut pool = RingPool::new(2, 64);
+        let mut st = Stream::default();
+        st.start(0);
+        let mut got = Vec::new();
+        let take = |c: Chunk<'_>, p: &[u8], got: &mut Vec<u8>| match c {
+            Chunk::Segment { off, len } => got.extend_from_slice(&p[off..off + len]),
+            Chunk::Buffered(b) => got.extend_from_slice(b),
+        };
+        st.segment(&mut pool, 0, b"ab", |c| take(c, b"ab", &mut got));
+        st.segment(&mut pool, 5, b"fgh", |c| take(c, b"fgh", &mut got));
+        st.segment(&mut pool, 10, b"kl", |c| take(c, b"kl", &mut got));
+        // An ACK up to the hole's start, or to the run's first byte, skips nothing.
+        assert_eq!(st.skip_acked_hole(&mut pool, 2, |_| {}), None);
+        assert_eq!(st.skip_acked_hole(&mut pool, 5, |_| {}), None);
+        assert_eq!(
+            st.skip_acked_hole(&mut pool, 6, |c| take(c, b"", &mut got)),
+            Some((3, 3))
+        );
+        assert_eq!(got, b"abfgh");
+        assert_eq!((st.delivered(), st.skipped()), (8, 3));
+        // The second hole waits for its own acknowledgment.
+        assert_eq!(st.skip_acked_hole(&mut pool, 10, |_| {}), None);
+        assert_eq!(pool.in_use(), 1);
+        assert_eq!(
+            st.skip_acked_hole(&mut pool, 12, |c| take(c, b"", &mut got)),
+            Some((2, 2))
+        );
+        assert_eq!(got, b"abfghkl");
+        assert_eq!(pool.in_use(), 0, "ring returned once no run is left");
+        // In-order bytes go on after the skipped holes.
+        st.segment(&mut pool, 12, b"mn", |c| take(c, b"mn", &mut got));
+        assert_eq!(got, b"abfghklmn");
     }
 }

@@ -97,6 +97,9 @@ pub struct StackStats {
     pub gave_up: u64,
     pub bytes: u64,
     pub duplicate_bytes: u64,
+    /// Acknowledged holes skipped (data the capture missed), and their bytes.
+    pub gaps: u64,
+    pub gap_bytes: u64,
 }
 
 pub struct Stack {
@@ -116,6 +119,10 @@ pub struct Stack {
     /// (the others' are `initial` for every flow, so delivery skips the flow lookup).
     pub(crate) per_flow: [bool; MAX_APPS],
     next_sweep_ns: u64,
+    /// Skip holes the receiver acknowledged (data the capture missed) and go on
+    /// delivering after them, the hole's length in the data event's `info`: set when
+    /// every app that takes bytes accepts that ([`super::App::accepts_gaps`]).
+    pub(crate) skip_holes: bool,
     pub stats: StackStats,
 }
 
@@ -132,6 +139,7 @@ impl Stack {
             initial: [Kinds::NONE; MAX_APPS],
             per_flow: [false; MAX_APPS],
             next_sweep_ns: 0,
+            skip_holes: false,
             stats: StackStats::default(),
             cfg,
         }
@@ -240,6 +248,42 @@ impl Stack {
             return;
         }
         c.ended = true;
+        // Only while the arena has room for both rings (else, as without gaps, those
+        // bytes are not delivered): the queue never grows.
+        let room = q.arena.len() + 2 * self.rings.ring_bytes() <= q.arena.capacity();
+        if self.skip_holes && room && q.want.has(Kind::Data) && c.subs_any(Kind::Data) {
+            // Bytes still behind holes are handed out after them (Suricata inspects
+            // everything it holds at a flow's end, gaps or not).
+            for (d, st) in c.streams.iter_mut().enumerate() {
+                let far = st.next_seq().wrapping_add(1 << 30);
+                loop {
+                    let start = q.arena.len();
+                    let arena = &mut q.arena;
+                    let Some((hole, len)) = st.skip_acked_hole(&mut self.rings, far, |ch| {
+                        if let Chunk::Buffered(b) = ch {
+                            arena.extend_from_slice(b);
+                        }
+                    }) else {
+                        break;
+                    };
+                    self.stats.gaps += 1;
+                    self.stats.gap_bytes += hole;
+                    self.stats.bytes += len;
+                    q.push(Event {
+                        kind: Kind::Data,
+                        dir: d as u8,
+                        from: FROM_STACK,
+                        pkt,
+                        flow: f,
+                        info: hole.min(u64::from(u32::MAX)) as u32,
+                        bytes: Bytes::Arena {
+                            off: start as u32,
+                            len: (q.arena.len() - start) as u32,
+                        },
+                    });
+                }
+            }
+        }
         for (d, s) in c.streams.iter_mut().enumerate() {
             c.hole_at_end[d] = s.has_hole();
             s.release(&mut self.rings);
@@ -420,6 +464,39 @@ impl Stack {
         }
         if self.cfg.level >= Level::Bytestream {
             let want = q.want.has(Kind::Data) && c.subs_any(Kind::Data);
+            if self.skip_holes && fl & flags::ACK != 0 && c.streams[1 - dir].has_hole() {
+                // The other direction's bytes behind a hole this packet acknowledges
+                // (Suricata's reassembly gap): delivered first, as Suricata updates the
+                // acknowledged direction before taking this packet's segment.
+                let st = &mut c.streams[1 - dir];
+                loop {
+                    let start = q.arena.len();
+                    let arena = &mut q.arena;
+                    let Some((hole, _)) = st.skip_acked_hole(&mut self.rings, ack, |ch| {
+                        if let (true, Chunk::Buffered(b)) = (want, ch) {
+                            arena.extend_from_slice(b);
+                        }
+                    }) else {
+                        break;
+                    };
+                    self.stats.gaps += 1;
+                    self.stats.gap_bytes += hole;
+                    let len = q.arena.len() - start;
+                    self.stats.bytes += len as u64;
+                    if want {
+                        q.push(Event {
+                            kind: Kind::Data,
+                            dir: 1 - dir as u8,
+                            info: hole.min(u64::from(u32::MAX)) as u32,
+                            bytes: Bytes::Arena {
+                                off: start as u32,
+                                len: len as u32,
+                            },
+                            ..ev
+                        });
+                    }
+                }
+            }
             let st = &mut c.streams[dir];
             if !st.is_started() {
                 // The ISN's successor; on a pickup, the first segment seen.

@@ -465,7 +465,19 @@ fn less(x: f64, y: f64) -> String {
     format!("{:.1}", 100.0 * (1.0 - x / y))
 }
 
+/// The 1-minute load average (`/proc/loadavg`), to label TSC figures taken on a shared
+/// machine; None where it cannot be read.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 pub fn run(a: &Args) -> anyhow::Result<i32> {
+    let load_start = load_average();
     let rules = toml_list(&random_rules(100, 7));
     let flows = ((FLOWS as f64 * a.scale).round() as usize).clamp(64, 4 * FLOWS);
     let first = trace_of(&flow_frames(flows, 1), 0);
@@ -575,6 +587,12 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         println!(
             "(TSC cycles per packet, median of {} runs; {flows} flows: first = one packet each, later = {AGAIN} more each;\n floor = the same runs through an empty chain; chain = later minus floor, what the NFs or the consolidated path cost;\n mixed = filter, NAT, Maglev, monitor repeated; auto vs off = first and later packets together;\n auto = off (chain): auto stays off without a trial, the chain tells that consolidation loses; \"-\": floor-subtracted cost at or below zero)",
             a.runs
+        );
+        let show = |l: Option<f64>| l.map_or("?".into(), |l| format!("{l:.1}"));
+        println!(
+            "load average (1 min, /proc/loadavg): {} at the start, {} at the end: TSC figures under load move by tens of %",
+            show(load_start),
+            show(load_average())
         );
         for m in &mixed {
             println!(

@@ -91,18 +91,31 @@ struct Reports {
 }
 
 impl Reports {
-    /// Alerts for the matches `w` queued at stream offsets up to `upto`, once per rule.
-    fn report(&mut self, rules: &[Rule], w: &mut Window, upto: u64, alerts: &mut Vec<Alert>) {
+    /// Alerts for the matches `w` queued at stream offsets up to `upto`, once per rule;
+    /// those past `keep` stay queued (the next chunk inspects their bytes again).
+    fn report(
+        &mut self,
+        rules: &[Rule],
+        w: &mut Window,
+        upto: u64,
+        keep: u64,
+        alerts: &mut Vec<Alert>,
+    ) {
         self.gen = self.gen.wrapping_add(1);
         if self.gen == 0 {
             self.stamp.fill(0);
             self.gen = 1;
         }
-        while let Some(&(end, i)) = w.queued.front() {
+        let mut k = 0;
+        while let Some(&(end, i)) = w.queued.get(k) {
             if end > upto {
                 break;
             }
-            w.queued.pop_front();
+            if end > keep {
+                k += 1;
+            } else {
+                w.queued.pop_front();
+            }
             if let Some(s) = self.stamp.get_mut(i as usize) {
                 if *s != self.gen {
                     *s = self.gen;
@@ -276,6 +289,26 @@ impl Ids {
         }
     }
 
+    /// `n` bytes of direction `to_server`'s stream are missing before the next
+    /// [`Ids::on_stream`] bytes (a hole the receiver acknowledged that the capture lost):
+    /// stream offsets move past it, no content matches across it (the window starts
+    /// afresh), and the HTTP parser of that direction skips it or stops (see
+    /// [`super::http::HttpHalf::gap`]). Raw inspection goes on after it, as Suricata's.
+    pub fn on_stream_gap(&mut self, flow: &mut IdsFlow, to_server: bool, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let d = usize::from(!to_server);
+        let w = &mut flow.win[d];
+        w.seen += n;
+        w.buf.clear();
+        w.base = w.seen;
+        w.gap_at = w.seen;
+        if let Some(h) = flow.http.as_mut() {
+            h[d].gap(n);
+        }
+    }
+
     /// Raw stream inspection on a packet `p` of a tracked flow, as Suricata 7 does it in
     /// IDS mode (stream-tcp-reassemble.c): the packet's direction's bytes that the other
     /// side acknowledged (up to stream offset `acked`) and that were not inspected yet
@@ -329,9 +362,15 @@ impl Ids {
 
     fn inspect_to(&mut self, flow: &mut IdsFlow, d: usize, upto: u64, alerts: &mut Vec<Alert>) {
         let w = &mut flow.win[d];
-        self.reports.report(&self.set.rules, w, upto, alerts);
-        w.done = w.done.max(upto.min(w.seen));
-        if w.trigger != 0 && w.done >= w.trigger {
+        let end = upto.min(w.seen);
+        // A chunk that reaches bytes after a gap leaves Suricata's raw progress at their
+        // start (stream-tcp-reassemble.c, StreamReassembleRawDo): their matches stay
+        // queued for the next chunk.
+        let rewind = (w.gap_at > w.done && w.gap_at < end).then_some(w.gap_at);
+        self.reports
+            .report(&self.set.rules, w, upto, rewind.unwrap_or(u64::MAX), alerts);
+        w.done = rewind.unwrap_or(w.done.max(end));
+        if w.trigger != 0 && end >= w.trigger {
             w.trigger = 0;
         }
     }
@@ -402,7 +441,8 @@ impl Ids {
             if chunked && w.queued.len() + self.cands.len() > QUEUED {
                 // No room to queue this piece's matches: what is queued is inspected now
                 // as one chunk (bounded memory over exact chunking).
-                self.reports.report(&self.set.rules, w, u64::MAX, alerts);
+                self.reports
+                    .report(&self.set.rules, w, u64::MAX, u64::MAX, alerts);
                 w.done = w.done.max(piece_start);
             }
             for k in 0..self.cands.len() {

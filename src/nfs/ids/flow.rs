@@ -27,6 +27,10 @@ pub(crate) struct Window {
     /// An HTTP message of this direction completed by this stream offset (0: none): the
     /// app layer asks for inspection once it is acknowledged.
     pub trigger: u64,
+    /// Stream offset where the bytes after the latest gap start (0: no gap): Suricata's
+    /// raw inspection that reaches such a block over a gap leaves its progress at the
+    /// block's start, so the next chunk inspects the block again.
+    pub gap_at: u64,
 }
 
 /// Stream rule matches held per direction until their chunk is inspected; when full, the
@@ -81,6 +85,7 @@ impl IdsFlow {
             done: 0,
             seen: 0,
             trigger: 0,
+            gap_at: 0,
         };
         let words = n_rules.div_ceil(64);
         IdsFlow {

@@ -233,6 +233,23 @@ impl HttpHalf {
         false
     }
 
+    /// `n` bytes of the stream are missing (a gap the receiver acknowledged). Inside a
+    /// body whose end is known (Content-Length, or until close) they count as body bytes
+    /// not seen, as libhtp takes a gap there; anywhere else the message's framing is
+    /// lost and this direction is no longer parsed.
+    pub fn gap(&mut self, n: u64) {
+        match (self.state, self.mode) {
+            (State::Body, BodyMode::Length(m)) if n <= m => {
+                self.mode = BodyMode::Length(m - n);
+                if m == n {
+                    self.state = State::Start;
+                }
+            }
+            (State::Body, BodyMode::Close) => {}
+            _ => self.state = State::NotHttp,
+        }
+    }
+
     /// Consumes a prefix of `data`, stopping after an event; call again with the rest.
     pub fn feed(&mut self, data: &[u8]) -> (usize, Event) {
         match self.state {

@@ -24,6 +24,12 @@ impl TlsRecords {
         self.verdict == 1 && self.left[d] == 0 && self.head_len[d] == 0
     }
 
+    /// The stream lost bytes (a gap): Suricata's TLS parser does not take gaps, so its
+    /// app layer stops for the flow; so does the following of records here.
+    pub fn gap(&mut self) {
+        self.verdict = 2;
+    }
+
     /// New in-order bytes of direction `d` (0 = to server). `Some(n)` when the first `n`
     /// of them complete the header of an application-data record of a flow detected as
     /// TLS: a handshake record (`16 03 0x`) opened the first bytes the flow carried, as

@@ -603,21 +603,20 @@ impl IdsApp {
     }
 
     /// The untracked flow an ICMP destination-unreachable message joins, as Suricata's
-    /// flow lookup does: the flow of the quoted packet, when that packet went the
-    /// flow's first way (client to server). The message's direction is the one of its
-    /// sender. (to server, first of its direction, both ways seen, drop mark, flow id).
+    /// flow lookup does: the flow of the quoted packet, whichever way that packet went.
+    /// The message's direction is the one of its sender. (to server, first of its direction, both ways seen, drop mark, flow id).
     fn join_quoted(
         &mut self,
         quoted: &FlowKey,
         pkt: &FlowKey,
         now: u64,
     ) -> Option<(bool, bool, bool, u32, u64)> {
-        let from_src = *quoted == quoted.canonical();
+        let c = quoted.canonical();
         let f = self.loose_live(quoted, now)?;
-        if from_src != f.client_is_src {
-            return None;
-        }
-        let to_server = pkt.src == quoted.src;
+        // Either way of the flow (flow-hash.c FlowCompareICMPv4); the direction is the
+        // sender's (flow.c FlowGetPacketDirection: from the client's address = to server).
+        let client = if f.client_is_src { c.src } else { c.dst };
+        let to_server = pkt.src == client;
         let d = usize::from(!to_server);
         let first = !f.seen[d];
         f.seen[d] = true;
@@ -860,6 +859,14 @@ impl IdsApp {
         let info = stream_info(&k, ev.dir == 0, established);
         let bytes = cx.bytes(ev);
         let seen = &mut self.seen_bytes[i];
+        if ev.info != 0 {
+            // Bytes the capture missed before these (the stack skipped an acknowledged
+            // hole): offsets go past them; the TLS parser stops, as Suricata's does.
+            let gap = u64::from(ev.info);
+            seen[usize::from(ev.dir)] += gap;
+            self.conns[i].tls.gap();
+            self.ids.on_stream_gap(fl, ev.dir == 0, gap);
+        }
         seen[usize::from(ev.dir)] += bytes.len() as u64;
         let done = seen[0] >= self.depth && seen[1] >= self.depth;
         self.alerts.clear();
@@ -1090,6 +1097,11 @@ impl App for IdsApp {
 
     fn level(&self) -> Level {
         Level::Bytestream
+    }
+
+    /// Suricata inspects the stream after a gap the receiver acknowledged.
+    fn accepts_gaps(&self) -> bool {
+        true
     }
 
     fn may_drop(&self) -> bool {

@@ -264,6 +264,10 @@ impl Microbox {
                     stack.initial[k] = a.initial();
                     want = want.union(a.kinds());
                 }
+                stack.skip_holes = want.has(stack::Kind::Data)
+                    && apps
+                        .iter()
+                        .all(|a| a.accepts_gaps() || !a.kinds().has(stack::Kind::Data));
                 Unit {
                     q: Queue::new(stack.ring_bytes(), want),
                     stack,
@@ -428,6 +432,8 @@ impl Nf for Microbox {
             add("stream_gave_up", s.gave_up);
             add("stream_bytes", s.bytes);
             add("duplicate_bytes", s.duplicate_bytes);
+            add("stream_gaps", s.gaps);
+            add("stream_gap_bytes", s.gap_bytes);
             add("events_refused", u.q.refused);
             for a in &u.apps {
                 for (k, v) in a.stats() {

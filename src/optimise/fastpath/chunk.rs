@@ -165,6 +165,7 @@ impl FastPath {
     /// Runs the chunk waiting in `h.misses()`: hits along their entries, misses through
     /// the chain in order with them.
     pub fn chunk<H: Host>(&mut self, h: &mut H) {
+        self.table.ready();
         std::mem::swap(&mut self.chunk_in, h.misses());
         let mut input = std::mem::replace(&mut self.chunk_in, Batch::with_capacity(0));
         // Keys and hashes first with each set's tags prefetched, then the matching
@@ -255,7 +256,7 @@ impl FastPath {
                 // A check failed (the entry is gone): this packet is recorded on the
                 // slow path, as in the general loop, which takes the rest.
                 self.stats.misses += 1;
-                self.rec.begin(&mut p, keys[i], h.pool());
+                self.rec.begin(&mut p, keys[i]);
                 h.misses().push(p);
             }
         }
@@ -327,7 +328,7 @@ impl FastPath {
             };
             let mut p = p;
             self.stats.misses += 1;
-            self.rec.begin(&mut p, *key, h.pool());
+            self.rec.begin(&mut p, *key);
             h.misses().push(p);
         }
         self.chunk_in = input;
@@ -401,7 +402,7 @@ impl FastPath {
         let FastPath {
             rec, table, stats, ..
         } = self;
-        rec.finish(h.pool(), |e, k, o| FastPath::settle(table, stats, e, k, o));
+        rec.finish(|e, k, o| FastPath::settle(table, stats, e, k, o));
     }
 
     /// Sends `p` along entry `w`: validity checks of every NF on the path first, then

@@ -6,7 +6,7 @@ use super::actions::{step_sums, Actions, Sums, WINDOW};
 use super::key::FpKey;
 use super::table::{Entry, Keys, Step, MAX_KEYS, MAX_NODES, MAX_PATH};
 use crate::flow::FlowKey;
-use crate::packet::{FastMark, Packet, Pool, Verdict, MAX_BATCH, NOT_RECORDED};
+use crate::packet::{FastMark, Packet, Verdict, MAX_BATCH, NOT_RECORDED};
 
 /// How a recording ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,12 +30,17 @@ pub struct Record {
     /// No NF that may write ran since the last flow key was taken: it still holds.
     key_fresh: bool,
     sums: Sums,
-    /// The packet as it entered the chain (a pool buffer).
-    orig: Option<Packet>,
+    /// The packet as it entered the chain (`has_orig`: this recording has one). The
+    /// slot's own bytes, grown to the longest packet it recorded: never zeroed, never a
+    /// pool buffer.
+    orig: Vec<u8>,
+    has_orig: bool,
     pub outcome: Outcome,
 }
 
 pub struct Recorder {
+    /// Made one slot at a time as recordings first need them (`fastpath = "auto"` may
+    /// never record; a trial of it often records a few at once).
     recs: Vec<Record>,
     n: usize,
 }
@@ -49,42 +54,51 @@ impl Default for Recorder {
 impl Recorder {
     pub fn new() -> Recorder {
         Recorder {
-            recs: (0..MAX_BATCH)
-                .map(|_| Record {
-                    entry: Entry::EMPTY,
-                    keys: Keys::EMPTY,
-                    stage: [0; WINDOW],
-                    stage_len: 0,
-                    key_fresh: false,
-                    sums: Sums::default(),
-                    orig: None,
-                    outcome: Outcome::Open,
-                })
-                .collect(),
+            recs: Vec::new(),
             n: 0,
         }
     }
 
-    /// Buffers a recording needs at most at once (taken from the runner's pool).
+    /// Recordings at once at most (each holds a copy of its packet, at most the run's
+    /// largest packet: memory bounded by this times the largest packet).
     pub const BUFFERS: usize = MAX_BATCH;
+
+    /// One more slot, when the recordings at once first reach this many.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self) {
+        self.recs.push(Record {
+            entry: Entry::EMPTY,
+            keys: Keys::EMPTY,
+            stage: [0; WINDOW],
+            stage_len: 0,
+            key_fresh: false,
+            sums: Sums::default(),
+            // Room for a common packet at once: a slot grows again only for a longer one.
+            orig: Vec::with_capacity(2048),
+            has_orig: false,
+            outcome: Outcome::Open,
+        });
+    }
 
     pub fn active(&self) -> bool {
         self.n > 0
     }
 
-    /// Starts recording `p` (key `key`) with a copy of its bytes; without a free slot or
-    /// buffer the packet simply goes unrecorded.
-    pub fn begin(&mut self, p: &mut Packet, key: FpKey, pool: &mut Pool) {
+    /// Starts recording `p` (key `key`) with a copy of its bytes; without a free slot the
+    /// packet simply goes unrecorded.
+    pub fn begin(&mut self, p: &mut Packet, key: FpKey) {
         p.meta_mut().fast_rec = NOT_RECORDED;
-        if self.n >= self.recs.len() {
+        if self.n >= Self::BUFFERS {
             return;
         }
-        let Some(mut copy) = pool.alloc_for(p.len()) else {
-            return;
-        };
-        copy.set_bytes(p.data());
-        copy.meta_mut().link = p.meta().link;
+        if self.n == self.recs.len() {
+            self.grow();
+        }
         let r = &mut self.recs[self.n];
+        r.orig.clear();
+        r.orig.extend_from_slice(p.data());
+        r.has_orig = true;
         // Only what a recording reads before it writes it (the entry is large).
         let e = &mut r.entry;
         e.key = key;
@@ -94,7 +108,6 @@ impl Recorder {
         e.sink = None;
         e.egress = 0;
         e.actions = Actions::NONE;
-        r.orig = Some(copy);
         r.key_fresh = false;
         r.outcome = Outcome::Open;
         r.sums = Sums::default();
@@ -215,14 +228,17 @@ impl Recorder {
             .path()
             .iter()
             .any(|s| writes_eth.get(s.node()).copied().unwrap_or(true));
-        let Some(orig) = r.orig.as_mut() else { return };
+        if !r.has_orig {
+            return;
+        }
+        let orig = &mut r.orig;
         r.entry.sink = Some(node as u16);
         r.entry.egress = p.meta().egress;
-        r.outcome = match Actions::between(orig.data(), p.data(), &l, match_eth, r.sums) {
+        r.outcome = match Actions::between(orig, p.data(), &l, match_eth, r.sums) {
             Ok(a) => {
                 // Replayed on the copy, the actions must give exactly the chain's bytes.
-                a.apply(orig.data_mut());
-                if orig.data() == p.data() {
+                a.apply(orig);
+                if orig[..] == *p.data() {
                     r.entry.actions = a;
                     Outcome::Done
                 } else {
@@ -233,15 +249,55 @@ impl Recorder {
         };
     }
 
-    /// Ends the recordings: buffers go back to the pool and each finished one is handed
-    /// to `install` with its outcome.
-    pub fn finish(&mut self, pool: &mut Pool, mut install: impl FnMut(&Entry, &Keys, Outcome)) {
+    /// Ends the recordings: each finished one is handed to `install` with its outcome.
+    pub fn finish(&mut self, mut install: impl FnMut(&Entry, &Keys, Outcome)) {
         for r in &mut self.recs[..self.n] {
-            if let Some(o) = r.orig.take() {
-                pool.free(o);
-            }
+            r.has_orig = false;
             install(&r.entry, &r.keys, r.outcome);
         }
         self.n = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::Pool;
+
+    /// A recorder holds nothing until it records (`fastpath = "auto"` that stays off
+    /// never pays for it), then one slot per recording at once, each with its own copy
+    /// of the packet as it entered; slots are reused, and at most [`Recorder::BUFFERS`]
+    /// recordings run at once (the rest go unrecorded).
+    #[test]
+    fn slots_are_made_as_recordings_need_them() {
+        let mut r = Recorder::new();
+        assert_eq!(r.recs.len(), 0);
+        let mut pool = Pool::new(Recorder::BUFFERS + 1, 1514);
+        let frame: Vec<u8> = (0..60u8).collect();
+        let mut packets: Vec<Packet> = (0..Recorder::BUFFERS + 1)
+            .map(|_| {
+                let mut p = pool.alloc().unwrap();
+                assert!(p.set_bytes(&frame));
+                p
+            })
+            .collect();
+        for (i, p) in packets.iter_mut().take(3).enumerate() {
+            r.begin(p, FpKey::numbered(i as u64));
+            assert_eq!(p.meta().fast_rec, i as u8);
+        }
+        assert_eq!(r.recs.len(), 3);
+        assert_eq!(r.recs[2].orig, frame);
+        let mut done = 0;
+        r.finish(|_, _, _| done += 1);
+        assert_eq!((done, r.recs.len(), r.active()), (3, 3, false));
+        for (i, p) in packets.iter_mut().enumerate() {
+            r.begin(p, FpKey::numbered(i as u64));
+        }
+        assert_eq!(r.recs.len(), Recorder::BUFFERS);
+        assert_eq!(packets[Recorder::BUFFERS].meta().fast_rec, NOT_RECORDED);
+        r.finish(|_, _, _| {});
+        for p in packets {
+            pool.free(p);
+        }
     }
 }

@@ -378,15 +378,17 @@ pub enum Found {
 }
 
 impl Table {
-    /// Room for about `capacity` entries (rounded up to a power of two of sets).
+    /// Room for about `capacity` entries (rounded up to a power of two of sets), allocated
+    /// by [`ready`](Self::ready): a table that is never used (`fastpath = "auto"` that
+    /// never tries consolidation) costs no allocation.
     pub fn new(capacity: usize, timeout_ns: u64) -> Table {
         let sets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
         Table {
-            tags: TagArray::zeroed(sets),
-            entries: Ways::new(sets * WAYS),
-            actions: Ways::new(sets * WAYS),
-            keys: Ways::new(sets * WAYS),
-            written: vec![0; sets.div_ceil(64)],
+            tags: TagArray::zeroed(0),
+            entries: Ways::new(0),
+            actions: Ways::new(0),
+            keys: Ways::new(0),
+            written: Vec::new(),
             sets,
             seeds: {
                 let h = crate::flow::Hasher::default();
@@ -394,8 +396,29 @@ impl Table {
             },
             timeout_ns,
             live: 0,
-            retired: Vec::with_capacity(4 * crate::packet::MAX_BATCH),
+            retired: Vec::new(),
         }
+    }
+
+    /// Allocates the table if it is not yet: before any lookup or insert (once per chunk
+    /// of FastPath, a compare). Until then the walks over written sets find nothing.
+    #[inline(always)]
+    pub fn ready(&mut self) {
+        if self.written.is_empty() {
+            self.allocate();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn allocate(&mut self) {
+        let sets = self.sets;
+        self.tags = TagArray::zeroed(sets);
+        self.entries = Ways::new(sets * WAYS);
+        self.actions = Ways::new(sets * WAYS);
+        self.keys = Ways::new(sets * WAYS);
+        self.written = vec![0; sets.div_ceil(64)];
+        self.retired = Vec::with_capacity(4 * crate::packet::MAX_BATCH);
     }
 
     pub fn capacity(&self) -> usize {
@@ -756,6 +779,7 @@ impl Table {
     /// Installs `e` (replacing an entry of the same key); returns whether another entry
     /// was evicted to make room.
     pub fn insert(&mut self, e: &Entry, keys: &Keys) -> bool {
+        self.ready();
         let h = self.hash(&e.key);
         let (set, tag) = self.place(h);
         if self.written[set / 64] >> (set % 64) & 1 == 0 {
@@ -810,16 +834,18 @@ impl Table {
 }
 
 /// The sets' tags, from zeroed memory that is never written here: the pages come when a
-/// set is first used, so a table that stays empty (`fastpath = "auto"` while off) costs
-/// no clearing. Allocated at 16 bytes' alignment (which the system allocator serves with
-/// `calloc`, whose fresh pages are zero already) and rounded up to the tags' 32 inside
-/// (an `alloc_zeroed` at 32 is an allocation and a 256 KiB memset at 65,536 entries).
+/// set is first used, so a table that stays empty costs no clearing. On Unix the memory
+/// is an anonymous mapping of its own (zero pages, page aligned): `calloc` serves a block
+/// of this size from the heap once a freed larger block has raised its mapping threshold,
+/// and then clears it (256 KiB at 65,536 entries, about 30,000 instructions in a trial
+/// of `fastpath = "auto"`). Elsewhere `alloc_zeroed`, at 16 bytes' alignment and rounded
+/// up to the tags' 32 inside.
 struct TagArray {
     /// The first set's tags (32-byte aligned, inside the allocation).
     tags: std::ptr::NonNull<Tags>,
     sets: usize,
-    /// The allocation and its layout (None when `sets` is 0).
-    alloc: Option<(std::ptr::NonNull<u8>, std::alloc::Layout)>,
+    /// The allocation (its start and bytes; None when `sets` is 0).
+    alloc: Option<(std::ptr::NonNull<u8>, usize)>,
 }
 
 // SAFETY: the array owns its memory, as a `Vec<Tags>` would.
@@ -841,12 +867,7 @@ impl TagArray {
                 alloc: None,
             };
         }
-        let layout = std::alloc::Layout::from_size_align(bytes, 16).expect("FastPath table size");
-        // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let Some(base) = std::ptr::NonNull::new(p) else {
-            std::alloc::handle_alloc_error(layout);
-        };
+        let p = Self::zero_pages(bytes);
         let off = p.align_offset(align);
         // SAFETY: `off` < `align`, and the allocation holds `align` spare bytes, so the
         // `sets` tags from `p + off` lie inside it; zero bytes are empty tags.
@@ -854,8 +875,44 @@ impl TagArray {
         TagArray {
             tags,
             sets,
-            alloc: Some((base, layout)),
+            // SAFETY: `zero_pages` never returns null.
+            alloc: Some((unsafe { std::ptr::NonNull::new_unchecked(p) }, bytes)),
         }
+    }
+
+    /// `bytes` (> 0) zeroed bytes, not null.
+    #[cfg(unix)]
+    fn zero_pages(bytes: usize) -> *mut u8 {
+        // SAFETY: an anonymous private mapping touches no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            std::alloc::handle_alloc_error(Self::layout(bytes));
+        }
+        p as *mut u8
+    }
+
+    #[cfg(not(unix))]
+    fn zero_pages(bytes: usize) -> *mut u8 {
+        let layout = Self::layout(bytes);
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        p
+    }
+
+    fn layout(bytes: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(bytes, 16).expect("FastPath table size")
     }
 }
 
@@ -878,9 +935,16 @@ impl std::ops::DerefMut for TagArray {
 
 impl Drop for TagArray {
     fn drop(&mut self) {
-        if let Some((p, layout)) = self.alloc {
-            // SAFETY: allocated in `zeroed` with this layout.
-            unsafe { std::alloc::dealloc(p.as_ptr(), layout) };
+        if let Some((p, bytes)) = self.alloc {
+            // SAFETY: mapped (or allocated) in `zero_pages` with these bytes, released once.
+            #[cfg(unix)]
+            unsafe {
+                libc::munmap(p.as_ptr() as *mut libc::c_void, bytes);
+            }
+            #[cfg(not(unix))]
+            unsafe {
+                std::alloc::dealloc(p.as_ptr(), Self::layout(bytes));
+            }
         }
     }
 }
@@ -920,7 +984,10 @@ mod tests {
         let mut t = TagArray::zeroed(4);
         t[3].0[7] = 9;
         assert_eq!(t[3].0[7], 9);
-        assert_eq!(Table::new(8, 0).tags.len(), 1);
+        let mut t = Table::new(8, 0);
+        assert_eq!(t.tags.len(), 0, "allocated when first used");
+        t.ready();
+        assert_eq!(t.tags.len(), 1);
     }
 
     /// A hot entry is a header line, then the path (four steps a line); steps stay 16
