@@ -217,10 +217,12 @@ impl Source for MappedPcap {
             self.release(self.pos - KEEP);
         }
         self.populate();
-        // The walk keeps its state in locals (the pushes to `chunk` would otherwise make
-        // the compiler reload and store `self`'s fields per record) and prefetches
-        // through a raw pointer: this loop runs once per record.
+        // The walk keeps its state in locals and writes records straight into the chunk's
+        // spare room (a `push` per record made the compiler store and reload `self`'s
+        // fields and the length, and check the capacity), and prefetches through a raw
+        // pointer: this loop runs once per record.
         let map = self.map;
+        let fmt = self.fmt;
         let stop = self.first_pass.unwrap_or(u64::MAX);
         let first = self.first_pass.is_none();
         let (mut pos, mut fetched, mut count) = (self.pos, self.fetched, self.count);
@@ -229,49 +231,62 @@ impl Source for MappedPcap {
         if self.chunk.capacity() < max {
             self.chunk.reserve(max);
         }
-        while !self.done && self.chunk.len() < max {
-            if count == stop {
-                self.done = true;
-                break;
-            }
-            let ahead = (pos + AHEAD).min(map.len());
-            // Four lines a step: the same lines, a quarter of the loop's branches.
-            while fetched < ahead {
-                let at = map.as_ptr().wrapping_add(fetched);
-                prefetch(at);
-                prefetch(at.wrapping_add(64));
-                prefetch(at.wrapping_add(128));
-                prefetch(at.wrapping_add(192));
-                fetched += 256;
-            }
-            if pos == map.len() {
-                ended = Some(None);
-                break;
-            }
-            match self.fmt.record(&map[pos..]) {
-                // The header just read may be a zero page the SIGBUS guard put there.
-                _ if FAULTED.load(Relaxed) => {
-                    ended = Some(Some(None));
+        let mut n = 0;
+        if !self.done {
+            // Records left in this pass bound the chunk as `max` does: the pass ends
+            // (below) when the count reaches them with room to spare.
+            let room = (max as u64).min(stop.saturating_sub(count)) as usize;
+            let out = &mut self.chunk.spare_capacity_mut()[..room];
+            for slot in out.iter_mut() {
+                let ahead = (pos + AHEAD).min(map.len());
+                // Four lines a step: the same lines, a quarter of the loop's branches.
+                while fetched < ahead {
+                    let at = map.as_ptr().wrapping_add(fetched);
+                    prefetch(at);
+                    prefetch(at.wrapping_add(64));
+                    prefetch(at.wrapping_add(128));
+                    prefetch(at.wrapping_add(192));
+                    fetched += 256;
+                }
+                if pos == map.len() {
+                    ended = Some(None);
                     break;
                 }
-                Ok(r) => {
-                    self.chunk.push(Record {
-                        off: (pos + r.data_off) as u64,
-                        caplen: r.caplen,
-                        wire_len: r.wire_len,
-                        ts_ns: r.ts_ns,
-                    });
-                    if first {
-                        ts_min = ts_min.min(r.ts_ns);
-                        ts_max = ts_max.max(r.ts_ns);
+                match fmt.record(&map[pos..]) {
+                    // The header just read may be a zero page the SIGBUS guard put there.
+                    _ if FAULTED.load(Relaxed) => {
+                        ended = Some(Some(None));
+                        break;
                     }
-                    pos += r.len;
-                    count += 1;
+                    Ok(r) => {
+                        slot.write(Record {
+                            off: (pos + r.data_off) as u64,
+                            caplen: r.caplen,
+                            wire_len: r.wire_len,
+                            ts_ns: r.ts_ns,
+                        });
+                        n += 1;
+                        pos += r.len;
+                    }
+                    Err(problem) => {
+                        ended = Some(Some(Some(problem)));
+                        break;
+                    }
                 }
-                Err(problem) => {
-                    ended = Some(Some(Some(problem)));
-                    break;
+            }
+            // SAFETY: the first `n` slots were written just above (`chunk` was empty).
+            unsafe { self.chunk.set_len(n) };
+            // The count and the first pass's time span, once per chunk rather than in
+            // the record loop (fewer values live across it).
+            count += n as u64;
+            if first {
+                for r in &self.chunk {
+                    ts_min = ts_min.min(r.ts_ns);
+                    ts_max = ts_max.max(r.ts_ns);
                 }
+            }
+            if ended.is_none() && count == stop && n < max {
+                self.done = true;
             }
         }
         (self.pos, self.fetched, self.count) = (pos, fetched, count);

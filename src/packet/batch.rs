@@ -80,22 +80,46 @@ impl Batch {
     }
 
     /// Keeps the packets for which `keep` is true, in order, handing the others to `gone`.
+    /// One pass, `keep` asked once per packet: the packets before the first that goes
+    /// are only looked at, the rest move at most once (the walk runs this after every
+    /// NF that can drop, and most batches drop nothing).
     #[inline]
     pub fn retain_or(
         &mut self,
         mut keep: impl FnMut(&Packet) -> bool,
         mut gone: impl FnMut(Packet),
     ) {
-        let mut w = 0;
-        for r in 0..self.pkts.len() {
-            if keep(&self.pkts[r]) {
-                self.pkts.swap(w, r);
-                w += 1;
+        let Some(first) = self.pkts.iter().position(|p| !keep(p)) else {
+            return;
+        };
+        let len = self.pkts.len();
+        let base = self.pkts.as_mut_ptr();
+        // SAFETY: the length is 0 while packets move, so a panic in `keep` or `gone`
+        // leaks the rest instead of dropping one twice; each packet from `first` on is
+        // read once, then either written back at `w <= r` (a slot already read) or
+        // handed to `gone`; the first `w` slots hold the kept ones at the end.
+        unsafe {
+            self.pkts.set_len(0);
+            gone(base.add(first).read());
+            let mut w = first;
+            for r in first + 1..len {
+                let p = base.add(r).read();
+                if keep(&p) {
+                    base.add(w).write(p);
+                    w += 1;
+                } else {
+                    gone(p);
+                }
             }
+            self.pkts.set_len(w);
         }
-        for p in self.pkts.drain(w..) {
-            gone(p);
-        }
+    }
+
+    /// Moves every packet to the end of `to` (one copy of the pointers), leaving the
+    /// batch empty.
+    #[inline]
+    pub(crate) fn move_into(&mut self, to: &mut Vec<Packet>) {
+        to.append(&mut self.pkts);
     }
 }
 
@@ -104,5 +128,44 @@ impl<'a> IntoIterator for &'a mut Batch {
     type IntoIter = std::slice::IterMut<'a, Packet>;
     fn into_iter(self) -> Self::IntoIter {
         self.pkts.iter_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retain_or_keeps_order_and_hands_over_the_rest_in_order() {
+        let mut b = Batch::with_capacity(8);
+        for i in 0..7u8 {
+            b.push(Packet::from_bytes(&[i; 20]));
+        }
+        let mut asked = Vec::new();
+        b.retain_or(
+            |p| {
+                asked.push(p.data()[0]);
+                true
+            },
+            |_| unreachable!("nothing goes"),
+        );
+        assert_eq!((asked, b.len()), (vec![0, 1, 2, 3, 4, 5, 6], 7));
+        let mut asked = Vec::new();
+        let mut gone = Vec::new();
+        b.retain_or(
+            |p| {
+                asked.push(p.data()[0]);
+                p.data()[0] % 3 != 1
+            },
+            |p| gone.push(p.data()[0]),
+        );
+        assert_eq!(asked, [0, 1, 2, 3, 4, 5, 6], "asked once each, in order");
+        let kept: Vec<u8> = b.iter().map(|p| p.data()[0]).collect();
+        assert_eq!(kept, [0, 2, 3, 5, 6]);
+        assert_eq!(gone, [1, 4]);
+        let mut to = Vec::new();
+        b.move_into(&mut to);
+        assert!(b.is_empty());
+        assert_eq!(to.len(), 5);
     }
 }

@@ -283,23 +283,25 @@ impl Walk {
                         }
                     }
                     if let [t] = node.next[..] {
-                        let mut dropped = 0;
-                        for p in spare.iter() {
-                            if let Verdict::Drop(r) = p.meta().verdict {
-                                c.drops[r as usize] += 1;
-                                dropped += 1;
-                            }
-                        }
-                        c.out[0] += (spare.len() - dropped) as u64;
-                        if dropped == 0 && inbox[t].is_empty() {
+                        // One pass: drops counted and freed, the rest kept in order.
+                        let drops = &mut c.drops;
+                        spare.retain_or(
+                            |p| match p.meta().verdict {
+                                Verdict::Out(_) => true,
+                                Verdict::Drop(r) => {
+                                    drops[r as usize] += 1;
+                                    false
+                                }
+                            },
+                            |p| pool.free(p),
+                        );
+                        c.out[0] += spare.len() as u64;
+                        if inbox[t].is_empty() {
                             // The common case: the whole batch moves on by a pointer swap.
                             std::mem::swap(spare, &mut inbox[t]);
                         } else {
                             for p in spare.drain() {
-                                match p.meta().verdict {
-                                    Verdict::Out(_) => inbox[t].push(p),
-                                    Verdict::Drop(_) => pool.free(p),
-                                }
+                                inbox[t].push(p);
                             }
                         }
                     } else {
@@ -328,10 +330,10 @@ impl Walk {
                     }
                     // With stages on live ports, the ports are shared: held for the batch.
                     let held = ports.as_deref().map(|m| hold(m, live));
-                    for p in spare.drain() {
-                        to_sink(s, c, tx, live, *shift, &p);
-                        pool.free(p);
+                    for p in spare.iter() {
+                        to_sink(s, c, tx, live, *shift, p);
                     }
+                    pool.free_batch(spare);
                     if held.is_some() {
                         for l in live.iter_mut() {
                             l.flush();
