@@ -7,7 +7,7 @@ use super::ast::BinOp;
 use super::plan::{
     binop, link_code, ActTmpl, Bytes, Code, Ex, FieldRef, Leaf, Op, Pkt, Read, State,
 };
-use super::table::{Act, Hint};
+use super::table::Act;
 use super::walk::Walk;
 use crate::packet::FLOOD;
 
@@ -118,17 +118,13 @@ pub struct Fixed {
     short: u32,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub struct Step {
     table: u16,
     /// The learned key (masked to the table key's width) and the key looked up.
     src: FieldRef,
     mask: u64,
     dst: FieldRef,
-    /// The batch's prefetch pass reads this step's keys (see [`Flat::prefetch`]) and
-    /// the program writes no field: when the header stands where the pass read it, the
-    /// pass's keys and hashes are this packet's.
-    hinted: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -288,13 +284,6 @@ impl Flat {
                 }
                 _ => None,
             });
-            if let Some(ip_step) = f.ip_step.filter(|_| !f.writes) {
-                for i in f.ins.iter_mut() {
-                    if let Ins::Step(st) = i {
-                        st.hinted = **st == ip_step;
-                    }
-                }
-            }
             if let Some(Ins::Walk(w)) = f.ins.get_mut(at) {
                 w.body = body;
                 w.others = others;
@@ -308,39 +297,26 @@ impl Flat {
 
     /// A batch's first pass (the VPP / DPDK way): for every packet, read the keys its
     /// learning step will learn and look up (the entry's fixed header at the start, or
-    /// the IPv4 header the walk finds), hash them and prefetch their table slots, so the
-    /// packets' cache misses overlap instead of coming one after the other. The keys and
-    /// hashes go to `hints`: the step takes the hashes when it reads the same keys (at
-    /// the entry always: same bytes, same test), else hashes its own. Only loads: a
-    /// guess that turns out wrong costs a wasted prefetch, never a different result.
+    /// the IPv4 header the walk finds) and prefetch their table slots, so the packets'
+    /// cache misses overlap instead of coming one after the other. Only loads: a guess
+    /// that turns out wrong (the packet takes another path) costs a wasted prefetch,
+    /// never a different result.
     #[inline(always)]
-    pub fn prefetch(&self, s: &State, chunk: &mut [crate::packet::Packet], hints: &mut [Hint]) {
-        if let Some(st) = &self.ip_step {
+    pub fn prefetch(&self, s: &State, chunk: &mut [crate::packet::Packet]) {
+        if let Some(st) = self.ip_step {
             let t = &s.tables[st.table as usize];
-            for (pk, h) in chunk.iter_mut().zip(hints.iter_mut()) {
-                h.table = Hint::NO_TABLE;
+            for pk in chunk.iter_mut() {
                 let l = pk.layers();
                 if l.l3 != crate::packet::L3Kind::Ipv4 {
                     continue;
                 }
                 let (d, o) = (pk.data(), l.l3_off as usize);
                 if let (Some(k), Some(look)) = (st.src.peek(d, o), st.dst.peek(d, o)) {
-                    let key = k & st.mask;
-                    if let Some((kh, lh)) = t.prefetch(key, look) {
-                        *h = Hint {
-                            table: st.table as u32,
-                            off: o as u32,
-                            key,
-                            look,
-                            kh,
-                            lh,
-                        };
-                    }
+                    t.prefetch((k & st.mask) as u128, look as u128);
                 }
             }
-        } else if self.has_entry() {
-            for (pk, h) in chunk.iter().zip(hints.iter_mut()) {
-                h.table = Hint::NO_TABLE;
+        } else if self.entry.iter().any(|e| e.is_some()) {
+            for pk in chunk.iter() {
                 let Some(e) = &self.entry[pk.meta().link as usize % 4] else {
                     continue;
                 };
@@ -350,17 +326,7 @@ impl Flat {
                 }
                 let st = &e.step;
                 if let (Some(k), Some(look)) = (st.src.peek(d, 0), st.dst.peek(d, 0)) {
-                    let key = k & st.mask;
-                    if let Some((kh, lh)) = s.tables[st.table as usize].prefetch(key, look) {
-                        *h = Hint {
-                            table: st.table as u32,
-                            off: 0,
-                            key,
-                            look,
-                            kh,
-                            lh,
-                        };
-                    }
+                    s.tables[st.table as usize].prefetch((k & st.mask) as u128, look as u128);
                 }
             }
         }
@@ -590,7 +556,6 @@ impl Flat {
                                     src: *src,
                                     mask: l.mask,
                                     dst,
-                                    hinted: false,
                                 })
                             }
                             _ => None,
@@ -687,19 +652,10 @@ impl Flat {
                 p.cur = n;
                 steps = 2;
                 let t = e.step.table as usize;
-                // The prefetch pass read these keys from the same bytes: no second read.
-                let hint = p.hint;
-                let (key, look, hs) = if hint.table as usize == t {
-                    (hint.key, hint.look, Some((hint.kh, hint.lh)))
-                } else {
-                    (
-                        p.field(&e.step.src) & e.step.mask,
-                        p.field(&e.step.dst),
-                        None,
-                    )
-                };
+                let key = (p.field(&e.step.src) & e.step.mask) as u128;
+                let look = p.field(&e.step.dst) as u128;
                 let act = Act::Output(p.m.in_port);
-                let got = s.tables[t].learn_lookup(key as u128, act, look as u128, p.m.now_ns, hs);
+                let got = s.tables[t].learn_lookup(key, act, look, p.m.now_ns);
                 match self.hit(t, got, p) {
                     Ok(to) => pc = to,
                     Err(end) => return end,
@@ -822,7 +778,7 @@ impl Flat {
                         // The switches' step: learn the source, look the destination up.
                         let (key, act) = learned(l, c, p);
                         let look = self.key(t, c, p);
-                        s.tables[t].learn_lookup(key, act, look, p.m.now_ns, None)
+                        s.tables[t].learn_lookup(key, act, look, p.m.now_ns)
                     } else {
                         learn(l, c, s, p);
                         let look = self.key(t, c, p);
@@ -835,25 +791,15 @@ impl Flat {
                 }
                 Ins::Step(st) => {
                     let t = st.table as usize;
+                    let key = (p.field(&st.src) & st.mask) as u128;
                     let act = Act::Output(p.m.in_port);
-                    // The header stands where the prefetch pass read these keys, and no
-                    // field was written: they are its keys (no second read, no hash).
-                    let hint = p.hint;
-                    let (key, look, hs) = if st.hinted
-                        && hint.table as usize == t
-                        && p.offset(st.src.hdr) == hint.off
-                    {
-                        (hint.key, hint.look, Some((hint.kh, hint.lh)))
-                    } else {
-                        (p.field(&st.src) & st.mask, p.field(&st.dst), None)
-                    };
                     if steps == MAX_STEPS {
-                        s.tables[t].learn(key as u128, act, p.m.now_ns);
+                        s.tables[t].learn(key, act, p.m.now_ns);
                         return p.drop;
                     }
                     steps += 1;
-                    let got =
-                        s.tables[t].learn_lookup(key as u128, act, look as u128, p.m.now_ns, hs);
+                    let look = p.field(&st.dst) as u128;
+                    let got = s.tables[t].learn_lookup(key, act, look, p.m.now_ns);
                     match self.hit(t, got, p) {
                         Ok(to) => pc = to,
                         Err(end) => return end,

@@ -4,7 +4,7 @@
 
 use super::ast::BinOp;
 use super::flat::Flat;
-use super::table::{Act, Hint, Table};
+use super::table::{Act, Table};
 use crate::packet::checksum;
 use crate::packet::{Batch, LinkKind, Meta, MAX_BATCH};
 
@@ -375,13 +375,11 @@ pub(super) struct Pkt<'a, D: Bytes> {
     pub valid: u32,
     pub cur: usize,
     pub drop: Option<u8>,
-    /// What the batch's prefetch pass read and hashed for this packet.
-    pub hint: &'a Hint,
 }
 
 impl<'a, D: Bytes> Pkt<'a, D> {
     #[inline(always)]
-    fn new(m: &'a mut Meta, d: D, ports: u16, sc: &'a mut Scratch, hint: &'a Hint) -> Self {
+    fn new(m: &'a mut Meta, d: D, ports: u16, sc: &'a mut Scratch) -> Self {
         Pkt {
             m,
             d,
@@ -391,7 +389,6 @@ impl<'a, D: Bytes> Pkt<'a, D> {
             valid: 0,
             cur: 0,
             drop: None,
-            hint,
         }
     }
 
@@ -449,12 +446,6 @@ impl<'a, D: Bytes> Pkt<'a, D> {
         self.sc.len[di % MAX_DECODERS] = n as u16;
     }
 
-    /// Where decoder `d`'s header starts in this packet (`UNSET` if it did not fit).
-    #[inline(always)]
-    pub fn offset(&self, d: u8) -> u32 {
-        self.sc.off[d as usize % MAX_DECODERS]
-    }
-
     /// Whether decoder `d` has repeats left (a guarded `match` arm enters it).
     #[inline(always)]
     pub fn may_enter(&self, d: u16, c: &Code) -> bool {
@@ -505,9 +496,6 @@ pub struct Plan {
     flat: Flat,
     pub state: State,
     pub scratch: Scratch,
-    /// Per packet of a batch's chunk: the keys its prefetch pass read and their hashes
-    /// (see `Flat::prefetch`).
-    hints: [Hint; MAX_BATCH],
     /// Drop reason names, in the profile's order.
     pub drops: Vec<String>,
     /// The program's verdict is decided by the ingress port alone (see [`Code::by_port`]):
@@ -566,7 +554,6 @@ impl Plan {
             code,
             state,
             scratch: Scratch::default(),
-            hints: [Hint::NONE; MAX_BATCH],
             drops,
         }
     }
@@ -591,7 +578,7 @@ impl Plan {
             drop = self.flat.run::<_, false>(
                 &self.code,
                 &mut self.state,
-                &mut Pkt::new(&mut m, d, ports, &mut self.scratch, &Hint::NONE),
+                &mut Pkt::new(&mut m, d, ports, &mut self.scratch),
             );
             *e = m.egress;
         }
@@ -657,32 +644,31 @@ impl Plan {
         let sc = &mut self.scratch;
         // In chunks of a batch: first the learning table's slots of every packet are
         // prefetched (see `Flat::prefetch`), then the packets run one by one.
-        let hints = &mut self.hints;
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
-            flat.prefetch(state, chunk, hints);
+            flat.prefetch(state, chunk);
             match (flat.writes(), flat.has_entry()) {
                 (true, _) => {
-                    for (pk, h) in chunk.iter_mut().zip(hints.iter()) {
+                    for pk in chunk {
                         let (m, d) = pk.split_mut();
-                        let p = &mut Pkt::new(m, d, ports, sc, h);
+                        let p = &mut Pkt::new(m, d, ports, sc);
                         if let Some(r) = run_one::<_, false>(flat, code, state, p) {
                             pk.drop_with(r);
                         }
                     }
                 }
                 (false, true) => {
-                    for (pk, h) in chunk.iter_mut().zip(hints.iter()) {
+                    for pk in chunk {
                         let (m, d) = pk.split_meta();
-                        let p = &mut Pkt::new(m, d, ports, sc, h);
+                        let p = &mut Pkt::new(m, d, ports, sc);
                         if let Some(r) = run_one::<_, true>(flat, code, state, p) {
                             pk.drop_with(r);
                         }
                     }
                 }
                 (false, false) => {
-                    for (pk, h) in chunk.iter_mut().zip(hints.iter()) {
+                    for pk in chunk {
                         let (m, d) = pk.split_meta();
-                        let p = &mut Pkt::new(m, d, ports, sc, h);
+                        let p = &mut Pkt::new(m, d, ports, sc);
                         if let Some(r) = run_one::<_, false>(flat, code, state, p) {
                             pk.drop_with(r);
                         }

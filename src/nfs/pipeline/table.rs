@@ -53,30 +53,6 @@ macro_rules! each {
     };
 }
 
-/// A learning step's keys as a batch's prefetch pass read them from the header at
-/// `off`, with their hashes in table `table` (`NO_TABLE`: nothing for this packet).
-#[derive(Clone, Copy, Debug)]
-pub struct Hint {
-    pub table: u32,
-    pub off: u32,
-    pub key: u64,
-    pub look: u64,
-    pub kh: u64,
-    pub lh: u64,
-}
-
-impl Hint {
-    pub const NO_TABLE: u32 = u32::MAX;
-    pub const NONE: Hint = Hint {
-        table: Hint::NO_TABLE,
-        off: 0,
-        key: 0,
-        look: 0,
-        kh: 0,
-        lh: 0,
-    };
-}
-
 /// A prefix or ternary entry over the whole (concatenated) key.
 #[derive(Clone, Debug)]
 pub struct Masked {
@@ -293,63 +269,34 @@ impl Table {
     }
 
     /// Starts loading the learned slots of `key` and `look` (a batch's prefetch pass;
-    /// only on the quick path, where `learn_lookup` goes straight to them); their
-    /// hashes, for `learn_lookup` to take rather than hash the keys again.
+    /// only on the quick path, where `learn_lookup` goes straight to them).
     #[inline(always)]
-    pub fn prefetch(&self, key: u64, look: u64) -> Option<(u64, u64)> {
-        let h = match self.learned.as_ref().filter(|_| self.quick) {
+    pub fn prefetch(&self, key: u128, look: u128) {
+        match self.learned.as_ref().filter(|_| self.quick) {
             Some(Learn::K32(t)) => {
-                let h = (t.hash(&(key as u32)), t.hash(&(look as u32)));
-                t.prefetch(h.0);
-                t.prefetch(h.1);
-                h
+                t.prefetch(t.hash(&(key as u32)));
+                t.prefetch(t.hash(&(look as u32)));
             }
             Some(Learn::K64(t)) => {
-                let h = (t.hash(&key), t.hash(&look));
-                t.prefetch(h.0);
-                t.prefetch(h.1);
-                h
+                t.prefetch(t.hash(&(key as u64)));
+                t.prefetch(t.hash(&(look as u64)));
             }
             Some(Learn::K128(t)) => {
-                let h = (t.hash(&(key as u128)), t.hash(&(look as u128)));
-                t.prefetch(h.0);
-                t.prefetch(h.1);
-                h
+                t.prefetch(t.hash(&key));
+                t.prefetch(t.hash(&look));
             }
-            Some(Learn::Hard(_)) | None => return None,
-        };
-        Some(h)
+            Some(Learn::Hard(_)) | None => {}
+        }
     }
 
     /// Learns `key → act`, then looks `look` up: a learning switch's step (as the native
-    /// switches do it), with one dispatch on the key's width for both. `hashes`: theirs
-    /// from the batch's prefetch pass (see [`Table::prefetch`]), else they are hashed here.
+    /// switches do it), with one dispatch on the key's width for both.
     #[inline(always)]
-    pub fn learn_lookup(
-        &mut self,
-        key: u128,
-        act: Act,
-        look: u128,
-        now_ns: u64,
-        hashes: Option<(u64, u64)>,
-    ) -> Option<Act> {
-        macro_rules! step {
-            ($t:expr, $k:ty) => {{
-                let (k, l) = (key as $k, look as $k);
-                let (kh, lh) = match hashes {
-                    Some(h) => h,
-                    None => ($t.hash(&k), $t.hash(&l)),
-                };
-                (
-                    $t.learn_with_hash(k, kh, act, now_ns),
-                    $t.get_with_hash(&l, lh, now_ns),
-                )
-            }};
-        }
+    pub fn learn_lookup(&mut self, key: u128, act: Act, look: u128, now_ns: u64) -> Option<Act> {
         let (r, got) = match self.learned.as_mut().filter(|_| self.quick) {
-            Some(Learn::K32(t)) => step!(t, u32),
-            Some(Learn::K64(t)) => step!(t, u64),
-            Some(Learn::K128(t)) => step!(t, u128),
+            Some(Learn::K32(t)) => (t.learn(key as _, act, now_ns), t.get(&(look as _), now_ns)),
+            Some(Learn::K64(t)) => (t.learn(key as _, act, now_ns), t.get(&(look as _), now_ns)),
+            Some(Learn::K128(t)) => (t.learn(key, act, now_ns), t.get(&look, now_ns)),
             Some(Learn::Hard(_)) | None => return self.learn_lookup_slow(key, act, look, now_ns),
         };
         if r == Learned::Full {
