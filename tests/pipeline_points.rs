@@ -410,3 +410,79 @@ fn a_learning_table_has_room_for_a_sixteenth_of_fixed_entries() {
     assert_eq!(step(nf, &frame(MAC_A, MAC_B, &[], 0x0800), 2, 0).0, 1);
     assert_eq!(stat(nf, "mac.entries"), 16 + 2);
 }
+
+/// A fixed header entered by `next` whose body begins with a drop test runs both as one
+/// instruction (`EnterTest`): the test as `if … { drop }` and as a branch to a `drop`,
+/// with the `short` block for headers cut short, must decide as written.
+#[test]
+fn a_fixed_header_beginning_with_a_drop_test_decides_as_written() {
+    let (_d, mut nf) = program(
+        "
+drops malformed, short_ports, odd, denied;
+layout ethernet { dst: 48; src: 48; type: 16; }
+layout ports { src: 16; dst: 16; }
+decoder eth: ethernet {
+  extract type;
+  short { drop malformed; }
+  if eth.type == 0x0801 { next q; }
+  next p;
+}
+decoder p: ports {
+  extract src, dst;
+  short { drop short_ports; }
+  if p.src == 7 { drop odd; }
+  if p.dst == 80 || p.dst == 443 { output 2; }
+  drop denied;
+}
+decoder q: ports {
+  extract dst;
+  short { drop short_ports; }
+  if q.dst == 80 || q.dst == 443 { output 3; }
+  drop denied;
+}
+start { match link { ethernet => next eth; } }
+",
+    );
+    let nf = nf.as_mut();
+    let reason = |name: &str| {
+        let r = nf.profile().drop_reasons.iter().position(|n| *n == name);
+        Verdict::Drop(r.unwrap_or_else(|| panic!("no reason {name}")) as u8)
+    };
+    let (malformed, short, odd, denied) = (
+        reason("malformed"),
+        reason("short-ports"),
+        reason("odd"),
+        reason("denied"),
+    );
+    let pkt = |ty: u16, src: u16, dst: u16| {
+        let mut b = frame(MAC_A, MAC_B, &[], ty);
+        b[14..16].copy_from_slice(&src.to_be_bytes());
+        b[16..18].copy_from_slice(&dst.to_be_bytes());
+        b
+    };
+    let cases: &[(u16, u16, u16, Verdict, u16)] = &[
+        (0x0800, 1, 80, OUT, 2),
+        (0x0800, 443, 1, denied, 0),
+        (0x0800, 1, 443, OUT, 2),
+        (0x0800, 7, 80, odd, 0),
+        (0x0800, 1, 22, denied, 0),
+        (0x0801, 7, 443, OUT, 3),
+        (0x0801, 1, 22, denied, 0),
+    ];
+    for &(ty, src, dst, verdict, egress) in cases {
+        let (e, v) = step(nf, &pkt(ty, src, dst), 0, 0);
+        assert_eq!(v, verdict, "type {ty:#x} ports {src} -> {dst}");
+        if v == OUT {
+            assert_eq!(e, egress, "type {ty:#x} ports {src} -> {dst}");
+        }
+        // Cut short: the ports header (bytes 14..18) or the Ethernet header itself.
+        for cut in 0..18 {
+            let want = if cut < 14 { malformed } else { short };
+            assert_eq!(
+                step(nf, &pkt(ty, src, dst)[..cut], 0, 0).1,
+                want,
+                "cut at {cut}"
+            );
+        }
+    }
+}

@@ -291,9 +291,13 @@ impl Nf for Firewall {
     /// packet the port rule passes, then decide packet by packet (the same order as one at a time).
     #[inline]
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
+        // Partial decodes only: the full one decodes in `one`.
+        let quick = self.decode == Decode::Partial;
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
             let mut hs = [(0u64, 0u64); MAX_BATCH];
-            for (p, h) in chunk.iter_mut().zip(hs.iter_mut()) {
+            // Packets the first pass found to pass every test of `one`.
+            let mut passed = [false; MAX_BATCH];
+            for ((p, h), ok) in chunk.iter_mut().zip(hs.iter_mut()).zip(passed.iter_mut()) {
                 let l = p.layers();
                 if l.l3 != L3Kind::Ipv4 || (l.l4_proto != 6 && l.l4_proto != 17) {
                     continue;
@@ -302,10 +306,18 @@ impl Nf for Firewall {
                 let (d, o4) = (p.data(), l.l4_off as usize);
                 if d.len() >= o4 + 4 && (self.allows(be16(d, o4)) || self.allows(be16(d, o4 + 2))) {
                     *h = self.learn.prefetch(d, l.l3_off as usize);
+                    *ok = quick && !l.is_later_fragment();
                 }
             }
-            for (p, &h) in chunk.iter_mut().zip(hs.iter()) {
-                self.one(p, h);
+            for ((p, &h), &ok) in chunk.iter_mut().zip(hs.iter()).zip(passed.iter()) {
+                if ok {
+                    // The port rule's tests hold (the pass made them): switch at once.
+                    let o3 = p.layers().l3_off as usize;
+                    let (m, d) = p.split_meta();
+                    self.learn.switch(m, be32(d, o3 + 12), be32(d, o3 + 16), h);
+                } else {
+                    self.one(p, h);
+                }
             }
         }
     }

@@ -93,6 +93,10 @@ pub enum Ins {
     /// Enter a decoder of fixed length that moves the offset and counts no entries:
     /// what `Enter` does for it, without looking the decoder up.
     EnterFixed(Box<Fixed>),
+    /// An `EnterFixed` whose body begins with `DropIf` (`true`) or `DropUnless`
+    /// (`false`): both in one dispatch (the firewall's port rule on its ports header).
+    /// The test stays at the body's start for other ways in.
+    EnterTest(Box<(Fixed, Cond, u8, bool)>),
     /// Apply table `t` (a hit runs its action, a miss its `miss` block).
     Apply(u16),
     /// `learn T(leaf) -> output leaf` (or a fixed action), the common learn.
@@ -245,6 +249,7 @@ impl Flat {
             }
         }
         f.thread_drops();
+        f.fuse_enter_tests();
         f.writes = f
             .ins
             .iter()
@@ -305,6 +310,10 @@ impl Flat {
     pub fn prefetch(&self, s: &State, chunk: &mut [crate::packet::Packet]) {
         if let Some(st) = self.ip_step {
             let t = &s.tables[st.table as usize];
+            // A small table's slots stay cached: the pass would only hash twice.
+            if !t.worth_prefetching() {
+                return;
+            }
             for pk in chunk.iter_mut() {
                 let l = pk.layers();
                 if l.l3 != crate::packet::L3Kind::Ipv4 {
@@ -315,7 +324,12 @@ impl Flat {
                     t.prefetch((k & st.mask) as u128, look as u128);
                 }
             }
-        } else if self.entry.iter().any(|e| e.is_some()) {
+        } else if self
+            .entry
+            .iter()
+            .flatten()
+            .any(|e| s.tables[e.step.table as usize].worth_prefetching())
+        {
             for pk in chunk.iter() {
                 let Some(e) = &self.entry[pk.meta().link as usize % 4] else {
                     continue;
@@ -353,6 +367,23 @@ impl Flat {
             }
         }
         out
+    }
+
+    /// An `EnterFixed` whose body begins with a drop test runs the test too (see
+    /// [`Ins::EnterTest`]).
+    fn fuse_enter_tests(&mut self) {
+        for i in 0..self.ins.len() {
+            let Ins::EnterFixed(e) = &self.ins[i] else {
+                continue;
+            };
+            let e = **e;
+            let (k, r, when) = match self.ins.get(e.body as usize) {
+                Some(Ins::DropIf(k, r)) => (k.clone(), *r, true),
+                Some(Ins::DropUnless(k, r)) => (k.clone(), *r, false),
+                _ => continue,
+            };
+            self.ins[i] = Ins::EnterTest(Box::new((e, k, r, when)));
+        }
     }
 
     /// `DropIf; DropIf` runs as one instruction that goes on past both (the second
@@ -752,6 +783,25 @@ impl Flat {
                         p.fit(e.dec as usize, at, n);
                         p.cur = at + n;
                         pc = e.body as usize;
+                    } else {
+                        pc = e.short as usize;
+                    }
+                }
+                Ins::EnterTest(x) => {
+                    let (e, k, r, when) = &**x;
+                    if steps == MAX_STEPS {
+                        return p.drop;
+                    }
+                    steps += 1;
+                    let at = p.cur;
+                    let n = e.len as usize;
+                    if at + n <= p.d.len() {
+                        p.fit(e.dec as usize, at, n);
+                        p.cur = at + n;
+                        if test(c, k, p) == *when {
+                            return Some(*r);
+                        }
+                        pc = e.body as usize + 1;
                     } else {
                         pc = e.short as usize;
                     }

@@ -66,6 +66,10 @@ pub struct Masked {
 /// A table that learns has room for `capacity / FIXED_SHARE` fixed entries.
 pub const FIXED_SHARE: usize = 16;
 
+/// Learned entries up to which a batch does not prefetch (see [`Table::worth_prefetching`]):
+/// 256 slots are at most 16 KiB of cache lines, a third of this machine's 48 KiB L1d.
+const PREFETCH_MIN: usize = 256;
+
 pub struct Table {
     pub name: String,
     pub key_bits: u32,
@@ -270,6 +274,14 @@ impl Table {
 
     /// Starts loading the learned slots of `key` and `look` (a batch's prefetch pass;
     /// only on the quick path, where `learn_lookup` goes straight to them).
+    /// Whether a batch gains by prefetching this table's slots: not while it has at most
+    /// [`PREFETCH_MIN`] learned entries, whose slots (a cache line each at most) stay in
+    /// L1 between packets, so the pass would only hash every key a second time.
+    #[inline(always)]
+    pub fn worth_prefetching(&self) -> bool {
+        self.quick && self.learned_len() > PREFETCH_MIN
+    }
+
     #[inline(always)]
     pub fn prefetch(&self, key: u128, look: u128) {
         match self.learned.as_ref().filter(|_| self.quick) {
