@@ -272,8 +272,6 @@ impl Table {
         }
     }
 
-    /// Starts loading the learned slots of `key` and `look` (a batch's prefetch pass;
-    /// only on the quick path, where `learn_lookup` goes straight to them).
     /// Whether a batch gains by prefetching this table's slots: not while it has at most
     /// [`PREFETCH_MIN`] learned entries, whose slots (a cache line each at most) stay in
     /// L1 between packets, so the pass would only hash every key a second time.
@@ -282,6 +280,8 @@ impl Table {
         self.quick && self.learned_len() > PREFETCH_MIN
     }
 
+    /// Starts loading the learned slots of `key` and `look` (a batch's prefetch pass;
+    /// only on the quick path, where `learn_lookup` goes straight to them).
     #[inline(always)]
     pub fn prefetch(&self, key: u128, look: u128) {
         match self.learned.as_ref().filter(|_| self.quick) {
