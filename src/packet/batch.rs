@@ -79,6 +79,18 @@ impl Batch {
         self.pkts.drain(..)
     }
 
+    /// Appends packets; the caller has checked the room (a batch never grows per packet).
+    #[inline]
+    pub(crate) fn extend_from(&mut self, it: impl Iterator<Item = Packet>) {
+        self.pkts.extend(it);
+    }
+
+    /// Removes the packets from position `from` on.
+    #[inline]
+    pub(crate) fn drain_from(&mut self, from: usize) -> std::vec::Drain<'_, Packet> {
+        self.pkts.drain(from..)
+    }
+
     /// Keeps the packets for which `keep` is true, in order, handing the others to `gone`.
     /// One pass, `keep` asked once per packet: the packets before the first that goes
     /// are only looked at, the rest move at most once (the walk runs this after every
