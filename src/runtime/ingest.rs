@@ -216,16 +216,18 @@ impl Walk {
         let mut draw = *rng;
         let mut per_port = [0u64; 4];
         let mut bytes_in = 0u64;
-        let mut seq = base;
         let pkts = &mut inbox[first].as_mut_slice()[start..];
-        // One record: false (nothing written) when its buffer would not hold it.
-        let mut one = |p: &mut crate::packet::Packet, r: &Record, ts: u64, next: Option<u64>| {
+        // Each record's successor's time is loaded once and carried to the next step.
+        let mut ts = recs[0].ts_ns.wrapping_add(shift);
+        let mut done = 0;
+        for (p, r) in pkts.iter_mut().zip(recs) {
             let len = r.caplen as usize;
             if r.caplen as u64 > fits {
-                return false;
+                break;
             }
+            let nt = recs.get(done + 1).map(|x| x.ts_ns.wrapping_add(shift));
             bytes_in += r.caplen as u64;
-            let now = clk.tick(ts, next);
+            let now = clk.tick(ts, nt.or(after));
             step(&mut draw);
             // As in `ingest`: Lemire's multiply-shift, below `ports` (at most 4).
             let in_port = (((draw >> 32) * ports as u64) >> 32) as u16;
@@ -244,24 +246,8 @@ impl Walk {
             m.link = link;
             m.fast = FastMark::Off;
             m.fast_rec = NOT_RECORDED;
-            m.seq = seq;
-            seq += 1;
-            true
-        };
-        // Each record's successor's time is loaded once and carried to the next step.
-        let mut ts = recs[0].ts_ns.wrapping_add(shift);
-        let mut done = 0;
-        let mut whole = true;
-        for ((p, r), nx) in pkts.iter_mut().zip(recs).zip(&recs[1..]) {
-            let nt = nx.ts_ns.wrapping_add(shift);
-            if !one(p, r, ts, Some(nt)) {
-                whole = false;
-                break;
-            }
-            ts = nt;
-            done += 1;
-        }
-        if whole && one(&mut pkts[n - 1], &recs[n - 1], ts, after) {
+            m.seq = base + done as u64;
+            ts = nt.unwrap_or(0);
             done += 1;
         }
         *clock = clk;
