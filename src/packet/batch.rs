@@ -101,10 +101,16 @@ impl Batch {
         mut keep: impl FnMut(&Packet) -> bool,
         mut gone: impl FnMut(Packet),
     ) {
-        let Some(first) = self.pkts.iter().position(|p| !keep(p)) else {
-            return;
-        };
+        // An index loop over a slice: `position` kept three counters live per packet.
+        let pkts = &self.pkts[..];
+        let mut first = 0;
+        while first < pkts.len() && keep(&pkts[first]) {
+            first += 1;
+        }
         let len = self.pkts.len();
+        if first == len {
+            return;
+        }
         let base = self.pkts.as_mut_ptr();
         // SAFETY: the length is 0 while packets move, so a panic in `keep` or `gone`
         // leaks the rest instead of dropping one twice; each packet from `first` on is
