@@ -209,26 +209,28 @@ impl IpFilter {
         let malformed = self.rules.len() + 1;
         self.cache.grow();
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
-            let mut keys = [Packed::Malformed; MAX_BATCH];
+            let mut keys = [(0u64, 0u64); MAX_BATCH];
             let mut at = [0usize; MAX_BATCH];
             for ((p, k), i) in chunk.iter_mut().zip(&mut keys).zip(&mut at) {
-                *k = packed(&self.mask, p);
-                if let Packed::Key(a, b) = *k {
-                    *i = self.cache.bucket((a, b));
+                *k = key_words(packed(&self.mask, p));
+                if k.1 != 0 {
+                    *i = self.cache.bucket(*k);
                     self.cache.prefetch(*i);
                 }
             }
-            for ((p, k), &i) in chunk.iter_mut().zip(&keys).zip(&at) {
-                let v = match *k {
-                    Packed::Key(a, b) => match self.cache.get_at(i, (a, b)) {
+            for ((p, &k), &i) in chunk.iter_mut().zip(&keys).zip(&at) {
+                // `b == 0`: uncached or malformed (`key_words`).
+                let v = if k.1 != 0 {
+                    match self.cache.get_at(i, k) {
                         Some(v) => v,
                         None => {
                             let v = self.decide_run(p);
-                            self.cache.put_at(i, (a, b), v);
+                            self.cache.put_at(i, k, v);
                             v
                         }
-                    },
-                    Packed::Uncached | Packed::Malformed => self.decide_run(p),
+                    }
+                } else {
+                    self.decide_run(p)
                 };
                 p.meta_mut().filter_verdicts = tag | u64::from(v);
                 let hit = (v & own) as usize - 1;

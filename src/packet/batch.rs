@@ -79,6 +79,18 @@ impl Batch {
         self.pkts.drain(..)
     }
 
+    /// Appends packets; the caller has checked the room (a batch never grows per packet).
+    #[inline]
+    pub(crate) fn extend_from(&mut self, it: impl Iterator<Item = Packet>) {
+        self.pkts.extend(it);
+    }
+
+    /// Removes the packets from position `from` on.
+    #[inline]
+    pub(crate) fn drain_from(&mut self, from: usize) -> std::vec::Drain<'_, Packet> {
+        self.pkts.drain(from..)
+    }
+
     /// Keeps the packets for which `keep` is true, in order, handing the others to `gone`.
     /// One pass, `keep` asked once per packet: the packets before the first that goes
     /// are only looked at, the rest move at most once (the walk runs this after every
@@ -89,10 +101,16 @@ impl Batch {
         mut keep: impl FnMut(&Packet) -> bool,
         mut gone: impl FnMut(Packet),
     ) {
-        let Some(first) = self.pkts.iter().position(|p| !keep(p)) else {
-            return;
-        };
+        // An index loop over a slice: `position` kept three counters live per packet.
+        let pkts = &self.pkts[..];
+        let mut first = 0;
+        while first < pkts.len() && keep(&pkts[first]) {
+            first += 1;
+        }
         let len = self.pkts.len();
+        if first == len {
+            return;
+        }
         let base = self.pkts.as_mut_ptr();
         // SAFETY: the length is 0 while packets move, so a panic in `keep` or `gone`
         // leaks the rest instead of dropping one twice; each packet from `first` on is

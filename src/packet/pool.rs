@@ -165,6 +165,34 @@ impl Pool {
         b.move_into(&mut self.free);
     }
 
+    /// Moves `n` small-class buffers to the end of `b`, in the order `n` calls of
+    /// [`alloc_raw_for`](Self::alloc_raw_for) would give them, metadata left as it was;
+    /// false, moving nothing, when fewer are free or `b` lacks the room (so it never
+    /// grows). Ingest takes a chunk's buffers at once instead of one pop and push each.
+    #[inline]
+    pub fn take_into(&mut self, n: usize, b: &mut super::Batch) -> bool {
+        let have = self.free.len();
+        if have < n || b.capacity() - b.len() < n {
+            return false;
+        }
+        b.extend_from(self.free.drain(have - n..).rev());
+        true
+    }
+
+    /// Undoes [`take_into`](Self::take_into) for the packets of `b` from `from` on: the
+    /// next allocations give them in the same order again.
+    #[inline]
+    pub fn give_back(&mut self, b: &mut super::Batch, from: usize) {
+        self.free.extend(b.drain_from(from).rev());
+    }
+
+    /// Largest packet a small-class buffer (the ones [`take_into`](Self::take_into)
+    /// gives) holds.
+    #[inline]
+    pub fn small_max(&self) -> usize {
+        self.buf_bytes.saturating_sub(HEADROOM)
+    }
+
     pub fn available(&self) -> usize {
         self.free.len() + self.big.as_ref().map_or(0, |b| b.free.len())
     }

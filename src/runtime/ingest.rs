@@ -170,6 +170,103 @@ impl Walk {
         stepped
     }
 
+    /// [`Walk::ingest`] of every record of `recs` (a chunk a reader gave, `drawn` at 0):
+    /// the same buffers, ports, times and counters, with what does not change per record
+    /// done per chunk — the chunk's buffers taken from the pool at once, the clock, the
+    /// draw and the counters kept in locals and written back once. Each record's
+    /// metadata is still written whole: a buffer comes back from the pool with the last
+    /// packet's. A record the small buffers do not hold (or a chunk the pool cannot
+    /// supply, prefetching, more than 4 ports) goes the general way from there on.
+    #[inline]
+    pub fn ingest_all(
+        &mut self,
+        lasting: Option<&'static [u8]>,
+        bytes: &[u8],
+        recs: &[Record],
+        base: u64,
+        after: Option<u64>,
+    ) {
+        let n = recs.len();
+        let ports = self.cx.ports as usize;
+        let first = self.first;
+        let start = self.inbox[first].len();
+        if n == 0
+            || self.prefetch > 0
+            || !(1..=4).contains(&ports)
+            || !self.pool.take_into(n, &mut self.inbox[first])
+        {
+            self.ingest(lasting, bytes, recs, 0..n as u32, base, after);
+            return;
+        }
+        let Walk {
+            pool,
+            inbox,
+            counters,
+            rx,
+            rng,
+            clock,
+            shift,
+            link,
+            ..
+        } = self;
+        let (shift, link) = (*shift, *link);
+        // The small class holds every packet up to `max_packet` unless there is a big one.
+        let fits = pool.max_packet().min(pool.small_max()) as u64;
+        let mut clk = *clock;
+        let mut draw = *rng;
+        let mut per_port = [0u64; 4];
+        let mut bytes_in = 0u64;
+        let pkts = &mut inbox[first].as_mut_slice()[start..];
+        // Each record's successor's time is loaded once and carried to the next step.
+        let mut ts = recs[0].ts_ns.wrapping_add(shift);
+        let mut done = 0;
+        for (p, r) in pkts.iter_mut().zip(recs) {
+            let len = r.caplen as usize;
+            if r.caplen as u64 > fits {
+                break;
+            }
+            let nt = recs.get(done + 1).map(|x| x.ts_ns.wrapping_add(shift));
+            bytes_in += r.caplen as u64;
+            let now = clk.tick(ts, nt.or(after));
+            step(&mut draw);
+            // As in `ingest`: Lemire's multiply-shift, below `ports` (at most 4).
+            let in_port = (((draw >> 32) * ports as u64) >> 32) as u16;
+            per_port[(in_port & 3) as usize] += 1;
+            let off = r.off as usize;
+            match lasting {
+                Some(all) => p.set_view(&all[off..off + len]),
+                None => p.set_bytes(&bytes[off..off + len]),
+            };
+            let m = p.meta_mut();
+            m.ts_ns = ts;
+            m.now_ns = now;
+            m.wire_len = r.wire_len;
+            m.in_port = in_port;
+            m.egress = NO_PORT;
+            m.link = link;
+            m.fast = FastMark::Off;
+            m.fast_rec = NOT_RECORDED;
+            m.seq = base + done as u64;
+            ts = nt.unwrap_or(0);
+            done += 1;
+        }
+        *clock = clk;
+        *rng = draw;
+        let c = &mut counters[0];
+        c.packets_in += done as u64;
+        c.bytes_in += bytes_in;
+        c.out[0] += done as u64;
+        for (r, k) in rx.iter_mut().zip(per_port) {
+            *r += k;
+        }
+        self.drawn = done;
+        if done < n {
+            // The buffers not used go back to be taken again, in the same order.
+            pool.give_back(&mut inbox[first], start + done);
+            self.ingest(lasting, bytes, recs, done as u32..n as u32, base, after);
+        }
+    }
+
     /// Ends a replay loop of `recs` (or a streamed chunk): the draw and the clock step
     /// over the records after this worker's last one, and the next starts from the
     /// first record. `after` as for [`Walk::ingest`]; `one_by_one` as [`STEP`] on an

@@ -114,6 +114,43 @@ impl SinkState {
     }
 }
 
+/// [`to_sink`] for a whole batch at a sink with no file and no live port: only the
+/// counting, without a call per packet.
+#[inline]
+pub(super) fn count_at_sink(
+    s: &mut SinkState,
+    c: &mut NodeCounters,
+    tx: &mut [u64],
+    b: &crate::packet::Batch,
+) {
+    let mut bytes = 0u64;
+    for p in b.iter() {
+        bytes += p.len() as u64;
+        let m = p.meta();
+        match m.egress {
+            NO_PORT => {}
+            FLOOD => {
+                s.flooded += 1;
+                for (port, t) in tx.iter_mut().enumerate() {
+                    *t += (port != m.in_port as usize) as u64;
+                }
+            }
+            e => {
+                if let Some(t) = tx.get_mut(e as usize) {
+                    *t += 1;
+                }
+            }
+        }
+    }
+    c.bytes_in += bytes;
+}
+
+/// Whether [`count_at_sink`] does all [`to_sink`] would: no file to write, no live port.
+#[inline]
+pub(super) fn counts_only(s: &SinkState, live: &[Box<dyn Port>]) -> bool {
+    s.writer.is_none() && live.is_empty()
+}
+
 /// Counts and writes one packet at a sink.
 #[inline]
 pub(super) fn to_sink(

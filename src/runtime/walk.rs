@@ -7,7 +7,7 @@ use super::counters::NodeCounters;
 use super::join::Fork;
 use super::profile_check::Snapshot;
 use super::ring::Out;
-use super::sink::{to_sink, SinkState};
+use super::sink::{count_at_sink, counts_only, to_sink, SinkState};
 use crate::flow::RunClock;
 use crate::io::Port;
 use crate::nfs::{Context, Nf};
@@ -330,8 +330,12 @@ impl Walk {
                     }
                     // With stages on live ports, the ports are shared: held for the batch.
                     let held = ports.as_deref().map(|m| hold(m, live));
-                    for p in spare.iter() {
-                        to_sink(s, c, tx, live, *shift, p);
+                    if counts_only(s, live) {
+                        count_at_sink(s, c, tx, spare);
+                    } else {
+                        for p in spare.iter() {
+                            to_sink(s, c, tx, live, *shift, p);
+                        }
                     }
                     pool.free_batch(spare);
                     if held.is_some() {

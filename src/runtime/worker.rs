@@ -266,8 +266,7 @@ impl Runner {
                 // A chunk is all this worker's: its indices start over each time.
                 self.walk.drawn = 0;
                 self.stage_room()?;
-                self.walk
-                    .ingest(lasting, bytes, chunk, 0..chunk.len() as u32, done, after);
+                self.walk.ingest_all(lasting, bytes, chunk, done, after);
                 match self.fast.as_deref_mut() {
                     Some(f) if plan.is_none_or(|p| p.on) => f.chunk(&mut self.walk),
                     _ => self.walk.drain(None),
