@@ -49,6 +49,7 @@ use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
 
 use super::nf::{named, Stats};
+use super::consolidate::FastRun;
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{prefetch, FlowKey, Hasher, Index};
@@ -1363,6 +1364,43 @@ impl Consolidate for Nat {
             FAST_NOMAP => !self.answers(p.key, p.now_ns),
             _ => true,
         }
+    }
+
+    /// A check that passes on the state before the run still passes after the run's
+    /// earlier state functions: they refresh deadlines and never shorten them (the run
+    /// clock never goes back, and a packet with FIN or RST never reaches a fused run),
+    /// never clear LIVE nor create a mapping, and a sweep step releases only a mapping
+    /// expired at its packet's time, which is no later than a later visit's, whose check
+    /// found it live. Two exceptions stop the vouching: an unsolicited packet's drop
+    /// holds only while no mapping answers it, and a refresh could make an expired one
+    /// answer again, so a no-mapping visit is vouched only when no mapping at all, live
+    /// or expired, would answer it; and a SYN reopening a lingering mapping shortens its
+    /// deadline when the TCP timeout is below the linger, so the run stops after one.
+    fn fast_vouch(&self, run: &FastRun) -> usize {
+        let syn_shortens = self.timeout(TCP, LIVE) < self.timeout(TCP, RST);
+        for (n, v) in run.visits.iter().enumerate() {
+            let (kind, slot, serial) = (
+                (v.token >> 56) as u8,
+                (v.token >> 32) as u32 & 0xff_ffff,
+                v.token as u32,
+            );
+            let f = &run.facts[v.at as usize];
+            let ok = match kind {
+                FAST_OUT | FAST_IN => self.slab.get(slot as usize).is_some_and(|m| {
+                    m.state & LIVE != 0 && f.now_ns <= m.deadline && m.serial == serial
+                }),
+                // At time 0 every mapping still in the index is live.
+                FAST_NOMAP => !self.answers(run.packet(v).key, 0),
+                _ => true,
+            };
+            if !ok {
+                return n;
+            }
+            if syn_shortens && f.tcp_flags & 0x02 != 0 {
+                return n + 1;
+            }
+        }
+        run.visits.len()
     }
 
     fn fast_prefetches(&self) -> bool {
