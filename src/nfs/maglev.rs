@@ -1108,20 +1108,37 @@ impl Consolidate for Maglev {
     }
 
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
-        self.tick(p.now_ns);
+        self.state_at(token, p.now_ns, || fast_key(p));
+    }
+
+    fn fast_state_run(&mut self, run: &FastRun) {
+        for v in run.visits {
+            let now = run.facts[v.at as usize].now_ns;
+            self.state_at(v.token, now, || fast_key(&run.packet(v)));
+        }
+    }
+}
+
+impl Maglev {
+    /// A consolidated packet's state function: the sweep tick, the connection's
+    /// refresh, its backend's counter; `key` gives the connection's key when the tick
+    /// moved it.
+    #[inline(always)]
+    fn state_at(&mut self, token: u64, now: u64, key: impl FnOnce() -> WideKey) {
+        self.tick(now);
         if token == FAST_PASS {
             self.passed += 1;
             return;
         }
         // The tick may have swept (and moved the connection): then find it by its key.
         let slot = self.conns.slot_of(token).or_else(|| {
-            let key = fast_key(p);
+            let key = key();
             self.conns
                 .find(self.conns.tag(&key), &key)
                 .map(|s| s as usize)
         });
         if let Some(c) = slot.and_then(|s| self.conns.slab.get_mut(s)) {
-            c.seen = c.seen.max(p.now_ns);
+            c.seen = c.seen.max(now);
             if let Some(k) = self.known.get_mut(c.id as usize) {
                 k.packets += 1;
             }

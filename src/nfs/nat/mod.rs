@@ -1421,22 +1421,50 @@ impl Consolidate for Nat {
     }
 
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
-        let now = p.now_ns;
+        let mut n = [0u64; 4];
+        self.state_at(token, p.now_ns, p.tcp_flags, &mut n);
+        self.add_counts(n);
+    }
+
+    /// As many `fast_state` calls, with the counters added once.
+    fn fast_state_run(&mut self, run: &FastRun) {
+        let mut n = [0u64; 4];
+        for v in run.visits {
+            let f = &run.facts[v.at as usize];
+            self.state_at(v.token, f.now_ns, f.tcp_flags, &mut n);
+        }
+        self.add_counts(n);
+    }
+}
+
+impl Nat {
+    /// A consolidated packet's state function: the sweep step, the mapping's refresh,
+    /// and its counter (out, in, internal, not IPv4) in `n`.
+    #[inline(always)]
+    fn state_at(&mut self, token: u64, now: u64, tcp_flags: u16, n: &mut [u64; 4]) {
         self.tick(now);
         let slot = (token >> 32) as u32 & 0xff_ffff;
         match (token >> 56) as u8 {
             FAST_OUT => {
-                self.touch(slot, now, p.tcp_flags as u8, true);
-                self.translated_out += 1;
+                self.touch(slot, now, tcp_flags as u8, true);
+                n[0] += 1;
             }
             FAST_IN => {
-                self.touch(slot, now, p.tcp_flags as u8, false);
-                self.translated_in += 1;
+                self.touch(slot, now, tcp_flags as u8, false);
+                n[1] += 1;
             }
-            FAST_INTERNAL => self.internal += 1,
-            FAST_NOT_IPV4 => self.not_ipv4 += 1,
+            FAST_INTERNAL => n[2] += 1,
+            FAST_NOT_IPV4 => n[3] += 1,
             _ => {}
         }
+    }
+
+    #[inline(always)]
+    fn add_counts(&mut self, n: [u64; 4]) {
+        self.translated_out += n[0];
+        self.translated_in += n[1];
+        self.internal += n[2];
+        self.not_ipv4 += n[3];
     }
 }
 
