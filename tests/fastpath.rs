@@ -567,9 +567,10 @@ fn phases(phases: &[(u64, std::ops::Range<u8>)], pkt: impl Fn(u8) -> Vec<u8>) ->
 #[test]
 fn a_nat_sweep_under_fused_runs_invalidates_the_expired_mappings_entries() {
     let remote = [203, 0, 113, 7];
-    let t = phases(&[(2 * SEC, 0..40), (25 * SEC, 20..40), (2 * SEC, 0..40)], |k| {
-        udp([10, 0, 1, k], remote, 5000, 53)
-    });
+    let t = phases(
+        &[(2 * SEC, 0..40), (25 * SEC, 20..40), (2 * SEC, 0..40)],
+        |k| udp([10, 0, 1, k], remote, 5000, 53),
+    );
     for chain in ["NO", "NN"] {
         let fs = equal_on_off(chain, &setup(), &t, small(), &[], "nat sweep, fused");
         assert!(fs.invalidated >= 20, "{chain}: {fs:?}");
@@ -587,9 +588,10 @@ fn a_nat_sweep_under_fused_runs_invalidates_the_expired_mappings_entries() {
 #[test]
 fn a_maglev_backend_change_then_expiry_under_fused_runs_rebalances_like_the_slow_path() {
     let vip = [203, 0, 113, 10];
-    let t = phases(&[(2 * SEC, 0..40), (22 * SEC, 20..40), (2 * SEC, 0..40)], |k| {
-        tcp([10, 0, 1, k], vip, 5000, 80, 0x10)
-    });
+    let t = phases(
+        &[(2 * SEC, 0..40), (22 * SEC, 20..40), (2 * SEC, 0..40)],
+        |k| tcp([10, 0, 1, k], vip, 5000, 80, 0x10),
+    );
     let change = [Scheduled {
         at: 200,
         nf: "m0".into(),

@@ -24,8 +24,8 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
-use super::nf::{named, Stats};
 use super::consolidate::FastRun;
+use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{FlowKey, Hasher, WideKey};

@@ -30,8 +30,8 @@ use std::net::IpAddr;
 
 use foldhash::fast::FixedState;
 
-use super::nf::{named, Stats};
 use super::consolidate::FastRun;
+use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{prefetch, FlowKey, Hasher, Index, Learned, WideKey};

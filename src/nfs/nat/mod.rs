@@ -48,8 +48,8 @@ use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
 
-use super::nf::{named, Stats};
 use super::consolidate::FastRun;
+use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::flow::{prefetch, FlowKey, Hasher, Index};

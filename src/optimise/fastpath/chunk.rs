@@ -373,6 +373,9 @@ impl FastPath {
         facts: &[FastFacts],
     ) {
         let n = facts.len();
+        if self.visits.is_empty() {
+            self.visits = vec![[Visit::default(); MAX_BATCH]; LENT];
+        }
         let slots = std::mem::take(&mut self.slots);
         let FastPath {
             table,

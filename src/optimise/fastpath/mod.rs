@@ -177,8 +177,9 @@ pub struct FastPath {
     chunk_in: Batch,
     /// Per lent slot: what a hit does for its NF ([`Step::CHECK`], [`Step::STATE`]).
     pub(crate) slot_flags: [u8; LENT],
-    /// Per lent slot: a fused run's visits (written before they are read, per chunk).
-    pub(crate) visits: Box<[[Visit; MAX_BATCH]; LENT]>,
+    /// Per lent slot: a fused run's visits (written before they are read, per chunk;
+    /// made at the first fused run, so a run `auto` leaves off allocates nothing here).
+    pub(crate) visits: Vec<[Visit; MAX_BATCH]>,
 }
 
 impl FastPath {
@@ -209,7 +210,7 @@ impl FastPath {
         }
         FastPath {
             slot_flags,
-            visits: Box::new([[Visit::default(); MAX_BATCH]; LENT]),
+            visits: Vec::new(),
             slots,
             lendable: lent <= LENT,
             record_at: cfg.record_at.max(1),
