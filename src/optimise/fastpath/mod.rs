@@ -179,7 +179,7 @@ pub struct FastPath {
     pub(crate) slot_flags: [u8; LENT],
     /// Per lent slot: a fused run's visits (written before they are read, per chunk;
     /// made at the first fused run, so a run `auto` leaves off allocates nothing here).
-    pub(crate) visits: Vec<[Visit; MAX_BATCH]>,
+    pub(crate) visits: Option<Box<[[Visit; MAX_BATCH]; LENT]>>,
 }
 
 impl FastPath {
@@ -210,7 +210,7 @@ impl FastPath {
         }
         FastPath {
             slot_flags,
-            visits: Vec::new(),
+            visits: None,
             slots,
             lendable: lent <= LENT,
             record_at: cfg.record_at.max(1),
