@@ -537,6 +537,81 @@ fn nat_sweeps_inside_hits_stay_equal() {
     }
 }
 
+/// Round-robin packets 5 ms apart, phase after phase, each phase (length, flows) made of
+/// `pkt(flow)` over the flows given, with no fillers: once recorded, every chunk hits whole
+/// and takes the fused run.
+fn phases(phases: &[(u64, std::ops::Range<u8>)], pkt: impl Fn(u8) -> Vec<u8>) -> Trace {
+    let mut f = Vec::new();
+    let mut ts = 0u64;
+    for (len, flows) in phases {
+        let end = ts + len;
+        let mut k = flows.clone().cycle();
+        while ts < end {
+            f.push((ts, pkt(k.next().unwrap())));
+            ts += 5_000_000;
+        }
+    }
+    Trace::from_packets(
+        LinkKind::Ethernet,
+        PcapHeader::new(1, false),
+        f.iter().map(|(ts, p)| (*ts, p.as_slice())),
+    )
+}
+
+/// Fused runs while the NAT's sweep expires half of the mappings: flows 0-19 fall silent
+/// for 25 s (UDP timeout 20 s) while 20-39 go on hitting whole chunks, so the sweep steps
+/// that release the silent flows' mappings run inside fused runs. When those flows
+/// resume, their entries are still there (FastPath idle timeout 30 s), and their NAT
+/// tokens must fail: the slow path makes new mappings. Fails if a fused run takes a
+/// visit its NF did not check (the NAT would refresh a released mapping).
+#[test]
+fn a_nat_sweep_under_fused_runs_invalidates_the_expired_mappings_entries() {
+    let remote = [203, 0, 113, 7];
+    let t = phases(
+        &[(2 * SEC, 0..40), (25 * SEC, 20..40), (2 * SEC, 0..40)],
+        |k| udp([10, 0, 1, k], remote, 5000, 53),
+    );
+    for chain in ["NO", "NN"] {
+        let fs = equal_on_off(chain, &setup(), &t, small(), &[], "nat sweep, fused");
+        assert!(fs.invalidated >= 20, "{chain}: {fs:?}");
+        assert!(fs.hits >= 5000, "{chain}: {fs:?}");
+    }
+}
+
+/// Fused runs across a Maglev backend change: the change (a heavy backend added, the
+/// old ones kept) invalidates the entries, which are recorded again with the tracked
+/// connections' old backends. Then flows 0-19 fall silent past the connection timeout
+/// (15 s) while 20-39 go on in fused runs, whose sweeps remove the idle connections
+/// (a new epoch). When flows 0-19 resume, their entries are still there (FastPath idle
+/// timeout 30 s) but their tokens must fail: the slow path balances them over the new
+/// backends. Fails if a fused run takes a visit Maglev did not check.
+#[test]
+fn a_maglev_backend_change_then_expiry_under_fused_runs_rebalances_like_the_slow_path() {
+    let vip = [203, 0, 113, 10];
+    let t = phases(
+        &[(2 * SEC, 0..40), (22 * SEC, 20..40), (2 * SEC, 0..40)],
+        |k| tcp([10, 0, 1, k], vip, 5000, 80, 0x10),
+    );
+    let change = [Scheduled {
+        at: 200,
+        nf: "m0".into(),
+        cmd: "backends 10.200.0.1 10.200.0.2@02:00:00:00:01:02 10.200.0.3:2 10.200.0.4:6@02:00:00:00:01:04"
+            .into(),
+    }];
+    for chain in ["MO", "FMO"] {
+        let change: Vec<Scheduled> = change
+            .iter()
+            .map(|c| Scheduled {
+                nf: format!("m{}", chain.find('M').unwrap()),
+                ..c.clone()
+            })
+            .collect();
+        let fs = equal_on_off(chain, &setup(), &t, small(), &change, "maglev, fused");
+        assert!(fs.invalidated >= 80, "{chain}: {fs:?}");
+        assert!(fs.hits >= 4000, "{chain}: {fs:?}");
+    }
+}
+
 #[test]
 fn a_full_table_evicts_and_counts() {
     let mut f = Vec::new();

@@ -29,6 +29,54 @@ pub struct FastPacket<'a> {
     pub tcp_flags: u16,
 }
 
+/// What the state functions see of one packet of a fused run of hits (as
+/// [`FastPacket`] without the key, which differs per NF): gathered once per packet.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FastFacts {
+    pub ts_ns: u64,
+    pub now_ns: u64,
+    pub wire_len: u32,
+    pub tcp_flags: u16,
+    pub fragment: bool,
+}
+
+/// One NF's part in one packet of a fused run: the token its entry holds, the packet
+/// (index into [`FastRun::facts`]) and which of the packet's keys this NF saw.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Visit {
+    pub token: u64,
+    pub at: u8,
+    pub key: u8,
+}
+
+/// A chunk of hits as one NF sees it, in arrival order: the runtime hands each NF its
+/// visits in one call ([`Consolidate::fast_vouch`], [`Consolidate::fast_state_run`]), so a
+/// hit makes no dynamic call per NF (docs/fastpath.md, "Fused runs").
+#[derive(Clone, Copy, Debug)]
+pub struct FastRun<'a> {
+    pub visits: &'a [Visit],
+    /// Per packet of the chunk.
+    pub facts: &'a [FastFacts],
+    /// Per packet of the chunk: the flow keys its NFs saw (a visit's `key` indexes them).
+    pub keys: &'a [&'a [FlowKey]],
+}
+
+impl<'a> FastRun<'a> {
+    /// Visit `v` as the per-packet calls see it.
+    #[inline(always)]
+    pub fn packet(&self, v: &Visit) -> FastPacket<'a> {
+        let f = &self.facts[v.at as usize];
+        FastPacket {
+            key: &self.keys[v.at as usize][v.key as usize],
+            fragment: f.fragment,
+            ts_ns: f.ts_ns,
+            now_ns: f.now_ns,
+            wire_len: f.wire_len,
+            tcp_flags: f.tcp_flags,
+        }
+    }
+}
+
 /// An NF FastPath may skip on consolidated flows.
 pub trait Consolidate {
     /// What the NF's state function still does per packet (`catena check` prints it).
@@ -71,6 +119,27 @@ pub trait Consolidate {
     /// NFs that all say no skips the pass that would call it.
     fn fast_prefetches(&self) -> bool {
         false
+    }
+
+    /// How many leading visits of `run` FastPath may take without asking again: each
+    /// one's check ([`fast_valid`](Consolidate::fast_valid)) must pass on the NF's state
+    /// as it is now, before any state function of the run, *and* be sure to pass after
+    /// the state functions of the visits before it (refreshes, sweep steps). Saying
+    /// fewer is always right: the visit after them and the rest of the chunk are then
+    /// checked one by one. The default vouches for the first visit only.
+    fn fast_vouch(&self, run: &FastRun) -> usize {
+        match run.visits.first() {
+            Some(v) if self.fast_valid(v.token, &run.packet(v)) => 1,
+            _ => 0,
+        }
+    }
+
+    /// The state functions of `run`'s visits, in order: exactly as many
+    /// [`fast_state`](Consolidate::fast_state) calls (one dynamic call for a chunk).
+    fn fast_state_run(&mut self, run: &FastRun) {
+        for v in run.visits {
+            self.fast_state(v.token, &run.packet(v));
+        }
     }
 
     /// Whether the state function only adds one per packet to counters the token names:

@@ -24,6 +24,7 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
+use super::consolidate::FastRun;
 use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
@@ -617,6 +618,20 @@ impl Consolidate for FlowMonitor {
     /// counted there without hashing; else (the flow was exported or the table had no
     /// room) it is accounted from its key, exactly as `process` would.
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
+        self.state_at(token, p);
+    }
+
+    fn fast_state_run(&mut self, run: &FastRun) {
+        for v in run.visits {
+            self.state_at(v.token, &run.packet(v));
+        }
+    }
+}
+
+impl FlowMonitor {
+    /// A consolidated packet's state function (inlined in a fused run's loop).
+    #[inline(always)]
+    fn state_at(&mut self, token: u64, p: &FastPacket) {
         let (ts, now, len) = (p.ts_ns, p.now_ns, p.wire_len as u64);
         self.tick(now);
         let c = WideKey(p.key.canonical());

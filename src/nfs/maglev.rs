@@ -30,6 +30,7 @@ use std::net::IpAddr;
 
 use foldhash::fast::FixedState;
 
+use super::consolidate::FastRun;
 use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
@@ -1069,22 +1070,26 @@ impl Consolidate for Maglev {
     }
 
     fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
-        if token == FAST_PASS {
-            return true;
+        self.valid_at(token, p.now_ns)
+    }
+
+    /// The run's state functions only move `seen` forward, so a check that passes before
+    /// them passes after them, up to the one whose tick sweeps (its own check comes
+    /// before its sweep): the sweep may move connections, and the visits after it are
+    /// checked one by one.
+    fn fast_vouch(&self, run: &FastRun) -> usize {
+        let mut since = self.since_sweep;
+        for (n, v) in run.visits.iter().enumerate() {
+            let now = run.facts[v.at as usize].now_ns;
+            if !self.valid_at(v.token, now) {
+                return n;
+            }
+            since += 1;
+            if since >= self.sweep_every && now.abs_diff(self.last_sweep_ns) >= 1_000_000_000 {
+                return n + 1;
+            }
         }
-        // Same epoch: the slot holds the connection recorded (slots move only in sweeps),
-        // whose backend changes only by a control command (which invalidates the entry)
-        // or once it expired, which this checks as `get_mut` would.
-        let Some(slot) = self.conns.slot_of(token) else {
-            return false;
-        };
-        let c = &self.conns.slab[slot];
-        let t = self.conns.timeout_ns;
-        !(t != 0 && p.now_ns.saturating_sub(c.seen) > t)
-            && self
-                .known
-                .get(c.id as usize)
-                .is_some_and(|k| k.index != GONE)
+        run.visits.len()
     }
 
     fn fast_prefetches(&self) -> bool {
@@ -1103,24 +1108,64 @@ impl Consolidate for Maglev {
     }
 
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
-        self.tick(p.now_ns);
+        self.state_at(token, p.now_ns, || fast_key(p));
+    }
+
+    fn fast_state_run(&mut self, run: &FastRun) {
+        for v in run.visits {
+            let now = run.facts[v.at as usize].now_ns;
+            self.state_at(v.token, now, || fast_key(&run.packet(v)));
+        }
+    }
+}
+
+impl Maglev {
+    /// A consolidated packet's state function: the sweep tick, the connection's
+    /// refresh, its backend's counter; `key` gives the connection's key when the tick
+    /// moved it.
+    #[inline(always)]
+    fn state_at(&mut self, token: u64, now: u64, key: impl FnOnce() -> WideKey) {
+        self.tick(now);
         if token == FAST_PASS {
             self.passed += 1;
             return;
         }
         // The tick may have swept (and moved the connection): then find it by its key.
         let slot = self.conns.slot_of(token).or_else(|| {
-            let key = fast_key(p);
+            let key = key();
             self.conns
                 .find(self.conns.tag(&key), &key)
                 .map(|s| s as usize)
         });
         if let Some(c) = slot.and_then(|s| self.conns.slab.get_mut(s)) {
-            c.seen = c.seen.max(p.now_ns);
+            c.seen = c.seen.max(now);
             if let Some(k) = self.known.get_mut(c.id as usize) {
                 k.packets += 1;
             }
         }
+    }
+}
+
+impl Maglev {
+    /// Whether a token still names a live connection to an existing backend at `now`.
+    #[inline]
+    fn valid_at(&self, token: u64, now: u64) -> bool {
+        if token == FAST_PASS {
+            return true;
+        }
+        // Same epoch: the slot holds the connection recorded (slots move only in sweeps),
+        // whose backend changes only by a control command (which invalidates the entry)
+        // or once it expired, which this checks as `get_mut` would.
+        let Some(slot) = self.conns.slot_of(token) else {
+            return false;
+        };
+        let c = &self.conns.slab[slot];
+        let t = self.conns.timeout_ns;
+        !(t != 0 && now.saturating_sub(c.seen) > t)
+            && self
+                .known
+                .get(c.id as usize)
+                .is_some_and(|k| k.index != GONE)
     }
 }
 

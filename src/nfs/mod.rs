@@ -22,6 +22,7 @@ pub mod registry;
 mod wire;
 
 pub use busy::Busy;
+pub use consolidate::{FastFacts, FastRun, Visit};
 pub use dpi::{AppProto, DpiFlow};
 pub use firewall::Firewall;
 pub use flow_monitor::{End, FlowMonitor, FlowRecord, FlowStats};

@@ -48,6 +48,7 @@ use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
 
+use super::consolidate::FastRun;
 use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
@@ -1365,6 +1366,43 @@ impl Consolidate for Nat {
         }
     }
 
+    /// A check that passes on the state before the run still passes after the run's
+    /// earlier state functions: they refresh deadlines and never shorten them (the run
+    /// clock never goes back, and a packet with FIN or RST never reaches a fused run),
+    /// never clear LIVE nor create a mapping, and a sweep step releases only a mapping
+    /// expired at its packet's time, which is no later than a later visit's, whose check
+    /// found it live. Two exceptions stop the vouching: an unsolicited packet's drop
+    /// holds only while no mapping answers it, and a refresh could make an expired one
+    /// answer again, so a no-mapping visit is vouched only when no mapping at all, live
+    /// or expired, would answer it; and a SYN reopening a lingering mapping shortens its
+    /// deadline when the TCP timeout is below the linger, so the run stops after one.
+    fn fast_vouch(&self, run: &FastRun) -> usize {
+        let syn_shortens = self.timeout(TCP, LIVE) < self.timeout(TCP, RST);
+        for (n, v) in run.visits.iter().enumerate() {
+            let (kind, slot, serial) = (
+                (v.token >> 56) as u8,
+                (v.token >> 32) as u32 & 0xff_ffff,
+                v.token as u32,
+            );
+            let f = &run.facts[v.at as usize];
+            let ok = match kind {
+                FAST_OUT | FAST_IN => self.slab.get(slot as usize).is_some_and(|m| {
+                    m.state & LIVE != 0 && f.now_ns <= m.deadline && m.serial == serial
+                }),
+                // At time 0 every mapping still in the index is live.
+                FAST_NOMAP => !self.answers(run.packet(v).key, 0),
+                _ => true,
+            };
+            if !ok {
+                return n;
+            }
+            if syn_shortens && f.tcp_flags & 0x02 != 0 {
+                return n + 1;
+            }
+        }
+        run.visits.len()
+    }
+
     fn fast_prefetches(&self) -> bool {
         true
     }
@@ -1383,22 +1421,50 @@ impl Consolidate for Nat {
     }
 
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
-        let now = p.now_ns;
+        let mut n = [0u64; 4];
+        self.state_at(token, p.now_ns, p.tcp_flags, &mut n);
+        self.add_counts(n);
+    }
+
+    /// As many `fast_state` calls, with the counters added once.
+    fn fast_state_run(&mut self, run: &FastRun) {
+        let mut n = [0u64; 4];
+        for v in run.visits {
+            let f = &run.facts[v.at as usize];
+            self.state_at(v.token, f.now_ns, f.tcp_flags, &mut n);
+        }
+        self.add_counts(n);
+    }
+}
+
+impl Nat {
+    /// A consolidated packet's state function: the sweep step, the mapping's refresh,
+    /// and its counter (out, in, internal, not IPv4) in `n`.
+    #[inline(always)]
+    fn state_at(&mut self, token: u64, now: u64, tcp_flags: u16, n: &mut [u64; 4]) {
         self.tick(now);
         let slot = (token >> 32) as u32 & 0xff_ffff;
         match (token >> 56) as u8 {
             FAST_OUT => {
-                self.touch(slot, now, p.tcp_flags as u8, true);
-                self.translated_out += 1;
+                self.touch(slot, now, tcp_flags as u8, true);
+                n[0] += 1;
             }
             FAST_IN => {
-                self.touch(slot, now, p.tcp_flags as u8, false);
-                self.translated_in += 1;
+                self.touch(slot, now, tcp_flags as u8, false);
+                n[1] += 1;
             }
-            FAST_INTERNAL => self.internal += 1,
-            FAST_NOT_IPV4 => self.not_ipv4 += 1,
+            FAST_INTERNAL => n[2] += 1,
+            FAST_NOT_IPV4 => n[3] += 1,
             _ => {}
         }
+    }
+
+    #[inline(always)]
+    fn add_counts(&mut self, n: [u64; 4]) {
+        self.translated_out += n[0];
+        self.translated_in += n[1];
+        self.internal += n[2];
+        self.not_ipv4 += n[3];
     }
 }
 

@@ -7,7 +7,8 @@
 
 use super::table::{Found, Probe, Step, Way};
 use super::{FastPath, FpKey};
-use crate::nfs::{Consolidate, FastPacket, Nf, TokenLines};
+use crate::flow::FlowKey;
+use crate::nfs::{Consolidate, FastFacts, FastPacket, FastRun, Nf, TokenLines, Visit};
 use crate::packet::{Batch, Layers, Packet, Pool, Verdict, MAX_BATCH};
 
 /// Most consolidated NFs a chain may have for a chunk of hits to borrow them all at once
@@ -231,8 +232,28 @@ impl FastPath {
                     None => false,
                 }
             });
+        // Chains whose hits call NFs take the fused run: each NF checks and runs its
+        // state functions for the whole chunk in one call, not two calls per hit.
+        let run = fits && self.calls && self.lendable;
+        let mut facts = [FastFacts::default(); MAX_BATCH];
+        if run {
+            for (i, p) in input.iter().enumerate() {
+                let m = p.meta();
+                facts[i] = FastFacts {
+                    ts_ns: m.ts_ns,
+                    now_ns: m.now_ns,
+                    wire_len: m.wire_len,
+                    tcp_flags: keys[i].tcp_flags(p.data()),
+                    fragment: keys[i].layer_flags() & Layers::FRAGMENT != 0,
+                };
+            }
+        }
+        let n = input.len();
         let mut rest = input.drain().enumerate();
-        if fits {
+        if run {
+            // Packets the NFs did not vouch for go on in the general loop, one by one.
+            self.fused_run(h, &mut rest, &fused, &facts[..n]);
+        } else if fits {
             let failed = if self.calls && self.lendable {
                 // The NFs the hits call, looked up once for the chunk.
                 let slots = std::mem::take(&mut self.slots);
@@ -335,6 +356,132 @@ impl FastPath {
         self.flush(h);
         // Entries that went this chunk hand over their counts.
         self.table.drain_retired(|n, path| count_path(h, path, n));
+    }
+
+    /// A chunk that hits whole, in one pass per NF and one over the packets: every NF
+    /// with a check vouches for a prefix of its visits ([`Consolidate::fast_vouch`]),
+    /// the chunk's packets up to the first one some NF did not vouch for are taken, each
+    /// NF runs its state functions for its visits among them in one call
+    /// ([`Consolidate::fast_state_run`]; NFs share no state, so NF after NF equals packet
+    /// after packet), then those packets are rewritten, sent and counted. The rest is
+    /// left in `rest` for the general loop, which checks them one by one.
+    fn fused_run<H: Host>(
+        &mut self,
+        h: &mut H,
+        rest: &mut impl Iterator<Item = (usize, Packet)>,
+        fused: &[Option<Way>; MAX_BATCH],
+        facts: &[FastFacts],
+    ) {
+        let n = facts.len();
+        let slots = std::mem::take(&mut self.slots);
+        let FastPath {
+            table,
+            visits,
+            slot_flags,
+            ..
+        } = self;
+        // A fixed-size array, not a Vec: its bounds are known to the compiler (a Vec
+        // here cost about 25 instructions a hit by callgrind).
+        let visits =
+            &mut **visits.get_or_insert_with(|| Box::new([[Visit::default(); MAX_BATCH]; LENT]));
+        let taken = h.lend(&slots, |nfs, out| {
+            let mut k = n;
+            {
+                // Each NF's visits, in packet order.
+                let mut lens = [0usize; LENT];
+                let mut kref: [&[FlowKey]; MAX_BATCH] = [&[]; MAX_BATCH];
+                'packets: for (i, w) in fused.iter().take(n).enumerate() {
+                    let Some(w) = *w else {
+                        k = i;
+                        break;
+                    };
+                    let (e, _, ks) = table.entry_parts(w);
+                    // An entry that calls NFs has its keys (`keys_of`).
+                    let Some(ks) = ks else {
+                        continue;
+                    };
+                    kref[i] = &ks.keys;
+                    for s in e.path() {
+                        if s.flags & (Step::CHECK | Step::STATE) == 0 {
+                            continue;
+                        }
+                        let sl = s.slot as usize;
+                        match (visits.get_mut(sl), lens.get_mut(sl)) {
+                            (Some(v), Some(l)) if *l < MAX_BATCH => {
+                                v[*l] = Visit {
+                                    token: s.token,
+                                    at: i as u8,
+                                    key: s.key_index() as u8,
+                                };
+                                *l += 1;
+                            }
+                            // (Never: a path visits an NF once, and lent NFs have slots.)
+                            _ => {
+                                k = i;
+                                break 'packets;
+                            }
+                        }
+                    }
+                }
+                let keys = &kref[..n];
+                for sl in 0..LENT {
+                    let len = lens[sl];
+                    if len == 0 || slot_flags[sl] & Step::CHECK == 0 {
+                        continue;
+                    }
+                    let run = FastRun {
+                        visits: &visits[sl][..len],
+                        facts,
+                        keys,
+                    };
+                    let ok = nfs[sl].as_deref().map_or(0, |c| c.fast_vouch(&run));
+                    if let Some(v) = run.visits.get(ok) {
+                        k = k.min(v.at as usize);
+                    }
+                }
+                for sl in 0..LENT {
+                    let vs = &visits[sl][..lens[sl]];
+                    let m = vs.partition_point(|v| (v.at as usize) < k);
+                    if m == 0 || slot_flags[sl] & Step::STATE == 0 {
+                        continue;
+                    }
+                    if let Some(c) = nfs[sl].as_deref_mut() {
+                        c.fast_state_run(&FastRun {
+                            visits: &vs[..m],
+                            facts,
+                            keys,
+                        });
+                    }
+                }
+            }
+            for _ in 0..k {
+                let Some((i, mut p)) = rest.next() else {
+                    break;
+                };
+                // (Every packet of a fused chunk has its way.)
+                let Some(w) = fused[i] else {
+                    out.free(p);
+                    continue;
+                };
+                let now = p.meta().now_ns;
+                let (e, actions, _) = table.entry_parts(w);
+                if let Some(sink) = e.sink() {
+                    if let Some(a) = actions.filter(|_| e.rewrites()) {
+                        a.apply(p.data_mut());
+                    }
+                    p.meta_mut().egress = e.egress;
+                    out.to_sink(sink, &p);
+                }
+                out.free(p);
+                if table.hit(w, now) {
+                    let (c, path) = table.take_count(w);
+                    count_along(&mut Lending { nfs, out }, path, c as u64);
+                }
+            }
+            k
+        });
+        self.slots = slots;
+        self.stats.hits += taken as u64;
     }
 
     /// The ways the probes found for the keyed packets, with each found entry's actions

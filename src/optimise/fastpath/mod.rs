@@ -25,8 +25,8 @@ pub use key::FpKey;
 pub use record::{Outcome, Recorder};
 pub use table::{Entry, Found, Hot, Keys, Probe, Step, Table, Way, MAX_KEYS, MAX_NODES, MAX_PATH};
 
-use crate::nfs::Nf;
-use crate::packet::{Batch, Fields};
+use crate::nfs::{Nf, Visit};
+use crate::packet::{Batch, Fields, MAX_BATCH};
 
 /// FastPath settings of a chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +175,11 @@ pub struct FastPath {
     /// Where a chunk is held while it is sorted into hits and misses (swapped with the
     /// runtime's queue of misses, so it has the same capacity).
     chunk_in: Batch,
+    /// Per lent slot: what a hit does for its NF ([`Step::CHECK`], [`Step::STATE`]).
+    pub(crate) slot_flags: [u8; LENT],
+    /// Per lent slot: a fused run's visits (written before they are read, per chunk;
+    /// made at the first fused run, so a run `auto` leaves off allocates nothing here).
+    pub(crate) visits: Option<Box<[[Visit; MAX_BATCH]; LENT]>>,
 }
 
 impl FastPath {
@@ -197,7 +202,15 @@ impl FastPath {
                 None => u8::MAX,
             })
             .collect();
+        let mut slot_flags = [0u8; LENT];
+        for (&s, &f) in slots.iter().zip(&flags) {
+            if let Some(x) = slot_flags.get_mut(s as usize) {
+                *x = f;
+            }
+        }
         FastPath {
+            slot_flags,
+            visits: None,
             slots,
             lendable: lent <= LENT,
             record_at: cfg.record_at.max(1),
