@@ -235,6 +235,24 @@ fn http_is_known_from_the_first_request_bytes_as_suricata() {
     assert_eq!(ours, theirs);
 }
 
+/// The first packet of a flow picked up mid-stream is not "established" for Suricata 7
+/// (flow.c sets FLOW_PKT_ESTABLISHED from the session's state before the stream engine
+/// creates the session), so a `flow:established` rule does not match that packet's
+/// payload; it matches the bytes later in the raw stream. A TLS client hello that is the
+/// first packet of a pickup (merged trace, 10.0.0.1:33338, one of 34 such flows): the
+/// anchored client-hello rule alerted twice here (packet and stream), Suricata once.
+#[test]
+fn a_pickups_first_packet_is_not_established_as_suricata() {
+    let (ours, theirs) = merged_cut(
+        "tcp.port==33338 && ip.addr==45.90.28.0",
+        "alert tcp any any -> any any (msg:\"TLS client hello\"; \
+         flow:to_server,established; content:\"|16 03|\"; depth:2; content:\"|01|\"; \
+         distance:3; within:1; sid:1;)\n",
+    );
+    assert_eq!(theirs.get(&1), Some(&1), "{theirs:?}");
+    assert_eq!(ours, theirs);
+}
+
 /// The packets of the merged trace that tshark's `filter` selects, through Suricata and
 /// through the chain with `rules`: alerts per sid (ours, Suricata's).
 fn merged_cut(filter: &str, rules: &str) -> (BTreeMap<u64, u32>, BTreeMap<u64, u32>) {
