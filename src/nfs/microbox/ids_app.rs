@@ -687,7 +687,7 @@ impl IdsApp {
                 let est = (st >= TcpState::Established && !flow_first)
                     || (st == TcpState::SynReceived
                         && if ev.info != 0 {
-                            (ev.info & 0xff) - 1 >= TcpState::Established as u32
+                            (ev.info & 0xff) > TcpState::Established as u32
                         } else {
                             (dir == 0 && ack && !syn) || (dir == 1 && !syn && pay_len > 0)
                         });
