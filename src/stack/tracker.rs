@@ -482,7 +482,9 @@ impl Stack {
         // Whether the segment's bytes go to the stream: Suricata keeps none before the
         // handshake completes.
         let take = match hs {
-            Handshake::Ignore => false,
+            // A SYN's own data (TCP Fast Open) is the stream's: Suricata takes it, and the
+            // SYN-ACK then acknowledges past it.
+            Handshake::Ignore => pure_syn,
             Handshake::Establish => true,
             Handshake::Normal => {
                 !self.skip_holes || old >= TcpState::Established || c.state >= TcpState::Established
