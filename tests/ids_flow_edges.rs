@@ -193,6 +193,66 @@ fn icmp_errors_join_the_quoted_flow_either_way_as_suricata() {
     assert_eq!(ours, theirs);
 }
 
+/// TCP flows whose handshake Suricata 7 never completes (stream-tcp.c, SYN_SENT and
+/// SYN_RECV with `async-oneside` off), cut from the merged trace with bench.rules: a
+/// client behind a NAT seen twice (its SYN and requests under one address pair, the
+/// server's SYN-ACK and responses under another, whose ACKs then fit neither handshake
+/// check) and a SYN answered by data without a SYN-ACK. Suricata reassembles none of
+/// their bytes, so no HTTP or stream rule fires; the stack delivered them (5 `HTTP GET`
+/// alerts and 5 of each other HTTP rule on the NAT pair, 21 alerts on the other).
+#[test]
+fn flows_whose_handshake_suricata_refuses_carry_no_stream_as_suricata() {
+    let rules = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ids/bench.rules"),
+    )
+    .unwrap();
+    let (ours, theirs) = merged_cut(
+        "(tcp.port==1044 && (ip.addr==10.10.10.1 || ip.addr==192.168.1.146)) \
+         || (ip.addr==10.3.9.19 && tcp.port==40632 && frame.time_epoch < 311450500)",
+        &rules,
+    );
+    // The oracle: IP-only rules fire on these flows, `HTTP GET` does not, though the
+    // client's segments carry three GET requests.
+    assert!(theirs.contains_key(&1000121), "{theirs:?}");
+    assert!(!theirs.contains_key(&2000001), "{theirs:?}");
+    assert_eq!(ours, theirs);
+}
+
+/// Suricata's protocol detection says HTTP from the first bytes of a request (`GET `),
+/// before its headers are complete, so `alert http` rules on the raw stream (`Host`,
+/// `User-Agent` without a sticky buffer) match that first segment. A request whose
+/// final CRLF came in a second segment (merged trace, 10.8.0.1:45529, one of 7 such
+/// flows) gave neither alert here.
+#[test]
+fn http_is_known_from_the_first_request_bytes_as_suricata() {
+    let rules = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ids/bench.rules"),
+    )
+    .unwrap();
+    let (ours, theirs) = merged_cut("tcp.port==45529 && ip.addr==54.230.227.172", &rules);
+    assert_eq!(theirs.get(&1000397), Some(&1), "{theirs:?}");
+    assert_eq!(theirs.get(&1000400), Some(&1), "{theirs:?}");
+    assert_eq!(ours, theirs);
+}
+
+/// The first packet of a flow picked up mid-stream is not "established" for Suricata 7
+/// (flow.c sets FLOW_PKT_ESTABLISHED from the session's state before the stream engine
+/// creates the session), so a `flow:established` rule does not match that packet's
+/// payload; it matches the bytes later in the raw stream. A TLS client hello that is the
+/// first packet of a pickup (merged trace, 10.0.0.1:33338, one of 34 such flows): the
+/// anchored client-hello rule alerted twice here (packet and stream), Suricata once.
+#[test]
+fn a_pickups_first_packet_is_not_established_as_suricata() {
+    let (ours, theirs) = merged_cut(
+        "tcp.port==33338 && ip.addr==45.90.28.0",
+        "alert tcp any any -> any any (msg:\"TLS client hello\"; \
+         flow:to_server,established; content:\"|16 03|\"; depth:2; content:\"|01|\"; \
+         distance:3; within:1; sid:1;)\n",
+    );
+    assert_eq!(theirs.get(&1), Some(&1), "{theirs:?}");
+    assert_eq!(ours, theirs);
+}
+
 /// The packets of the merged trace that tshark's `filter` selects, through Suricata and
 /// through the chain with `rules`: alerts per sid (ours, Suricata's).
 fn merged_cut(filter: &str, rules: &str) -> (BTreeMap<u64, u32>, BTreeMap<u64, u32>) {

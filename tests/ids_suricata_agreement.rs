@@ -27,15 +27,15 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // difference of the alert totals in % of Suricata's): 9 captures, among them the
     // merged trace, TLS (google_ssl), DNS, QUIC and non-HTTP TCP (ssh, smtp, ftp).
     let cases = [
-        ("bench/ndpi-ether-merged.pcap", "bench.rules", 23, 74, 2.0),
+        ("bench/ndpi-ether-merged.pcap", "bench.rules", 32, 74, 2.0),
         (
             "bench/ndpi-ether-merged.pcap",
             "et-style.rules",
-            70,
+            73,
             86,
-            0.2,
+            0.3,
         ),
-        ("ndpi/pcap/1kxun.pcap", "bench.rules", 49, 59, 2.0),
+        ("ndpi/pcap/1kxun.pcap", "bench.rules", 50, 59, 2.0),
         ("ndpi/pcap/netflix.pcap", "bench.rules", 46, 51, 2.0),
         ("ndpi/pcap/google_ssl.pcap", "bench.rules", 7, 7, 0.0),
         ("ndpi/pcap/dns.pcap", "bench.rules", 0, 4, 42.0),
@@ -110,8 +110,9 @@ fn alert_counts_per_rule_agree_with_suricata() {
     assert!(below.is_empty(), "below the floors: {}", below.join("; "));
     // 1,109 when stream rules alerted once per segment; 859 with Suricata's chunks; 807
     // with acknowledged holes skipped as Suricata does; 637 with ICMP errors joining
-    // their quoted flow either way.
-    assert!(apart_all <= 680, "per-rule differences sum to {apart_all}");
+    // their quoted flow either way; 557 with Suricata's handshake checks, HTTP known from
+    // a request's first bytes and a pickup's first packet not established.
+    assert!(apart_all <= 580, "per-rule differences sum to {apart_all}");
     assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }
 

@@ -21,6 +21,8 @@ pub struct Conn {
     pub(crate) last_ns: u64,
     /// Picked up mid-stream (no SYN seen).
     pub midstream: bool,
+    /// Picked up from its SYN-ACK (the client's SYN not seen).
+    pub(crate) synack_first: bool,
     /// FlowEnd was published.
     pub(crate) ended: bool,
     pub packets: [u64; 2],
@@ -42,6 +44,7 @@ impl Conn {
             subs: *subs,
             last_ns: now,
             midstream: false,
+            synack_first: false,
             ended: false,
             packets: [0; 2],
             duplicate_bytes: [0; 2],

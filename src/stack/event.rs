@@ -5,7 +5,10 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
-    /// Every packet (any protocol); `flow` is set for tracked TCP packets.
+    /// Every packet (any protocol); `flow` is set for tracked TCP packets, and `info` is
+    /// then the connection's state after the packet ([`super::TcpState`]) + 1 (else 0),
+    /// plus 256 when its payload was refused (Suricata's handshake checks: not in the
+    /// stream).
     Packet = 0,
     /// A TCP segment of a tracked connection.
     TcpPacket = 1,

@@ -107,6 +107,73 @@ pub fn next(
     n
 }
 
+/// What Suricata 7 makes of a segment of a connection whose handshake is not complete
+/// (stream-tcp.c, `StreamTcpPacketStateSynSent` / `…SynRecv`, `async-oneside` off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handshake {
+    /// The segment is refused: no state change, its bytes are not in the stream.
+    Ignore,
+    /// The usual machine ([`next`]) applies.
+    Normal,
+    /// The segment completes the handshake (its bytes are the stream's).
+    Establish,
+}
+
+/// Suricata's handshake checks for a segment from `dir` in state `s`; `next` is each
+/// direction's next expected sequence number (the client's is the SYN-ACK's ack, the
+/// server's its ISN + 1: no bytes are taken before the handshake completes), and
+/// `synack_first` says the connection was picked up from its SYN-ACK.
+pub fn suricata_handshake(
+    s: TcpState,
+    dir: usize,
+    tcp_flags: u16,
+    seq: u32,
+    ack: u32,
+    next: [u32; 2],
+    synack_first: bool,
+) -> Handshake {
+    use super::seq::{le, lt};
+    let (syn, has_ack) = (tcp_flags & flags::SYN != 0, tcp_flags & flags::ACK != 0);
+    if s >= TcpState::Established || tcp_flags & flags::RST != 0 {
+        return Handshake::Normal;
+    }
+    if s == TcpState::SynSent {
+        // Only the SYN-ACK that acknowledges the SYN moves on; the client's own ACKs and
+        // data (no SYN-ACK seen) are never reassembled.
+        return if dir == 1 && syn && has_ack && ack == next[0] {
+            Handshake::Normal
+        } else {
+            Handshake::Ignore
+        };
+    }
+    if syn || !has_ack {
+        return Handshake::Ignore;
+    }
+    if tcp_flags & flags::FIN != 0 {
+        // `StreamTcpHandleFin`: an ACK of bytes the other side has not sent is invalid.
+        return if le(ack, next[1 - dir]) {
+            Handshake::Normal
+        } else {
+            Handshake::Ignore
+        };
+    }
+    let (c, srv) = (next[0], next[1]);
+    let ok = if dir == 0 {
+        // The handshake's ACK, or data after a lost one (seq at or past the client's
+        // next byte, ack the server's).
+        ack == srv && le(c, seq)
+    } else {
+        // Suricata compares the server's seq with the client's next seq here ("SYN/ACK
+        // followed by more TOCLIENT suggesting packet loss"); copied as it is.
+        (lt(c, seq) && lt(c, ack)) || (!synack_first && ack == c && seq == srv)
+    };
+    if ok {
+        Handshake::Establish
+    } else {
+        Handshake::Ignore
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +195,44 @@ mod tests {
         assert_eq!(s, TcpState::Closing, "ack below the server's FIN end");
         s = next(s, &mut f, 0, ACK, 112, 502, 0);
         assert_eq!(s, TcpState::Closed);
+    }
+
+    /// Suricata's checks (values of the merged trace's NAT flow, 192.168.1.103:1044).
+    #[test]
+    fn suricata_handshake_checks() {
+        use Handshake::*;
+        let h = suricata_handshake;
+        // SYN_SENT: only the SYN-ACK that acknowledges the SYN.
+        assert_eq!(
+            h(TcpState::SynSent, 1, SYN | ACK, 9, 101, [101, 0], false),
+            Normal
+        );
+        assert_eq!(
+            h(TcpState::SynSent, 1, SYN | ACK, 9, 105, [101, 0], false),
+            Ignore
+        );
+        assert_eq!(
+            h(TcpState::SynSent, 0, ACK, 101, 10, [101, 0], false),
+            Ignore
+        );
+        assert_eq!(
+            h(TcpState::SynSent, 1, RST | ACK, 9, 101, [101, 0], false),
+            Normal
+        );
+        // SYN_RECV: the handshake's ACK, or data after a lost one.
+        let next = [858_612_760, 4_015_379_905];
+        let r = TcpState::SynReceived;
+        assert_eq!(h(r, 0, ACK, next[0], next[1], next, true), Establish);
+        assert_eq!(h(r, 0, ACK, next[0] + 364, next[1], next, true), Establish);
+        // Client ACKs past server bytes never taken; server data after a SYN-ACK pickup
+        // whose seq is "before" the client's: refused.
+        assert_eq!(h(r, 0, ACK, 858_613_124, 4_015_383_382, next, true), Ignore);
+        assert_eq!(h(r, 1, ACK, next[1], 858_613_124, next, true), Ignore);
+        // After a SYN (not a pickup), the server's data that fits a lost handshake ACK.
+        assert_eq!(h(r, 1, ACK, next[1], next[0], next, false), Establish);
+        assert_eq!(h(r, 1, ACK | FIN, next[1], 858_613_812, next, true), Ignore);
+        assert_eq!(h(r, 0, ACK | FIN, next[0], next[1], next, true), Normal);
+        assert_eq!(h(TcpState::Established, 0, ACK, 1, 1, next, true), Normal);
     }
 
     #[test]

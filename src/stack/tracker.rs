@@ -11,7 +11,7 @@ use super::conn::{Conn, MAX_APPS};
 use super::event::{Bytes, EndReason, Event, FlowId, Kind, Kinds, FROM_STACK, NO_FLOW, NO_PKT};
 use super::queue::Queue;
 use super::reasm::{Chunk, RingPool};
-use super::tcp_state::{self, TcpState};
+use super::tcp_state::{self, Handshake, TcpState};
 use crate::flow::{FlowKey, Hasher, WideKey};
 use crate::packet::wire::tcp::flags;
 use crate::packet::{L3Kind, Packet};
@@ -423,6 +423,11 @@ impl Stack {
                 };
                 let c = &mut self.conns[slot as usize];
                 c.midstream = !syn;
+                c.synack_first = syn && !pure_syn;
+                if c.synack_first && self.skip_holes {
+                    // Suricata takes the client's next byte from the SYN-ACK's ack.
+                    c.streams[0].start(ack);
+                }
                 self.stats.flows += 1;
                 self.stats.midstream += u64::from(!syn);
                 self.table.insert(wk, slot);
@@ -445,16 +450,59 @@ impl Stack {
         let dir = usize::from(key != c.key);
         c.packets[dir] += 1;
         q.pkt_flow[idx as usize] = (f, dir as u8);
+        let old = c.state;
+        // With Suricata's semantics (`skip_holes`), a segment its handshake checks refuse
+        // moves nothing and carries no bytes (a SYN never answered, a pickup whose ACKs
+        // do not fit).
+        let hs = if self.skip_holes && old < TcpState::Established {
+            let next = [c.streams[0].next_seq(), c.streams[1].next_seq()];
+            let next = [
+                if c.streams[0].is_started() {
+                    next[0]
+                } else {
+                    ack
+                },
+                if c.streams[1].is_started() {
+                    next[1]
+                } else {
+                    seq
+                },
+            ];
+            tcp_state::suricata_handshake(old, dir, fl, seq, ack, next, c.synack_first)
+        } else {
+            Handshake::Normal
+        };
+        c.state = match hs {
+            Handshake::Ignore => old,
+            Handshake::Normal => {
+                tcp_state::next(old, &mut c.fins, dir, fl, seq, ack, pay_len as u32)
+            }
+            Handshake::Establish => TcpState::Established,
+        };
+        // Whether the segment's bytes go to the stream: Suricata keeps none before the
+        // handshake completes.
+        let take = match hs {
+            // A SYN's own data (TCP Fast Open) is the stream's: Suricata takes it, and the
+            // SYN-ACK then acknowledges past it.
+            Handshake::Ignore => pure_syn,
+            Handshake::Establish => true,
+            Handshake::Normal => {
+                !self.skip_holes || old >= TcpState::Established || c.state >= TcpState::Established
+            }
+        };
         ev.flow = f;
         ev.dir = dir as u8;
-        q.push(ev);
+        // The state after this packet + 1 (0: no tracked TCP packet), and whether its
+        // payload was refused (not in the stream).
+        q.push(Event {
+            info: (c.state as u32 + 1) | u32::from(!take && pay_len > 0) << 8,
+            ..ev
+        });
         q.push(Event {
             kind: Kind::TcpPacket,
             info: u32::from(fl),
             ..ev
         });
-        let old = c.state;
-        c.state = tcp_state::next(old, &mut c.fins, dir, fl, seq, ack, pay_len as u32);
         if c.state != old {
             q.push(Event {
                 kind: Kind::StateChange,
@@ -464,7 +512,11 @@ impl Stack {
         }
         if self.cfg.level >= Level::Bytestream {
             let want = q.want.has(Kind::Data) && c.subs_any(Kind::Data);
-            if self.skip_holes && fl & flags::ACK != 0 && c.streams[1 - dir].has_hole() {
+            if self.skip_holes
+                && hs != Handshake::Ignore
+                && fl & flags::ACK != 0
+                && c.streams[1 - dir].has_hole()
+            {
                 // The other direction's bytes behind a hole this packet acknowledges
                 // (Suricata's reassembly gap): delivered first, as Suricata updates the
                 // acknowledged direction before taking this packet's segment.
@@ -498,11 +550,11 @@ impl Stack {
                 }
             }
             let st = &mut c.streams[dir];
-            if !st.is_started() {
+            if !st.is_started() && (hs != Handshake::Ignore || syn) {
                 // The ISN's successor; on a pickup, the first segment seen.
                 st.start(seq.wrapping_add(u32::from(syn)));
             }
-            if pay_len > 0 {
+            if pay_len > 0 && take {
                 let data_seq = seq.wrapping_add(u32::from(syn));
                 let payload = &d[pay_off..pay_off + pay_len];
                 let mut first: Option<(usize, usize)> = None;

@@ -483,6 +483,15 @@ impl Ids {
         {
             flow.http_known = true;
         }
+        // Suricata's protocol detection knows HTTP from a request's first bytes (a method
+        // of its list and a space at stream offset 0), before the headers are complete:
+        // `alert http` stream rules then see the bytes of that first segment.
+        if !flow.http_known && d == 0 && flow.win[0].seen == data.len() as u64 {
+            flow.http_known = data
+                .iter()
+                .position(|&b| b == b' ')
+                .is_some_and(|n| known_method(&data[..n]));
+        }
         let open_before = flow.http.as_ref().is_some_and(|h| !h[d].complete());
         let mut starts = 0;
         while !data.is_empty() {

@@ -668,6 +668,10 @@ impl IdsApp {
                     }
                 }
                 let first = !c.seen[dir];
+                // The flow's first packet is never an established one for Suricata (its
+                // flow update runs before the stream engine makes the session), also
+                // on a mid-stream pickup.
+                let flow_first = !c.seen[0] && !c.seen[1];
                 c.seen[dir] = true;
                 c.pkts[dir] += 1;
                 c.bytes[dir] += len;
@@ -678,9 +682,15 @@ impl IdsApp {
                 c.last_ns = ts;
                 // The state this packet leaves (the stack's state change follows the packet).
                 let st = TcpState::from_u8(c.state);
-                let est = st >= TcpState::Established
+                // The stack's state after this packet rides on the packet event (its
+                // handshake checks are Suricata's when the stack skips holes).
+                let est = (st >= TcpState::Established && !flow_first)
                     || (st == TcpState::SynReceived
-                        && ((dir == 0 && ack && !syn) || (dir == 1 && !syn && pay_len > 0)));
+                        && if ev.info != 0 {
+                            (ev.info & 0xff) > TcpState::Established as u32
+                        } else {
+                            (dir == 0 && ack && !syn) || (dir == 1 && !syn && pay_len > 0)
+                        });
                 if est && st < TcpState::Established {
                     c.state = TcpState::Established as u8;
                 }
@@ -720,7 +730,9 @@ impl IdsApp {
             dport: d.dport,
             to_server,
             established,
-            reassembled: tracked && pay_len > 0,
+            // A segment the stack refused is not in the stream: stream rules match its
+            // payload (Suricata: no PKT_STREAM_ADD).
+            reassembled: tracked && pay_len > 0 && ev.info & 0x100 == 0,
             first_in_dir,
             fields: d.fields,
             no_payload,
