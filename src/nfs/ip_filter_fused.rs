@@ -247,7 +247,36 @@ impl IpFilter {
     #[inline]
     pub(super) fn process_follow(&mut self, batch: &mut Batch, f: Follow) {
         let malformed = self.rules.len() + 1;
-        for p in batch.iter_mut() {
+        let pkts = batch.as_mut_slice();
+        // The common case first, in a loop of its own: a verdict of this run and FastPath
+        // not asking. The counters and actions are cut to the hit indices once, so the
+        // loop checks no bounds; the first packet that is not this case ends it and the
+        // general loop below takes the rest.
+        let mut i = 0;
+        if let (Some(hits), Some(actions)) = (
+            self.hits.get_mut(..malformed),
+            self.actions.get(..malformed),
+        ) {
+            while let Some(p) = pkts.get_mut(i) {
+                let m = p.meta();
+                let s = m.filter_verdicts;
+                let field = (s as u32 >> f.shift) & f.mask;
+                if (s >> 32) as u32 != f.tag || field == 0 || matches!(m.fast, FastMark::Want) {
+                    break;
+                }
+                let hit = field as usize - 1;
+                if hit < malformed {
+                    hits[hit] += 1;
+                    if actions[hit] == Action::Deny {
+                        p.drop_with(DENIED);
+                    }
+                } else {
+                    p.drop_with(MALFORMED);
+                }
+                i += 1;
+            }
+        }
+        for p in &mut pkts[i..] {
             let s = p.meta().filter_verdicts;
             let field = if (s >> 32) as u32 == f.tag {
                 (s as u32 >> f.shift) & f.mask

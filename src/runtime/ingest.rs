@@ -4,9 +4,9 @@
 
 use super::rss::STEP;
 use super::walk::Walk;
-use crate::flow::prefetch;
+use crate::flow::{prefetch, RunClock};
 use crate::io::Record;
-use crate::packet::{FastMark, NOT_RECORDED, NO_PORT};
+use crate::packet::{FastMark, LinkKind, Packet, NOT_RECORDED, NO_PORT};
 
 /// The input's drop reasons (see `chain::INPUT_DROPS`).
 const OVERSIZE: usize = 0;
@@ -14,6 +14,43 @@ const POOL_EXHAUSTED: usize = 1;
 
 /// Most bytes of a packet `prefetch_whole` fetches ahead (a full-size Ethernet frame).
 const WHOLE_MAX: usize = 1536;
+
+/// Writes what ingest sets of a packet's metadata beside what `set_view` / `set_bytes`
+/// reset, and besides the clock time and the ingress port (`now_ns`, `in_port`, set
+/// where they are drawn): one body for [`Walk::ingest`] and [`Walk::ingest_all`], so
+/// the two cannot stamp a packet differently.
+#[inline(always)]
+fn stamp(p: &mut Packet, ts: u64, wire_len: u32, link: LinkKind, seq: u64) {
+    let m = p.meta_mut();
+    m.ts_ns = ts;
+    m.wire_len = wire_len;
+    m.egress = NO_PORT;
+    m.link = link;
+    m.fast = FastMark::Off;
+    m.fast_rec = NOT_RECORDED;
+    m.seq = seq;
+}
+
+/// [`Walk::ingest_all`]'s third pass for one packet: its clock time (stamped `ts`, its
+/// successor `next`) and its ingress port, counted in `per_port`.
+#[inline(always)]
+fn tick_and_draw(
+    p: &mut Packet,
+    clk: &mut RunClock,
+    draw: &mut u64,
+    per_port: &mut [u64; 4],
+    ports: u64,
+    ts: u64,
+    next: u64,
+) {
+    let m = p.meta_mut();
+    m.now_ns = clk.tick(ts, Some(next));
+    step(draw);
+    // As in `ingest`: Lemire's multiply-shift, below `ports` (at most 4 here).
+    let in_port = (((*draw >> 32) * ports) >> 32) as u16;
+    per_port[(in_port & 3) as usize] += 1;
+    m.in_port = in_port;
+}
 
 /// One step of the ingress-port draw (xorshift64).
 #[inline(always)]
@@ -154,16 +191,16 @@ impl Walk {
                 Some(all) => p.set_view(&all[off..off + r.caplen as usize]),
                 None => p.set_bytes(&bytes[off..off + r.caplen as usize]),
             };
+            stamp(
+                &mut p,
+                r.ts_ns.wrapping_add(shift),
+                r.wire_len,
+                link,
+                base + i as u64,
+            );
             let m = p.meta_mut();
-            m.ts_ns = r.ts_ns.wrapping_add(shift);
             m.now_ns = now;
-            m.wire_len = r.wire_len;
             m.in_port = in_port;
-            m.egress = NO_PORT;
-            m.link = link;
-            m.fast = FastMark::Off;
-            m.fast_rec = NOT_RECORDED;
-            m.seq = base + i as u64;
             c.out[0] += 1;
             q.push(p);
         }
@@ -212,43 +249,72 @@ impl Walk {
         let (shift, link) = (*shift, *link);
         // The small class holds every packet up to `max_packet` unless there is a big one.
         let fits = pool.max_packet().min(pool.small_max()) as u64;
-        let mut clk = *clock;
-        let mut draw = *rng;
-        let mut per_port = [0u64; 4];
-        let mut bytes_in = 0u64;
-        let pkts = &mut inbox[first].as_mut_slice()[start..];
-        // Each record's successor's time is loaded once and carried to the next step.
-        let mut ts = recs[0].ts_ns.wrapping_add(shift);
+        // Three short passes over the chunk rather than one long one: the one loop kept
+        // about twenty values live and spilled a third of them to the stack per record.
+        // 1. The records the small buffers hold (the rest go the general way) and their bytes.
+        // Also the furthest byte they reach, so the views below need no bounds check each.
         let mut done = 0;
-        for (p, r) in pkts.iter_mut().zip(recs) {
-            let len = r.caplen as usize;
+        let mut bytes_in = 0u64;
+        let mut end = 0u64;
+        for r in recs {
             if r.caplen as u64 > fits {
                 break;
             }
-            let nt = recs.get(done + 1).map(|x| x.ts_ns.wrapping_add(shift));
             bytes_in += r.caplen as u64;
-            let now = clk.tick(ts, nt.or(after));
-            step(&mut draw);
-            // As in `ingest`: Lemire's multiply-shift, below `ports` (at most 4).
-            let in_port = (((draw >> 32) * ports as u64) >> 32) as u16;
-            per_port[(in_port & 3) as usize] += 1;
-            let off = r.off as usize;
-            match lasting {
-                Some(all) => p.set_view(&all[off..off + len]),
-                None => p.set_bytes(&bytes[off..off + len]),
-            };
-            let m = p.meta_mut();
-            m.ts_ns = ts;
-            m.now_ns = now;
-            m.wire_len = r.wire_len;
-            m.in_port = in_port;
-            m.egress = NO_PORT;
-            m.link = link;
-            m.fast = FastMark::Off;
-            m.fast_rec = NOT_RECORDED;
-            m.seq = base + done as u64;
-            ts = nt.unwrap_or(0);
+            end = end.max(r.off.saturating_add(r.caplen as u64));
             done += 1;
+        }
+        let pkts = &mut inbox[first].as_mut_slice()[start..start + done];
+        let recs_in = &recs[..done];
+        // 2. Bytes and what does not depend on the clock or the draw.
+        let mut seq = base;
+        match lasting.filter(|all| end <= all.len() as u64) {
+            Some(all) => {
+                for (p, r) in pkts.iter_mut().zip(recs_in) {
+                    let (off, len) = (r.off as usize, r.caplen as usize);
+                    // SAFETY: `off + len <= end <= all.len()` (pass 1), so in bounds.
+                    p.set_view(unsafe { all.get_unchecked(off..off + len) });
+                    stamp(p, r.ts_ns.wrapping_add(shift), r.wire_len, link, seq);
+                    seq += 1;
+                }
+            }
+            None => {
+                for (p, r) in pkts.iter_mut().zip(recs_in) {
+                    let (off, len) = (r.off as usize, r.caplen as usize);
+                    match lasting {
+                        Some(all) => p.set_view(&all[off..off + len]),
+                        None => p.set_bytes(&bytes[off..off + len]),
+                    };
+                    stamp(p, r.ts_ns.wrapping_add(shift), r.wire_len, link, seq);
+                    seq += 1;
+                }
+            }
+        }
+        // 3. The run clock and the port draw, record by record in input order. Each
+        // record's successor is the next record, or for the chunk's last the record
+        // after the chunk, or none (the clock then takes the record itself, which is
+        // what `tick` does with None).
+        let mut clk = *clock;
+        let mut draw = *rng;
+        let mut per_port = [0u64; 4];
+        let ports = ports as u64;
+        let inner = done.min(n - 1);
+        for ((p, r), nr) in pkts.iter_mut().zip(recs_in).zip(&recs[1..]).take(inner) {
+            let (ts, next) = (r.ts_ns.wrapping_add(shift), nr.ts_ns.wrapping_add(shift));
+            tick_and_draw(p, &mut clk, &mut draw, &mut per_port, ports, ts, next);
+        }
+        if done == n {
+            let ts = recs[n - 1].ts_ns.wrapping_add(shift);
+            let next = after.unwrap_or(ts);
+            tick_and_draw(
+                &mut pkts[n - 1],
+                &mut clk,
+                &mut draw,
+                &mut per_port,
+                ports,
+                ts,
+                next,
+            );
         }
         *clock = clk;
         *rng = draw;

@@ -2,10 +2,11 @@
 //! beside Click userlevel (FromDump -> the same NF -> Discard, one thread) and tcpdump
 //! reading (`-w /dev/null`) and copying (`-w OUT`) the same file, all in the same run.
 //!
-//! Each cell is the median wall time of `--runs` runs after one warm-up round (the trace
-//! is in the page cache for every tool); the commands of a case run interleaved (catena,
+//! Each cell is the median wall time of the timed rounds after one warm-up round (the
+//! trace is in the page cache for every tool): at least `--runs`, more when catena's run
+//! is short (see `MIN_TIMED_S`); the commands of a case run interleaved (catena,
 //! catena -o, catena --copy, Click, …, then again), so load from elsewhere falls on all
-//! of them alike. Whole process is compared only with whole process;
+//! of them alike, and the ratios to Click are medians of the rounds' own ratios. Whole process is compared only with whole process;
 //! catena's own processing figure (`seconds` of its summary) is a separate column and is
 //! never set against a peer's whole process. Peak memory is the child's maximum RSS.
 
@@ -316,14 +317,22 @@ fn click_bin() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
-/// One timed process: wall seconds, CPU seconds, peak RSS (bytes), stdout.
+/// One timed process: wall seconds, CPU seconds, peak RSS (bytes), stdout. From
+/// [`interleaved`]: the medians, and every timed round's figures in round order.
 struct Proc {
     secs: f64,
     /// User plus system time: the process's own work, which load from other processes
     /// on the machine stretches far less than the wall time.
     cpu: f64,
     rss: u64,
+    /// Minor page faults (the median from [`interleaved`]). Mapping the trace costs
+    /// about 750 of them for 160 MB when the page cache holds it in large folios and
+    /// about 2,900 (some 20 ms of system time, for catena and Click alike) when it holds
+    /// 4 KiB pages, which the kernel decides: shown so that a run's state is seen.
+    faults: u64,
     stdout: Vec<u8>,
+    all_secs: Vec<f64>,
+    all_cpu: Vec<f64>,
 }
 
 fn time_proc(cmd: &mut Command, out_file: &Path) -> anyhow::Result<Proc> {
@@ -353,14 +362,25 @@ fn time_proc(cmd: &mut Command, out_file: &Path) -> anyhow::Result<Proc> {
         secs,
         cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
         rss: ru.ru_maxrss as u64 * 1024,
+        faults: ru.ru_minflt as u64,
         stdout: std::fs::read(out_file)?,
+        all_secs: Vec::new(),
+        all_cpu: Vec::new(),
     })
 }
 
+/// Timed rounds are added, past `--runs`, until the first command's runs (catena's,
+/// the shortest process of a group) add up to this many seconds: a process of 0.1-0.2 s
+/// swings by ±15 % with the moment on a shared VM, and more pairs steady the median.
+const MIN_TIMED_S: f64 = 2.0;
+/// At most this many times `--runs` rounds. Only for `--runs` of 3 or more.
+const MAX_ROUNDS_X: u64 = 5;
+
 /// The commands of one group run interleaved (A B C A B C …): one untimed warm-up
-/// round, then `a.runs` timed rounds, so a burst of load from elsewhere falls on every
-/// column alike. Per command: the median seconds, the largest peak RSS and the last
-/// round's stdout.
+/// round, then at least `a.runs` timed rounds (more for short processes, see
+/// [`MIN_TIMED_S`]), so a burst of load from elsewhere falls on every column alike.
+/// Per command: the median seconds, the largest peak RSS, the last round's stdout and
+/// every round's times.
 fn interleaved(
     a: &Args,
     cmds: &mut [Box<dyn FnMut() -> Command + '_>],
@@ -369,30 +389,53 @@ fn interleaved(
     let mut secs = vec![Vec::new(); cmds.len()];
     let mut cpu = vec![Vec::new(); cmds.len()];
     let mut rss = vec![0; cmds.len()];
+    let mut faults = vec![Vec::new(); cmds.len()];
     let mut last = vec![Vec::new(); cmds.len()];
-    for round in 0..=a.runs {
+    let mut rounds = a.runs;
+    let mut round = 0;
+    while round <= rounds {
         for (k, make) in cmds.iter_mut().enumerate() {
             let p = time_proc(&mut make(), &tmp.join("stdout"))?;
+            if round == 0 && k == 0 && a.runs >= 3 {
+                // Decided from the warm-up run, before any timed one; `--runs 1` or 2 is a
+                // quick look (the tests) and stays what it says.
+                let want = (MIN_TIMED_S / p.secs.max(1e-3)).ceil() as u64;
+                rounds = want.clamp(a.runs, a.runs * MAX_ROUNDS_X);
+            }
             if round > 0 {
                 secs[k].push(p.secs);
                 cpu[k].push(p.cpu);
                 rss[k] = rss[k].max(p.rss);
+                faults[k].push(p.faults as f64);
                 last[k] = p.stdout;
             }
         }
+        round += 1;
     }
     Ok(secs
-        .iter_mut()
-        .zip(cpu.iter_mut())
+        .into_iter()
+        .zip(cpu)
         .zip(rss)
+        .zip(faults)
         .zip(last)
-        .map(|(((s, c), rss), stdout)| Proc {
-            secs: median(s),
-            cpu: median(c),
+        .map(|((((s, c), rss), mut f), stdout)| Proc {
+            secs: median(&mut s.clone()),
+            cpu: median(&mut c.clone()),
             rss,
+            faults: median(&mut f) as u64,
             stdout,
+            all_secs: s,
+            all_cpu: c,
         })
         .collect())
+}
+
+/// The median over rounds of `num`'s time over `den`'s in the same round: each ratio is
+/// taken between two processes run one after the other, so a slow moment of the machine
+/// that stretches both cancels in it (the ratio of the two medians does not pair them).
+fn paired_ratio(num: &[f64], den: &[f64]) -> f64 {
+    let mut r: Vec<f64> = num.iter().zip(den).map(|(n, d)| n / d.max(1e-9)).collect();
+    median(&mut r)
 }
 
 #[derive(Serialize)]
@@ -413,12 +456,23 @@ struct Row {
     /// catena's own processing time (`seconds` in its summary), no output.
     catena_processing_s: f64,
     catena_peak_rss: u64,
+    /// catena's and Click's minor page faults (medians), no output.
+    catena_faults: u64,
+    click_faults: Option<u64>,
     /// catena whole process, user + system CPU seconds (median), no output.
     catena_cpu_s: f64,
     packets_passed: u64,
     click_s: Option<f64>,
     /// Click whole process, user + system CPU seconds (median).
     click_cpu_s: Option<f64>,
+    /// Timed rounds of this case (each runs every command once, interleaved).
+    rounds: u64,
+    /// Median over rounds of Click's wall time over catena's in the same round.
+    click_ratio: Option<f64>,
+    /// The same with user + system CPU time.
+    click_cpu_ratio: Option<f64>,
+    /// Every round's Click wall time over catena's, in round order.
+    click_ratio_rounds: Vec<f64>,
     click_passed: Option<u64>,
     click_peak_rss: Option<u64>,
     /// Click's wire with ToDump, against catena's wire with -o.
@@ -603,10 +657,26 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 catena_copy_s: copied.secs,
                 catena_processing_s: processing,
                 catena_peak_rss: plain.rss.max(with_o.rss),
+                catena_faults: plain.faults,
+                click_faults: clicked.as_ref().map(|c| c.faults),
                 catena_cpu_s: plain.cpu,
                 packets_passed: passed,
                 click_s,
                 click_cpu_s: clicked.as_ref().map(|p| p.cpu),
+                rounds: plain.all_secs.len() as u64,
+                click_ratio: clicked
+                    .as_ref()
+                    .map(|c| paired_ratio(&c.all_secs, &plain.all_secs)),
+                click_cpu_ratio: clicked
+                    .as_ref()
+                    .map(|c| paired_ratio(&c.all_cpu, &plain.all_cpu)),
+                click_ratio_rounds: clicked.as_ref().map_or(Vec::new(), |c| {
+                    c.all_secs
+                        .iter()
+                        .zip(&plain.all_secs)
+                        .map(|(c, p)| c / p.max(1e-9))
+                        .collect()
+                }),
                 click_passed,
                 click_peak_rss: click_rss,
                 click_todump_s: todump,
@@ -620,8 +690,17 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 format!("{:.2}", r.catena_mpps),
                 format!("{:.2}", r.catena_gbps),
                 opt(click_s.map(mpps)),
-                opt(click_s.map(|c| c / plain.secs.max(1e-9))),
-                opt(clicked.as_ref().map(|c| c.cpu / plain.cpu.max(1e-9))),
+                opt(r.click_ratio),
+                opt(r.click_cpu_ratio),
+                // The spread of the per-round ratios: the lowest and highest round.
+                match (
+                    r.click_ratio_rounds.iter().copied().reduce(f64::min),
+                    r.click_ratio_rounds.iter().copied().reduce(f64::max),
+                ) {
+                    (Some(lo), Some(hi)) => format!("{lo:.2}–{hi:.2}"),
+                    _ => "–".into(),
+                },
+                r.rounds.to_string(),
                 format!("{:.2}", mpps(with_o.secs)),
                 format!("{:.2}", mpps(copied.secs)),
                 opt(todump.map(mpps)),
@@ -637,6 +716,11 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                     None => "–".into(),
                 },
                 format!("{:.0}", r.catena_peak_rss as f64 / 1e6),
+                format!(
+                    "{} / {}",
+                    r.catena_faults,
+                    r.click_faults.map_or("–".into(), |f| f.to_string())
+                ),
                 format!("{:.0}", trace_bytes as f64 / 1e6),
                 format!("{:.2}", mpps(processing)),
             ]);
@@ -659,6 +743,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "Click whole Mpps",
         "× Click",
         "CPU × Click",
+        "× Click range",
+        "rounds",
         "-o Mpps",
         "--copy Mpps",
         "Click ToDump Mpps",
@@ -669,6 +755,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "Click passed",
         "same passed",
         "peak MB",
+        "faults / Click",
         "trace MB",
         "processing Mpps",
     ];
@@ -676,7 +763,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         println!(
-            "whole process, spawn to exit, median of {} (Mpps over the trace's packets); \"CPU × Click\" is Click's user+system time over catena's, whole process too (load from elsewhere stretches it less than wall time); \"processing Mpps\" is catena's own `seconds` and is not comparable with the peers' columns",
+            "whole process, spawn to exit, medians of \"rounds\" interleaved runs (at least {}; more for short processes) (Mpps over the trace's packets); \"× Click\" is the median over rounds of Click's wall time over catena's in the same round, \"× Click range\" the lowest and highest round; \"CPU × Click\" the same with user+system time (load from elsewhere stretches it less than wall time); \"processing Mpps\" is catena's own `seconds` and is not comparable with the peers' columns",
             a.runs
         );
         print_table(&header, &table);
@@ -689,4 +776,17 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     write_results(a, "e2e", &header, &table, &rows)?;
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ratio_is_the_median_of_the_rounds_own_ratios() {
+        // Rounds' ratios 3, 2.25 and 2: their median, not the medians' ratio (4 / 2).
+        assert_eq!(paired_ratio(&[3.0, 9.0, 4.0], &[1.0, 4.0, 2.0]), 2.25);
+        assert_eq!(paired_ratio(&[3.0, 10.0], &[1.0, 4.0]), 2.75);
+        assert_eq!(paired_ratio(&[], &[]), 0.0);
+    }
 }
