@@ -12,7 +12,7 @@ mod wide_key;
 pub use clock::RunClock;
 pub use index::{prefetch, Index};
 pub use key::FlowKey;
-pub use learn_table::LearnTable;
+pub use learn_table::{Align32, Align64, LearnTable};
 pub use timed_table::{Learned, TimedTable};
 pub use tsc::tsc;
 pub use wide_key::WideKey;

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::flow::{Hasher, LearnTable, Learned};
+use crate::flow::{Align64, Hasher, LearnTable, Learned};
 
 /// What an entry does; small and `Copy` so a hit costs no more than a load.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -34,7 +34,8 @@ enum Learn {
     K32(LearnTable<u32, Act>),
     K64(LearnTable<u64, Act>),
     K128(LearnTable<u128, Act>),
-    Hard(LearnTable<u128, LVal>),
+    /// 48 bytes a slot: aligned to 64 so none straddles two lines.
+    Hard(LearnTable<u128, LVal, Align64>),
 }
 
 /// `$e` for every kind of learned table (`$h`, `$he`: the hard-timeout one, when it
