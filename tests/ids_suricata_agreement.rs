@@ -27,13 +27,13 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // difference of the alert totals in % of Suricata's): 9 captures, among them the
     // merged trace, TLS (google_ssl), DNS, QUIC and non-HTTP TCP (ssh, smtp, ftp).
     let cases = [
-        ("bench/ndpi-ether-merged.pcap", "bench.rules", 32, 74, 2.0),
+        ("bench/ndpi-ether-merged.pcap", "bench.rules", 53, 74, 2.0),
         (
             "bench/ndpi-ether-merged.pcap",
             "et-style.rules",
-            73,
+            77,
             86,
-            0.3,
+            0.2,
         ),
         ("ndpi/pcap/1kxun.pcap", "bench.rules", 50, 59, 2.0),
         ("ndpi/pcap/netflix.pcap", "bench.rules", 46, 51, 2.0),
@@ -111,8 +111,9 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // 1,109 when stream rules alerted once per segment; 859 with Suricata's chunks; 807
     // with acknowledged holes skipped as Suricata does; 637 with ICMP errors joining
     // their quoted flow either way; 557 with Suricata's handshake checks, HTTP known from
-    // a request's first bytes and a pickup's first packet not established.
-    assert!(apart_all <= 580, "per-rule differences sum to {apart_all}");
+    // a request's first bytes and a pickup's first packet not established; 343 with
+    // tunnels decoded, ICMP flows keyed by type and a pickup on a response reversed.
+    assert!(apart_all <= 365, "per-rule differences sum to {apart_all}");
     assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }
 

@@ -168,6 +168,143 @@ impl Layers {
     }
 }
 
+/// Tunnels an IDS decodes as Suricata 7 does by default: IPv6 in IPv4 (6in4), IPv4 or
+/// IPv6 in IPv6, GRE version 0 (IPv4, IPv6, Ethernet), Teredo (UDP 3544) and VXLAN (UDP
+/// 4789). Separate from [`Layers::parse`], so NFs that match the outer header pay nothing.
+impl Layers {
+    /// The encapsulated packet's layers, offsets into the same bytes; `None` when this
+    /// packet carries no tunnel of those kinds (or its inner header is cut short).
+    pub fn tunnel_inner(&self, b: &[u8]) -> Option<Layers> {
+        if !matches!(self.l3, L3Kind::Ipv4 | L3Kind::Ipv6) || self.is_fragment() {
+            return None;
+        }
+        let off = self.l4_off as usize;
+        match self.l4_proto {
+            41 => inner_ip(b, off, 0x86dd),
+            4 if self.l3 == L3Kind::Ipv6 => inner_ip(b, off, 0x0800),
+            47 => gre_inner(b, off),
+            17 if self.has_l4() => {
+                let (sp, dp) = (be16(b, off), be16(b, off + 2));
+                // The datagram's payload as its UDP length gives it.
+                let end = (off + usize::from(be16(b, off + 4))).min(b.len());
+                let pay = off + 8;
+                if end < pay {
+                    return None;
+                }
+                if sp == 3544 || dp == 3544 {
+                    if let Some(i) = teredo_inner(b, pay, end) {
+                        return Some(i);
+                    }
+                }
+                if (sp == 4789 || dp == 4789)
+                    && end >= pay + 8 + 14
+                    && b[pay] & 0x08 != 0
+                    && b[pay + 7] == 0
+                {
+                    return ether_inner(b, pay + 8);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+}
+
+/// An IP header of `et` (0x0800 or 0x86dd) at `off`.
+fn inner_ip(b: &[u8], off: usize, et: u16) -> Option<Layers> {
+    if off > u16::MAX as usize {
+        return None;
+    }
+    let mut l = Layers {
+        l3: L3Kind::Malformed,
+        ethertype: et,
+        l3_off: off as u16,
+        ..Layers::UNPARSED
+    };
+    match et {
+        0x0800 => parse_ipv4(&mut l, b, off),
+        0x86dd => parse_ipv6(&mut l, b, off),
+        _ => return None,
+    }
+    (l.l3 != L3Kind::Malformed).then_some(l)
+}
+
+/// An Ethernet frame at `off` (VLAN tags skipped), IP inside.
+fn ether_inner(b: &[u8], off: usize) -> Option<Layers> {
+    let (mut p, mut et, mut vlans) = (off + 14, be16(b, off + 12), 0u8);
+    while matches!(et, 0x8100 | 0x88a8 | 0x9100) && vlans < 8 {
+        et = be16(b, p + 2);
+        p += 4;
+        vlans += 1;
+    }
+    let mut l = inner_ip(b, p, et)?;
+    l.vlans = vlans;
+    Some(l)
+}
+
+/// GRE version 0 (RFC 2784/2890): Suricata refuses recursion, version-1 flags and
+/// routing it cannot walk; the payload by its protocol type.
+fn gre_inner(b: &[u8], off: usize) -> Option<Layers> {
+    let (f0, f1) = (*b.get(off)?, *b.get(off + 1)?);
+    if f1 & 0x7f == 1 {
+        // Version 1 (PPTP): a key, PPP inside; no checksum, routing or recursion.
+        if f0 & 0xcf != 0 || f0 & 0x20 == 0 || be16(b, off + 2) != 0x880b {
+            return None;
+        }
+        let p = off + 8 + usize::from(f0 & 0x10 != 0) * 4 + usize::from(f1 & 0x80 != 0) * 4;
+        return ppp_inner(b, p);
+    }
+    if f0 & 0x47 != 0 || f1 & 0x7f != 0 {
+        return None;
+    }
+    let mut p = off + 4;
+    p += usize::from(f0 & 0x80 != 0) * 4; // checksum + offset
+    p += usize::from(f0 & 0x20 != 0) * 4; // key
+    p += usize::from(f0 & 0x10 != 0) * 4; // sequence number
+    match be16(b, off + 2) {
+        0x6558 => ether_inner(b, p),
+        et => inner_ip(b, p, et),
+    }
+}
+
+/// PPP (RFC 1661): an optional HDLC address and control (0xff 0x03), then a protocol
+/// field of one byte (compressed) or two; IPv4 and IPv6 decoded.
+fn ppp_inner(b: &[u8], off: usize) -> Option<Layers> {
+    let mut p = off + if *b.get(off)? == 0xff { 2 } else { 0 };
+    let proto = if *b.get(p)? & 1 != 0 {
+        p += 1;
+        u16::from(b[p - 1])
+    } else {
+        p += 2;
+        be16(b, p - 2)
+    };
+    match proto {
+        0x21 => inner_ip(b, p, 0x0800),
+        0x57 => inner_ip(b, p, 0x86dd),
+        _ => None,
+    }
+}
+
+/// Teredo (RFC 4380) as Suricata 7 checks it: an optional origin indication, then an IPv6
+/// header whose length fills the datagram exactly.
+fn teredo_inner(b: &[u8], pay: usize, end: usize) -> Option<Layers> {
+    let mut p = pay;
+    if end < p + 40 {
+        return None;
+    }
+    if b[p] == 0 {
+        if b[p + 1] != 0 || end < p + 8 + 40 {
+            return None;
+        }
+        p += 8;
+    }
+    let (nh, plen, hlim) = (b[p + 6], usize::from(be16(b, p + 4)), b[p + 7]);
+    if b[p] >> 4 != 6 || hlim == 0 || (nh == 0 && plen < 8) || end != p + 40 + plen {
+        return None;
+    }
+    inner_ip(b, p, 0x86dd)
+}
+
 fn parse_ipv4(l: &mut Layers, b: &[u8], off: usize) {
     if b.len() < off + 20 || b[off] >> 4 != 4 {
         return;
@@ -305,6 +442,112 @@ mod tests {
         let l = Layers::parse(LinkKind::RawIp, &p);
         assert_eq!((l.l3, l.l4_proto, l.l4_off), (L3Kind::Ipv6, 6, 48));
         assert!(l.has_l4());
+    }
+
+    /// Ethernet / IPv4 (protocol `proto`) around `inner`.
+    fn v4_around(proto: u8, inner: &[u8]) -> Vec<u8> {
+        let mut p = vec![0; 12];
+        p.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+        p.extend_from_slice(&(20 + inner.len() as u16).to_be_bytes());
+        p.extend_from_slice(&[0, 1, 0, 0, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        p.extend_from_slice(inner);
+        p
+    }
+
+    /// IPv6 (next header `nh`) around a payload of `len` zero bytes.
+    fn v6(nh: u8, len: u16) -> Vec<u8> {
+        let mut p = vec![0x60, 0, 0, 0];
+        p.extend_from_slice(&len.to_be_bytes());
+        p.extend_from_slice(&[nh, 64]);
+        p.extend_from_slice(&[0; 32]);
+        p.extend(std::iter::repeat_n(0, len as usize));
+        p
+    }
+
+    #[test]
+    fn six_in_four_inner_ipv6_udp() {
+        let p = v4_around(41, &v6(17, 8));
+        let o = Layers::parse(LinkKind::Ethernet, &p);
+        assert_eq!(o.l4_proto, 41);
+        let i = o.tunnel_inner(&p).unwrap();
+        assert_eq!(
+            (i.l3, i.l3_off, i.l4_off, i.l4_proto),
+            (L3Kind::Ipv6, 34, 74, 17)
+        );
+        assert!(i.has_l4());
+        // The outer view is untouched: other NFs keep matching the outer header.
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &p), o);
+    }
+
+    #[test]
+    fn vxlan_and_teredo_by_port_and_header() {
+        let mut inner = vec![0; 12]; // inner Ethernet
+        inner.extend_from_slice(&[0x08, 0x00]);
+        inner.extend_from_slice(&v4_around(6, &[0; 20])[14..]);
+        let vx = |flags: u8, dport: u16| {
+            let mut u = vec![0x30, 0x39];
+            u.extend_from_slice(&dport.to_be_bytes());
+            u.extend_from_slice(&(16 + inner.len() as u16).to_be_bytes());
+            u.extend_from_slice(&[0, 0, flags, 0, 0, 0, 0, 0, 0, 0]);
+            u.extend_from_slice(&inner);
+            v4_around(17, &u)
+        };
+        let p = vx(0x08, 4789);
+        let i = Layers::parse(LinkKind::Ethernet, &p)
+            .tunnel_inner(&p)
+            .unwrap();
+        assert_eq!((i.l3_off, i.l4_off, i.l4_proto), (64, 84, 6));
+        // No I flag, or another port: not VXLAN.
+        for p in [vx(0, 4789), vx(0x08, 4790)] {
+            assert_eq!(Layers::parse(LinkKind::Ethernet, &p).tunnel_inner(&p), None);
+        }
+        // Teredo with an origin indication; the IPv6 length must fill the datagram.
+        let teredo = |extra: usize| {
+            let mut u = vec![0x0d, 0xd8, 0x30, 0x39];
+            let mut t = vec![0, 0, 0, 0, 0, 0, 0, 0];
+            t.extend_from_slice(&v6(58, 8));
+            t.extend(std::iter::repeat_n(0, extra));
+            u.extend_from_slice(&(8 + t.len() as u16).to_be_bytes());
+            u.extend_from_slice(&[0, 0]);
+            u.extend_from_slice(&t);
+            v4_around(17, &u)
+        };
+        let p = teredo(0);
+        let i = Layers::parse(LinkKind::Ethernet, &p)
+            .tunnel_inner(&p)
+            .unwrap();
+        assert_eq!((i.l3_off, i.l4_off, i.l4_proto), (50, 90, 58));
+        let p = teredo(1);
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &p).tunnel_inner(&p), None);
+    }
+
+    #[test]
+    fn gre_versions_zero_and_one() {
+        // Version 0 with a key, IPv4 inside.
+        let mut g = vec![0x20, 0x00, 0x08, 0x00, 0, 0, 0, 7];
+        g.extend_from_slice(&v4_around(17, &[0; 8])[14..]);
+        let p = v4_around(47, &g);
+        let i = Layers::parse(LinkKind::Ethernet, &p)
+            .tunnel_inner(&p)
+            .unwrap();
+        assert_eq!((i.l3_off, i.l4_off, i.l4_proto), (42, 62, 17));
+        // Version 1 (PPTP): key, sequence and acknowledgment, PPP 0xff03 0x0021.
+        let mut g = vec![0x30, 0x81, 0x88, 0x0b, 0, 28, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0];
+        g.extend_from_slice(&[0xff, 0x03, 0x00, 0x21]);
+        g.extend_from_slice(&v4_around(17, &[0; 8])[14..]);
+        let p = v4_around(47, &g);
+        let i = Layers::parse(LinkKind::Ethernet, &p)
+            .tunnel_inner(&p)
+            .unwrap();
+        assert_eq!((i.l3_off, i.l4_off, i.l4_proto), (54, 74, 17));
+        // Recursion set: refused, as Suricata does.
+        let mut p = p;
+        p[34] |= 0x01;
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &p).tunnel_inner(&p), None);
+        // Cut short anywhere: no panic.
+        for n in 0..p.len() {
+            let _ = Layers::parse(LinkKind::Ethernet, &p[..n]).tunnel_inner(&p[..n]);
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::reasm::{Chunk, RingPool};
 use super::tcp_state::{self, Handshake, TcpState};
 use crate::flow::{FlowKey, Hasher, WideKey};
 use crate::packet::wire::tcp::flags;
-use crate::packet::{L3Kind, Packet};
+use crate::packet::{L3Kind, Layers, Packet};
 
 /// How much of TCP a chain's stack does: the most any of its apps asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -123,6 +123,9 @@ pub struct Stack {
     /// delivering after them, the hole's length in the data event's `info`: set when
     /// every app that takes bytes accepts that ([`super::App::accepts_gaps`]).
     pub(crate) skip_holes: bool,
+    /// Track a tunnel's inner TCP connection (6in4, GRE, Teredo, VXLAN) as Suricata does:
+    /// set with `skip_holes` (an IDS-only stack); other apps keep the outer headers.
+    pub(crate) tunnels: bool,
     pub stats: StackStats,
 }
 
@@ -140,6 +143,7 @@ impl Stack {
             per_flow: [false; MAX_APPS],
             next_sweep_ns: 0,
             skip_holes: false,
+            tunnels: false,
             stats: StackStats::default(),
             cfg,
         }
@@ -320,7 +324,7 @@ impl Stack {
             q.push(ev);
             return;
         }
-        let l = p.layers();
+        let l = tracked_layers(p, self.tunnels);
         if l.l4_proto != 6 || !matches!(l.l3, L3Kind::Ipv4 | L3Kind::Ipv6) || l.is_later_fragment()
         {
             q.push(ev);
@@ -624,6 +628,17 @@ impl Stack {
             self.retired.push(f);
         }
     }
+}
+
+/// The headers the stack tracks a packet by: its own, or with `tunnels` the inner packet
+/// of a tunnel whose outer header is not TCP (no tunnel we decode rides on TCP).
+#[inline]
+pub fn tracked_layers(p: &mut Packet, tunnels: bool) -> Layers {
+    let l = p.layers();
+    if !tunnels || l.l4_proto == 6 {
+        return l;
+    }
+    l.tunnel_inner(p.data()).unwrap_or(l)
 }
 
 impl Conn {

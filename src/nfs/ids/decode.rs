@@ -27,7 +27,7 @@ pub struct Decoded {
 }
 
 /// Whether Suricata 7 gives this packet a flow: it makes flows for TCP, UDP, ICMP,
-/// ICMPv6, SCTP and ESP only, never for an IP fragment (the reassembled packet gets one)
+/// ICMPv6, SCTP, ESP and IPv6-in-IPv4 only, never for an IP fragment (the reassembled packet gets one)
 /// nor for an ICMPv4 error message (destination unreachable, source quench, redirect,
 /// time exceeded, parameter problem), which joins the quoted packet's flow when that one
 /// exists. A packet without a flow is every IP-only rule's "first packet".
@@ -37,6 +37,8 @@ pub fn suricata_makes_flow(l: &Layers, d: &Decoded) -> bool {
     }
     match d.proto {
         6 | 17 | 58 | 132 | 50 => true,
+        // 6in4's outer packets (decode-ipv4.c sets the flow up beside the tunnel).
+        41 => l.l3 == L3Kind::Ipv4,
         1 => !matches!(d.fields.icmp_type, 3 | 4 | 5 | 11 | 12),
         _ => false,
     }

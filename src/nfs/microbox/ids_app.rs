@@ -29,6 +29,8 @@ use crate::nfs::ids::{
 };
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::packet::wire::tcp::flags;
+use crate::packet::Layers;
+use crate::stack::tracker::tracked_layers;
 use crate::stack::{App, Ctx, EndReason, Event, Kind, Kinds, Level, TcpState, NO_FLOW, NO_PKT};
 
 use super::dpi_app::proto_id;
@@ -70,6 +72,10 @@ struct Conn {
     encrypted: bool,
     /// Per direction: how far (offset in its stream) the other side acknowledged it.
     acked: [u64; 2],
+    /// Suricata reversed the flow (app-layer.c: a mid-stream pickup whose first bytes
+    /// match the other side's detection pattern, the server's `HTTP/`): the stack's
+    /// direction 0 is then the one to the client.
+    swapped: bool,
 }
 
 /// A flow the stack does not track (UDP, ICMP, other IP, untracked TCP), by canonical key.
@@ -110,6 +116,47 @@ enum Owner {
     NoFlow,
     /// An ICMP error joining the quoted packet's untracked flow ([`IdsApp::join_quoted`]).
     Quoted((bool, bool, bool, u32, u64)),
+}
+
+/// Suricata keys an ICMP flow by its addresses and the message's type with its
+/// counterpart (flow-hash.c `CmpAddrsAndICMPTypes`), not by the echo identifier: pings
+/// with new identifiers between two hosts are one flow there.
+fn icmp_flow_key(key: &mut FlowKey, icmp_type: u8) {
+    let other = icmp_counterpart(key.proto, icmp_type);
+    (key.sport, key.dport) = (u16::from(icmp_type), u16::from(other));
+}
+
+/// ICMPv4GetCounterpart / ICMPv6GetCounterpart: the answer's type of a request and the
+/// reverse; 0 for a message without one.
+fn icmp_counterpart(proto: u8, t: u8) -> u8 {
+    let pairs: &[(u8, u8)] = if proto == 1 {
+        &[(8, 0), (13, 14), (15, 16), (10, 9), (17, 18)]
+    } else {
+        &[
+            (128, 129),
+            (135, 136),
+            (133, 134),
+            (130, 131),
+            (139, 140),
+            (144, 145),
+            (146, 147),
+            (148, 149),
+            (151, 152),
+            (157, 158),
+        ]
+    };
+    pairs
+        .iter()
+        .find_map(|&(a, b)| {
+            if t == a {
+                Some(b)
+            } else if t == b {
+                Some(a)
+            } else {
+                None
+            }
+        })
+        .unwrap_or(0)
 }
 
 /// The 5-tuple of the IPv4 TCP or UDP packet an ICMPv4 error quotes (`b`: the bytes
@@ -409,7 +456,7 @@ impl IdsApp {
         let state = cx
             .packet(ev)
             .and_then(|p| {
-                let l = p.layers();
+                let l = tracked_layers(p, true);
                 p.data().get(l.l4_off as usize + 13).copied()
             })
             .map_or(TcpState::Established, |fl| {
@@ -479,11 +526,16 @@ impl IdsApp {
         now: u64,
     ) -> (bool, bool, bool, u32, u64) {
         let ck = key.canonical();
+        // Suricata gives a flow of another protocol than TCP, UDP, SCTP, ICMP and ICMPv6
+        // (6in4's) one direction: every packet goes to the server (FlowGetPacketDirection).
+        // ESP's two directions are two flows there (their SPIs differ), to the server each:
+        // alike for IP-only rules to one flow here seen both ways.
+        let one_way = !matches!(key.proto, 1 | 6 | 17 | 50 | 58 | 132);
         let from_src = *key == ck;
         let wk = WideKey(ck);
         if let Some(f) = self.loose_live(key, now) {
             f.last_ns = now;
-            let to_server = from_src == f.client_is_src;
+            let to_server = one_way || from_src == f.client_is_src;
             let d = usize::from(!to_server);
             let first = !f.seen[d];
             f.seen[d] = true;
@@ -556,15 +608,37 @@ impl IdsApp {
     /// One packet: packet rules (and stream rules when its bytes are not reassembled).
     fn on_packet(&mut self, ev: &Event, cx: &mut Ctx<'_>) {
         self.flush_end(cx);
-        let tracked = ev.flow != NO_FLOW;
         let Some(p) = cx.packet(ev) else { return };
         let l = p.layers();
+        // A tunnel is two packets for Suricata: the outer one (its own flow, or none)
+        // and the inner one, whose TCP connection the stack tracks (`tracked_layers`).
+        let inner = if l.l4_proto == 6 {
+            None
+        } else {
+            l.tunnel_inner(p.data())
+        };
+        let tracked = ev.flow != NO_FLOW;
+        if self.inspect(ev, cx, &l, tracked && inner.is_none()) {
+            return;
+        }
+        if let Some(i) = inner {
+            self.inspect(ev, cx, &i, tracked);
+        }
+    }
+
+    /// The packet passes of one packet seen through the layers `l`; true when dropped.
+    fn inspect(&mut self, ev: &Event, cx: &mut Ctx<'_>, l: &Layers, tracked: bool) -> bool {
+        let l = *l;
+        let Some(p) = cx.packet(ev) else { return false };
         let Some(d) = decode(&l, p.data()) else {
-            return;
+            return false;
         };
-        let Some(key) = FlowKey::from_packet(&l, p.data()) else {
-            return;
+        let Some(mut key) = FlowKey::from_packet(&l, p.data()) else {
+            return false;
         };
+        if !tracked && matches!(d.proto, 1 | 58) && l.has_l4() {
+            icmp_flow_key(&mut key, d.fields.icmp_type);
+        }
         self.packets += 1;
         // Suricata gives some packets no flow (other protocols, fragments, ICMP errors):
         // each is its own first packet. A first fragment also stands for the datagram
@@ -597,9 +671,10 @@ impl IdsApp {
                 (false, false, _) => Owner::Loose,
             };
             if self.packet_pass(ev, cx, &d, ip_proto, &key, owner) {
-                return;
+                return true;
             }
         }
+        false
     }
 
     /// The untracked flow an ICMP destination-unreachable message joins, as Suricata's
@@ -694,7 +769,14 @@ impl IdsApp {
                 if est && st < TcpState::Established {
                     c.state = TcpState::Established as u8;
                 }
-                let r = (dir == 0, first, est, c.dropped_by, c.id, c.app);
+                let r = (
+                    (dir == 0) != c.swapped,
+                    first,
+                    est,
+                    c.dropped_by,
+                    c.id,
+                    c.app,
+                );
                 no_payload = c.encrypted;
                 if c.tls_app != 0
                     && usize::from(c.tls_app - 1) != dir
@@ -808,6 +890,11 @@ impl IdsApp {
         drop
     }
 
+    /// Whether the stack's direction `dir` of tracked flow `f` goes to the server.
+    fn to_server(&self, f: u32, dir: u8) -> bool {
+        (dir == 0) != self.conns.get(f as usize).is_some_and(|c| c.swapped)
+    }
+
     /// The tuple of the packet that carried `dir`'s bytes of tracked flow `f`.
     fn tuple(cx: &Ctx<'_>, f: u32, dir: u8, c: &Conn, ts: u64) -> Option<EveTuple<'static>> {
         let k = cx.conn(f)?.key;
@@ -824,7 +911,7 @@ impl IdsApp {
             dst: dst.into(),
             dport,
             proto: 6,
-            to_server: dir == 0,
+            to_server: (dir == 0) != c.swapped,
             app_proto: "",
         })
     }
@@ -865,11 +952,24 @@ impl IdsApp {
         let Some(c) = cx.conn(ev.flow) else { return };
         let k = c.key;
         let established = c.state >= TcpState::Established;
+        let bytes = cx.bytes(ev);
+        if ev.dir == 0
+            && c.midstream
+            && !c.synack_first
+            && self.seen_bytes.get(i) == Some(&[0, 0])
+            && bytes
+                .get(..5)
+                .is_some_and(|v| v.eq_ignore_ascii_case(b"HTTP/"))
+        {
+            // The flow's first bytes are a response: Suricata's protocol detection
+            // finds HTTP with the server's pattern and reverses the flow.
+            self.conns[i].swapped = true;
+        }
+        let to_server = self.to_server(ev.flow, ev.dir);
         let Some(Some(fl)) = self.flows.get_mut(i) else {
             return;
         };
-        let info = stream_info(&k, ev.dir == 0, established);
-        let bytes = cx.bytes(ev);
+        let info = stream_info(&k, ev.dir == 0, to_server, established);
         let seen = &mut self.seen_bytes[i];
         if ev.info != 0 {
             // Bytes the capture missed before these (the stack skipped an acknowledged
@@ -877,7 +977,7 @@ impl IdsApp {
             let gap = u64::from(ev.info);
             seen[usize::from(ev.dir)] += gap;
             self.conns[i].tls.gap();
-            self.ids.on_stream_gap(fl, ev.dir == 0, gap);
+            self.ids.on_stream_gap(fl, to_server, gap);
         }
         seen[usize::from(ev.dir)] += bytes.len() as u64;
         let done = seen[0] >= self.depth && seen[1] >= self.depth;
@@ -897,7 +997,7 @@ impl IdsApp {
             }
             self.ids.on_stream(fl, &info, bytes, &mut self.alerts);
             if conn.tls.record_done(usize::from(ev.dir)) {
-                self.ids.on_stream_trigger(fl, ev.dir == 0);
+                self.ids.on_stream_trigger(fl, to_server);
             }
         }
         // A FIN or RST on this packet ends its direction after its bytes.
@@ -923,11 +1023,12 @@ impl IdsApp {
         };
         let Some(c) = cx.conn(pe.flow) else { return };
         let (k, established) = (c.key, c.state >= TcpState::Established);
+        let to_server = self.to_server(pe.flow, pe.dir);
         let Some(Some(fl)) = self.flows.get_mut(pe.flow as usize) else {
             return;
         };
         self.alerts.clear();
-        let info = stream_info(&k, pe.dir == 0, established);
+        let info = stream_info(&k, pe.dir == 0, to_server, established);
         self.ids.on_stream_end(fl, &info, &mut self.alerts);
         let ev = Event {
             kind: Kind::Data,
@@ -953,8 +1054,9 @@ impl IdsApp {
             self.flush_streams(ev, cx, &mut fl);
             self.alerts.clear();
             // Requests or responses cut short by the end are inspected as they are.
+            let swapped = self.conns[i].swapped;
             for to_server in [true, false] {
-                let info = stream_info(&k, to_server, established);
+                let info = stream_info(&k, to_server != swapped, to_server, established);
                 self.ids.on_stream_end(&mut fl, &info, &mut self.alerts);
             }
             if !self.alerts.is_empty() {
@@ -1014,7 +1116,8 @@ impl IdsApp {
         let Some(&c) = self.conns.get(i) else { return };
         for dir in 0..2u8 {
             self.alerts.clear();
-            self.ids.on_stream_flush(fl, dir == 0, &mut self.alerts);
+            self.ids
+                .on_stream_flush(fl, (dir == 0) != c.swapped, &mut self.alerts);
             if !self.alerts.is_empty() {
                 if let Some(t) = Self::tuple(cx, ev.flow, dir, &c, c.last_ns) {
                     if let Some(rule) = self.publish(ev, cx, &t, c.app) {
@@ -1048,7 +1151,8 @@ impl IdsApp {
         };
         for d in 0..2 {
             if c.payload[d] && !c.seen[1 - d] {
-                let mut info = stream_info(&k, d == 1, c.state >= TcpState::Established as u8);
+                let est = c.state >= TcpState::Established as u8;
+                let mut info = stream_info(&k, d == 1, (d == 1) != c.swapped, est);
                 info.first_in_dir = true;
                 self.ids.on_pseudo_packet(&info, &mut self.alerts);
                 if !self.alerts.is_empty() {
@@ -1080,8 +1184,9 @@ fn app_name(app: u32, buf: &mut [u8; 24]) -> &str {
 }
 
 /// The engine's view of one direction of connection `k` (oriented from its client).
-fn stream_info(k: &FlowKey, to_server: bool, established: bool) -> PacketInfo {
-    let (src, dst, sport, dport) = if to_server {
+/// A stream event's packet fields: `from_src`, the bytes go the stack key's way.
+fn stream_info(k: &FlowKey, from_src: bool, to_server: bool, established: bool) -> PacketInfo {
+    let (src, dst, sport, dport) = if from_src {
         (k.src_ip(), k.dst_ip(), k.sport, k.dport)
     } else {
         (k.dst_ip(), k.src_ip(), k.dport, k.sport)

@@ -268,6 +268,7 @@ impl Microbox {
                     && apps
                         .iter()
                         .all(|a| a.accepts_gaps() || !a.kinds().has(stack::Kind::Data));
+                stack.tunnels = stack.skip_holes;
                 Unit {
                     q: Queue::new(stack.ring_bytes(), want),
                     stack,
