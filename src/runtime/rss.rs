@@ -5,7 +5,8 @@
 //! - The hash: IP packets by their two addresses, ordered (both directions of a
 //!   connection, and every fragment of a datagram, get one hash); other Ethernet frames by
 //!   their two MAC addresses, ordered; ports are left out (later fragments carry none).
-//!   An IPv4 pair through murmur3's finaliser, others FNV-1a then the finaliser (FNV alone
+//!   An IPv4 pair by one multiply (Fibonacci hashing), others FNV-1a then murmur3's
+//!   finaliser; the bucket is the hash's high bits (FNV alone
 //!   leaves the high bits nearly constant when addresses differ only in their last byte:
 //!   on the 4sics profile one of two workers got 80 % of the packets). Frames with
 //!   neither go to worker 0.
@@ -56,13 +57,15 @@ pub fn flow_hash(link: LinkKind, data: &[u8]) -> Option<u64> {
     flow_hash_walk(link, data)
 }
 
-/// The hash of an IPv4 address pair, ordered: the pair as one 64-bit word through
-/// murmur3's finaliser alone (two multiplies; FNV over the 8 bytes first cost ~30
-/// instructions more a record, and every sharded worker hashes every record).
+/// The hash of an IPv4 address pair, ordered: the pair as one 64-bit word times the
+/// golden ratio (Fibonacci hashing: its high bits, which pick the bucket, depend on
+/// every bit of the pair). One multiply: FNV over the 8 bytes and murmur3's finaliser
+/// cost ~40 instructions more a record, and a streamed sharded run hashes every record
+/// in every worker.
 #[inline(always)]
 fn pair4(a: u32, b: u32) -> u64 {
     let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-    finish(u64::from(lo) << 32 | u64::from(hi))
+    (u64::from(lo) << 32 | u64::from(hi)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -104,55 +107,148 @@ fn flow_hash_walk(link: LinkKind, data: &[u8]) -> Option<u64> {
 /// The table bucket of `data` ([`NONE`] without addresses).
 #[inline]
 fn bucket_of(link: LinkKind, data: &[u8]) -> u16 {
-    flow_hash(link, data).map_or(NONE, |h| (h as usize % BUCKETS) as u16)
+    // The high bits: those a multiplicative hash mixes best.
+    flow_hash(link, data).map_or(NONE, |h| (h >> (64 - BUCKETS.trailing_zeros())) as u16)
 }
 
-/// The records a mapped pcap's table is balanced on, without an index: every record of
-/// a file of at most [`WHOLE`] bytes; of a larger one `parts` evenly spaced byte offsets,
-/// at each the first offset (within 64 KiB) where [`CHAIN`] records in a row read as
-/// plausible headers, and up to `run` records from there (the first part starts at the
-/// first record). Only weights for [`Placement::of_sample`]: a wrong guess of a record
-/// start weighs the table a little differently, it never places a record differently
-/// in different workers (they share one table).
+/// The weights of a mapped pcap's table (`Shards::run_stream`), without an index, in
+/// `parts` parts of the file weighed on as many threads (a part whose thread cannot start
+/// is weighed here): a file of at most [`WHOLE`] bytes weighed on one record in
+/// ⌈R / [`SAMPLE`]⌉ (R estimated from the first records' mean size), a larger
+/// one on [`SPREAD`] evenly spaced stretches of [`RUN`] records. A part starts at its
+/// byte offset's first position (within 64 KiB) where [`CHAIN`] records in a row read
+/// as plausible headers (the first part at the first record) and ends where the next
+/// part starts. Only weights: a wrong guess of a record start weighs the table a little
+/// differently, it never places a record differently in different workers (they share
+/// one table), and the same file gives the same table.
 ///
 /// Why every record of a small file: the merged real trace's heavy flows come in bursts,
 /// and a table weighed on stretches of it is off by their weight (simulated, 2 workers:
 /// the busier got 50.5–56 % of its packets over samples of 16,384–65,536 records in
-/// stretches of 1–64, against 50.03 % weighed on every record).
-pub(crate) fn sample_frames(
+/// stretches of 1–64, against 50.06 % weighed on every second record).
+pub(crate) fn weigh_file(
+    link: LinkKind,
     map: &'static [u8],
     fmt: PcapFormat,
-    parts: usize,
-    run: usize,
-) -> Vec<&'static [u8]> {
+    threads: usize,
+) -> Weights {
+    let threads = threads.clamp(1, super::shard::MAX_WORKERS);
     let (parts, run) = if map.len() <= WHOLE {
-        (1, usize::MAX)
+        (threads, usize::MAX)
     } else {
-        (parts, run)
+        (SPREAD, RUN)
     };
-    let mut out = Vec::with_capacity(parts.saturating_mul(run).min(map.len() / 16));
     let body = map.len().saturating_sub(PCAP_HEADER_LEN);
-    for k in 0..parts {
-        let from = PCAP_HEADER_LEN + (body as u128 * k as u128 / parts.max(1) as u128) as usize;
-        let start = if k == 0 {
-            Some(from)
-        } else {
-            (from..(from + 65_536).min(map.len())).find(|&p| plausible(map, fmt, p))
-        };
-        let Some(mut pos) = start else { continue };
-        for _ in 0..run {
+    // A small file's records hashed one in `every` (each still read, to find the next):
+    // about [`SAMPLE`] of them, as `of_trace` takes, by the first records' mean size.
+    let every = if run == usize::MAX {
+        let mut pos = PCAP_HEADER_LEN;
+        let mut n = 0usize;
+        while n < 64 {
             let Ok(r) = fmt.record(map.get(pos..).unwrap_or(&[])) else {
                 break;
             };
-            out.push(&map[pos + r.data_off..pos + r.len]);
             pos += r.len;
+            n += 1;
         }
+        let mean = (pos - PCAP_HEADER_LEN) / n.max(1);
+        (body / mean.max(1)).div_ceil(SAMPLE).max(1)
+    } else {
+        1
+    };
+    let from = |k: usize| PCAP_HEADER_LEN + (body as u128 * k as u128 / parts as u128) as usize;
+    let weigh = |t: usize| -> Weights {
+        let mut w = Weights::default();
+        for k in parts * t / threads..parts * (t + 1) / threads {
+            let (lo, hi) = (from(k), from(k + 1));
+            let start = if k == 0 {
+                Some(lo)
+            } else {
+                (lo..(lo + 65_536).min(map.len())).find(|&p| plausible(map, fmt, p))
+            };
+            let Some(mut pos) = start else { continue };
+            let (mut n, mut next) = (0, 0);
+            while n < run && pos < hi {
+                let Ok(r) = fmt.record(map.get(pos..).unwrap_or(&[])) else {
+                    break;
+                };
+                if n == next {
+                    next += every;
+                    w.add(
+                        bucket_of(link, &map[pos + r.data_off..pos + r.len]),
+                        r.caplen,
+                    );
+                }
+                pos += r.len;
+                n += 1;
+            }
+        }
+        w
+    };
+    let mut out: Vec<Option<Weights>> = (0..threads).map(|_| None).collect();
+    std::thread::scope(|s| {
+        let mut cells = out.iter_mut().enumerate();
+        let mine = cells.next();
+        for (t, cell) in cells {
+            let weigh = &weigh;
+            let _ = std::thread::Builder::new()
+                .name(format!("catena-rss{t}"))
+                .spawn_scoped(s, move || *cell = Some(weigh(t)));
+        }
+        if let Some((_, cell)) = mine {
+            *cell = Some(weigh(0));
+        }
+    });
+    let mut sum = Weights::default();
+    for (t, w) in out.into_iter().enumerate() {
+        sum.merge(&w.unwrap_or_else(|| weigh(t)));
     }
-    out
+    sum
 }
 
-/// Files up to this size are weighed on every record ([`sample_frames`]).
+/// Files up to this size are weighed on every record ([`weigh_file`]).
 pub const WHOLE: usize = 64 << 20;
+/// Stretches a larger file is weighed on: each a page fault away from the last.
+pub const SPREAD: usize = 1024;
+/// Records a stretch.
+pub const RUN: usize = 16;
+
+/// Each bucket's packets and bytes in a sample, and those of frames without addresses.
+#[derive(Clone)]
+pub struct Weights {
+    bucket: [(u64, u64); BUCKETS],
+    none: (u64, u64),
+}
+
+impl Default for Weights {
+    fn default() -> Weights {
+        Weights {
+            bucket: [(0, 0); BUCKETS],
+            none: (0, 0),
+        }
+    }
+}
+
+impl Weights {
+    #[inline]
+    fn add(&mut self, b: u16, caplen: u32) {
+        let w = match b {
+            NONE => &mut self.none,
+            b => &mut self.bucket[usize::from(b) % BUCKETS],
+        };
+        w.0 += 1;
+        w.1 += u64::from(caplen);
+    }
+
+    fn merge(&mut self, o: &Weights) {
+        for (a, b) in self.bucket.iter_mut().zip(&o.bucket) {
+            a.0 += b.0;
+            a.1 += b.1;
+        }
+        self.none.0 += o.none.0;
+        self.none.1 += o.none.1;
+    }
+}
 
 /// Records in a row that must read as plausible headers for a guessed record start.
 const CHAIN: usize = 8;
@@ -205,17 +301,11 @@ impl Placement {
         }
     }
 
-    /// The table, balanced on the frames given (the first records of a streamed file:
-    /// each is hashed here; `Shards::run_stream`).
-    pub fn of_sample<'a>(
-        link: LinkKind,
-        frames: impl Iterator<Item = &'a [u8]>,
-        workers: usize,
-    ) -> Placement {
+    /// The table, balanced on weights taken elsewhere ([`weigh_file`]).
+    pub fn of_weights(w: &Weights, workers: usize) -> Placement {
         let workers = workers.clamp(1, super::shard::MAX_WORKERS);
-        let sample = frames.map(|f| (bucket_of(link, f), f.len() as u32));
         Placement {
-            owner: balance(sample, workers),
+            owner: balance_weights(w, workers),
         }
     }
 
@@ -447,21 +537,23 @@ fn median3(a: u64, b: u64, c: u64) -> u64 {
 /// prefetching every line): on the merged trace, packets alone gave 50.0 % of the
 /// packets but 55.8 % of the bytes to one worker; both give 50.1 % and 51.1 %.
 fn balance(sample: impl Iterator<Item = (u16, u32)>, workers: usize) -> [u8; BUCKETS] {
+    let mut w = Weights::default();
+    for (b, caplen) in sample {
+        w.add(b, caplen);
+    }
+    balance_weights(&w, workers)
+}
+
+/// [`balance`] on weights already summed.
+fn balance_weights(w: &Weights, workers: usize) -> [u8; BUCKETS] {
     let mut owner = [0u8; BUCKETS];
     if workers <= 1 {
         return owner;
     }
     // (packets, bytes) per bucket and per worker.
-    let mut weight = [(0u64, 0u64); BUCKETS];
+    let weight = w.bucket;
     let mut load = vec![(0u64, 0u64); workers];
-    for (b, caplen) in sample {
-        let w = match b {
-            NONE => &mut load[0],
-            b => &mut weight[usize::from(b)],
-        };
-        w.0 += 1;
-        w.1 += u64::from(caplen);
-    }
+    load[0] = w.none;
     let total = weight
         .iter()
         .chain(&load)

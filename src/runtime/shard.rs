@@ -21,19 +21,12 @@ use std::time::Instant;
 use super::affinity::{allowed_cores, pin};
 use super::chain::{Chain, NodeKind};
 use super::counters::{NfSummary, Summary, WorkerSummary};
-use super::rss::{sample_frames, Placement, MAX_RECORDS};
+use super::rss::{weigh_file, Placement, MAX_RECORDS};
 use super::shard_control::Gate;
 use super::sink::seq_path;
 use super::worker::{NoProgress, Progress, RunOptions, Runner};
 use crate::io::{MappedPcap, PcapHeader, PcapWriter, Source, Trace};
 use crate::nfs::StateScope;
-
-/// The streamed run's table is balanced, for a large file, on `SAMPLE_PARTS` stretches
-/// of `SAMPLE_RUN` records spread over it (`rss::sample_frames`): read before the first
-/// packet, so few (each part is a page fault away from the last), and spread (the
-/// merged trace's first 16,384 records gave one of two workers 58.5 % of its packets).
-const SAMPLE_PARTS: usize = 1024;
-const SAMPLE_RUN: usize = 16;
 
 /// Most workers a chain may ask for.
 pub const MAX_WORKERS: usize = 64;
@@ -170,8 +163,7 @@ impl Shards {
         let link = src.link();
         let placement = {
             let (map, fmt) = src.format();
-            let sample = sample_frames(map, fmt, SAMPLE_PARTS, SAMPLE_RUN);
-            Placement::of_sample(link, sample.into_iter(), n)
+            Placement::of_weights(&weigh_file(link, map, fmt, n), n)
         };
         let finals = sink_paths(runners[0].chain(), opts);
         // The input's length is not known before a worker reaches its end.
@@ -761,6 +753,64 @@ mod tests {
             // Some gaps need stepping over one by one, most do not.
             assert!(stepped > 0, "{n} workers stepped over nothing");
             assert!(stepped < 2 * 2000 / 4, "{n} workers stepped over {stepped}");
+        }
+    }
+
+    /// Workers that each walk a mapped file (`run_stream`) give every packet the input
+    /// position, clock time and port one worker gives it, with 2 and 3 workers over 2
+    /// loops and 3 ports, on a trace whose time jumps back and whose frames are partly
+    /// oversize (the gaps a worker passes over unread, and those it must step over one
+    /// by one, both occur).
+    #[test]
+    fn streamed_workers_give_each_packet_one_worker_s_clock_and_port() {
+        let mut frames = Vec::new();
+        let mut ts = Vec::new();
+        for i in 0..3000u32 {
+            let b = (i % 23) as u8;
+            let mut f = ipv4([10, 0, 0, b], [10, 2, 0, b.wrapping_mul(3)], 1000, 80);
+            if i % 89 == 0 {
+                f.resize(70_000, 0); // oversize: larger than any buffer the pool has
+            }
+            frames.push(f);
+            let base = u64::from(i) * 1_000_000;
+            ts.push(match i % 157 {
+                0 => base + 900_000_000,
+                3 => base / 3 / 1000 * 1000,
+                _ if i % 400 > 390 => base - 50_000_000,
+                _ => base,
+            });
+        }
+        let h = crate::io::PcapHeader::new(1, false);
+        let trace = Trace::from_packets(
+            LinkKind::Ethernet,
+            h,
+            frames.iter().zip(&ts).map(|(f, &t)| (t, &f[..])),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.pcap");
+        trace.write_pcap(&path).unwrap();
+        let m = MappedPcap::open(&path).unwrap();
+        let streamed = |workers: usize| {
+            let seen = Seen::default();
+            let chains = (0..workers)
+                .map(|_| Chain::linear("t", 3, 7, vec![("n".into(), note(&seen))]))
+                .collect();
+            let opts = RunOptions {
+                loops: 2,
+                ..RunOptions::default()
+            };
+            Shards::new(chains, 100)
+                .unwrap()
+                .run_stream(&m, &opts, &mut NoProgress)
+                .unwrap();
+            let mut v = std::mem::take(&mut *seen.lock().unwrap());
+            v.sort_unstable();
+            v
+        };
+        let one = streamed(1);
+        assert_eq!(one.len(), 2 * (3000 - 3000usize.div_ceil(89)));
+        for n in [2, 3] {
+            assert_eq!(streamed(n), one, "{n} workers");
         }
     }
 

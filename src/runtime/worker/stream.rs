@@ -46,6 +46,7 @@ impl Runner {
         let mut stepped = 0u64;
         let mut started = false;
         let mut mine = [0u32; CHUNK];
+        let max = self.walk.pool.max_packet();
         for lp in 0..opts.loops {
             if lp > 0 && !src.rewind() {
                 break;
@@ -87,13 +88,46 @@ impl Runner {
                     }
                     _ => None,
                 };
-                // This worker's records of the chunk, each after a gap stepped one by one.
-                let mut k = 0;
+                // This worker's records of the chunk. The gap before one is passed over
+                // unread (the draw stepped by its length, the clock skipped to its last
+                // record) when that gives what ticking each would: time does not go
+                // back from the record before the gap to the one after this record,
+                // and no record in it is oversize (those take no draw). Otherwise, and
+                // for a gap at the chunk's start or a record at its end (whose
+                // neighbours lie in other chunks), one by one ([`STEP`]).
+                let shift = self.walk.shift;
+                let (mut k, mut prev) = (0, usize::MAX);
+                // The last record that went back in time, the last oversize one, and
+                // the time of the one before.
+                let (mut back, mut big, mut last) = (0, usize::MAX, 0u64);
                 for (i, r) in chunk.iter().enumerate() {
+                    let t = r.ts_ns.wrapping_add(shift);
+                    if i > 0 && t < last {
+                        back = i;
+                        // The gap before the record just kept needed this one's time.
+                        if prev == i - 1 && k > 0 {
+                            mine[k - 1] |= STEP;
+                        }
+                    }
+                    last = t;
                     let off = r.off as usize;
                     let data = bytes.get(off..off + r.caplen as usize).unwrap_or(&[]);
-                    mine[k] = i as u32 | STEP;
-                    k += usize::from(place.worker_of(link, data) == w);
+                    if place.worker_of(link, data) == w {
+                        let easy = prev != usize::MAX
+                            && (big == usize::MAX || big <= prev)
+                            && back <= prev;
+                        let gap = i > prev.wrapping_add(1);
+                        mine[k] = i as u32 | if gap && !easy { STEP } else { 0 };
+                        k += 1;
+                        prev = i;
+                    }
+                    if r.caplen as usize > max {
+                        big = i;
+                    }
+                }
+                // The last record's successor lies in the next chunk.
+                if prev == n - 1 && k > 0 {
+                    mine[k - 1] |= STEP;
                 }
                 stepped += (n - k) as u64;
                 self.poll_control();
