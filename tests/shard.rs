@@ -393,3 +393,68 @@ fn check_prints_the_sharded_plan_and_refuses_unbuilt_modes() {
     let e = Chain::from_config(&cfg).err().unwrap().to_string();
     assert!(e.contains("fewer than two NFs"), "{e}");
 }
+
+/// A mapped file replayed by workers that each walk all of it (`Shards::run_stream`,
+/// what `catena run --workers N` does with a pcap file) gives one worker's output
+/// bytes, counters (per port too: the draw) and flow records, over two loops; on the
+/// merged trace also with scheduled changes.
+#[test]
+fn streamed_workers_give_one_workers_output() {
+    use catena::io::{MappedPcap, Source};
+    let dir = common::tempdir();
+    let flows = dir.path().join("flows.jsonl");
+    let parts = [
+        dir.path().join("flows.w0.jsonl"),
+        dir.path().join("flows.w1.jsonl"),
+    ];
+    let merged = common::dataset("bench/ndpi-ether-merged.pcap");
+    let mut caps: Vec<_> = common::all_captures().into_iter().step_by(5).collect();
+    caps.push(merged.clone());
+    let text = chain(dir.path(), true);
+    let cfg = ChainConfig::parse(&text, "t.toml").unwrap();
+    let mut compared = 0;
+    for cap in caps {
+        let Ok(m) = MappedPcap::open(&cap) else {
+            continue;
+        };
+        let name = cap.display();
+        let mut got = Vec::new();
+        for w in [1, 2] {
+            for p in [&flows, &parts[0], &parts[1]] {
+                let _ = std::fs::remove_file(p);
+            }
+            let out = dir.path().join(format!("w{w}.pcap"));
+            let mut opts = RunOptions {
+                loops: 2,
+                outputs: vec![("out".into(), out.clone())],
+                ..Default::default()
+            };
+            if cap == merged {
+                opts.schedule = vec![
+                    "20000 acl rules deny tcp port 443".parse().unwrap(),
+                    "130000 lb backends 10.1.0.1 10.1.0.3:2".parse().unwrap(),
+                ];
+            }
+            let chains = (0..w).map(|_| Chain::from_config(&cfg).unwrap()).collect();
+            let s = Shards::new(chains, m.max_packet_len())
+                .and_then(|s| s.run_stream(&m, &opts, &mut NoProgress));
+            let recs = if w == 1 {
+                lines(std::slice::from_ref(&flows))
+            } else {
+                lines(&parts)
+            };
+            got.push(s.map(|s| (counts(&s), std::fs::read(&out).unwrap_or_default(), recs)));
+        }
+        match (&got[0], &got[1]) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a.0, b.0, "{name}");
+                assert!(a.1 == b.1, "{name}: outputs differ");
+                assert_eq!(a.2, b.2, "{name}: flow records");
+                compared += 1;
+            }
+            (Err(x), Err(y)) => assert_eq!(x.to_string(), y.to_string(), "{name}"),
+            (x, y) => panic!("{name}: {:?} vs {:?}", x.as_ref().err(), y.as_ref().err()),
+        }
+    }
+    assert!(compared > 100, "only {compared} captures compared");
+}

@@ -96,6 +96,8 @@ pub enum FastMode {
 /// goes, or a trace held in memory (pcapng, the generated fallback, a sharded run).
 enum Input {
     Stream(Box<dyn Source>),
+    /// A mapped pcap that several workers each walk (`Shards::run_stream`).
+    Shared(MappedPcap),
     Held(Trace),
 }
 
@@ -182,6 +184,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 );
             }
             match PcapStream::open(path)? {
+                // Sharded workers each walk the mapped file, keeping their own records:
+                // nothing before the first packet, but every worker parses and hashes
+                // every record on every loop; with --loops the index and placement below,
+                // paid once, win (merged trace, 5 loops: 1.49× one worker against 1.11×).
+                // Live changes (`--control`) take the indexed path too: the streamed
+                // path's hand-off (`Gate::end_at`) has no test yet.
+                Opened::Pcap(_)
+                    if workers > 1 && regular && !a.copy && a.loops == 1 && a.control.is_none() =>
+                {
+                    Input::Shared(MappedPcap::open(path)?)
+                }
                 // Sharded workers each walk the whole index (their share of it).
                 Opened::Pcap(_) if workers > 1 => Input::Held(Trace::open(path)?),
                 // In place: packets view the map, copied only when an NF writes.
@@ -200,6 +213,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let max_packet = match &input {
         Input::Stream(s) => s.max_packet_len(),
+        Input::Shared(m) => m.max_packet_len(),
         Input::Held(t) => t.max_packet_len(),
     };
     let mut opts = RunOptions {
@@ -231,13 +245,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
         })?;
     let mut bar = Bar::new(!a.json);
-    let mut s = if let (true, Input::Held(_)) = (workers > 1, &input) {
-        let Input::Held(trace) = input else {
-            unreachable!("matched above")
-        };
-        // The trace lasts the process, so the workers' packets can view its bytes in
-        // place (copied only when an NF writes), as one worker's do.
-        let trace: &'static Trace = Box::leak(Box::new(trace));
+    let mut s = if let (true, Input::Held(_) | Input::Shared(_)) = (workers > 1, &input) {
         let mut chains = vec![chain];
         for _ in 1..workers {
             chains.push(build(&a, &cfg)?);
@@ -252,15 +260,25 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
             None => None,
         };
-        if a.copy {
-            shards.run(trace, &opts, &mut bar)?
-        } else {
-            shards.run_in_place(trace, &opts, &mut bar)?
+        match input {
+            Input::Shared(m) => shards.run_stream(&m, &opts, &mut bar)?,
+            Input::Held(trace) => {
+                // The trace lasts the process, so the workers' packets can view its
+                // bytes in place (copied only when an NF writes), as one worker's do.
+                let trace: &'static Trace = Box::leak(Box::new(trace));
+                if a.copy {
+                    shards.run(trace, &opts, &mut bar)?
+                } else {
+                    shards.run_in_place(trace, &opts, &mut bar)?
+                }
+            }
+            Input::Stream(_) => unreachable!("matched above"),
         }
     } else {
         let mut held;
         let src: &mut dyn Source = match &mut input {
             Input::Stream(s) => &mut **s,
+            Input::Shared(m) => m,
             Input::Held(t) => {
                 held = TraceSource::new(t);
                 &mut held

@@ -119,6 +119,35 @@ impl MappedPcap {
         })
     }
 
+    /// Another reader of the same map, from its first record (issue 21: each sharded
+    /// worker walks the file; one map, so one SIGBUS guard and one set of page tables).
+    pub fn reader(&self) -> MappedPcap {
+        MappedPcap {
+            path: self.path.clone(),
+            map: self.map,
+            fmt: self.fmt,
+            pos: PCAP_HEADER_LEN,
+            fetched: PCAP_HEADER_LEN,
+            released: 0,
+            populated: 0,
+            chunk: Vec::with_capacity(64),
+            count: 0,
+            first_pass: None,
+            done: false,
+            ts_min: u64::MAX,
+            ts_max: 0,
+            first_ts: None,
+            error: None,
+            changed: false,
+            loops_done: 0,
+        }
+    }
+
+    /// The map and its record format (issue 21: the sharded run samples the file).
+    pub(crate) fn format(&self) -> (&'static [u8], PcapFormat) {
+        (self.map, self.fmt)
+    }
+
     /// Drops the map's pages from `released` up to `to` (rounded down to a page) from
     /// this process: the file's bytes stay in the page cache and the addresses valid.
     fn release(&mut self, to: usize) {

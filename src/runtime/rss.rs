@@ -5,9 +5,11 @@
 //! - The hash: IP packets by their two addresses, ordered (both directions of a
 //!   connection, and every fragment of a datagram, get one hash); other Ethernet frames by
 //!   their two MAC addresses, ordered; ports are left out (later fragments carry none).
-//!   FNV-1a, then murmur3's finaliser: FNV alone leaves the high bits nearly constant when
-//!   addresses differ only in their last byte (on the 4sics profile one of two workers got
-//!   80 % of the packets). Frames with neither go to worker 0.
+//!   An IPv4 pair by one multiply (Fibonacci hashing), others FNV-1a then murmur3's
+//!   finaliser; the bucket is the hash's high bits (FNV alone
+//!   leaves the high bits nearly constant when addresses differ only in their last byte:
+//!   on the 4sics profile one of two workers got 80 % of the packets). Frames with
+//!   neither go to worker 0.
 //! - The table, balanced (RSS++'s idea, done once per replay): each bucket's weight is
 //!   its packets and bytes in a bounded sample of the trace (every ⌈R / [`SAMPLE`]⌉-th
 //!   record, so at most [`SAMPLE`] records from the whole file), and buckets are given out
@@ -21,6 +23,7 @@
 //!   a worker never reads the others' records, except where the run clock or an
 //!   oversize record needs it ([`STEP`]).
 
+use crate::io::pcap_read::{PcapFormat, PCAP_HEADER_LEN};
 use crate::io::Record;
 use crate::packet::{L3Kind, Layers, LinkKind};
 
@@ -49,25 +52,24 @@ pub fn flow_hash(link: LinkKind, data: &[u8]) -> Option<u64> {
     {
         let a = u32::from_be_bytes([data[26], data[27], data[28], data[29]]);
         let b = u32::from_be_bytes([data[30], data[31], data[32], data[33]]);
-        // Big-endian order is the byte order the slices compare in below.
-        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-        return Some(finish(fnv4(fnv4(FNV_OFFSET, lo), hi)));
+        return Some(pair4(a, b));
     }
     flow_hash_walk(link, data)
 }
 
+/// The hash of an IPv4 address pair, ordered: the pair as one 64-bit word times the
+/// golden ratio (Fibonacci hashing: its high bits, which pick the bucket, depend on
+/// every bit of the pair). One multiply: FNV over the 8 bytes and murmur3's finaliser
+/// cost ~40 instructions more a record, and a streamed sharded run hashes every record
+/// in every worker.
+#[inline(always)]
+fn pair4(a: u32, b: u32) -> u64 {
+    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+    (u64::from(lo) << 32 | u64::from(hi)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0100_0000_01b3;
-
-/// FNV-1a over the four bytes of `x`, most significant first (spelled out: an iterator
-/// over the bytes cost three times as many instructions).
-#[inline(always)]
-fn fnv4(mut h: u64, x: u32) -> u64 {
-    h = (h ^ u64::from(x >> 24)).wrapping_mul(FNV_PRIME);
-    h = (h ^ u64::from((x >> 16) & 0xff)).wrapping_mul(FNV_PRIME);
-    h = (h ^ u64::from((x >> 8) & 0xff)).wrapping_mul(FNV_PRIME);
-    (h ^ u64::from(x & 0xff)).wrapping_mul(FNV_PRIME)
-}
 
 /// murmur3's finaliser: spreads FNV's low-bit changes over the high bits.
 #[inline]
@@ -85,7 +87,11 @@ fn flow_hash_walk(link: LinkKind, data: &[u8]) -> Option<u64> {
     let l = Layers::parse(link, data);
     let o = l.l3_off as usize;
     let (a, b): (&[u8], &[u8]) = match l.l3 {
-        L3Kind::Ipv4 if data.len() >= o + 20 => (&data[o + 12..o + 16], &data[o + 16..o + 20]),
+        // Every IPv4 pair as the fast case hashes it (fragments, tags, options).
+        L3Kind::Ipv4 if data.len() >= o + 20 => {
+            let w = |k: usize| u32::from_be_bytes([data[k], data[k + 1], data[k + 2], data[k + 3]]);
+            return Some(pair4(w(o + 12), w(o + 16)));
+        }
         L3Kind::Ipv6 if data.len() >= o + 40 => (&data[o + 8..o + 24], &data[o + 24..o + 40]),
         _ if l.has_ethernet() && data.len() >= 12 => (&data[0..6], &data[6..12]),
         _ => return None,
@@ -101,7 +107,172 @@ fn flow_hash_walk(link: LinkKind, data: &[u8]) -> Option<u64> {
 /// The table bucket of `data` ([`NONE`] without addresses).
 #[inline]
 fn bucket_of(link: LinkKind, data: &[u8]) -> u16 {
-    flow_hash(link, data).map_or(NONE, |h| (h as usize % BUCKETS) as u16)
+    // The high bits: those a multiplicative hash mixes best.
+    flow_hash(link, data).map_or(NONE, |h| (h >> (64 - BUCKETS.trailing_zeros())) as u16)
+}
+
+/// The weights of a mapped pcap's table (`Shards::run_stream`), without an index, in
+/// `parts` parts of the file weighed on as many threads (a part whose thread cannot start
+/// is weighed here): a file of at most [`WHOLE`] bytes weighed on one record in
+/// ⌈R / [`SAMPLE`]⌉ (R estimated from the first records' mean size), a larger
+/// one on [`SPREAD`] evenly spaced stretches of [`RUN`] records. A part starts at its
+/// byte offset's first position (within 64 KiB) where [`CHAIN`] records in a row read
+/// as plausible headers (the first part at the first record) and ends where the next
+/// part starts. Only weights: a wrong guess of a record start weighs the table a little
+/// differently, it never places a record differently in different workers (they share
+/// one table), and the same file gives the same table.
+///
+/// Why every record of a small file: the merged real trace's heavy flows come in bursts,
+/// and a table weighed on stretches of it is off by their weight (simulated, 2 workers:
+/// the busier got 50.5–56 % of its packets over samples of 16,384–65,536 records in
+/// stretches of 1–64, against 50.06 % weighed on every second record).
+pub(crate) fn weigh_file(
+    link: LinkKind,
+    map: &'static [u8],
+    fmt: PcapFormat,
+    threads: usize,
+) -> Weights {
+    let threads = threads.clamp(1, super::shard::MAX_WORKERS);
+    let (parts, run) = if map.len() <= WHOLE {
+        (threads, usize::MAX)
+    } else {
+        (SPREAD, RUN)
+    };
+    let body = map.len().saturating_sub(PCAP_HEADER_LEN);
+    // A small file's records hashed one in `every` (each still read, to find the next):
+    // about [`SAMPLE`] of them, as `of_trace` takes, by the first records' mean size.
+    let every = if run == usize::MAX {
+        let mut pos = PCAP_HEADER_LEN;
+        let mut n = 0usize;
+        while n < 64 {
+            let Ok(r) = fmt.record(map.get(pos..).unwrap_or(&[])) else {
+                break;
+            };
+            pos += r.len;
+            n += 1;
+        }
+        let mean = (pos - PCAP_HEADER_LEN) / n.max(1);
+        (body / mean.max(1)).div_ceil(SAMPLE).max(1)
+    } else {
+        1
+    };
+    let from = |k: usize| PCAP_HEADER_LEN + (body as u128 * k as u128 / parts as u128) as usize;
+    let weigh = |t: usize| -> Weights {
+        let mut w = Weights::default();
+        for k in parts * t / threads..parts * (t + 1) / threads {
+            let (lo, hi) = (from(k), from(k + 1));
+            let start = if k == 0 {
+                Some(lo)
+            } else {
+                (lo..(lo + 65_536).min(map.len())).find(|&p| plausible(map, fmt, p))
+            };
+            let Some(mut pos) = start else { continue };
+            let (mut n, mut next) = (0, 0);
+            while n < run && pos < hi {
+                let Ok(r) = fmt.record(map.get(pos..).unwrap_or(&[])) else {
+                    break;
+                };
+                if n == next {
+                    next += every;
+                    w.add(
+                        bucket_of(link, &map[pos + r.data_off..pos + r.len]),
+                        r.caplen,
+                    );
+                }
+                pos += r.len;
+                n += 1;
+            }
+        }
+        w
+    };
+    let mut out: Vec<Option<Weights>> = (0..threads).map(|_| None).collect();
+    std::thread::scope(|s| {
+        let mut cells = out.iter_mut().enumerate();
+        let mine = cells.next();
+        for (t, cell) in cells {
+            let weigh = &weigh;
+            let _ = std::thread::Builder::new()
+                .name(format!("catena-rss{t}"))
+                .spawn_scoped(s, move || *cell = Some(weigh(t)));
+        }
+        if let Some((_, cell)) = mine {
+            *cell = Some(weigh(0));
+        }
+    });
+    let mut sum = Weights::default();
+    for (t, w) in out.into_iter().enumerate() {
+        sum.merge(&w.unwrap_or_else(|| weigh(t)));
+    }
+    sum
+}
+
+/// Files up to this size are weighed on every record ([`weigh_file`]).
+pub const WHOLE: usize = 64 << 20;
+/// Stretches a larger file is weighed on: each a page fault away from the last.
+pub const SPREAD: usize = 1024;
+/// Records a stretch.
+pub const RUN: usize = 16;
+
+/// Each bucket's packets and bytes in a sample, and those of frames without addresses.
+#[derive(Clone)]
+pub struct Weights {
+    bucket: [(u64, u64); BUCKETS],
+    none: (u64, u64),
+}
+
+impl Default for Weights {
+    fn default() -> Weights {
+        Weights {
+            bucket: [(0, 0); BUCKETS],
+            none: (0, 0),
+        }
+    }
+}
+
+impl Weights {
+    #[inline]
+    fn add(&mut self, b: u16, caplen: u32) {
+        let w = match b {
+            NONE => &mut self.none,
+            b => &mut self.bucket[usize::from(b) % BUCKETS],
+        };
+        w.0 += 1;
+        w.1 += u64::from(caplen);
+    }
+
+    fn merge(&mut self, o: &Weights) {
+        for (a, b) in self.bucket.iter_mut().zip(&o.bucket) {
+            a.0 += b.0;
+            a.1 += b.1;
+        }
+        self.none.0 += o.none.0;
+        self.none.1 += o.none.1;
+    }
+}
+
+/// Records in a row that must read as plausible headers for a guessed record start.
+const CHAIN: usize = 8;
+
+/// Whether [`CHAIN`] records from `pos` read as plausible: in bounds, captured no more
+/// than sent (and not nothing), sent no more than 256 KiB, and stamped within an hour of
+/// each other.
+fn plausible(map: &[u8], fmt: PcapFormat, mut pos: usize) -> bool {
+    let mut last = None;
+    for _ in 0..CHAIN {
+        let Ok(r) = fmt.record(map.get(pos..).unwrap_or(&[])) else {
+            return false;
+        };
+        // Zero-length records: runs of zeros inside a packet read as such.
+        if r.caplen == 0 || r.caplen > r.wire_len || r.wire_len > 262_144 {
+            return false;
+        }
+        if last.is_some_and(|t: u64| t.abs_diff(r.ts_ns) > 3_600_000_000_000) {
+            return false;
+        }
+        last = Some(r.ts_ns);
+        pos += r.len;
+    }
+    true
 }
 
 /// The bit of a share entry (`Shares`) saying that the records between the worker's
@@ -127,6 +298,14 @@ impl Placement {
             .map(|r| (bucket_of(link, record(bytes, r)), r.caplen));
         Placement {
             owner: balance(sample, workers),
+        }
+    }
+
+    /// The table, balanced on weights taken elsewhere ([`weigh_file`]).
+    pub fn of_weights(w: &Weights, workers: usize) -> Placement {
+        let workers = workers.clamp(1, super::shard::MAX_WORKERS);
+        Placement {
+            owner: balance_weights(w, workers),
         }
     }
 
@@ -358,21 +537,23 @@ fn median3(a: u64, b: u64, c: u64) -> u64 {
 /// prefetching every line): on the merged trace, packets alone gave 50.0 % of the
 /// packets but 55.8 % of the bytes to one worker; both give 50.1 % and 51.1 %.
 fn balance(sample: impl Iterator<Item = (u16, u32)>, workers: usize) -> [u8; BUCKETS] {
+    let mut w = Weights::default();
+    for (b, caplen) in sample {
+        w.add(b, caplen);
+    }
+    balance_weights(&w, workers)
+}
+
+/// [`balance`] on weights already summed.
+fn balance_weights(w: &Weights, workers: usize) -> [u8; BUCKETS] {
     let mut owner = [0u8; BUCKETS];
     if workers <= 1 {
         return owner;
     }
     // (packets, bytes) per bucket and per worker.
-    let mut weight = [(0u64, 0u64); BUCKETS];
+    let weight = w.bucket;
     let mut load = vec![(0u64, 0u64); workers];
-    for (b, caplen) in sample {
-        let w = match b {
-            NONE => &mut load[0],
-            b => &mut weight[usize::from(b)],
-        };
-        w.0 += 1;
-        w.1 += u64::from(caplen);
-    }
+    load[0] = w.none;
     let total = weight
         .iter()
         .chain(&load)

@@ -21,11 +21,11 @@ use std::time::Instant;
 use super::affinity::{allowed_cores, pin};
 use super::chain::{Chain, NodeKind};
 use super::counters::{NfSummary, Summary, WorkerSummary};
-use super::rss::{Placement, MAX_RECORDS};
+use super::rss::{weigh_file, Placement, MAX_RECORDS};
 use super::shard_control::Gate;
 use super::sink::seq_path;
 use super::worker::{NoProgress, Progress, RunOptions, Runner};
-use crate::io::{PcapWriter, Trace};
+use crate::io::{MappedPcap, PcapHeader, PcapWriter, Source, Trace};
 use crate::nfs::StateScope;
 
 /// Most workers a chain may ask for.
@@ -86,10 +86,6 @@ impl Shards {
             }
             let mut r = Runner::new(chain, max_packet);
             r.walk.sink_seqs = n > 1;
-            if n > 1 {
-                r.walk.prefetch = r.walk.prefetch.max(SHARD_PREFETCH);
-                r.walk.prefetch_whole = true;
-            }
             runners.push(r);
         }
         Ok(Shards {
@@ -139,6 +135,95 @@ impl Shards {
         self.run_on(trace, Some(trace.raw().0), opts, progress)
     }
 
+    /// As [`run_in_place`](Self::run_in_place) for a mapped pcap file, without indexing
+    /// it or placing its records before the first packet: the table is balanced on a sample
+    /// spread over the file, then every worker walks the whole file with its own
+    /// reader of the one map and keeps its own records (worker/stream.rs). The output,
+    /// the counters and every packet's port, time and position are one worker's.
+    pub fn run_stream(
+        self,
+        src: &MappedPcap,
+        opts: &RunOptions,
+        progress: &mut dyn Progress,
+    ) -> anyhow::Result<Summary> {
+        let mut runners = self.runners;
+        let control = self.control;
+        let n = runners.len();
+        if n == 1 {
+            return runners[0].run_source(&mut src.reader(), opts, progress);
+        }
+        let cores = allowed_cores();
+        if n > cores.len() {
+            eprintln!(
+                "warning: {n} workers on {} cores: workers share cores (not pinned)",
+                cores.len()
+            );
+        }
+        let started = Instant::now();
+        let link = src.link();
+        let placement = {
+            let (map, fmt) = src.format();
+            Placement::of_weights(&weigh_file(link, map, fmt, n), n)
+        };
+        let finals = sink_paths(runners[0].chain(), opts);
+        // The input's length is not known before a worker reaches its end.
+        let gate = control.as_ref().map(|_| Gate::new(n, u64::MAX));
+        let preparers = runners[0].preparers();
+        let placement = &placement;
+        let results: Vec<anyhow::Result<(Part, u64)>> = std::thread::scope(|scope| {
+            if let (Some(g), Some(c)) = (&gate, control) {
+                let preparers = &preparers;
+                let _ = std::thread::Builder::new()
+                    .name("catena-control".into())
+                    .spawn_scoped(scope, move || g.serve(&c.rx, preparers));
+            }
+            let gate = gate.as_ref();
+            let handles: Vec<_> = runners
+                .into_iter()
+                .enumerate()
+                .map(|(w, mut r)| {
+                    let core = (n <= cores.len()).then(|| cores[w]);
+                    let mut reader = src.reader();
+                    let wopts = RunOptions {
+                        loops: opts.loops,
+                        outputs: finals
+                            .iter()
+                            .map(|(k, p)| (k.clone(), part(w, p)))
+                            .collect(),
+                        schedule: opts.schedule.clone(),
+                    };
+                    std::thread::Builder::new()
+                        .name(format!("catena-w{w}"))
+                        .spawn_scoped(scope, move || -> anyhow::Result<(Part, u64)> {
+                            let _gone = gate.map(|g| Gone(g, w));
+                            let core = core.filter(|&c| pin(c));
+                            let cpu = thread_cpu_seconds();
+                            let (s, stepped) = r.run_stream_share(
+                                &mut reader,
+                                (placement, w),
+                                &wopts,
+                                gate,
+                                &mut NoProgress,
+                            )?;
+                            let cpu = thread_cpu_seconds().zip(cpu).map(|(b, a)| b - a);
+                            Ok(((s, core, cpu), stepped))
+                        })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(w, h)| join_worker(w, h))
+                .collect()
+        });
+        let total = results
+            .iter()
+            .find_map(|r| r.as_ref().ok().map(|((s, _, _), k)| s.packets_in + k));
+        let total = total.unwrap_or(0);
+        let s = gather(results, &finals, src.header(), started, progress, total)?;
+        Ok(s)
+    }
+
     fn run_on(
         self,
         trace: &Trace,
@@ -158,6 +243,10 @@ impl Shards {
                 "warning: {n} workers on {} cores: workers share cores (not pinned)",
                 cores.len()
             );
+        }
+        for r in &mut runners {
+            r.walk.prefetch = r.walk.prefetch.max(SHARD_PREFETCH);
+            r.walk.prefetch_whole = true;
         }
         let started = Instant::now();
         let (bytes, recs) = trace.raw();
@@ -182,11 +271,6 @@ impl Shards {
         let mut lists = shares.into_lists(wraps).into_iter();
         // Each worker writes its own files; merged below.
         let finals = sink_paths(runners[0].chain(), opts);
-        let part = |w: usize, p: &Path| -> PathBuf {
-            let mut s = p.as_os_str().to_owned();
-            s.push(format!(".w{w}.part"));
-            PathBuf::from(s)
-        };
         let gate = control
             .as_ref()
             .map(|_| Gate::new(n, recs.len() as u64 * opts.loops));
@@ -254,49 +338,74 @@ impl Shards {
                 .map(|(w, h)| join_worker(w, h))
                 .collect()
         });
-        let mut parts = Vec::with_capacity(n);
-        let mut stepped = Vec::with_capacity(n);
-        let mut first_err = None;
-        for r in results {
-            match r {
-                Ok((p, k)) => {
-                    parts.push(p);
-                    stepped.push(k);
-                }
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        let merged = match first_err {
-            None => finals.iter().try_for_each(|(_, p)| {
-                merge(trace, p, &(0..n).map(|w| part(w, p)).collect::<Vec<_>>())
-            }),
-            Some(e) => Err(e),
-        };
-        for (_, p) in &finals {
-            for w in 0..n {
-                let _ = std::fs::remove_file(part(w, p));
-                let _ = std::fs::remove_file(seq_path(&part(w, p)));
-            }
-        }
-        merged?;
-        progress.update(
+        gather(
+            results,
+            &finals,
+            trace.header(),
+            started,
+            progress,
             recs.len() as u64 * opts.loops,
-            recs.len() as u64 * opts.loops,
-        );
-        progress.finish();
-        let mut s = sum(parts, started.elapsed().as_secs_f64());
-        for (w, k) in s.workers.iter_mut().zip(stepped) {
-            w.records_stepped = Some(k);
-        }
-        for k in &mut s.sinks {
-            if let Some((_, p)) = finals.iter().find(|(n, _)| *n == k.name) {
-                k.path = Some(p.display().to_string());
-            }
-        }
-        Ok(s)
+        )
     }
+}
+
+/// The workers' results gathered: their sinks' files merged in input order (and
+/// removed), their summaries summed, or the first error.
+fn gather(
+    results: Vec<anyhow::Result<(Part, u64)>>,
+    finals: &[(String, PathBuf)],
+    header: PcapHeader,
+    started: Instant,
+    progress: &mut dyn Progress,
+    input: u64,
+) -> anyhow::Result<Summary> {
+    let n = results.len();
+    let mut parts = Vec::with_capacity(n);
+    let mut stepped = Vec::with_capacity(n);
+    let mut first_err = None;
+    for r in results {
+        match r {
+            Ok((p, k)) => {
+                parts.push(p);
+                stepped.push(k);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let merged = match first_err {
+        None => finals.iter().try_for_each(|(_, p)| {
+            merge(header, p, &(0..n).map(|w| part(w, p)).collect::<Vec<_>>())
+        }),
+        Some(e) => Err(e),
+    };
+    for (_, p) in finals {
+        for w in 0..n {
+            let _ = std::fs::remove_file(part(w, p));
+            let _ = std::fs::remove_file(seq_path(&part(w, p)));
+        }
+    }
+    merged?;
+    progress.update(input, input);
+    progress.finish();
+    let mut s = sum(parts, started.elapsed().as_secs_f64());
+    for (w, k) in s.workers.iter_mut().zip(stepped) {
+        w.records_stepped = Some(k);
+    }
+    for k in &mut s.sinks {
+        if let Some((_, p)) = finals.iter().find(|(n, _)| *n == k.name) {
+            k.path = Some(p.display().to_string());
+        }
+    }
+    Ok(s)
+}
+
+/// Worker `w`'s own file for the sink writing `p`, merged into `p` at the end.
+fn part(w: usize, p: &Path) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(format!(".w{w}.part"));
+    PathBuf::from(s)
 }
 
 /// Tells the gate a worker thread has returned (also when it panics).
@@ -327,7 +436,7 @@ fn sink_paths(chain: &Chain, opts: &RunOptions) -> Vec<(String, PathBuf)> {
 }
 
 /// Merges the workers' files for one sink into `out`, in input order.
-fn merge(trace: &Trace, out: &Path, parts: &[PathBuf]) -> anyhow::Result<()> {
+fn merge(header: PcapHeader, out: &Path, parts: &[PathBuf]) -> anyhow::Result<()> {
     let mut ins = Vec::with_capacity(parts.len());
     for p in parts {
         let t = Trace::open(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
@@ -342,7 +451,7 @@ fn merge(trace: &Trace, out: &Path, parts: &[PathBuf]) -> anyhow::Result<()> {
     for (_, r, _, head) in &mut ins {
         *head = next(r);
     }
-    let mut w = PcapWriter::create(out, trace.header())
+    let mut w = PcapWriter::create(out, header)
         .map_err(|e| anyhow::anyhow!("{}: cannot create output: {e}", out.display()))?;
     // The part whose next packet came first in the input goes next.
     while let Some(k) = (0..ins.len())
@@ -644,6 +753,64 @@ mod tests {
             // Some gaps need stepping over one by one, most do not.
             assert!(stepped > 0, "{n} workers stepped over nothing");
             assert!(stepped < 2 * 2000 / 4, "{n} workers stepped over {stepped}");
+        }
+    }
+
+    /// Workers that each walk a mapped file (`run_stream`) give every packet the input
+    /// position, clock time and port one worker gives it, with 2 and 3 workers over 2
+    /// loops and 3 ports, on a trace whose time jumps back and whose frames are partly
+    /// oversize (the gaps a worker passes over unread, and those it must step over one
+    /// by one, both occur).
+    #[test]
+    fn streamed_workers_give_each_packet_one_worker_s_clock_and_port() {
+        let mut frames = Vec::new();
+        let mut ts = Vec::new();
+        for i in 0..3000u32 {
+            let b = (i % 23) as u8;
+            let mut f = ipv4([10, 0, 0, b], [10, 2, 0, b.wrapping_mul(3)], 1000, 80);
+            if i % 89 == 0 {
+                f.resize(70_000, 0); // oversize: larger than any buffer the pool has
+            }
+            frames.push(f);
+            let base = u64::from(i) * 1_000_000;
+            ts.push(match i % 157 {
+                0 => base + 900_000_000,
+                3 => base / 3 / 1000 * 1000,
+                _ if i % 400 > 390 => base - 50_000_000,
+                _ => base,
+            });
+        }
+        let h = crate::io::PcapHeader::new(1, false);
+        let trace = Trace::from_packets(
+            LinkKind::Ethernet,
+            h,
+            frames.iter().zip(&ts).map(|(f, &t)| (t, &f[..])),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.pcap");
+        trace.write_pcap(&path).unwrap();
+        let m = MappedPcap::open(&path).unwrap();
+        let streamed = |workers: usize| {
+            let seen = Seen::default();
+            let chains = (0..workers)
+                .map(|_| Chain::linear("t", 3, 7, vec![("n".into(), note(&seen))]))
+                .collect();
+            let opts = RunOptions {
+                loops: 2,
+                ..RunOptions::default()
+            };
+            Shards::new(chains, 100)
+                .unwrap()
+                .run_stream(&m, &opts, &mut NoProgress)
+                .unwrap();
+            let mut v = std::mem::take(&mut *seen.lock().unwrap());
+            v.sort_unstable();
+            v
+        };
+        let one = streamed(1);
+        assert_eq!(one.len(), 2 * (3000 - 3000usize.div_ceil(89)));
+        for n in [2, 3] {
+            assert_eq!(streamed(n), one, "{n} workers");
         }
     }
 

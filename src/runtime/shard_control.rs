@@ -18,7 +18,7 @@
 //! when the first packet at or past the cut reaches it, since each stage sees its
 //! packets in input order.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -60,8 +60,9 @@ pub(super) struct Gate {
     pause: AtomicBool,
     state: Mutex<State>,
     cv: Condvar,
-    /// Packets in the whole input (every loop): the cut of a worker whose input ended.
-    input: u64,
+    /// Packets in the whole input (every loop): the cut of a worker whose input ended
+    /// (set by the first worker to end when the input is streamed, unknown before).
+    input: AtomicU64,
 }
 
 impl Gate {
@@ -74,7 +75,7 @@ impl Gate {
                 results: (0..workers).map(|_| None).collect(),
             }),
             cv: Condvar::new(),
-            input,
+            input: AtomicU64::new(input),
         }
     }
 
@@ -141,6 +142,14 @@ impl Gate {
         }
     }
 
+    /// [`Gate::end`] for a worker that walked the whole input, `input` packets (a
+    /// streamed file, whose length nobody knew before): that is where it parked.
+    pub fn end_at(&self, w: usize, input: u64, apply: impl FnMut(Order) -> Done) {
+        // Stored before `end` takes the lock that publishes `Ended`.
+        self.input.store(input, Ordering::Relaxed);
+        self.end(w, apply)
+    }
+
     /// Worker `w` has returned, whatever the reason: never waited for again.
     pub fn gone(&self, w: usize) {
         let mut g = self.lock();
@@ -174,7 +183,7 @@ impl Gate {
             g.at.iter()
                 .filter_map(|a| match a {
                     Where::Parked(p) => Some(*p),
-                    Where::Ended => Some(self.input),
+                    Where::Ended => Some(self.input.load(Ordering::Relaxed)),
                     _ => None,
                 })
                 .max();

@@ -17,6 +17,7 @@ use super::walk::{Walk, NEXT_STAGE_STOPPED};
 use crate::io::{After, PcapHeader, Source, Trace, TraceSource};
 
 mod live;
+mod stream;
 use crate::nfs::{Prepared, Preparer};
 use crate::optimise::fastpath::{self, auto, Auto, FastPath};
 use crate::packet::MAX_BATCH;
