@@ -98,34 +98,21 @@ impl MappedPcap {
         let map: &'static [u8] = Box::leak(Box::new(map));
         guard(map).map_err(open_err)?;
         let fmt = PcapFormat::parse(path, map)?;
-        Ok(MappedPcap {
-            path: path.to_owned(),
-            map,
-            fmt,
-            pos: PCAP_HEADER_LEN,
-            fetched: PCAP_HEADER_LEN,
-            released: 0,
-            populated: 0,
-            chunk: Vec::with_capacity(64),
-            count: 0,
-            first_pass: None,
-            done: false,
-            ts_min: u64::MAX,
-            ts_max: 0,
-            first_ts: None,
-            error: None,
-            changed: false,
-            loops_done: 0,
-        })
+        Ok(Self::at_start(path, map, fmt))
     }
 
     /// Another reader of the same map, from its first record (issue 21: each sharded
     /// worker walks the file; one map, so one SIGBUS guard and one set of page tables).
     pub fn reader(&self) -> MappedPcap {
+        Self::at_start(&self.path, self.map, self.fmt)
+    }
+
+    /// A reader of `map` before its first record.
+    fn at_start(path: &Path, map: &'static [u8], fmt: PcapFormat) -> MappedPcap {
         MappedPcap {
-            path: self.path.clone(),
-            map: self.map,
-            fmt: self.fmt,
+            path: path.to_owned(),
+            map,
+            fmt,
             pos: PCAP_HEADER_LEN,
             fetched: PCAP_HEADER_LEN,
             released: 0,

@@ -697,6 +697,35 @@ mod tests {
 
     /// Runs `trace` on `workers` workers (3 ports, 2 loops) and returns what each
     /// packet was given, by input position, and the records each worker stepped over.
+    /// `n` IPv4 frames over 23 flows, every 89th oversize (larger than any buffer the
+    /// pool has), with time that jumps forward and back; `third` rounds the times that
+    /// fall to a third of their place.
+    fn jumping_trace(n: u32, third: impl Fn(u64) -> u64) -> Trace {
+        let mut frames = Vec::new();
+        let mut ts = Vec::new();
+        for i in 0..n {
+            let b = (i % 23) as u8;
+            let mut f = ipv4([10, 0, 0, b], [10, 2, 0, b.wrapping_mul(3)], 1000, 80);
+            if i % 89 == 0 {
+                f.resize(70_000, 0);
+            }
+            frames.push(f);
+            let base = u64::from(i) * 1_000_000;
+            ts.push(match i % 157 {
+                0 => base + 900_000_000,
+                3 => third(base / 3),
+                _ if i % 400 > 390 => base - 50_000_000,
+                _ => base,
+            });
+        }
+        let h = crate::io::PcapHeader::new(1, false);
+        Trace::from_packets(
+            LinkKind::Ethernet,
+            h,
+            frames.iter().zip(&ts).map(|(f, &t)| (t, &f[..])),
+        )
+    }
+
     fn given(trace: &Trace, workers: usize) -> (Vec<(u64, u64, u16)>, Vec<u64>) {
         let seen = Seen::default();
         let chains = (0..workers)
@@ -721,29 +750,7 @@ mod tests {
     /// on a trace whose time jumps back and whose frames are partly oversize.
     #[test]
     fn workers_give_each_packet_one_worker_s_clock_and_port() {
-        let mut frames = Vec::new();
-        let mut ts = Vec::new();
-        for i in 0..2000u32 {
-            let b = (i % 23) as u8;
-            let mut f = ipv4([10, 0, 0, b], [10, 2, 0, b.wrapping_mul(3)], 1000, 80);
-            if i % 89 == 0 {
-                f.resize(70_000, 0); // oversize: larger than any buffer the pool has
-            }
-            frames.push(f);
-            let base = u64::from(i) * 1_000_000;
-            ts.push(match i % 157 {
-                0 => base + 900_000_000,
-                3 => base / 3,
-                _ if i % 400 > 390 => base - 50_000_000,
-                _ => base,
-            });
-        }
-        let h = crate::io::PcapHeader::new(1, false);
-        let trace = Trace::from_packets(
-            LinkKind::Ethernet,
-            h,
-            frames.iter().zip(&ts).map(|(f, &t)| (t, &f[..])),
-        );
+        let trace = jumping_trace(2000, |t| t);
         let (one, _) = given(&trace, 1);
         assert_eq!(one.len(), 2 * (2000 - 2000usize.div_ceil(89)));
         for n in [2, 3] {
@@ -763,29 +770,8 @@ mod tests {
     /// by one, both occur).
     #[test]
     fn streamed_workers_give_each_packet_one_worker_s_clock_and_port() {
-        let mut frames = Vec::new();
-        let mut ts = Vec::new();
-        for i in 0..3000u32 {
-            let b = (i % 23) as u8;
-            let mut f = ipv4([10, 0, 0, b], [10, 2, 0, b.wrapping_mul(3)], 1000, 80);
-            if i % 89 == 0 {
-                f.resize(70_000, 0); // oversize: larger than any buffer the pool has
-            }
-            frames.push(f);
-            let base = u64::from(i) * 1_000_000;
-            ts.push(match i % 157 {
-                0 => base + 900_000_000,
-                3 => base / 3 / 1000 * 1000,
-                _ if i % 400 > 390 => base - 50_000_000,
-                _ => base,
-            });
-        }
-        let h = crate::io::PcapHeader::new(1, false);
-        let trace = Trace::from_packets(
-            LinkKind::Ethernet,
-            h,
-            frames.iter().zip(&ts).map(|(f, &t)| (t, &f[..])),
-        );
+        // Whole microseconds: the file keeps no finer time than that.
+        let trace = jumping_trace(3000, |t| t / 1000 * 1000);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.pcap");
         trace.write_pcap(&path).unwrap();
