@@ -175,6 +175,12 @@ impl Layers {
     /// The encapsulated packet's layers, offsets into the same bytes; `None` when this
     /// packet carries no tunnel of those kinds (or its inner header is cut short).
     pub fn tunnel_inner(&self, b: &[u8]) -> Option<Layers> {
+        if self.l3 == L3Kind::Other && self.ethertype == 0x8864 {
+            // A PPPoE session frame: Suricata decodes its IP as the packet's own.
+            let mut l = pppoe_inner(b, self.l3_off as usize)?;
+            l.vlans = self.vlans;
+            return Some(l);
+        }
         if !matches!(self.l3, L3Kind::Ipv4 | L3Kind::Ipv6) || self.is_fragment() {
             return None;
         }
@@ -270,7 +276,21 @@ fn gre_inner(b: &[u8], off: usize) -> Option<Layers> {
 /// PPP (RFC 1661): an optional HDLC address and control (0xff 0x03), then a protocol
 /// field of one byte (compressed) or two; IPv4 and IPv6 decoded.
 fn ppp_inner(b: &[u8], off: usize) -> Option<Layers> {
-    let mut p = off + if *b.get(off)? == 0xff { 2 } else { 0 };
+    ppp_proto_inner(b, off + if *b.get(off)? == 0xff { 2 } else { 0 })
+}
+
+/// A PPPoE session header (RFC 2516) at `off`: PPP's protocol field right after its six
+/// bytes (no HDLC framing); Suricata (decode-pppoe.c) checks no version and decodes the
+/// payload only when the header's length is not zero.
+fn pppoe_inner(b: &[u8], off: usize) -> Option<Layers> {
+    if b.len() < off + 7 || be16(b, off + 4) == 0 {
+        return None;
+    }
+    ppp_proto_inner(b, off + 6)
+}
+
+/// PPP's protocol field at `p`, one byte (odd first byte) or two, then IPv4 or IPv6.
+fn ppp_proto_inner(b: &[u8], mut p: usize) -> Option<Layers> {
     let proto = if *b.get(p)? & 1 != 0 {
         p += 1;
         u16::from(b[p - 1])
@@ -545,6 +565,46 @@ mod tests {
         p[34] |= 0x01;
         assert_eq!(Layers::parse(LinkKind::Ethernet, &p).tunnel_inner(&p), None);
         // Cut short anywhere: no panic.
+        for n in 0..p.len() {
+            let _ = Layers::parse(LinkKind::Ethernet, &p[..n]).tunnel_inner(&p[..n]);
+        }
+    }
+
+    #[test]
+    fn pppoe_session_inner_ip_behind_two_vlan_tags() {
+        // dns.pcap frame 4: QinQ, PPPoE session 0x556a, PPP 0x0021, IPv4/UDP to port 53.
+        let mut p = vec![
+            0, 0, 0, 0, 0, 1, 0xd4, 0x94, 0xe8, 0x0e, 0xad, 0xc1, 0x81, 0x00,
+        ];
+        p.extend_from_slice(&[0x01, 0xa5, 0x81, 0x00, 0x03, 0x11, 0x88, 0x64]);
+        p.extend_from_slice(&[0x11, 0x00, 0x55, 0x6a, 0x00, 0x3f, 0x00, 0x21]);
+        p.extend_from_slice(&v4_around(17, &[0xb8, 0x97, 0x00, 0x35, 0, 8, 0, 0])[14..]);
+        let o = Layers::parse(LinkKind::Ethernet, &p);
+        // The outer walk is unchanged: PPPoE is an ethertype it does not decode.
+        assert_eq!(
+            (o.l3, o.ethertype, o.vlans, o.l3_off),
+            (L3Kind::Other, 0x8864, 2, 22)
+        );
+        let i = o.tunnel_inner(&p).unwrap();
+        assert_eq!(
+            (i.l3, i.l3_off, i.l4_off, i.l4_proto),
+            (L3Kind::Ipv4, 30, 50, 17)
+        );
+        assert_eq!((i.vlans, i.has_l4()), (2, true));
+        // One-byte PPP protocol field (0x21): the IP header a byte earlier.
+        let mut q = p.clone();
+        q.remove(28);
+        let i = Layers::parse(LinkKind::Ethernet, &q)
+            .tunnel_inner(&q)
+            .unwrap();
+        assert_eq!((i.l3_off, i.l4_proto), (29, 17));
+        // A zero PPPoE length carries nothing; LCP (0xc021) is not IP.
+        let mut z = p.clone();
+        z[27] = 0;
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &z).tunnel_inner(&z), None);
+        let mut c = p.clone();
+        c[28] = 0xc0;
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &c).tunnel_inner(&c), None);
         for n in 0..p.len() {
             let _ = Layers::parse(LinkKind::Ethernet, &p[..n]).tunnel_inner(&p[..n]);
         }
