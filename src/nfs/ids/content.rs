@@ -36,11 +36,13 @@ pub enum Test {
 /// Bounds the backtracking work of one rule on one buffer; past it the rule does not match.
 pub const STEP_BUDGET: u32 = 4096;
 
-/// Where the buffer sits: `base` is the stream offset of `buf[0]` (0 for packets and HTTP
-/// buffers); a match must end after `fresh` (bytes before it were inspected already).
+/// Where the buffer sits: `base` is the offset of `buf[0]` from where `offset`/`depth`
+/// count (0 for packets and HTTP buffers; for the stream, from the start of the chunk
+/// Suricata 7 inspects, its raw progress: it passes no stream offset to the content
+/// inspection); a match must end after `fresh` (bytes before it were inspected already).
 #[derive(Clone, Copy)]
 pub struct Span {
-    pub base: u64,
+    pub base: i64,
     pub fresh: Option<usize>,
 }
 
@@ -129,7 +131,7 @@ fn step(
 }
 
 /// The byte range of `buf` a content may occupy, or None when it cannot fit.
-fn window(c: &Content, len: usize, base: u64, prev_end: usize) -> Option<(usize, usize)> {
+fn window(c: &Content, len: usize, base: i64, prev_end: usize) -> Option<(usize, usize)> {
     let (lo, hi) = if c.is_relative() {
         let lo = prev_end as i64 + c.distance.unwrap_or(0) as i64;
         let hi = match c.within {
@@ -138,7 +140,7 @@ fn window(c: &Content, len: usize, base: u64, prev_end: usize) -> Option<(usize,
         };
         (lo.max(0), hi.min(len as i64))
     } else {
-        let off = c.offset.unwrap_or(0) as i64 - base as i64;
+        let off = c.offset.unwrap_or(0) as i64 - base;
         let hi = match (c.depth, c.startswith) {
             (_, true) => off + c.pat.len() as i64,
             (Some(d), _) => off + d as i64,
@@ -306,8 +308,15 @@ mod tests {
         let mut d = c("new");
         d.depth = Some(50);
         assert!(
-            !matches(&[Test::Content(d)], buf, s),
-            "depth counts from the stream start"
+            !matches(&[Test::Content(d.clone())], buf, s),
+            "depth counts from the chunk's start"
         );
+        // The chunk starts at the buffer's fourth byte: `new` is within depth 3 of it.
+        d.depth = Some(3);
+        let s = Span {
+            base: -3,
+            fresh: Some(3),
+        };
+        assert!(matches(&[Test::Content(d)], buf, s));
     }
 }

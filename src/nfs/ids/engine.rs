@@ -415,8 +415,16 @@ impl Ids {
             let piece_start = w.base + fresh as u64;
             w.buf.extend_from_slice(chunk);
             let piece_end = piece_start + chunk.len() as u64;
+            // Chunked: offset/depth count from the chunk these bytes will be inspected
+            // in, which starts at the raw progress (Suricata 7.0 inspects each chunk as a
+            // buffer of its own); per segment, from the stream's start.
+            let from_chunk = if self.cfg.stream_chunk != 0 {
+                w.done
+            } else {
+                0
+            };
             let span = Span {
-                base: w.base,
+                base: w.base as i64 - from_chunk as i64,
                 fresh: Some(fresh),
             };
             let g = self.next_gen();
