@@ -605,7 +605,13 @@ impl HttpHalf {
         } = self;
         uri_norm.clear();
         let uri = &hdr[second.0..second.1];
-        let mut i = 0;
+        // The path (up to `?` or `#`) as libhtp normalises it for Suricata's IDS
+        // personality; the rest is only percent-decoded.
+        let mut i = if uri.first() == Some(&b'/') {
+            normalise_path(uri, uri_norm)
+        } else {
+            0
+        };
         while i < uri.len() && uri_norm.len() < uri_norm.capacity() {
             let b = uri[i];
             if b == b'%' && i + 2 < uri.len() {
@@ -809,9 +815,16 @@ impl HttpHalf {
         }
     }
 
-    /// File data is the decoded body (not the raw one while nothing is decoded yet).
+    /// File data is the decoded body (not the raw one while nothing is decoded yet). A
+    /// compressed stream that ended having decoded nothing (gzip of an empty body) is
+    /// empty file data, as libhtp gives it, not its raw bytes.
     pub fn file_data_decoded(&self) -> bool {
-        self.n_enc > 0 && !self.body.is_empty()
+        self.n_enc > 0
+            && (!self.body.is_empty()
+                || self
+                    .inflate
+                    .as_ref()
+                    .is_some_and(|i| i.layers.iter().any(|l| l.mode == LayerMode::Done)))
     }
 
     /// The bytes of an HTTP buffer this direction holds (empty when not present).
@@ -835,7 +848,7 @@ impl HttpHalf {
             Buf::HttpStatMsg => self.get(self.third),
             Buf::HttpRequestBody => &self.raw_body,
             Buf::FileData => {
-                if self.n_enc > 0 && !self.body.is_empty() {
+                if self.file_data_decoded() {
                     &self.body
                 } else {
                     &self.raw_body
@@ -941,6 +954,94 @@ fn gzip_header_len(b: &[u8]) -> Option<Option<usize>> {
     Some(Some(p))
 }
 
+/// Writes the normalised path of `uri` (which starts with `/`) to `out` (within its
+/// capacity) and returns where the path ends, as libhtp does it with Suricata 7's
+/// default IDS personality (htp_decode_path_inplace, htp_utf8_decode_path_inplace,
+/// htp_normalize_uri_path_inplace): percent-decoding (`%2f` too), `\` as `/`, repeated
+/// separators compressed, overlong UTF-8 forms of ASCII (`%c0%af`) converted, then
+/// dot segments removed (RFC 3986 5.2.4), so `/a/..%c0%af../b` is `/b`. Other UTF-8
+/// and `%u` escapes are left as they are (libhtp's best-fit map is not copied).
+fn normalise_path(uri: &[u8], out: &mut Vec<u8>) -> usize {
+    let end = uri
+        .iter()
+        .position(|&b| b == b'?' || b == b'#')
+        .unwrap_or(uri.len());
+    let mut i = 0;
+    while i < end && out.len() < out.capacity() {
+        let mut b = uri[i];
+        i += 1;
+        if b == b'%' && i + 1 < end {
+            if let (Some(h), Some(l)) = (hex(uri[i]), hex(uri[i + 1])) {
+                b = h << 4 | l;
+                i += 2;
+            }
+        }
+        if b == b'\\' {
+            b = b'/';
+        }
+        if b == b'/' && out.last() == Some(&b'/') {
+            continue;
+        }
+        out.push(b);
+    }
+    // Two-byte overlong forms (0xc0/0xc1 and a continuation byte) are ASCII.
+    let (mut r, mut w) = (0, 0);
+    while r < out.len() {
+        let b = out[r];
+        if matches!(b, 0xc0 | 0xc1) && out.get(r + 1).is_some_and(|c| c & 0xc0 == 0x80) {
+            out[w] = (b & 1) << 6 | (out[r + 1] & 0x3f);
+            r += 2;
+        } else {
+            out[w] = b;
+            r += 1;
+        }
+        w += 1;
+    }
+    out.truncate(w);
+    remove_dot_segments(out);
+    end
+}
+
+/// RFC 3986 5.2.4 in place (the output never outruns the input).
+fn remove_dot_segments(p: &mut Vec<u8>) {
+    let n = p.len();
+    let (mut r, mut w) = (0, 0);
+    // Drops the last segment written (and its `/`).
+    fn pop(p: &[u8], w: usize) -> usize {
+        p[..w].iter().rposition(|&b| b == b'/').unwrap_or(0)
+    }
+    while r < n {
+        let rest = &p[r..n];
+        if rest.starts_with(b"../") {
+            r += 3;
+        } else if rest.starts_with(b"./") || rest.starts_with(b"/./") {
+            r += 2;
+        } else if rest == b"/." {
+            r += 1;
+            p[r] = b'/';
+        } else if rest.starts_with(b"/../") {
+            r += 3;
+            w = pop(p, w);
+        } else if rest == b"/.." {
+            r += 2;
+            p[r] = b'/';
+            w = pop(p, w);
+        } else if rest == b"." || rest == b".." {
+            r = n;
+        } else {
+            // The first segment, with its leading `/`, moves to the output.
+            let mut k = r + 1;
+            while k < n && p[k] != b'/' {
+                k += 1;
+            }
+            p.copy_within(r..k, w);
+            w += k - r;
+            r = k;
+        }
+    }
+    p.truncate(w);
+}
+
 fn hex(b: u8) -> Option<u8> {
     (b as char).to_digit(16).map(|d| d as u8)
 }
@@ -1026,6 +1127,32 @@ fn contains_nocase_nozero(h: &[u8], n: &[u8]) -> bool {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn uri_path_normalised_as_libhtp() {
+        // URIs of the merged trace's Nikto scan; Suricata 7 alerts `http.uri;
+        // content:"../"` on the last three only.
+        let norm = |u: &[u8]| {
+            let mut out = Vec::with_capacity(256);
+            let end = normalise_path(u, &mut out);
+            (out, end)
+        };
+        for (raw, want) in [
+            (&b"/../../../../etc/shadow"[..], &b"/etc/shadow"[..]),
+            (
+                b"/certsrv/..%c0%af../winnt/system32/cmd.exe",
+                b"/winnt/system32/cmd.exe",
+            ),
+            (b"/a/./b/../c/.", b"/a/c/"),
+            (b"/a//b\\..", b"/a/"),
+            (b"/scripts/..%c1%1c../winnt", b"/scripts/..\xc1\x1c../winnt"),
+            (b"/msadc/..%255c../x", b"/msadc/..%5c../x"),
+        ] {
+            assert_eq!(norm(raw).0, want, "{}", String::from_utf8_lossy(raw));
+        }
+        // The path ends at `?`: the query keeps its dot segments.
+        assert_eq!(norm(b"/ans.pl?p=../x"), (b"/ans.pl".to_vec(), 7));
+    }
 
     /// Feeds `data` in pieces of `step` bytes, returning the events seen.
     fn feed_all(h: &mut HttpHalf, data: &[u8], step: usize) -> Vec<Event> {
@@ -1232,6 +1359,22 @@ mod tests {
             worst.push(max);
         }
         assert!(worst.iter().all(|&w| w <= 512), "{worst:?}");
+    }
+
+    /// The merged trace's 404 from 52.94.232.134: `Content-Encoding: gzip`, 20 bytes that
+    /// decode to nothing. Its file data is empty (Suricata's `file_data; content:"|1F
+    /// 8B|"; startswith` does not alert), not the raw gzip bytes.
+    #[test]
+    fn gzip_of_nothing_is_empty_file_data() {
+        let gz = [
+            0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        for step in [1, 3, 64] {
+            let mut h = HttpHalf::new(false, HttpLimits::default());
+            feed_all(&mut h, &response("gzip", &gz), step);
+            assert_eq!(h.buf(Buf::FileData), b"", "step {step}");
+            assert_eq!(h.buf(Buf::HttpRequestBody), &gz[..]);
+        }
     }
 
     /// `decompress_layers = 0` leaves compressed bodies as they are (it panicked).
