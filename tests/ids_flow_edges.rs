@@ -314,6 +314,66 @@ fn a_pickup_on_a_response_is_reversed_as_suricata() {
     assert_eq!(ours, theirs);
 }
 
+/// Suricata 7.0 inspects each raw stream chunk as a buffer of its own (it passes no
+/// stream offset to the content inspection), so `offset`/`depth` count from the chunk's
+/// start, which is the raw progress (the TLS parser asks for a chunk at each record's
+/// end). Ours counted them from the stream's start: a client hello anchored at 0 kept
+/// matching `qq` found later in application data (et-style 3000066: 3 vs 0 on these
+/// three flows of the merged trace), and a record anchored at a later chunk's start
+/// never matched (sid 9 on the ClientKeyExchange: 3 vs 6).
+#[test]
+fn anchored_stream_contents_count_from_the_chunk_as_suricata() {
+    let rules = "alert tcp $HOME_NET any -> $EXTERNAL_NET 443 (msg:\"ET-style TLS SNI qq\"; \
+        flow:established,to_server; content:\"|16 03|\"; depth:2; content:\"|01|\"; distance:3; \
+        within:1; content:\"qq\"; nocase; distance:0; sid:3000066; rev:1;)\n\
+        alert tcp any any -> any 443 (msg:\"key exchange at a chunk start\"; \
+        flow:established,to_server; content:\"|16 03 03|\"; depth:3; content:\"|10|\"; \
+        distance:2; within:1; sid:9; rev:1;)\n";
+    let (ours, theirs) = merged_cut(
+        "tcp.port==53105 || tcp.port==60532 || tcp.port==60541",
+        rules,
+    );
+    assert_eq!(theirs.get(&9), Some(&6), "{theirs:?}");
+    assert_eq!(ours, theirs);
+}
+
+/// Buffers as libhtp gives them to Suricata 7: `http.uri` has its path normalised
+/// (percent-decoding, overlong UTF-8 `%c0%af` as `/`, dot segments removed), so Nikto's
+/// `/../../etc/shadow` and `/certsrv/..%c0%af../winnt` have no `../` left and
+/// `/scripts/..%c1%1c../winnt` keeps one (3000076: 3 vs 1 before); a gzip body that
+/// decodes to nothing is empty `file_data`, not its raw `1f 8b` (3000106: 1 vs 0).
+#[test]
+fn http_uri_paths_and_empty_gzip_bodies_as_libhtp() {
+    let rules = "alert http any any -> any any (msg:\"traversal\"; flow:established; \
+        http.uri; content:\"../\"; sid:3000076; rev:1;)\n\
+        alert http any any -> any any (msg:\"gzip magic\"; flow:established,to_client; \
+        file_data; content:\"|1F 8B|\"; startswith; sid:3000106; rev:1;)\n\
+        alert http any any -> any any (msg:\"response\"; flow:established,to_client; \
+        http.stat_code; content:\"404\"; sid:5; rev:1;)\n";
+    let (ours, theirs) = merged_cut(
+        "(ip.addr==127.0.0.1 && (tcp.port==50562 || tcp.port==51018 || tcp.port==51032)) \
+         || (tcp.port==49589 && ip.addr==52.94.232.134)",
+        rules,
+    );
+    assert_eq!(theirs.get(&3000076), Some(&1), "{theirs:?}");
+    assert_eq!(theirs.get(&5), Some(&1), "{theirs:?}");
+    assert_eq!(ours, theirs);
+}
+
+/// Cisco FabricPath (ethertype 0x8903): Suricata decodes the Ethernet frame two bytes
+/// after the outer header (decode.h), so the merged trace's second copy of
+/// 172.29.9.146:38856 → 8009 is inspected too (SYN, SYN-ACK and ACK rules: 2, 2 and 10
+/// vs Suricata's 4, 4 and 14 before).
+#[test]
+fn fabricpath_frames_are_decoded_as_suricata() {
+    let rules = "alert tcp any any -> any any (msg:\"SYN\"; flags:S; sid:3000107; rev:1;)\n\
+        alert tcp any any -> any any (msg:\"SYN-ACK\"; flags:SA; sid:3000113; rev:1;)\n\
+        alert tcp any any -> any any (msg:\"ACK\"; flags:A,12; sid:3000114; rev:1;)\n";
+    let (ours, theirs) = merged_cut("tcp.port==38856", rules);
+    assert_eq!(theirs.get(&3000107), Some(&4), "{theirs:?}");
+    assert_eq!(ours, theirs);
+}
+
 /// The packets of the merged trace that tshark's `filter` selects, through Suricata and
 /// through the chain with `rules`: alerts per sid (ours, Suricata's).
 fn merged_cut(filter: &str, rules: &str) -> (BTreeMap<u64, u32>, BTreeMap<u64, u32>) {

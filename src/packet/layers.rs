@@ -181,6 +181,15 @@ impl Layers {
             l.vlans = self.vlans;
             return Some(l);
         }
+        if self.l3 == L3Kind::Other && self.ethertype == 0x8903 {
+            // Cisco FabricPath (DCE): two bytes after the outer Ethernet header, then
+            // another Ethernet frame, which Suricata decodes (decode.h).
+            let off = self.l3_off as usize + 2;
+            if b.len() < off + 14 {
+                return None;
+            }
+            return ether_inner(b, off);
+        }
         if !matches!(self.l3, L3Kind::Ipv4 | L3Kind::Ipv6) || self.is_fragment() {
             return None;
         }
@@ -605,6 +614,24 @@ mod tests {
         let mut c = p.clone();
         c[28] = 0xc0;
         assert_eq!(Layers::parse(LinkKind::Ethernet, &c).tunnel_inner(&c), None);
+        for n in 0..p.len() {
+            let _ = Layers::parse(LinkKind::Ethernet, &p[..n]).tunnel_inner(&p[..n]);
+        }
+    }
+
+    #[test]
+    fn fabricpath_inner_ethernet_as_suricata() {
+        // The merged trace's frame 39381: FabricPath (0x8903), two bytes, an Ethernet
+        // frame with one VLAN tag, IPv4/TCP.
+        let mut p = vec![0; 12];
+        p.extend_from_slice(&[0x89, 0x03, 0x01, 0x03]);
+        p.extend_from_slice(&[0; 12]);
+        p.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
+        p.extend_from_slice(&v4_around(6, &[0; 20])[12..]);
+        let o = Layers::parse(LinkKind::Ethernet, &p);
+        assert_eq!((o.l3, o.ethertype), (L3Kind::Other, 0x8903));
+        let i = o.tunnel_inner(&p).unwrap();
+        assert_eq!((i.l3_off, i.l4_off, i.l4_proto, i.vlans), (34, 54, 6, 1));
         for n in 0..p.len() {
             let _ = Layers::parse(LinkKind::Ethernet, &p[..n]).tunnel_inner(&p[..n]);
         }
