@@ -27,24 +27,24 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // difference of the alert totals in % of Suricata's): 9 captures, among them the
     // merged trace, TLS (google_ssl), DNS, QUIC and non-HTTP TCP (ssh, smtp, ftp).
     let cases = [
-        ("bench/ndpi-ether-merged.pcap", "bench.rules", 53, 74, 2.0),
+        ("bench/ndpi-ether-merged.pcap", "bench.rules", 54, 74, 2.0),
         (
             "bench/ndpi-ether-merged.pcap",
             "et-style.rules",
-            77,
-            86,
+            82,
+            85,
             0.2,
         ),
         ("ndpi/pcap/1kxun.pcap", "bench.rules", 50, 59, 2.0),
         ("ndpi/pcap/netflix.pcap", "bench.rules", 46, 51, 2.0),
         ("ndpi/pcap/google_ssl.pcap", "bench.rules", 7, 7, 0.0),
-        ("ndpi/pcap/dns.pcap", "bench.rules", 0, 4, 42.0),
+        ("ndpi/pcap/dns.pcap", "bench.rules", 4, 4, 0.0),
         ("ndpi/pcap/quic.pcap", "bench.rules", 3, 3, 0.0),
         ("ndpi/pcap/ssh.pcap", "bench.rules", 11, 11, 0.0),
         ("ndpi/pcap/smtp.pcap", "bench.rules", 11, 11, 0.0),
         ("ndpi/pcap/ftp.pcap", "bench.rules", 7, 7, 0.0),
         ("ndpi/pcap/1kxun.pcap", "et-style.rules", 25, 27, 0.3),
-        ("ndpi/pcap/netflix.pcap", "et-style.rules", 13, 14, 0.3),
+        ("ndpi/pcap/netflix.pcap", "et-style.rules", 13, 13, 0.0),
         ("ndpi/pcap/google_ssl.pcap", "et-style.rules", 2, 2, 0.0),
         ("ndpi/pcap/ssh.pcap", "et-style.rules", 5, 5, 0.0),
         ("ndpi/pcap/smtp.pcap", "et-style.rules", 3, 3, 0.0),
@@ -112,8 +112,10 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // with acknowledged holes skipped as Suricata does; 637 with ICMP errors joining
     // their quoted flow either way; 557 with Suricata's handshake checks, HTTP known from
     // a request's first bytes and a pickup's first packet not established; 343 with
-    // tunnels decoded, ICMP flows keyed by type and a pickup on a response reversed.
-    assert!(apart_all <= 365, "per-rule differences sum to {apart_all}");
+    // tunnels decoded, ICMP flows keyed by type and a pickup on a response reversed; 292
+    // with PPPoE and FabricPath decoded, stream anchors counted from the chunk, libhtp's
+    // URI paths and empty gzip bodies (Suricata's own totals move by ~10 between runs).
+    assert!(apart_all <= 300, "per-rule differences sum to {apart_all}");
     assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }
 
