@@ -199,7 +199,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 Opened::Pcap(_) if workers > 1 => Input::Held(Trace::open(path)?),
                 // In place: packets view the map, copied only when an NF writes.
                 Opened::Pcap(_) if regular && !a.copy => {
-                    Input::Stream(Box::new(MappedPcap::open(path)?))
+                    let mut m = MappedPcap::open(path)?;
+                    // One worker leaves a core idle: the page tables are filled there.
+                    if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+                        m.populate_ahead();
+                    }
+                    Input::Stream(Box::new(m))
                 }
                 Opened::Pcap(s) => Input::Stream(s),
                 // issue 20 (e2e): pcapng streamed in bounded memory (one worker).
