@@ -638,6 +638,27 @@ mod tests {
         std::fs::remove_file(p).unwrap();
     }
 
+    /// The helper thread only maps pages: a file longer than its window, walked three
+    /// times (the helper starts over at each loop), yields what the plain reader does,
+    /// and dropping the reader ends the helper (the join in `Drop` returns).
+    #[test]
+    fn filling_page_tables_ahead_on_a_helper_changes_no_record() {
+        let _one = ONE_MAP.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes = pcap(14_000, 0);
+        assert!(bytes.len() > AHEAD_WINDOW + POPULATE);
+        let p = file("ahead", &bytes);
+        let want = walk(&mut MappedPcap::open(&p).unwrap(), 3);
+        let mut m = MappedPcap::open(&p).unwrap();
+        m.populate_ahead();
+        assert!(m.ahead.is_some());
+        let got = walk(&mut m, 3);
+        assert_eq!(got.len(), 3 * 14_000);
+        assert!(got == want, "records differ with the helper");
+        assert!(m.error().is_none());
+        drop(m);
+        std::fs::remove_file(p).unwrap();
+    }
+
     #[test]
     fn a_record_cut_short_ends_the_input_with_the_indexed_readers_error() {
         let _one = ONE_MAP.lock().unwrap_or_else(|e| e.into_inner());
