@@ -45,6 +45,20 @@ const KEEP: usize = 32 << 20;
 /// (the kernel's fault-around): 2,400 faults on a 160 MB trace were about a tenth of
 /// `run`'s CPU time.
 const POPULATE: usize = 2 << 20;
+/// With a helper thread ([`MappedPcap::populate_ahead`]), how far ahead of the parse
+/// position it keeps the page tables filled; the worker wakes it once the position is
+/// within [`POPULATE`] of that end, about once every 6 MiB.
+const AHEAD_WINDOW: usize = 8 << 20;
+
+/// The helper that fills the page tables ahead of the worker (see
+/// [`MappedPcap::populate_ahead`]): the worker's position, published when it wakes it.
+struct Ahead {
+    pos: std::sync::Arc<AtomicUsize>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// Position that tells the helper to end.
+const STOP: usize = usize::MAX;
 
 pub struct MappedPcap {
     path: PathBuf,
@@ -58,6 +72,8 @@ pub struct MappedPcap {
     /// Page tables filled up to here (see [`POPULATE`]); `usize::MAX` once the kernel
     /// refused (older than 5.14, or the file shrank): faults fill them from then on.
     populated: usize,
+    /// The helper thread filling page tables, if one was started.
+    ahead: Option<Ahead>,
     chunk: Vec<Record>,
     count: u64,
     first_pass: Option<u64>,
@@ -117,6 +133,7 @@ impl MappedPcap {
             fetched: PCAP_HEADER_LEN,
             released: 0,
             populated: 0,
+            ahead: None,
             chunk: Vec::with_capacity(64),
             count: 0,
             first_pass: None,
@@ -155,10 +172,37 @@ impl MappedPcap {
         self.released = to;
     }
 
+    /// Moves the filling of page tables (`MADV_POPULATE_READ`, the system time of a
+    /// run over a big file: 20–30 ms of a 160 ms run when the page cache holds the file
+    /// in 4 KiB pages) to a thread of its own, [`AHEAD_WINDOW`] ahead of this reader,
+    /// for a run whose second core would sit idle (one worker). The same work, off the
+    /// worker's core; nothing else changes (the helper only maps pages of the file).
+    pub fn populate_ahead(&mut self) {
+        if self.ahead.is_some() || self.populated == usize::MAX {
+            return;
+        }
+        let pos = std::sync::Arc::new(AtomicUsize::new(self.pos));
+        let (map, shared) = (self.map, pos.clone());
+        let spawned = std::thread::Builder::new()
+            .name("populate".into())
+            .spawn(move || populate_loop(map, &shared));
+        if let Ok(thread) = spawned {
+            self.ahead = Some(Ahead { pos, thread });
+            self.populated = 0;
+        }
+    }
+
     /// Fills the page tables of the next [`POPULATE`] bytes once the parse position is
     /// within one step of the filled end. Only a hint: an error stops it for good.
     fn populate(&mut self) {
         if self.pos + POPULATE <= self.populated || self.populated >= self.map.len() {
+            return;
+        }
+        if let Some(a) = &self.ahead {
+            // The helper covers [pos, pos + AHEAD_WINDOW): one wake-up per ~6 MiB.
+            a.pos.store(self.pos, Relaxed);
+            a.thread.thread().unpark();
+            self.populated = self.pos + AHEAD_WINDOW;
             return;
         }
         let page = PAGE.load(Relaxed);
@@ -380,6 +424,58 @@ impl Source for MappedPcap {
     }
 }
 
+impl Drop for MappedPcap {
+    fn drop(&mut self) {
+        if let Some(a) = self.ahead.take() {
+            a.pos.store(STOP, Relaxed);
+            a.thread.thread().unpark();
+            let _ = a.thread.join();
+        }
+    }
+}
+
+/// The helper of [`MappedPcap::populate_ahead`]: fills `map`'s page tables from the
+/// published position to [`AHEAD_WINDOW`] past it, [`POPULATE`] bytes a call, then
+/// sleeps until woken. A position behind the last one is a new loop over the file. An
+/// error (a kernel before 5.14, a file that shrank) ends it: faults fill the rest.
+fn populate_loop(map: &'static [u8], pos: &AtomicUsize) {
+    let page = PAGE.load(Relaxed);
+    let (mut filled, mut last) = (0usize, 0usize);
+    loop {
+        let p = pos.load(Relaxed);
+        if p == STOP {
+            return;
+        }
+        if p < last {
+            filled = 0;
+        }
+        last = p;
+        let target = p.saturating_add(AHEAD_WINDOW).min(map.len());
+        let mut from = filled.max(p) / page * page;
+        while from < target {
+            if pos.load(Relaxed) == STOP {
+                return;
+            }
+            let to = (from + POPULATE).min(map.len());
+            // SAFETY: a page-aligned start inside the leaked read-only file map, a length
+            // that stays inside it; MADV_POPULATE_READ only faults pages in.
+            let r = unsafe {
+                libc::madvise(
+                    map.as_ptr().add(from) as *mut libc::c_void,
+                    to - from,
+                    libc::MADV_POPULATE_READ,
+                )
+            };
+            if r != 0 {
+                return;
+            }
+            from = to;
+            filled = to;
+        }
+        std::thread::park();
+    }
+}
+
 #[inline(always)]
 fn prefetch(b: *const u8) {
     #[cfg(target_arch = "x86_64")]
@@ -539,6 +635,27 @@ mod tests {
         }
         assert_eq!(m.span_ns(), t.span_ns());
         assert!(m.error().is_none());
+        std::fs::remove_file(p).unwrap();
+    }
+
+    /// The helper thread only maps pages: a file longer than its window, walked three
+    /// times (the helper starts over at each loop), yields what the plain reader does,
+    /// and dropping the reader ends the helper (the join in `Drop` returns).
+    #[test]
+    fn filling_page_tables_ahead_on_a_helper_changes_no_record() {
+        let _one = ONE_MAP.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes = pcap(14_000, 0);
+        assert!(bytes.len() > AHEAD_WINDOW + POPULATE);
+        let p = file("ahead", &bytes);
+        let want = walk(&mut MappedPcap::open(&p).unwrap(), 3);
+        let mut m = MappedPcap::open(&p).unwrap();
+        m.populate_ahead();
+        assert!(m.ahead.is_some());
+        let got = walk(&mut m, 3);
+        assert_eq!(got.len(), 3 * 14_000);
+        assert!(got == want, "records differ with the helper");
+        assert!(m.error().is_none());
+        drop(m);
         std::fs::remove_file(p).unwrap();
     }
 
