@@ -634,13 +634,22 @@ impl FlowMonitor {
     fn state_at(&mut self, token: u64, p: &FastPacket) {
         let (ts, now, len) = (p.ts_ns, p.now_ns, p.wire_len as u64);
         self.tick(now);
-        let c = WideKey(p.key.canonical());
-        let dir = (c.0 != *p.key) as usize;
         if let Some((k, s)) = token
             .checked_sub(1)
             .and_then(|b| self.table.get_bucket_mut(b as usize))
         {
-            if *k == c {
+            // The bucket's key is canonical, so it is the packet's key's canonical form
+            // exactly when it is the key (direction 0) or its reverse (direction 1): two
+            // word compares instead of `canonical()`, whose ordering calls memcmp.
+            let dir = if *k == WideKey(*p.key) {
+                Some(0)
+            } else if *k == WideKey(p.key.reversed()) {
+                Some(1)
+            } else {
+                None
+            };
+            if let Some(dir) = dir {
+                let c = *k;
                 if let Some(old) = update(s, self.timeout_ns, dir, p.tcp_flags, ts, now, len) {
                     self.restarted(&c, &old, now);
                 }
