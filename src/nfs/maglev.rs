@@ -709,10 +709,7 @@ impl Maglev {
     #[inline]
     fn tick(&mut self, now: u64) {
         self.since_sweep += 1;
-        // `sweep`'s own test of the second, here too so that the packets of the second
-        // after a sweep is due make no call (within it, every packet would).
-        if self.since_sweep >= self.sweep_every && now.abs_diff(self.last_sweep_ns) >= 1_000_000_000
-        {
+        if self.since_sweep >= self.sweep_every {
             self.sweep(now);
         }
     }
