@@ -634,14 +634,23 @@ impl FlowMonitor {
     fn state_at(&mut self, token: u64, p: &FastPacket) {
         let (ts, now, len) = (p.ts_ns, p.now_ns, p.wire_len as u64);
         self.tick(now);
-        let c = WideKey(p.key.canonical());
-        let dir = (c.0 != *p.key) as usize;
         if let Some((k, s)) = token
             .checked_sub(1)
             .and_then(|b| self.table.get_bucket_mut(b as usize))
         {
-            if *k == c {
+            // The bucket's key is canonical, so it is the packet's key's canonical form
+            // exactly when it is the key (direction 0) or its reverse (direction 1): two
+            // word compares instead of `canonical()`, whose ordering calls memcmp.
+            let dir = if same_key(&k.0, p.key, false) {
+                Some(0)
+            } else if same_key(&k.0, p.key, true) {
+                Some(1)
+            } else {
+                None
+            };
+            if let Some(dir) = dir {
                 if let Some(old) = update(s, self.timeout_ns, dir, p.tcp_flags, ts, now, len) {
+                    let c = *k;
                     self.restarted(&c, &old, now);
                 }
                 return;
@@ -649,6 +658,21 @@ impl FlowMonitor {
         }
         self.account(p.key, p.tcp_flags, ts, now, len);
     }
+}
+
+/// `a` is `b` (or, with `reversed`, `b` reversed), word by word as [`WideKey`]
+/// compares, without copying either.
+#[inline(always)]
+fn same_key(a: &FlowKey, b: &FlowKey, reversed: bool) -> bool {
+    let w = u128::from_ne_bytes;
+    let (bs, bd, bsp, bdp) = if reversed {
+        (&b.dst, &b.src, b.dport, b.sport)
+    } else {
+        (&b.src, &b.dst, b.sport, b.dport)
+    };
+    w(a.src) == w(*bs)
+        && w(a.dst) == w(*bd)
+        && (a.sport, a.dport, a.proto, a.family) == (bsp, bdp, b.proto, b.family)
 }
 
 #[cfg(test)]

@@ -1426,12 +1426,26 @@ impl Consolidate for Nat {
         self.add_counts(n);
     }
 
-    /// As many `fast_state` calls, with the counters added once.
+    /// As many `fast_state` calls, with the counters added once. The run clock never
+    /// goes back (docs/time.md), so when no sweep is under way and the last visit comes
+    /// before the next one starts, every visit's sweep step would do nothing: skipped.
     fn fast_state_run(&mut self, run: &FastRun) {
         let mut n = [0u64; 4];
-        for v in run.visits {
-            let f = &run.facts[v.at as usize];
-            self.state_at(v.token, f.now_ns, f.tcp_flags, &mut n);
+        let last = run
+            .visits
+            .last()
+            .and_then(|v| run.facts.get(v.at as usize))
+            .map_or(0, |f| f.now_ns);
+        if self.sweep_cursor == 0 && last < self.next_sweep {
+            for v in run.visits {
+                let f = &run.facts[v.at as usize];
+                self.refresh_at(v.token, f.now_ns, f.tcp_flags, &mut n);
+            }
+        } else {
+            for v in run.visits {
+                let f = &run.facts[v.at as usize];
+                self.state_at(v.token, f.now_ns, f.tcp_flags, &mut n);
+            }
         }
         self.add_counts(n);
     }
@@ -1443,6 +1457,12 @@ impl Nat {
     #[inline(always)]
     fn state_at(&mut self, token: u64, now: u64, tcp_flags: u16, n: &mut [u64; 4]) {
         self.tick(now);
+        self.refresh_at(token, now, tcp_flags, n);
+    }
+
+    /// [`state_at`](Self::state_at) without the sweep step.
+    #[inline(always)]
+    fn refresh_at(&mut self, token: u64, now: u64, tcp_flags: u16, n: &mut [u64; 4]) {
         let slot = (token >> 32) as u32 & 0xff_ffff;
         match (token >> 56) as u8 {
             FAST_OUT => {

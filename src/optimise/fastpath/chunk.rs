@@ -216,6 +216,8 @@ impl FastPath {
         // the general loop's per-packet lookup, flush, refusal and deferral handling.
         // Hits change no entry but a failed check's, so what was found holds.
         let mut fused: [Option<Way>; MAX_BATCH] = [None; MAX_BATCH];
+        // Each packet's TCP flags, read once for the FIN/RST test and the state functions.
+        let mut flags = [0u16; MAX_BATCH];
         let all = keyed.count_ones() as usize == input.len() && !input.is_empty();
         let fits = all
             && input.iter().enumerate().all(|(i, p)| {
@@ -224,7 +226,8 @@ impl FastPath {
                 } else {
                     self.table.way_in(probes[i], &keys[i])
                 };
-                match w.filter(|&w| self.table.fits(w, &keys[i], p)) {
+                flags[i] = keys[i].tcp_flags(p.data());
+                match w.filter(|&w| self.table.fits(w, flags[i], p)) {
                     Some(w) => {
                         fused[i] = Some(w);
                         true
@@ -243,7 +246,7 @@ impl FastPath {
                     ts_ns: m.ts_ns,
                     now_ns: m.now_ns,
                     wire_len: m.wire_len,
-                    tcp_flags: keys[i].tcp_flags(p.data()),
+                    tcp_flags: flags[i],
                     fragment: keys[i].layer_flags() & Layers::FRAGMENT != 0,
                 };
             }
@@ -464,10 +467,12 @@ impl FastPath {
                     continue;
                 };
                 let now = p.meta().now_ns;
-                let (e, actions, _) = table.entry_parts(w);
+                let e = table.entry(w);
                 if let Some(sink) = e.sink() {
-                    if let Some(a) = actions.filter(|_| e.rewrites()) {
-                        a.apply(p.data_mut());
+                    if e.rewrites() {
+                        if let Some(a) = table.actions_of(w) {
+                            a.apply(p.data_mut());
+                        }
                     }
                     p.meta_mut().egress = e.egress;
                     out.to_sink(sink, &p);
@@ -499,6 +504,17 @@ impl FastPath {
         // The NFs' state lines as data, looked up once for the chunk: a hit's prefetches
         // are then address arithmetic, not a dynamic call per NF.
         let lines = if self.prefetch { cx.lines() } else { None };
+        // Bit i: slot i's lines can name something (the others, such as filters and
+        // monitors, prefetch nothing: their steps are skipped without the arithmetic).
+        let named = lines.as_ref().map_or(0u32, |ls| {
+            ls.iter().enumerate().fold(0, |m, (i, l)| {
+                if l.len == 0 && l.mask != 0 {
+                    m
+                } else {
+                    m | 1 << i
+                }
+            })
+        });
         let mut m = keyed;
         while m != 0 {
             let i = m.trailing_zeros() as usize;
@@ -517,7 +533,11 @@ impl FastPath {
             match &lines {
                 Some(lines) => {
                     for s in e.path() {
-                        let l = &lines[s.slot as usize % LENT];
+                        let sl = s.slot as usize % LENT;
+                        if named & 1 << sl == 0 {
+                            continue;
+                        }
+                        let l = &lines[sl];
                         match l.at(s.token) {
                             Some(a) => super::table::prefetch(a),
                             None if l.len == 0 && l.mask == 0 => {

@@ -313,19 +313,22 @@ impl<T: Copy> Ways<T> {
     }
 
     /// # Safety
-    /// Way `w` was written ([`fill_set`](Self::fill_set) or [`write`](Self::write)).
+    /// Way `w` was written ([`fill_set`](Self::fill_set) or [`write`](Self::write)), so
+    /// it is in bounds: unchecked, since a fused hit reads its entry about nine times.
     #[inline(always)]
     unsafe fn get(&self, w: Way) -> &T {
+        debug_assert!((w.0 as usize) < self.0.len());
         // SAFETY: the caller's.
-        unsafe { self.0[w.0 as usize].assume_init_ref() }
+        unsafe { self.0.get_unchecked(w.0 as usize).assume_init_ref() }
     }
 
     /// # Safety
     /// As [`get`](Self::get).
     #[inline(always)]
     unsafe fn get_mut(&mut self, w: Way) -> &mut T {
+        debug_assert!((w.0 as usize) < self.0.len());
         // SAFETY: the caller's.
-        unsafe { self.0[w.0 as usize].assume_init_mut() }
+        unsafe { self.0.get_unchecked_mut(w.0 as usize).assume_init_mut() }
     }
 
     /// For prefetches, which read nothing.
@@ -579,9 +582,11 @@ impl Table {
 
     /// Whether packet `p` (key `k`) would hit entry `w` as it stands: live, not idle past
     /// the timeout, consolidated (not a refusal), `p` long enough for its actions and
-    /// with the Ethernet addresses they match, and no FIN or RST. Changes nothing.
+    /// with the Ethernet addresses they match, and no FIN or RST in `tcp_flags` (the
+    /// packet's, [`FpKey::tcp_flags`]: read once by the caller, which keeps them for the
+    /// state functions). Changes nothing.
     #[inline]
-    pub fn fits(&self, w: Way, k: &FpKey, p: &crate::packet::Packet) -> bool {
+    pub fn fits(&self, w: Way, tcp_flags: u16, p: &crate::packet::Packet) -> bool {
         let e = self.hot(w);
         self.live(w)
             && !(self.timeout_ns != 0
@@ -589,7 +594,7 @@ impl Table {
             && !e.refusal()
             && p.len() >= e.min_len as usize
             && (!e.matches_eth() || self.actions_of(w).is_some_and(|a| a.eth_matches(p.data())))
-            && !k.ends_flow(p.data())
+            && tcp_flags & 0x05 == 0
     }
 
     /// Way `w` holds an entry (it may have been emptied since it was looked up).
