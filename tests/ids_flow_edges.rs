@@ -374,6 +374,29 @@ fn fabricpath_frames_are_decoded_as_suricata() {
     assert_eq!(ours, theirs);
 }
 
+/// A server stream that opens with a gap and the end of a chunked body (1kxun's
+/// 192.168.2.126:45422 ← 161.117.13.29:80, its first 4,320 bytes missing): libhtp
+/// ignores a gap between messages and reads lines that do not start with `HTTP` as body,
+/// so the next `HTTP/1.1 200` is the status line of the first transaction, whose body
+/// then starts with those lines (no PNG magic at its start), and the one after is the
+/// second's. Before: this direction was not parsed (1000283 3 vs 5, 1000077 and 1000284
+/// 0 vs 2, 3000102 0 vs 1).
+#[test]
+fn a_response_stream_opening_with_a_gap_resynchronises_as_libhtp() {
+    let rules = "alert http any any -> any any (flow:to_client; http.stat_code; \
+        content:\"200\"; sid:1000077;)\n\
+        alert http any any -> any any (msg:\"HTTP header\"; \
+        pcre:!\"/User[-_]Agent[:]?\\sIEXPLORER/H\"; sid:1000283;)\n\
+        alert http any any -> any any (msg:\"HTTP header - no match\"; \
+        pcre:!\"/User[-_]Agent[:]?\\sMozil/H\"; sid:1000284;)\n\
+        alert http any any -> any any (msg:\"PNG\"; flow:established,to_client; \
+        file_data; content:\"|89|PNG\"; startswith; sid:3000102; rev:1;)\n";
+    let (ours, theirs) = merged_cut("tcp.port==45422 && ip.addr==161.117.13.29", rules);
+    assert_eq!(theirs.get(&1000283), Some(&5), "{theirs:?}");
+    assert_eq!(theirs.get(&3000102), Some(&1), "{theirs:?}");
+    assert_eq!(ours, theirs);
+}
+
 /// The packets of the merged trace that tshark's `filter` selects, through Suricata and
 /// through the chain with `rules`: alerts per sid (ours, Suricata's).
 fn merged_cut(filter: &str, rules: &str) -> (BTreeMap<u64, u32>, BTreeMap<u64, u32>) {

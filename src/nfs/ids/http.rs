@@ -112,6 +112,16 @@ pub struct HttpHalf {
     raw_body: Vec<u8>,
     body: Vec<u8>,
     inflate: Option<Box<Inflate>>,
+    /// A response that began without a status line: its body's lines are watched for
+    /// one (libhtp's RES_LINE takes each line that does not look like one as body).
+    junk: bool,
+    /// `junk`: the next byte starts a line.
+    bol: bool,
+    /// `junk`: the `HTTP` bytes matched so far at this line's start (not yet body).
+    probe: [u8; 4],
+    probe_len: usize,
+    /// This message's head came after junk body lines (kept as the body's start).
+    resynced: bool,
     /// Set by the caller before a response to a HEAD request: no body follows.
     pub no_body: bool,
     /// Messages whose headers were parsed.
@@ -196,6 +206,11 @@ impl HttpHalf {
             raw_body: Vec::new(),
             body: Vec::new(),
             inflate: None,
+            junk: false,
+            bol: false,
+            probe: [0; 4],
+            probe_len: 0,
+            resynced: false,
             no_body: false,
             messages: 0,
             decoded_in: 0,
@@ -246,6 +261,10 @@ impl HttpHalf {
                 }
             }
             (State::Body, BodyMode::Close) => {}
+            // Between responses libhtp refuses the gap and leaves its state as it was
+            // (RES_IDLE): the next bytes are parsed as a new response. Requests keep
+            // stopping (ignoring the gap there added a request Suricata does not see).
+            (State::Start, _) if !self.request => {}
             _ => self.state = State::NotHttp,
         }
     }
@@ -268,6 +287,7 @@ impl HttpHalf {
                 (skip + n, ev)
             }
             State::Headers => self.feed_headers(data),
+            State::Body if self.junk => self.feed_junk(data),
             State::Body => self.feed_body(data),
         }
     }
@@ -292,6 +312,8 @@ impl HttpHalf {
         self.hdr.clear();
         self.raw_body.clear();
         self.body.clear();
+        self.junk = false;
+        self.resynced = false;
         self.line_len = 0;
         self.lines = 0;
         self.prev_cr = false;
@@ -303,12 +325,16 @@ impl HttpHalf {
         if !self.request && self.lines == 0 && self.hdr.is_empty() && !data.is_empty() {
             let n = data.len().min(5);
             if !data[..n].eq_ignore_ascii_case(&b"HTTP/"[..n]) {
-                // No status line: an HTTP/0.9 response, all body until close.
+                // No status line: body until close, or until a line that looks like
+                // one (see `feed_junk`).
                 self.messages += 1;
                 self.parse_head(false);
                 self.state = State::Body;
-                self.append_body(data);
-                return (data.len(), Event::Headers);
+                self.junk = true;
+                self.bol = false;
+                self.probe_len = 0;
+                let (n, _) = self.feed_junk(data);
+                return (n, Event::Headers);
             }
         }
         let mut i = 0;
@@ -346,6 +372,9 @@ impl HttpHalf {
                     self.append_body(&kept);
                     self.hdr = kept;
                     self.hdr.clear();
+                    self.junk = true;
+                    self.bol = true;
+                    self.probe_len = 0;
                     return (i, Event::Headers);
                 }
                 if self.request && self.split_words(self.hdr.len()).2 == (0, 0) {
@@ -359,6 +388,58 @@ impl HttpHalf {
             }
         }
         (data.len(), Event::Nothing)
+    }
+
+    /// Body of a response that has no status line yet, line by line as libhtp's
+    /// RES_LINE reads it (htp_treat_response_line_as_body): a line whose first bytes
+    /// after blanks and NULs are `HTTP` (any case) is the status line of this same
+    /// transaction, the lines before it are its body. A server stream that opens with a
+    /// gap and the end of a body resynchronises so on the next response.
+    fn feed_junk(&mut self, data: &[u8]) -> (usize, Event) {
+        let mut i = 0;
+        let mut added = false;
+        while i < data.len() {
+            if !self.bol {
+                let rest = &data[i..];
+                let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |p| p + 1);
+                added |= self.append_body(&rest[..end]);
+                self.bol = rest[end - 1] == b'\n';
+                i += end;
+                continue;
+            }
+            let b = data[i];
+            if self.probe_len == 0 && b != b'\n' && (is_space(b) || b == 0) {
+                added |= self.append_body(&data[i..=i]);
+                i += 1;
+                continue;
+            }
+            if b.eq_ignore_ascii_case(&b"HTTP"[self.probe_len]) {
+                self.probe[self.probe_len] = b;
+                self.probe_len += 1;
+                i += 1;
+                if self.probe_len == 4 {
+                    // Headers of the same message: the body so far stays its start.
+                    self.junk = false;
+                    self.resynced = true;
+                    self.probe_len = 0;
+                    self.state = State::Headers;
+                    self.hdr.clear();
+                    let probe = self.probe;
+                    self.keep(&probe);
+                    self.line_len = 4;
+                    self.lines = 0;
+                    self.prev_cr = false;
+                    break;
+                }
+                continue;
+            }
+            // Not a status line: the bytes held for the probe are body after all.
+            let (probe, n) = (self.probe, self.probe_len);
+            added |= self.append_body(&probe[..n]);
+            self.probe_len = 0;
+            self.bol = false;
+        }
+        (i, if added { Event::Body } else { Event::Nothing })
     }
 
     fn keep(&mut self, b: &[u8]) {
@@ -379,6 +460,12 @@ impl HttpHalf {
     fn finish_headers(&mut self) {
         self.messages += 1;
         self.parse_head(true);
+        if self.resynced && self.n_enc > 0 {
+            // libhtp decodes only what follows the headers; our decoders read the raw
+            // body from its start, so the junk before them is dropped (a simplification).
+            self.raw_body.clear();
+            self.body.clear();
+        }
         self.state = match self.mode {
             BodyMode::None => State::Start,
             _ => State::Body,
@@ -1192,6 +1279,42 @@ mod tests {
                 h.buf(Buf::HttpHeader),
                 &b"Host: WWW.Example.COM:8080\r\nUser-Agent: Mozilla/5.0 (folded)\r\n"[..]
             );
+        }
+    }
+
+    #[test]
+    fn response_after_a_gap_and_body_lines_resynchronises_as_libhtp() {
+        // The end of a body whose head the gap took, then two responses: the lines
+        // before the first `HTTP` line are the body of the transaction it heads.
+        let junk: &[u8] = b"\x89\x01body\n  htTx\r\nmore\r\n0\r\n\r\n";
+        let mut resp = junk.to_vec();
+        resp.extend_from_slice(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc\
+              HTTP/1.1 404 No\r\nContent-Length: 1\r\n\r\nz",
+        );
+        for step in 1..resp.len() {
+            let mut h = HttpHalf::new(false, HttpLimits::default());
+            h.gap(4320);
+            let mut heads = Vec::new();
+            for piece in resp.chunks(step) {
+                let mut rest = piece;
+                while !rest.is_empty() {
+                    let (n, ev) = h.feed(rest);
+                    assert!(n > 0 || ev != Event::Nothing, "step {step}");
+                    if ev == Event::Headers {
+                        heads.push(h.buf(Buf::HttpStatCode).to_vec());
+                    }
+                    if h.buf(Buf::HttpStatCode) == b"200" && h.complete() {
+                        let mut want = junk.to_vec();
+                        want.extend_from_slice(b"abc");
+                        assert_eq!(h.buf(Buf::FileData), want, "step {step}");
+                    }
+                    rest = &rest[n..];
+                }
+            }
+            let want: [&[u8]; 3] = [b"", b"200", b"404"];
+            assert_eq!(heads, want, "step {step}");
+            assert_eq!(h.buf(Buf::FileData), b"z");
         }
     }
 
