@@ -400,21 +400,6 @@ fn check_prints_the_sharded_plan_and_refuses_unbuilt_modes() {
 /// merged trace also with scheduled changes.
 #[test]
 fn streamed_workers_give_one_workers_output() {
-    streamed_like_one_worker(2, SPLIT_DEFAULT);
-}
-
-/// With one loop and no changes the workers split the walk (`Split`: each chunk read
-/// and placed by one worker, every worker replaying its lists in chunk order): one
-/// worker's output bytes, counters and flow records, in chunks of 61 records (many
-/// hand-offs on every capture).
-#[test]
-fn split_workers_give_one_workers_output() {
-    streamed_like_one_worker(1, 61);
-}
-
-const SPLIT_DEFAULT: usize = 2048;
-
-fn streamed_like_one_worker(loops: u64, split: usize) {
     use catena::io::{MappedPcap, Source};
     let dir = common::tempdir();
     let flows = dir.path().join("flows.jsonl");
@@ -440,21 +425,19 @@ fn streamed_like_one_worker(loops: u64, split: usize) {
             }
             let out = dir.path().join(format!("w{w}.pcap"));
             let mut opts = RunOptions {
-                loops,
+                loops: 2,
                 outputs: vec![("out".into(), out.clone())],
                 ..Default::default()
             };
-            if cap == merged && loops > 1 {
+            if cap == merged {
                 opts.schedule = vec![
                     "20000 acl rules deny tcp port 443".parse().unwrap(),
                     "130000 lb backends 10.1.0.1 10.1.0.3:2".parse().unwrap(),
                 ];
             }
             let chains = (0..w).map(|_| Chain::from_config(&cfg).unwrap()).collect();
-            let s = Shards::new(chains, m.max_packet_len()).and_then(|s| {
-                s.split_records(split)
-                    .run_stream(&m, &opts, &mut NoProgress)
-            });
+            let s = Shards::new(chains, m.max_packet_len())
+                .and_then(|s| s.run_stream(&m, &opts, &mut NoProgress));
             let recs = if w == 1 {
                 lines(std::slice::from_ref(&flows))
             } else {

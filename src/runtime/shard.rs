@@ -24,7 +24,7 @@ use super::counters::{NfSummary, Summary, WorkerSummary};
 use super::rss::{weigh_file, Placement, MAX_RECORDS};
 use super::shard_control::Gate;
 use super::sink::seq_path;
-use super::worker::{NoProgress, Progress, RunOptions, Runner, Split, SPLIT_RECORDS};
+use super::worker::{NoProgress, Progress, RunOptions, Runner};
 use crate::io::{MappedPcap, PcapHeader, PcapWriter, Source, Trace};
 use crate::nfs::StateScope;
 
@@ -62,8 +62,6 @@ pub struct Shards {
     /// The control socket's commands, with more than one worker: applied at one cut in
     /// every worker (shard_control.rs).
     control: Option<super::control::ControlPort>,
-    /// Records a chunk of a split walk holds (`run_stream`, worker/stream.rs).
-    split: usize,
 }
 
 impl Shards {
@@ -93,14 +91,7 @@ impl Shards {
         Ok(Shards {
             runners,
             control: None,
-            split: SPLIT_RECORDS,
         })
-    }
-
-    /// Records a chunk of a split walk holds (tests: many chunks on a small file).
-    pub fn split_records(mut self, k: usize) -> Shards {
-        self.split = k;
-        self
     }
 
     pub fn workers(&self) -> usize {
@@ -179,11 +170,6 @@ impl Shards {
         let gate = control.as_ref().map(|_| Gate::new(n, u64::MAX));
         let preparers = runners[0].preparers();
         let placement = &placement;
-        // One loop with no changes: each record read and placed once, by one worker
-        // (worker/stream.rs, `Split`). Loops and changes: every worker walks the file.
-        let split = (opts.loops == 1 && opts.schedule.is_empty() && control.is_none())
-            .then(|| Split::new(src.reader(), n, self.split));
-        let split = split.as_ref();
         let results: Vec<anyhow::Result<(Part, u64)>> = std::thread::scope(|scope| {
             if let (Some(g), Some(c)) = (&gate, control) {
                 let preparers = &preparers;
@@ -212,16 +198,13 @@ impl Shards {
                             let _gone = gate.map(|g| Gone(g, w));
                             let core = core.filter(|&c| pin(c));
                             let cpu = thread_cpu_seconds();
-                            let (s, stepped) = match split {
-                                Some(sp) => r.run_split_share(sp, (placement, w), &wopts)?,
-                                None => r.run_stream_share(
-                                    &mut reader,
-                                    (placement, w),
-                                    &wopts,
-                                    gate,
-                                    &mut NoProgress,
-                                )?,
-                            };
+                            let (s, stepped) = r.run_stream_share(
+                                &mut reader,
+                                (placement, w),
+                                &wopts,
+                                gate,
+                                &mut NoProgress,
+                            )?;
                             let cpu = thread_cpu_seconds().zip(cpu).map(|(b, a)| b - a);
                             Ok(((s, core, cpu), stepped))
                         })
@@ -814,42 +797,6 @@ mod tests {
         assert_eq!(one.len(), 2 * (3000 - 3000usize.div_ceil(89)));
         for n in [2, 3] {
             assert_eq!(streamed(n), one, "{n} workers");
-        }
-    }
-
-    /// One loop, no changes: the workers split the walk (`Split`), each chunk read and
-    /// placed by one worker, every worker replaying its lists of every chunk in chunk
-    /// order. Every packet gets one worker's input position, clock time and port, with
-    /// 2 and 3 workers, chunks of 1 to 4,096 records (many slots reused, records whose
-    /// time goes back and oversize ones at chunk edges).
-    #[test]
-    fn split_workers_give_each_packet_one_worker_s_clock_and_port() {
-        let trace = jumping_trace(3000, |t| t / 1000 * 1000);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.pcap");
-        trace.write_pcap(&path).unwrap();
-        let m = MappedPcap::open(&path).unwrap();
-        let run = |workers: usize, k: usize| {
-            let seen = Seen::default();
-            let chains = (0..workers)
-                .map(|_| Chain::linear("t", 3, 7, vec![("n".into(), note(&seen))]))
-                .collect();
-            Shards::new(chains, 100)
-                .unwrap()
-                .split_records(k)
-                .run_stream(&m, &RunOptions::default(), &mut NoProgress)
-                .unwrap();
-            let mut v = std::mem::take(&mut *seen.lock().unwrap());
-            v.sort_unstable();
-            (v, ())
-        };
-        let (one, _) = run(1, 64);
-        assert_eq!(one.len(), 3000 - 3000usize.div_ceil(89));
-        for n in [2, 3] {
-            for k in [1, 7, 61, 4096] {
-                let (many, _) = run(n, k);
-                assert_eq!(many, one, "{n} workers, chunks of {k}");
-            }
         }
     }
 

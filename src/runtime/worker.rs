@@ -22,7 +22,6 @@ use crate::nfs::{Prepared, Preparer};
 use crate::optimise::fastpath::{self, auto, Auto, FastPath};
 use crate::packet::MAX_BATCH;
 pub use live::Live;
-pub(in crate::runtime) use stream::{Split, SPLIT_RECORDS};
 
 /// How the worker reports progress on long runs.
 pub trait Progress {
