@@ -763,6 +763,37 @@ mod tests {
         }
     }
 
+    /// Where no gap needs stepping one by one (time never falls, nothing oversize), every
+    /// gap is passed over unread (the draw stepped by count, the clock skipped): every
+    /// packet still gets the input position, clock time and ingress port one worker
+    /// gives it, over 2 loops (the seam between them), 3 ports and 2 to 3 workers, with
+    /// timestamps that repeat and jump forward.
+    #[test]
+    fn unread_gaps_give_each_packet_one_worker_s_clock_and_port() {
+        let h = crate::io::PcapHeader::new(1, false);
+        let frames: Vec<(u64, Vec<u8>)> = (0..3000u64)
+            .map(|i| {
+                let b = (i % 23) as u8;
+                let f = ipv4([10, 0, 0, b], [10, 2, 0, b.wrapping_mul(3)], 1000, 80);
+                let ts = i * 1_000 + (i / 500) * 7_000_000_000 - (i % 3) * 1_000;
+                (ts, f)
+            })
+            .collect();
+        let trace = Trace::from_packets(
+            LinkKind::Ethernet,
+            h,
+            frames.iter().map(|(t, f)| (*t, &f[..])),
+        );
+        let (one, _) = given(&trace, 1);
+        assert_eq!(one.len(), 2 * 3000);
+        for n in [2, 3] {
+            let (many, stepped) = given(&trace, n);
+            // Nothing stepped one by one: every gap was passed over unread.
+            assert_eq!(stepped.iter().sum::<u64>(), 0, "{n} workers");
+            assert_eq!(many, one, "{n} workers");
+        }
+    }
+
     /// Workers that each walk a mapped file (`run_stream`) give every packet the input
     /// position, clock time and port one worker gives it, with 2 and 3 workers over 2
     /// loops and 3 ports, on a trace whose time jumps back and whose frames are partly
