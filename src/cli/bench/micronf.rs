@@ -54,6 +54,10 @@ struct Row {
     /// The busiest worker's share of the packets (scaling group): `1 / max_share` bounds
     /// the ratio two workers can reach.
     max_share: Option<f64>,
+    /// Scaling group: the packets over the slowest worker's own span (its first packet
+    /// to its last), i.e. without the input side's placement before the workers start
+    /// and the gathering after; `mpps` counts both. Equal to `mpps` with one worker.
+    workers_mpps: Option<f64>,
 }
 
 const MIXED: &str = r#"
@@ -94,17 +98,18 @@ fn scaling_chains() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Median Mpps of `text` on `trace` with `workers` workers, the packets, and the busiest
-/// worker's share of them.
+/// Median Mpps of `text` on `trace` with `workers` workers, the packets, the busiest
+/// worker's share of them, and the median Mpps over the slowest worker's own span.
 fn mpps(
     a: &Args,
     text: &str,
     trace: &Trace,
     workers: usize,
     loops: u64,
-) -> anyhow::Result<(f64, u64, f64)> {
+) -> anyhow::Result<(f64, u64, f64, f64)> {
     let cfg = ChainConfig::parse(text, "micronf")?;
     let mut v = Vec::new();
+    let mut own = Vec::new();
     let mut packets = 0;
     let mut share = 1.0;
     for i in 0..=a.runs.min(3) {
@@ -125,9 +130,15 @@ fn mpps(
             .max(if s.workers.is_empty() { 1.0 } else { 0.0 });
         if i > 0 {
             v.push(s.mpps);
+            let span = s.workers.iter().map(|w| w.seconds).fold(0.0, f64::max);
+            own.push(if s.workers.is_empty() {
+                s.mpps
+            } else {
+                s.packets_in as f64 / span.max(1e-9) / 1e6
+            });
         }
     }
-    Ok((median(&mut v), packets, share))
+    Ok((median(&mut v), packets, share, median(&mut own)))
 }
 
 /// Shared between the first and the last NF: when each packet (by input position) was
@@ -312,6 +323,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         hop_cycles: None,
         cycles_per_packet: None,
         max_share: None,
+        workers_mpps: None,
     };
     // About a million packets per run at scale 1.
     let loops = ((1_000_000.0 * a.scale) / merged.len().max(1) as f64)
@@ -344,11 +356,14 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             if !want(a, "scaling", &case) {
                 continue;
             }
-            let (one, packets, _) = mpps(a, &text, trace, 1, tloops)?;
-            rows.push(row("scaling", case.clone(), 1, 1, 0, packets, one, 1.0));
-            let (two, packets, share) = mpps(a, &text, trace, 2, tloops)?;
+            let (one, packets, _, one_own) = mpps(a, &text, trace, 1, tloops)?;
+            let mut r = row("scaling", case.clone(), 1, 1, 0, packets, one, 1.0);
+            r.workers_mpps = Some(one_own);
+            rows.push(r);
+            let (two, packets, share, two_own) = mpps(a, &text, trace, 2, tloops)?;
             let mut r = row("scaling", case, 2, 1, 0, packets, two, two / one.max(1e-9));
             r.max_share = Some(share);
+            r.workers_mpps = Some(two_own);
             rows.push(r);
         }
     }
@@ -441,7 +456,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .filter(|k| want(a, "prefetch", &format!("mixed, prefetch {k}")))
     {
         let text = format!("prefetch = {k}\n{MIXED}");
-        let (m, packets, _) = mpps(a, &text, &merged, 1, loops)?;
+        let (m, packets, _, _) = mpps(a, &text, &merged, 1, loops)?;
         if k == 0 {
             off = m;
         }
@@ -515,6 +530,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "hop cyc/pkt",
         "cyc/pkt",
         "max share",
+        "workers Mpps",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -536,6 +552,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                     .map_or("-".into(), |v| format!("{v:.1}")),
                 r.max_share
                     .map_or("-".into(), |v| format!("{:.1} %", v * 100.0)),
+                r.workers_mpps.map_or("-".into(), |v| format!("{v:.3}")),
             ]
         })
         .collect();
