@@ -401,6 +401,23 @@ impl FlowMonitor {
         }
     }
 
+    /// [`tick`](Self::tick) for the consolidated path, with `sweep`'s own tests inline:
+    /// once a sweep is due by count, `tick` calls `sweep` on every packet until one
+    /// finds something idle, and most of those calls return at once (same effect, no
+    /// call; the plain path keeps `tick`, where the inline test cost more than the call,
+    /// docs/fastpath.md session 17).
+    #[inline(always)]
+    fn tick_fast(&mut self, now: u64) {
+        self.since_sweep += 1;
+        if self.since_sweep >= self.sweep_every
+            && self.timeout_ns != 0
+            && now.abs_diff(self.last_sweep_ns) >= SECOND
+            && now.saturating_sub(self.min_last_ns) > self.timeout_ns
+        {
+            self.sweep(now);
+        }
+    }
+
     /// One packet of flow `key` (as seen on the wire, either direction); returns the
     /// FastPath token of its flow (its bucket + 1), or 0 when the table had no room.
     #[inline]
@@ -633,7 +650,7 @@ impl FlowMonitor {
     #[inline(always)]
     fn state_at(&mut self, token: u64, p: &FastPacket) {
         let (ts, now, len) = (p.ts_ns, p.now_ns, p.wire_len as u64);
-        self.tick(now);
+        self.tick_fast(now);
         if let Some((k, s)) = token
             .checked_sub(1)
             .and_then(|b| self.table.get_bucket_mut(b as usize))

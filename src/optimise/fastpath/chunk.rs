@@ -197,17 +197,21 @@ impl FastPath {
         // the NF state their tokens name (NAT mappings, tracked connections).
         let mut ways = [None; MAX_BATCH];
         let ways_found = self.prefetch || self.rewrites;
+        // Chains whose hits take fused runs prefetch the NF state in the run's own pass
+        // over the paths (one walk of each path, not two); the rest prefetch it here.
+        let nf_lines = self.prefetch && !self.fuses();
         if ways_found {
-            if self.prefetch && self.lendable {
+            if nf_lines && self.lendable {
                 // The NFs that prefetch, looked up once for the chunk.
                 let slots = std::mem::take(&mut self.slots);
                 h.lend(&slots, |nfs, out| {
                     let mut cx = Lending { nfs, out };
-                    self.find_ways(&mut cx, keyed, &keys, &probes, &mut ways);
+                    self.find_ways(&mut cx, nf_lines, keyed, &keys, &probes, &mut ways);
                 });
                 self.slots = slots;
             } else {
-                self.find_ways(&mut Direct(&mut *h), keyed, &keys, &probes, &mut ways);
+                let cx = &mut Direct(&mut *h);
+                self.find_ways(cx, nf_lines, keyed, &keys, &probes, &mut ways);
             }
         }
         // The common case, fused: every packet of the chunk is IP and finds a live,
@@ -237,7 +241,7 @@ impl FastPath {
             });
         // Chains whose hits call NFs take the fused run: each NF checks and runs its
         // state functions for the whole chunk in one call, not two calls per hit.
-        let run = fits && self.calls && self.lendable;
+        let run = fits && self.fuses();
         let mut facts = [FastFacts::default(); MAX_BATCH];
         if run {
             for (i, p) in input.iter().enumerate() {
@@ -387,9 +391,26 @@ impl FastPath {
         // here cost about 25 instructions a hit by callgrind).
         let visits =
             &mut **visits.get_or_insert_with(|| Box::new([[Visit::default(); MAX_BATCH]; LENT]));
+        let prefetch = self.prefetch;
         let taken = h.lend(&slots, |nfs, out| {
             let mut k = n;
             {
+                // Where the lent NFs' tokens name their state (one call per NF for the
+                // chunk), prefetched as the paths are walked, so the loads overlap
+                // before the NFs' checks read them. Bit i: slot i's lines can name
+                // something (filters and monitors prefetch nothing).
+                let mut lines = [TokenLines::NONE; LENT];
+                let mut named = 0u32;
+                if prefetch {
+                    for (i, c) in nfs.iter().enumerate() {
+                        if let Some(c) = c.as_deref().filter(|c| c.fast_prefetches()) {
+                            lines[i] = c.fast_lines();
+                            if lines[i].len != 0 {
+                                named |= 1 << i;
+                            }
+                        }
+                    }
+                }
                 // Each NF's visits, in packet order.
                 let mut lens = [0usize; LENT];
                 let mut kref: [&[FlowKey]; MAX_BATCH] = [&[]; MAX_BATCH];
@@ -409,6 +430,11 @@ impl FastPath {
                             continue;
                         }
                         let sl = s.slot as usize;
+                        if named & 1 << (sl % LENT) != 0 {
+                            if let Some(a) = lines[sl % LENT].at(s.token) {
+                                super::table::prefetch(a);
+                            }
+                        }
                         match (visits.get_mut(sl), lens.get_mut(sl)) {
                             (Some(v), Some(l)) if *l < MAX_BATCH => {
                                 v[*l] = Visit {
@@ -489,13 +515,20 @@ impl FastPath {
         self.stats.hits += taken as u64;
     }
 
+    /// Whether a chunk whose packets all fit their entries takes a fused run.
+    #[inline(always)]
+    fn fuses(&self) -> bool {
+        self.calls && self.lendable
+    }
+
     /// The ways the probes found for the keyed packets, with each found entry's actions
-    /// prefetched when it rewrites and, in chains that prefetch, the NF state its tokens
-    /// name (NAT mappings, tracked connections).
+    /// prefetched when it rewrites and, with `nf_lines`, the NF state its tokens name
+    /// (NAT mappings, tracked connections).
     #[inline(always)]
     fn find_ways<C: HitCx>(
         &self,
         cx: &mut C,
+        nf_lines: bool,
         keyed: u64,
         keys: &[FpKey; MAX_BATCH],
         probes: &[Probe; MAX_BATCH],
@@ -503,7 +536,7 @@ impl FastPath {
     ) {
         // The NFs' state lines as data, looked up once for the chunk: a hit's prefetches
         // are then address arithmetic, not a dynamic call per NF.
-        let lines = if self.prefetch { cx.lines() } else { None };
+        let lines = if nf_lines { cx.lines() } else { None };
         // Bit i: slot i's lines can name something (the others, such as filters and
         // monitors, prefetch nothing: their steps are skipped without the arithmetic).
         let named = lines.as_ref().map_or(0u32, |ls| {
@@ -527,7 +560,7 @@ impl FastPath {
             if e.rewrites() {
                 self.table.prefetch_actions(w);
             }
-            if !self.prefetch {
+            if !nf_lines {
                 continue;
             }
             match &lines {
