@@ -237,6 +237,42 @@ impl IpFilter {
         Some(found.map_or(self.rules.len(), |i| i as usize))
     }
 
+    /// Hit counter `hit` with its action in bit [`DENY`]: what the unfused filter caches,
+    /// so a hit reads no action (a fused lead caches its run's fields instead, and
+    /// clears the cache when it becomes one; rule changes clear it too).
+    #[inline]
+    fn verdict(&self, hit: usize) -> u32 {
+        let deny = self.actions.get(hit).copied().unwrap_or(self.default) == Action::Deny;
+        // Hit indices stay far below bit 31: one counter a rule, and rule sets are
+        // bounded by memory long before two thousand million.
+        hit as u32 | if deny { DENY } else { 0 }
+    }
+
+    /// [`count`](Self::count) for a value of [`verdict`](Self::verdict).
+    #[inline]
+    fn count_verdict(&mut self, p: &mut Packet, v: u32) {
+        let hit = (v & !DENY) as usize;
+        if let Some(h) = self.hits.get_mut(hit) {
+            *h += 1;
+        }
+        if p.meta().fast == FastMark::Want {
+            self.mark(p, hit);
+        }
+        if v & DENY != 0 {
+            p.drop_with(DENIED);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn mark(&self, p: &mut Packet, hit: usize) {
+        let l = p.layers();
+        p.meta_mut().fast = match packet_key(p) {
+            Some(k) => self.fast_mark(&k, &l, hit),
+            None => FastMark::Refuse,
+        };
+    }
+
     /// Counts a packet that hit counter `hit` and drops it if that says deny.
     #[inline]
     fn count(&mut self, p: &mut Packet, hit: usize) {
@@ -573,6 +609,9 @@ fn prepare(cmd: &str) -> Result<super::Prepared, String> {
     Ok(Box::new(Compiled { rules, classifier }))
 }
 
+/// The bit of a cached verdict that says deny (see `IpFilter::verdict`).
+const DENY: u32 = 1 << 31;
+
 /// At most this many per-rule counters are shown (the busiest first, in rule order).
 const SHOWN_RULES: usize = 32;
 
@@ -603,25 +642,25 @@ impl Nf for IpFilter {
                 }
             }
             for ((p, &k), &i) in chunk.iter_mut().zip(&keys).zip(&at) {
-                let hit = match k {
+                let v = match k {
                     (_, b) if b != 0 => match self.cache.get_at(i, k) {
-                        Some(h) => h as usize,
+                        Some(v) => v,
                         None => {
-                            let h = self.classify(p);
-                            self.cache.put_at(i, k, h as u32);
-                            h
+                            let v = self.verdict(self.classify(p));
+                            self.cache.put_at(i, k, v);
+                            v
                         }
                     },
-                    UNCACHED_WORDS => self.classify(p),
+                    UNCACHED_WORDS => self.verdict(self.classify(p)),
                     _ => match self.classify_malformed(p) {
-                        Some(h) => h,
+                        Some(h) => self.verdict(h),
                         None => {
                             p.drop_with(MALFORMED);
                             continue;
                         }
                     },
                 };
-                self.count(p, hit);
+                self.count_verdict(p, v);
             }
         }
     }
