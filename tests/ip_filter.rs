@@ -585,6 +585,65 @@ fn packed_keys_and_a_colliding_cache_agree_with_the_classifier() {
     assert!(keys > 500_000, "{keys} keys");
 }
 
+/// The unparsed fast path's test of bytes 12..22 (untagged IPv4, IHL 5, no MF, offset
+/// 0; DF and the reserved bit free) on literal frames that sit on each side of it: every
+/// flags/offset bit, other IHLs and versions, other ethertypes, frames shorter than the
+/// TCP flags. The key must be the parsed path's whichever way the test goes.
+#[test]
+fn the_plain_ipv4_test_agrees_with_parsing_on_every_flag_and_offset_bit() {
+    let rules = parse_rules(
+        [
+            "deny ip frag",
+            "deny tcp flags syn",
+            "allow tcp dst port 80",
+            "allow udp src port 53",
+            "allow icmp type 8",
+            "allow src net 10.0.0.0/8",
+        ]
+        .iter()
+        .copied(),
+    )
+    .unwrap();
+    let m = KeyMask::new(&Classifier::new(&rules));
+    let mut frame = vec![0u8; 14 + 24 + 20];
+    frame[12] = 0x08;
+    frame[14 + 12..14 + 16].copy_from_slice(&[10, 1, 2, 3]);
+    frame[14 + 16..14 + 20].copy_from_slice(&[192, 0, 2, 9]);
+    let mut checked = 0;
+    for ethertype in [[0x08, 0x00], [0x08, 0x06], [0x81, 0x00], [0x00, 0x08]] {
+        for vihl in [0x45u8, 0x46, 0x44, 0x55, 0x65] {
+            for flags in [0x00u8, 0x40, 0x80, 0x20, 0x01, 0x1f, 0xc0, 0x60] {
+                for offset in [0x00u8, 0x01, 0x80] {
+                    for (proto, len) in [(6u8, 58usize), (17, 58), (1, 58), (6, 40), (47, 58)] {
+                        let mut f = frame.clone();
+                        f[12..14].copy_from_slice(&ethertype);
+                        f[14] = vihl;
+                        f[14 + 6] = flags;
+                        f[14 + 7] = offset;
+                        f[14 + 9] = proto;
+                        // Ports (or type/code) and TCP flags at both IHLs' offsets.
+                        for t in [34, 38] {
+                            f[t..t + 4].copy_from_slice(&[0x30, 0x39, 0x00, 0x50]);
+                            f[t + 13] = 0x12;
+                        }
+                        f.truncate(len);
+                        let mut p = Packet::from_bytes(&f);
+                        let got = packed(&m, &mut p);
+                        let l = p.layers();
+                        assert_eq!(
+                            got,
+                            packed_key(&m, &l, p.data()),
+                            "ethertype {ethertype:02x?} version/IHL {vihl:#x} flags {flags:#x} offset {offset:#x} proto {proto} length {len}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 4 * 5 * 8 * 3 * 5);
+}
+
 #[test]
 fn every_capture_runs_through_an_acl_without_panic() {
     let chain = chain(

@@ -13,6 +13,16 @@ use super::meta::{Meta, Verdict};
 /// Bytes kept free in front of the packet so NFs can push headers without copying.
 pub const HEADROOM: usize = 128;
 
+/// `Buf::view`: the bytes are the packet's own.
+const OWNED: u8 = 0;
+/// `Buf::view`: a view of `'static` bytes (`set_view`). The pool need not forget it on
+/// free: the bytes outlive every packet, and whoever takes the buffer next gives it new
+/// bytes or has the view forgotten then (see `Pool::take_into`).
+const STATIC: u8 = 1;
+/// `Buf::view`: a view of bytes lent for less than the process (`set_view_unchecked`);
+/// forgotten on free, since the lender reuses them.
+const LENT: u8 = 2;
+
 /// The pooled allocation. `D` is `[u8; N]` when built and `[u8]` once pooled, so one pool
 /// can hold buffers of any size chosen at run time with a single allocation each.
 pub(crate) struct Buf<D: ?Sized> {
@@ -25,8 +35,9 @@ pub(crate) struct Buf<D: ?Sized> {
     /// Where the bytes start in `data` (meaningful when owned).
     pub(crate) start: u32,
     pub(crate) len: u32,
-    /// The bytes at `ptr` are borrowed (read-only, never written through `ptr`).
-    view: bool,
+    /// Whose bytes `ptr` points at: [`OWNED`], or borrowed (read-only, never written
+    /// through `ptr`) for the process ([`STATIC`]) or for less ([`LENT`]).
+    view: u8,
     pub(crate) data: D,
 }
 
@@ -59,7 +70,7 @@ impl Packet {
             ptr: std::ptr::null_mut(),
             start: HEADROOM as u32,
             len: 0,
-            view: false,
+            view: OWNED,
             data: [0u8; N],
         });
         let mut p = Packet(NonNull::from(Box::leak(b)));
@@ -104,7 +115,7 @@ impl Packet {
         // contract) and cannot overlap `data`, which only the packet reaches.
         dst.copy_from_slice(unsafe { std::slice::from_raw_parts(b.ptr, len) });
         b.start = HEADROOM as u32;
-        b.view = false;
+        b.view = OWNED;
         self.point_at_own();
     }
 
@@ -137,7 +148,7 @@ impl Packet {
         b.data[HEADROOM..HEADROOM + bytes.len()].copy_from_slice(bytes);
         b.start = HEADROOM as u32;
         b.len = bytes.len() as u32;
-        b.view = false;
+        b.view = OWNED;
         b.reset_meta();
         self.point_at_own();
         true
@@ -155,7 +166,7 @@ impl Packet {
     pub fn set_view(&mut self, bytes: &'static [u8]) -> bool {
         // SAFETY: `'static` bytes outlive the packet and, being behind `&`, are never
         // written by anyone while it reads them.
-        unsafe { self.set_view_unchecked(bytes) }
+        unsafe { self.view_as(bytes, STATIC) }
     }
 
     /// [`set_view`](Self::set_view) for bytes whose lifetime the compiler cannot see.
@@ -167,13 +178,21 @@ impl Packet {
     /// other threads and the pool it is freed into.
     #[inline]
     pub unsafe fn set_view_unchecked(&mut self, bytes: &[u8]) -> bool {
+        // SAFETY: the caller's contract.
+        unsafe { self.view_as(bytes, LENT) }
+    }
+
+    /// # Safety
+    /// As [`set_view_unchecked`](Self::set_view_unchecked); `'static` bytes for `STATIC`.
+    #[inline(always)]
+    unsafe fn view_as(&mut self, bytes: &[u8], kind: u8) -> bool {
         let b = self.b_mut();
         if HEADROOM + bytes.len() > b.data.len() {
             return false;
         }
         b.ptr = bytes.as_ptr().cast_mut();
         b.len = bytes.len() as u32;
-        b.view = true;
+        b.view = kind;
         b.reset_meta();
         true
     }
@@ -183,26 +202,48 @@ impl Packet {
     /// into memory its lender reuses (a live port recycles its frames after the batch).
     #[inline]
     pub fn forget_view(&mut self) {
-        if self.b().view {
-            let b = self.b_mut();
-            b.view = false;
-            b.len = 0;
-            b.start = HEADROOM as u32;
-            self.point_at_own();
+        if self.b().view != OWNED {
+            self.forget();
         }
+    }
+
+    /// [`forget_view`](Self::forget_view) for lent views only: a view of `'static` bytes
+    /// (a mapped trace) stays as it is. The pool frees with this, saving the stores on
+    /// every packet of a trace read in place; it forgets the rest when it hands a buffer
+    /// out (except to `Pool::take_into`, whose caller gives every buffer new bytes).
+    #[inline(always)]
+    pub(crate) fn forget_lent_view(&mut self) {
+        if self.b().view == LENT {
+            self.forget();
+        }
+    }
+
+    #[inline(always)]
+    fn forget(&mut self) {
+        // `point_at_own` with the start known: its reload of `start` after the stores
+        // cost a few instructions per packet freed.
+        let root = self.0.as_ptr();
+        // SAFETY: `root` is the live box; HEADROOM fits every buffer (`set_view` refused
+        // bytes that would not fit after it).
+        let own = unsafe { (&raw mut (*root).data as *mut u8).add(HEADROOM) };
+        let b = self.b_mut();
+        b.view = OWNED;
+        b.len = 0;
+        b.start = HEADROOM as u32;
+        b.ptr = own;
     }
 
     /// The bytes are a view of borrowed memory, not yet copied into the packet's buffer.
     #[inline]
     pub fn is_view(&self) -> bool {
-        self.b().view
+        self.b().view != OWNED
     }
 
     /// Copies a view into the packet's own buffer (what any change does first); a no-op
     /// for a packet that owns its bytes.
     #[inline]
     pub fn make_owned(&mut self) {
-        if self.b().view {
+        if self.b().view != OWNED {
             self.own();
         }
     }
@@ -314,7 +355,7 @@ impl Packet {
         if (b.len as usize) < n {
             return false;
         }
-        if b.view {
+        if b.view != OWNED {
             // SAFETY: `n <= len`, so the new start is within the borrowed bytes.
             b.ptr = unsafe { b.ptr.add(n) };
             b.len -= n as u32;

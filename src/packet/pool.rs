@@ -86,6 +86,7 @@ impl Pool {
     #[inline]
     pub fn alloc(&mut self) -> Option<Packet> {
         let mut p = self.free.pop()?;
+        p.forget_view();
         *p.meta_mut() = Meta::default();
         Some(p)
     }
@@ -101,7 +102,10 @@ impl Pool {
     /// Like [`alloc`](Self::alloc) but leaves the metadata for the caller to overwrite whole.
     #[inline]
     pub fn alloc_raw(&mut self) -> Option<Packet> {
-        self.free.pop()
+        let mut p = self.free.pop()?;
+        // Freed views of `'static` bytes are forgotten here rather than on free.
+        p.forget_view();
+        Some(p)
     }
 
     /// A buffer that holds `len` bytes, metadata left as it was; None when none is free
@@ -109,13 +113,14 @@ impl Pool {
     #[inline]
     pub fn alloc_raw_for(&mut self, len: usize) -> Option<Packet> {
         if len + HEADROOM <= self.buf_bytes {
-            return self.free.pop();
+            return self.alloc_raw();
         }
         let big = self.big.as_mut()?;
         if len + HEADROOM > big.buf_bytes {
             return None;
         }
-        if let Some(p) = big.free.pop() {
+        if let Some(mut p) = big.free.pop() {
+            p.forget_view();
             return Some(p);
         }
         if big.made == big.limit {
@@ -129,7 +134,9 @@ impl Pool {
 
     #[inline]
     pub fn free(&mut self, mut p: Packet) {
-        p.forget_view();
+        // A view of `'static` bytes (a mapped trace) may stay one until the buffer is
+        // handed out again: skipping its stores here is a few instructions a packet.
+        p.forget_lent_view();
         if let Some(big) = self.big.as_mut().filter(|_| p.capacity() > self.buf_bytes) {
             big.free.push(p);
             return;
@@ -149,7 +156,7 @@ impl Pool {
         // small class (every packet of a trace whose records fit 2 KiB).
         let mut small = true;
         for p in b.iter_mut() {
-            p.forget_view();
+            p.forget_lent_view();
             small &= p.capacity() <= self.buf_bytes;
         }
         if !small {
@@ -169,6 +176,11 @@ impl Pool {
     /// [`alloc_raw_for`](Self::alloc_raw_for) would give them, metadata left as it was;
     /// false, moving nothing, when fewer are free or `b` lacks the room (so it never
     /// grows). Ingest takes a chunk's buffers at once instead of one pop and push each.
+    ///
+    /// Unlike the `alloc` calls, a buffer may still view the `'static` bytes (a mapped
+    /// trace) it viewed when freed: the caller gives each one new bytes
+    /// ([`Packet::set_view`] or [`Packet::set_bytes`]) before anything reads it, or hands it
+    /// back with [`give_back`](Self::give_back).
     #[inline]
     pub fn take_into(&mut self, n: usize, b: &mut super::Batch) -> bool {
         let have = self.free.len();
@@ -253,6 +265,42 @@ mod tests {
             assert_eq!(pool.size(), made + usize::from(!mixed), "mixed = {mixed}");
             pool.free(big);
             smalls.into_iter().for_each(|p| pool.free(p));
+        }
+    }
+
+    #[test]
+    fn a_freed_static_view_is_forgotten_by_every_alloc() {
+        static FRAME: [u8; 60] = [5u8; 60];
+        for how in 0..4 {
+            let mut pool = Pool::new(1, 65535);
+            let mut b = crate::packet::Batch::with_capacity(1);
+            let mut v = pool.alloc_raw_for(60).unwrap();
+            assert!(v.set_view(&FRAME));
+            if how % 2 == 0 {
+                pool.free(v);
+            } else {
+                b.push(v);
+                pool.free_batch(&mut b);
+            }
+            let p = match how {
+                0 => pool.alloc().unwrap(),
+                1 => pool.alloc_raw().unwrap(),
+                2 => pool.alloc_for(60).unwrap(),
+                _ => pool.alloc_raw_for(60).unwrap(),
+            };
+            assert!(!p.is_view() && p.is_empty(), "how = {how}");
+            let mut q = p;
+            // Writes go to the own buffer, never through the old view.
+            assert!(q.extend(&[1, 2, 3]));
+            assert_eq!(q.data(), &[1, 2, 3]);
+            assert!(FRAME.iter().all(|&x| x == 5));
+            pool.free(q);
+            // `take_into` leaves the bytes to its caller, who gives new ones.
+            assert!(pool.take_into(1, &mut b));
+            let mut t = b.drain().next().unwrap();
+            assert!(t.set_bytes(&[9; 10]));
+            assert_eq!(t.data(), &[9; 10]);
+            pool.free(t);
         }
     }
 
