@@ -124,6 +124,15 @@ pub struct HttpHalf {
     resynced: bool,
     /// Set by the caller before a response to a HEAD request: no body follows.
     pub no_body: bool,
+    /// The last response head was an interim `100 Continue` (no chunked coding, no
+    /// Content-Length above 0): libhtp (htp_connp_RES_BODY_DETERMINE) reads the next
+    /// response line into the same transaction.
+    interim: bool,
+    /// This response's head follows an interim `100 Continue` of the same transaction.
+    pub continues: bool,
+    /// A chunked body's trailer section just ended, where libhtp runs its trailer hook
+    /// (Suricata then inspects the header buffer again); the caller clears it.
+    pub trailer_done: bool,
     /// Messages whose headers were parsed.
     pub messages: u64,
     /// Bytes fed to the Content-Encoding decoders (each layer's input), over the life of
@@ -214,6 +223,9 @@ impl HttpHalf {
             no_body: false,
             messages: 0,
             decoded_in: 0,
+            interim: false,
+            continues: false,
+            trailer_done: false,
         }
     }
 
@@ -618,6 +630,12 @@ impl HttpHalf {
         // chunked falls back to plain (see `feed_chunked`).
         let framed = chunked || clen.is_some();
         let code = parse_u64(self.get(self.second)).unwrap_or(200);
+        self.continues = self.interim;
+        self.interim = !self.request
+            && has_start
+            && code == 100
+            && !chunked
+            && !clen.is_some_and(|n| n > 0);
         let no_body = !self.request
             && (self.no_body
                 || (!framed && ((100..200).contains(&code) || code == 204 || code == 304)));
@@ -782,6 +800,7 @@ impl HttpHalf {
                 self.mode = match (c, blank, size) {
                     (Chunk::DataEnd, true, _) => BodyMode::Chunked(Chunk::Size),
                     (Chunk::Trailer, true, _) => {
+                        self.trailer_done = true;
                         self.state = State::Start;
                         BodyMode::None
                     }
