@@ -273,10 +273,18 @@ impl HttpHalf {
                 }
             }
             (State::Body, BodyMode::Close) => {}
-            // Between responses libhtp refuses the gap and leaves its state as it was
-            // (RES_IDLE): the next bytes are parsed as a new response. Requests keep
-            // stopping (ignoring the gap there added a request Suricata does not see).
-            (State::Start, _) if !self.request => {}
+            // libhtp takes the body's remaining bytes from the gap, ends the response
+            // and refuses the rest of the gap (below).
+            (State::Body, BodyMode::Length(_)) if !self.request => {
+                self.mode = BodyMode::Length(0);
+                self.state = State::Start;
+            }
+            // Elsewhere libhtp refuses a response's gap and leaves its state as it was
+            // (htp_connp_res_data: "Gaps are not allowed during this state"): between
+            // responses the next bytes are parsed as a new response, inside a chunk they
+            // go on counting as that chunk's bytes. Requests keep stopping (ignoring the
+            // gap there added a request Suricata does not see).
+            (State::Start | State::Body, _) if !self.request => {}
             _ => self.state = State::NotHttp,
         }
     }
@@ -798,7 +806,9 @@ impl HttpHalf {
                 let size = chunk_size(line);
                 self.chunk_len = 0;
                 self.mode = match (c, blank, size) {
-                    (Chunk::DataEnd, true, _) => BodyMode::Chunked(Chunk::Size),
+                    // libhtp's RES_BODY_CHUNKED_DATA_END skips to the line's end,
+                    // whatever it holds.
+                    (Chunk::DataEnd, _, _) => BodyMode::Chunked(Chunk::Size),
                     (Chunk::Trailer, true, _) => {
                         self.trailer_done = true;
                         self.state = State::Start;
