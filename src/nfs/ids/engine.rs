@@ -486,6 +486,7 @@ impl Ids {
         // direction taken for the client's: Suricata's detection (which then reverses the
         // flow) still says HTTP.
         if !flow.http_known
+            && flow.win[d].seen == data.len() as u64
             && data
                 .get(..5)
                 .is_some_and(|v| v.eq_ignore_ascii_case(b"HTTP/"))
@@ -527,7 +528,9 @@ impl Ids {
                     // for libhtp: what alerted on the 100 (its response line) does not
                     // alert again.
                     let same_tx = h[d].continues;
-                    if !flow.http_known {
+                    // Only at the direction's first byte (a SOCKS handshake before
+                    // the request hides HTTP from Suricata).
+                    if !flow.http_known && h[d].head_at_start() {
                         flow.http_known = if d == 0 {
                             known_method(h[0].method())
                         } else {

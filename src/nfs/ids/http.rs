@@ -122,6 +122,8 @@ pub struct HttpHalf {
     probe_len: usize,
     /// This message's head came after junk body lines (kept as the body's start).
     resynced: bool,
+    /// Bytes (blank lines, NULs) came before this direction's first start line.
+    lead: bool,
     /// Set by the caller before a response to a HEAD request: no body follows.
     pub no_body: bool,
     /// The last response head was an interim `100 Continue` (no chunked coding, no
@@ -225,8 +227,15 @@ impl HttpHalf {
             decoded_in: 0,
             interim: false,
             continues: false,
+            lead: false,
             trailer_done: false,
         }
+    }
+
+    /// The first message's head began at this direction's first byte: Suricata's
+    /// protocol detection looks for a method or `HTTP/` only there.
+    pub fn head_at_start(&self) -> bool {
+        self.messages == 1 && !self.lead
     }
 
     pub fn gave_up(&self) -> bool {
@@ -299,6 +308,7 @@ impl HttpHalf {
                     .iter()
                     .position(|&b| !is_space(b) && b != 0)
                     .unwrap_or(data.len());
+                self.lead |= skip > 0 && self.messages == 0;
                 if skip == data.len() {
                     return (skip, Event::Nothing);
                 }
