@@ -649,11 +649,8 @@ impl HttpHalf {
         let framed = chunked || clen.is_some();
         let code = parse_u64(self.get(self.second)).unwrap_or(200);
         self.continues = self.interim;
-        self.interim = !self.request
-            && has_start
-            && code == 100
-            && !chunked
-            && !clen.is_some_and(|n| n > 0);
+        self.interim =
+            !self.request && has_start && code == 100 && !chunked && clen.is_none_or(|n| n == 0);
         let no_body = !self.request
             && (self.no_body
                 || (!framed && ((100..200).contains(&code) || code == 204 || code == 304)));
