@@ -550,3 +550,64 @@ fn closed_tcp_flows_time_out_after_60_seconds_as_suricata() {
         assert_eq!(ours.get(&k), theirs.get(&k), "{ours:?} vs {theirs:?}");
     }
 }
+
+/// Chunked responses whose head Suricata inspected in an earlier pass than their end
+/// (1kxun's 192.168.115.8:49607 ← 218.244.135.170:9099 and :49609 ← 42.120.51.152:8080):
+/// libhtp runs its trailer hook at the end of every chunked body, Suricata's header
+/// prefilter runs again for the trailer, and a rule whose fast pattern is in
+/// `http.header` alerts a second time on the same transaction. On :49609 and :49608
+/// (42.120.51.152, 203.205.151.234) each final response follows a `100 Continue` of the
+/// same transaction: `http.protocol` alerts once per transaction, not per response.
+/// Before: 3000095 3 vs 5, 1000287 4 vs 5 (the header rule once per response), 1000431
+/// 9 vs 5.
+#[test]
+fn chunked_trailers_and_100_continue_as_suricata() {
+    let rules = "alert http any any -> any any (content:\"Server: \"; http_header; \
+        pcre:\"/(?P<flow_ua>.*)\\r\\n/HR\"; priority:3; sid:1000287;)\n\
+        alert http any any -> any any (msg:\"chunked\"; flow:established; http.header; \
+        content:\"Transfer-Encoding|3a 20|chunked\"; sid:3000095; rev:1;)\n\
+        alert http any any -> any any (flow:to_client; http.protocol; \
+        content:\"HTTP/1.1\"; sid:1000431;)\n\
+        alert http any any -> any any (flow:to_client; http.stat_code; \
+        content:\"200\"; sid:1000077;)\n";
+    let (ours, theirs) = merged_cut(
+        "ip.addr==192.168.115.8 && (tcp.port==49607 || tcp.port==49608 || tcp.port==49609)",
+        rules,
+    );
+    assert_eq!(theirs.get(&3000095), Some(&5), "{theirs:?}");
+    assert_eq!(theirs.get(&1000431), Some(&5), "{theirs:?}");
+    assert_eq!(ours, theirs);
+}
+
+/// netflix's 192.168.1.7:53151 ← 54.201.191.132:80: a chunked response with a segment
+/// missing from the capture inside its first chunk. libhtp refuses the gap and keeps
+/// counting the chunk on the bytes after it, skips to the line's end where the chunk
+/// should have ended, and still finds the last chunk, so the trailer makes `Server: `
+/// alert twice. Before: 1 vs 2 (the direction stopped at the gap).
+#[test]
+fn a_gap_inside_a_chunk_is_refused_as_libhtp() {
+    let rules = "alert http any any -> any any (content:\"Server: \"; http_header; \
+        sid:1000287;)\n";
+    let (ours, theirs) = merged_cut("tcp.port==53151 && ip.addr==54.201.191.132", rules);
+    assert_eq!(theirs.get(&1000287), Some(&2), "{theirs:?}");
+    assert_eq!(ours, theirs);
+}
+
+/// HTTP behind a SOCKS handshake (port 1080 and 10.0.0.2:21477 in the merged trace):
+/// Suricata's protocol detection looks for a method or `HTTP/` only at a direction's
+/// first byte, so these flows are not HTTP and no `http` rule alerts; raw stream rules
+/// still see the bytes. Before: 5 vs 0 (`HTTP/` at the start of a later segment, or a
+/// response resynchronised after the SOCKS reply, made the flow HTTP).
+#[test]
+fn http_behind_a_socks_handshake_is_not_http_as_suricata() {
+    let rules = "alert http any any -> any any (flow:to_client; file_data; \
+        content:\"<html\"; nocase; sid:2000004; rev:1;)\n\
+        alert tcp any any -> any any (content:\"HTTP/1.1\"; sid:1;)\n";
+    let (ours, theirs) = merged_cut(
+        "tcp.port==1080 || (tcp.port==1637 && tcp.port==21477)",
+        rules,
+    );
+    assert_eq!(theirs.get(&2000004), None, "{theirs:?}");
+    assert!(theirs.contains_key(&1), "{theirs:?}");
+    assert_eq!(ours, theirs);
+}

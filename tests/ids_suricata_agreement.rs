@@ -27,23 +27,23 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // difference of the alert totals in % of Suricata's): 9 captures, among them the
     // merged trace, TLS (google_ssl), DNS, QUIC and non-HTTP TCP (ssh, smtp, ftp).
     let cases = [
-        ("bench/ndpi-ether-merged.pcap", "bench.rules", 57, 74, 2.0),
+        ("bench/ndpi-ether-merged.pcap", "bench.rules", 60, 74, 2.0),
         (
             "bench/ndpi-ether-merged.pcap",
             "et-style.rules",
-            83,
+            85,
             85,
             0.2,
         ),
-        ("ndpi/pcap/1kxun.pcap", "bench.rules", 53, 59, 2.0),
-        ("ndpi/pcap/netflix.pcap", "bench.rules", 46, 51, 2.0),
+        ("ndpi/pcap/1kxun.pcap", "bench.rules", 55, 59, 2.0),
+        ("ndpi/pcap/netflix.pcap", "bench.rules", 47, 51, 2.0),
         ("ndpi/pcap/google_ssl.pcap", "bench.rules", 7, 7, 0.0),
         ("ndpi/pcap/dns.pcap", "bench.rules", 4, 4, 0.0),
         ("ndpi/pcap/quic.pcap", "bench.rules", 3, 3, 0.0),
         ("ndpi/pcap/ssh.pcap", "bench.rules", 11, 11, 0.0),
         ("ndpi/pcap/smtp.pcap", "bench.rules", 11, 11, 0.0),
         ("ndpi/pcap/ftp.pcap", "bench.rules", 7, 7, 0.0),
-        ("ndpi/pcap/1kxun.pcap", "et-style.rules", 26, 27, 0.3),
+        ("ndpi/pcap/1kxun.pcap", "et-style.rules", 27, 27, 0.3),
         ("ndpi/pcap/netflix.pcap", "et-style.rules", 13, 13, 0.0),
         ("ndpi/pcap/google_ssl.pcap", "et-style.rules", 2, 2, 0.0),
         ("ndpi/pcap/ssh.pcap", "et-style.rules", 5, 5, 0.0),
@@ -115,8 +115,11 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // tunnels decoded, ICMP flows keyed by type and a pickup on a response reversed; 292
     // with PPPoE and FabricPath decoded, stream anchors counted from the chunk, libhtp's
     // URI paths and empty gzip bodies; 278 with a response stream that opens with a gap
-    // resynchronised as libhtp does (Suricata's own totals move by ~10 between runs).
-    assert!(apart_all <= 290, "per-rule differences sum to {apart_all}");
+    // resynchronised as libhtp does; 242 with chunked trailers re-running the header
+    // prefilter, 100 Continue kept in its transaction, libhtp's refused gaps and HTTP
+    // known only at a direction's first byte (Suricata's own totals move by ~10 between
+    // runs).
+    assert!(apart_all <= 255, "per-rule differences sum to {apart_all}");
     assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }
 

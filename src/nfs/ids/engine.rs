@@ -325,6 +325,7 @@ impl Ids {
         now: bool,
         alerts: &mut Vec<Alert>,
     ) {
+        flow.set_acked(p.to_server, acked);
         if self.cfg.stream_chunk == 0 {
             return;
         }
@@ -485,6 +486,7 @@ impl Ids {
         // direction taken for the client's: Suricata's detection (which then reverses the
         // flow) still says HTTP.
         if !flow.http_known
+            && flow.win[d].seen == data.len() as u64
             && data
                 .get(..5)
                 .is_some_and(|v| v.eq_ignore_ascii_case(b"HTTP/"))
@@ -514,6 +516,7 @@ impl Ids {
                     if used == 0 {
                         break;
                     }
+                    self.trailer_check(flow, p, d, alerts);
                     continue;
                 }
                 Event::Headers => {
@@ -521,7 +524,13 @@ impl Ids {
                         let head = h[0].method().eq_ignore_ascii_case(b"HEAD");
                         h[1].no_body = head;
                     }
-                    if !flow.http_known {
+                    // A response after an interim `100 Continue` is the same transaction
+                    // for libhtp: what alerted on the 100 (its response line) does not
+                    // alert again.
+                    let same_tx = h[d].continues;
+                    // Only at the direction's first byte (a SOCKS handshake before
+                    // the request hides HTTP from Suricata).
+                    if !flow.http_known && h[d].head_at_start() {
                         flow.http_known = if d == 0 {
                             known_method(h[0].method())
                         } else {
@@ -530,7 +539,12 @@ impl Ids {
                                 .is_some_and(|v| v.eq_ignore_ascii_case(b"HTTP/"))
                         };
                     }
-                    flow.new_message(d);
+                    if same_tx {
+                        flow.new_body(d);
+                    } else {
+                        flow.new_message(d);
+                    }
+                    flow.win[d].head_end = flow.win[d].seen - data.len() as u64;
                     starts += 1;
                 }
                 Event::Body => {}
@@ -538,12 +552,75 @@ impl Ids {
             if flow.http_known && self.set.has_http() {
                 self.inspect_http(flow, p, d, ev == Event::Body, alerts);
             }
+            self.trailer_check(flow, p, d, alerts);
         }
         // A message completed in these bytes: Suricata's HTTP parser asks for raw stream
         // inspection once they are acknowledged (its parser runs on acknowledged bytes).
         let Some(h) = flow.http.as_ref() else { return };
         if flow.http_known && (open_before || starts > 0) && (h[d].complete() || starts > 1) {
             flow.win[d].trigger = flow.win[d].seen;
+        }
+    }
+
+    /// Runs [`Ids::http_trailer`] when side `d`'s parser just ended a trailer section.
+    fn trailer_check(
+        &mut self,
+        flow: &mut IdsFlow,
+        p: &PacketInfo,
+        d: usize,
+        alerts: &mut Vec<Alert>,
+    ) {
+        let Some(h) = flow.http.as_mut() else { return };
+        if std::mem::take(&mut h[d].trailer_done)
+            && flow.http_known
+            && flow.win[d].acked >= flow.win[d].head_end
+        {
+            self.http_trailer(flow, p, d, alerts);
+        }
+    }
+
+    /// Side `d`'s chunked message ended its trailer section after its head was
+    /// acknowledged, so Suricata inspected the head in an earlier pass: its prefilter of
+    /// the header buffer runs again for the trailer (detect-http-header.c,
+    /// PrefilterMpmHttpTrailer; libhtp runs the trailer hook even for an empty trailer),
+    /// and a rule whose fast pattern is in `http.header` that matched then was not kept
+    /// as done (detect.c: "mpm won't trigger for it anymore"), so it alerts again.
+    fn http_trailer(&mut self, flow: &IdsFlow, p: &PacketInfo, d: usize, alerts: &mut Vec<Alert>) {
+        let Some(h) = flow.http.as_deref() else {
+            return;
+        };
+        let fired = if d == 0 {
+            &flow.req_fired
+        } else {
+            &flow.resp_fired
+        };
+        let filters = if d == 0 {
+            &self.set.http_req
+        } else {
+            &self.set.http_resp
+        };
+        for f in filters.iter().filter(|f| f.buf == Buf::HttpHeader) {
+            for &i in f.pattern_rules().iter().chain(&f.always) {
+                let r = &self.set.rules[i as usize];
+                if matches!(&r.prefilter, Some((Buf::HttpHeader, _)))
+                    && bit(fired, i)
+                    && header_ok(r, p)
+                    && r.groups.iter().all(|gr| {
+                        let hay = pick(h, d, gr.buf);
+                        !hay.is_empty()
+                            && matches(
+                                &gr.tests,
+                                hay,
+                                Span {
+                                    base: 0,
+                                    fresh: None,
+                                },
+                            )
+                    })
+                {
+                    push(alerts, r, i);
+                }
+            }
         }
     }
 

@@ -31,6 +31,11 @@ pub(crate) struct Window {
     /// raw inspection that reaches such a block over a gap leaves its progress at the
     /// block's start, so the next chunk inspects the block again.
     pub gap_at: u64,
+    /// Stream offset up to which the other side acknowledged this direction (as far as
+    /// the caller told, see [`IdsFlow::set_acked`]): Suricata parses HTTP only up to it.
+    pub acked: u64,
+    /// Stream offset just past the current HTTP message's head (0: none).
+    pub head_end: u64,
 }
 
 /// Stream rule matches held per direction until their chunk is inspected; when full, the
@@ -86,6 +91,8 @@ impl IdsFlow {
             seen: 0,
             trigger: 0,
             gap_at: 0,
+            acked: 0,
+            head_end: 0,
         };
         let words = n_rules.div_ceil(64);
         IdsFlow {
@@ -107,9 +114,22 @@ impl IdsFlow {
         } else {
             self.resp_fired.fill(0);
         }
+        self.new_body(d);
+    }
+
+    /// Direction `d`'s message has a new body in the same transaction (after an interim
+    /// response): the body scan starts afresh, the fired bits stay.
+    pub(crate) fn new_body(&mut self, d: usize) {
         self.body_hits[d].fill(0);
         self.body_seen[d] = [0; 2];
         self.body_decoded[d] = false;
+    }
+
+    /// The other side has acknowledged direction `to_server`'s stream up to offset
+    /// `acked` (told before that direction's next bytes, see `Ids::http`).
+    pub fn set_acked(&mut self, to_server: bool, acked: u64) {
+        let w = &mut self.win[usize::from(!to_server)];
+        w.acked = w.acked.max(acked);
     }
 
     /// Did protocol detection take the flow for HTTP (see `http_known`)?

@@ -122,8 +122,19 @@ pub struct HttpHalf {
     probe_len: usize,
     /// This message's head came after junk body lines (kept as the body's start).
     resynced: bool,
+    /// Bytes (blank lines, NULs) came before this direction's first start line.
+    lead: bool,
     /// Set by the caller before a response to a HEAD request: no body follows.
     pub no_body: bool,
+    /// The last response head was an interim `100 Continue` (no chunked coding, no
+    /// Content-Length above 0): libhtp (htp_connp_RES_BODY_DETERMINE) reads the next
+    /// response line into the same transaction.
+    interim: bool,
+    /// This response's head follows an interim `100 Continue` of the same transaction.
+    pub continues: bool,
+    /// A chunked body's trailer section just ended, where libhtp runs its trailer hook
+    /// (Suricata then inspects the header buffer again); the caller clears it.
+    pub trailer_done: bool,
     /// Messages whose headers were parsed.
     pub messages: u64,
     /// Bytes fed to the Content-Encoding decoders (each layer's input), over the life of
@@ -214,7 +225,17 @@ impl HttpHalf {
             no_body: false,
             messages: 0,
             decoded_in: 0,
+            interim: false,
+            continues: false,
+            lead: false,
+            trailer_done: false,
         }
+    }
+
+    /// The first message's head began at this direction's first byte: Suricata's
+    /// protocol detection looks for a method or `HTTP/` only there.
+    pub fn head_at_start(&self) -> bool {
+        self.messages == 1 && !self.lead
     }
 
     pub fn gave_up(&self) -> bool {
@@ -261,10 +282,18 @@ impl HttpHalf {
                 }
             }
             (State::Body, BodyMode::Close) => {}
-            // Between responses libhtp refuses the gap and leaves its state as it was
-            // (RES_IDLE): the next bytes are parsed as a new response. Requests keep
-            // stopping (ignoring the gap there added a request Suricata does not see).
-            (State::Start, _) if !self.request => {}
+            // libhtp takes the body's remaining bytes from the gap, ends the response
+            // and refuses the rest of the gap (below).
+            (State::Body, BodyMode::Length(_)) if !self.request => {
+                self.mode = BodyMode::Length(0);
+                self.state = State::Start;
+            }
+            // Elsewhere libhtp refuses a response's gap and leaves its state as it was
+            // (htp_connp_res_data: "Gaps are not allowed during this state"): between
+            // responses the next bytes are parsed as a new response, inside a chunk they
+            // go on counting as that chunk's bytes. Requests keep stopping (ignoring the
+            // gap there added a request Suricata does not see).
+            (State::Start | State::Body, _) if !self.request => {}
             _ => self.state = State::NotHttp,
         }
     }
@@ -279,6 +308,7 @@ impl HttpHalf {
                     .iter()
                     .position(|&b| !is_space(b) && b != 0)
                     .unwrap_or(data.len());
+                self.lead |= skip > 0 && self.messages == 0;
                 if skip == data.len() {
                     return (skip, Event::Nothing);
                 }
@@ -618,6 +648,9 @@ impl HttpHalf {
         // chunked falls back to plain (see `feed_chunked`).
         let framed = chunked || clen.is_some();
         let code = parse_u64(self.get(self.second)).unwrap_or(200);
+        self.continues = self.interim;
+        self.interim =
+            !self.request && has_start && code == 100 && !chunked && clen.is_none_or(|n| n == 0);
         let no_body = !self.request
             && (self.no_body
                 || (!framed && ((100..200).contains(&code) || code == 204 || code == 304)));
@@ -780,8 +813,11 @@ impl HttpHalf {
                 let size = chunk_size(line);
                 self.chunk_len = 0;
                 self.mode = match (c, blank, size) {
-                    (Chunk::DataEnd, true, _) => BodyMode::Chunked(Chunk::Size),
+                    // libhtp's RES_BODY_CHUNKED_DATA_END skips to the line's end,
+                    // whatever it holds.
+                    (Chunk::DataEnd, _, _) => BodyMode::Chunked(Chunk::Size),
                     (Chunk::Trailer, true, _) => {
+                        self.trailer_done = true;
                         self.state = State::Start;
                         BodyMode::None
                     }

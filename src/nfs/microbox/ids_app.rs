@@ -995,6 +995,9 @@ impl IdsApp {
                     conn.tls_ack = base.wrapping_add(at as u32);
                 }
             }
+            // Where the other side's ACKs stand before these bytes (Suricata parses
+            // HTTP in acknowledged steps, see `Ids::http_trailer`).
+            fl.set_acked(to_server, conn.acked[usize::from(ev.dir)]);
             self.ids.on_stream(fl, &info, bytes, &mut self.alerts);
             if conn.tls.record_done(usize::from(ev.dir)) {
                 self.ids.on_stream_trigger(fl, to_server);
