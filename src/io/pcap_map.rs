@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
 
-use super::pcap_read::{PcapFormat, RecordProblem, PCAP_HEADER_LEN};
+use super::pcap_read::{PcapFormat, RawRecord, RecordProblem, PCAP_HEADER_LEN};
 use super::source::{After, Source};
 use super::trace::{PcapHeader, Record};
 use super::TraceError;
@@ -254,50 +254,73 @@ impl MappedPcap {
     }
 }
 
-impl Source for MappedPcap {
-    fn link(&self) -> LinkKind {
-        self.fmt.link
+impl MappedPcap {
+    /// [`Source::next_chunk`] without the `Record`s: each record of the next (up to
+    /// `max`) is given to `put` as its index in the chunk, its bytes (a view of the map),
+    /// wire length and capture time, and the count taken is returned with what follows.
+    /// `put` returning `false` refuses a record: the chunk ends before it, and the next
+    /// call starts with it. The one-worker run fills its packets so (`Walk::ingest_mapped`):
+    /// a `Record` stored here and loaded back there cost about a tenth of a packet's
+    /// instructions.
+    #[inline]
+    pub fn next_with(
+        &mut self,
+        max: usize,
+        mut put: impl FnMut(usize, &'static [u8], u32, u64) -> bool,
+    ) -> (usize, After) {
+        let map = self.map;
+        let (mut lo, mut hi, mut t0) = (self.ts_min, self.ts_max, None);
+        let mut give = |i: usize, off: usize, r: &RawRecord| {
+            // SAFETY: `fmt.record` checked the record's `caplen` bytes lie inside the map.
+            let bytes = unsafe { map.get_unchecked(off..off + r.caplen as usize) };
+            put(i, bytes, r.wire_len, r.ts_ns)
+        };
+        let n = if self.first_pass.is_none() {
+            // The first pass's time span and first time, kept as the records go by.
+            self.fill(max, |i, off, r| {
+                if !give(i, off, r) {
+                    return false;
+                }
+                lo = lo.min(r.ts_ns);
+                hi = hi.max(r.ts_ns);
+                t0 = t0.or(Some(r.ts_ns));
+                true
+            })
+        } else {
+            self.fill(max, give)
+        };
+        (self.ts_min, self.ts_max) = (lo, hi);
+        if self.first_ts.is_none() {
+            self.first_ts = t0;
+        }
+        (n, self.after())
     }
 
-    fn header(&self) -> PcapHeader {
-        self.fmt.header
-    }
-
-    fn max_packet_len(&self) -> usize {
-        (self.fmt.caplen_limit() as usize).min(MAX_BUFFERED_PACKET)
-    }
-
-    fn lasting(&self) -> Option<&'static [u8]> {
-        Some(self.map)
-    }
-
-    fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record], After) {
-        self.chunk.clear();
+    /// Walks up to `max` next records of this pass, giving each to `put` (its index in
+    /// the chunk, where its bytes start in the map, its header) until `put` refuses one;
+    /// the count taken. Ends the pass at the map's end or a bad record as the module
+    /// docs say.
+    #[inline(always)]
+    fn fill(&mut self, max: usize, mut put: impl FnMut(usize, usize, &RawRecord) -> bool) -> usize {
         if self.pos >= self.released + 2 * KEEP {
             self.release(self.pos - KEEP);
         }
         self.populate();
-        // The walk keeps its state in locals and writes records straight into the chunk's
-        // spare room (a `push` per record made the compiler store and reload `self`'s
-        // fields and the length, and check the capacity), and prefetches through a raw
-        // pointer: this loop runs once per record.
+        // The walk keeps its state in locals (stores to `self` in the loop made the
+        // compiler reload its fields) and prefetches through a raw pointer: this loop
+        // runs once per record.
         let map = self.map;
         let fmt = self.fmt;
         let stop = self.first_pass.unwrap_or(u64::MAX);
-        let first = self.first_pass.is_none();
         let (mut pos, mut fetched, mut count) = (self.pos, self.fetched, self.count);
-        let (mut ts_min, mut ts_max) = (self.ts_min, self.ts_max);
         let mut ended = None;
-        if self.chunk.capacity() < max {
-            self.chunk.reserve(max);
-        }
         let mut n = 0;
         if !self.done {
             // Records left in this pass bound the chunk as `max` does: the pass ends
             // (below) when the count reaches them with room to spare.
             let room = (max as u64).min(stop.saturating_sub(count)) as usize;
-            let out = &mut self.chunk.spare_capacity_mut()[..room];
-            for slot in out.iter_mut() {
+            let mut refused = false;
+            while n < room {
                 let ahead = (pos + AHEAD).min(map.len());
                 // Four lines a step: the same lines, a quarter of the loop's branches.
                 while fetched < ahead {
@@ -319,12 +342,10 @@ impl Source for MappedPcap {
                         break;
                     }
                     Ok(r) => {
-                        slot.write(Record {
-                            off: (pos + r.data_off) as u64,
-                            caplen: r.caplen,
-                            wire_len: r.wire_len,
-                            ts_ns: r.ts_ns,
-                        });
+                        if !put(n, pos + r.data_off, &r) {
+                            refused = true;
+                            break;
+                        }
                         n += 1;
                         pos += r.len;
                     }
@@ -334,23 +355,12 @@ impl Source for MappedPcap {
                     }
                 }
             }
-            // SAFETY: the first `n` slots were written just above (`chunk` was empty).
-            unsafe { self.chunk.set_len(n) };
-            // The count and the first pass's time span, once per chunk rather than in
-            // the record loop (fewer values live across it).
             count += n as u64;
-            if first {
-                for r in &self.chunk {
-                    ts_min = ts_min.min(r.ts_ns);
-                    ts_max = ts_max.max(r.ts_ns);
-                }
-            }
-            if ended.is_none() && count == stop && n < max {
+            if ended.is_none() && !refused && count == stop && n < max {
                 self.done = true;
             }
         }
         (self.pos, self.fetched, self.count) = (pos, fetched, count);
-        (self.ts_min, self.ts_max) = (ts_min, ts_max);
         match ended {
             // The end of the map.
             Some(None) => {
@@ -363,10 +373,12 @@ impl Source for MappedPcap {
             Some(Some(Some(problem))) => self.record_error(problem),
             None => {}
         }
-        if self.first_ts.is_none() {
-            self.first_ts = self.chunk.first().map(|r| r.ts_ns);
-        }
-        let next = if self.error.is_some() {
+        n
+    }
+
+    /// What follows the records read so far (see [`After`]).
+    fn after(&self) -> After {
+        if self.error.is_some() {
             After::Unknown
         } else if self.done || self.first_pass == Some(self.count) || self.pos == self.map.len() {
             let span = self.span_ns();
@@ -376,7 +388,65 @@ impl Source for MappedPcap {
             self.fmt
                 .peek_ts(&self.map[self.pos..])
                 .map_or(After::Unknown, After::Record)
-        };
+        }
+    }
+}
+
+impl Source for MappedPcap {
+    fn link(&self) -> LinkKind {
+        self.fmt.link
+    }
+
+    fn header(&self) -> PcapHeader {
+        self.fmt.header
+    }
+
+    fn max_packet_len(&self) -> usize {
+        (self.fmt.caplen_limit() as usize).min(MAX_BUFFERED_PACKET)
+    }
+
+    fn lasting(&self) -> Option<&'static [u8]> {
+        Some(self.map)
+    }
+
+    fn mapped(&mut self) -> Option<&mut MappedPcap> {
+        Some(self)
+    }
+
+    fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record], After) {
+        let mut chunk = std::mem::take(&mut self.chunk);
+        chunk.clear();
+        if chunk.capacity() < max {
+            chunk.reserve(max);
+        }
+        let out = chunk.spare_capacity_mut();
+        // Records go straight into the chunk's spare room (a `push` per record made the
+        // compiler check the capacity and store the length each time).
+        let n = self.fill(max, |i, off, r| {
+            // SAFETY: `fill` passes `i < max`, and `out` holds at least `max` slots.
+            unsafe { out.get_unchecked_mut(i) }.write(Record {
+                off: off as u64,
+                caplen: r.caplen,
+                wire_len: r.wire_len,
+                ts_ns: r.ts_ns,
+            });
+            true
+        });
+        // SAFETY: the first `n` slots were written just above (`chunk` was empty).
+        unsafe { chunk.set_len(n) };
+        // The first pass's time span, once per chunk rather than in the record loop
+        // (fewer values live across it).
+        if self.first_pass.is_none() {
+            for r in &chunk {
+                self.ts_min = self.ts_min.min(r.ts_ns);
+                self.ts_max = self.ts_max.max(r.ts_ns);
+            }
+        }
+        if self.first_ts.is_none() {
+            self.first_ts = chunk.first().map(|r| r.ts_ns);
+        }
+        self.chunk = chunk;
+        let next = self.after();
         (self.map, &self.chunk, next)
     }
 

@@ -2,6 +2,7 @@
 //! `--loops`. An indexed [`Trace`] in memory and a [`PcapStream`](super::PcapStream) read
 //! from a file as the worker goes are both sources.
 
+use super::pcap_map::MappedPcap;
 use super::trace::{PcapHeader, Record, Trace};
 use super::TraceError;
 use crate::packet::LinkKind;
@@ -45,6 +46,11 @@ pub trait Source {
     /// The bytes [`Source::next_chunk`] returns, when they last for the rest of the
     /// process (a leaked map): packets may then view them instead of copying them.
     fn lasting(&self) -> Option<&'static [u8]> {
+        None
+    }
+    /// This source as a mapped pcap, whose records a one-worker run reads straight into
+    /// its packets ([`MappedPcap::next_with`]).
+    fn mapped(&mut self) -> Option<&mut MappedPcap> {
         None
     }
 }

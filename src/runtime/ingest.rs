@@ -5,7 +5,7 @@
 use super::rss::STEP;
 use super::walk::Walk;
 use crate::flow::{prefetch, RunClock};
-use crate::io::Record;
+use crate::io::{After, MappedPcap, Record};
 use crate::packet::{FastMark, LinkKind, Packet, NOT_RECORDED, NO_PORT};
 
 /// The input's drop reasons (see `chain::INPUT_DROPS`).
@@ -331,6 +331,107 @@ impl Walk {
             pool.give_back(&mut inbox[first], start + done);
             self.ingest(lasting, bytes, recs, done as u32..n as u32, base, after);
         }
+    }
+
+    /// [`Walk::ingest_all`] of the next (up to `max`) records of a mapped trace, read
+    /// straight into the chunk's buffers as views ([`MappedPcap::next_with`]) rather than
+    /// through `Record`s: the same buffers, ports, times and counters. `after_of` turns
+    /// what follows the records into the clock's look-ahead. The count ingested, or
+    /// `None` when nothing was read this way (a first record the small buffers do not
+    /// hold, the end of the pass, a pool short of a chunk, prefetching, more than 4
+    /// ports): the caller then reads a chunk of `Record`s.
+    #[inline]
+    pub fn ingest_mapped(
+        &mut self,
+        src: &mut MappedPcap,
+        max: usize,
+        base: u64,
+        after_of: impl FnOnce(After) -> Option<u64>,
+    ) -> Option<usize> {
+        let ports = self.cx.ports as usize;
+        let first = self.first;
+        let start = self.inbox[first].len();
+        if max == 0
+            || self.prefetch > 0
+            || !(1..=4).contains(&ports)
+            || !self.pool.take_into(max, &mut self.inbox[first])
+        {
+            return None;
+        }
+        let Walk {
+            pool,
+            inbox,
+            counters,
+            rx,
+            rng,
+            clock,
+            shift,
+            link,
+            ..
+        } = self;
+        let (shift, link) = (*shift, *link);
+        let fits = pool.max_packet().min(pool.small_max());
+        // Bytes and what does not depend on the clock or the draw, as the reader goes.
+        let pkts = &mut inbox[first].as_mut_slice()[start..start + max];
+        let mut bytes_in = 0u64;
+        let (n, next) = src.next_with(max, |i, bytes, wire_len, ts| {
+            if bytes.len() > fits {
+                return false;
+            }
+            bytes_in += bytes.len() as u64;
+            let p = &mut pkts[i];
+            p.set_view(bytes);
+            stamp(p, ts.wrapping_add(shift), wire_len, link, base + i as u64);
+            true
+        });
+        // The buffers not used go back to be taken again, in the same order.
+        pool.give_back(&mut inbox[first], start + n);
+        if n == 0 {
+            return None;
+        }
+        // The run clock and the port draw in input order, as `ingest_all`'s third pass;
+        // each packet's successor time is the next packet's stamp.
+        let pkts = &mut inbox[first].as_mut_slice()[start..start + n];
+        let after = after_of(next);
+        let mut clk = *clock;
+        let mut draw = *rng;
+        let mut per_port = [0u64; 4];
+        let ports = ports as u64;
+        let mut ts = pkts[0].meta().ts_ns;
+        for i in 1..n {
+            let next = pkts[i].meta().ts_ns;
+            tick_and_draw(
+                &mut pkts[i - 1],
+                &mut clk,
+                &mut draw,
+                &mut per_port,
+                ports,
+                ts,
+                next,
+            );
+            ts = next;
+        }
+        let next = after.unwrap_or(ts);
+        tick_and_draw(
+            &mut pkts[n - 1],
+            &mut clk,
+            &mut draw,
+            &mut per_port,
+            ports,
+            ts,
+            next,
+        );
+        *clock = clk;
+        *rng = draw;
+        let c = &mut counters[0];
+        c.packets_in += n as u64;
+        c.bytes_in += bytes_in;
+        c.out[0] += n as u64;
+        for (r, k) in rx.iter_mut().zip(per_port) {
+            *r += k;
+        }
+        self.drawn = n;
+        Some(n)
     }
 
     /// Ends a replay loop of `recs` (or a streamed chunk): the draw and the clock step

@@ -239,11 +239,36 @@ impl Runner {
                 if let Some(c) = schedule.get(next_change) {
                     want = want.min((c.at - done).max(1) as usize);
                 }
-                let (bytes, chunk, next) = src.next_chunk(want);
-                if chunk.is_empty() {
-                    break;
-                }
-                let n = chunk.len() as u64;
+                // The run clock looks one packet ahead, across loops too.
+                let shift = self.walk.shift;
+                let after_of = |next: After| match next {
+                    After::Record(t) => Some(t.wrapping_add(shift)),
+                    After::PassEnd(t) if lp + 1 < opts.loops => Some(t.wrapping_add(shift)),
+                    _ => None,
+                };
+                // A mapped trace is read straight into the packets when nothing runs
+                // between reading and ingesting (no stages, no control port; the clock
+                // started): a chunk is all this worker's, its indices start over.
+                let direct = match src.mapped() {
+                    Some(m) if started && self.stages.is_none() && self.control.is_empty() => {
+                        self.walk.drawn = 0;
+                        self.walk.ingest_mapped(m, want, done, after_of)
+                    }
+                    _ => None,
+                };
+                let mut read = None;
+                let n = match direct {
+                    Some(n) => n as u64,
+                    None => {
+                        let r = src.next_chunk(want);
+                        if r.1.is_empty() {
+                            break;
+                        }
+                        let n = r.1.len() as u64;
+                        read = Some(r);
+                        n
+                    }
+                };
                 self.poll_control();
                 let plan = self.auto.as_mut().map(Auto::plan);
                 if let (Some(p), Some(f)) = (plan, self.fast.as_deref_mut()) {
@@ -252,22 +277,17 @@ impl Runner {
                     }
                 }
                 let t0 = plan.filter(|p| p.time).map(|_| auto::tsc());
-                if !started {
-                    started = true;
-                    self.walk.clock.start(chunk.iter().take(3).map(|r| r.ts_ns));
-                }
-                // The run clock looks one packet ahead, across loops too.
-                let after = match next {
-                    After::Record(t) => Some(t.wrapping_add(self.walk.shift)),
-                    After::PassEnd(t) if lp + 1 < opts.loops => {
-                        Some(t.wrapping_add(self.walk.shift))
+                if let Some((bytes, chunk, next)) = read {
+                    if !started {
+                        started = true;
+                        self.walk.clock.start(chunk.iter().take(3).map(|r| r.ts_ns));
                     }
-                    _ => None,
-                };
-                // A chunk is all this worker's: its indices start over each time.
-                self.walk.drawn = 0;
-                self.stage_room()?;
-                self.walk.ingest_all(lasting, bytes, chunk, done, after);
+                    // A chunk is all this worker's: its indices start over each time.
+                    self.walk.drawn = 0;
+                    self.stage_room()?;
+                    self.walk
+                        .ingest_all(lasting, bytes, chunk, done, after_of(next));
+                }
                 match self.fast.as_deref_mut() {
                     Some(f) if plan.is_none_or(|p| p.on) => f.chunk(&mut self.walk),
                     _ => self.walk.drain(None),
