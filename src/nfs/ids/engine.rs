@@ -605,18 +605,7 @@ impl Ids {
                 if matches!(&r.prefilter, Some((Buf::HttpHeader, _)))
                     && bit(fired, i)
                     && header_ok(r, p)
-                    && r.groups.iter().all(|gr| {
-                        let hay = pick(h, d, gr.buf);
-                        !hay.is_empty()
-                            && matches(
-                                &gr.tests,
-                                hay,
-                                Span {
-                                    base: 0,
-                                    fresh: None,
-                                },
-                            )
-                    })
+                    && http_groups_match(r, h, d)
                 {
                     push(alerts, r, i);
                 }
@@ -711,21 +700,7 @@ impl Ids {
             if bit(if d == 0 { req_fired } else { resp_fired }, i) || !header_ok(r, p) {
                 continue;
             }
-            // A buffer the message lacks (no Cookie header, no body) matches nothing,
-            // not even a negated test: Suricata's engine gives up on a missing buffer.
-            let ok = r.groups.iter().all(|gr| {
-                let hay = pick(h, d, gr.buf);
-                !hay.is_empty()
-                    && matches(
-                        &gr.tests,
-                        hay,
-                        Span {
-                            base: 0,
-                            fresh: None,
-                        },
-                    )
-            });
-            if ok {
+            if http_groups_match(r, h, d) {
                 set_bit(if d == 0 { req_fired } else { resp_fired }, i);
                 push(alerts, r, i);
             }
@@ -810,6 +785,24 @@ fn header_ok(r: &Rule, p: &PacketInfo) -> bool {
         }
     }
     r.header.matches(p.src, p.sport, p.dst, p.dport)
+}
+
+/// Whether every group of HTTP rule `r` matches its buffer of the message on side `d`. A
+/// buffer the message lacks (no Cookie header, no body) matches nothing, not even a
+/// negated test: Suricata's engine gives up on a missing buffer.
+#[inline]
+fn http_groups_match(r: &Rule, h: &[super::http::HttpHalf; 2], d: usize) -> bool {
+    let span = Span {
+        base: 0,
+        fresh: None,
+    };
+    for gr in &r.groups {
+        let hay = pick(h, d, gr.buf);
+        if hay.is_empty() || !matches(&gr.tests, hay, span) {
+            return false;
+        }
+    }
+    true
 }
 
 fn groups_match(r: &Rule, payload: &[u8], span: Span) -> bool {
