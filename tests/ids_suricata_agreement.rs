@@ -36,7 +36,7 @@ fn alert_counts_per_rule_agree_with_suricata() {
             0.2,
         ),
         ("ndpi/pcap/1kxun.pcap", "bench.rules", 55, 59, 2.0),
-        ("ndpi/pcap/netflix.pcap", "bench.rules", 47, 51, 2.0),
+        ("ndpi/pcap/netflix.pcap", "bench.rules", 51, 51, 0.2),
         ("ndpi/pcap/google_ssl.pcap", "bench.rules", 7, 7, 0.0),
         ("ndpi/pcap/dns.pcap", "bench.rules", 4, 4, 0.0),
         ("ndpi/pcap/quic.pcap", "bench.rules", 3, 3, 0.0),
@@ -108,6 +108,11 @@ fn alert_counts_per_rule_agree_with_suricata() {
         100.0 * diff
     );
     assert!(below.is_empty(), "below the floors: {}", below.join("; "));
+    // Issue 17's target: per-rule counts equal for at least 95 % of the firing rules.
+    assert!(
+        eq_all * 100 >= 95 * fire_all,
+        "{eq_all} of {fire_all} firing rules equal, under 95 %"
+    );
     // 1,109 when stream rules alerted once per segment; 859 with Suricata's chunks; 807
     // with acknowledged holes skipped as Suricata does; 637 with ICMP errors joining
     // their quoted flow either way; 557 with Suricata's handshake checks, HTTP known from
@@ -118,8 +123,11 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // resynchronised as libhtp does; 242 with chunked trailers re-running the header
     // prefilter, 100 Continue kept in its transaction, libhtp's refused gaps and HTTP
     // known only at a direction's first byte (Suricata's own totals move by ~10 between
-    // runs).
-    assert!(apart_all <= 255, "per-rule differences sum to {apart_all}");
+    // runs); 267 with segments held past an acknowledged hole inspected and no payload
+    // inspection after TLS application data: 20 TLS flows of the merged trace lost a
+    // `d2`/`d3` alert Suricata does not give (each now equal to Suricata's), which had
+    // hidden as many missing elsewhere in the per-rule sums (docs/ids.md, session 19).
+    assert!(apart_all <= 275, "per-rule differences sum to {apart_all}");
     assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }
 

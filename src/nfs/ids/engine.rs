@@ -4,7 +4,7 @@
 //! caller's alert vector growing past its capacity.
 
 use super::content::{matches, Span};
-use super::flow::{bit, set_bit, IdsFlow, Window, QUEUED};
+use super::flow::{bit, set_bit, IdsFlow, Window, OOO_BYTES, OOO_RUNS, QUEUED};
 use super::header::{Ip, Proto};
 use super::http::{Event, HttpLimits};
 use super::pktcheck::PktFields;
@@ -300,6 +300,7 @@ impl Ids {
         }
         let d = usize::from(!to_server);
         let w = &mut flow.win[d];
+        w.gap_from = w.seen;
         w.seen += n;
         w.buf.clear();
         w.base = w.seen;
@@ -314,9 +315,10 @@ impl Ids {
     /// side acknowledged (up to stream offset `acked`) and that were not inspected yet
     /// are inspected as one chunk when there are at least `stream_chunk` of them, or when
     /// they complete an HTTP message (the parser's trigger); each stream rule that
-    /// matched in the chunk alerts once. `now`: inspect whatever is acknowledged (a TLS
-    /// flow whose application data Suricata's parser saw: its raw stream takes no new
-    /// segments and what it holds is inspected at once). No-op when `stream_chunk` is 0.
+    /// matched in the chunk alerts once. `now`: inspect whatever is acknowledged (the
+    /// packet whose ACK let Suricata's TLS parser see application data: its raw stream
+    /// takes no new segments and what it holds is inspected at once; later packets of the
+    /// flow inspect no payload and do not come here). No-op when `stream_chunk` is 0.
     pub fn on_stream_packet(
         &mut self,
         flow: &mut IdsFlow,
@@ -330,14 +332,111 @@ impl Ids {
             return;
         }
         let d = usize::from(!p.to_server);
-        let w = &flow.win[d];
+        let w = &mut flow.win[d];
+        if w.ooo_n != 0 {
+            w.ooo_prune();
+        }
         let upto = acked.min(w.seen);
-        if upto <= w.done {
+        // Segments held past a hole: Suricata's chunk check counts from the raw progress
+        // to the last ACK, and its walk goes on to them while the progress (after the
+        // in-order bytes) is short of the ACK.
+        let held = w.ooo_n != 0;
+        if upto <= w.done && !(held && acked > w.done) {
             return;
         }
+        let lim = if held { acked } else { upto };
         let trig = w.trigger != 0 && upto >= w.trigger;
-        if now || upto - w.done >= self.cfg.stream_chunk || trig {
+        if now || lim.saturating_sub(w.done) >= self.cfg.stream_chunk || trig {
             self.inspect_to(flow, d, upto, alerts);
+            if held && acked > flow.win[d].done {
+                self.inspect_ooo(flow, p, d, acked, alerts);
+            }
+        }
+    }
+
+    /// A segment of direction `p.to_server` at stream offset `off` arrived past the bytes
+    /// delivered so far (the stack holds it behind a hole): kept for raw inspection
+    /// before it is delivered (see [`Ids::on_stream_packet`]). Only a segment that
+    /// extends the last run held or starts a new one after it is kept.
+    pub fn on_stream_ooo(&mut self, flow: &mut IdsFlow, to_server: bool, off: u64, data: &[u8]) {
+        if self.cfg.stream_chunk == 0 || !self.set.has_stream() || data.is_empty() {
+            return;
+        }
+        let w = &mut flow.win[usize::from(!to_server)];
+        w.ooo_prune();
+        let (mut off, mut data) = (off, data);
+        let n = usize::from(w.ooo_n);
+        let last_end = (n > 0).then(|| w.ooo_runs[n - 1].0 + u64::from(w.ooo_runs[n - 1].1));
+        if let Some(end) = last_end {
+            if off + data.len() as u64 <= end || off < w.ooo_runs[n - 1].0 {
+                return; // retransmitted, or before the last run (not kept)
+            }
+            if off < end {
+                data = &data[(end - off) as usize..];
+                off = end;
+            }
+        }
+        if off <= w.seen || w.ooo.len() + data.len() > OOO_BYTES {
+            return;
+        }
+        if last_end == Some(off) {
+            w.ooo_runs[n - 1].1 += data.len() as u32;
+        } else if n < OOO_RUNS {
+            w.ooo_runs[n] = (off, data.len() as u32);
+            w.ooo_n += 1;
+        } else {
+            return;
+        }
+        if w.ooo.capacity() == 0 {
+            w.ooo.reserve_exact(OOO_BYTES);
+        }
+        w.ooo.extend_from_slice(data);
+    }
+
+    /// Suricata's raw inspection walks on past the in-order bytes to the blocks it holds
+    /// after a hole (stream-tcp-reassemble.c `StreamReassembleRawDo`): each is a buffer of
+    /// its own, clipped to `last_ack - progress` bytes (the progress stays before the
+    /// hole), so bytes not acknowledged yet are inspected, and again on the next chunk.
+    /// A rule alerts once per packet: the stamps of the report just made are shared.
+    fn inspect_ooo(
+        &mut self,
+        flow: &mut IdsFlow,
+        p: &PacketInfo,
+        d: usize,
+        acked: u64,
+        alerts: &mut Vec<Alert>,
+    ) {
+        let is_http = flow.is_http();
+        let w = &flow.win[d];
+        let clip = acked.saturating_sub(w.done);
+        let mut at = 0usize;
+        for &(_, len) in &w.ooo_runs[..usize::from(w.ooo_n)] {
+            let len = len as usize;
+            let run = &w.ooo[at..at + len];
+            at += len;
+            let hay = &run[..(clip.min(len as u64)) as usize];
+            if hay.is_empty() {
+                break;
+            }
+            let g = self.next_gen();
+            collect(&self.set.stream, hay, g, &mut self.seen, &mut self.cands);
+            let span = Span {
+                base: 0,
+                fresh: None,
+            };
+            for k in 0..self.cands.len() {
+                let i = self.cands[k];
+                let r = &self.set.rules[i as usize];
+                let stamp = &mut self.reports.stamp[i as usize];
+                if *stamp == self.reports.gen || (r.header.proto == Proto::Http && !is_http) {
+                    continue;
+                }
+                if header_ok(r, p) && groups_match(r, hay, span) {
+                    *stamp = self.reports.gen;
+                    push(alerts, r, i);
+                }
+            }
+            self.cands.clear();
         }
     }
 
@@ -363,13 +462,26 @@ impl Ids {
 
     fn inspect_to(&mut self, flow: &mut IdsFlow, d: usize, upto: u64, alerts: &mut Vec<Alert>) {
         let w = &mut flow.win[d];
-        let end = upto.min(w.seen);
+        let mut end = upto.min(w.seen);
         // A chunk that reaches bytes after a gap leaves Suricata's raw progress at their
         // start (stream-tcp-reassemble.c, StreamReassembleRawDo): their matches stay
         // queued for the next chunk.
-        let rewind = (w.gap_at > w.done && w.gap_at < end).then_some(w.gap_at);
+        let mut rewind = (w.gap_at > w.done && w.gap_at < end).then_some(w.gap_at);
+        if upto != u64::MAX && w.gap_from >= w.done && w.gap_at > w.gap_from && upto >= w.gap_at {
+            // StreamReassembleRawDo clips the block after the hole to `last_ack -
+            // progress` bytes, progress being the hole's start, not the block's offset:
+            // that many bytes after the hole are inspected, acknowledged or not. A block
+            // starting at the last ack leaves the progress at the hole's start, so it is
+            // inspected again on the next chunk.
+            end = w.seen.min(w.gap_at + (upto - w.gap_from));
+            rewind = Some(if w.gap_at < upto {
+                w.gap_at
+            } else {
+                w.gap_from
+            });
+        }
         self.reports
-            .report(&self.set.rules, w, upto, rewind.unwrap_or(u64::MAX), alerts);
+            .report(&self.set.rules, w, end, rewind.unwrap_or(u64::MAX), alerts);
         w.done = rewind.unwrap_or(w.done.max(end));
         if w.trigger != 0 && end >= w.trigger {
             w.trigger = 0;

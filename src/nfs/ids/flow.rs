@@ -31,6 +31,15 @@ pub(crate) struct Window {
     /// raw inspection that reaches such a block over a gap leaves its progress at the
     /// block's start, so the next chunk inspects the block again.
     pub gap_at: u64,
+    /// Stream offset where the latest gap (the hole before `gap_at`) starts.
+    pub gap_from: u64,
+    /// Segments past a hole of this direction not delivered yet (the stack holds them
+    /// out of order), copied from their packets: Suricata's raw inspection reaches them
+    /// before they are acknowledged (see `Ids::on_stream_ooo`). Runs back to back in
+    /// `ooo`, their (stream offset, length) in `ooo_runs[..ooo_n]`, in stream order.
+    pub ooo: Vec<u8>,
+    pub ooo_runs: [(u64, u32); OOO_RUNS],
+    pub ooo_n: u8,
     /// Stream offset up to which the other side acknowledged this direction (as far as
     /// the caller told, see [`IdsFlow::set_acked`]): Suricata parses HTTP only up to it.
     pub acked: u64,
@@ -38,9 +47,45 @@ pub(crate) struct Window {
     pub head_end: u64,
 }
 
+impl Window {
+    /// Drops the out-of-order bytes the stream has reached since (delivered in order).
+    pub(crate) fn ooo_prune(&mut self) {
+        let n = usize::from(self.ooo_n);
+        let mut cut = 0usize;
+        let mut k = 0;
+        while k < n {
+            let (o, l) = self.ooo_runs[k];
+            let end = o + u64::from(l);
+            if end <= self.seen {
+                cut += l as usize;
+                k += 1;
+            } else {
+                if o < self.seen {
+                    let skip = (self.seen - o) as usize;
+                    cut += skip;
+                    self.ooo_runs[k] = (self.seen, l - skip as u32);
+                }
+                break;
+            }
+        }
+        if cut == 0 && k == 0 {
+            return;
+        }
+        self.ooo.copy_within(cut.., 0);
+        self.ooo.truncate(self.ooo.len() - cut);
+        self.ooo_runs.copy_within(k..n, 0);
+        self.ooo_n = (n - k) as u8;
+    }
+}
+
 /// Stream rule matches held per direction until their chunk is inspected; when full, the
 /// direction is inspected at once (memory stays bounded, counts may then differ).
 pub(crate) const QUEUED: usize = 256;
+
+/// Out-of-order bytes held per direction for raw inspection past a hole, and their runs
+/// (more are not held: those bytes are inspected once the stack delivers them).
+pub(crate) const OOO_BYTES: usize = 16 * 1024;
+pub(crate) const OOO_RUNS: usize = 8;
 
 pub struct IdsFlow {
     pub(crate) win: [Window; 2],
@@ -68,7 +113,8 @@ impl IdsFlow {
         let words = n_rules.div_ceil(64);
         let per_dir = window
             .saturating_add(n_rules.saturating_mul(8))
-            .saturating_add(QUEUED * std::mem::size_of::<(u64, u32)>());
+            .saturating_add(QUEUED * std::mem::size_of::<(u64, u32)>())
+            .saturating_add(OOO_BYTES);
         let http = http.map_or(0, |l| {
             std::mem::size_of::<[HttpHalf; 2]>()
                 .saturating_add(2 * HttpHalf::max_heap(l))
@@ -91,6 +137,10 @@ impl IdsFlow {
             seen: 0,
             trigger: 0,
             gap_at: 0,
+            gap_from: 0,
+            ooo: Vec::new(),
+            ooo_runs: [(0, 0); OOO_RUNS],
+            ooo_n: 0,
             acked: 0,
             head_end: 0,
         };

@@ -12,10 +12,13 @@ pub struct TlsRecords {
     head_len: [u8; 2],
     /// Body bytes of the current record still to skip, per direction.
     left: [u32; 2],
+    /// A handshake record came from the server (direction 1).
+    server_hs: bool,
 }
 
 /// TLS content type of application data records.
 const APPLICATION_DATA: u8 = 23;
+const HANDSHAKE: u8 = 22;
 
 impl TlsRecords {
     /// The flow is followed as TLS and direction `d`'s last record is complete: Suricata's
@@ -64,7 +67,10 @@ impl TlsRecords {
                     self.verdict = 2;
                     return app;
                 }
-                if hd[0] == APPLICATION_DATA && app.is_none() {
+                self.server_hs |= d == 1 && hd[0] == HANDSHAKE;
+                // A client's application data before the server's hello is TLS 1.3
+                // early data: it does not end the handshake (app-layer-ssl.c).
+                if hd[0] == APPLICATION_DATA && app.is_none() && (d == 1 || self.server_hs) {
                     app = Some(all.len() - bytes.len());
                 }
                 self.left[d] = u32::from(u16::from_be_bytes([hd[3], hd[4]]));
@@ -92,9 +98,9 @@ mod tests {
         let before = s.len();
         s.extend(rec(23, 100));
         let end = before + 5;
-        // (The first bytes decide whether the flow is TLS: from 3 on.)
         for cut in 3..s.len() {
             let mut t = TlsRecords::default();
+            assert_eq!(t.feed(1, &rec(22, 50)), None);
             let a = t.feed(0, &s[..cut]);
             let b = t.feed(0, &s[cut..]);
             if cut >= end {
@@ -103,6 +109,12 @@ mod tests {
                 assert_eq!((a, b), (None, Some(end - cut)), "cut {cut}");
             }
         }
+        // The client's application data before the server's hello (TLS 1.3 early data)
+        // does not count; the next record after the hello does.
+        let mut t = TlsRecords::default();
+        assert_eq!(t.feed(0, &s), None);
+        assert_eq!(t.feed(1, &rec(22, 50)), None);
+        assert_eq!(t.feed(0, &rec(23, 10)), Some(5));
         // Handshake only: never.
         let mut t = TlsRecords::default();
         assert_eq!(t.feed(0, &s[..before]), None);

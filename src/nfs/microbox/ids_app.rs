@@ -720,6 +720,9 @@ impl IdsApp {
         let tcp_flags = u16::from(d.tcp.map_or(0, |t| t.1));
         let (syn, ack) = (tcp_flags & flags::SYN != 0, tcp_flags & flags::ACK != 0);
         let mut no_payload = false;
+        // This packet's ACK let Suricata's TLS parser see application data: its own
+        // direction's acknowledged bytes are inspected at once (NEW_RAW_DISABLED).
+        let mut raw_flush = false;
         let (to_server, first_in_dir, established, dropped_by, flow_id, app) =
             if let Owner::Quoted(q) = owner {
                 (q.0, q.1, q.2, q.3, q.4, 0)
@@ -784,7 +787,9 @@ impl IdsApp {
                     && d.tcp_ack.wrapping_sub(c.tls_ack) as i32 >= 0
                 {
                     // This packet acknowledges the application data: later ones are
-                    // not inspected.
+                    // not inspected (app-layer-parser.c: FLOW_NOPAYLOAD_INSPECTION, taken
+                    // by the next packets), this one flushes its direction's raw stream.
+                    raw_flush = !c.encrypted;
                     c.encrypted = true;
                 }
                 if tcp_flags & (flags::FIN | flags::RST) != 0 {
@@ -821,12 +826,32 @@ impl IdsApp {
         };
         self.alerts.clear();
         if tracked {
-            // Suricata inspects the raw stream of this packet's direction on it.
+            // Suricata inspects the raw stream of this packet's direction on it, but not
+            // on a packet without payload inspection (detect-engine-prefilter.c).
             let i = ev.flow as usize;
-            let acked = self.conns[i].acked[usize::from(ev.dir)];
+            let dir = usize::from(ev.dir);
+            let acked = self.conns[i].acked[dir];
             if let Some(Some(fl)) = self.flows.get_mut(i) {
-                self.ids
-                    .on_stream_packet(fl, &info, acked, no_payload, &mut self.alerts);
+                if pay_len > 0 && ev.info & 0x100 == 0 && !no_payload {
+                    // A segment past a hole is held by the stack until the hole is
+                    // skipped; its copy here lets raw inspection reach it first.
+                    let base = cx
+                        .conn(ev.flow)
+                        .map(|k| k.next_seq(dir).wrapping_sub(k.delivered(dir) as u32));
+                    if let (Some(base), Some((seq, _)), Some(pk)) = (base, d.tcp, cx.packet(ev)) {
+                        let rel = seq.wrapping_sub(base) as i32;
+                        if rel > 0 {
+                            let pay = pk.data().get(d.payload.clone()).unwrap_or(&[]);
+                            self.ids.on_stream_ooo(fl, to_server, rel as u64, pay);
+                        }
+                    }
+                }
+                if no_payload {
+                    fl.set_acked(to_server, acked);
+                } else {
+                    self.ids
+                        .on_stream_packet(fl, &info, acked, raw_flush, &mut self.alerts);
+                }
             }
         }
         if let Some(p) = cx.packet(ev) {
@@ -1117,6 +1142,11 @@ impl IdsApp {
     fn flush_streams(&mut self, ev: &Event, cx: &mut Ctx<'_>, fl: &mut IdsFlow) {
         let i = ev.flow as usize;
         let Some(&c) = self.conns.get(i) else { return };
+        // A TLS flow past its application data: the flow-end pseudo packets carry no
+        // payload inspection either (flow-timeout.c), what the streams hold is dropped.
+        if c.encrypted {
+            return;
+        }
         for dir in 0..2u8 {
             self.alerts.clear();
             self.ids
