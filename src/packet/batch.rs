@@ -79,16 +79,18 @@ impl Batch {
         self.pkts.drain(..)
     }
 
-    /// Appends packets; the caller has checked the room (a batch never grows per packet).
+    /// Moves the last `n` packets of `v` (at most its length) to the end of this batch, in
+    /// their order, as one block copy; the caller has checked the room.
     #[inline]
-    pub(crate) fn extend_from(&mut self, it: impl Iterator<Item = Packet>) {
-        self.pkts.extend(it);
+    pub(crate) fn move_tail_from(&mut self, v: &mut Vec<Packet>, n: usize) {
+        let from = v.len() - n.min(v.len());
+        move_tail(v, from, &mut self.pkts);
     }
 
-    /// Removes the packets from position `from` on.
+    /// Moves the packets from position `from` on to the end of `v`, in their order.
     #[inline]
-    pub(crate) fn drain_from(&mut self, from: usize) -> std::vec::Drain<'_, Packet> {
-        self.pkts.drain(from..)
+    pub(crate) fn move_tail_into(&mut self, from: usize, v: &mut Vec<Packet>) {
+        move_tail(&mut self.pkts, from, v);
     }
 
     /// Keeps the packets for which `keep` is true, in order, handing the others to `gone`.
@@ -146,6 +148,28 @@ impl<'a> IntoIterator for &'a mut Batch {
     type IntoIter = std::slice::IterMut<'a, Packet>;
     fn into_iter(self) -> Self::IntoIter {
         self.pkts.iter_mut()
+    }
+}
+
+/// Moves `src[from..]` to the end of `dst` in one block copy (`extend` over a `Drain`
+/// moved them one by one, ~7 instructions a packet on ingest's path); `dst` grows only
+/// if it lacks the room.
+#[inline]
+fn move_tail(src: &mut Vec<Packet>, from: usize, dst: &mut Vec<Packet>) {
+    let n = src.len().saturating_sub(from);
+    if n == 0 {
+        return;
+    }
+    dst.reserve(n);
+    // SAFETY: `src[from..]` holds `n` initialised packets and `dst` has room for `n`
+    // more; the two vectors are distinct (`&mut`), so the ranges do not overlap. The
+    // packets are moved: `src` forgets them (its length drops to `from`) before `dst`
+    // counts them, so each is owned once.
+    unsafe {
+        let at = dst.len();
+        std::ptr::copy_nonoverlapping(src.as_ptr().add(from), dst.as_mut_ptr().add(at), n);
+        src.set_len(from);
+        dst.set_len(at + n);
     }
 }
 

@@ -172,10 +172,12 @@ impl Pool {
         b.move_into(&mut self.free);
     }
 
-    /// Moves `n` small-class buffers to the end of `b`, in the order `n` calls of
-    /// [`alloc_raw_for`](Self::alloc_raw_for) would give them, metadata left as it was;
-    /// false, moving nothing, when fewer are free or `b` lacks the room (so it never
-    /// grows). Ingest takes a chunk's buffers at once instead of one pop and push each.
+    /// Moves the `n` small-class buffers that the next `n` calls of
+    /// [`alloc_raw_for`](Self::alloc_raw_for) would give to the end of `b` (in the free
+    /// list's order, the reverse of those calls': one block move, and buffers of a class
+    /// are alike), metadata left as it was; false, moving nothing, when fewer are free
+    /// or `b` lacks the room (so it never grows). Ingest takes a chunk's buffers at once
+    /// instead of one pop and push each.
     ///
     /// Unlike the `alloc` calls, a buffer may still view the `'static` bytes (a mapped
     /// trace) it viewed when freed: the caller gives each one new bytes
@@ -187,15 +189,16 @@ impl Pool {
         if have < n || b.capacity() - b.len() < n {
             return false;
         }
-        b.extend_from(self.free.drain(have - n..).rev());
+        b.move_tail_from(&mut self.free, n);
         true
     }
 
-    /// Undoes [`take_into`](Self::take_into) for the packets of `b` from `from` on: the
-    /// next allocations give them in the same order again.
+    /// Undoes [`take_into`](Self::take_into) for the packets of `b` from `from` on: they go
+    /// back on top of the free list in the order they were taken, so the next
+    /// `take_into` gives them again in the same places.
     #[inline]
     pub fn give_back(&mut self, b: &mut super::Batch, from: usize) {
-        self.free.extend(b.drain_from(from).rev());
+        b.move_tail_into(from, &mut self.free);
     }
 
     /// Largest packet a small-class buffer (the ones [`take_into`](Self::take_into)
@@ -302,6 +305,33 @@ mod tests {
             assert_eq!(t.data(), &[9; 10]);
             pool.free(t);
         }
+    }
+
+    /// Ingest takes a chunk's buffers at once and gives back those the chunk did not
+    /// use: they go back whole (no buffer lost or doubled) and come out of the next take
+    /// in the places they had.
+    #[test]
+    fn buffers_given_back_are_taken_again_in_the_same_places() {
+        let mut pool = Pool::new(8, 1500);
+        let addr = |p: &Packet| std::ptr::from_ref(p.meta()) as usize;
+        let free: Vec<usize> = pool.free.iter().map(addr).collect();
+        let mut b = crate::packet::Batch::with_capacity(8);
+        assert!(pool.take_into(5, &mut b));
+        assert_eq!(pool.available(), 3);
+        let taken: Vec<usize> = b.iter().map(addr).collect();
+        let mut want = free[3..].to_vec();
+        let mut got = taken.clone();
+        want.sort_unstable();
+        got.sort_unstable();
+        assert_eq!(got, want, "the five the next allocs would give");
+        pool.give_back(&mut b, 2);
+        assert_eq!((b.len(), pool.available()), (2, 6));
+        assert!(pool.take_into(3, &mut b));
+        assert_eq!(b.iter().map(addr).collect::<Vec<_>>(), taken);
+        assert!(!pool.take_into(4, &mut b), "three left, not four");
+        assert_eq!(b.len(), 5);
+        pool.free_batch(&mut b);
+        assert_eq!(pool.available(), 8);
     }
 
     #[test]

@@ -238,10 +238,6 @@ impl Walk {
         let Walk {
             pool,
             inbox,
-            counters,
-            rx,
-            rng,
-            clock,
             shift,
             link,
             ..
@@ -290,45 +286,17 @@ impl Walk {
                 }
             }
         }
-        // 3. The run clock and the port draw, record by record in input order. Each
-        // record's successor is the next record, or for the chunk's last the record
-        // after the chunk, or none (the clock then takes the record itself, which is
-        // what `tick` does with None).
-        let mut clk = *clock;
-        let mut draw = *rng;
-        let mut per_port = [0u64; 4];
-        let ports = ports as u64;
-        let inner = done.min(n - 1);
-        for ((p, r), nr) in pkts.iter_mut().zip(recs_in).zip(&recs[1..]).take(inner) {
-            let (ts, next) = (r.ts_ns.wrapping_add(shift), nr.ts_ns.wrapping_add(shift));
-            tick_and_draw(p, &mut clk, &mut draw, &mut per_port, ports, ts, next);
-        }
-        if done == n {
-            let ts = recs[n - 1].ts_ns.wrapping_add(shift);
-            let next = after.unwrap_or(ts);
-            tick_and_draw(
-                &mut pkts[n - 1],
-                &mut clk,
-                &mut draw,
-                &mut per_port,
-                ports,
-                ts,
-                next,
-            );
-        }
-        *clock = clk;
-        *rng = draw;
-        let c = &mut counters[0];
-        c.packets_in += done as u64;
-        c.bytes_in += bytes_in;
-        c.out[0] += done as u64;
-        for (r, k) in rx.iter_mut().zip(per_port) {
-            *r += k;
-        }
-        self.drawn = done;
+        // 3. The run clock and the port draw, record by record in input order. The
+        // last's successor is the record after it: in this chunk (the general way takes
+        // it), after the chunk, or none.
+        let last_next = match recs.get(done) {
+            Some(r) => Some(r.ts_ns.wrapping_add(shift)),
+            None => after,
+        };
+        self.finish_chunk(start, done, bytes_in, |_, _| last_next);
         if done < n {
             // The buffers not used go back to be taken again, in the same order.
-            pool.give_back(&mut inbox[first], start + done);
+            self.pool.give_back(&mut self.inbox[first], start + done);
             self.ingest(lasting, bytes, recs, done as u32..n as u32, base, after);
         }
     }
@@ -340,7 +308,11 @@ impl Walk {
     /// `None` when nothing was read this way (a first record the small buffers do not
     /// hold, the end of the pass, a pool short of a chunk, prefetching, more than 4
     /// ports): the caller then reads a chunk of `Record`s.
-    #[inline]
+    ///
+    /// Out of line: its reader loop runs short of registers, and inlined into the
+    /// worker's loop its spills moved with every change elsewhere there (±3
+    /// instructions a packet for code that does not run per packet).
+    #[inline(never)]
     pub fn ingest_mapped(
         &mut self,
         src: &mut MappedPcap,
@@ -361,10 +333,6 @@ impl Walk {
         let Walk {
             pool,
             inbox,
-            counters,
-            rx,
-            rng,
-            clock,
             shift,
             link,
             ..
@@ -374,7 +342,7 @@ impl Walk {
         // Bytes and what does not depend on the clock or the draw, as the reader goes.
         let pkts = &mut inbox[first].as_mut_slice()[start..start + max];
         let mut bytes_in = 0u64;
-        let (n, next) = src.next_with(max, |i, bytes, wire_len, ts| {
+        let n = src.next_with(max, |i, bytes, wire_len, ts| {
             if bytes.len() > fits {
                 return false;
             }
@@ -389,17 +357,55 @@ impl Walk {
         if n == 0 {
             return None;
         }
-        // The run clock and the port draw in input order, as `ingest_all`'s third pass;
-        // each packet's successor time is the next packet's stamp.
-        let pkts = &mut inbox[first].as_mut_slice()[start..start + n];
-        let after = after_of(next);
+        // The reader's first pass takes its span from the times the clock's pass reads.
+        let shift = self.shift;
+        self.finish_chunk(start, n, bytes_in, |lo, hi| {
+            src.widen_span(lo.wrapping_sub(shift), hi.wrapping_sub(shift));
+            after_of(src.after())
+        });
+        Some(n)
+    }
+
+    /// The run clock and the port draw over the `n` packets of the input's queue from
+    /// `start` on, in input order, and their counters (`bytes_in` their bytes): the tail
+    /// [`Walk::ingest_all`] and [`Walk::ingest_mapped`] share. Each packet's successor
+    /// time is the next packet's stamp; the last's is what `last_next` returns, given the
+    /// least and the greatest stamp of the `n` (None: its own, which is what `tick` does
+    /// with None).
+    #[inline(always)]
+    fn finish_chunk(
+        &mut self,
+        start: usize,
+        n: usize,
+        bytes_in: u64,
+        last_next: impl FnOnce(u64, u64) -> Option<u64>,
+    ) {
+        let Walk {
+            inbox,
+            counters,
+            rx,
+            rng,
+            clock,
+            cx,
+            first,
+            drawn,
+            ..
+        } = self;
+        *drawn = n;
+        if n == 0 {
+            return;
+        }
+        let pkts = &mut inbox[*first].as_mut_slice()[start..start + n];
         let mut clk = *clock;
         let mut draw = *rng;
         let mut per_port = [0u64; 4];
-        let ports = ports as u64;
+        let ports = cx.ports as u64;
         let mut ts = pkts[0].meta().ts_ns;
+        let (mut lo, mut hi) = (ts, ts);
         for i in 1..n {
             let next = pkts[i].meta().ts_ns;
+            lo = lo.min(next);
+            hi = hi.max(next);
             tick_and_draw(
                 &mut pkts[i - 1],
                 &mut clk,
@@ -411,7 +417,7 @@ impl Walk {
             );
             ts = next;
         }
-        let next = after.unwrap_or(ts);
+        let next = last_next(lo, hi).unwrap_or(ts);
         tick_and_draw(
             &mut pkts[n - 1],
             &mut clk,
@@ -430,8 +436,6 @@ impl Walk {
         for (r, k) in rx.iter_mut().zip(per_port) {
             *r += k;
         }
-        self.drawn = n;
-        Some(n)
     }
 
     /// Ends a replay loop of `recs` (or a streamed chunk): the draw and the clock step
