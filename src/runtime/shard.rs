@@ -336,8 +336,7 @@ impl Shards {
                                 trace,
                                 lasting,
                                 &wopts,
-                                (&share, tail, span),
-                                queue.as_ref(),
+                                (&share, tail, span, queue.as_ref()),
                                 gate.map(|g| (g, w)),
                                 &mut NoProgress,
                             )?;
@@ -835,10 +834,9 @@ mod tests {
     }
 
     /// Notes each packet's input position, run-clock time, ingress port and bytes.
-    struct Bytes(
-        Profile,
-        std::sync::Arc<std::sync::Mutex<Vec<(u64, u64, u16, Vec<u8>)>>>,
-    );
+    type SeenBytes = std::sync::Arc<std::sync::Mutex<Vec<(u64, u64, u16, Vec<u8>)>>>;
+
+    struct Bytes(Profile, SeenBytes);
 
     impl Nf for Bytes {
         fn profile(&self) -> &Profile {

@@ -336,8 +336,7 @@ impl Runner {
         trace: &Trace,
         lasting: Option<&'static [u8]>,
         opts: &RunOptions,
-        (share, tail, span): (&[u32], bool, u64),
-        queue: Option<&super::rss::Queue>,
+        (share, tail, span, queue): (&[u32], bool, u64, Option<&super::rss::Queue>),
         gate: Option<(&super::shard_control::Gate, usize)>,
         progress: &mut dyn Progress,
     ) -> anyhow::Result<u64> {
