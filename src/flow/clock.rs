@@ -66,6 +66,24 @@ impl RunClock {
         self.prev = Some(last);
     }
 
+    /// [`tick`](Self::tick) for a packet stamped `ts` whose median of neighbours
+    /// (`median3(previous, ts, next)`, the previous and next in the input) is already
+    /// known: a sharded worker's queue carries it (runtime/rss.rs), so the worker need
+    /// not read its neighbours, which are other workers' packets.
+    #[inline]
+    pub fn advance(&mut self, median: u64, ts: u64) -> u64 {
+        self.prev = Some(ts);
+        self.now = self.now.max(median);
+        self.now
+    }
+
+    /// The median [`tick`](Self::tick) takes of a packet stamped `ts` between
+    /// packets stamped `prev` and `next`.
+    #[inline]
+    pub fn median(prev: u64, ts: u64, next: u64) -> u64 {
+        median3(prev, ts, next)
+    }
+
     /// The clock's time now (that of the last packet stamped).
     #[inline]
     pub fn now(&self) -> u64 {

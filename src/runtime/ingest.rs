@@ -9,8 +9,8 @@ use crate::io::{After, MappedPcap, Record};
 use crate::packet::{FastMark, LinkKind, Packet, NOT_RECORDED, NO_PORT};
 
 /// The input's drop reasons (see `chain::INPUT_DROPS`).
-const OVERSIZE: usize = 0;
-const POOL_EXHAUSTED: usize = 1;
+pub(super) const OVERSIZE: usize = 0;
+pub(super) const POOL_EXHAUSTED: usize = 1;
 
 /// Most bytes of a packet `prefetch_whole` fetches ahead (a full-size Ethernet frame).
 const WHOLE_MAX: usize = 1536;
@@ -20,7 +20,7 @@ const WHOLE_MAX: usize = 1536;
 /// where they are drawn): one body for [`Walk::ingest`] and [`Walk::ingest_all`], so
 /// the two cannot stamp a packet differently.
 #[inline(always)]
-fn stamp(p: &mut Packet, ts: u64, wire_len: u32, link: LinkKind, seq: u64) {
+pub(super) fn stamp(p: &mut Packet, ts: u64, wire_len: u32, link: LinkKind, seq: u64) {
     let m = p.meta_mut();
     m.ts_ns = ts;
     m.wire_len = wire_len;
@@ -54,7 +54,7 @@ fn tick_and_draw(
 
 /// One step of the ingress-port draw (xorshift64).
 #[inline(always)]
-fn step(rng: &mut u64) {
+pub(super) fn step(rng: &mut u64) {
     *rng ^= *rng << 13;
     *rng ^= *rng >> 7;
     *rng ^= *rng << 17;

@@ -402,6 +402,67 @@ impl Placement {
     }
 }
 
+/// One record of a worker's [`Queue`]: what its ingest needs of it, without the
+/// trace's index or the bytes around it (the other workers' packets).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueueRecord {
+    pub ts_ns: u64,
+    /// The run clock's median of this record's capture time and its neighbours' in the
+    /// input (`RunClock::median`); 0 for the input's first and last record, whose
+    /// neighbours depend on the replay loop.
+    pub median: u64,
+    pub caplen: u32,
+    pub wire_len: u32,
+}
+
+/// A worker's own records copied out of the trace into its own memory, as a NIC's RSS
+/// writes each queue's packets into that queue's ring: the bytes back to back (an
+/// oversize record's left out: it is dropped at ingest unread) and each record's facts
+/// beside them, so a worker's loop streams only its own bytes. Built once per run on
+/// the worker's thread (`Queue::fill`); the share's indices still say where each record
+/// lies in the input (its position, the port draw's gaps).
+#[derive(Default)]
+pub struct Queue {
+    pub bytes: Vec<u8>,
+    pub recs: Vec<QueueRecord>,
+}
+
+impl Queue {
+    /// The records `share` lists (entries as [`Shares::take`] gives them), their bytes
+    /// copied when they fit `max_packet`.
+    pub fn fill(bytes: &[u8], recs: &[Record], share: &[u32], max_packet: usize) -> Queue {
+        let at = |e: u32| recs.get((e & !STEP) as usize);
+        let size: usize = share
+            .iter()
+            .filter_map(|&e| at(e))
+            .map(|r| r.caplen as usize)
+            .filter(|&c| c <= max_packet)
+            .sum();
+        let mut q = Queue {
+            bytes: Vec::with_capacity(size),
+            recs: Vec::with_capacity(share.len()),
+        };
+        for &e in share {
+            let i = (e & !STEP) as usize;
+            let Some(r) = recs.get(i) else { break };
+            let median = match (i.checked_sub(1).map(|j| &recs[j]), recs.get(i + 1)) {
+                (Some(p), Some(nx)) => crate::flow::RunClock::median(p.ts_ns, r.ts_ns, nx.ts_ns),
+                _ => 0,
+            };
+            if r.caplen as usize <= max_packet {
+                q.bytes.extend_from_slice(record(bytes, r));
+            }
+            q.recs.push(QueueRecord {
+                ts_ns: r.ts_ns,
+                median,
+                caplen: r.caplen,
+                wire_len: r.wire_len,
+            });
+        }
+        q
+    }
+}
+
 /// One slice's placement: each worker's records in it, and whether a record after the
 /// worker's last one (or any, when it has none) in the slice is hard (see `shares`).
 struct Slice {

@@ -21,7 +21,7 @@ use std::time::Instant;
 use super::affinity::{allowed_cores, pin};
 use super::chain::{Chain, NodeKind};
 use super::counters::{NfSummary, Summary, WorkerSummary};
-use super::rss::{weigh_file, Placement, MAX_RECORDS};
+use super::rss::{weigh_file, Placement, Queue, MAX_RECORDS};
 use super::shard_control::Gate;
 use super::sink::seq_path;
 use super::worker::{NoProgress, Progress, RunOptions, Runner};
@@ -244,10 +244,8 @@ impl Shards {
                 cores.len()
             );
         }
-        for r in &mut runners {
-            r.walk.prefetch = r.walk.prefetch.max(SHARD_PREFETCH);
-            r.walk.prefetch_whole = true;
-        }
+        // Pipelined prefetching asked for: the packets stay in the trace, where it applies.
+        let asked = runners[0].walk.prefetch > 0;
         let started = Instant::now();
         let (bytes, recs) = trace.raw();
         if recs.len() > MAX_RECORDS {
@@ -269,6 +267,25 @@ impl Shards {
             .is_none();
         // Gathered here (a copy of 4 bytes a record), each worker's list moved to it.
         let mut lists = shares.into_lists(wraps).into_iter();
+        // Each worker copies its records into its own memory first (`rss::Queue`, as a
+        // NIC's RSS fills each queue's ring) and streams them from there: a worker's
+        // packets in the trace lie between the others', so reading them in place pulls
+        // every cache line of the trace into each worker. Not for a trace the packets
+        // view in place (`lasting`), nor where the loops' time shift wraps (every entry
+        // is stepped then), nor with prefetching asked for.
+        let queued = lasting.is_none() && !wraps && !asked;
+        if !queued {
+            for r in &mut runners {
+                r.walk.prefetch = r.walk.prefetch.max(SHARD_PREFETCH);
+                r.walk.prefetch_whole = true;
+            }
+        }
+        // The input side's time, before the workers start: part of the run's `seconds`.
+        let placing = started.elapsed().as_secs_f64();
+        // Each worker's span (its copy and its processing), to time the run as one
+        // worker's run is timed: not the threads' start, the outputs' closing, the merge.
+        let mut spans: Vec<Option<(Instant, Instant)>> = vec![None; n];
+        let mut span_cells = spans.iter_mut();
         // Each worker writes its own files; merged below.
         let finals = sink_paths(runners[0].chain(), opts);
         let gate = control
@@ -294,6 +311,7 @@ impl Shards {
                 .map(|(w, mut r)| {
                     let core = (n <= cores.len()).then(|| cores[w]);
                     let (share, tail) = lists.next().unwrap_or_default();
+                    let span_cell = span_cells.next();
                     let wopts = RunOptions {
                         loops: opts.loops,
                         outputs: finals
@@ -308,18 +326,27 @@ impl Shards {
                             // However this thread returns, the gate stops waiting for it.
                             let _gone = gate.map(|g| Gone(g, w));
                             let core = core.filter(|&c| pin(c));
-                            let t = Instant::now();
+                            let t0 = Instant::now();
                             let cpu = thread_cpu_seconds();
+                            let max = r.walk.pool.max_packet();
+                            let queue = queued.then(|| Queue::fill(bytes, recs, &share, max));
+                            let t = Instant::now();
                             // Its share: the records it owns, in input order.
                             let stepped = r.run_share(
                                 trace,
                                 lasting,
                                 &wopts,
-                                (&share, tail, span),
+                                (&share, tail, span, queue.as_ref()),
                                 gate.map(|g| (g, w)),
                                 &mut NoProgress,
                             )?;
-                            let secs = t.elapsed().as_secs_f64();
+                            let t1 = Instant::now();
+                            if let Some(c) = span_cell {
+                                *c = Some((t0, t1));
+                            }
+                            // Its own processing, as one worker's `seconds` (the copy
+                            // is in the run's).
+                            let secs = (t1 - t).as_secs_f64();
                             let cpu = thread_cpu_seconds().zip(cpu).map(|(b, a)| b - a);
                             Ok((
                                 (
@@ -338,14 +365,21 @@ impl Shards {
                 .map(|(w, h)| join_worker(w, h))
                 .collect()
         });
-        gather(
+        let mut s = gather(
             results,
             &finals,
             trace.header(),
             started,
             progress,
             recs.len() as u64 * opts.loops,
-        )
+        )?;
+        // The input side, then from the first worker's start to the last one's end.
+        let first = spans.iter().flatten().map(|s| s.0).min();
+        let last = spans.iter().flatten().map(|s| s.1).max();
+        if let (Some(a), Some(b)) = (first, last) {
+            retime(&mut s, placing + (b - a).as_secs_f64());
+        }
+        Ok(s)
     }
 }
 
@@ -545,12 +579,17 @@ pub fn sum(parts: Vec<Part>, seconds: f64) -> Summary {
         }
         s.output_errors.extend(p.output_errors);
     }
+    retime(&mut s, seconds);
+    s
+}
+
+/// Sets a summary's `seconds` and the rates taken over it.
+fn retime(s: &mut Summary, seconds: f64) {
     let secs = seconds.max(1e-9);
     s.seconds = seconds;
     s.mpps = s.packets_in as f64 / secs / 1e6;
     s.data_rate_gbps = s.bytes_in as f64 * 8.0 / secs / 1e9;
     s.throughput_gbps = s.bytes_out as f64 * 8.0 / secs / 1e9;
-    s
 }
 
 fn add_nf(a: &mut NfSummary, b: &NfSummary) {
@@ -791,6 +830,88 @@ mod tests {
             // Nothing stepped one by one: every gap was passed over unread.
             assert_eq!(stepped.iter().sum::<u64>(), 0, "{n} workers");
             assert_eq!(many, one, "{n} workers");
+        }
+    }
+
+    /// Notes each packet's input position, run-clock time, ingress port and bytes.
+    type SeenBytes = std::sync::Arc<std::sync::Mutex<Vec<(u64, u64, u16, Vec<u8>)>>>;
+
+    struct Bytes(Profile, SeenBytes);
+
+    impl Nf for Bytes {
+        fn profile(&self) -> &Profile {
+            &self.0
+        }
+        fn process(&mut self, b: &mut Batch, _: &Context) {
+            let mut seen = self.1.lock().unwrap();
+            for p in b {
+                let m = p.meta();
+                seen.push((m.seq, m.now_ns, m.in_port, p.data().to_vec()));
+            }
+        }
+    }
+
+    /// Workers that copy their records into their own queues first (`rss::Queue`, the
+    /// in-memory replay) give every packet one worker's bytes, input position, clock
+    /// time and port: frames of their own bytes and lengths, some in the big buffers
+    /// (the queue's bytes read one by one after a chunk's passes), some oversize (not in
+    /// the queue), time that falls (gaps stepped one by one), 1 to 4 ports (the draw
+    /// left alone or stepped over the others' records), 2 and 3 workers, 2 loops.
+    #[test]
+    fn queued_workers_give_each_packet_one_worker_s_bytes_clock_and_port() {
+        let h = crate::io::PcapHeader::new(1, false);
+        let frames: Vec<(u64, Vec<u8>)> = (0..2500u32)
+            .map(|i| {
+                let b = (i % 29) as u8;
+                let mut f = ipv4([10, 0, 0, b], [10, 2, 0, b.wrapping_mul(3)], 1000, 80);
+                f.extend_from_slice(&i.to_le_bytes());
+                f.resize(f.len() + (i % 37) as usize, (i % 251) as u8);
+                match i % 211 {
+                    5 => f.resize(3000, 7),
+                    9 => f.resize(20_000, 8),
+                    _ => {}
+                }
+                let low = matches!(i % 300, 150 | 151);
+                let ts = u64::from(i) * 1_000 + if low { 0 } else { 5_000_000 };
+                (ts, f)
+            })
+            .collect();
+        let trace = Trace::from_packets(
+            LinkKind::Ethernet,
+            h,
+            frames.iter().map(|(t, f)| (*t, &f[..])),
+        );
+        let run = |workers: usize, ports: u16| {
+            let seen = std::sync::Arc::default();
+            let chains = (0..workers)
+                .map(|_| {
+                    let nf = Bytes(fragile().profile().clone(), std::sync::Arc::clone(&seen));
+                    Chain::linear(
+                        "t",
+                        ports,
+                        7,
+                        vec![("n".into(), Box::new(nf) as Box<dyn Nf>)],
+                    )
+                })
+                .collect();
+            let opts = RunOptions {
+                loops: 2,
+                ..RunOptions::default()
+            };
+            Shards::new(chains, 9000)
+                .unwrap()
+                .run(&trace, &opts, &mut NoProgress)
+                .unwrap();
+            let mut v = std::mem::take(&mut *seen.lock().unwrap());
+            v.sort_unstable();
+            v
+        };
+        for ports in [1, 3, 4] {
+            let one = run(1, ports);
+            assert_eq!(one.len(), 2 * (2500 - 12), "{ports} ports");
+            for n in [2, 3] {
+                assert!(run(n, ports) == one, "{n} workers, {ports} ports");
+            }
         }
     }
 

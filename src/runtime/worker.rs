@@ -17,6 +17,7 @@ use super::walk::{Walk, NEXT_STAGE_STOPPED};
 use crate::io::{After, PcapHeader, Source, Trace, TraceSource};
 
 mod live;
+mod queue;
 mod stream;
 use crate::nfs::{Prepared, Preparer};
 use crate::optimise::fastpath::{self, auto, Auto, FastPath};
@@ -327,13 +328,15 @@ impl Runner {
     /// when they last the process (packets then view them, see `Walk::ingest`).
     /// `share`'s entries and `tail` as `rss::Shares::take` gives them, with the trace's
     /// span (`Trace::span_ns`, found by the placement pass); returns how many of the
-    /// others' records this worker stepped over one by one.
+    /// others' records this worker stepped over one by one. `queue`: the share's records
+    /// copied into this worker's own memory (`rss::Queue`, entry for entry), read
+    /// instead of the trace's bytes (not with `lasting`).
     pub(super) fn run_share(
         &mut self,
         trace: &Trace,
         lasting: Option<&'static [u8]>,
         opts: &RunOptions,
-        (share, tail, span): (&[u32], bool, u64),
+        (share, tail, span, queue): (&[u32], bool, u64, Option<&super::rss::Queue>),
         gate: Option<(&super::shard_control::Gate, usize)>,
         progress: &mut dyn Progress,
     ) -> anyhow::Result<u64> {
@@ -362,6 +365,8 @@ impl Runner {
                 .filter(|_| lp + 1 < opts.loops)
                 .map(|r| r.ts_ns.wrapping_add(span.wrapping_mul(lp + 1)));
             let mut pos = 0;
+            // Where the next entry's bytes begin in the queue.
+            let mut off = 0;
             while pos < len {
                 let seq = base + at(pos);
                 // A batch ends where a scheduled change applies, so the change falls
@@ -386,9 +391,18 @@ impl Runner {
                     }
                 }
                 self.poll_control();
-                let idx = share[pos..end].iter().copied();
                 self.stage_room()?;
-                stepped += self.walk.ingest(lasting, bytes, recs, idx, base, after);
+                stepped += match queue {
+                    Some(q) => {
+                        let ks = pos..end;
+                        self.walk
+                            .ingest_queue(q, share, ks, &mut off, recs, base, after)
+                    }
+                    None => {
+                        let idx = share[pos..end].iter().copied();
+                        self.walk.ingest(lasting, bytes, recs, idx, base, after)
+                    }
+                };
                 match self.fast.as_deref_mut() {
                     Some(f) => f.chunk(&mut self.walk),
                     None => self.walk.drain(None),

@@ -1,0 +1,244 @@
+//! A sharded worker's ingest from its own queue (`rss::Queue`): its records' bytes back
+//! to back in its own memory, read in order, with each record's clock median carried
+//! beside it, so the loop touches neither the other workers' packets nor the trace's
+//! index (but for the gaps `rss::STEP` marks and the input's first and last record).
+
+use std::ops::Range;
+
+use super::super::ingest::{stamp, step, OVERSIZE, POOL_EXHAUSTED};
+use super::super::rss::{Queue, STEP};
+use super::super::walk::Walk;
+use crate::io::Record;
+
+impl Walk {
+    /// [`Walk::ingest`] of the share's entries `ks` (`share[k]` the record's index in
+    /// `recs`, with [`STEP`]), their bytes and facts taken from `q` (entry `k` is
+    /// `q.recs[k]`; `off`: where entry `ks.start`'s bytes begin in `q.bytes`, moved past
+    /// the chunk's). The same buffers, ports, times, positions and counters as
+    /// `ingest`; returns the others' records stepped over one by one.
+    ///
+    /// In `ingest_all`'s three passes (the chunk's buffers taken at once, the clock and
+    /// the draw in locals) while the records are plain: in the small buffers, no gap to
+    /// step one by one, not the input's first or last record. From the first that is
+    /// not, one by one (`ingest_queue_each`).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn ingest_queue(
+        &mut self,
+        q: &Queue,
+        share: &[u32],
+        ks: Range<usize>,
+        off: &mut usize,
+        recs: &[Record],
+        base: u64,
+        after: Option<u64>,
+    ) -> u64 {
+        let len = ks.len();
+        let ports = self.cx.ports as usize;
+        let first = self.first;
+        let start = self.inbox[first].len();
+        if len == 0
+            || !(1..=4).contains(&ports)
+            || !self.pool.take_into(len, &mut self.inbox[first])
+        {
+            return self.ingest_queue_each(q, share, ks, off, recs, base, after);
+        }
+        let Walk {
+            pool,
+            inbox,
+            counters,
+            rx,
+            rng,
+            drawn,
+            clock,
+            shift,
+            link,
+            ..
+        } = self;
+        let (shift, link) = (*shift, *link);
+        let n = recs.len();
+        let fits = pool.max_packet().min(pool.small_max());
+        let entries = &share[ks.clone()];
+        let facts = &q.recs[ks.clone()];
+        // 1. The plain records and their bytes.
+        let mut done = 0;
+        let mut bytes_in = 0usize;
+        for (&e, r) in entries.iter().zip(facts) {
+            let i = (e & !STEP) as usize;
+            if r.caplen as usize > fits || e & STEP != 0 || i == 0 || i + 1 >= n {
+                break;
+            }
+            bytes_in += r.caplen as usize;
+            done += 1;
+        }
+        let Some(all) = q.bytes.get(*off..*off + bytes_in) else {
+            pool.give_back(&mut inbox[first], start);
+            return self.ingest_queue_each(q, share, ks, off, recs, base, after);
+        };
+        let pkts = &mut inbox[first].as_mut_slice()[start..start + done];
+        // 2. Bytes and what does not depend on the clock or the draw.
+        let mut at = 0;
+        for ((p, r), &e) in pkts.iter_mut().zip(facts).zip(entries) {
+            let l = r.caplen as usize;
+            // SAFETY: the lengths of these records sum to `all.len()` (pass 1).
+            p.set_bytes(unsafe { all.get_unchecked(at..at + l) });
+            at += l;
+            let seq = base + (e & !STEP) as u64;
+            stamp(p, r.ts_ns.wrapping_add(shift), r.wire_len, link, seq);
+        }
+        // 3. The run clock (the queue's medians) and the port draw, stepped over the
+        // others' records between (with one port it decides nothing and is left alone).
+        let mut clk = *clock;
+        let mut draw = *rng;
+        let mut per_port = [0u64; 4];
+        let mut d = *drawn;
+        if ports == 1 {
+            for (p, r) in pkts.iter_mut().zip(facts) {
+                let m = p.meta_mut();
+                m.now_ns = clk.advance(r.median.wrapping_add(shift), m.ts_ns);
+                m.in_port = 0;
+            }
+            per_port[0] = done as u64;
+            d = entries
+                .get(done.wrapping_sub(1))
+                .map_or(d, |&e| (e & !STEP) as usize + 1);
+        } else {
+            let ports = ports as u64;
+            for ((p, r), &e) in pkts.iter_mut().zip(facts).zip(entries) {
+                let i = (e & !STEP) as usize;
+                for _ in d..i {
+                    step(&mut draw);
+                }
+                d = i + 1;
+                step(&mut draw);
+                let m = p.meta_mut();
+                m.now_ns = clk.advance(r.median.wrapping_add(shift), m.ts_ns);
+                let in_port = (((draw >> 32) * ports) >> 32) as u16;
+                per_port[(in_port & 3) as usize] += 1;
+                m.in_port = in_port;
+            }
+        }
+        *clock = clk;
+        *rng = draw;
+        *drawn = d;
+        *off += bytes_in;
+        let c = &mut counters[0];
+        c.packets_in += done as u64;
+        c.bytes_in += bytes_in as u64;
+        c.out[0] += done as u64;
+        for (r, k) in rx.iter_mut().zip(per_port) {
+            *r += k;
+        }
+        if done < len {
+            // The buffers not used go back to be taken again, in the same order.
+            pool.give_back(&mut inbox[first], start + done);
+            let rest = ks.start + done..ks.end;
+            return self.ingest_queue_each(q, share, rest, off, recs, base, after);
+        }
+        0
+    }
+
+    /// [`Walk::ingest_queue`] one record at a time, as [`Walk::ingest`] does: for the
+    /// records its passes do not take.
+    #[allow(clippy::too_many_arguments)]
+    fn ingest_queue_each(
+        &mut self,
+        q: &Queue,
+        share: &[u32],
+        ks: Range<usize>,
+        off: &mut usize,
+        recs: &[Record],
+        base: u64,
+        after: Option<u64>,
+    ) -> u64 {
+        let Walk {
+            pool,
+            inbox,
+            counters,
+            rx,
+            rng,
+            drawn,
+            cx,
+            link,
+            shift,
+            first,
+            clock,
+            ..
+        } = self;
+        let (shift, link) = (*shift, *link);
+        let max = pool.max_packet();
+        let c = &mut counters[0];
+        let inq = &mut inbox[*first];
+        let n = recs.len();
+        let next_of = |j: usize| {
+            recs.get(j + 1)
+                .map_or(after, |r| Some(r.ts_ns.wrapping_add(shift)))
+        };
+        // With one port the draw decides nothing: it need not step over others' records.
+        let draws = cx.ports > 1;
+        let mut stepped = 0u64;
+        let mut at = *off;
+        for (&e, r) in share[ks.clone()].iter().zip(&q.recs[ks]) {
+            let i = (e & !STEP) as usize;
+            if *drawn < i {
+                if e & STEP != 0 {
+                    // As `ingest`: the records between ticked and drawn one by one.
+                    stepped += (i - *drawn) as u64;
+                    while *drawn < i {
+                        let d = &recs[*drawn];
+                        if d.caplen as usize <= max {
+                            step(rng);
+                        }
+                        clock.tick(d.ts_ns.wrapping_add(shift), next_of(*drawn));
+                        *drawn += 1;
+                    }
+                } else if draws {
+                    for _ in *drawn..i {
+                        step(rng);
+                    }
+                }
+            }
+            *drawn = i + 1;
+            let ts = r.ts_ns.wrapping_add(shift);
+            // Inside the input the median is the queue's; at its ends it depends on the
+            // loop (the previous loop's last record, the next loop's first).
+            let now = if i == 0 || i + 1 >= n {
+                if let Some(p) = i.checked_sub(1).and_then(|j| recs.get(j)) {
+                    clock.skip_to(p.ts_ns.wrapping_add(shift));
+                }
+                clock.tick(ts, next_of(i))
+            } else {
+                clock.advance(r.median.wrapping_add(shift), ts)
+            };
+            c.packets_in += 1;
+            c.bytes_in += r.caplen as u64;
+            let len = r.caplen as usize;
+            if len > max {
+                // Not in the queue's bytes (`Queue::fill`).
+                c.drops[OVERSIZE] += 1;
+                continue;
+            }
+            let Some(bytes) = q.bytes.get(at..at + len) else {
+                c.drops[OVERSIZE] += 1;
+                continue;
+            };
+            at += len;
+            let Some(mut p) = pool.alloc_raw_for(len) else {
+                c.drops[POOL_EXHAUSTED] += 1;
+                continue;
+            };
+            step(rng);
+            let in_port = (((*rng >> 32) * cx.ports as u64) >> 32) as u16;
+            rx[in_port as usize] += 1;
+            p.set_bytes(bytes);
+            stamp(&mut p, ts, r.wire_len, link, base + i as u64);
+            let m = p.meta_mut();
+            m.now_ns = now;
+            m.in_port = in_port;
+            c.out[0] += 1;
+            inq.push(p);
+        }
+        *off = at;
+        stepped
+    }
+}
