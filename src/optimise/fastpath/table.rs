@@ -589,8 +589,9 @@ impl Table {
     pub fn fits(&self, w: Way, tcp_flags: u16, p: &crate::packet::Packet) -> bool {
         let e = self.hot(w);
         debug_assert!(self.live(w));
-        !(self.timeout_ns != 0 && p.meta().now_ns.saturating_sub(e.last_ns) > self.timeout_ns)
-            && !e.refusal()
+        let idle =
+            self.timeout_ns != 0 && p.meta().now_ns.saturating_sub(e.last_ns) > self.timeout_ns;
+        !(idle || e.refusal())
             && p.len() >= e.min_len as usize
             && (!e.matches_eth() || self.actions_of(w).is_some_and(|a| a.eth_matches(p.data())))
             && tcp_flags & 0x05 == 0
