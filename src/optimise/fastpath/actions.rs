@@ -536,6 +536,54 @@ mod tests {
         }
     }
 
+    fn udp_frame(len: usize) -> Vec<u8> {
+        let mut orig = vec![0u8; len];
+        orig[12] = 0x08;
+        orig[L3] = 0x45;
+        orig[L3 + 9] = 17;
+        put16(&mut orig, L3 + 2, (len - L3) as u16);
+        put16(&mut orig, L4 + 4, (len - L4) as u16);
+        orig
+    }
+
+    /// A rewrite ending at the packet's last byte: its window is moved back so it ends
+    /// there too (no read or write past the packet), and gives the chain's bytes.
+    #[test]
+    fn a_window_at_the_end_of_the_packet_stays_inside_it() {
+        let orig = udp_frame(44);
+        let l = Layers::parse(LinkKind::Ethernet, &orig);
+        let mut fin = orig.clone();
+        fin[L4 + 2] = 0x12; // destination port
+        fin[42] = 0xab;
+        fin[43] = 0xcd;
+        let a = Actions::between(&orig, &fin, &l, false, Sums::default()).unwrap();
+        assert_eq!(a.min_len, 44);
+        assert_eq!((a.nwords, a.offs[0]), (1, 36));
+        let mut once = orig.clone();
+        a.apply(&mut once);
+        assert_eq!(once, fin);
+    }
+
+    /// Runs too far apart for four windows are not consolidated (the chain runs).
+    #[test]
+    fn a_rewrite_needing_more_than_four_windows_is_refused() {
+        let orig = udp_frame(120);
+        let l = Layers::parse(LinkKind::Ethernet, &orig);
+        let mut fin = orig.clone();
+        for at in [1, 50, 70, 90, 110] {
+            fin[at] = 0xee;
+        }
+        assert_eq!(
+            Actions::between(&orig, &fin, &l, false, Sums::default()),
+            Err(Unfit::TooManyWrites)
+        );
+        fin[110] = orig[110];
+        let a = Actions::between(&orig, &fin, &l, false, Sums::default()).unwrap();
+        let mut once = orig.clone();
+        a.apply(&mut once);
+        assert_eq!(once, fin);
+    }
+
     #[test]
     fn writes_past_the_headers_are_refused() {
         let mut orig = vec![0u8; 200];
