@@ -1378,6 +1378,30 @@ impl Consolidate for Nat {
     /// deadline when the TCP timeout is below the linger, so the run stops after one.
     fn fast_vouch(&self, run: &FastRun) -> usize {
         let syn_shortens = self.timeout(TCP, LIVE) < self.timeout(TCP, RST);
+        if !syn_shortens {
+            // No visit's flags matter: each mapping is checked against the run's last
+            // time (the run clock never goes back), which is no laxer than its own
+            // visit's, without reading the visit's facts.
+            let last = run
+                .visits
+                .last()
+                .and_then(|v| run.facts.get(v.at as usize))
+                .map_or(u64::MAX, |f| f.now_ns);
+            for (n, v) in run.visits.iter().enumerate() {
+                let slot = (v.token >> 32) as usize & 0xff_ffff;
+                let ok = match (v.token >> 56) as u8 {
+                    FAST_OUT | FAST_IN => self.slab.get(slot).is_some_and(|m| {
+                        m.state & LIVE != 0 && last <= m.deadline && m.serial == v.token as u32
+                    }),
+                    FAST_NOMAP => !self.answers(run.packet(v).key, 0),
+                    _ => true,
+                };
+                if !ok {
+                    return n;
+                }
+            }
+            return run.visits.len();
+        }
         for (n, v) in run.visits.iter().enumerate() {
             let (kind, slot, serial) = (
                 (v.token >> 56) as u8,
@@ -1437,9 +1461,26 @@ impl Consolidate for Nat {
             .and_then(|v| run.facts.get(v.at as usize))
             .map_or(0, |f| f.now_ns);
         if self.sweep_cursor == 0 && last < self.next_sweep {
+            // The timeouts read once for the run, each mapping looked up once.
+            let t = self.timeouts();
             for v in run.visits {
-                let f = &run.facts[v.at as usize];
-                self.refresh_at(v.token, f.now_ns, f.tcp_flags, &mut n);
+                let Some(f) = run.facts.get(v.at as usize) else {
+                    continue;
+                };
+                let slot = (v.token >> 32) as usize & 0xff_ffff;
+                let kind = (v.token >> 56) as u8;
+                if kind == FAST_OUT || kind == FAST_IN {
+                    if let Some(m) = self.slab.get_mut(slot) {
+                        touch_with(m, &t, f.now_ns, f.tcp_flags as u8, kind == FAST_OUT);
+                    }
+                }
+                match kind {
+                    FAST_OUT => n[0] += 1,
+                    FAST_IN => n[1] += 1,
+                    FAST_INTERNAL => n[2] += 1,
+                    FAST_NOT_IPV4 => n[3] += 1,
+                    _ => {}
+                }
             }
         } else {
             for v in run.visits {
@@ -1479,6 +1520,17 @@ impl Nat {
         }
     }
 
+    /// The idle timeouts [`timeout`](Self::timeout) gives, read once for a run of
+    /// refreshes.
+    fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            tcp: self.timeout(TCP, LIVE),
+            linger: self.timeout(TCP, RST),
+            udp: self.timeout(UDP, LIVE),
+            icmp: self.timeout(ICMP, LIVE),
+        }
+    }
+
     #[inline(always)]
     fn add_counts(&mut self, n: [u64; 4]) {
         self.translated_out += n[0];
@@ -1486,6 +1538,41 @@ impl Nat {
         self.internal += n[2];
         self.not_ipv4 += n[3];
     }
+}
+
+/// [`Nat::timeout`] for each protocol and TCP state, as [`Nat::timeouts`] reads them.
+#[derive(Clone, Copy)]
+struct Timeouts {
+    tcp: u64,
+    linger: u64,
+    udp: u64,
+    icmp: u64,
+}
+
+/// [`Nat::touch`] on mapping `m` with the timeouts read in advance (a fused run's
+/// refreshes: one slab look-up, no timeout reads per visit).
+#[inline(always)]
+fn touch_with(m: &mut Mapping, t: &Timeouts, now: u64, flags: u8, outgoing: bool) {
+    let mut s = m.state;
+    if m.proto == TCP && flags & 0x07 != 0 {
+        if flags & 0x04 != 0 {
+            s |= RST;
+        }
+        if flags & 0x01 != 0 {
+            s |= if outgoing { FIN_OUT } else { FIN_IN };
+        }
+        if outgoing && flags & 0x12 == 0x02 {
+            s = LIVE;
+        }
+    }
+    let timeout = match m.proto {
+        TCP if s & RST != 0 || s & (FIN_OUT | FIN_IN) == FIN_OUT | FIN_IN => t.linger,
+        TCP => t.tcp,
+        UDP => t.udp,
+        _ => t.icmp,
+    };
+    m.state = s;
+    m.deadline = now.saturating_add(timeout);
 }
 
 #[cfg(test)]

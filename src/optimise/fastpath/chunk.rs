@@ -220,9 +220,14 @@ impl FastPath {
         // the general loop's per-packet lookup, flush, refusal and deferral handling.
         // Hits change no entry but a failed check's, so what was found holds.
         let mut fused: [Option<Way>; MAX_BATCH] = [None; MAX_BATCH];
-        // Each packet's TCP flags, read once for the FIN/RST test and the state functions.
-        let mut flags = [0u16; MAX_BATCH];
+        // Chains whose hits call NFs take the fused run: each NF checks and runs its
+        // state functions for the whole chunk in one call, not two calls per hit. What
+        // its state functions see of each packet is gathered as the chunk is checked,
+        // with the TCP flags read once for the FIN/RST test and them.
+        let fuses = self.fuses();
+        let mut facts = [FastFacts::default(); MAX_BATCH];
         let all = keyed.count_ones() as usize == input.len() && !input.is_empty();
+        // (No removal since the probes: the ways found are live.)
         let fits = all
             && input.iter().enumerate().all(|(i, p)| {
                 let w = if ways_found {
@@ -230,8 +235,18 @@ impl FastPath {
                 } else {
                     self.table.way_in(probes[i], &keys[i])
                 };
-                flags[i] = keys[i].tcp_flags(p.data());
-                match w.filter(|&w| self.table.fits(w, flags[i], p)) {
+                let flags = keys[i].tcp_flags(p.data());
+                if fuses {
+                    let m = p.meta();
+                    facts[i] = FastFacts {
+                        ts_ns: m.ts_ns,
+                        now_ns: m.now_ns,
+                        wire_len: m.wire_len,
+                        tcp_flags: flags,
+                        fragment: keys[i].layer_flags() & Layers::FRAGMENT != 0,
+                    };
+                }
+                match w.filter(|&w| self.table.fits(w, flags, p)) {
                     Some(w) => {
                         fused[i] = Some(w);
                         true
@@ -239,22 +254,7 @@ impl FastPath {
                     None => false,
                 }
             });
-        // Chains whose hits call NFs take the fused run: each NF checks and runs its
-        // state functions for the whole chunk in one call, not two calls per hit.
-        let run = fits && self.fuses();
-        let mut facts = [FastFacts::default(); MAX_BATCH];
-        if run {
-            for (i, p) in input.iter().enumerate() {
-                let m = p.meta();
-                facts[i] = FastFacts {
-                    ts_ns: m.ts_ns,
-                    now_ns: m.now_ns,
-                    wire_len: m.wire_len,
-                    tcp_flags: flags[i],
-                    fragment: keys[i].layer_flags() & Layers::FRAGMENT != 0,
-                };
-            }
-        }
+        let run = fits && fuses;
         let n = input.len();
         let mut rest = input.drain().enumerate();
         if run {
@@ -397,17 +397,13 @@ impl FastPath {
             {
                 // Where the lent NFs' tokens name their state (one call per NF for the
                 // chunk), prefetched as the paths are walked, so the loads overlap
-                // before the NFs' checks read them. Bit i: slot i's lines can name
-                // something (filters and monitors prefetch nothing).
+                // before the NFs' checks read them. Slots whose NFs prefetch nothing
+                // (filters, monitors) keep empty lines, which name nothing.
                 let mut lines = [TokenLines::NONE; LENT];
-                let mut named = 0u32;
                 if prefetch {
                     for (i, c) in nfs.iter().enumerate() {
                         if let Some(c) = c.as_deref().filter(|c| c.fast_prefetches()) {
                             lines[i] = c.fast_lines();
-                            if lines[i].len != 0 {
-                                named |= 1 << i;
-                            }
                         }
                     }
                 }
@@ -430,10 +426,8 @@ impl FastPath {
                             continue;
                         }
                         let sl = s.slot as usize;
-                        if named & 1 << (sl % LENT) != 0 {
-                            if let Some(a) = lines[sl % LENT].at(s.token) {
-                                super::table::prefetch(a);
-                            }
+                        if let Some(a) = lines[sl % LENT].at(s.token) {
+                            super::table::prefetch(a);
                         }
                         match (visits.get_mut(sl), lens.get_mut(sl)) {
                             (Some(v), Some(l)) if *l < MAX_BATCH => {

@@ -183,7 +183,7 @@ impl Hot {
         if a.rewrites() {
             len |= REWRITES;
         }
-        if a.eth.is_some() {
+        if a.has_eth() {
             len |= MATCH_ETH;
         }
         if e.retry > 0 {
@@ -580,18 +580,18 @@ impl Table {
         Found::Hit(w)
     }
 
-    /// Whether packet `p` (key `k`) would hit entry `w` as it stands: live, not idle past
-    /// the timeout, consolidated (not a refusal), `p` long enough for its actions and
+    /// Whether packet `p` (key `k`) would hit entry `w` as it stands, `w` found since the
+    /// last removal (so live: the caller's probe of this chunk): not idle past the timeout, consolidated (not a refusal), `p` long enough for its actions and
     /// with the Ethernet addresses they match, and no FIN or RST in `tcp_flags` (the
     /// packet's, [`FpKey::tcp_flags`]: read once by the caller, which keeps them for the
     /// state functions). Changes nothing.
     #[inline]
     pub fn fits(&self, w: Way, tcp_flags: u16, p: &crate::packet::Packet) -> bool {
         let e = self.hot(w);
-        self.live(w)
-            && !(self.timeout_ns != 0
-                && p.meta().now_ns.saturating_sub(e.last_ns) > self.timeout_ns)
-            && !e.refusal()
+        debug_assert!(self.live(w));
+        let idle =
+            self.timeout_ns != 0 && p.meta().now_ns.saturating_sub(e.last_ns) > self.timeout_ns;
+        !(idle || e.refusal())
             && p.len() >= e.min_len as usize
             && (!e.matches_eth() || self.actions_of(w).is_some_and(|a| a.eth_matches(p.data())))
             && tcp_flags & 0x05 == 0
