@@ -87,13 +87,14 @@ fn step(
                 return ends_with(c, buf, lo, hi)
                     && step(rest, buf, span, hi, max_end.max(hi), budget);
             }
+            let once = independent(rest, span);
             let mut from = lo;
             while let Some(p) = find(&buf[from..hi], &c.pat, c.nocase) {
                 let end = from + p + c.pat.len();
                 if step(rest, buf, span, end, max_end.max(end), budget) {
                     return true;
                 }
-                if *budget == 0 {
+                if *budget == 0 || once {
                     return false;
                 }
                 *budget -= 1;
@@ -111,6 +112,7 @@ fn step(
                 return r.matches_at(buf, start).is_none()
                     && step(rest, buf, span, prev_end, max_end, budget);
             }
+            let once = independent(rest, span);
             let mut from = start;
             while let Some((s, e)) = r.matches_at(buf, from) {
                 if r.anchored && s != start {
@@ -119,7 +121,7 @@ fn step(
                 if step(rest, buf, span, e, max_end.max(e), budget) {
                     return true;
                 }
-                if *budget == 0 || r.anchored || e >= buf.len() {
+                if *budget == 0 || once || r.anchored || e >= buf.len() {
                     return false;
                 }
                 *budget -= 1;
@@ -128,6 +130,27 @@ fn step(
             false
         }
     }
+}
+
+/// Does the outcome of `rest` not depend on where the test before it matched? True when
+/// its first test that is not a negated absolute one is absolute, and no `fresh` bound
+/// makes the furthest match end count. Then a later match of the test before cannot
+/// change the result, and backtracking over it (one regex call per position of a long
+/// header for `pcre:"/(.*)\r\n/R"; content:"xyz";`) is only cost.
+fn independent(rest: &[Test], span: Span) -> bool {
+    if span.fresh.is_some() {
+        return false;
+    }
+    for t in rest {
+        match t {
+            Test::Content(c) if c.is_relative() => return false,
+            Test::Content(c) if c.negated => continue,
+            Test::Pcre(r) if r.relative => return false,
+            Test::Pcre(r) if r.negated => continue,
+            _ => return true,
+        }
+    }
+    true
 }
 
 /// The byte range of `buf` a content may occupy, or None when it cannot fit.
@@ -292,6 +315,34 @@ mod tests {
         assert!(matches(
             &[Test::Content(c("a")), Test::Content(x)],
             buf,
+            PKT
+        ));
+    }
+
+    #[test]
+    fn no_backtracking_when_the_rest_does_not_depend_on_it() {
+        // `content:"User-Agent: "; pcre:"/(.*)\r\n/R"; content:"xyz";` on a long header
+        // without "xyz": the outcome is the same for every position of the pcre match,
+        // so one try, not one regex call per byte of the header until the budget runs out.
+        let (re, _) = Pcre::parse("/(?P<flow_ua>.*)\r\n/R", false).unwrap();
+        let mut buf = b"User-Agent: x\r\n".to_vec();
+        for _ in 0..500 {
+            buf.extend_from_slice(b"X-Filler: abcdefgh\r\n");
+        }
+        let ua = || Test::Content(c("User-Agent: "));
+        let tests = [ua(), Test::Pcre(re.clone()), Test::Content(c("xyz"))];
+        let mut budget = STEP_BUDGET;
+        assert!(!step(&tests, &buf, PKT, 0, 0, &mut budget));
+        assert!(STEP_BUDGET - budget <= 4, "{} steps", STEP_BUDGET - budget);
+        // Still matches when it does, and still backtracks for a relative test.
+        buf.extend_from_slice(b"xyz\r\n");
+        assert!(matches(&tests, &buf, PKT));
+        let mut rel = c("xyz");
+        rel.distance = Some(0);
+        let short = b"User-Agent: x\r\nHost: h\r\nxyz\r\n";
+        assert!(matches(
+            &[ua(), Test::Pcre(re), Test::Content(rel)],
+            short,
             PKT
         ));
     }

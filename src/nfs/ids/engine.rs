@@ -81,6 +81,8 @@ pub struct Ids {
     fired: Vec<u32>,
     gen: u32,
     cands: Vec<u32>,
+    /// Stream-rule hits of a one-scan packet, appended after the packet rules'.
+    later: Vec<u32>,
     reports: Reports,
 }
 
@@ -136,6 +138,7 @@ impl Ids {
             fired: vec![0; n],
             gen: 0,
             cands: Vec::with_capacity(n),
+            later: Vec::with_capacity(n),
             reports: Reports {
                 stamp: vec![0; n],
                 gen: 0,
@@ -198,30 +201,43 @@ impl Ids {
             base: 0,
             fresh: None,
         };
-        collect(
-            &self.set.packet,
-            payload,
-            g,
-            &mut self.seen,
-            &mut self.cands,
-        );
         // Stream rules run on TCP packets whose bytes are not reassembled; anchored ones
         // on reassembled packets too, as Suricata does (docs/ids.md).
         let stream_too = p.ip_proto == 6 && !payload.is_empty();
-        if stream_too {
-            // Reassembled packets: only anchored stream rules run here, so only their
-            // patterns are scanned for.
+        if !stream_too {
             collect(
-                if p.reassembled {
-                    &self.set.stream_anchored
-                } else {
-                    &self.set.stream
-                },
+                &self.set.packet,
                 payload,
                 g,
                 &mut self.seen,
                 &mut self.cands,
             );
+        } else {
+            // Reassembled packets: only anchored stream rules run here, so only their
+            // patterns are scanned for. One scan for both sets; candidates in the order
+            // two scans gave (packet rules, then stream rules), so alerts keep their order.
+            let (both, stream) = if p.reassembled {
+                (&self.set.packet_anchored, &self.set.stream_anchored)
+            } else {
+                (&self.set.packet_stream, &self.set.stream)
+            };
+            let (seen, cands, later) = (&mut self.seen, &mut self.cands, &mut self.later);
+            let mut add = |i: u32, out: &mut Vec<u32>| {
+                if seen[i as usize] != g {
+                    seen[i as usize] = g;
+                    out.push(i);
+                }
+            };
+            for &i in &self.set.packet.always {
+                add(i, cands);
+            }
+            both.hits_split(payload, |i, second| {
+                add(i, if second { &mut *later } else { &mut *cands })
+            });
+            for &i in &stream.always {
+                add(i, cands);
+            }
+            cands.append(later);
         }
         for k in 0..self.cands.len() {
             let i = self.cands[k];

@@ -61,15 +61,23 @@ impl Eve {
     pub fn alert(&mut self, t: &EveTuple, r: &Rule, blocked: bool) {
         let res = (|| {
             self.head(t, "alert")?;
-            write!(
-                self.w,
-                ",\"direction\":\"{}\",\"alert\":{{\"action\":\"{}\",\"gid\":{},\"signature_id\":{},\"rev\":{},\"signature\":",
-                if t.to_server { "to_server" } else { "to_client" },
-                if blocked { "blocked" } else { "allowed" },
-                r.gid,
-                r.sid,
-                r.rev
-            )?;
+            let w = &mut self.w;
+            w.write_all(if t.to_server {
+                b",\"direction\":\"to_server\""
+            } else {
+                b",\"direction\":\"to_client\""
+            })?;
+            w.write_all(if blocked {
+                b",\"alert\":{\"action\":\"blocked\",\"gid\":"
+            } else {
+                b",\"alert\":{\"action\":\"allowed\",\"gid\":"
+            })?;
+            num(w, u64::from(r.gid))?;
+            w.write_all(b",\"signature_id\":")?;
+            num(w, u64::from(r.sid))?;
+            w.write_all(b",\"rev\":")?;
+            num(w, u64::from(r.rev))?;
+            w.write_all(b",\"signature\":")?;
             serde_json::to_writer(&mut self.w, r.msg.as_str()).map_err(io::Error::other)?;
             self.w.write_all(b"}}\n")
         })();
@@ -103,23 +111,28 @@ impl Eve {
     fn head(&mut self, t: &EveTuple, kind: &str) -> io::Result<()> {
         self.w.write_all(b"{\"timestamp\":")?;
         timestamp(&mut self.w, t.ts_ns)?;
-        write!(
-            self.w,
-            ",\"flow_id\":{},\"event_type\":\"{kind}\",",
-            t.flow_id
-        )?;
-        self.w.write_all(b"\"src_ip\":\"")?;
-        ip(&mut self.w, t.src)?;
-        write!(self.w, "\",\"src_port\":{},\"dest_ip\":\"", t.sport)?;
-        ip(&mut self.w, t.dst)?;
-        write!(
-            self.w,
-            "\",\"dest_port\":{},\"proto\":\"{}\"",
-            t.dport,
-            proto_name(t.proto)
-        )?;
+        // Written piece by piece, not with `write!`: the formatting machinery cost
+        // ~7 k instructions an alert (10 % of a run on 1kxun.pcap, 5.7 k alerts).
+        let w = &mut self.w;
+        w.write_all(b",\"flow_id\":")?;
+        num(w, t.flow_id)?;
+        w.write_all(b",\"event_type\":\"")?;
+        w.write_all(kind.as_bytes())?;
+        w.write_all(b"\",\"src_ip\":\"")?;
+        ip(w, t.src)?;
+        w.write_all(b"\",\"src_port\":")?;
+        num(w, u64::from(t.sport))?;
+        w.write_all(b",\"dest_ip\":\"")?;
+        ip(w, t.dst)?;
+        w.write_all(b"\",\"dest_port\":")?;
+        num(w, u64::from(t.dport))?;
+        w.write_all(b",\"proto\":\"")?;
+        proto(w, t.proto)?;
+        w.write_all(b"\"")?;
         if !t.app_proto.is_empty() {
-            write!(self.w, ",\"app_proto\":\"{}\"", t.app_proto)?;
+            w.write_all(b",\"app_proto\":\"")?;
+            w.write_all(t.app_proto.as_bytes())?;
+            w.write_all(b"\"")?;
         }
         Ok(())
     }
@@ -146,29 +159,52 @@ impl Eve {
 }
 
 /// Suricata's names for IP protocols (its `proto` field); others as the number.
-fn proto_name(p: u8) -> ProtoName {
-    ProtoName(p)
+fn proto(w: &mut impl Write, p: u8) -> io::Result<()> {
+    match p {
+        1 => w.write_all(b"ICMP"),
+        6 => w.write_all(b"TCP"),
+        17 => w.write_all(b"UDP"),
+        58 => w.write_all(b"IPv6-ICMP"),
+        132 => w.write_all(b"SCTP"),
+        47 => w.write_all(b"GRE"),
+        n => num(w, u64::from(n)),
+    }
 }
 
-struct ProtoName(u8);
-
-impl std::fmt::Display for ProtoName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            1 => f.write_str("ICMP"),
-            6 => f.write_str("TCP"),
-            17 => f.write_str("UDP"),
-            58 => f.write_str("IPv6-ICMP"),
-            132 => f.write_str("SCTP"),
-            47 => f.write_str("GRE"),
-            n => write!(f, "{n}"),
+/// The decimal digits of `n`.
+fn num(w: &mut impl Write, mut n: u64) -> io::Result<()> {
+    let mut b = [0u8; 20];
+    let mut i = b.len();
+    loop {
+        i -= 1;
+        b[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
         }
+    }
+    w.write_all(&b[i..])
+}
+
+/// `n` in exactly `out.len()` digits, zero-padded (`n` must fit).
+fn fixed(out: &mut [u8], mut n: u64) {
+    for d in out.iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
     }
 }
 
 fn ip(w: &mut impl Write, a: Ip) -> io::Result<()> {
     match a {
-        Ip::V4(v) => write!(w, "{}", Ipv4Addr::from(v)),
+        Ip::V4(v) => {
+            for (i, o) in Ipv4Addr::from(v).octets().iter().enumerate() {
+                if i > 0 {
+                    w.write_all(b".")?;
+                }
+                num(w, u64::from(*o))?;
+            }
+            Ok(())
+        }
         // Suricata writes every group, four digits each.
         Ip::V6(v) => {
             for (i, g) in Ipv6Addr::from(v).segments().iter().enumerate() {
@@ -188,13 +224,15 @@ pub fn timestamp(w: &mut impl Write, ts_ns: u64) -> io::Result<()> {
     let micros = ts_ns % 1_000_000_000 / 1000;
     let (y, m, d) = civil(secs / 86_400);
     let s = secs % 86_400;
-    write!(
-        w,
-        "\"{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}+0000\"",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
+    let mut b = *b"\"0000-00-00T00:00:00.000000+0000\"";
+    fixed(&mut b[1..5], y);
+    fixed(&mut b[6..8], m);
+    fixed(&mut b[9..11], d);
+    fixed(&mut b[12..14], s / 3600);
+    fixed(&mut b[15..17], s / 60 % 60);
+    fixed(&mut b[18..20], s % 60);
+    fixed(&mut b[21..27], micros);
+    w.write_all(&b)
 }
 
 /// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's method).
@@ -219,11 +257,34 @@ mod tests {
     fn proto_names_as_suricata_writes_them() {
         // Suricata 7's eve.json `proto` values (e.g. 1kxun.pcap: "TCP", "UDP";
         // ICMPv6 is "IPv6-ICMP").
-        let n = |p| proto_name(p).to_string();
+        let n = |p| {
+            let mut v = Vec::new();
+            proto(&mut v, p).unwrap();
+            String::from_utf8(v).unwrap()
+        };
         assert_eq!(
             [n(1), n(6), n(17), n(58), n(132), n(47), n(103)],
             ["ICMP", "TCP", "UDP", "IPv6-ICMP", "SCTP", "GRE", "103"]
         );
+    }
+
+    #[test]
+    fn numbers_and_addresses_as_display_writes_them() {
+        for n in [0, 7, 10, 65_535, 1_234_567_890_123, u64::MAX] {
+            let mut v = Vec::new();
+            num(&mut v, n).unwrap();
+            assert_eq!(v, n.to_string().as_bytes());
+        }
+        for a in [
+            [0, 0, 0, 0],
+            [10, 0, 2, 15],
+            [255, 255, 255, 255],
+            [192, 168, 100, 9],
+        ] {
+            let mut v = Vec::new();
+            ip(&mut v, Ip::V4(u32::from(Ipv4Addr::from(a)))).unwrap();
+            assert_eq!(v, Ipv4Addr::from(a).to_string().as_bytes());
+        }
     }
 
     #[test]
