@@ -728,19 +728,7 @@ impl Nat {
     #[inline]
     fn touch(&mut self, i: u32, now: u64, flags: u8, outgoing: bool) {
         let m = &mut self.slab[i as usize];
-        let mut s = m.state;
-        if m.proto == TCP && flags & 0x07 != 0 {
-            if flags & 0x04 != 0 {
-                s |= RST;
-            }
-            if flags & 0x01 != 0 {
-                s |= if outgoing { FIN_OUT } else { FIN_IN };
-            }
-            // A new connection on the same 5-tuple while the old one lingers.
-            if outgoing && flags & 0x12 == 0x02 {
-                s = LIVE;
-            }
-        }
+        let s = next_state(m.proto, m.state, flags, outgoing);
         let proto = m.proto;
         let t = self.timeout(proto, s);
         let m = &mut self.slab[i as usize];
@@ -1549,22 +1537,30 @@ struct Timeouts {
     icmp: u64,
 }
 
-/// [`Nat::touch`] on mapping `m` with the timeouts read in advance (a fused run's
-/// refreshes: one slab look-up, no timeout reads per visit).
+/// A mapping's TCP state after a packet with TCP flags `flags` (0 when not TCP):
+/// [`Nat::touch`]'s and [`touch_with`]'s one rule.
 #[inline(always)]
-fn touch_with(m: &mut Mapping, t: &Timeouts, now: u64, flags: u8, outgoing: bool) {
-    let mut s = m.state;
-    if m.proto == TCP && flags & 0x07 != 0 {
+fn next_state(proto: u8, mut s: u8, flags: u8, outgoing: bool) -> u8 {
+    if proto == TCP && flags & 0x07 != 0 {
         if flags & 0x04 != 0 {
             s |= RST;
         }
         if flags & 0x01 != 0 {
             s |= if outgoing { FIN_OUT } else { FIN_IN };
         }
+        // A new connection on the same 5-tuple while the old one lingers.
         if outgoing && flags & 0x12 == 0x02 {
             s = LIVE;
         }
     }
+    s
+}
+
+/// [`Nat::touch`] on mapping `m` with the timeouts read in advance (a fused run's
+/// refreshes: one slab look-up, no timeout reads per visit).
+#[inline(always)]
+fn touch_with(m: &mut Mapping, t: &Timeouts, now: u64, flags: u8, outgoing: bool) {
+    let s = next_state(m.proto, m.state, flags, outgoing);
     let timeout = match m.proto {
         TCP if s & RST != 0 || s & (FIN_OUT | FIN_IN) == FIN_OUT | FIN_IN => t.linger,
         TCP => t.tcp,
