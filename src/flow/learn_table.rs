@@ -44,8 +44,8 @@ struct Slot<K, V, A> {
     pos: u32,
 }
 
-pub struct LearnTable<K: 'static, V: 'static, A: 'static = Align32> {
-    slots: Slots<Slot<K, V, A>>,
+pub struct LearnTable<K, V, A = Align32> {
+    slots: Box<[Slot<K, V, A>]>,
     mask: usize,
     len: usize,
     /// Slot index of every entry, in insertion order, for the sweep (only with a
@@ -59,107 +59,6 @@ pub struct LearnTable<K: 'static, V: 'static, A: 'static = Align32> {
     hasher: Hasher,
 }
 
-/// A huge page: a slot array at least this big is backed by them where the kernel allows.
-const HUGE: usize = 2 << 20;
-
-/// The slot array: from the allocator or, from [`HUGE`] bytes up, an anonymous map
-/// aligned to a huge page and advised for them (`MADV_HUGEPAGE`, before the first touch;
-/// this machine's THP setting is `madvise`, so a plain allocation gets 4 KiB pages). A
-/// default 65,536-entry table is 4 MiB: bigflows' 3,000 hosts hit ~3,000 of its lines
-/// over all 1,024 of its small pages, a likely DTLB miss a lookup; two huge pages instead.
-struct Slots<T: 'static> {
-    /// The slots, leaked from the box or the map they lie in and given back in `drop`.
-    /// A reference, not a raw pointer: the compiler keeps what it knows of a box's
-    /// contents (non-null, aligned, dereferenceable) and hoists loads as it did; with a
-    /// `NonNull` the programs' and the firewall's batch loops ran 4–7 instructions a
-    /// packet more (cachegrind, bigflows).
-    s: &'static mut [T],
-    /// The map `(base, bytes)` the slots lie in, or `None`: a leaked box.
-    map: Option<(*mut libc::c_void, usize)>,
-}
-
-// SAFETY: the slots are owned exclusively, as a box's contents are.
-unsafe impl<T: Send> Send for Slots<T> {}
-// SAFETY: shared access only reads, through `Deref`.
-unsafe impl<T: Sync> Sync for Slots<T> {}
-
-impl<T: Copy + 'static> Slots<T> {
-    /// `len` copies of `fill`.
-    fn filled(len: usize, fill: T) -> Slots<T> {
-        let want = len * std::mem::size_of::<T>();
-        // A huge page is a multiple of any slot alignment (at most 64).
-        if want >= HUGE && std::mem::align_of::<T>() <= HUGE {
-            // Room to align the start to a huge page inside the map.
-            let bytes = want + HUGE;
-            // SAFETY: a fresh private anonymous map; nothing else refers to it.
-            let base = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    bytes,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-            if base != libc::MAP_FAILED {
-                let start = (base as usize).next_multiple_of(HUGE) as *mut T;
-                // SAFETY: `start .. start + want` lies inside the map (`bytes` leaves
-                // `HUGE` of slack for the alignment); the advice is only a hint, given
-                // before the fill below first touches the pages. Every slot is written
-                // before the slice is made; `start` is aligned (to `HUGE`, a multiple of
-                // `T`'s alignment), and the map lives until `drop`.
-                let s = unsafe {
-                    libc::madvise(start.cast(), want, libc::MADV_HUGEPAGE);
-                    for i in 0..len {
-                        start.add(i).write(fill);
-                    }
-                    std::slice::from_raw_parts_mut(start, len)
-                };
-                return Slots {
-                    s,
-                    map: Some((base, bytes)),
-                };
-            }
-        }
-        Slots {
-            s: Box::leak(vec![fill; len].into_boxed_slice()),
-            map: None,
-        }
-    }
-}
-
-impl<T: 'static> std::ops::Deref for Slots<T> {
-    type Target = [T];
-    #[inline(always)]
-    fn deref(&self) -> &[T] {
-        self.s
-    }
-}
-
-impl<T: 'static> std::ops::DerefMut for Slots<T> {
-    #[inline(always)]
-    fn deref_mut(&mut self) -> &mut [T] {
-        self.s
-    }
-}
-
-impl<T: 'static> Drop for Slots<T> {
-    fn drop(&mut self) {
-        match self.map {
-            // SAFETY: the map `filled` made, unmapped once; the slots (`Copy`, nothing
-            // to drop) are not used again.
-            Some((base, bytes)) => unsafe {
-                libc::munmap(base, bytes);
-            },
-            // SAFETY: the box `filled` leaked, rebuilt once.
-            None => unsafe {
-                drop(Box::from_raw(std::ptr::from_mut(self.s)));
-            },
-        }
-    }
-}
-
 /// Slots for `capacity` entries: a power of two at a load of at most 2/3.
 fn slots_for(capacity: usize) -> usize {
     capacity
@@ -169,9 +68,7 @@ fn slots_for(capacity: usize) -> usize {
         .max(8)
 }
 
-impl<K: Hash + Eq + Copy + Default + 'static, V: Copy + Default + 'static, A: Copy + 'static>
-    LearnTable<K, V, A>
-{
+impl<K: Hash + Eq + Copy + Default, V: Copy + Default, A: Copy> LearnTable<K, V, A> {
     /// A table of at most `capacity` entries (at most 2^31) whose entries expire after
     /// `timeout_ns` idle (0: never).
     pub fn new(capacity: usize, timeout_ns: u64) -> Self {
@@ -187,7 +84,7 @@ impl<K: Hash + Eq + Copy + Default + 'static, V: Copy + Default + 'static, A: Co
             pos: EMPTY,
         };
         LearnTable {
-            slots: Slots::filled(n, empty),
+            slots: vec![empty; n].into_boxed_slice(),
             mask: n - 1,
             len: 0,
             order: Vec::with_capacity(if timeout_ns != 0 { capacity } else { 0 }),
@@ -496,68 +393,13 @@ mod tests {
         assert_eq!(LearnTable::<u32, u16>::bytes_for(1000, 5), t.memory());
     }
 
-    /// Kilobytes of huge pages (`AnonHugePages` in /proc/self/smaps) backing the mapping
-    /// that holds `addr`.
-    fn huge_kb_at(addr: usize) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
-        for line in smaps.lines() {
-            let first = line.split_whitespace().next().unwrap_or("");
-            if let Some((lo, hi)) = first.split_once('-') {
-                if let (Ok(lo), Ok(hi)) =
-                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-                {
-                    inside = (lo..hi).contains(&addr);
-                    continue;
-                }
-            }
-            if let Some(kb) = line.strip_prefix("AnonHugePages:").filter(|_| inside) {
-                return kb.trim().trim_end_matches("kB").trim().parse().unwrap();
-            }
-        }
-        0
-    }
-
-    /// A default-sized table (65,536 entries, 4 MiB of slots) lies in huge pages where
-    /// the kernel gives them on advice, and a small one stays with the allocator.
-    #[test]
-    fn a_big_table_is_backed_by_huge_pages() {
-        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
-        if !thp.is_ok_and(|s| s.contains("[always]") || s.contains("[madvise]")) {
-            return; // No transparent huge pages here: nothing to check.
-        }
-        let mut t: LearnTable<u64, u16> = LearnTable::new(65_536, 0);
-        assert_eq!(
-            t.slots.as_ptr() as usize % HUGE,
-            0,
-            "slots not huge-page aligned"
-        );
-        assert!(t.slots.map.is_some());
-        // Filled with empty slots when made: every page is touched already.
-        let kb = huge_kb_at(t.slots.as_ptr() as usize);
-        assert!(kb >= 2048, "{kb} kB of huge pages under a 4 MiB table");
-        // Still a working table.
-        for k in 0..3000u64 {
-            assert_eq!(t.learn(k * 7919, k as u16, 0), Learned::Inserted);
-        }
-        for k in 0..3000u64 {
-            assert_eq!(t.get(&(k * 7919), 0), Some(k as u16));
-        }
-        let small: LearnTable<u64, u16> = LearnTable::new(1000, 0);
-        assert!(small.slots.map.is_none());
-    }
-
     /// Every slot of the tables catena builds (the switches' u64 and u32 keys with a u16
     /// port; the programs' u32/u64/u128 keys with a 4-byte action, and u128 with a
     /// 16-byte value for hard timeouts) lies within one 64-byte cache line, so the one
     /// prefetch of its first byte brings all of it.
     #[test]
     fn no_slot_straddles_a_cache_line() {
-        fn check<
-            K: Hash + Eq + Copy + Default + 'static,
-            V: Copy + Default + 'static,
-            A: Copy + 'static,
-        >() {
+        fn check<K: Hash + Eq + Copy + Default, V: Copy + Default, A: Copy>() {
             let t: LearnTable<K, V, A> = LearnTable::new(1000, 5);
             let size = std::mem::size_of::<Slot<K, V, A>>();
             for (i, s) in t.slots.iter().enumerate() {
