@@ -24,7 +24,7 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
-use super::consolidate::FastRun;
+use super::consolidate::{FastRun, Visit};
 use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
@@ -571,7 +571,7 @@ impl Nf for FlowMonitor {
             };
             let token = self.account(&key, flags, m.ts_ns, m.now_ns, m.wire_len as u64);
             if m.fast == FastMark::Want {
-                m.fast = FastMark::Token(token);
+                m.fast = FastMark::Token(with_dir(token, &key));
             }
         }
     }
@@ -638,8 +638,30 @@ impl Consolidate for FlowMonitor {
         self.state_at(token, p);
     }
 
+    /// When no visit's tick can sweep (too few packets since the last sweep, no
+    /// timeout, or every visit's time within a second of the last sweep: the run clock
+    /// never goes back), the ticks only count; until a visit falls back to `account`
+    /// (which may sweep), each only updates its bucket.
     fn fast_state_run(&mut self, run: &FastRun) {
-        for v in run.visits {
+        let mut visits = run.visits;
+        let now_of = |v: Option<&Visit>| v.and_then(|v| run.facts.get(v.at as usize));
+        if let (Some(a), Some(b)) = (now_of(visits.first()), now_of(visits.last())) {
+            let second = |t: u64| t.abs_diff(self.last_sweep_ns) < SECOND;
+            let by_count = self.since_sweep + visits.len() as u64 >= self.sweep_every;
+            if !by_count || self.timeout_ns == 0 || second(a.now_ns) && second(b.now_ns) {
+                while let Some((v, rest)) = visits.split_first() {
+                    visits = rest;
+                    self.since_sweep += 1;
+                    let p = run.packet(v);
+                    if !self.update_at(v.token, &p) {
+                        // Accounted from its key, which may sweep: the rest tick one by one.
+                        self.account(p.key, p.tcp_flags, p.ts_ns, p.now_ns, p.wire_len as u64);
+                        break;
+                    }
+                }
+            }
+        }
+        for v in visits {
             self.state_at(v.token, &run.packet(v));
         }
     }
@@ -651,30 +673,49 @@ impl FlowMonitor {
     fn state_at(&mut self, token: u64, p: &FastPacket) {
         let (ts, now, len) = (p.ts_ns, p.now_ns, p.wire_len as u64);
         self.tick_fast(now);
-        if let Some((k, s)) = token
+        if !self.update_at(token, p) {
+            self.account(p.key, p.tcp_flags, ts, now, len);
+        }
+    }
+
+    /// [`state_at`](Self::state_at) after its tick, when the token's bucket still holds
+    /// the flow (true); false when it does not (the caller accounts the packet).
+    #[inline(always)]
+    fn update_at(&mut self, token: u64, p: &FastPacket) -> bool {
+        let (ts, now, len) = (p.ts_ns, p.now_ns, p.wire_len as u64);
+        let dir = (token >> DIR_BIT) as usize;
+        if let Some((k, s)) = (token & !(1 << DIR_BIT))
             .checked_sub(1)
             .and_then(|b| self.table.get_bucket_mut(b as usize))
         {
             // The bucket's key is canonical, so it is the packet's key's canonical form
-            // exactly when it is the key (direction 0) or its reverse (direction 1): two
-            // word compares instead of `canonical()`, whose ordering calls memcmp.
-            let dir = if same_key(&k.0, p.key, false) {
-                Some(0)
-            } else if same_key(&k.0, p.key, true) {
-                Some(1)
-            } else {
-                None
-            };
-            if let Some(dir) = dir {
+            // exactly when it is the key in the direction the recording found (the
+            // token's top bit: the key, or its reverse): one compare of words, not two,
+            // nor `canonical()`, whose ordering calls memcmp.
+            if same_key(&k.0, p.key, dir == 1) {
                 if let Some(old) = update(s, self.timeout_ns, dir, p.tcp_flags, ts, now, len) {
                     let c = *k;
                     self.restarted(&c, &old, now);
                 }
-                return;
+                return true;
             }
         }
-        self.account(p.key, p.tcp_flags, ts, now, len);
+        false
     }
+}
+
+/// The bit of a FastPath token that says the flow's key is the reverse of its
+/// canonical form (direction 1); below it, the bucket + 1 (0: the table had no room).
+const DIR_BIT: u32 = 63;
+
+/// Token `token` of a packet of flow `key` with the key's direction: a hit compares the
+/// bucket's key in that direction only. (Recorded packets only: the cost of `canonical`
+/// is not on the plain path.)
+fn with_dir(token: u64, key: &FlowKey) -> u64 {
+    if token == 0 {
+        return 0;
+    }
+    token | ((key.canonical() != *key) as u64) << DIR_BIT
 }
 
 /// `a` is `b` (or, with `reversed`, `b` reversed), word by word as [`WideKey`]
