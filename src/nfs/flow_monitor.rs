@@ -786,6 +786,49 @@ mod tests {
         assert_eq!((r.first_ns, r.last_ns, r.tcp_flags), (5, 7, 0x13));
     }
 
+    /// Issue 18: a recorded packet's token names its flow's bucket and, in the top bit,
+    /// whether its key is the reverse of the canonical form, so a hit compares the
+    /// bucket's key in that one direction; hits of both directions count where
+    /// `process` would have.
+    #[test]
+    fn tokens_name_the_bucket_and_the_keys_direction() {
+        let mut m = FlowMonitor::new(16, 0);
+        let mut batch = Batch::new();
+        for mut p in [tcp(9, 1, 80, 5000, 0x12, 5), tcp(1, 9, 5000, 80, 0x10, 6)] {
+            p.meta_mut().fast = FastMark::Want;
+            batch.push(p);
+        }
+        m.process(&mut batch, &Context { ports: 1 });
+        let mut tokens = [0u64; 2];
+        let mut keys = Vec::new();
+        for (i, p) in batch.as_mut_slice().iter_mut().enumerate() {
+            let l = p.layers();
+            keys.push(FlowKey::from_packet(&l, p.data()).expect("key"));
+            match p.meta().fast {
+                FastMark::Token(t) => tokens[i] = t,
+                _ => panic!("no token"),
+            }
+        }
+        // 10.0.0.9:80 -> 10.0.0.1:5000 is the reverse of its canonical form; the reply
+        // is not; both name the same bucket.
+        assert_eq!((tokens[0] >> DIR_BIT, tokens[1] >> DIR_BIT), (1, 0));
+        assert_eq!(tokens[0] & !(1 << DIR_BIT), tokens[1]);
+        for (t, key) in tokens.iter().zip(&keys) {
+            let fp = FastPacket {
+                key,
+                fragment: false,
+                ts_ns: 7,
+                now_ns: 7,
+                wire_len: 100,
+                tcp_flags: 0x10,
+            };
+            m.fast_state(*t, &fp);
+        }
+        assert_eq!(m.table.len(), 1);
+        let r = &m.active()[0];
+        assert_eq!((r.packets_ab, r.packets_ba, r.last_ns), (2, 2, 7));
+    }
+
     #[test]
     fn reads_viewed_packets_in_place() {
         // A monitor only reads: a packet viewing a mapped trace must not be copied.

@@ -1450,7 +1450,7 @@ impl Consolidate for Nat {
             .map_or(0, |f| f.now_ns);
         if self.sweep_cursor == 0 && last < self.next_sweep {
             // The timeouts read once for the run, each mapping looked up once, and the
-            // visits counted by kind (an index, not a branch per kind).
+            // visits counted by kind (an index, not a branch per kind; kinds are 0-5).
             let t = self.timeouts();
             let mut by_kind = [0u64; 8];
             for v in run.visits {

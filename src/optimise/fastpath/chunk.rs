@@ -398,9 +398,8 @@ impl FastPath {
                 // Where the lent NFs' tokens name their state (one call per NF for the
                 // chunk), prefetched as the paths are walked, so the loads overlap
                 // before the NFs' checks read them. Slots whose NFs prefetch nothing
-                // (filters, monitors) keep empty lines, which name nothing.
-                // Slots that prefetch nothing point at one byte of ours, always mapped
-                // (a prefetch of null may walk the page tables for nothing).
+                // (filters, monitors) point at one byte of ours, always mapped (a
+                // prefetch of null may walk the page tables for nothing).
                 static NOWHERE: u8 = 0;
                 let nowhere = TokenLines {
                     base: &NOWHERE,
@@ -434,7 +433,7 @@ impl FastPath {
                         }
                         let sl = s.slot as usize;
                         // Unchecked: a prefetch of an address that names nothing (a
-                        // stale token, or null for NFs that prefetch nothing) is harmless.
+                        // stale token past the slab) is harmless.
                         super::table::prefetch(lines[sl % LENT].prefetch_at(s.token));
                         match (visits.get_mut(sl), lens.get_mut(sl)) {
                             (Some(v), Some(l)) if *l < MAX_BATCH => {
