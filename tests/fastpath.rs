@@ -5,6 +5,7 @@
 //! the fast path is really taken.
 
 mod common;
+mod fastpath_common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,8 @@ use catena::optimise::fastpath::{FastConfig, FastStats};
 use catena::packet::{Batch, Fields};
 use catena::packet::{L3Kind, Layers, LinkKind};
 use catena::runtime::control::Scheduled;
-use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Summary};
+use catena::runtime::{Chain, ChainConfig, Summary};
+use fastpath_common::{run_chain, Outcome};
 
 /// Chains as letters: F filter, G filter with a TCP-flags rule (refuses TCP flows), N NAT,
 /// M Maglev, O flow monitor. Lengths 1 to 6, duplicates included.
@@ -102,12 +104,6 @@ fn changes(chain: &str, packets: u64) -> Vec<Scheduled> {
     v
 }
 
-struct Outcome {
-    summary: Summary,
-    pcap: Vec<u8>,
-    records: Vec<Vec<u8>>,
-}
-
 fn run(
     chain: &str,
     s: &Setup,
@@ -126,25 +122,7 @@ fn run(
     if let Some(f) = fast {
         c.enable_fastpath(f).expect("fastpath");
     }
-    let mut r = Runner::new(c, trace.max_packet_len());
-    let out = dir.join(format!("out-{tag}.pcap"));
-    let opts = RunOptions {
-        outputs: vec![("out".into(), out.clone())],
-        schedule: schedule.to_vec(),
-        ..Default::default()
-    };
-    let summary = r.run(trace, &opts, &mut NoProgress).expect("run");
-    let records = chain
-        .chars()
-        .enumerate()
-        .filter(|(_, k)| *k == 'O')
-        .map(|(i, _)| std::fs::read(dir.join(format!("o{i}-{tag}.jsonl"))).unwrap_or_default())
-        .collect();
-    Outcome {
-        summary,
-        pcap: std::fs::read(&out).expect("output"),
-        records,
-    }
+    run_chain(c, chain, trace, |_| {}, schedule, dir, tag)
 }
 
 /// Runs `chain` on and off and asserts the same output; returns FastPath's counters.

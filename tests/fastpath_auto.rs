@@ -6,6 +6,7 @@
 //! recorded before cannot outlive NF state that moved on while off.
 
 mod common;
+mod fastpath_common;
 
 use std::path::Path;
 
@@ -13,7 +14,8 @@ use catena::io::gen::{generate, GenOptions, Profile as GenProfile};
 use catena::io::Trace;
 use catena::optimise::fastpath::FastConfig;
 use catena::runtime::control::Scheduled;
-use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Summary};
+use catena::runtime::{Chain, ChainConfig, Runner, Summary};
+use fastpath_common::{run_chain, Outcome};
 
 /// F filter (per-rule counters), G filter refusing TCP flows on flags, N NAT (timeouts
 /// short enough to expire mappings mid-trace), M Maglev, O flow monitor (records).
@@ -50,12 +52,6 @@ enum Mode<'a> {
     Measured,
 }
 
-struct Outcome {
-    summary: Summary,
-    pcap: Vec<u8>,
-    records: Vec<Vec<u8>>,
-}
-
 fn run(
     chain: &str,
     vip: &str,
@@ -81,28 +77,12 @@ fn run(
         c.enable_fastpath(fast).expect("fastpath");
         c.fastpath_auto = matches!(mode, Mode::Forced(_) | Mode::Measured);
     }
-    let mut r = Runner::new(c, trace.max_packet_len());
-    if let Mode::Forced(at) = mode {
-        r.force_auto_switches(at.to_vec());
-    }
-    let out = dir.join(format!("out-{tag}.pcap"));
-    let opts = RunOptions {
-        outputs: vec![("out".into(), out.clone())],
-        schedule: schedule.to_vec(),
-        ..Default::default()
+    let hook = |r: &mut Runner| {
+        if let Mode::Forced(at) = mode {
+            r.force_auto_switches(at.to_vec());
+        }
     };
-    let summary = r.run(trace, &opts, &mut NoProgress).expect("run");
-    let records = chain
-        .chars()
-        .enumerate()
-        .filter(|(_, k)| *k == 'O')
-        .map(|(i, _)| std::fs::read(dir.join(format!("o{i}-{tag}.jsonl"))).unwrap_or_default())
-        .collect();
-    Outcome {
-        summary,
-        pcap: std::fs::read(&out).expect("output"),
-        records,
-    }
+    run_chain(c, chain, trace, hook, schedule, dir, tag)
 }
 
 fn visible(x: &Summary) -> String {

@@ -24,7 +24,7 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
-use super::consolidate::FastRun;
+use super::consolidate::{FastRun, Visit};
 use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
@@ -571,7 +571,7 @@ impl Nf for FlowMonitor {
             };
             let token = self.account(&key, flags, m.ts_ns, m.now_ns, m.wire_len as u64);
             if m.fast == FastMark::Want {
-                m.fast = FastMark::Token(token);
+                m.fast = FastMark::Token(with_dir(token, &key));
             }
         }
     }
@@ -638,8 +638,30 @@ impl Consolidate for FlowMonitor {
         self.state_at(token, p);
     }
 
+    /// When no visit's tick can sweep (too few packets since the last sweep, no
+    /// timeout, or every visit's time within a second of the last sweep: the run clock
+    /// never goes back), the ticks only count; until a visit falls back to `account`
+    /// (which may sweep), each only updates its bucket.
     fn fast_state_run(&mut self, run: &FastRun) {
-        for v in run.visits {
+        let mut visits = run.visits;
+        let now_of = |v: Option<&Visit>| v.and_then(|v| run.facts.get(v.at as usize));
+        if let (Some(a), Some(b)) = (now_of(visits.first()), now_of(visits.last())) {
+            let second = |t: u64| t.abs_diff(self.last_sweep_ns) < SECOND;
+            let by_count = self.since_sweep + visits.len() as u64 >= self.sweep_every;
+            if !by_count || self.timeout_ns == 0 || second(a.now_ns) && second(b.now_ns) {
+                while let Some((v, rest)) = visits.split_first() {
+                    visits = rest;
+                    self.since_sweep += 1;
+                    let p = run.packet(v);
+                    if !self.update_at(v.token, &p) {
+                        // Accounted from its key, which may sweep: the rest tick one by one.
+                        self.account(p.key, p.tcp_flags, p.ts_ns, p.now_ns, p.wire_len as u64);
+                        break;
+                    }
+                }
+            }
+        }
+        for v in visits {
             self.state_at(v.token, &run.packet(v));
         }
     }
@@ -651,30 +673,49 @@ impl FlowMonitor {
     fn state_at(&mut self, token: u64, p: &FastPacket) {
         let (ts, now, len) = (p.ts_ns, p.now_ns, p.wire_len as u64);
         self.tick_fast(now);
-        if let Some((k, s)) = token
+        if !self.update_at(token, p) {
+            self.account(p.key, p.tcp_flags, ts, now, len);
+        }
+    }
+
+    /// [`state_at`](Self::state_at) after its tick, when the token's bucket still holds
+    /// the flow (true); false when it does not (the caller accounts the packet).
+    #[inline(always)]
+    fn update_at(&mut self, token: u64, p: &FastPacket) -> bool {
+        let (ts, now, len) = (p.ts_ns, p.now_ns, p.wire_len as u64);
+        let dir = (token >> DIR_BIT) as usize;
+        if let Some((k, s)) = (token & !(1 << DIR_BIT))
             .checked_sub(1)
             .and_then(|b| self.table.get_bucket_mut(b as usize))
         {
             // The bucket's key is canonical, so it is the packet's key's canonical form
-            // exactly when it is the key (direction 0) or its reverse (direction 1): two
-            // word compares instead of `canonical()`, whose ordering calls memcmp.
-            let dir = if same_key(&k.0, p.key, false) {
-                Some(0)
-            } else if same_key(&k.0, p.key, true) {
-                Some(1)
-            } else {
-                None
-            };
-            if let Some(dir) = dir {
+            // exactly when it is the key in the direction the recording found (the
+            // token's top bit: the key, or its reverse): one compare of words, not two,
+            // nor `canonical()`, whose ordering calls memcmp.
+            if same_key(&k.0, p.key, dir == 1) {
                 if let Some(old) = update(s, self.timeout_ns, dir, p.tcp_flags, ts, now, len) {
                     let c = *k;
                     self.restarted(&c, &old, now);
                 }
-                return;
+                return true;
             }
         }
-        self.account(p.key, p.tcp_flags, ts, now, len);
+        false
     }
+}
+
+/// The bit of a FastPath token that says the flow's key is the reverse of its
+/// canonical form (direction 1); below it, the bucket + 1 (0: the table had no room).
+const DIR_BIT: u32 = 63;
+
+/// Token `token` of a packet of flow `key` with the key's direction: a hit compares the
+/// bucket's key in that direction only. (Recorded packets only: the cost of `canonical`
+/// is not on the plain path.)
+fn with_dir(token: u64, key: &FlowKey) -> u64 {
+    if token == 0 {
+        return 0;
+    }
+    token | ((key.canonical() != *key) as u64) << DIR_BIT
 }
 
 /// `a` is `b` (or, with `reversed`, `b` reversed), word by word as [`WideKey`]
@@ -743,6 +784,49 @@ mod tests {
         );
         assert_eq!((r.packets_ab, r.packets_ba, r.bytes_ba), (1, 2, 200));
         assert_eq!((r.first_ns, r.last_ns, r.tcp_flags), (5, 7, 0x13));
+    }
+
+    /// Issue 18: a recorded packet's token names its flow's bucket and, in the top bit,
+    /// whether its key is the reverse of the canonical form, so a hit compares the
+    /// bucket's key in that one direction; hits of both directions count where
+    /// `process` would have.
+    #[test]
+    fn tokens_name_the_bucket_and_the_keys_direction() {
+        let mut m = FlowMonitor::new(16, 0);
+        let mut batch = Batch::new();
+        for mut p in [tcp(9, 1, 80, 5000, 0x12, 5), tcp(1, 9, 5000, 80, 0x10, 6)] {
+            p.meta_mut().fast = FastMark::Want;
+            batch.push(p);
+        }
+        m.process(&mut batch, &Context { ports: 1 });
+        let mut tokens = [0u64; 2];
+        let mut keys = Vec::new();
+        for (i, p) in batch.as_mut_slice().iter_mut().enumerate() {
+            let l = p.layers();
+            keys.push(FlowKey::from_packet(&l, p.data()).expect("key"));
+            match p.meta().fast {
+                FastMark::Token(t) => tokens[i] = t,
+                _ => panic!("no token"),
+            }
+        }
+        // 10.0.0.9:80 -> 10.0.0.1:5000 is the reverse of its canonical form; the reply
+        // is not; both name the same bucket.
+        assert_eq!((tokens[0] >> DIR_BIT, tokens[1] >> DIR_BIT), (1, 0));
+        assert_eq!(tokens[0] & !(1 << DIR_BIT), tokens[1]);
+        for (t, key) in tokens.iter().zip(&keys) {
+            let fp = FastPacket {
+                key,
+                fragment: false,
+                ts_ns: 7,
+                now_ns: 7,
+                wire_len: 100,
+                tcp_flags: 0x10,
+            };
+            m.fast_state(*t, &fp);
+        }
+        assert_eq!(m.table.len(), 1);
+        let r = &m.active()[0];
+        assert_eq!((r.packets_ab, r.packets_ba, r.last_ns), (2, 2, 7));
     }
 
     #[test]

@@ -1143,6 +1143,24 @@ impl Consolidate for Maglev {
     }
 
     fn fast_state_run(&mut self, run: &FastRun) {
+        let now_of = |v: Option<&Visit>| v.and_then(|v| run.facts.get(v.at as usize));
+        if let (Some(a), Some(b)) = (now_of(run.visits.first()), now_of(run.visits.last())) {
+            // As in `fast_vouch`: when no visit's tick can sweep (too few packets since
+            // the last sweep, or every visit's time within a second of it: the run clock
+            // never goes back), the ticks only count, so they are counted at once and
+            // each visit only refreshes its connection (nothing else sweeps here).
+            let second = |t: u64| t.abs_diff(self.last_sweep_ns) < 1_000_000_000;
+            let by_count = self.since_sweep + run.visits.len() as u64 >= self.sweep_every;
+            if !by_count || second(a.now_ns) && second(b.now_ns) {
+                self.since_sweep += run.visits.len() as u64;
+                for v in run.visits {
+                    if let Some(f) = run.facts.get(v.at as usize) {
+                        self.refresh_at(v.token, f.now_ns, || fast_key(&run.packet(v)));
+                    }
+                }
+                return;
+            }
+        }
         for v in run.visits {
             let now = run.facts[v.at as usize].now_ns;
             self.state_at(v.token, now, || fast_key(&run.packet(v)));
@@ -1157,6 +1175,12 @@ impl Maglev {
     #[inline(always)]
     fn state_at(&mut self, token: u64, now: u64, key: impl FnOnce() -> WideKey) {
         self.tick_fast(now);
+        self.refresh_at(token, now, key);
+    }
+
+    /// [`state_at`](Self::state_at) after its tick.
+    #[inline(always)]
+    fn refresh_at(&mut self, token: u64, now: u64, key: impl FnOnce() -> WideKey) {
         if token == FAST_PASS {
             self.passed += 1;
             return;

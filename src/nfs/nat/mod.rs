@@ -1449,27 +1449,29 @@ impl Consolidate for Nat {
             .and_then(|v| run.facts.get(v.at as usize))
             .map_or(0, |f| f.now_ns);
         if self.sweep_cursor == 0 && last < self.next_sweep {
-            // The timeouts read once for the run, each mapping looked up once.
+            // The timeouts read once for the run, each mapping looked up once, and the
+            // visits counted by kind (an index, not a branch per kind; kinds are 0-5).
             let t = self.timeouts();
+            let mut by_kind = [0u64; 8];
             for v in run.visits {
                 let Some(f) = run.facts.get(v.at as usize) else {
                     continue;
                 };
                 let slot = (v.token >> 32) as usize & 0xff_ffff;
                 let kind = (v.token >> 56) as u8;
+                by_kind[kind as usize & 7] += 1;
                 if kind == FAST_OUT || kind == FAST_IN {
                     if let Some(m) = self.slab.get_mut(slot) {
                         touch_with(m, &t, f.now_ns, f.tcp_flags as u8, kind == FAST_OUT);
                     }
                 }
-                match kind {
-                    FAST_OUT => n[0] += 1,
-                    FAST_IN => n[1] += 1,
-                    FAST_INTERNAL => n[2] += 1,
-                    FAST_NOT_IPV4 => n[3] += 1,
-                    _ => {}
-                }
             }
+            n = [
+                by_kind[FAST_OUT as usize],
+                by_kind[FAST_IN as usize],
+                by_kind[FAST_INTERNAL as usize],
+                by_kind[FAST_NOT_IPV4 as usize],
+            ];
         } else {
             for v in run.visits {
                 let f = &run.facts[v.at as usize];
@@ -1560,14 +1562,20 @@ fn next_state(proto: u8, mut s: u8, flags: u8, outgoing: bool) -> u8 {
 /// refreshes: one slab look-up, no timeout reads per visit).
 #[inline(always)]
 fn touch_with(m: &mut Mapping, t: &Timeouts, now: u64, flags: u8, outgoing: bool) {
-    let s = next_state(m.proto, m.state, flags, outgoing);
+    // Only TCP mappings change state (`next_state` leaves the others' as they are).
     let timeout = match m.proto {
-        TCP if s & RST != 0 || s & (FIN_OUT | FIN_IN) == FIN_OUT | FIN_IN => t.linger,
-        TCP => t.tcp,
+        TCP => {
+            let s = next_state(TCP, m.state, flags, outgoing);
+            m.state = s;
+            if s & RST != 0 || s & (FIN_OUT | FIN_IN) == FIN_OUT | FIN_IN {
+                t.linger
+            } else {
+                t.tcp
+            }
+        }
         UDP => t.udp,
         _ => t.icmp,
     };
-    m.state = s;
     m.deadline = now.saturating_add(timeout);
 }
 

@@ -398,8 +398,14 @@ impl FastPath {
                 // Where the lent NFs' tokens name their state (one call per NF for the
                 // chunk), prefetched as the paths are walked, so the loads overlap
                 // before the NFs' checks read them. Slots whose NFs prefetch nothing
-                // (filters, monitors) keep empty lines, which name nothing.
-                let mut lines = [TokenLines::NONE; LENT];
+                // (filters, monitors) point at one byte of ours, always mapped (a
+                // prefetch of null may walk the page tables for nothing).
+                static NOWHERE: u8 = 0;
+                let nowhere = TokenLines {
+                    base: &NOWHERE,
+                    ..TokenLines::NONE
+                };
+                let mut lines = [nowhere; LENT];
                 if prefetch {
                     for (i, c) in nfs.iter().enumerate() {
                         if let Some(c) = c.as_deref().filter(|c| c.fast_prefetches()) {
@@ -426,9 +432,9 @@ impl FastPath {
                             continue;
                         }
                         let sl = s.slot as usize;
-                        if let Some(a) = lines[sl % LENT].at(s.token) {
-                            super::table::prefetch(a);
-                        }
+                        // Unchecked: a prefetch of an address that names nothing (a
+                        // stale token past the slab) is harmless.
+                        super::table::prefetch(lines[sl % LENT].prefetch_at(s.token));
                         match (visits.get_mut(sl), lens.get_mut(sl)) {
                             (Some(v), Some(l)) if *l < MAX_BATCH => {
                                 v[*l] = Visit {
