@@ -152,13 +152,7 @@ impl Shards {
         if n == 1 {
             return runners[0].run_source(&mut src.reader(), opts, progress);
         }
-        let cores = allowed_cores();
-        if n > cores.len() {
-            eprintln!(
-                "warning: {n} workers on {} cores: workers share cores (not pinned)",
-                cores.len()
-            );
-        }
+        let cores = cores_for(n);
         let started = Instant::now();
         let link = src.link();
         let placement = {
@@ -171,12 +165,7 @@ impl Shards {
         let preparers = runners[0].preparers();
         let placement = &placement;
         let results: Vec<anyhow::Result<(Part, u64)>> = std::thread::scope(|scope| {
-            if let (Some(g), Some(c)) = (&gate, control) {
-                let preparers = &preparers;
-                let _ = std::thread::Builder::new()
-                    .name("catena-control".into())
-                    .spawn_scoped(scope, move || g.serve(&c.rx, preparers));
-            }
+            serve_control(scope, gate.as_ref(), control, &preparers);
             let gate = gate.as_ref();
             let handles: Vec<_> = runners
                 .into_iter()
@@ -184,14 +173,7 @@ impl Shards {
                 .map(|(w, mut r)| {
                     let core = (n <= cores.len()).then(|| cores[w]);
                     let mut reader = src.reader();
-                    let wopts = RunOptions {
-                        loops: opts.loops,
-                        outputs: finals
-                            .iter()
-                            .map(|(k, p)| (k.clone(), part(w, p)))
-                            .collect(),
-                        schedule: opts.schedule.clone(),
-                    };
+                    let wopts = worker_opts(opts, &finals, w);
                     std::thread::Builder::new()
                         .name(format!("catena-w{w}"))
                         .spawn_scoped(scope, move || -> anyhow::Result<(Part, u64)> {
@@ -237,13 +219,7 @@ impl Shards {
         if n == 1 {
             return runners[0].run(trace, opts, progress);
         }
-        let cores = allowed_cores();
-        if n > cores.len() {
-            eprintln!(
-                "warning: {n} workers on {} cores: workers share cores (not pinned)",
-                cores.len()
-            );
-        }
+        let cores = cores_for(n);
         // Pipelined prefetching asked for: the packets stay in the trace, where it applies.
         let asked = runners[0].walk.prefetch > 0;
         let started = Instant::now();
@@ -293,14 +269,7 @@ impl Shards {
             .map(|_| Gate::new(n, recs.len() as u64 * opts.loops));
         let preparers = runners[0].preparers();
         let results: Vec<anyhow::Result<(Part, u64)>> = std::thread::scope(|scope| {
-            if let (Some(g), Some(c)) = (&gate, control) {
-                let preparers = &preparers;
-                // No thread, no live changes: the socket's senders then hear "the run has
-                // ended"; the run itself goes on.
-                let _ = std::thread::Builder::new()
-                    .name("catena-control".into())
-                    .spawn_scoped(scope, move || g.serve(&c.rx, preparers));
-            }
+            serve_control(scope, gate.as_ref(), control, &preparers);
             let gate = gate.as_ref();
             // Each runner moves onto its worker's stack: in one Vec, the fields a walk
             // writes per packet (the port draw, the clock) could share a cache line with
@@ -312,14 +281,7 @@ impl Shards {
                     let core = (n <= cores.len()).then(|| cores[w]);
                     let (share, tail) = lists.next().unwrap_or_default();
                     let span_cell = span_cells.next();
-                    let wopts = RunOptions {
-                        loops: opts.loops,
-                        outputs: finals
-                            .iter()
-                            .map(|(k, p)| (k.clone(), part(w, p)))
-                            .collect(),
-                        schedule: opts.schedule.clone(),
-                    };
+                    let wopts = worker_opts(opts, &finals, w);
                     std::thread::Builder::new()
                         .name(format!("catena-w{w}"))
                         .spawn_scoped(scope, move || -> anyhow::Result<(Part, u64)> {
@@ -380,6 +342,47 @@ impl Shards {
             retime(&mut s, placing + (b - a).as_secs_f64());
         }
         Ok(s)
+    }
+}
+
+/// The cores to pin `n` workers to, with a warning when there are fewer cores than
+/// workers (then the workers are not pinned).
+fn cores_for(n: usize) -> Vec<usize> {
+    let cores = allowed_cores();
+    if n > cores.len() {
+        eprintln!(
+            "warning: {n} workers on {} cores: workers share cores (not pinned)",
+            cores.len()
+        );
+    }
+    cores
+}
+
+/// The thread that applies live changes through the gate, when the run has a control
+/// port. No thread, no live changes: the socket's senders then hear "the run has
+/// ended"; the run itself goes on.
+fn serve_control<'s, 'e>(
+    scope: &'s std::thread::Scope<'s, 'e>,
+    gate: Option<&'s Gate>,
+    control: Option<super::control::ControlPort>,
+    preparers: &'s std::collections::HashMap<String, crate::nfs::Preparer>,
+) {
+    if let (Some(g), Some(c)) = (gate, control) {
+        let _ = std::thread::Builder::new()
+            .name("catena-control".into())
+            .spawn_scoped(scope, move || g.serve(&c.rx, preparers));
+    }
+}
+
+/// Worker `w`'s options: the run's loops and schedule, its own part of each sink.
+fn worker_opts(opts: &RunOptions, finals: &[(String, PathBuf)], w: usize) -> RunOptions {
+    RunOptions {
+        loops: opts.loops,
+        outputs: finals
+            .iter()
+            .map(|(k, p)| (k.clone(), part(w, p)))
+            .collect(),
+        schedule: opts.schedule.clone(),
     }
 }
 
