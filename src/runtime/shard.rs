@@ -164,6 +164,12 @@ impl Shards {
         let gate = control.as_ref().map(|_| Gate::new(n, u64::MAX));
         let preparers = runners[0].preparers();
         let placement = &placement;
+        // The input side's time (the weighing), then each worker's span: timed as
+        // `run_on` times the copying workers and as one worker's run is timed, not the
+        // threads' start nor the merge.
+        let placing = started.elapsed().as_secs_f64();
+        let mut spans: Vec<Option<(Instant, Instant)>> = vec![None; n];
+        let mut span_cells = spans.iter_mut();
         let results: Vec<anyhow::Result<(Part, u64)>> = std::thread::scope(|scope| {
             serve_control(scope, gate.as_ref(), control, &preparers);
             let gate = gate.as_ref();
@@ -174,12 +180,14 @@ impl Shards {
                     let core = (n <= cores.len()).then(|| cores[w]);
                     let mut reader = src.reader();
                     let wopts = worker_opts(opts, &finals, w);
+                    let span_cell = span_cells.next();
                     std::thread::Builder::new()
                         .name(format!("catena-w{w}"))
                         .spawn_scoped(scope, move || -> anyhow::Result<(Part, u64)> {
                             let _gone = gate.map(|g| Gone(g, w));
                             let core = core.filter(|&c| pin(c));
                             let cpu = thread_cpu_seconds();
+                            let t0 = Instant::now();
                             let (s, stepped) = r.run_stream_share(
                                 &mut reader,
                                 (placement, w),
@@ -187,6 +195,11 @@ impl Shards {
                                 gate,
                                 &mut NoProgress,
                             )?;
+                            // Its loop's end: the summary (`finish`) is not timed.
+                            let t1 = t0 + std::time::Duration::from_secs_f64(s.seconds);
+                            if let Some(c) = span_cell {
+                                *c = Some((t0, t1.min(Instant::now())));
+                            }
                             let cpu = thread_cpu_seconds().zip(cpu).map(|(b, a)| b - a);
                             Ok(((s, core, cpu), stepped))
                         })
@@ -202,7 +215,8 @@ impl Shards {
             .iter()
             .find_map(|r| r.as_ref().ok().map(|((s, _, _), k)| s.packets_in + k));
         let total = total.unwrap_or(0);
-        let s = gather(results, &finals, src.header(), started, progress, total)?;
+        let mut s = gather(results, &finals, src.header(), started, progress, total)?;
+        retime_spans(&mut s, placing, &spans);
         Ok(s)
     }
 
@@ -335,12 +349,7 @@ impl Shards {
             progress,
             recs.len() as u64 * opts.loops,
         )?;
-        // The input side, then from the first worker's start to the last one's end.
-        let first = spans.iter().flatten().map(|s| s.0).min();
-        let last = spans.iter().flatten().map(|s| s.1).max();
-        if let (Some(a), Some(b)) = (first, last) {
-            retime(&mut s, placing + (b - a).as_secs_f64());
-        }
+        retime_spans(&mut s, placing, &spans);
         Ok(s)
     }
 }
@@ -587,6 +596,16 @@ pub fn sum(parts: Vec<Part>, seconds: f64) -> Summary {
 }
 
 /// Sets a summary's `seconds` and the rates taken over it.
+/// Times a sharded run as one worker's: the input side, then from the first worker's
+/// start to the last one's end (not the threads' start, the summaries, the merge).
+fn retime_spans(s: &mut Summary, placing: f64, spans: &[Option<(Instant, Instant)>]) {
+    let first = spans.iter().flatten().map(|s| s.0).min();
+    let last = spans.iter().flatten().map(|s| s.1).max();
+    if let (Some(a), Some(b)) = (first, last) {
+        retime(s, placing + (b - a).as_secs_f64());
+    }
+}
+
 fn retime(s: &mut Summary, seconds: f64) {
     let secs = seconds.max(1e-9);
     s.seconds = seconds;
