@@ -31,6 +31,7 @@ mod summary;
 mod walk;
 mod worker;
 
+pub use affinity::{allowed_cores, pin};
 pub use chain::{Chain, Node, NodeKind, INPUT};
 pub use config::{ChainConfig, ConfigError};
 pub use counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary, WorkerSummary};

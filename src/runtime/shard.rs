@@ -152,13 +152,7 @@ impl Shards {
         if n == 1 {
             return runners[0].run_source(&mut src.reader(), opts, progress);
         }
-        let cores = allowed_cores();
-        if n > cores.len() {
-            eprintln!(
-                "warning: {n} workers on {} cores: workers share cores (not pinned)",
-                cores.len()
-            );
-        }
+        let cores = cores_for(n);
         let started = Instant::now();
         let link = src.link();
         let placement = {
@@ -170,13 +164,14 @@ impl Shards {
         let gate = control.as_ref().map(|_| Gate::new(n, u64::MAX));
         let preparers = runners[0].preparers();
         let placement = &placement;
+        // The input side's time (the weighing), then each worker's span: timed as
+        // `run_on` times the copying workers and as one worker's run is timed, not the
+        // threads' start nor the merge.
+        let placing = started.elapsed().as_secs_f64();
+        let mut spans: Vec<Option<(Instant, Instant)>> = vec![None; n];
+        let mut span_cells = spans.iter_mut();
         let results: Vec<anyhow::Result<(Part, u64)>> = std::thread::scope(|scope| {
-            if let (Some(g), Some(c)) = (&gate, control) {
-                let preparers = &preparers;
-                let _ = std::thread::Builder::new()
-                    .name("catena-control".into())
-                    .spawn_scoped(scope, move || g.serve(&c.rx, preparers));
-            }
+            serve_control(scope, gate.as_ref(), control, &preparers);
             let gate = gate.as_ref();
             let handles: Vec<_> = runners
                 .into_iter()
@@ -184,20 +179,15 @@ impl Shards {
                 .map(|(w, mut r)| {
                     let core = (n <= cores.len()).then(|| cores[w]);
                     let mut reader = src.reader();
-                    let wopts = RunOptions {
-                        loops: opts.loops,
-                        outputs: finals
-                            .iter()
-                            .map(|(k, p)| (k.clone(), part(w, p)))
-                            .collect(),
-                        schedule: opts.schedule.clone(),
-                    };
+                    let wopts = worker_opts(opts, &finals, w);
+                    let span_cell = span_cells.next();
                     std::thread::Builder::new()
                         .name(format!("catena-w{w}"))
                         .spawn_scoped(scope, move || -> anyhow::Result<(Part, u64)> {
                             let _gone = gate.map(|g| Gone(g, w));
                             let core = core.filter(|&c| pin(c));
                             let cpu = thread_cpu_seconds();
+                            let t0 = Instant::now();
                             let (s, stepped) = r.run_stream_share(
                                 &mut reader,
                                 (placement, w),
@@ -205,6 +195,11 @@ impl Shards {
                                 gate,
                                 &mut NoProgress,
                             )?;
+                            // Its loop's end: the summary (`finish`) is not timed.
+                            let t1 = t0 + std::time::Duration::from_secs_f64(s.seconds);
+                            if let Some(c) = span_cell {
+                                *c = Some((t0, t1.min(Instant::now())));
+                            }
                             let cpu = thread_cpu_seconds().zip(cpu).map(|(b, a)| b - a);
                             Ok(((s, core, cpu), stepped))
                         })
@@ -220,7 +215,8 @@ impl Shards {
             .iter()
             .find_map(|r| r.as_ref().ok().map(|((s, _, _), k)| s.packets_in + k));
         let total = total.unwrap_or(0);
-        let s = gather(results, &finals, src.header(), started, progress, total)?;
+        let mut s = gather(results, &finals, src.header(), started, progress, total)?;
+        retime_spans(&mut s, placing, &spans);
         Ok(s)
     }
 
@@ -237,13 +233,7 @@ impl Shards {
         if n == 1 {
             return runners[0].run(trace, opts, progress);
         }
-        let cores = allowed_cores();
-        if n > cores.len() {
-            eprintln!(
-                "warning: {n} workers on {} cores: workers share cores (not pinned)",
-                cores.len()
-            );
-        }
+        let cores = cores_for(n);
         // Pipelined prefetching asked for: the packets stay in the trace, where it applies.
         let asked = runners[0].walk.prefetch > 0;
         let started = Instant::now();
@@ -293,14 +283,7 @@ impl Shards {
             .map(|_| Gate::new(n, recs.len() as u64 * opts.loops));
         let preparers = runners[0].preparers();
         let results: Vec<anyhow::Result<(Part, u64)>> = std::thread::scope(|scope| {
-            if let (Some(g), Some(c)) = (&gate, control) {
-                let preparers = &preparers;
-                // No thread, no live changes: the socket's senders then hear "the run has
-                // ended"; the run itself goes on.
-                let _ = std::thread::Builder::new()
-                    .name("catena-control".into())
-                    .spawn_scoped(scope, move || g.serve(&c.rx, preparers));
-            }
+            serve_control(scope, gate.as_ref(), control, &preparers);
             let gate = gate.as_ref();
             // Each runner moves onto its worker's stack: in one Vec, the fields a walk
             // writes per packet (the port draw, the clock) could share a cache line with
@@ -312,14 +295,7 @@ impl Shards {
                     let core = (n <= cores.len()).then(|| cores[w]);
                     let (share, tail) = lists.next().unwrap_or_default();
                     let span_cell = span_cells.next();
-                    let wopts = RunOptions {
-                        loops: opts.loops,
-                        outputs: finals
-                            .iter()
-                            .map(|(k, p)| (k.clone(), part(w, p)))
-                            .collect(),
-                        schedule: opts.schedule.clone(),
-                    };
+                    let wopts = worker_opts(opts, &finals, w);
                     std::thread::Builder::new()
                         .name(format!("catena-w{w}"))
                         .spawn_scoped(scope, move || -> anyhow::Result<(Part, u64)> {
@@ -373,13 +349,49 @@ impl Shards {
             progress,
             recs.len() as u64 * opts.loops,
         )?;
-        // The input side, then from the first worker's start to the last one's end.
-        let first = spans.iter().flatten().map(|s| s.0).min();
-        let last = spans.iter().flatten().map(|s| s.1).max();
-        if let (Some(a), Some(b)) = (first, last) {
-            retime(&mut s, placing + (b - a).as_secs_f64());
-        }
+        retime_spans(&mut s, placing, &spans);
         Ok(s)
+    }
+}
+
+/// The cores to pin `n` workers to, with a warning when there are fewer cores than
+/// workers (then the workers are not pinned).
+fn cores_for(n: usize) -> Vec<usize> {
+    let cores = allowed_cores();
+    if n > cores.len() {
+        eprintln!(
+            "warning: {n} workers on {} cores: workers share cores (not pinned)",
+            cores.len()
+        );
+    }
+    cores
+}
+
+/// The thread that applies live changes through the gate, when the run has a control
+/// port. No thread, no live changes: the socket's senders then hear "the run has
+/// ended"; the run itself goes on.
+fn serve_control<'s, 'e>(
+    scope: &'s std::thread::Scope<'s, 'e>,
+    gate: Option<&'s Gate>,
+    control: Option<super::control::ControlPort>,
+    preparers: &'s std::collections::HashMap<String, crate::nfs::Preparer>,
+) {
+    if let (Some(g), Some(c)) = (gate, control) {
+        let _ = std::thread::Builder::new()
+            .name("catena-control".into())
+            .spawn_scoped(scope, move || g.serve(&c.rx, preparers));
+    }
+}
+
+/// Worker `w`'s options: the run's loops and schedule, its own part of each sink.
+fn worker_opts(opts: &RunOptions, finals: &[(String, PathBuf)], w: usize) -> RunOptions {
+    RunOptions {
+        loops: opts.loops,
+        outputs: finals
+            .iter()
+            .map(|(k, p)| (k.clone(), part(w, p)))
+            .collect(),
+        schedule: opts.schedule.clone(),
     }
 }
 
@@ -584,6 +596,16 @@ pub fn sum(parts: Vec<Part>, seconds: f64) -> Summary {
 }
 
 /// Sets a summary's `seconds` and the rates taken over it.
+/// Times a sharded run as one worker's: the input side, then from the first worker's
+/// start to the last one's end (not the threads' start, the summaries, the merge).
+fn retime_spans(s: &mut Summary, placing: f64, spans: &[Option<(Instant, Instant)>]) {
+    let first = spans.iter().flatten().map(|s| s.0).min();
+    let last = spans.iter().flatten().map(|s| s.1).max();
+    if let (Some(a), Some(b)) = (first, last) {
+        retime(s, placing + (b - a).as_secs_f64());
+    }
+}
+
 fn retime(s: &mut Summary, seconds: f64) {
     let secs = seconds.max(1e-9);
     s.seconds = seconds;

@@ -14,7 +14,9 @@
 //!   monolithic VNFs (each receives, decodes, classifies, transmits) vs as catena's chain
 //!   (one receive, one shared decode): cycles per packet per element (`monolithic.rs`).
 //!
-//! Timings on a shared machine are noisy: medians of `--runs` runs (at most 3 here).
+//! Timings on a shared machine are noisy: medians of `--runs` runs (at most 3 here;
+//! for scaling, `--runs` rounds that interleave one worker, two workers and two
+//! independent copies of one worker, and ratios taken within each round).
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,6 +60,17 @@ struct Row {
     /// to its last), i.e. without the input side's placement before the workers start
     /// and the gathering after; `mpps` counts both. Equal to `mpps` with one worker.
     workers_mpps: Option<f64>,
+    /// Scaling group: each round's Mpps (the rounds interleave one and two workers).
+    rounds: Option<Vec<f64>>,
+    /// Scaling group, 2 workers: each round's 2 workers ÷ 1 (`ratio` is their median).
+    ratio_rounds: Option<Vec<f64>>,
+    /// Scaling group, 2 workers: the median Mpps of two independent copies of the
+    /// one-worker run at once, one a core (the machine's ceiling for two workers).
+    ceiling_mpps: Option<f64>,
+    /// The median over the rounds of the copies' Mpps ÷ one worker's.
+    ceiling_ratio: Option<f64>,
+    /// The median over the rounds of two workers' Mpps ÷ the copies'.
+    of_ceiling: Option<f64>,
 }
 
 const MIXED: &str = r#"
@@ -98,47 +111,169 @@ fn scaling_chains() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Median Mpps of `text` on `trace` with `workers` workers, the packets, the busiest
-/// worker's share of them, and the median Mpps over the slowest worker's own span.
-fn mpps(
-    a: &Args,
-    text: &str,
-    trace: &Trace,
-    workers: usize,
-    loops: u64,
-) -> anyhow::Result<(f64, u64, f64, f64)> {
+/// One scaling case over `--runs` rounds (after one untimed warm-up round): each round
+/// runs one worker, two workers and two independent copies of the one-worker run, back
+/// to back, the order reversed every other round so that neither side always goes first.
+/// Ratios are taken within a round, then their median.
+struct Scaling {
+    packets: [u64; 2],
+    /// Per round: Mpps with one worker, with two, and of the two copies together.
+    mpps: [Vec<f64>; 3],
+    /// Per round: Mpps of two workers over their slowest worker's own span.
+    own: Vec<f64>,
+    /// The busiest worker's share of the packets (the last round's).
+    share: f64,
+}
+
+impl Scaling {
+    fn median(v: &[f64]) -> f64 {
+        median(&mut v.to_vec())
+    }
+    /// The median over the rounds of `f(one, two, copies)`.
+    fn per_round(&self, f: impl Fn(f64, f64, f64) -> f64) -> Vec<f64> {
+        (0..self.mpps[0].len())
+            .map(|i| f(self.mpps[0][i], self.mpps[1][i], self.mpps[2][i]))
+            .collect()
+    }
+}
+
+fn scaling(a: &Args, text: &str, trace: &Trace, loops: u64) -> anyhow::Result<Scaling> {
     let cfg = ChainConfig::parse(text, "micronf")?;
-    let mut v = Vec::new();
-    let mut own = Vec::new();
-    let mut packets = 0;
-    let mut share = 1.0;
-    for i in 0..=a.runs.min(3) {
+    let opts = RunOptions {
+        loops,
+        ..Default::default()
+    };
+    let sharded = |workers: usize| -> anyhow::Result<Summary> {
         let chains = (0..workers)
             .map(|_| Chain::from_config(&cfg))
             .collect::<Result<Vec<_>, _>>()?;
-        let opts = RunOptions {
-            loops,
-            ..Default::default()
-        };
-        let s = Shards::new(chains, trace.max_packet_len())?.run(trace, &opts, &mut NoProgress)?;
-        packets = s.packets_in;
-        share = s
-            .workers
-            .iter()
-            .map(|w| w.packets_in as f64 / s.packets_in.max(1) as f64)
-            .fold(0.0, f64::max)
-            .max(if s.workers.is_empty() { 1.0 } else { 0.0 });
-        if i > 0 {
-            v.push(s.mpps);
-            let span = s.workers.iter().map(|w| w.seconds).fold(0.0, f64::max);
-            own.push(if s.workers.is_empty() {
-                s.mpps
-            } else {
-                s.packets_in as f64 / span.max(1e-9) / 1e6
-            });
+        Shards::new(chains, trace.max_packet_len())?.run(trace, &opts, &mut NoProgress)
+    };
+    let mut out = Scaling {
+        packets: [0; 2],
+        mpps: Default::default(),
+        own: Vec::new(),
+        share: 1.0,
+    };
+    for round in 0..=a.runs {
+        let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
+        let mut got = [0.0; 3];
+        let mut own = 0.0;
+        for which in order {
+            match which {
+                0 => {
+                    let s = sharded(1)?;
+                    out.packets[0] = s.packets_in;
+                    got[0] = s.mpps;
+                }
+                1 => {
+                    let s = sharded(2)?;
+                    out.packets[1] = s.packets_in;
+                    got[1] = s.mpps;
+                    out.share = s
+                        .workers
+                        .iter()
+                        .map(|w| w.packets_in as f64 / s.packets_in.max(1) as f64)
+                        .fold(0.0, f64::max)
+                        .max(if s.workers.is_empty() { 1.0 } else { 0.0 });
+                    let span = s.workers.iter().map(|w| w.seconds).fold(0.0, f64::max);
+                    own = if s.workers.is_empty() {
+                        s.mpps
+                    } else {
+                        s.packets_in as f64 / span.max(1e-9) / 1e6
+                    };
+                }
+                _ => got[2] = copies(&cfg, trace, &opts)?,
+            }
+        }
+        if round > 0 {
+            for (v, g) in out.mpps.iter_mut().zip(got) {
+                v.push(g);
+            }
+            out.own.push(own);
         }
     }
-    Ok((median(&mut v), packets, share, median(&mut own)))
+    Ok(out)
+}
+
+/// Median Mpps of `text` on `trace` with one worker over `--runs` runs (at most 3, after
+/// a warm-up), and the packets.
+fn one_worker(a: &Args, text: &str, trace: &Trace, loops: u64) -> anyhow::Result<(f64, u64)> {
+    let cfg = ChainConfig::parse(text, "micronf")?;
+    let opts = RunOptions {
+        loops,
+        ..Default::default()
+    };
+    let mut v = Vec::new();
+    let mut packets = 0;
+    for i in 0..=a.runs.min(3) {
+        let s = Shards::new(vec![Chain::from_config(&cfg)?], trace.max_packet_len())?.run(
+            trace,
+            &opts,
+            &mut NoProgress,
+        )?;
+        packets = s.packets_in;
+        if i > 0 {
+            v.push(s.mpps);
+        }
+    }
+    Ok((median(&mut v), packets))
+}
+
+/// The machine's ceiling for two workers: the one-worker run as two independent copies
+/// at once, each on its own thread pinned to its own core with its own copy of the
+/// trace's records (nothing shared but the machine: L3, the memory path). Mpps of both
+/// together: their packets over the longer of their two spans (each timed as one
+/// worker's run is), as two workers are timed to the last one's end.
+fn copies(cfg: &ChainConfig, trace: &Trace, opts: &RunOptions) -> anyhow::Result<f64> {
+    let cores = catena::runtime::allowed_cores();
+    let go = std::sync::Barrier::new(2);
+    let runs: Vec<anyhow::Result<Summary>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2)
+            .map(|c| {
+                let core = cores.get(c).copied();
+                let go = &go;
+                scope.spawn(move || -> anyhow::Result<Summary> {
+                    if let Some(core) = core {
+                        catena::runtime::pin(core);
+                    }
+                    // Its own records, written by this thread (so in its cache first).
+                    let (bytes, recs) = trace.raw();
+                    let own = Trace::from_packets(
+                        trace.link(),
+                        trace.header(),
+                        recs.iter().map(|r| {
+                            let at = r.off as usize;
+                            (r.ts_ns, &bytes[at..at + r.caplen as usize])
+                        }),
+                    );
+                    let chain = Chain::from_config(cfg);
+                    go.wait();
+                    // As the one-worker run is made (`Shards` of one).
+                    Shards::new(vec![chain?], own.max_packet_len())?.run(
+                        &own,
+                        opts,
+                        &mut NoProgress,
+                    )
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a copy's thread panicked")))
+            })
+            .collect()
+    });
+    let mut packets = 0;
+    let mut secs: f64 = 0.0;
+    for s in runs {
+        let s = s?;
+        packets += s.packets_in;
+        secs = secs.max(s.seconds);
+    }
+    Ok(packets as f64 / secs.max(1e-9) / 1e6)
 }
 
 /// Shared between the first and the last NF: when each packet (by input position) was
@@ -195,37 +330,21 @@ impl Nf for Mark {
     }
 }
 
-/// `n` busy NFs between a stamp and a mark, as one stage or one stage per busy NF.
-fn staged(
+/// Median Mpps over `--runs` runs (after one warm-up) of the chain `build` makes from
+/// fresh stamps and histogram, the packets, and the last run's p50/p99 latency (the
+/// mark's stats).
+fn timed_latency(
     a: &Args,
-    n: usize,
-    per_nf: bool,
     trace: &Trace,
     loops: u64,
+    build: impl Fn(Stamps, hdrhistogram::Histogram<u64>) -> anyhow::Result<Chain>,
 ) -> anyhow::Result<(f64, u64, u64, u64)> {
     let mut v = Vec::new();
     let mut last: Option<Summary> = None;
     for i in 0..=a.runs.min(3) {
         let stamps: Stamps = Arc::new((0..STAMPS).map(|_| AtomicU64::new(0)).collect());
-        let mut nfs: Vec<(String, Box<dyn Nf>)> =
-            vec![("stamp".into(), Box::new(Stamp(quiet(), stamps.clone())))];
-        for k in 0..n {
-            nfs.push((
-                format!("busy{k}"),
-                Box::new(Busy::new(500, &[Fields::IP_TTL], &[])),
-            ));
-        }
         let h = hdrhistogram::Histogram::new_with_bounds(1, 1 << 40, 3)?;
-        nfs.push(("mark".into(), Box::new(Mark(quiet(), stamps, h))));
-        let mut chain = Chain::linear("micronf", 2, 1, nfs);
-        if per_nf {
-            let mut st: Vec<Vec<String>> = vec![vec!["stamp".into(), "busy0".into()]];
-            for k in 1..n {
-                st.push(vec![format!("busy{k}")]);
-            }
-            st.last_mut().expect("a stage").push("mark".into());
-            chain.set_stages(&st).map_err(anyhow::Error::msg)?;
-        }
+        let chain = build(stamps, h)?;
         let opts = RunOptions {
             loops,
             ..Default::default()
@@ -246,6 +365,37 @@ fn staged(
     Ok((median(&mut v), s.packets_in, stat("p50"), stat("p99")))
 }
 
+/// `n` busy NFs between a stamp and a mark, as one stage or one stage per busy NF.
+fn staged(
+    a: &Args,
+    n: usize,
+    per_nf: bool,
+    trace: &Trace,
+    loops: u64,
+) -> anyhow::Result<(f64, u64, u64, u64)> {
+    timed_latency(a, trace, loops, |stamps, h| {
+        let mut nfs: Vec<(String, Box<dyn Nf>)> =
+            vec![("stamp".into(), Box::new(Stamp(quiet(), stamps.clone())))];
+        for k in 0..n {
+            nfs.push((
+                format!("busy{k}"),
+                Box::new(Busy::new(500, &[Fields::IP_TTL], &[])),
+            ));
+        }
+        nfs.push(("mark".into(), Box::new(Mark(quiet(), stamps, h))));
+        let mut chain = Chain::linear("micronf", 2, 1, nfs);
+        if per_nf {
+            let mut st: Vec<Vec<String>> = vec![vec!["stamp".into(), "busy0".into()]];
+            for k in 1..n {
+                st.push(vec![format!("busy{k}")]);
+            }
+            st.last_mut().expect("a stage").push("mark".into());
+            chain.set_stages(&st).map_err(anyhow::Error::msg)?;
+        }
+        Ok(chain)
+    })
+}
+
 /// Two busy NFs of `cycles` each between a stamp and a mark, in sequence or as a
 /// parallel group (the microNF slides' figure): Mpps and latency p50/p99.
 fn pair(
@@ -255,11 +405,7 @@ fn pair(
     trace: &Trace,
     loops: u64,
 ) -> anyhow::Result<(f64, u64, u64, u64)> {
-    let mut v = Vec::new();
-    let mut last: Option<Summary> = None;
-    for i in 0..=a.runs.min(3) {
-        let stamps: Stamps = Arc::new((0..STAMPS).map(|_| AtomicU64::new(0)).collect());
-        let h = hdrhistogram::Histogram::new_with_bounds(1, 1 << 40, 3)?;
+    timed_latency(a, trace, loops, |stamps, h| {
         let nfs: Vec<(String, Box<dyn Nf>)> = vec![
             ("stamp".into(), Box::new(Stamp(quiet(), stamps.clone()))),
             (
@@ -280,24 +426,8 @@ fn pair(
             chain.groups = vec![g];
             chain.parallel = true;
         }
-        let opts = RunOptions {
-            loops,
-            ..Default::default()
-        };
-        let s = Runner::new(chain, trace.max_packet_len()).run(trace, &opts, &mut NoProgress)?;
-        if i > 0 {
-            v.push(s.mpps);
-            last = Some(s);
-        }
-    }
-    let s = last.expect("runs >= 1");
-    let stat = |k: &str| {
-        s.nfs
-            .last()
-            .and_then(|m| m.stats.iter().find(|(n, _)| n == k))
-            .map_or(0, |(_, v)| *v)
-    };
-    Ok((median(&mut v), s.packets_in, stat("p50"), stat("p99")))
+        Ok(chain)
+    })
 }
 
 /// `--only`: the rows whose "group case" contains one of the words (all without it).
@@ -324,6 +454,11 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         cycles_per_packet: None,
         max_share: None,
         workers_mpps: None,
+        rounds: None,
+        ratio_rounds: None,
+        ceiling_mpps: None,
+        ceiling_ratio: None,
+        of_ceiling: None,
     };
     // About a million packets per run at scale 1.
     let loops = ((1_000_000.0 * a.scale) / merged.len().max(1) as f64)
@@ -356,14 +491,31 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             if !want(a, "scaling", &case) {
                 continue;
             }
-            let (one, packets, _, one_own) = mpps(a, &text, trace, 1, tloops)?;
-            let mut r = row("scaling", case.clone(), 1, 1, 0, packets, one, 1.0);
-            r.workers_mpps = Some(one_own);
+            let sc = scaling(a, &text, trace, tloops)?;
+            let one = Scaling::median(&sc.mpps[0]);
+            let mut r = row("scaling", case.clone(), 1, 1, 0, sc.packets[0], one, 1.0);
+            r.workers_mpps = Some(one);
+            r.rounds = Some(sc.mpps[0].clone());
             rows.push(r);
-            let (two, packets, share, two_own) = mpps(a, &text, trace, 2, tloops)?;
-            let mut r = row("scaling", case, 2, 1, 0, packets, two, two / one.max(1e-9));
-            r.max_share = Some(share);
-            r.workers_mpps = Some(two_own);
+            let ratios = sc.per_round(|o, t, _| t / o.max(1e-9));
+            let ceiling = sc.per_round(|o, _, c| c / o.max(1e-9));
+            let mut r = row(
+                "scaling",
+                case,
+                2,
+                1,
+                0,
+                sc.packets[1],
+                Scaling::median(&sc.mpps[1]),
+                Scaling::median(&ratios),
+            );
+            r.max_share = Some(sc.share);
+            r.workers_mpps = Some(Scaling::median(&sc.own));
+            r.rounds = Some(sc.mpps[1].clone());
+            r.ratio_rounds = Some(ratios);
+            r.ceiling_mpps = Some(Scaling::median(&sc.mpps[2]));
+            r.ceiling_ratio = Some(Scaling::median(&ceiling));
+            r.of_ceiling = Some(Scaling::median(&sc.per_round(|_, t, c| t / c.max(1e-9))));
             rows.push(r);
         }
     }
@@ -456,7 +608,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .filter(|k| want(a, "prefetch", &format!("mixed, prefetch {k}")))
     {
         let text = format!("prefetch = {k}\n{MIXED}");
-        let (m, packets, _, _) = mpps(a, &text, &merged, 1, loops)?;
+        let (m, packets) = one_worker(a, &text, &merged, loops)?;
         if k == 0 {
             off = m;
         }
@@ -531,6 +683,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "cyc/pkt",
         "max share",
         "workers Mpps",
+        "ceiling ratio",
+        "of ceiling",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -553,6 +707,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 r.max_share
                     .map_or("-".into(), |v| format!("{:.1} %", v * 100.0)),
                 r.workers_mpps.map_or("-".into(), |v| format!("{v:.3}")),
+                r.ceiling_ratio.map_or("-".into(), |v| format!("{v:.2}")),
+                r.of_ceiling.map_or("-".into(), |v| format!("{v:.2}")),
             ]
         })
         .collect();
