@@ -82,6 +82,11 @@ pub struct Args {
     /// copied only when an NF first writes one; the output is the same either way.
     #[arg(long)]
     copy: bool,
+    /// With one worker over a mapped pcap, fill the map's page tables from a helper
+    /// thread ahead of the worker, when a second core looks idle. Off by default: it
+    /// trades CPU for wall time (session 20: 5-10 % more CPU time, wall within ±4 %).
+    #[arg(long)]
+    fill_ahead: bool,
 }
 
 /// `--fastpath MODE`.
@@ -200,11 +205,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 // In place: packets view the map, copied only when an NF writes.
                 Opened::Pcap(_) if regular && !a.copy => {
                     let mut m = MappedPcap::open(path)?;
-                    // One worker leaves a core idle: the page tables are filled there.
-                    // Not when the machine is busy (load average at or above the cores):
-                    // there the helper waits for a core, the worker overtakes it and
-                    // both fault the same pages (session 17: 7 % more wall time at load 8).
-                    if core_to_spare() {
+                    // One worker leaves a core idle: the page tables can be filled there
+                    // (`--fill-ahead`). Not when the machine is busy (load average at or
+                    // above the cores): there the helper waits for a core, the worker
+                    // overtakes it and both fault the same pages (session 17: 7 % more
+                    // wall time at load 8). Off by default since session 20: with a core
+                    // free the helper's CPU time came on top of the worker's (+5-10 %)
+                    // for no steady gain in wall time (docs/e2e.md).
+                    if a.fill_ahead && core_to_spare() {
                         m.populate_ahead();
                     }
                     Input::Stream(Box::new(m))

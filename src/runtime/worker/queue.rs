@@ -33,6 +33,7 @@ impl Walk {
         base: u64,
         after: Option<u64>,
     ) -> u64 {
+        // The entry test written out, as in `Walk::ingest_all` (which says why).
         let len = ks.len();
         let ports = self.cx.ports as usize;
         let first = self.first;
