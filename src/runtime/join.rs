@@ -493,6 +493,8 @@ mod tests {
         seen: usize,
         at: usize,
         nap: u64,
+        /// The other side's record: the nap ends early once it has this batch.
+        other: Option<Ran>,
     }
 
     impl Nf for Seen {
@@ -504,13 +506,25 @@ mod tests {
                 std::thread::current().id(),
                 crate::runtime::affinity::current_core(),
             ));
-            std::thread::sleep(std::time::Duration::from_micros(self.nap));
+            // Nap until the other side has taken this batch, up to `nap` µs: a fixed
+            // 500 µs nap let a helper thread starved of a core (load 10 on two cores)
+            // miss every batch, and the test failed though the code was right.
+            let mine = self.on.lock().unwrap().len();
+            let until = std::time::Instant::now() + std::time::Duration::from_micros(self.nap);
+            while std::time::Instant::now() < until
+                && self
+                    .other
+                    .as_ref()
+                    .is_none_or(|o| o.lock().unwrap().len() < mine)
+            {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
             self.seen += b.len();
             assert!(self.seen < self.at, "seen {} packets", self.at);
         }
     }
 
-    fn seen(at: usize, nap: u64) -> (Box<dyn Nf>, Ran) {
+    fn seen(at: usize, nap: u64, other: Option<Ran>) -> (Box<dyn Nf>, Ran) {
         let on = Arc::new(Mutex::new(Vec::new()));
         let p = Profile {
             reads: Fields::IP_TTL,
@@ -527,6 +541,7 @@ mod tests {
             seen: 0,
             at,
             nap,
+            other,
         };
         (Box::new(nf), on)
     }
@@ -541,8 +556,8 @@ mod tests {
     }
 
     fn chain(at: usize) -> (Chain, [Ran; 2]) {
-        let (a, on_a) = seen(usize::MAX, 500);
-        let (b, on_b) = seen(at, 0);
+        let (b, on_b) = seen(at, 0, None);
+        let (a, on_a) = seen(usize::MAX, 200_000, Some(on_b.clone()));
         let mut c = Chain::linear("t", 1, 1, vec![("a".into(), a), ("b".into(), b)]);
         c.set_parallel(true).unwrap();
         (c, [on_a, on_b])
