@@ -226,6 +226,8 @@ pub struct IdsApp {
     inspected: u64,
     alerted: u64,
     loose_full: u64,
+    /// S20 EXPERIMENT: how far past the delivered bytes an ACK is believed.
+    ack_ahead: u64,
     /// Flows not inspected because `inspect_flows` were inspected already.
     inspect_full: u64,
 }
@@ -425,6 +427,10 @@ impl IdsApp {
             alerted: 0,
             loose_full: 0,
             inspect_full: 0,
+            ack_ahead: std::env::var("CATENA_S20_ACK_AHEAD")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
         }
     }
 
@@ -731,17 +737,20 @@ impl IdsApp {
             } else if tracked {
                 let dir = usize::from(ev.dir);
                 // Where this packet's ACK puts the other direction's stream: the stack's
-                // sequence number of that stream's first byte is next_seq - delivered.
-                let other = cx.conn(ev.flow).map(|k| {
-                    let base = k
-                        .next_seq(1 - dir)
-                        .wrapping_sub(k.delivered(1 - dir) as u32);
-                    (d.tcp_ack.wrapping_sub(base), k.delivered(1 - dir))
-                });
+                // sequence number of that stream's first byte is next_seq - delivered,
+                // both as of this packet (not the batch's end: alerts must not depend on
+                // where batches are cut).
+                let other = cx
+                    .stream_after_packet(ev, 1 - dir)
+                    .map(|(next, delivered)| {
+                        let base = next.wrapping_sub(delivered as u32);
+                        (d.tcp_ack.wrapping_sub(base), delivered)
+                    });
+                let ahead = self.ack_ahead;
                 let c = self.conn(ev.flow);
                 if let Some((rel, delivered)) = other.filter(|_| ack && c.seen[1 - dir]) {
                     // A FIN counts one sequence number; an ACK beyond it is not believed.
-                    if u64::from(rel) <= delivered + 1 {
+                    if u64::from(rel) <= delivered + 1 + ahead {
                         c.acked[1 - dir] = c.acked[1 - dir].max(u64::from(rel));
                     }
                 }
