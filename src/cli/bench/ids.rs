@@ -21,8 +21,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use catena::io::Trace;
-use catena::packet::LinkKind;
 use catena::nfs::ids::{RuleSet, Vars};
+use catena::packet::LinkKind;
 use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
 
 use super::{median, print_table, traces, write_results, Args};
@@ -50,6 +50,13 @@ struct Row {
     autofp_one_s: f64,
     autofp_s: f64,
     autofp_alerts: u64,
+    /// The same in CPU seconds (user + system, every thread): catena's window, and whole
+    /// minus one-packet for catena and Suricata single.
+    catena_cpu_window_s: f64,
+    catena_cpu_s: f64,
+    single_cpu_s: f64,
+    /// Suricata single ÷ catena, CPU whole − one-packet on both sides.
+    ratio_single_cpu: f64,
     /// Quartiles of the per-run (whole − one-packet) differences, to show the noise.
     catena_sub_q: (f64, f64),
     single_q: (f64, f64),
@@ -61,6 +68,17 @@ struct Row {
     ratio_autofp: f64,
     /// Whole process ÷ whole process (single).
     ratio_process: f64,
+}
+
+/// CPU time (user + system) of `who` (`RUSAGE_SELF`, or `RUSAGE_CHILDREN`: the children
+/// waited for so far), seconds. Unlike the wall clock it does not grow with what other
+/// processes on a loaded machine run meanwhile.
+fn cpu_s(who: libc::c_int) -> f64 {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(who, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// The `q`-quantile (0..=1) of `v` (nearest rank).
@@ -89,7 +107,9 @@ fn shift_packet(p: &mut [u8], link: LinkKind, c: u8) {
         ),
     };
     while matches!(et, Some(0x8100 | 0x88a8)) {
-        et = p.get(off + 2..off + 4).map(|b| u16::from_be_bytes([b[0], b[1]]));
+        et = p
+            .get(off + 2..off + 4)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]));
         off += 4;
     }
     let Some(ip) = p.get_mut(off..) else { return };
@@ -303,16 +323,21 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         // Whole processes on the trace and on one packet, interleaved, for catena, Suricata
         // single and autofp; plus catena's own window.
         let mut window = Vec::new();
+        let mut cpu_window = Vec::new();
+        let mut cpu_whole: [Vec<f64>; 2] = Default::default();
+        let mut cpu_start: [Vec<f64>; 2] = Default::default();
         let mut whole: [Vec<f64>; 3] = Default::default();
         let mut start: [Vec<f64>; 3] = Default::default();
         let mut alerts = [0u64; 3];
         for _ in 0..a.runs {
             let mut r = Runner::new(Chain::from_config(&cfg)?, trace.max_packet_len());
+            let c0 = cpu_s(libc::RUSAGE_SELF);
             let s = r.run(&trace, &RunOptions::default(), &mut NoProgress)?;
+            cpu_window.push(cpu_s(libc::RUSAGE_SELF) - c0);
             window.push(s.seconds);
             drop(r);
             for (j, input) in [&pcap, &one].into_iter().enumerate() {
-                let w = Instant::now();
+                let (w, c0) = (Instant::now(), cpu_s(libc::RUSAGE_CHILDREN));
                 let o = Command::new(std::env::current_exe()?)
                     .arg("run")
                     .arg(&chain_file)
@@ -323,24 +348,32 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                     anyhow::bail!("catena run: {}", String::from_utf8_lossy(&o.stderr).trim());
                 }
                 let t = w.elapsed().as_secs_f64();
+                let cpu = cpu_s(libc::RUSAGE_CHILDREN) - c0;
                 if j == 0 {
                     whole[0].push(t);
+                    cpu_whole[0].push(cpu);
                     alerts[0] = lines(&eve);
                 } else {
                     start[0].push(t);
+                    cpu_start[0].push(cpu);
                 }
             }
             for (m, mode) in ["single", "autofp"].iter().enumerate() {
+                let c0 = cpu_s(libc::RUSAGE_CHILDREN);
                 let (w, n) = suricata(&pcap, &rules_path, &tmp, mode)?;
+                let c1 = cpu_s(libc::RUSAGE_CHILDREN);
                 let (s, _) = suricata(&one, &rules_path, &tmp, mode)?;
+                if m == 0 {
+                    cpu_whole[1].push(c1 - c0);
+                    cpu_start[1].push(cpu_s(libc::RUSAGE_CHILDREN) - c1);
+                }
                 whole[1 + m].push(w);
                 start[1 + m].push(s);
                 alerts[1 + m] = n;
             }
         }
-        let diffs = |m: usize| -> Vec<f64> {
-            whole[m].iter().zip(&start[m]).map(|(w, s)| w - s).collect()
-        };
+        let diffs =
+            |m: usize| -> Vec<f64> { whole[m].iter().zip(&start[m]).map(|(w, s)| w - s).collect() };
         let q = |m: usize| (quantile(&diffs(m), 0.25), quantile(&diffs(m), 0.75));
         let (catena_sub_q, single_q) = (q(0), q(1));
         let c = median(&mut window);
@@ -348,6 +381,9 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         let [c1, s1, a1] = start.map(|mut v| median(&mut v));
         let sub = |w: f64, o: f64| (w - o).max(1e-6);
         let (cs, ss, aus) = (sub(cp, c1), sub(sp, s1), sub(ap, a1));
+        let [ccw, scw] = cpu_whole.map(|mut v| median(&mut v));
+        let [cc1, sc1] = cpu_start.map(|mut v| median(&mut v));
+        let (ccpu, scpu) = (sub(ccw, cc1), sub(scw, sc1));
         rows.push(Row {
             trace: name.clone(),
             packets,
@@ -366,6 +402,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             autofp_one_s: a1,
             autofp_s: aus,
             autofp_alerts: alerts[2],
+            catena_cpu_window_s: median(&mut cpu_window),
+            catena_cpu_s: ccpu,
+            single_cpu_s: scpu,
+            ratio_single_cpu: scpu / ccpu,
             catena_sub_q,
             single_q,
             ratio_single: ss / cs,
@@ -393,6 +433,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "catena proc s",
         "single proc s",
         "x proc",
+        "catena cpu window s",
+        "catena cpu whole-one s",
+        "single cpu whole-one s",
+        "x single cpu",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -415,6 +459,10 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 format!("{:.3}", r.catena_process_s),
                 format!("{:.3}", r.single_process_s),
                 format!("{:.2}", r.ratio_process),
+                format!("{:.3}", r.catena_cpu_window_s),
+                format!("{:.3}", r.catena_cpu_s),
+                format!("{:.3}", r.single_cpu_s),
+                format!("{:.2}", r.ratio_single_cpu),
             ]
         })
         .collect();
