@@ -11,7 +11,7 @@
 //! its own events.
 
 use super::conn::{Conn, MAX_APPS};
-use super::event::{Bytes, Event, FlowId, Kind, Kinds, FROM_STACK, NO_PKT};
+use super::event::{Bytes, Event, FlowId, Kind, Kinds, FROM_STACK, NO_FLOW, NO_PKT};
 use super::queue::Queue;
 use super::splice::Splice;
 use super::tracker::{Level, Stack};
@@ -139,6 +139,19 @@ impl Ctx<'_> {
         let reason = self.reason.saturating_add(k);
         if let Some(p) = self.packet(ev) {
             p.meta_mut().verdict = Verdict::Drop(reason);
+        }
+    }
+
+    /// Stream `dir` of the connection of the event's packet as the stack left it just
+    /// after taking that packet: (next sequence number, bytes delivered). [`Ctx::conn`]
+    /// shows the connection after the whole batch.
+    pub fn stream_after_packet(&self, ev: &Event, dir: usize) -> Option<(u32, u64)> {
+        let i = usize::from(ev.pkt);
+        match self.q.pkt_flow.get(i) {
+            Some(&(f, _)) if f == ev.flow && f != NO_FLOW => {
+                self.q.pkt_streams.get(i).and_then(|s| s.get(dir)).copied()
+            }
+            _ => None,
         }
     }
 

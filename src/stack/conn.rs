@@ -32,6 +32,9 @@ pub struct Conn {
     /// Bytes were still waiting behind a hole when the flow ended (data the capture
     /// lost), per direction.
     pub(crate) hole_at_end: [bool; 2],
+    /// The stack's count of flows before this one: flows that end together (an idle
+    /// sweep, the end of the run) end in the order they began, not the table's.
+    pub(crate) serial: u64,
 }
 
 impl Conn {
@@ -50,6 +53,7 @@ impl Conn {
             duplicate_bytes: [0; 2],
             splice: None,
             hole_at_end: [false; 2],
+            serial: 0,
         }
     }
 

@@ -9,6 +9,11 @@ pub struct Queue {
     pub(crate) arena: Vec<u8>,
     /// The flow and direction of each packet of the batch (for the splice pass).
     pub(crate) pkt_flow: Vec<(FlowId, u8)>,
+    /// Each tracked packet's connection streams just after the stack took it: (next
+    /// sequence number, bytes delivered) per direction. Apps handle events after the
+    /// whole batch, when the streams may be further on; this keeps what they judge by a
+    /// packet independent of where the batch ends.
+    pub(crate) pkt_streams: Vec<[(u32, u64); 2]>,
     /// Kinds some app may want: the stack makes no others.
     pub(crate) want: Kinds,
     /// Room the stack keeps free for one packet's events and bytes.
@@ -27,6 +32,7 @@ impl Queue {
             events: Vec::with_capacity(1024),
             arena: Vec::with_capacity(4 * reserve_bytes),
             pkt_flow: Vec::with_capacity(4 * crate::packet::MAX_BATCH),
+            pkt_streams: Vec::with_capacity(4 * crate::packet::MAX_BATCH),
             want,
             reserve_events: 512,
             reserve_bytes,
@@ -55,6 +61,8 @@ impl Queue {
         self.clear();
         self.pkt_flow.clear();
         self.pkt_flow.resize(n, (NO_FLOW, 0));
+        self.pkt_streams.clear();
+        self.pkt_streams.resize(n, [(0, 0); 2]);
     }
 
     #[inline]

@@ -119,6 +119,8 @@ pub struct Stack {
     /// (the others' are `initial` for every flow, so delivery skips the flow lookup).
     pub(crate) per_flow: [bool; MAX_APPS],
     next_sweep_ns: u64,
+    /// Flows begun so far ([`Conn`]'s `serial`).
+    serial: u64,
     /// Skip holes the receiver acknowledged (data the capture missed) and go on
     /// delivering after them, the hole's length in the data event's `info`: set when
     /// every app that takes bytes accepts that ([`super::App::accepts_gaps`]).
@@ -142,6 +144,7 @@ impl Stack {
             initial: [Kinds::NONE; MAX_APPS],
             per_flow: [false; MAX_APPS],
             next_sweep_ns: 0,
+            serial: 0,
             skip_holes: false,
             tunnels: false,
             stats: StackStats::default(),
@@ -230,6 +233,8 @@ impl Stack {
             self.next_sweep_ns = now + t / 4;
         }
         let mut gone = std::mem::take(&mut self.expired);
+        // In the order the flows began (the table's order varies with its hash keys).
+        gone.sort_unstable_by_key(|&f| self.conns[f as usize].serial);
         for f in gone.drain(..) {
             self.end(f, EndReason::Idle, NO_PKT, q);
             self.retired.push(f);
@@ -239,7 +244,10 @@ impl Stack {
 
     /// Ends every open connection (the run is over).
     pub fn finish(&mut self, q: &mut Queue) {
-        let open: Vec<FlowId> = self.table.drain().map(|(_, f)| f).collect();
+        let mut open: Vec<FlowId> = self.table.drain().map(|(_, f)| f).collect();
+        // In the order the flows began, so two runs write the same records in the same
+        // order (the table's order varies with its hash keys).
+        open.sort_unstable_by_key(|&f| self.conns[f as usize].serial);
         for f in open {
             self.end(f, EndReason::Final, NO_PKT, q);
             self.retired.push(f);
@@ -414,7 +422,9 @@ impl Stack {
                 } else {
                     (key, TcpState::Established)
                 };
-                let c = Conn::new(ck, state, now, &self.initial);
+                let mut c = Conn::new(ck, state, now, &self.initial);
+                c.serial = self.serial;
+                self.serial += 1;
                 let slot = match self.free.pop() {
                     Some(s) => {
                         self.conns[s as usize] = c;
@@ -454,6 +464,8 @@ impl Stack {
         let dir = usize::from(key != c.key);
         c.packets[dir] += 1;
         q.pkt_flow[idx as usize] = (f, dir as u8);
+        q.pkt_streams[idx as usize] =
+            [0, 1].map(|d| (c.streams[d].next_seq(), c.streams[d].delivered()));
         let old = c.state;
         // With Suricata's semantics (`skip_holes`), a segment its handshake checks refuse
         // moves nothing and carries no bytes (a SYN never answered, a pickup whose ACKs
@@ -614,6 +626,9 @@ impl Stack {
                     });
                 }
             }
+        }
+        if let Some(v) = q.pkt_streams.get_mut(idx as usize) {
+            *v = [0, 1].map(|d| (c.streams[d].next_seq(), c.streams[d].delivered()));
         }
         if c.state == TcpState::Closed {
             let why = if fl & flags::RST != 0 {

@@ -5,8 +5,14 @@
 //! Peer: `suricata -c examples/ids/suricata-alerts-only.yaml` (EVE alert records only)
 //! with `-k none`, `stream.midstream=true`, `packet-alert-max=255`,
 //! `stream.reassembly.randomize-chunk-size=no` (the chunks our stream inspection uses), in `--runmode single`
-//! and `autofp`; its start-up and rule loading (the same command on a one-packet trace)
-//! is subtracted for its processing time. Alert counts are printed beside the times.
+//! and `autofp`. Processing is timed the same way on both sides: the whole process minus
+//! the same command on a one-packet capture (start-up and rule loading), each the median
+//! of the interleaved runs; the spread of those runs is printed beside. Alert counts are
+//! printed beside the times.
+//!
+//! A trace named `PATH*K` is PATH replayed K times into one capture, each copy its own
+//! flows (see [`copies`]): a short capture's work then stands above the start-up noise
+//! of the subtraction, and its alerts must scale K-fold on both sides.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,6 +22,7 @@ use serde::Serialize;
 
 use catena::io::Trace;
 use catena::nfs::ids::{RuleSet, Vars};
+use catena::packet::LinkKind;
 use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
 
 use super::{median, print_table, traces, write_results, Args};
@@ -25,23 +32,205 @@ struct Row {
     trace: String,
     packets: u64,
     rules: usize,
-    /// Processing: first packet to flushed EVE file.
+    runs: u64,
+    /// Catena's timed window: first packet to flushed EVE file (in this process).
     catena_s: f64,
-    /// The whole `catena run` process (rule loading included).
+    /// The whole `catena run` process (rule loading included), and on one packet.
     catena_process_s: f64,
+    catena_one_s: f64,
+    /// Whole minus one-packet (medians): timed as Suricata's processing is.
+    catena_sub_s: f64,
     catena_alerts: u64,
-    /// Suricata single-threaded: whole process, and with start-up subtracted.
+    /// Suricata single-threaded: whole process, on one packet, and the difference.
     single_process_s: f64,
+    single_one_s: f64,
     single_s: f64,
     single_alerts: u64,
     autofp_process_s: f64,
+    autofp_one_s: f64,
     autofp_s: f64,
     autofp_alerts: u64,
-    /// Suricata single processing time ÷ catena processing time.
+    /// The same in CPU seconds (user + system, every thread): catena's window, and whole
+    /// minus one-packet for catena and Suricata single.
+    catena_cpu_window_s: f64,
+    catena_cpu_s: f64,
+    single_cpu_s: f64,
+    /// Suricata single ÷ catena, CPU whole − one-packet on both sides.
+    ratio_single_cpu: f64,
+    /// Quartiles of the per-run (whole − one-packet) differences, to show the noise.
+    catena_sub_q: (f64, f64),
+    single_q: (f64, f64),
+    /// Suricata single (whole − one) ÷ catena (whole − one): the headline, both sides
+    /// timed the same way.
     ratio_single: f64,
+    /// Suricata single (whole − one) ÷ catena's timed window.
+    ratio_window: f64,
     ratio_autofp: f64,
     /// Whole process ÷ whole process (single).
     ratio_process: f64,
+}
+
+/// CPU time (user + system) of `who` (`RUSAGE_SELF`, or `RUSAGE_CHILDREN`: the children
+/// waited for so far), seconds. Unlike the wall clock it does not grow with what other
+/// processes on a loaded machine run meanwhile.
+fn cpu_s(who: libc::c_int) -> f64 {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(who, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The `q`-quantile (0..=1) of `v` (nearest rank).
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return 0.0;
+    }
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Shifts the addresses of one packet by `c` (see [`copies`]); checksums follow.
+fn shift_packet(p: &mut [u8], link: LinkKind, c: u8) {
+    let (mut off, mut et) = match link {
+        LinkKind::Ethernet => (14, p.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]))),
+        LinkKind::LinuxSll => (16, p.get(14..16).map(|b| u16::from_be_bytes([b[0], b[1]]))),
+        LinkKind::LinuxSll2 => (20, p.get(0..2).map(|b| u16::from_be_bytes([b[0], b[1]]))),
+        LinkKind::RawIp => (
+            0,
+            match p.first().map(|b| b >> 4) {
+                Some(4) => Some(0x0800),
+                Some(6) => Some(0x86dd),
+                _ => None,
+            },
+        ),
+    };
+    while matches!(et, Some(0x8100 | 0x88a8)) {
+        et = p
+            .get(off + 2..off + 4)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]));
+        off += 4;
+    }
+    let Some(ip) = p.get_mut(off..) else { return };
+    match et {
+        Some(0x0800) => shift_v4(ip, c, true),
+        Some(0x86dd) => shift_v6(ip, c),
+        _ => {}
+    }
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// Adds `c` to the third byte of both IPv4 addresses (a /16 stays a /16, so `$HOME_NET`
+/// still holds), with the IP and TCP/UDP checksums updated (RFC 1624); an ICMP error's
+/// quoted header is shifted too, so it still names its copy's flow.
+fn shift_v4(ip: &mut [u8], c: u8, outer: bool) {
+    use catena::packet::checksum::update16;
+    if ip.len() < 20 || ip[0] >> 4 != 4 {
+        return;
+    }
+    let ihl = usize::from(ip[0] & 0xf) * 4;
+    if ihl < 20 || ip.len() < ihl {
+        return;
+    }
+    let mut sum = be16(ip, 10);
+    let mut changes = [(0u16, 0u16); 2];
+    for (k, a) in [12usize, 16].into_iter().enumerate() {
+        let old = be16(ip, a + 2);
+        ip[a + 2] = ip[a + 2].wrapping_add(c);
+        let new = be16(ip, a + 2);
+        sum = update16(sum, old, new);
+        changes[k] = (old, new);
+    }
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    if be16(ip, 6) & 0x1fff != 0 {
+        return;
+    }
+    let proto = ip[9];
+    let l4 = &mut ip[ihl..];
+    let at = match proto {
+        6 => 16,
+        17 => 6,
+        1 if outer && l4.len() > 8 && matches!(l4[0], 3 | 4 | 5 | 11 | 12) => {
+            // The quoted header: shifted, and the ICMP checksum (no pseudo-header) follows.
+            let old = l4[8..].to_vec();
+            shift_v4(&mut l4[8..], c, false);
+            let s = catena::packet::checksum::update_bytes(be16(l4, 2), &old, &l4[8..]);
+            l4[2..4].copy_from_slice(&s.to_be_bytes());
+            return;
+        }
+        _ => return,
+    };
+    if l4.len() < at + 2 {
+        return;
+    }
+    let mut s = be16(l4, at);
+    if proto == 17 && s == 0 {
+        return; // no UDP checksum
+    }
+    for (o, n) in changes {
+        s = update16(s, o, n);
+    }
+    if proto == 17 && s == 0 {
+        s = 0xffff;
+    }
+    l4[at..at + 2].copy_from_slice(&s.to_be_bytes());
+}
+
+/// Adds `c` to the sixth byte of both IPv6 addresses (prefixes up to /40 hold), with the
+/// TCP/UDP/ICMPv6 checksum updated when it follows the fixed header.
+fn shift_v6(ip: &mut [u8], c: u8) {
+    use catena::packet::checksum::update16;
+    if ip.len() < 40 {
+        return;
+    }
+    let mut changes = [(0u16, 0u16); 2];
+    for (k, a) in [8usize, 24].into_iter().enumerate() {
+        let old = be16(ip, a + 4);
+        ip[a + 5] = ip[a + 5].wrapping_add(c);
+        changes[k] = (old, be16(ip, a + 4));
+    }
+    let at = match ip[6] {
+        6 => 16,
+        17 => 6,
+        58 => 2,
+        _ => return,
+    };
+    let l4 = &mut ip[40..];
+    if l4.len() < at + 2 {
+        return;
+    }
+    let mut s = be16(l4, at);
+    for (o, n) in changes {
+        s = update16(s, o, n);
+    }
+    l4[at..at + 2].copy_from_slice(&s.to_be_bytes());
+}
+
+/// `t` replayed `k` times into one capture. Copy `c` (0-based) has `c` added to one byte of
+/// every address (the third of an IPv4 one) so that its flows are new, and its times `c`
+/// microseconds later; the copies are interleaved by time (a stable sort, so each copy
+/// keeps its packets' order on a capture whose times never go back), so every copy keeps
+/// its own timing and timeouts. The alerts of a copy are the original's, so both sides'
+/// counts must be `k` times the original's.
+pub fn copies(t: &Trace, k: usize) -> Trace {
+    let mut all: Vec<(u64, Vec<u8>)> = Vec::with_capacity(t.len() * k);
+    for c in 0..k {
+        for i in 0..t.len() {
+            let mut p = t.packet(i).to_vec();
+            shift_packet(&mut p, t.link(), c as u8);
+            all.push((t.record(i).ts_ns + c as u64 * 1_000, p));
+        }
+    }
+    all.sort_by_key(|(ts, _)| *ts);
+    Trace::from_packets(
+        t.link(),
+        t.header(),
+        all.iter().map(|(ts, p)| (*ts, p.as_slice())),
+    )
 }
 
 /// The checked-in rule file: the in-scope suricata-verify rules plus a few common ones.
@@ -76,8 +265,13 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     }
     let n_rules = set.len();
     drop(set);
+    // By default the two traces of the target; 1kxun (1,723 packets) also replayed 20
+    // times, the figure that resolves it (docs/ids.md, "Session 20").
     let names = if a.traces.is_empty() {
-        vec!["merged".to_string()]
+        let kx = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/datasets/ndpi/pcap/1kxun.pcap");
+        let kx = kx.display();
+        vec!["merged".to_string(), format!("{kx}*20"), kx.to_string()]
     } else {
         a.traces.clone()
     };
@@ -90,14 +284,32 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     let cfg = ChainConfig::parse(&chain_text(&rules_abs, &eve), "bench-ids")?;
     let mut rows = Vec::new();
     for name in &names {
-        let trace = traces::load(name, a.scale)?;
-        let pcap = match name.as_str() {
-            "merged" => traces::merged_path(),
-            n if Path::new(n).exists() => PathBuf::from(n),
-            _ => {
-                let p = tmp.join(format!("{name}.pcap"));
-                trace.write_pcap(&p)?;
-                p
+        // `PATH*K`: PATH replayed K times (see `copies`).
+        let (base, k) = match name.rsplit_once('*') {
+            Some((b, k)) => (
+                b,
+                k.parse::<usize>()
+                    .ok()
+                    .filter(|k| (1..=255).contains(k))
+                    .ok_or_else(|| anyhow::anyhow!("{name}: copies must be 1..=255"))?,
+            ),
+            None => (name.as_str(), 1),
+        };
+        let mut trace = traces::load(base, a.scale)?;
+        let pcap = if k > 1 {
+            trace = copies(&trace, k);
+            let p = tmp.join(format!("copies-{k}.pcap"));
+            trace.write_pcap(&p)?;
+            p
+        } else {
+            match base {
+                "merged" => traces::merged_path(),
+                n if Path::new(n).exists() => PathBuf::from(n),
+                _ => {
+                    let p = tmp.join(format!("{base}.pcap"));
+                    trace.write_pcap(&p)?;
+                    p
+                }
             }
         };
         let packets = trace.len() as u64;
@@ -108,49 +320,97 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             std::iter::once((0u64, trace.packet(0))),
         )
         .write_pcap(&one)?;
-        let mut t: [Vec<f64>; 6] = Default::default();
+        // Whole processes on the trace and on one packet, interleaved, for catena, Suricata
+        // single and autofp; plus catena's own window.
+        let mut window = Vec::new();
+        let mut cpu_window = Vec::new();
+        let mut cpu_whole: [Vec<f64>; 2] = Default::default();
+        let mut cpu_start: [Vec<f64>; 2] = Default::default();
+        let mut whole: [Vec<f64>; 3] = Default::default();
+        let mut start: [Vec<f64>; 3] = Default::default();
         let mut alerts = [0u64; 3];
         for _ in 0..a.runs {
             let mut r = Runner::new(Chain::from_config(&cfg)?, trace.max_packet_len());
+            let c0 = cpu_s(libc::RUSAGE_SELF);
             let s = r.run(&trace, &RunOptions::default(), &mut NoProgress)?;
-            t[0].push(s.seconds);
+            cpu_window.push(cpu_s(libc::RUSAGE_SELF) - c0);
+            window.push(s.seconds);
             drop(r);
-            alerts[0] = lines(&eve);
-            let w = Instant::now();
-            let o = Command::new(std::env::current_exe()?)
-                .arg("run")
-                .arg(&chain_file)
-                .arg("-i")
-                .arg(&pcap)
-                .output()?;
-            if !o.status.success() {
-                anyhow::bail!("catena run: {}", String::from_utf8_lossy(&o.stderr).trim());
+            for (j, input) in [&pcap, &one].into_iter().enumerate() {
+                let (w, c0) = (Instant::now(), cpu_s(libc::RUSAGE_CHILDREN));
+                let o = Command::new(std::env::current_exe()?)
+                    .arg("run")
+                    .arg(&chain_file)
+                    .arg("-i")
+                    .arg(input)
+                    .output()?;
+                if !o.status.success() {
+                    anyhow::bail!("catena run: {}", String::from_utf8_lossy(&o.stderr).trim());
+                }
+                let t = w.elapsed().as_secs_f64();
+                let cpu = cpu_s(libc::RUSAGE_CHILDREN) - c0;
+                if j == 0 {
+                    whole[0].push(t);
+                    cpu_whole[0].push(cpu);
+                    alerts[0] = lines(&eve);
+                } else {
+                    start[0].push(t);
+                    cpu_start[0].push(cpu);
+                }
             }
-            t[1].push(w.elapsed().as_secs_f64());
-            for (k, mode) in ["single", "autofp"].iter().enumerate() {
-                let (whole, n) = suricata(&pcap, &rules_path, &tmp, mode)?;
-                let (start, _) = suricata(&one, &rules_path, &tmp, mode)?;
-                t[2 + 2 * k].push(whole);
-                t[3 + 2 * k].push((whole - start).max(1e-6));
-                alerts[1 + k] = n;
+            for (m, mode) in ["single", "autofp"].iter().enumerate() {
+                let c0 = cpu_s(libc::RUSAGE_CHILDREN);
+                let (w, n) = suricata(&pcap, &rules_path, &tmp, mode)?;
+                let c1 = cpu_s(libc::RUSAGE_CHILDREN);
+                let (s, _) = suricata(&one, &rules_path, &tmp, mode)?;
+                if m == 0 {
+                    cpu_whole[1].push(c1 - c0);
+                    cpu_start[1].push(cpu_s(libc::RUSAGE_CHILDREN) - c1);
+                }
+                whole[1 + m].push(w);
+                start[1 + m].push(s);
+                alerts[1 + m] = n;
             }
         }
-        let [c, cp, sp, s, ap, au] = t.map(|mut v| median(&mut v));
+        let diffs =
+            |m: usize| -> Vec<f64> { whole[m].iter().zip(&start[m]).map(|(w, s)| w - s).collect() };
+        let q = |m: usize| (quantile(&diffs(m), 0.25), quantile(&diffs(m), 0.75));
+        let (catena_sub_q, single_q) = (q(0), q(1));
+        let c = median(&mut window);
+        let [cp, sp, ap] = whole.map(|mut v| median(&mut v));
+        let [c1, s1, a1] = start.map(|mut v| median(&mut v));
+        let sub = |w: f64, o: f64| (w - o).max(1e-6);
+        let (cs, ss, aus) = (sub(cp, c1), sub(sp, s1), sub(ap, a1));
+        let [ccw, scw] = cpu_whole.map(|mut v| median(&mut v));
+        let [cc1, sc1] = cpu_start.map(|mut v| median(&mut v));
+        let (ccpu, scpu) = (sub(ccw, cc1), sub(scw, sc1));
         rows.push(Row {
             trace: name.clone(),
             packets,
             rules: n_rules,
+            runs: a.runs,
             catena_s: c,
             catena_process_s: cp,
+            catena_one_s: c1,
+            catena_sub_s: cs,
             catena_alerts: alerts[0],
             single_process_s: sp,
-            single_s: s,
+            single_one_s: s1,
+            single_s: ss,
             single_alerts: alerts[1],
             autofp_process_s: ap,
-            autofp_s: au,
+            autofp_one_s: a1,
+            autofp_s: aus,
             autofp_alerts: alerts[2],
-            ratio_single: s / c.max(1e-9),
-            ratio_autofp: au / c.max(1e-9),
+            catena_cpu_window_s: median(&mut cpu_window),
+            catena_cpu_s: ccpu,
+            single_cpu_s: scpu,
+            ratio_single_cpu: scpu / ccpu,
+            catena_sub_q,
+            single_q,
+            ratio_single: ss / cs,
+            ratio_window: ss / c.max(1e-9),
+            ratio_autofp: aus / cs,
             ratio_process: sp / cp.max(1e-9),
         });
     }
@@ -158,18 +418,25 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     let header = [
         "trace",
         "packets",
-        "rules",
-        "catena s",
+        "catena window s",
+        "catena whole-one s",
+        "(q1-q3)",
         "catena alerts",
-        "single s",
+        "single whole-one s",
+        "(q1-q3)",
         "single alerts",
-        "autofp s",
+        "autofp whole-one s",
         "autofp alerts",
         "x single",
+        "x single/window",
         "x autofp",
         "catena proc s",
         "single proc s",
         "x proc",
+        "catena cpu window s",
+        "catena cpu whole-one s",
+        "single cpu whole-one s",
+        "x single cpu",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -177,18 +444,25 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             vec![
                 r.trace.clone(),
                 r.packets.to_string(),
-                r.rules.to_string(),
                 format!("{:.3}", r.catena_s),
+                format!("{:.3}", r.catena_sub_s),
+                format!("{:.3}-{:.3}", r.catena_sub_q.0, r.catena_sub_q.1),
                 r.catena_alerts.to_string(),
                 format!("{:.3}", r.single_s),
+                format!("{:.3}-{:.3}", r.single_q.0, r.single_q.1),
                 r.single_alerts.to_string(),
                 format!("{:.3}", r.autofp_s),
                 r.autofp_alerts.to_string(),
                 format!("{:.2}", r.ratio_single),
+                format!("{:.2}", r.ratio_window),
                 format!("{:.2}", r.ratio_autofp),
                 format!("{:.3}", r.catena_process_s),
                 format!("{:.3}", r.single_process_s),
                 format!("{:.2}", r.ratio_process),
+                format!("{:.3}", r.catena_cpu_window_s),
+                format!("{:.3}", r.catena_cpu_s),
+                format!("{:.3}", r.single_cpu_s),
+                format!("{:.2}", r.ratio_single_cpu),
             ]
         })
         .collect();
