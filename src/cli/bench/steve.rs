@@ -8,8 +8,11 @@
 
 use serde::Serialize;
 
+use std::time::Instant;
+
+use catena::flow::{LearnTable, Learned};
 use catena::io::{After, PcapHeader, Record, Source, Trace, TraceError, TraceSource};
-use catena::packet::LinkKind;
+use catena::packet::{LinkKind, MAX_BATCH};
 use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
 
 use super::{chart, median, print_table, traces, tsc, write_results, Args};
@@ -40,6 +43,25 @@ const APPS: &[(&str, &str)] = &[
         "[input]\nports = 5\n[[nf]]\nname = \"fw\"\nkind = \"firewall\"\n",
     ),
 ];
+
+/// Bench-only rows, no NF and no runtime: the least a learning switch must do. `learn-keys`
+/// runs the MAC switch's table alone (its capacity, no timeout, its batch's hash-and-
+/// prefetch pass) over the trace's (source, destination, ingress port) triples taken out
+/// beforehand into one array; `learn-in-place` reads the two addresses from each packet's
+/// bytes where the trace holds them, so it also pays for touching every packet. Neither
+/// stamps, queues, forwards or counts a packet: the runtime's share is `wire`'s.
+/// `learn-ahead` is `learn-in-place` with the next batch's header lines prefetched while
+/// this batch is worked on: what the packet bytes cost when their loads are started early.
+const IDEAL_KEYS: &str = "learn-keys";
+const IDEAL_IN_PLACE: &str = "learn-in-place";
+const IDEAL_AHEAD: &str = "learn-ahead";
+/// `--only prefetch` adds each asked app again with the runtime's ingest prefetch on.
+const PREFETCH_TAG: &str = "prefetch";
+/// `--only lookahead` adds each asked app again with the bench's source prefetching the
+/// next batch's header lines (see `Viewed`).
+const LOOKAHEAD_TAG: &str = "lookahead";
+/// The MAC switch's default capacity (`mac_switch.rs`).
+const IDEAL_CAPACITY: usize = 65_536;
 
 /// The thesis' Mpps per app (measured on 4SICS); the target is ten times these.
 const THESIS_MPPS: &[(&str, f64)] = &[
@@ -111,36 +133,59 @@ const MIN_PACKETS: u64 = 3_000_000;
 
 /// A pass over a trace that lasts the whole process, whose packets the runner views in
 /// place as it views a mapped pcap's (`Source::lasting`).
-struct Viewed(TraceSource<'static>, &'static [u8]);
+/// With `ahead` (bench-only `lookahead` rows) each chunk handed out also starts loading
+/// the header lines of the next chunk's packets, as a runtime that prefetched a batch ahead
+/// would: what that change would be worth, measured without making it in the runtime.
+struct Viewed {
+    src: TraceSource<'static>,
+    bytes: &'static [u8],
+    records: &'static [Record],
+    ahead: bool,
+}
 
 impl Source for Viewed {
     fn link(&self) -> LinkKind {
-        self.0.link()
+        self.src.link()
     }
     fn header(&self) -> PcapHeader {
-        self.0.header()
+        self.src.header()
     }
     fn max_packet_len(&self) -> usize {
-        self.0.max_packet_len()
+        self.src.max_packet_len()
     }
     #[inline]
     fn next_chunk(&mut self, max: usize) -> (&[u8], &[Record], After) {
-        self.0.next_chunk(max)
+        let (bytes, recs, after) = self.src.next_chunk(max);
+        if self.ahead {
+            // The chunk is a slice of the trace's records: the next ones follow it.
+            let at = (recs.as_ptr() as usize - self.records.as_ptr() as usize)
+                / std::mem::size_of::<Record>();
+            let next = self.records.iter().skip(at + recs.len()).take(max);
+            for r in next {
+                // The line of the Ethernet header and the one of the IPv4 addresses and
+                // ports (bytes 26..38), which a packet not aligned to 64 may put on the next.
+                let o = r.off as usize;
+                for b in [o, o + 37].iter().filter_map(|&i| self.bytes.get(i)) {
+                    catena::flow::prefetch(b);
+                }
+            }
+        }
+        (bytes, recs, after)
     }
     fn rewind(&mut self) -> bool {
-        self.0.rewind()
+        self.src.rewind()
     }
     fn span_ns(&self) -> u64 {
-        self.0.span_ns()
+        self.src.span_ns()
     }
     fn records_hint(&self) -> u64 {
-        self.0.records_hint()
+        self.src.records_hint()
     }
     fn error(&self) -> Option<&TraceError> {
-        self.0.error()
+        self.src.error()
     }
     fn lasting(&self) -> Option<&'static [u8]> {
-        Some(self.1)
+        Some(self.bytes)
     }
 }
 
@@ -168,7 +213,13 @@ fn measure(
         let s = if app == COPY_FLOOR {
             r.run(trace, &opts, &mut NoProgress)?
         } else {
-            let mut src = Viewed(TraceSource::new(trace), trace.raw().0);
+            let (bytes, records) = trace.raw();
+            let mut src = Viewed {
+                src: TraceSource::new(trace),
+                bytes,
+                records,
+                ahead: app.ends_with(LOOKAHEAD_TAG),
+            };
             r.run_source(&mut src, &opts, &mut NoProgress)?
         };
         if i == 0 {
@@ -193,6 +244,108 @@ fn measure(
         forwarded: s.packets_out as f64 / pk.max(1.0),
         runs,
     })
+}
+
+/// The learning table's work for one batch: every key hashed and its slot prefetched, then
+/// learn source → port and look up destination, packet by packet (as `MacSwitch::process`).
+/// Returns the floods (misses), which the caller keeps so the work is not optimised away.
+#[inline(always)]
+fn learn_batch(t: &mut LearnTable<u64, u16>, keys: &[(u64, u64, u16)], full: &mut u64) -> u64 {
+    let mut hs = [(0u64, 0u64); MAX_BATCH];
+    for (&(s, d, _), h) in keys.iter().zip(hs.iter_mut()) {
+        *h = (t.hash(&s), t.hash(&d));
+        t.prefetch(h.0);
+        t.prefetch(h.1);
+    }
+    let mut floods = 0;
+    for (&(s, d, port), &(hs, hd)) in keys.iter().zip(hs.iter()) {
+        if t.learn_with_hash(s, hs, port, 0) == Learned::Full {
+            *full += 1;
+        }
+        floods += u64::from(t.get_with_hash(&d, hd, 0).is_none());
+    }
+    floods
+}
+
+/// The address at `o` of an Ethernet frame as the MAC switch keys it (low 48 bits).
+#[inline(always)]
+fn mac_at(b: &[u8], o: usize) -> u64 {
+    let mut k = [0u8; 8];
+    k[2..].copy_from_slice(&b[o..o + 6]);
+    u64::from_be_bytes(k)
+}
+
+/// One of the ideal rows: the trace replayed as often as the apps' rows replay it, a
+/// fresh table a run, median of `runs` after one untimed run.
+fn measure_ideal(app: &str, trace_name: &str, trace: &Trace, runs: u64, hz: f64) -> Row {
+    let loops = MIN_PACKETS.div_ceil(trace.len().max(1) as u64);
+    let (bytes, recs) = trace.raw();
+    // Ingress ports drawn as the runtime draws them (xorshift64, 5 ports).
+    let mut draw = 0x9e37_79b9_7f4a_7c15u64;
+    let mut port = move || {
+        draw ^= draw << 13;
+        draw ^= draw >> 7;
+        draw ^= draw << 17;
+        (((draw >> 32) * 5) >> 32) as u16
+    };
+    // Frames too short for two addresses are left out of both rows (the switch drops them).
+    let frames: Vec<(usize, u16)> = recs
+        .iter()
+        .filter(|r| r.caplen >= 14)
+        .map(|r| (r.off as usize, port()))
+        .collect();
+    let keys: Vec<(u64, u64, u16)> = frames
+        .iter()
+        .map(|&(o, p)| (mac_at(bytes, o + 6), mac_at(bytes, o), p))
+        .collect();
+    let mut samples = Vec::new();
+    let mut floods = 0u64;
+    let mut full = 0u64;
+    for i in 0..=runs {
+        let mut t = LearnTable::<u64, u16>::new(IDEAL_CAPACITY, 0);
+        let mut batch = [(0u64, 0u64, 0u16); MAX_BATCH];
+        let t0 = Instant::now();
+        for _ in 0..loops {
+            if app == IDEAL_KEYS {
+                for chunk in keys.chunks(MAX_BATCH) {
+                    floods += learn_batch(&mut t, chunk, &mut full);
+                }
+            } else {
+                for (c, chunk) in frames.chunks(MAX_BATCH).enumerate() {
+                    if app == IDEAL_AHEAD {
+                        let next = frames.iter().skip((c + 1) * MAX_BATCH).take(MAX_BATCH);
+                        for &(o, _) in next {
+                            catena::flow::prefetch(&bytes[o]);
+                        }
+                    }
+                    for (&(o, p), k) in chunk.iter().zip(batch.iter_mut()) {
+                        *k = (mac_at(bytes, o + 6), mac_at(bytes, o), p);
+                    }
+                    floods += learn_batch(&mut t, &batch[..chunk.len()], &mut full);
+                }
+            }
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        if i > 0 {
+            samples.push(secs);
+        }
+    }
+    std::hint::black_box((floods, full));
+    let secs = median(&mut samples).max(1e-9);
+    let pk = (frames.len() as u64 * loops) as f64;
+    Row {
+        app: app.into(),
+        trace: trace_name.into(),
+        packets: pk as u64,
+        loops,
+        mpps: pk / secs / 1e6,
+        data_rate_gbps: 0.0,
+        throughput_gbps: 0.0,
+        ns_per_packet: secs * 1e9 / pk.max(1.0),
+        cycles_per_packet: secs * hz / pk.max(1.0),
+        forwarded: 0.0,
+        runs,
+    }
 }
 
 fn table<'a>(rows: &[Row], first: &'a str) -> (Vec<&'a str>, Vec<Vec<String>>) {
@@ -254,6 +407,37 @@ fn run_grid(a: &Args, apps: &[(&str, &str)], name: &str, first: &str) -> anyhow:
             }
             rows.push(measure(app, text, &t, trace, a.runs, hz)?);
         }
+        if name == "steve" {
+            // Bench-only variants of the asked apps, only when asked by name: the
+            // runtime's ingest prefetch (`prefetch = 32`, off in the rows above), and a
+            // source that prefetches a batch ahead.
+            for tag in [PREFETCH_TAG, LOOKAHEAD_TAG] {
+                if !a.only.iter().any(|o| o == tag) {
+                    continue;
+                }
+                for (app, text) in &apps {
+                    let asked = a.only.iter().any(|o| {
+                        o != PREFETCH_TAG && o != LOOKAHEAD_TAG && app.contains(o.as_str())
+                    });
+                    if app.contains("floor") || !asked {
+                        continue;
+                    }
+                    let row = format!("{app} {tag}");
+                    let text = if tag == PREFETCH_TAG {
+                        format!("prefetch = {MAX_BATCH}\n{text}")
+                    } else {
+                        text.clone()
+                    };
+                    rows.push(measure(&row, &text, &t, trace, a.runs, hz)?);
+                }
+            }
+            // Only when asked by name: the ideal is a question about the machine, not an app.
+            for ideal in [IDEAL_KEYS, IDEAL_IN_PLACE, IDEAL_AHEAD] {
+                if a.only.iter().any(|o| ideal.contains(o.as_str())) {
+                    rows.push(measure_ideal(ideal, &t, trace, a.runs, hz));
+                }
+            }
+        }
     }
     let (header, body) = table(&rows, first);
     write_results(a, name, &header, &body, &rows)?;
@@ -284,6 +468,22 @@ pub fn apps(a: &Args) -> anyhow::Result<i32> {
                 println!(
                     "  {t}: wire {w:.1} ns/pkt = {:.2}× the view floor's {v:.1}; copy floor {c:.1}",
                     w / v
+                );
+            }
+        }
+        for t in traces::names(&a.traces) {
+            let get = |app: &str| {
+                rows.iter()
+                    .find(|r| r.app == app && r.trace == t)
+                    .map(|r| r.ns_per_packet)
+            };
+            if let (Some(w), Some(k)) = (get("wire"), get(IDEAL_KEYS)) {
+                let budget = 1e3 / (10.0 * THESIS_MPPS[1].1);
+                let place = get(IDEAL_IN_PLACE)
+                    .map_or(String::new(), |p| format!("; {IDEAL_IN_PLACE} {p:.1}"));
+                println!(
+                    "  {t}: ideal MAC switch = wire {w:.1} + {IDEAL_KEYS} {k:.1} = {:.1} ns/pkt against 10x the thesis' {budget:.1}{place}",
+                    w + k
                 );
             }
         }
