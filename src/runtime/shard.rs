@@ -63,7 +63,7 @@ pub struct Shards {
     /// every worker (shard_control.rs).
     control: Option<super::control::ControlPort>,
     /// Whether the workers of `run`/`run_in_place` copy their records into their own
-    /// queues; `None`: by the trace's mean packet size ([`Shards::queued`]).
+    /// queues; `None`: by the trace's mean packet size (`queued`).
     queue: Option<bool>,
 }
 
@@ -905,8 +905,9 @@ mod tests {
         }
     }
 
-    /// Frames of their own bytes and lengths (60–100 B), some in the big buffers, some
-    /// oversize (12 of 2,500 past 9,000 B), with time that falls twice every 300 records.
+    /// Frames of their own bytes and lengths (58–94 B; 12 of 3,000 B, in the big
+    /// buffers; 12 of 20,000 B, oversize past 9,000: 186 B on average), with time that
+    /// falls twice every 300 records.
     fn own_bytes_trace() -> Trace {
         let h = crate::io::PcapHeader::new(1, false);
         let frames: Vec<(u64, Vec<u8>)> = (0..2500u32)
