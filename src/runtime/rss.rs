@@ -240,6 +240,13 @@ impl Weights {
         w.1 += u64::from(caplen);
     }
 
+    /// Packets and bytes over every bucket and the frames without addresses.
+    fn totals(&self) -> (u64, u64) {
+        self.bucket
+            .iter()
+            .fold(self.none, |t, w| (t.0 + w.0, t.1 + w.1))
+    }
+
     fn merge(&mut self, o: &Weights) {
         for (a, b) in self.bucket.iter_mut().zip(&o.bucket) {
             a.0 += b.0;
@@ -282,9 +289,26 @@ pub const STEP: u32 = 1 << 31;
 /// Most records a sharded replay takes: a share entry's other bits.
 pub const MAX_RECORDS: usize = STEP as usize;
 
+/// The largest mean packet (bytes captured, over the table's sample) for which the
+/// in-memory replay's workers copy their records into their own queues ([`Queue`]);
+/// above it they read their packets where they lie in the trace, prefetched whole
+/// (`shard.rs`). The queue's copy costs in proportion to the bytes, its gain (each
+/// worker streams only its own packets) in proportion to the records: measured ahead
+/// on the 4sics profile (76 B) and behind on the merged trace (346 B), docs/micronf.md
+/// "Session 21"; the crossover between them is not measured. Three cache lines.
+pub const QUEUE_MAX_MEAN: u64 = 192;
+
+/// Whether workers should copy their records into their own queues, given the mean
+/// packet size of the trace ([`Placement::mean_caplen`]; see [`QUEUE_MAX_MEAN`]).
+pub fn queue_suits(mean_caplen: u64) -> bool {
+    mean_caplen <= QUEUE_MAX_MEAN
+}
+
 /// The table that maps buckets to workers.
 pub struct Placement {
     owner: [u8; BUCKETS],
+    /// The mean bytes captured a packet in the sample the table was balanced on.
+    mean: u64,
 }
 
 impl Placement {
@@ -292,21 +316,26 @@ impl Placement {
     pub fn of_trace(link: LinkKind, bytes: &[u8], recs: &[Record], workers: usize) -> Placement {
         let workers = workers.clamp(1, super::shard::MAX_WORKERS);
         let step = recs.len().div_ceil(SAMPLE).max(1);
-        let sample = recs
-            .iter()
-            .step_by(step)
-            .map(|r| (bucket_of(link, record(bytes, r)), r.caplen));
-        Placement {
-            owner: balance(sample, workers),
+        let mut w = Weights::default();
+        for r in recs.iter().step_by(step) {
+            w.add(bucket_of(link, record(bytes, r)), r.caplen);
         }
+        Placement::of_weights(&w, workers)
     }
 
     /// The table, balanced on weights taken elsewhere ([`weigh_file`]).
     pub fn of_weights(w: &Weights, workers: usize) -> Placement {
         let workers = workers.clamp(1, super::shard::MAX_WORKERS);
+        let (p, b) = w.totals();
         Placement {
-            owner: balance_weights(w, workers),
+            owner: balance(w, workers),
+            mean: b / p.max(1),
         }
+    }
+
+    /// The mean bytes captured a packet over the sample the table was balanced on.
+    pub fn mean_caplen(&self) -> u64 {
+        self.mean
     }
 
     /// The worker of a frame.
@@ -413,6 +442,11 @@ pub struct QueueRecord {
     pub median: u64,
     pub caplen: u32,
     pub wire_len: u32,
+    /// How many records from this one on (this one included) are plain, in a row: in
+    /// the worker's small buffers, no gap before them to step over one by one, not the
+    /// input's first or last record (0: this one is not). The ingest's passes take
+    /// that many at once without testing each record (`Walk::ingest_queue`).
+    pub plain: u32,
 }
 
 /// A worker's own records copied out of the trace into its own memory, as a NIC's RSS
@@ -429,8 +463,15 @@ pub struct Queue {
 
 impl Queue {
     /// The records `share` lists (entries as [`Shares::take`] gives them), their bytes
-    /// copied when they fit `max_packet`.
-    pub fn fill(bytes: &[u8], recs: &[Record], share: &[u32], max_packet: usize) -> Queue {
+    /// copied when they fit `max_packet`; `fits`: the most bytes the worker's small
+    /// buffers hold (a longer record is not [`QueueRecord::plain`]).
+    pub fn fill(
+        bytes: &[u8],
+        recs: &[Record],
+        share: &[u32],
+        max_packet: usize,
+        fits: usize,
+    ) -> Queue {
         let at = |e: u32| recs.get((e & !STEP) as usize);
         let size: usize = share
             .iter()
@@ -452,12 +493,27 @@ impl Queue {
             if r.caplen as usize <= max_packet {
                 q.bytes.extend_from_slice(record(bytes, r));
             }
+            let plain = r.caplen as usize <= fits.min(max_packet)
+                && e & STEP == 0
+                && i != 0
+                && i + 1 < recs.len();
             q.recs.push(QueueRecord {
                 ts_ns: r.ts_ns,
                 median,
                 caplen: r.caplen,
                 wire_len: r.wire_len,
+                plain: u32::from(plain),
             });
+        }
+        // Each plain record's run, counted from the end.
+        let mut run = 0u32;
+        for r in q.recs.iter_mut().rev() {
+            run = if r.plain == 0 {
+                0
+            } else {
+                run.saturating_add(1)
+            };
+            r.plain = run;
         }
         q
     }
@@ -597,16 +653,7 @@ fn median3(a: u64, b: u64, c: u64) -> u64 {
 /// packet has a fixed part and a part that grows with the bytes (copies, checksums,
 /// prefetching every line): on the merged trace, packets alone gave 50.0 % of the
 /// packets but 55.8 % of the bytes to one worker; both give 50.1 % and 51.1 %.
-fn balance(sample: impl Iterator<Item = (u16, u32)>, workers: usize) -> [u8; BUCKETS] {
-    let mut w = Weights::default();
-    for (b, caplen) in sample {
-        w.add(b, caplen);
-    }
-    balance_weights(&w, workers)
-}
-
-/// [`balance`] on weights already summed.
-fn balance_weights(w: &Weights, workers: usize) -> [u8; BUCKETS] {
+fn balance(w: &Weights, workers: usize) -> [u8; BUCKETS] {
     let mut owner = [0u8; BUCKETS];
     if workers <= 1 {
         return owner;

@@ -21,7 +21,7 @@ use std::time::Instant;
 use super::affinity::{allowed_cores, pin};
 use super::chain::{Chain, NodeKind};
 use super::counters::{NfSummary, Summary, WorkerSummary};
-use super::rss::{weigh_file, Placement, Queue, MAX_RECORDS};
+use super::rss::{queue_suits, weigh_file, Placement, Queue, MAX_RECORDS};
 use super::shard_control::Gate;
 use super::sink::seq_path;
 use super::worker::{NoProgress, Progress, RunOptions, Runner};
@@ -62,6 +62,9 @@ pub struct Shards {
     /// The control socket's commands, with more than one worker: applied at one cut in
     /// every worker (shard_control.rs).
     control: Option<super::control::ControlPort>,
+    /// Whether the workers of `run`/`run_in_place` copy their records into their own
+    /// queues; `None`: by the trace's mean packet size (`queued`).
+    queue: Option<bool>,
 }
 
 impl Shards {
@@ -91,7 +94,24 @@ impl Shards {
         Ok(Shards {
             runners,
             control: None,
+            queue: None,
         })
+    }
+
+    /// Test hook: the workers copy their records into their own queues (`true`) or read
+    /// them where they lie (`false`), whatever the trace's packet size.
+    #[doc(hidden)]
+    pub fn force_queue(&mut self, on: bool) {
+        self.queue = Some(on);
+    }
+
+    /// Whether these workers would copy their records of `trace` into their own queues
+    /// (see [`queued`]), in a replay whose loops' time shift does not wrap.
+    pub fn queues(&self, trace: &Trace) -> bool {
+        let (bytes, recs) = trace.raw();
+        let n = self.runners.len();
+        let placement = Placement::of_trace(trace.link(), bytes, recs, n);
+        n > 1 && queued(&self.runners[0], self.queue, &placement, false)
     }
 
     pub fn workers(&self) -> usize {
@@ -227,6 +247,7 @@ impl Shards {
         opts: &RunOptions,
         progress: &mut dyn Progress,
     ) -> anyhow::Result<Summary> {
+        let queue = self.queue;
         let mut runners = self.runners;
         let control = self.control;
         let n = runners.len();
@@ -234,8 +255,6 @@ impl Shards {
             return runners[0].run(trace, opts, progress);
         }
         let cores = cores_for(n);
-        // Pipelined prefetching asked for: the packets stay in the trace, where it applies.
-        let asked = runners[0].walk.prefetch > 0;
         let started = Instant::now();
         let (bytes, recs) = trace.raw();
         if recs.len() > MAX_RECORDS {
@@ -257,13 +276,14 @@ impl Shards {
             .is_none();
         // Gathered here (a copy of 4 bytes a record), each worker's list moved to it.
         let mut lists = shares.into_lists(wraps).into_iter();
-        // Each worker copies its records into its own memory first (`rss::Queue`, as a
-        // NIC's RSS fills each queue's ring) and streams them from there: a worker's
-        // packets in the trace lie between the others', so reading them in place pulls
-        // every cache line of the trace into each worker. Not for a trace the packets
-        // view in place (`lasting`), nor where the loops' time shift wraps (every entry
-        // is stepped then), nor with prefetching asked for.
-        let queued = lasting.is_none() && !wraps && !asked;
+        // Small packets: each worker copies its records into its own memory first
+        // (`rss::Queue`, as a NIC's RSS fills each queue's ring) and streams them from
+        // there: a worker's packets in the trace lie between the others', so reading
+        // them in place pulls every cache line of the trace into each worker. Large
+        // ones: read in place, prefetched whole, where the copy costs more than the
+        // scattered reads (`rss::QUEUE_MAX_MEAN`). The same either way for a trace the
+        // packets could view (`lasting`): a queued packet is a copy, as `--copy` makes.
+        let queued = queued(&runners[0], queue, &placement, wraps);
         if !queued {
             for r in &mut runners {
                 r.walk.prefetch = r.walk.prefetch.max(SHARD_PREFETCH);
@@ -305,7 +325,8 @@ impl Shards {
                             let t0 = Instant::now();
                             let cpu = thread_cpu_seconds();
                             let max = r.walk.pool.max_packet();
-                            let queue = queued.then(|| Queue::fill(bytes, recs, &share, max));
+                            let fits = r.walk.pool.small_max();
+                            let queue = queued.then(|| Queue::fill(bytes, recs, &share, max, fits));
                             let t = Instant::now();
                             // Its share: the records it owns, in input order.
                             let stepped = r.run_share(
@@ -352,6 +373,17 @@ impl Shards {
         retime_spans(&mut s, placing, &spans);
         Ok(s)
     }
+}
+
+/// Whether the workers of an indexed replay (`run`, `run_in_place`) copy their records
+/// into their own queues (`rss::Queue`) before their first packet: when the trace's
+/// packets are small on average ([`queue_suits`], unless `force`d), and not where the
+/// loops' time shift wraps (every entry is stepped then) nor when the chain asks for
+/// prefetching (it applies to packets read where they lie).
+fn queued(first: &Runner, force: Option<bool>, placement: &Placement, wraps: bool) -> bool {
+    let asked = first.walk.prefetch > 0;
+    let small = force.unwrap_or_else(|| queue_suits(placement.mean_caplen()));
+    small && !wraps && !asked
 }
 
 /// The cores to pin `n` workers to, with a warning when there are fewer cores than
@@ -873,14 +905,10 @@ mod tests {
         }
     }
 
-    /// Workers that copy their records into their own queues first (`rss::Queue`, the
-    /// in-memory replay) give every packet one worker's bytes, input position, clock
-    /// time and port: frames of their own bytes and lengths, some in the big buffers
-    /// (the queue's bytes read one by one after a chunk's passes), some oversize (not in
-    /// the queue), time that falls (gaps stepped one by one), 1 to 4 ports (the draw
-    /// left alone or stepped over the others' records), 2 and 3 workers, 2 loops.
-    #[test]
-    fn queued_workers_give_each_packet_one_worker_s_bytes_clock_and_port() {
+    /// Frames of their own bytes and lengths (58–94 B; 12 of 3,000 B, in the big
+    /// buffers; 12 of 20,000 B, oversize past 9,000: 186 B on average), with time that
+    /// falls twice every 300 records.
+    fn own_bytes_trace() -> Trace {
         let h = crate::io::PcapHeader::new(1, false);
         let frames: Vec<(u64, Vec<u8>)> = (0..2500u32)
             .map(|i| {
@@ -898,42 +926,155 @@ mod tests {
                 (ts, f)
             })
             .collect();
-        let trace = Trace::from_packets(
+        Trace::from_packets(
             LinkKind::Ethernet,
             h,
             frames.iter().map(|(t, f)| (*t, &f[..])),
-        );
-        let run = |workers: usize, ports: u16| {
-            let seen = std::sync::Arc::default();
-            let chains = (0..workers)
-                .map(|_| {
-                    let nf = Bytes(fragile().profile().clone(), std::sync::Arc::clone(&seen));
-                    Chain::linear(
-                        "t",
-                        ports,
-                        7,
-                        vec![("n".into(), Box::new(nf) as Box<dyn Nf>)],
-                    )
-                })
-                .collect();
-            let opts = RunOptions {
-                loops: 2,
-                ..RunOptions::default()
-            };
-            Shards::new(chains, 9000)
-                .unwrap()
-                .run(&trace, &opts, &mut NoProgress)
-                .unwrap();
-            let mut v = std::mem::take(&mut *seen.lock().unwrap());
-            v.sort_unstable();
-            v
+        )
+    }
+
+    /// Every packet's input position, clock time, port and bytes with `workers` workers
+    /// (`ports` ports, 2 loops), the queues forced on or off (`None`: by the rule), the
+    /// packets copied (`run`) or viewing the trace (`run_in_place`, `lasting`).
+    fn seen_bytes(
+        trace: &'static Trace,
+        workers: usize,
+        ports: u16,
+        queue: Option<bool>,
+        lasting: bool,
+    ) -> Vec<(u64, u64, u16, Vec<u8>)> {
+        let seen = std::sync::Arc::default();
+        let chains = (0..workers)
+            .map(|_| {
+                let nf = Bytes(fragile().profile().clone(), std::sync::Arc::clone(&seen));
+                Chain::linear(
+                    "t",
+                    ports,
+                    7,
+                    vec![("n".into(), Box::new(nf) as Box<dyn Nf>)],
+                )
+            })
+            .collect();
+        let opts = RunOptions {
+            loops: 2,
+            ..RunOptions::default()
         };
+        let mut sh = Shards::new(chains, 9000).unwrap();
+        if let Some(q) = queue {
+            sh.force_queue(q);
+        }
+        if lasting {
+            sh.run_in_place(trace, &opts, &mut NoProgress).unwrap();
+        } else {
+            sh.run(trace, &opts, &mut NoProgress).unwrap();
+        }
+        let mut v = std::mem::take(&mut *seen.lock().unwrap());
+        v.sort_unstable();
+        v
+    }
+
+    /// Workers that copy their records into their own queues first (`rss::Queue`, the
+    /// in-memory replay) give every packet one worker's bytes, input position, clock
+    /// time and port: frames of their own bytes and lengths, some in the big buffers
+    /// (the queue's bytes read one by one after a chunk's passes), some oversize (not in
+    /// the queue), time that falls (gaps stepped one by one), 1 to 4 ports (the draw
+    /// left alone or stepped over the others' records), 2 and 3 workers, 2 loops.
+    #[test]
+    fn queued_workers_give_each_packet_one_worker_s_bytes_clock_and_port() {
+        let trace: &'static Trace = Box::leak(Box::new(own_bytes_trace()));
         for ports in [1, 3, 4] {
-            let one = run(1, ports);
+            let one = seen_bytes(trace, 1, ports, None, false);
             assert_eq!(one.len(), 2 * (2500 - 12), "{ports} ports");
             for n in [2, 3] {
-                assert!(run(n, ports) == one, "{n} workers, {ports} ports");
+                let many = seen_bytes(trace, n, ports, Some(true), false);
+                assert!(many == one, "{n} workers, {ports} ports");
             }
+        }
+    }
+
+    /// Both ways a worker can read its packets (its own queue, or in place in the trace
+    /// with the whole-packet prefetch), on both replays (`run` copies every packet,
+    /// `run_in_place` lets packets view the trace: the `--loops` path, which had no
+    /// queue before session 21), give every packet one worker's bytes, position, clock
+    /// time and port, with 2 and 3 workers and 3 ports; and the rule's own choice too.
+    #[test]
+    fn queued_and_in_place_workers_give_one_worker_s_bytes_on_both_replays() {
+        let trace: &'static Trace = Box::leak(Box::new(own_bytes_trace()));
+        let one = seen_bytes(trace, 1, 3, None, false);
+        assert_eq!(one, seen_bytes(trace, 1, 3, None, true));
+        for n in [2, 3] {
+            for lasting in [false, true] {
+                for queue in [Some(true), Some(false), None] {
+                    let many = seen_bytes(trace, n, 3, queue, lasting);
+                    assert!(
+                        many == one,
+                        "{n} workers, queue {queue:?}, in place {lasting}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The workers copy their records into their own queues when the trace's packets
+    /// are at most `rss::QUEUE_MAX_MEAN` bytes on average (over the table's sample,
+    /// checked against every record's mean), and read them in place above: exactly at
+    /// the threshold and one byte past it, on the 4sics profile (76 B: queued) and the
+    /// merged capture (346 B: in place); never with one worker or when forced.
+    #[test]
+    fn the_queue_follows_the_trace_s_mean_packet_size() {
+        let sized = |len: usize| {
+            let h = crate::io::PcapHeader::new(1, false);
+            let frames: Vec<Vec<u8>> = (0..3000u32)
+                .map(|i| {
+                    let b = (i % 41) as u8;
+                    let mut f = ipv4([10, 0, 0, b], [10, 2, 0, b], 1000, 80);
+                    f.resize(len, 1);
+                    f
+                })
+                .collect();
+            Trace::from_packets(
+                LinkKind::Ethernet,
+                h,
+                frames.iter().enumerate().map(|(i, f)| (i as u64, &f[..])),
+            )
+        };
+        let shards = |n: usize| {
+            let chains = (0..n)
+                .map(|_| Chain::linear("t", 1, 1, vec![("n".into(), fragile())]))
+                .collect();
+            Shards::new(chains, 65_536).unwrap()
+        };
+        let max = crate::runtime::rss::QUEUE_MAX_MEAN as usize;
+        assert!(shards(2).queues(&sized(max)));
+        assert!(!shards(2).queues(&sized(max + 1)));
+        assert!(!shards(1).queues(&sized(64)));
+        let mut forced = shards(2);
+        forced.force_queue(true);
+        assert!(forced.queues(&sized(max + 1)));
+        forced.force_queue(false);
+        assert!(!forced.queues(&sized(64)));
+        // The sample's mean against every record's, on a generated and a real trace.
+        let mut o = crate::io::gen::GenOptions::profile(crate::io::gen::Profile::FourSics);
+        o.count = 90_989;
+        let sics = crate::io::gen::generate(&o).unwrap();
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/datasets/bench/ndpi-ether-merged.pcap"
+        );
+        let merged = Trace::open(Path::new(p)).ok();
+        for (t, small) in [(Some(&sics), true), (merged.as_ref(), false)] {
+            let Some(t) = t else {
+                eprintln!("skipped: {p} missing");
+                continue;
+            };
+            let (bytes, recs) = t.raw();
+            let all = recs.iter().map(|r| u64::from(r.caplen)).sum::<u64>() / recs.len() as u64;
+            let sample = Placement::of_trace(t.link(), bytes, recs, 2).mean_caplen();
+            assert!(
+                sample.abs_diff(all) * 50 <= all,
+                "sample {sample}, all {all}"
+            );
+            assert_eq!(shards(2).queues(t), small, "mean {all}");
         }
     }
 

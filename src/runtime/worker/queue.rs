@@ -18,9 +18,10 @@ impl Walk {
     /// `ingest`; returns the others' records stepped over one by one.
     ///
     /// In `ingest_all`'s three passes (the chunk's buffers taken at once, the clock and
-    /// the draw in locals) while the records are plain: in the small buffers, no gap to
-    /// step one by one, not the input's first or last record. From the first that is
-    /// not, one by one (`ingest_queue_each`).
+    /// the draw in locals) while the records are plain (`QueueRecord::plain`: in the
+    /// small buffers, no gap to step one by one, not the input's first or last record;
+    /// the queue counts their runs, so no record is tested here). From the first that
+    /// is not, one by one (`ingest_queue_each`).
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn ingest_queue(
@@ -57,21 +58,12 @@ impl Walk {
             ..
         } = self;
         let (shift, link) = (*shift, *link);
-        let n = recs.len();
-        let fits = pool.max_packet().min(pool.small_max());
         let entries = &share[ks.clone()];
         let facts = &q.recs[ks.clone()];
-        // 1. The plain records and their bytes.
-        let mut done = 0;
-        let mut bytes_in = 0usize;
-        for (&e, r) in entries.iter().zip(facts) {
-            let i = (e & !STEP) as usize;
-            if r.caplen as usize > fits || e & STEP != 0 || i == 0 || i + 1 >= n {
-                break;
-            }
-            bytes_in += r.caplen as usize;
-            done += 1;
-        }
+        // 1. The plain records (their run, counted when the queue was filled for this
+        // worker's pool: `Queue::fill`) and their bytes.
+        let done = facts.first().map_or(0, |r| (r.plain as usize).min(len));
+        let bytes_in: usize = facts[..done].iter().map(|r| r.caplen as usize).sum();
         let Some(all) = q.bytes.get(*off..*off + bytes_in) else {
             pool.give_back(&mut inbox[first], start);
             return self.ingest_queue_each(q, share, ks, off, recs, base, after);
