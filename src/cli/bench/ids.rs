@@ -5,10 +5,13 @@
 //! Peer: `suricata -c examples/ids/suricata-alerts-only.yaml` (EVE alert records only)
 //! with `-k none`, `stream.midstream=true`, `packet-alert-max=255`,
 //! `stream.reassembly.randomize-chunk-size=no` (the chunks our stream inspection uses), in `--runmode single`
-//! and `autofp`. Processing is timed the same way on both sides: the whole process minus
-//! the same command on a one-packet capture (start-up and rule loading), each the median
-//! of the interleaved runs; the spread of those runs is printed beside. Alert counts are
-//! printed beside the times.
+//! and `autofp`. The headline compares each program's own processing window (catena's,
+//! and Suricata's `time elapsed`, both with rule loading outside), minus its window on
+//! one packet in the same round, medians over at least [`MIN_ROUNDS`] interleaved rounds
+//! (docs/ids.md, "Session 21": rule loading, where Suricata's one-packet runs varied, is
+//! outside both windows). Beside it: the minimum, the whole process minus the same
+//! command on a one-packet capture on both sides, whole ÷ whole, CPU, the alert counts;
+//! `--json` has every round's figures.
 //!
 //! A trace named `PATH*K` is PATH replayed K times into one capture, each copy its own
 //! flows (see [`copies`]): a short capture's work then stands above the start-up noise
