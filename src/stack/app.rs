@@ -40,6 +40,12 @@ pub trait App: Send {
         false
     }
 
+    /// The app reads [`Ctx::stream_after_packet`]: only then does the stack record each
+    /// tracked packet's streams (a store a packet that no other app needs).
+    fn streams_per_packet(&self) -> bool {
+        false
+    }
+
     /// The app takes data events after a gap (bytes the capture missed, the hole's length
     /// in the event's `info`). Only when every app of a stack that takes data does, the
     /// stack skips acknowledged holes; otherwise a direction waits for its holes to fill.
@@ -144,7 +150,8 @@ impl Ctx<'_> {
 
     /// Stream `dir` of the connection of the event's packet as the stack left it just
     /// after taking that packet: (next sequence number, bytes delivered). [`Ctx::conn`]
-    /// shows the connection after the whole batch.
+    /// shows the connection after the whole batch. `None` unless some app of the stack
+    /// asked for it ([`App::streams_per_packet`]).
     pub fn stream_after_packet(&self, ev: &Event, dir: usize) -> Option<(u32, u64)> {
         let i = usize::from(ev.pkt);
         match self.q.pkt_flow.get(i) {
@@ -188,6 +195,11 @@ impl Ctx<'_> {
     /// (counted).
     pub fn publish(&mut self, cause: &Event, kind: Kind, info: u32, bytes: &[u8]) -> bool {
         debug_assert!(!kind.from_stack(), "apps publish app kinds only");
+        if !self.q.want.has(kind) {
+            // No app of the stack takes this kind (an ids's alerts with no app after it):
+            // nothing to queue, and nothing refused when the batch's queue is full.
+            return true;
+        }
         let e = Event {
             kind,
             info,

@@ -14,6 +14,8 @@ pub struct Queue {
     /// whole batch, when the streams may be further on; this keeps what they judge by a
     /// packet independent of where the batch ends.
     pub(crate) pkt_streams: Vec<[(u32, u64); 2]>,
+    /// Some app reads `pkt_streams`; else the stack does not fill it.
+    pub(crate) streams_per_packet: bool,
     /// Kinds some app may want: the stack makes no others.
     pub(crate) want: Kinds,
     /// Room the stack keeps free for one packet's events and bytes.
@@ -33,11 +35,18 @@ impl Queue {
             arena: Vec::with_capacity(4 * reserve_bytes),
             pkt_flow: Vec::with_capacity(4 * crate::packet::MAX_BATCH),
             pkt_streams: Vec::with_capacity(4 * crate::packet::MAX_BATCH),
+            streams_per_packet: false,
             want,
             reserve_events: 512,
             reserve_bytes,
             refused: 0,
         }
+    }
+
+    /// Records each tracked packet's streams for [`super::Ctx::stream_after_packet`].
+    pub fn with_streams_per_packet(mut self, on: bool) -> Queue {
+        self.streams_per_packet = on;
+        self
     }
 
     /// Enough room for the stack to queue one more packet's events; the rest of the
@@ -62,7 +71,9 @@ impl Queue {
         self.pkt_flow.clear();
         self.pkt_flow.resize(n, (NO_FLOW, 0));
         self.pkt_streams.clear();
-        self.pkt_streams.resize(n, [(0, 0); 2]);
+        if self.streams_per_packet {
+            self.pkt_streams.resize(n, [(0, 0); 2]);
+        }
     }
 
     #[inline]

@@ -464,8 +464,9 @@ impl Stack {
         let dir = usize::from(key != c.key);
         c.packets[dir] += 1;
         q.pkt_flow[idx as usize] = (f, dir as u8);
-        q.pkt_streams[idx as usize] =
-            [0, 1].map(|d| (c.streams[d].next_seq(), c.streams[d].delivered()));
+        if let Some(v) = q.pkt_streams.get_mut(idx as usize) {
+            *v = [0, 1].map(|d| (c.streams[d].next_seq(), c.streams[d].delivered()));
+        }
         let old = c.state;
         // With Suricata's semantics (`skip_holes`), a segment its handshake checks refuse
         // moves nothing and carries no bytes (a SYN never answered, a pickup whose ACKs

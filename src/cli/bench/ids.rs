@@ -5,10 +5,13 @@
 //! Peer: `suricata -c examples/ids/suricata-alerts-only.yaml` (EVE alert records only)
 //! with `-k none`, `stream.midstream=true`, `packet-alert-max=255`,
 //! `stream.reassembly.randomize-chunk-size=no` (the chunks our stream inspection uses), in `--runmode single`
-//! and `autofp`. Processing is timed the same way on both sides: the whole process minus
-//! the same command on a one-packet capture (start-up and rule loading), each the median
-//! of the interleaved runs; the spread of those runs is printed beside. Alert counts are
-//! printed beside the times.
+//! and `autofp`. The headline compares each program's own processing window (catena's,
+//! and Suricata's `time elapsed`, both with rule loading outside), minus its window on
+//! one packet in the same round, medians over at least [`MIN_ROUNDS`] interleaved rounds
+//! (docs/ids.md, "Session 21": rule loading, where Suricata's one-packet runs varied, is
+//! outside both windows). Beside it: the minimum, the whole process minus the same
+//! command on a one-packet capture on both sides, whole ÷ whole, CPU, the alert counts;
+//! `--json` has every round's figures.
 //!
 //! A trace named `PATH*K` is PATH replayed K times into one capture, each copy its own
 //! flows (see [`copies`]): a short capture's work then stands above the start-up noise
@@ -32,6 +35,7 @@ struct Row {
     trace: String,
     packets: u64,
     rules: usize,
+    /// Interleaved rounds (at least [`MIN_ROUNDS`]).
     runs: u64,
     /// Catena's timed window: first packet to flushed EVE file (in this process).
     catena_s: f64,
@@ -60,15 +64,60 @@ struct Row {
     /// Quartiles of the per-run (whole − one-packet) differences, to show the noise.
     catena_sub_q: (f64, f64),
     single_q: (f64, f64),
-    /// Suricata single (whole − one) ÷ catena (whole − one): the headline, both sides
-    /// timed the same way.
+    /// Suricata single (whole − one) ÷ catena (whole − one), both sides as separate
+    /// processes.
     ratio_single: f64,
     /// Suricata single (whole − one) ÷ catena's timed window.
     ratio_window: f64,
     ratio_autofp: f64,
     /// Whole process ÷ whole process (single).
     ratio_process: f64,
+    /// Processing windows, each measured inside its own process with rule loading
+    /// outside: catena's (as `catena_s`) and Suricata's own `time elapsed` (thread
+    /// start-up to the end-of-input flush done). Per round, the window on the trace
+    /// minus the window on one packet of the same round; the median over rounds, the
+    /// quartiles and the minimum.
+    catena_win_s: f64,
+    catena_win_q: (f64, f64),
+    catena_win_min_s: f64,
+    single_win_s: f64,
+    single_win_q: (f64, f64),
+    single_win_min_s: f64,
+    autofp_win_s: f64,
+    /// The headline: Suricata single ÷ catena, window − one-packet window (medians).
+    ratio_single_win: f64,
+    /// The same from each side's fastest round.
+    ratio_single_win_min: f64,
+    ratio_autofp_win: f64,
+    /// Every round's raw figures, seconds.
+    per_run: PerRun,
 }
+
+/// One entry per round, in the order run.
+#[derive(Serialize, Default)]
+struct PerRun {
+    catena_window: Vec<f64>,
+    catena_window_one: Vec<f64>,
+    catena_cpu_window: Vec<f64>,
+    catena_whole: Vec<f64>,
+    catena_one: Vec<f64>,
+    catena_cpu_whole: Vec<f64>,
+    catena_cpu_one: Vec<f64>,
+    single_window: Vec<f64>,
+    single_window_one: Vec<f64>,
+    single_whole: Vec<f64>,
+    single_one: Vec<f64>,
+    single_cpu_whole: Vec<f64>,
+    single_cpu_one: Vec<f64>,
+    autofp_window: Vec<f64>,
+    autofp_window_one: Vec<f64>,
+    autofp_whole: Vec<f64>,
+    autofp_one: Vec<f64>,
+}
+
+/// Rounds below this leave a median that one disturbed run can move (docs/ids.md,
+/// "Session 21").
+const MIN_ROUNDS: u64 = 9;
 
 /// CPU time (user + system) of `who` (`RUSAGE_SELF`, or `RUSAGE_CHILDREN`: the children
 /// waited for so far), seconds. Unlike the wall clock it does not grow with what other
@@ -314,28 +363,30 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         };
         let packets = trace.len() as u64;
         let one = tmp.join("one.pcap");
-        Trace::from_packets(
+        let one_trace = Trace::from_packets(
             trace.link(),
             trace.header(),
             std::iter::once((0u64, trace.packet(0))),
-        )
-        .write_pcap(&one)?;
-        // Whole processes on the trace and on one packet, interleaved, for catena, Suricata
-        // single and autofp; plus catena's own window.
-        let mut window = Vec::new();
-        let mut cpu_window = Vec::new();
-        let mut cpu_whole: [Vec<f64>; 2] = Default::default();
-        let mut cpu_start: [Vec<f64>; 2] = Default::default();
-        let mut whole: [Vec<f64>; 3] = Default::default();
-        let mut start: [Vec<f64>; 3] = Default::default();
+        );
+        one_trace.write_pcap(&one)?;
+        // Per round, interleaved: catena's window on the trace and on one packet, whole
+        // `catena run` processes on both, then Suricata single and autofp on both (each
+        // process reporting its own window).
+        let rounds = a.runs.max(MIN_ROUNDS);
+        let mut pr = PerRun::default();
         let mut alerts = [0u64; 3];
-        for _ in 0..a.runs {
-            let mut r = Runner::new(Chain::from_config(&cfg)?, trace.max_packet_len());
-            let c0 = cpu_s(libc::RUSAGE_SELF);
-            let s = r.run(&trace, &RunOptions::default(), &mut NoProgress)?;
-            cpu_window.push(cpu_s(libc::RUSAGE_SELF) - c0);
-            window.push(s.seconds);
-            drop(r);
+        for _ in 0..rounds {
+            for (j, t) in [&trace, &one_trace].into_iter().enumerate() {
+                let mut r = Runner::new(Chain::from_config(&cfg)?, t.max_packet_len());
+                let c0 = cpu_s(libc::RUSAGE_SELF);
+                let s = r.run(t, &RunOptions::default(), &mut NoProgress)?;
+                if j == 0 {
+                    pr.catena_cpu_window.push(cpu_s(libc::RUSAGE_SELF) - c0);
+                    pr.catena_window.push(s.seconds);
+                } else {
+                    pr.catena_window_one.push(s.seconds);
+                }
+            }
             for (j, input) in [&pcap, &one].into_iter().enumerate() {
                 let (w, c0) = (Instant::now(), cpu_s(libc::RUSAGE_CHILDREN));
                 let o = Command::new(std::env::current_exe()?)
@@ -350,45 +401,68 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 let t = w.elapsed().as_secs_f64();
                 let cpu = cpu_s(libc::RUSAGE_CHILDREN) - c0;
                 if j == 0 {
-                    whole[0].push(t);
-                    cpu_whole[0].push(cpu);
+                    pr.catena_whole.push(t);
+                    pr.catena_cpu_whole.push(cpu);
                     alerts[0] = lines(&eve);
                 } else {
-                    start[0].push(t);
-                    cpu_start[0].push(cpu);
+                    pr.catena_one.push(t);
+                    pr.catena_cpu_one.push(cpu);
                 }
             }
             for (m, mode) in ["single", "autofp"].iter().enumerate() {
                 let c0 = cpu_s(libc::RUSAGE_CHILDREN);
-                let (w, n) = suricata(&pcap, &rules_path, &tmp, mode)?;
+                let w = suricata(&pcap, &rules_path, &tmp, mode)?;
                 let c1 = cpu_s(libc::RUSAGE_CHILDREN);
-                let (s, _) = suricata(&one, &rules_path, &tmp, mode)?;
+                let o = suricata(&one, &rules_path, &tmp, mode)?;
                 if m == 0 {
-                    cpu_whole[1].push(c1 - c0);
-                    cpu_start[1].push(cpu_s(libc::RUSAGE_CHILDREN) - c1);
+                    pr.single_cpu_whole.push(c1 - c0);
+                    pr.single_cpu_one.push(cpu_s(libc::RUSAGE_CHILDREN) - c1);
+                    pr.single_whole.push(w.wall);
+                    pr.single_one.push(o.wall);
+                    pr.single_window.push(w.window);
+                    pr.single_window_one.push(o.window);
+                } else {
+                    pr.autofp_whole.push(w.wall);
+                    pr.autofp_one.push(o.wall);
+                    pr.autofp_window.push(w.window);
+                    pr.autofp_window_one.push(o.window);
                 }
-                whole[1 + m].push(w);
-                start[1 + m].push(s);
-                alerts[1 + m] = n;
+                alerts[1 + m] = w.alerts;
             }
         }
         let diffs =
-            |m: usize| -> Vec<f64> { whole[m].iter().zip(&start[m]).map(|(w, s)| w - s).collect() };
-        let q = |m: usize| (quantile(&diffs(m), 0.25), quantile(&diffs(m), 0.75));
-        let (catena_sub_q, single_q) = (q(0), q(1));
-        let c = median(&mut window);
-        let [cp, sp, ap] = whole.map(|mut v| median(&mut v));
-        let [c1, s1, a1] = start.map(|mut v| median(&mut v));
+            |w: &[f64], o: &[f64]| -> Vec<f64> { w.iter().zip(o).map(|(w, s)| w - s).collect() };
+        let q = |v: &[f64]| (quantile(v, 0.25), quantile(v, 0.75));
+        let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+        let med = |v: &[f64]| median(&mut v.to_vec());
         let sub = |w: f64, o: f64| (w - o).max(1e-6);
+        let catena_sub_q = q(&diffs(&pr.catena_whole, &pr.catena_one));
+        let single_q = q(&diffs(&pr.single_whole, &pr.single_one));
+        let c = med(&pr.catena_window);
+        let (cp, sp, ap) = (
+            med(&pr.catena_whole),
+            med(&pr.single_whole),
+            med(&pr.autofp_whole),
+        );
+        let (c1, s1, a1) = (
+            med(&pr.catena_one),
+            med(&pr.single_one),
+            med(&pr.autofp_one),
+        );
         let (cs, ss, aus) = (sub(cp, c1), sub(sp, s1), sub(ap, a1));
-        let [ccw, scw] = cpu_whole.map(|mut v| median(&mut v));
-        let [cc1, sc1] = cpu_start.map(|mut v| median(&mut v));
-        let (ccpu, scpu) = (sub(ccw, cc1), sub(scw, sc1));
+        let ccpu = sub(med(&pr.catena_cpu_whole), med(&pr.catena_cpu_one));
+        let scpu = sub(med(&pr.single_cpu_whole), med(&pr.single_cpu_one));
+        // The headline: each side's own window, its one-packet window of the same round
+        // taken off (start-up inside the window: Suricata's threads, catena's nothing much).
+        let cw = diffs(&pr.catena_window, &pr.catena_window_one);
+        let sw = diffs(&pr.single_window, &pr.single_window_one);
+        let aw = diffs(&pr.autofp_window, &pr.autofp_window_one);
+        let (cwm, swm, awm) = (med(&cw).max(1e-6), med(&sw), med(&aw));
         rows.push(Row {
             trace: name.clone(),
             packets,
             rules: n_rules,
-            runs: a.runs,
+            runs: rounds,
             catena_s: c,
             catena_process_s: cp,
             catena_one_s: c1,
@@ -402,7 +476,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             autofp_one_s: a1,
             autofp_s: aus,
             autofp_alerts: alerts[2],
-            catena_cpu_window_s: median(&mut cpu_window),
+            catena_cpu_window_s: med(&pr.catena_cpu_window),
             catena_cpu_s: ccpu,
             single_cpu_s: scpu,
             ratio_single_cpu: scpu / ccpu,
@@ -412,29 +486,42 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             ratio_window: ss / c.max(1e-9),
             ratio_autofp: aus / cs,
             ratio_process: sp / cp.max(1e-9),
+            catena_win_s: cwm,
+            catena_win_q: q(&cw),
+            catena_win_min_s: min(&cw),
+            single_win_s: swm,
+            single_win_q: q(&sw),
+            single_win_min_s: min(&sw),
+            autofp_win_s: awm,
+            ratio_single_win: swm / cwm,
+            ratio_single_win_min: min(&sw) / min(&cw).max(1e-6),
+            ratio_autofp_win: awm / cwm,
+            per_run: pr,
         });
     }
     let _ = std::fs::remove_dir_all(&tmp);
     let header = [
         "trace",
         "packets",
-        "catena window s",
-        "catena whole-one s",
+        "rounds",
+        "catena win-one s",
         "(q1-q3)",
+        "min",
         "catena alerts",
-        "single whole-one s",
+        "single win-one s",
         "(q1-q3)",
+        "min",
         "single alerts",
-        "autofp whole-one s",
+        "autofp win-one s",
         "autofp alerts",
         "x single",
-        "x single/window",
+        "x single min",
         "x autofp",
-        "catena proc s",
-        "single proc s",
+        "catena whole-one s",
+        "single whole-one s",
+        "x single whole-one",
         "x proc",
         "catena cpu window s",
-        "catena cpu whole-one s",
         "single cpu whole-one s",
         "x single cpu",
     ];
@@ -444,23 +531,25 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             vec![
                 r.trace.clone(),
                 r.packets.to_string(),
-                format!("{:.3}", r.catena_s),
-                format!("{:.3}", r.catena_sub_s),
-                format!("{:.3}-{:.3}", r.catena_sub_q.0, r.catena_sub_q.1),
+                r.runs.to_string(),
+                format!("{:.3}", r.catena_win_s),
+                format!("{:.3}-{:.3}", r.catena_win_q.0, r.catena_win_q.1),
+                format!("{:.3}", r.catena_win_min_s),
                 r.catena_alerts.to_string(),
-                format!("{:.3}", r.single_s),
-                format!("{:.3}-{:.3}", r.single_q.0, r.single_q.1),
+                format!("{:.3}", r.single_win_s),
+                format!("{:.3}-{:.3}", r.single_win_q.0, r.single_win_q.1),
+                format!("{:.3}", r.single_win_min_s),
                 r.single_alerts.to_string(),
-                format!("{:.3}", r.autofp_s),
+                format!("{:.3}", r.autofp_win_s),
                 r.autofp_alerts.to_string(),
+                format!("{:.2}", r.ratio_single_win),
+                format!("{:.2}", r.ratio_single_win_min),
+                format!("{:.2}", r.ratio_autofp_win),
+                format!("{:.3}", r.catena_sub_s),
+                format!("{:.3}", r.single_s),
                 format!("{:.2}", r.ratio_single),
-                format!("{:.2}", r.ratio_window),
-                format!("{:.2}", r.ratio_autofp),
-                format!("{:.3}", r.catena_process_s),
-                format!("{:.3}", r.single_process_s),
                 format!("{:.2}", r.ratio_process),
                 format!("{:.3}", r.catena_cpu_window_s),
-                format!("{:.3}", r.catena_cpu_s),
                 format!("{:.3}", r.single_cpu_s),
                 format!("{:.2}", r.ratio_single_cpu),
             ]
@@ -475,8 +564,25 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Runs Suricata once: (wall seconds, alert records in its EVE file).
-fn suricata(pcap: &Path, rules: &Path, tmp: &Path, mode: &str) -> anyhow::Result<(f64, u64)> {
+/// One Suricata run: wall seconds of the process, its own processing window, alert
+/// records in its EVE file.
+struct SuriRun {
+    wall: f64,
+    window: f64,
+    alerts: u64,
+}
+
+/// Suricata's own window from its `-v` log: `time elapsed` is taken from just before its
+/// packet threads are created to after the end-of-input flow flush and the packet
+/// threads' stop (rule loading before it, teardown after it), millisecond resolution.
+fn suricata_window(stdout: &str) -> Option<f64> {
+    let l = stdout.lines().find(|l| l.contains("time elapsed "))?;
+    let v = l.rsplit("time elapsed ").next()?.trim().strip_suffix('s')?;
+    v.parse().ok()
+}
+
+/// Runs Suricata once.
+fn suricata(pcap: &Path, rules: &Path, tmp: &Path, mode: &str) -> anyhow::Result<SuriRun> {
     let log = tmp.join("suricata");
     let _ = std::fs::remove_dir_all(&log);
     std::fs::create_dir_all(&log)?;
@@ -497,11 +603,13 @@ fn suricata(pcap: &Path, rules: &Path, tmp: &Path, mode: &str) -> anyhow::Result
             "--set",
             "stream.reassembly.randomize-chunk-size=no",
         ])
+        // `-v` for the `time elapsed` line (info level).
+        .arg("-v")
         .arg("-l")
         .arg(&log)
         .output()
         .map_err(|e| anyhow::anyhow!("running suricata: {e} (apt-get install suricata)"))?;
-    let secs = t.elapsed().as_secs_f64();
+    let wall = t.elapsed().as_secs_f64();
     if !out.status.success() {
         anyhow::bail!(
             "suricata failed: {}",
@@ -511,5 +619,26 @@ fn suricata(pcap: &Path, rules: &Path, tmp: &Path, mode: &str) -> anyhow::Result
                 .unwrap_or("")
         );
     }
-    Ok((secs, lines(&log.join("eve.json"))))
+    let window = suricata_window(&String::from_utf8_lossy(&out.stdout))
+        .ok_or_else(|| anyhow::anyhow!("suricata printed no `time elapsed` line"))?;
+    Ok(SuriRun {
+        wall,
+        window,
+        alerts: lines(&log.join("eve.json")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::suricata_window;
+
+    #[test]
+    fn reads_suricata_time_elapsed() {
+        let log = "Notice: threads: Threads created -> W: 1 FM: 1 FR: 1   Engine started.\n\
+                   Info: suricata: time elapsed 0.057s\n\
+                   Notice: pcap: read 1 file, 1 packets, 1506 bytes\n";
+        assert_eq!(suricata_window(log), Some(0.057));
+        assert_eq!(suricata_window("Info: suricata: time elapsed s\n"), None);
+        assert_eq!(suricata_window("no such line"), None);
+    }
 }

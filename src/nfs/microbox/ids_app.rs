@@ -1275,6 +1275,11 @@ impl App for IdsApp {
         v
     }
 
+    /// ACKs are judged by the streams as of their packet (docs/ids.md, "Session 20").
+    fn streams_per_packet(&self) -> bool {
+        true
+    }
+
     fn kinds(&self) -> Kinds {
         Kinds::of(&[
             Kind::Packet,
