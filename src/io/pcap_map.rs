@@ -280,7 +280,8 @@ impl MappedPcap {
         let map = self.map;
         let from = self.pos;
         let n = self.fill(max, fits, |i, off, r| {
-            // SAFETY: `fmt.record` checked the record's `caplen` bytes lie inside the map.
+            // SAFETY: the record's `caplen` bytes lie inside the map: `fill`'s stretch
+            // showed it for the whole chunk, or `fmt.record` checked it for this record.
             let bytes = unsafe { map.get_unchecked(off..off + r.caplen as usize) };
             put(i, bytes, r.wire_len, r.ts_ns)
         });
