@@ -267,16 +267,21 @@ impl MappedPcap {
     /// ([`after`](Self::after)): the first pass's span, which later passes are shifted
     /// by, is made of them. The caller's pass over its packets finds them in registers;
     /// kept here they cost ~8 instructions a record in a loop short of registers.
+    ///
+    /// Records of more than `fits` bytes are refused without asking `put`; `put` is
+    /// given `i < max`. Returns the count and the sum of their lengths.
     #[inline]
     pub fn next_with(
         &mut self,
         max: usize,
+        fits: usize,
         mut put: impl FnMut(usize, &'static [u8], u32, u64) -> bool,
-    ) -> usize {
+    ) -> (usize, u64) {
         let map = self.map;
         let from = self.pos;
-        let n = self.fill(max, |i, off, r| {
-            // SAFETY: `fmt.record` checked the record's `caplen` bytes lie inside the map.
+        let n = self.fill(max, fits, |i, off, r| {
+            // SAFETY: the record's `caplen` bytes lie inside the map: `fill`'s stretch
+            // showed it for the whole chunk, or `fmt.record` checked it for this record.
             let bytes = unsafe { map.get_unchecked(off..off + r.caplen as usize) };
             put(i, bytes, r.wire_len, r.ts_ns)
         });
@@ -285,7 +290,10 @@ impl MappedPcap {
         if self.first_ts.is_none() && n > 0 {
             self.first_ts = map.get(from..).and_then(|rest| self.fmt.peek_ts(rest));
         }
-        n
+        // The records lie back to back: their bytes are what the position moved by less
+        // their headers (a sum kept per record cost a load and a store each).
+        let moved = (self.pos - from) as u64;
+        (n, moved - (n * self.fmt.rec_hdr_len()) as u64)
     }
 
     /// Takes the times `lo..=hi` of records [`next_with`](Self::next_with) gave into the
@@ -299,11 +307,16 @@ impl MappedPcap {
     }
 
     /// Walks up to `max` next records of this pass, giving each to `put` (its index in
-    /// the chunk, where its bytes start in the map, its header) until `put` refuses one;
-    /// the count taken. Ends the pass at the map's end or a bad record as the module
-    /// docs say.
+    /// the chunk, where its bytes start in the map, its header) until `put` refuses one
+    /// or one holds more than `fits` bytes (refused without asking `put`); the count
+    /// taken. Ends the pass at the map's end or a bad record as the module docs say.
     #[inline(always)]
-    fn fill(&mut self, max: usize, mut put: impl FnMut(usize, usize, &RawRecord) -> bool) -> usize {
+    fn fill(
+        &mut self,
+        max: usize,
+        fits: usize,
+        mut put: impl FnMut(usize, usize, &RawRecord) -> bool,
+    ) -> usize {
         if self.pos >= self.released + 2 * KEEP {
             self.release(self.pos - KEEP);
         }
@@ -322,7 +335,46 @@ impl MappedPcap {
             // (below) when the count reaches them with room to spare.
             let room = (max as u64).min(stop.saturating_sub(count)) as usize;
             let mut refused = false;
-            while n < room {
+            // The stretch checked once: when `room` records of at most `cap` bytes each
+            // fit in what is left of the map, every record this chunk takes lies inside
+            // it, so the loop below reads headers without checking each against the
+            // end. A record it cannot take so (longer than `cap`, or a SIGBUS seen) is
+            // left to the checked loop after it, which reads it again.
+            let h = fmt.rec_hdr_len();
+            let cap = fits.min(fmt.caplen_limit() as usize);
+            let stretch = room.checked_mul(h + cap);
+            if stretch.is_some_and(|s| s <= map.len().saturating_sub(pos)) {
+                let start = pos;
+                while n < room {
+                    // No `min` with the map's end here: a prefetch past it is harmless.
+                    let ahead = pos + AHEAD;
+                    while fetched < ahead {
+                        let at = map.as_ptr().wrapping_add(fetched);
+                        prefetch(at);
+                        prefetch(at.wrapping_add(64));
+                        prefetch(at.wrapping_add(128));
+                        prefetch(at.wrapping_add(192));
+                        fetched += 256;
+                    }
+                    debug_assert!(pos + h + cap <= start + room * (h + cap));
+                    // SAFETY: each record taken so far held at most `cap` bytes, so record
+                    // `n` starts at most `n * (h + cap)` past `start`, and its header ends
+                    // before `start + room * (h + cap) <= map.len()` (`n < room`). 16 <= h.
+                    let hdr = unsafe { &*map.as_ptr().add(pos).cast::<[u8; 16]>() };
+                    let r = fmt.record_at(hdr);
+                    // The header just read may be a zero page the SIGBUS guard put there.
+                    if r.caplen as usize > cap || FAULTED.load(Relaxed) {
+                        break;
+                    }
+                    if !put(n, pos + h, &r) {
+                        refused = true;
+                        break;
+                    }
+                    n += 1;
+                    pos += r.len;
+                }
+            }
+            while n < room && !refused {
                 let ahead = (pos + AHEAD).min(map.len());
                 // Four lines a step: the same lines, a quarter of the loop's branches.
                 while fetched < ahead {
@@ -344,7 +396,7 @@ impl MappedPcap {
                         break;
                     }
                     Ok(r) => {
-                        if !put(n, pos + r.data_off, &r) {
+                        if r.caplen as usize > fits || !put(n, pos + r.data_off, &r) {
                             refused = true;
                             break;
                         }
@@ -424,7 +476,7 @@ impl Source for MappedPcap {
         let out = chunk.spare_capacity_mut();
         // Records go straight into the chunk's spare room (a `push` per record made the
         // compiler check the capacity and store the length each time).
-        let n = self.fill(max, |i, off, r| {
+        let n = self.fill(max, usize::MAX, |i, off, r| {
             // SAFETY: `fill` passes `i < max`, and `out` holds at least `max` slots.
             unsafe { out.get_unchecked_mut(i) }.write(Record {
                 off: off as u64,
@@ -751,7 +803,7 @@ mod tests {
             loop {
                 // Chunks of 7, every third cut to 4 by refusing its fifth record.
                 let mut got = Vec::new();
-                let n = a.next_with(7, |i, bytes, wire, ts| {
+                let (n, _) = a.next_with(7, usize::MAX, |i, bytes, wire, ts| {
                     if chunk % 3 == 2 && i == 4 {
                         return false;
                     }

@@ -493,6 +493,33 @@ impl PcapFormat {
         self.limit
     }
 
+    /// Bytes of a record's header: 16, or 24 in the "modified" format.
+    pub(crate) fn rec_hdr_len(&self) -> usize {
+        self.rec_hdr_len
+    }
+
+    /// The record whose header starts with `hdr`, unchecked: its caplen may be absurd or
+    /// run past the end ([`record`](Self::record) checks both). For a reader that has
+    /// shown the record lies inside the file by other means.
+    #[inline(always)]
+    pub(crate) fn record_at(&self, hdr: &[u8; 16]) -> RawRecord {
+        // The four fields read at once, byte-swapped in one branch: this runs per record.
+        let word = |i: usize| u32::from_le_bytes([hdr[i], hdr[i + 1], hdr[i + 2], hdr[i + 3]]);
+        let mut f = [word(0), word(4), word(8), word(12)];
+        if self.big_endian {
+            f = f.map(u32::swap_bytes);
+        }
+        let [sec, frac, caplen, wire_len] = f;
+        let h = self.rec_hdr_len;
+        RawRecord {
+            caplen,
+            wire_len,
+            ts_ns: sec as u64 * 1_000_000_000 + frac as u64 * self.frac_ns,
+            data_off: h,
+            len: h + caplen as usize,
+        }
+    }
+
     /// Reads the record at the start of `rest` (which runs to the end of the file, or of
     /// what has been read of it so far).
     #[inline]
@@ -515,13 +542,8 @@ impl PcapFormat {
                 need: h as u64,
             });
         };
-        // The four fields read at once, byte-swapped in one branch: this runs per record.
-        let word = |i: usize| u32::from_le_bytes([hdr[i], hdr[i + 1], hdr[i + 2], hdr[i + 3]]);
-        let mut f = [word(0), word(4), word(8), word(12)];
-        if self.big_endian {
-            f = f.map(u32::swap_bytes);
-        }
-        let [sec, frac, caplen, wire_len] = f;
+        let r = self.record_at(hdr);
+        let caplen = r.caplen;
         // The caplen is checked before the data, so a huge value is reported as absurd
         // rather than as running past the end.
         if caplen > self.limit {
@@ -536,13 +558,7 @@ impl PcapFormat {
                 have: (rest.len() - h) as u64,
             });
         }
-        Ok(RawRecord {
-            caplen,
-            wire_len,
-            ts_ns: sec as u64 * 1_000_000_000 + frac as u64 * self.frac_ns,
-            data_off: h,
-            len: h + caplen as usize,
-        })
+        Ok(r)
     }
 }
 

@@ -46,6 +46,7 @@ use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
 use crate::packet::bytes::{be16, be32};
 use crate::packet::{Batch, FastMark, Fields, L3Kind, Layers, LinkKind, Packet, MAX_BATCH};
+use std::mem::MaybeUninit;
 
 #[path = "ip_filter_fused.rs"]
 mod fused;
@@ -632,25 +633,35 @@ impl Nf for IpFilter {
         }
         self.cache.grow();
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
-            let mut keys = [(0u64, 0u64); MAX_BATCH];
-            let mut at = [0usize; MAX_BATCH];
+            // Pass 1 writes every key pass 2 reads, and the bucket of every key with
+            // `b != 0`, the only ones pass 2 reads it for: nothing to clear first (a
+            // 512-byte memset and 256 bytes of stores a batch, ~1.8 instructions a packet).
+            let mut keys = [MaybeUninit::<(u64, u64)>::uninit(); MAX_BATCH];
+            let mut at = [MaybeUninit::<usize>::uninit(); MAX_BATCH];
             for ((p, k), i) in chunk.iter_mut().zip(&mut keys).zip(&mut at) {
-                *k = key_words(packed(&self.mask, p));
-                if k.1 != 0 {
-                    *i = self.cache.bucket(*k);
-                    self.cache.prefetch(*i);
+                let w = *k.write(key_words(packed(&self.mask, p)));
+                if w.1 != 0 {
+                    self.cache.prefetch(*i.write(self.cache.bucket(w)));
                 }
             }
-            for ((p, &k), &i) in chunk.iter_mut().zip(&keys).zip(&at) {
+            for ((p, k), i) in chunk.iter_mut().zip(&keys).zip(&at) {
+                // SAFETY: pass 1 wrote the key of every packet of the chunk.
+                let k = unsafe { k.assume_init_read() };
                 let v = match k {
-                    (_, b) if b != 0 => match self.cache.get_at(i, k) {
-                        Some(v) => v,
-                        None => {
-                            let v = self.verdict(self.classify(p));
-                            self.cache.put_at(i, k, v);
-                            v
+                    (_, b) if b != 0 => {
+                        // SAFETY: pass 1 wrote `i` for every key with `b != 0`.
+                        let i = unsafe { i.assume_init_read() };
+                        // SAFETY: `i` is `bucket` of this key, taken after this batch's
+                        // `grow` (nothing else resizes the buckets), so in bounds.
+                        match unsafe { self.cache.get_in(i, k) } {
+                            Some(v) => v,
+                            None => {
+                                let v = self.verdict(self.classify(p));
+                                self.cache.put_at(i, k, v);
+                                v
+                            }
                         }
-                    },
+                    }
                     UNCACHED_WORDS => self.verdict(self.classify(p)),
                     _ => match self.classify_malformed(p) {
                         Some(h) => self.verdict(h),

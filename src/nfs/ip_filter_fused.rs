@@ -209,19 +209,25 @@ impl IpFilter {
         let malformed = self.rules.len() + 1;
         self.cache.grow();
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
-            let mut keys = [(0u64, 0u64); MAX_BATCH];
-            let mut at = [0usize; MAX_BATCH];
+            // Uninitialised, as in the unfused `process` (which says why).
+            let mut keys = [MaybeUninit::<(u64, u64)>::uninit(); MAX_BATCH];
+            let mut at = [MaybeUninit::<usize>::uninit(); MAX_BATCH];
             for ((p, k), i) in chunk.iter_mut().zip(&mut keys).zip(&mut at) {
-                *k = key_words(packed(&self.mask, p));
-                if k.1 != 0 {
-                    *i = self.cache.bucket(*k);
-                    self.cache.prefetch(*i);
+                let w = *k.write(key_words(packed(&self.mask, p)));
+                if w.1 != 0 {
+                    self.cache.prefetch(*i.write(self.cache.bucket(w)));
                 }
             }
-            for ((p, &k), &i) in chunk.iter_mut().zip(&keys).zip(&at) {
+            for ((p, k), i) in chunk.iter_mut().zip(&keys).zip(&at) {
+                // SAFETY: pass 1 wrote the key of every packet of the chunk.
+                let k = unsafe { k.assume_init_read() };
                 // `b == 0`: uncached or malformed (`key_words`).
                 let v = if k.1 != 0 {
-                    match self.cache.get_at(i, k) {
+                    // SAFETY: pass 1 wrote `i` for every key with `b != 0`.
+                    let i = unsafe { i.assume_init_read() };
+                    // SAFETY: `i` is `bucket` of this key, taken after this batch's
+                    // `grow` (nothing else resizes the buckets), so in bounds.
+                    match unsafe { self.cache.get_in(i, k) } {
                         Some(v) => v,
                         None => {
                             let v = self.decide_run(p);

@@ -352,13 +352,10 @@ impl Walk {
         let fits = pool.max_packet().min(pool.small_max());
         // Bytes and what does not depend on the clock or the draw, as the reader goes.
         let pkts = &mut inbox[first].as_mut_slice()[start..start + max];
-        let mut bytes_in = 0u64;
-        let n = src.next_with(max, |i, bytes, wire_len, ts| {
-            if bytes.len() > fits {
-                return false;
-            }
-            bytes_in += bytes.len() as u64;
-            let p = &mut pkts[i];
+        // Records the small buffers do not hold are refused by the reader.
+        let (n, bytes_in) = src.next_with(max, fits, |i, bytes, wire_len, ts| {
+            // SAFETY: `next_with` passes `i < max`, and `pkts` holds `max` packets.
+            let p = unsafe { pkts.get_unchecked_mut(i) };
             p.set_view(bytes);
             stamp(p, ts.wrapping_add(shift), wire_len, link, base + i as u64);
             true

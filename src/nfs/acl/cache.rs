@@ -216,9 +216,31 @@ impl VerdictCache {
     /// Starts loading bucket `i` (from [`Self::bucket`]) so a later lookup finds it.
     #[inline]
     pub fn prefetch(&self, i: usize) {
-        if let Some(b) = self.buckets.get(i) {
-            crate::flow::prefetch(b);
-        }
+        // No bounds check: a prefetch has no architectural effect whatever the address
+        // (the pointer is only formed, never read through).
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `_mm_prefetch` never faults; `wrapping_add` forms the address safely.
+        unsafe {
+            use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(self.buckets.as_ptr().wrapping_add(i).cast::<i8>())
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = i;
+    }
+
+    /// [`get_at`](Self::get_at) without checking `i` against the buckets: for an index
+    /// [`bucket`](Self::bucket) gave since the buckets last changed size.
+    ///
+    /// # Safety
+    /// `i < self.buckets()`. [`bucket`](Self::bucket) masks its index below the length,
+    /// which changes only in [`grow`](Self::grow) (and `new`): an index taken after the
+    /// last `grow` is in bounds.
+    #[inline]
+    pub unsafe fn get_in(&self, i: usize, k: (u64, u64)) -> Option<u32> {
+        debug_assert!(i < self.buckets.len());
+        // SAFETY: the caller's contract.
+        let b = unsafe { self.buckets.get_unchecked(i) };
+        (0..WAYS).find(|&w| b.keys[w] == k).map(|w| b.vals[w])
     }
 
     /// The value cached for the packed key in bucket `i`.
