@@ -51,6 +51,10 @@ impl Host for Walk {
         count(&mut self.counters, node, verdict, n);
     }
 
+    fn packets_in(&self, node: usize) -> u64 {
+        self.counters.get(node).map_or(0, |c| c.packets_in)
+    }
+
     #[inline]
     fn lend<R>(
         &mut self,

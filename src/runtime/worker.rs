@@ -271,7 +271,10 @@ impl Runner {
                     }
                 };
                 self.poll_control();
-                let plan = self.auto.as_mut().map(Auto::plan);
+                // issue 18 (fastpath): the traffic's per-flow work, read only when a trial is due.
+                let (walk, fast) = (&mut self.walk, self.fast.as_deref());
+                let plan = (self.auto.as_mut())
+                    .map(|a| a.plan(|| fast.map_or((0, 0), |f| f.traffic_work(walk))));
                 if let (Some(p), Some(f)) = (plan, self.fast.as_deref_mut()) {
                     if p.switched && !p.on {
                         f.switch_off(&mut self.walk);

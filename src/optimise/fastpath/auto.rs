@@ -62,6 +62,12 @@ pub struct AutoStats {
     /// Off for the whole run without a trial, and why: the chain's NFs tell that
     /// consolidation loses ([`super::auto_static_off`]).
     pub static_off: Option<&'static str>,
+    /// Trials not made because the traffic gave a hit too little to skip: fewer than
+    /// [`super::AUTO_MIN_STATEFUL`] NFs' per-flow work a packet since the last look.
+    pub skipped: u64,
+    /// That per-flow work at the last look before a trial, in thousandths of an NF a
+    /// packet (0 = never looked).
+    pub work_permille: u64,
 }
 
 /// The last [`TIMED`] per-packet costs of a mode.
@@ -109,6 +115,8 @@ pub struct Auto {
     /// A forced schedule (tests): switch before these chunk numbers, never measure.
     forced: Option<Vec<u64>>,
     chunk_no: u64,
+    /// Packets into the chain and per-flow work at the last look before a trial.
+    work_mark: (u64, u64),
     pub stats: AutoStats,
 }
 
@@ -136,6 +144,7 @@ impl Auto {
             samples: [Samples::default(); 2],
             forced: None,
             chunk_no: 0,
+            work_mark: (0, 0),
             stats: AutoStats::default(),
         }
     }
@@ -160,9 +169,10 @@ impl Auto {
         a
     }
 
-    /// The plan for the next chunk.
+    /// The plan for the next chunk; `work` reads the traffic's per-flow work
+    /// ([`super::FastPath::traffic_work`]), called only when a trial of consolidation is due.
     #[inline(always)]
-    pub fn plan(&mut self) -> Plan {
+    pub fn plan(&mut self, work: impl FnOnce() -> (u64, u64)) -> Plan {
         // Most chunks: the kept mode, untimed, until its measurement before the next
         // trial (one decrement a chunk; the counts catch up at the next edge).
         if self.quiet != 0 {
@@ -173,14 +183,14 @@ impl Auto {
                 time: false,
             };
         }
-        self.plan_edge()
+        self.plan_edge(work)
     }
 
     /// [`plan`](Self::plan) near a decision: in a trial, in the kept mode's measurement
     /// before one, or forced.
     #[cold]
     #[inline(never)]
-    fn plan_edge(&mut self) -> Plan {
+    fn plan_edge(&mut self, work: impl FnOnce() -> (u64, u64)) -> Plan {
         let q = std::mem::take(&mut self.quieted);
         self.chunks += q;
         self.chunk_no += q;
@@ -188,7 +198,7 @@ impl Auto {
         self.chunk_no += 1;
         let flip = match &self.forced {
             Some(at) => at.contains(&n),
-            None => self.decide(),
+            None => self.decide(work),
         };
         if flip {
             self.on = !self.on;
@@ -220,13 +230,20 @@ impl Auto {
     }
 
     /// Whether to change mode before the next chunk (and the trial bookkeeping).
-    fn decide(&mut self) -> bool {
+    fn decide(&mut self, work: impl FnOnce() -> (u64, u64)) -> bool {
         let (mine, other) = (
             &self.samples[self.on as usize],
             &self.samples[!self.on as usize],
         );
         if !self.trial {
             if self.chunks < self.stay || mine.n < TIMED {
+                return false;
+            }
+            if !self.on && self.traffic_cannot_win(work()) {
+                // As a trial that lost, without its chunks: the next look comes later.
+                self.stats.skipped += 1;
+                self.chunks = 0;
+                self.stay = (self.stay * LOST_GROWTH).clamp(FIRST_STAY, MAX_STAY);
                 return false;
             }
             self.trial = true;
@@ -265,6 +282,21 @@ impl Auto {
         !keep_tried
     }
 
+    /// Whether the traffic since the last look, `(packets, work)` as
+    /// [`super::FastPath::traffic_work`] counts them now, gave a hit less per-flow work to
+    /// skip than [`super::auto_static_off`] asks of the chain (a filter only counts, a NAT
+    /// that translated a third of the packets counts a third): then a trial could only
+    /// lose, and is not made. No packets since the last look: no verdict, try.
+    fn traffic_cannot_win(&mut self, (packets, work): (u64, u64)) -> bool {
+        let (p0, w0) = std::mem::replace(&mut self.work_mark, (packets, work));
+        let (p, w) = (packets.saturating_sub(p0), work.saturating_sub(w0));
+        if p == 0 {
+            return false;
+        }
+        self.stats.work_permille = w.saturating_mul(1000) / p;
+        w < p.saturating_mul(super::AUTO_MIN_STATEFUL as u64)
+    }
+
     /// A timed chunk of `packets` packets took `cycles` in the current mode.
     pub fn timed(&mut self, cycles: u64, packets: u64) {
         if packets == 0 {
@@ -300,12 +332,48 @@ pub use crate::flow::tsc;
 mod tests {
     use super::*;
 
+    /// Traffic with nothing counted: no verdict from it, trials as the costs say.
+    fn no_look() -> (u64, u64) {
+        (0, 0)
+    }
+
+    /// Where the traffic gives a hit under two NFs' per-flow work a packet, no trial is
+    /// made: each look counts as a trial lost (the next look 16 times later); where it
+    /// gives two or more, the costs decide as before.
+    #[test]
+    fn no_trial_where_the_traffic_gives_a_hit_too_little() {
+        for (per_packet_x2, trials) in [(3, 0), (4, 2)] {
+            let mut a = Auto::new();
+            let (mut n, mut starts, mut looks) = (0u64, Vec::new(), 0);
+            for c in 0..20_000u64 {
+                n += 32;
+                let p = a.plan(|| {
+                    looks += 1;
+                    (n, n * per_packet_x2 / 2)
+                });
+                if p.switched && p.on {
+                    starts.push(c);
+                }
+                if p.time {
+                    a.timed(if p.on { 300 } else { 100 } * 32, 32);
+                }
+            }
+            assert_eq!(starts.len(), trials, "{per_packet_x2}: {starts:?}");
+            assert_eq!(a.stats.skipped, 2 - trials as u64, "{per_packet_x2}");
+            assert_eq!(a.stats.work_permille, per_packet_x2 * 500);
+            // Looked at 1,024 and 1,024 + 16,384 (after a skip or a lost trial of 2).
+            assert_eq!(looks, 2, "{per_packet_x2}");
+            assert!(!a.stats.on);
+            assert_eq!(a.stats.switches, 2 * trials as u64);
+        }
+    }
+
     /// Runs `chunks` chunks whose timed ones cost `on_cost` or `off_cost` a packet;
     /// returns how many ran on.
     fn run(a: &mut Auto, chunks: u64, on_cost: u64, off_cost: u64) -> u64 {
         let mut on = 0;
         for _ in 0..chunks {
-            let p = a.plan();
+            let p = a.plan(no_look);
             on += p.on as u64;
             if p.time {
                 a.timed(if p.on { on_cost } else { off_cost } * 32, 32);
@@ -354,7 +422,7 @@ mod tests {
         let mut a = Auto::new();
         let (mut starts, mut timed) = (Vec::new(), Vec::new());
         for n in 0..90_000u64 {
-            let p = a.plan();
+            let p = a.plan(no_look);
             if p.switched && p.on {
                 starts.push(n);
             }
@@ -402,7 +470,7 @@ mod tests {
         let mut a = Auto::new();
         let mut k = 0;
         for _ in 0..FIRST_TRIAL + 20 {
-            let p = a.plan();
+            let p = a.plan(no_look);
             if p.time {
                 k += 1;
                 // Every fourth timed chunk lost the core for a while.
@@ -417,7 +485,7 @@ mod tests {
     #[test]
     fn forced_schedule_switches_exactly_there() {
         let mut a = Auto::forced(vec![2, 3, 7]);
-        let on: Vec<bool> = (0..9).map(|_| a.plan().on).collect();
+        let on: Vec<bool> = (0..9).map(|_| a.plan(no_look).on).collect();
         assert_eq!(
             on,
             [true, true, false, true, true, true, true, false, false]
