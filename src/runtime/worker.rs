@@ -271,13 +271,11 @@ impl Runner {
                     }
                 };
                 self.poll_control();
-                // issue 18 (fastpath): the traffic's per-flow work, read only when a trial is due.
-                let (walk, fast) = (&mut self.walk, self.fast.as_deref());
-                let plan = (self.auto.as_mut())
-                    .map(|a| a.plan(|| fast.map_or((0, 0), |f| f.traffic_work(walk))));
+                let mut plan = self.auto.as_mut().map(Auto::plan);
                 if let (Some(p), Some(f)) = (plan, self.fast.as_deref_mut()) {
-                    if p.switched && !p.on {
-                        f.switch_off(&mut self.walk);
+                    if p.switched {
+                        // issue 18 (fastpath): off hands over and flushes; a trial may be called off.
+                        plan = Some(f.switched(p, self.auto.as_mut(), &mut self.walk));
                     }
                 }
                 let t0 = plan.filter(|p| p.time).map(|_| auto::tsc());

@@ -169,10 +169,9 @@ impl Auto {
         a
     }
 
-    /// The plan for the next chunk; `work` reads the traffic's per-flow work
-    /// ([`super::FastPath::traffic_work`]), called only when a trial of consolidation is due.
+    /// The plan for the next chunk.
     #[inline(always)]
-    pub fn plan(&mut self, work: impl FnOnce() -> (u64, u64)) -> Plan {
+    pub fn plan(&mut self) -> Plan {
         // Most chunks: the kept mode, untimed, until its measurement before the next
         // trial (one decrement a chunk; the counts catch up at the next edge).
         if self.quiet != 0 {
@@ -183,14 +182,14 @@ impl Auto {
                 time: false,
             };
         }
-        self.plan_edge(work)
+        self.plan_edge()
     }
 
     /// [`plan`](Self::plan) near a decision: in a trial, in the kept mode's measurement
     /// before one, or forced.
     #[cold]
     #[inline(never)]
-    fn plan_edge(&mut self, work: impl FnOnce() -> (u64, u64)) -> Plan {
+    fn plan_edge(&mut self) -> Plan {
         let q = std::mem::take(&mut self.quieted);
         self.chunks += q;
         self.chunk_no += q;
@@ -198,7 +197,7 @@ impl Auto {
         self.chunk_no += 1;
         let flip = match &self.forced {
             Some(at) => at.contains(&n),
-            None => self.decide(work),
+            None => self.decide(),
         };
         if flip {
             self.on = !self.on;
@@ -230,20 +229,13 @@ impl Auto {
     }
 
     /// Whether to change mode before the next chunk (and the trial bookkeeping).
-    fn decide(&mut self, work: impl FnOnce() -> (u64, u64)) -> bool {
+    fn decide(&mut self) -> bool {
         let (mine, other) = (
             &self.samples[self.on as usize],
             &self.samples[!self.on as usize],
         );
         if !self.trial {
             if self.chunks < self.stay || mine.n < TIMED {
-                return false;
-            }
-            if !self.on && self.traffic_cannot_win(work()) {
-                // As a trial that lost, without its chunks: the next look comes later.
-                self.stats.skipped += 1;
-                self.chunks = 0;
-                self.stay = (self.stay * LOST_GROWTH).clamp(FIRST_STAY, MAX_STAY);
                 return false;
             }
             self.trial = true;
@@ -280,6 +272,30 @@ impl Auto {
             (self.stay * LOST_GROWTH).clamp(FIRST_STAY, MAX_STAY)
         };
         !keep_tried
+    }
+
+    /// A trial of consolidation was just planned (`plan` said `switched` and `on`):
+    /// given the traffic's `(packets, work)` as [`super::FastPath::traffic_work`] counts
+    /// them now, either let it run (false) or, where the traffic gave a hit too little
+    /// to skip, call it off before its first chunk (true: the chunk runs off, as a trial
+    /// that lost, without its chunks; the next look comes 16 times later). Not for
+    /// forced schedules.
+    #[cold]
+    #[inline(never)]
+    pub fn veto_trial(&mut self, work: (u64, u64)) -> bool {
+        if !(self.on && self.trial && self.forced.is_none()) || !self.traffic_cannot_win(work) {
+            return false;
+        }
+        self.on = false;
+        self.trial = false;
+        self.stats.on = false;
+        self.stats.switches -= 1;
+        self.stats.skipped += 1;
+        self.stay = (self.stay * LOST_GROWTH).clamp(FIRST_STAY, MAX_STAY);
+        // This chunk is the kept mode's first, as after a trial that lost.
+        self.quiet = self.stay.saturating_sub(self.chunks + TIMED as u64);
+        self.quieted = self.quiet;
+        true
     }
 
     /// Whether the traffic since the last look, `(packets, work)` as
@@ -332,11 +348,6 @@ pub use crate::flow::tsc;
 mod tests {
     use super::*;
 
-    /// Traffic with nothing counted: no verdict from it, trials as the costs say.
-    fn no_look() -> (u64, u64) {
-        (0, 0)
-    }
-
     /// Where the traffic gives a hit under two NFs' per-flow work a packet, no trial is
     /// made: each look counts as a trial lost (the next look 16 times later); where it
     /// gives two or more, the costs decide as before.
@@ -347,12 +358,14 @@ mod tests {
             let (mut n, mut starts, mut looks) = (0u64, Vec::new(), 0);
             for c in 0..20_000u64 {
                 n += 32;
-                let p = a.plan(|| {
-                    looks += 1;
-                    (n, n * per_packet_x2 / 2)
-                });
+                let mut p = a.plan();
                 if p.switched && p.on {
-                    starts.push(c);
+                    looks += 1;
+                    if a.veto_trial((n, n * per_packet_x2 / 2)) {
+                        p.on = false;
+                    } else {
+                        starts.push(c);
+                    }
                 }
                 if p.time {
                     a.timed(if p.on { 300 } else { 100 } * 32, 32);
@@ -373,7 +386,7 @@ mod tests {
     fn run(a: &mut Auto, chunks: u64, on_cost: u64, off_cost: u64) -> u64 {
         let mut on = 0;
         for _ in 0..chunks {
-            let p = a.plan(no_look);
+            let p = a.plan();
             on += p.on as u64;
             if p.time {
                 a.timed(if p.on { on_cost } else { off_cost } * 32, 32);
@@ -422,7 +435,7 @@ mod tests {
         let mut a = Auto::new();
         let (mut starts, mut timed) = (Vec::new(), Vec::new());
         for n in 0..90_000u64 {
-            let p = a.plan(no_look);
+            let p = a.plan();
             if p.switched && p.on {
                 starts.push(n);
             }
@@ -470,7 +483,7 @@ mod tests {
         let mut a = Auto::new();
         let mut k = 0;
         for _ in 0..FIRST_TRIAL + 20 {
-            let p = a.plan(no_look);
+            let p = a.plan();
             if p.time {
                 k += 1;
                 // Every fourth timed chunk lost the core for a while.
@@ -485,7 +498,7 @@ mod tests {
     #[test]
     fn forced_schedule_switches_exactly_there() {
         let mut a = Auto::forced(vec![2, 3, 7]);
-        let on: Vec<bool> = (0..9).map(|_| a.plan(no_look).on).collect();
+        let on: Vec<bool> = (0..9).map(|_| a.plan().on).collect();
         assert_eq!(
             on,
             [true, true, false, true, true, true, true, false, false]
