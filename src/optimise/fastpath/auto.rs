@@ -283,7 +283,7 @@ impl Auto {
     #[cold]
     #[inline(never)]
     pub fn veto_trial(&mut self, work: (u64, u64)) -> bool {
-        if !(self.on && self.trial && self.forced.is_none()) || !self.traffic_cannot_win(work) {
+        if !(self.on && self.trial && self.forced.is_none() && self.traffic_cannot_win(work)) {
             return false;
         }
         self.on = false;
