@@ -244,6 +244,10 @@ fn switching_on_small_generated_flows_stays_equal() {
 }
 
 const FILTER_NAT: &str = "[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules = [\"allow ip\"]\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16\"\npublic = \"198.51.100.1\"\n";
+/// Two flow monitors: each does per-flow work on every packet that reaches it.
+const MON2: &str = "[[nf]]\nname = \"mon1\"\nkind = \"flow_monitor\"\n[[nf]]\nname = \"mon2\"\nkind = \"flow_monitor\"\n";
+/// A Maglev whose VIP no packet of the merged trace goes to (it passes them all).
+const MAGLEV_AWAY: &str = "[[nf]]\nname = \"lb\"\nkind = \"maglev\"\nvip = \"192.168.2.110\"\nbackends = [{ addr = \"10.200.0.1\" }, { addr = \"10.200.0.2\" }]\n[[nf]]\nname = \"mon\"\nkind = \"flow_monitor\"\n";
 const NAT2: &str = "[[nf]]\nname = \"nat2\"\nkind = \"nat\"\ninside = \"10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 198.51.100.0/24\"\npublic = \"198.51.100.2\"\n";
 
 /// A chain with fewer than two NFs with per-flow state that a hit could skip (filter +
@@ -309,6 +313,54 @@ fn cli_auto_stays_off_without_a_trial_where_the_chain_cannot_win() {
     );
 }
 
+/// The real mixed chain of 4 (filter, NAT, Maglev, monitor) on the merged trace: the NAT
+/// translates about a third of the packets and the Maglev none (no packet is for its
+/// VIP), so a hit would skip about one NF's per-flow work a packet, under the chain rule's
+/// two: auto measures off but makes no trial, says so, and counts as off does.
+#[test]
+fn cli_auto_makes_no_trial_where_the_traffic_gives_a_hit_too_little() {
+    let dir = common::tempdir();
+    let chain = dir.path().join("c.toml");
+    std::fs::write(
+        &chain,
+        format!("fastpath = \"auto\"\n{FILTER_NAT}{MAGLEV_AWAY}"),
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_catena");
+    let trace = common::dataset("bench/ndpi-ether-merged.pcap");
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(bin)
+            .args(["run", "--loops", "2", "-i"])
+            .arg(&trace)
+            .arg(&chain)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let auto: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
+    let a = &auto["fastpath_auto"];
+    assert!(a["static_off"].is_null(), "{auto}");
+    assert_eq!(a["on"], false, "{auto}");
+    assert_eq!(a["switches"], 0, "{auto}");
+    assert_eq!(a["cycles_on"], 0, "{auto}");
+    assert!(a["cycles_off"].as_u64().unwrap() > 0, "{auto}");
+    assert!(a["skipped"].as_u64().unwrap() >= 1, "{auto}");
+    let w = a["work_permille"].as_u64().unwrap();
+    assert!((500..2000).contains(&w), "{auto}");
+    assert_eq!(auto["fastpath"]["hits"], 0, "{auto}");
+    assert_eq!(auto["fastpath"]["misses"], 0, "{auto}");
+    let off: serde_json::Value =
+        serde_json::from_str(&run(&["--json", "--fastpath", "off"])).unwrap();
+    assert_eq!(auto["nfs"], off["nfs"]);
+    let human = run(&[]);
+    assert!(
+        human.contains("trials not made: the traffic gave a hit"),
+        "{human}"
+    );
+}
+
 /// `fastpath = "auto"` and `--fastpath auto`: check says so, the run reports the decision
 /// and both measured costs (the trace is long enough for a trial of the other mode), and
 /// the NFs' counters equal those of `--fastpath off`; a bad word is a one-line error.
@@ -317,8 +369,11 @@ fn cli_auto_reports_decision_and_costs() {
     let dir = common::tempdir();
     let chain = dir.path().join("c.toml");
     // Two NATs: enough per-flow state for auto to try (filter + NAT alone is decided off
-    // from the chain: `cli_auto_stays_off_without_a_trial_where_the_chain_cannot_win`).
-    let body = format!("{FILTER_NAT}{NAT2}");
+    // from the chain: `cli_auto_stays_off_without_a_trial_where_the_chain_cannot_win`);
+    // on the merged trace they translate about a third of the packets each, so two
+    // monitors first give a hit enough work a packet for a trial
+    // (`cli_auto_makes_no_trial_where_the_traffic_gives_a_hit_too_little`).
+    let body = format!("{MON2}{FILTER_NAT}{NAT2}");
     let body = body.as_str();
     std::fs::write(&chain, format!("fastpath = \"auto\"\n{body}")).unwrap();
     let bin = env!("CARGO_BIN_EXE_catena");

@@ -62,6 +62,17 @@ pub struct FastRun<'a> {
 }
 
 impl<'a> FastRun<'a> {
+    /// The run clock at the run's first and last visits (none for an empty run): every
+    /// visit's time lies between them, as the run clock never goes back.
+    #[inline(always)]
+    pub fn span(&self) -> Option<(u64, u64)> {
+        let now_of = |v: Option<&Visit>| v.and_then(|v| self.facts.get(v.at as usize));
+        match (now_of(self.visits.first()), now_of(self.visits.last())) {
+            (Some(a), Some(b)) => Some((a.now_ns, b.now_ns)),
+            _ => None,
+        }
+    }
+
     /// Visit `v` as the per-packet calls see it.
     #[inline(always)]
     pub fn packet(&self, v: &Visit) -> FastPacket<'a> {
@@ -75,6 +86,24 @@ impl<'a> FastRun<'a> {
             tcp_flags: f.tcp_flags,
         }
     }
+}
+
+/// Whether no packet of a run of `visits` packets whose times span `span` can make an
+/// NF sweep, when it sweeps at the packet that brings `since` (packets since its last
+/// sweep, at `last_sweep_ns`) to `every` and is at least a second from that sweep: too
+/// few packets, or both ends of the span (and so every time between them) within a
+/// second of it. NAT-free sweepers (Maglev, the flow monitor) then count a run's ticks
+/// at once.
+#[inline(always)]
+pub fn no_sweep_in(
+    since: u64,
+    every: u64,
+    last_sweep_ns: u64,
+    visits: usize,
+    (first, last): (u64, u64),
+) -> bool {
+    let second = |t: u64| t.abs_diff(last_sweep_ns) < 1_000_000_000;
+    since + (visits as u64) < every || second(first) && second(last)
 }
 
 /// An NF FastPath may skip on consolidated flows.
@@ -140,6 +169,14 @@ pub trait Consolidate {
         for v in run.visits {
             self.fast_state(v.token, &run.packet(v));
         }
+    }
+
+    /// Packets so far on which the NF did the per-flow work a hit would skip (a NAT's
+    /// translations, Maglev's balanced packets; not the packets it passed untouched),
+    /// read by `fastpath = "auto"` only when it would start a trial; None: every packet
+    /// that reached the NF.
+    fn fast_work(&self) -> Option<u64> {
+        None
     }
 
     /// Whether the state function only adds one per packet to counters the token names:

@@ -24,7 +24,7 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
-use super::consolidate::{FastRun, Visit};
+use super::consolidate::{no_sweep_in, FastRun};
 use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile};
 use super::params::{ParamDoc, ParamError, Params};
@@ -644,11 +644,11 @@ impl Consolidate for FlowMonitor {
     /// (which may sweep), each only updates its bucket.
     fn fast_state_run(&mut self, run: &FastRun) {
         let mut visits = run.visits;
-        let now_of = |v: Option<&Visit>| v.and_then(|v| run.facts.get(v.at as usize));
-        if let (Some(a), Some(b)) = (now_of(visits.first()), now_of(visits.last())) {
-            let second = |t: u64| t.abs_diff(self.last_sweep_ns) < SECOND;
-            let by_count = self.since_sweep + visits.len() as u64 >= self.sweep_every;
-            if !by_count || self.timeout_ns == 0 || second(a.now_ns) && second(b.now_ns) {
+        if let Some(span) = run.span() {
+            let (since, every) = (self.since_sweep, self.sweep_every);
+            if self.timeout_ns == 0
+                || no_sweep_in(since, every, self.last_sweep_ns, visits.len(), span)
+            {
                 while let Some((v, rest)) = visits.split_first() {
                     visits = rest;
                     self.since_sweep += 1;

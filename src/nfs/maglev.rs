@@ -30,7 +30,7 @@ use std::net::IpAddr;
 
 use foldhash::fast::FixedState;
 
-use super::consolidate::{FastRun, Visit};
+use super::consolidate::{no_sweep_in, FastRun};
 use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
@@ -1092,22 +1092,17 @@ impl Consolidate for Maglev {
     /// before its sweep): the sweep may move connections, and the visits after it are
     /// checked one by one.
     fn fast_vouch(&self, run: &FastRun) -> usize {
-        let now_of = |v: Option<&Visit>| v.and_then(|v| run.facts.get(v.at as usize));
-        if let (Some(a), Some(b)) = (now_of(run.visits.first()), now_of(run.visits.last())) {
-            // When no visit's tick can sweep (too few packets since the last sweep, or
-            // the run's first and last times, and so all between them as the run clock
-            // never goes back, within a second of it), each connection is checked at
-            // the run's last time, no laxer than its own visit's, without reading the
-            // visit's facts.
-            let second = |t: u64| t.abs_diff(self.last_sweep_ns) < 1_000_000_000;
-            let by_count = self.since_sweep + run.visits.len() as u64 >= self.sweep_every;
-            if !by_count || second(a.now_ns) && second(b.now_ns) {
-                return run
-                    .visits
-                    .iter()
-                    .position(|v| !self.valid_at(v.token, b.now_ns))
-                    .unwrap_or(run.visits.len());
-            }
+        if let Some(span) = run
+            .span()
+            .filter(|&s| self.no_sweep_in(run.visits.len(), s))
+        {
+            // No visit's tick can sweep: each connection is checked at the run's last
+            // time, no laxer than its own visit's, without reading the visit's facts.
+            return run
+                .visits
+                .iter()
+                .position(|v| !self.valid_at(v.token, span.1))
+                .unwrap_or(run.visits.len());
         }
         let mut since = self.since_sweep;
         for (n, v) in run.visits.iter().enumerate() {
@@ -1127,6 +1122,11 @@ impl Consolidate for Maglev {
         true
     }
 
+    /// Packets balanced onto a backend: those not for the VIP only pass.
+    fn fast_work(&self) -> Option<u64> {
+        Some(self.known.iter().map(|k| k.packets).sum())
+    }
+
     /// The tracked connection a token names: its slot is the token's high half.
     fn fast_lines(&self) -> TokenLines {
         TokenLines::of(&self.conns.slab, u64::from(u32::MAX))
@@ -1143,23 +1143,19 @@ impl Consolidate for Maglev {
     }
 
     fn fast_state_run(&mut self, run: &FastRun) {
-        let now_of = |v: Option<&Visit>| v.and_then(|v| run.facts.get(v.at as usize));
-        if let (Some(a), Some(b)) = (now_of(run.visits.first()), now_of(run.visits.last())) {
-            // As in `fast_vouch`: when no visit's tick can sweep (too few packets since
-            // the last sweep, or every visit's time within a second of it: the run clock
-            // never goes back), the ticks only count, so they are counted at once and
-            // each visit only refreshes its connection (nothing else sweeps here).
-            let second = |t: u64| t.abs_diff(self.last_sweep_ns) < 1_000_000_000;
-            let by_count = self.since_sweep + run.visits.len() as u64 >= self.sweep_every;
-            if !by_count || second(a.now_ns) && second(b.now_ns) {
-                self.since_sweep += run.visits.len() as u64;
-                for v in run.visits {
-                    if let Some(f) = run.facts.get(v.at as usize) {
-                        self.refresh_at(v.token, f.now_ns, || fast_key(&run.packet(v)));
-                    }
+        if run
+            .span()
+            .is_some_and(|s| self.no_sweep_in(run.visits.len(), s))
+        {
+            // No visit's tick can sweep: the ticks only count, so they are counted at
+            // once and each visit only refreshes its connection (nothing else sweeps).
+            self.since_sweep += run.visits.len() as u64;
+            for v in run.visits {
+                if let Some(f) = run.facts.get(v.at as usize) {
+                    self.refresh_at(v.token, f.now_ns, || fast_key(&run.packet(v)));
                 }
-                return;
             }
+            return;
         }
         for v in run.visits {
             let now = run.facts[v.at as usize].now_ns;
@@ -1169,6 +1165,19 @@ impl Consolidate for Maglev {
 }
 
 impl Maglev {
+    /// No tick of a fused run of `visits` visits spanning `span` can sweep
+    /// ([`no_sweep_in`]): its vouch and state run then skip the per-visit sweep test.
+    #[inline(always)]
+    fn no_sweep_in(&self, visits: usize, span: (u64, u64)) -> bool {
+        no_sweep_in(
+            self.since_sweep,
+            self.sweep_every,
+            self.last_sweep_ns,
+            visits,
+            span,
+        )
+    }
+
     /// A consolidated packet's state function: the sweep tick, the connection's
     /// refresh, its backend's counter; `key` gives the connection's key when the tick
     /// moved it.

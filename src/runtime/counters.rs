@@ -277,6 +277,16 @@ impl Summary {
                     cost(a.cycles_off),
                     a.samples
                 ));
+                // issue 18 (fastpath): trials the traffic made pointless.
+                if a.skipped > 0 {
+                    s.push_str(&format!(
+                        "  fastpath  auto: {} trials not made: the traffic gave a hit {}.{:03} NFs' per-flow work a packet to skip, under {}\n",
+                        a.skipped,
+                        a.work_permille / 1000,
+                        a.work_permille % 1000,
+                        crate::optimise::fastpath::AUTO_MIN_STATEFUL
+                    ));
+                }
             }
             // Entries pushed out before their flows end are re-recorded, at several times
             // the chain's cost each: worth saying how to stop it.

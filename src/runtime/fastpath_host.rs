@@ -7,7 +7,7 @@ use super::sink::{to_sink, SinkState};
 use super::walk::Walk;
 use crate::io::Port;
 use crate::nfs::Nf;
-use crate::optimise::fastpath::{FastPath, HitOut, Host, Lent, LENT};
+use crate::optimise::fastpath::{Auto, FastPath, HitOut, Host, Lent, Plan, LENT};
 use crate::packet::{Batch, Packet, Pool, Verdict};
 
 impl Host for Walk {
@@ -49,6 +49,10 @@ impl Host for Walk {
     #[inline(always)]
     fn count(&mut self, node: usize, verdict: Verdict, n: u64) {
         count(&mut self.counters, node, verdict, n);
+    }
+
+    fn packets_in(&self, node: usize) -> u64 {
+        self.counters.get(node).map_or(0, |c| c.packets_in)
     }
 
     #[inline]
@@ -149,5 +153,26 @@ fn count(counters: &mut [NodeCounters], node: usize, verdict: Verdict, n: u64) {
             Verdict::Out(o) => c.out[o as usize] += n,
             Verdict::Drop(r) => c.drops[r as usize] += n,
         }
+    }
+}
+
+impl FastPath {
+    /// `auto` changed mode before this chunk (`p`): switching off hands the entries'
+    /// counts over and flushes the table; a trial of on is called off where the traffic
+    /// gave a hit too little to skip ([`Auto::veto_trial`]): the plan returned then runs
+    /// the chunk off.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn switched(&mut self, p: Plan, auto: Option<&mut Auto>, walk: &mut Walk) -> Plan {
+        if !p.on {
+            self.switch_off(walk);
+        } else if auto.is_some_and(|a| a.veto_trial(self.traffic_work(walk))) {
+            return Plan {
+                on: false,
+                switched: false,
+                time: false,
+            };
+        }
+        p
     }
 }

@@ -271,10 +271,11 @@ impl Runner {
                     }
                 };
                 self.poll_control();
-                let plan = self.auto.as_mut().map(Auto::plan);
+                let mut plan = self.auto.as_mut().map(Auto::plan);
                 if let (Some(p), Some(f)) = (plan, self.fast.as_deref_mut()) {
-                    if p.switched && !p.on {
-                        f.switch_off(&mut self.walk);
+                    if p.switched {
+                        // issue 18 (fastpath): off hands over and flushes; a trial may be called off.
+                        plan = Some(f.switched(p, self.auto.as_mut(), &mut self.walk));
                     }
                 }
                 let t0 = plan.filter(|p| p.time).map(|_| auto::tsc());

@@ -1419,6 +1419,12 @@ impl Consolidate for Nat {
         true
     }
 
+    /// Translated packets (both ways, ICMP errors too): internal, unsupported and
+    /// unanswered packets leave a hit nothing of the NAT to skip.
+    fn fast_work(&self) -> Option<u64> {
+        Some(self.translated_out + self.translated_in + self.icmp_errors)
+    }
+
     /// The mapping a token names: its slot is the token's high half (below the kind).
     fn fast_lines(&self) -> TokenLines {
         TokenLines::of(&self.slab, 0xff_ffff)

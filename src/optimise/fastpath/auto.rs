@@ -62,6 +62,12 @@ pub struct AutoStats {
     /// Off for the whole run without a trial, and why: the chain's NFs tell that
     /// consolidation loses ([`super::auto_static_off`]).
     pub static_off: Option<&'static str>,
+    /// Trials not made because the traffic gave a hit too little to skip: fewer than
+    /// [`super::AUTO_MIN_STATEFUL`] NFs' per-flow work a packet since the last look.
+    pub skipped: u64,
+    /// That per-flow work at the last look before a trial, in thousandths of an NF a
+    /// packet (0 = never looked).
+    pub work_permille: u64,
 }
 
 /// The last [`TIMED`] per-packet costs of a mode.
@@ -109,6 +115,8 @@ pub struct Auto {
     /// A forced schedule (tests): switch before these chunk numbers, never measure.
     forced: Option<Vec<u64>>,
     chunk_no: u64,
+    /// Packets into the chain and per-flow work at the last look before a trial.
+    work_mark: (u64, u64),
     pub stats: AutoStats,
 }
 
@@ -136,6 +144,7 @@ impl Auto {
             samples: [Samples::default(); 2],
             forced: None,
             chunk_no: 0,
+            work_mark: (0, 0),
             stats: AutoStats::default(),
         }
     }
@@ -265,6 +274,45 @@ impl Auto {
         !keep_tried
     }
 
+    /// A trial of consolidation was just planned (`plan` said `switched` and `on`):
+    /// given the traffic's `(packets, work)` as [`super::FastPath::traffic_work`] counts
+    /// them now, either let it run (false) or, where the traffic gave a hit too little
+    /// to skip, call it off before its first chunk (true: the chunk runs off, as a trial
+    /// that lost, without its chunks; the next look comes 16 times later). Not for
+    /// forced schedules.
+    #[cold]
+    #[inline(never)]
+    pub fn veto_trial(&mut self, work: (u64, u64)) -> bool {
+        if !(self.on && self.trial && self.forced.is_none() && self.traffic_cannot_win(work)) {
+            return false;
+        }
+        self.on = false;
+        self.trial = false;
+        self.stats.on = false;
+        self.stats.switches -= 1;
+        self.stats.skipped += 1;
+        self.stay = (self.stay * LOST_GROWTH).clamp(FIRST_STAY, MAX_STAY);
+        // This chunk is the kept mode's first, as after a trial that lost.
+        self.quiet = self.stay.saturating_sub(self.chunks + TIMED as u64);
+        self.quieted = self.quiet;
+        true
+    }
+
+    /// Whether the traffic since the last look, `(packets, work)` as
+    /// [`super::FastPath::traffic_work`] counts them now, gave a hit less per-flow work to
+    /// skip than [`super::auto_static_off`] asks of the chain (a filter only counts, a NAT
+    /// that translated a third of the packets counts a third): then a trial could only
+    /// lose, and is not made. No packets since the last look: no verdict, try.
+    fn traffic_cannot_win(&mut self, (packets, work): (u64, u64)) -> bool {
+        let (p0, w0) = std::mem::replace(&mut self.work_mark, (packets, work));
+        let (p, w) = (packets.saturating_sub(p0), work.saturating_sub(w0));
+        if p == 0 {
+            return false;
+        }
+        self.stats.work_permille = w.saturating_mul(1000) / p;
+        w < p.saturating_mul(super::AUTO_MIN_STATEFUL as u64)
+    }
+
     /// A timed chunk of `packets` packets took `cycles` in the current mode.
     pub fn timed(&mut self, cycles: u64, packets: u64) {
         if packets == 0 {
@@ -299,6 +347,39 @@ pub use crate::flow::tsc;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where the traffic gives a hit under two NFs' per-flow work a packet, no trial is
+    /// made: each look counts as a trial lost (the next look 16 times later); where it
+    /// gives two or more, the costs decide as before.
+    #[test]
+    fn no_trial_where_the_traffic_gives_a_hit_too_little() {
+        for (per_packet_x2, trials) in [(3, 0), (4, 2)] {
+            let mut a = Auto::new();
+            let (mut n, mut starts, mut looks) = (0u64, Vec::new(), 0);
+            for c in 0..20_000u64 {
+                n += 32;
+                let mut p = a.plan();
+                if p.switched && p.on {
+                    looks += 1;
+                    if a.veto_trial((n, n * per_packet_x2 / 2)) {
+                        p.on = false;
+                    } else {
+                        starts.push(c);
+                    }
+                }
+                if p.time {
+                    a.timed(if p.on { 300 } else { 100 } * 32, 32);
+                }
+            }
+            assert_eq!(starts.len(), trials, "{per_packet_x2}: {starts:?}");
+            assert_eq!(a.stats.skipped, 2 - trials as u64, "{per_packet_x2}");
+            assert_eq!(a.stats.work_permille, per_packet_x2 * 500);
+            // Looked at 1,024 and 1,024 + 16,384 (after a skip or a lost trial of 2).
+            assert_eq!(looks, 2, "{per_packet_x2}");
+            assert!(!a.stats.on);
+            assert_eq!(a.stats.switches, 2 * trials as u64);
+        }
+    }
 
     /// Runs `chunks` chunks whose timed ones cost `on_cost` or `off_cost` a packet;
     /// returns how many ran on.

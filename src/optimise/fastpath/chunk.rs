@@ -49,6 +49,8 @@ pub trait Host {
     fn to_sink(&mut self, node: usize, p: &Packet);
     /// `n` packets left node `node` with `verdict`.
     fn count(&mut self, node: usize, verdict: Verdict, n: u64);
+    /// Packets that reached node `node` so far.
+    fn packets_in(&self, node: usize) -> u64;
     /// Runs `f` with node i's [`Consolidate`] side at `nfs[slots[i]]` (nodes whose slot
     /// is [`LENT`] or more, and nodes without one, lend nothing) and the rest of the host.
     fn lend<R>(
