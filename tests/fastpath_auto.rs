@@ -17,6 +17,20 @@ use catena::runtime::control::Scheduled;
 use catena::runtime::{Chain, ChainConfig, Runner, Summary};
 use fastpath_common::{run_chain, Outcome};
 
+/// `catena run --loops 2 -i TRACE CHAIN ARGS`: its standard output, the run asserted to
+/// succeed.
+fn run_twice(trace: &Path, chain: &Path, args: &[&str]) -> String {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args(["run", "--loops", "2", "-i"])
+        .arg(trace)
+        .arg(chain)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 /// F filter (per-rule counters), G filter refusing TCP flows on flags, N NAT (timeouts
 /// short enough to expire mappings mid-trace), M Maglev, O flow monitor (records).
 fn nf_toml(kind: char, i: usize, vip: &str, dir: &Path, tag: &str) -> String {
@@ -271,17 +285,7 @@ fn cli_auto_stays_off_without_a_trial_where_the_chain_cannot_win() {
         "{text}"
     );
     let trace = common::dataset("bench/ndpi-ether-merged.pcap");
-    let run = |args: &[&str]| {
-        let o = std::process::Command::new(bin)
-            .args(["run", "--loops", "2", "-i"])
-            .arg(&trace)
-            .arg(&chain)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let run = |args: &[&str]| run_twice(&trace, &chain, args);
     let auto: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
     let a = &auto["fastpath_auto"];
     assert!(
@@ -326,19 +330,8 @@ fn cli_auto_makes_no_trial_where_the_traffic_gives_a_hit_too_little() {
         format!("fastpath = \"auto\"\n{FILTER_NAT}{MAGLEV_AWAY}"),
     )
     .unwrap();
-    let bin = env!("CARGO_BIN_EXE_catena");
     let trace = common::dataset("bench/ndpi-ether-merged.pcap");
-    let run = |args: &[&str]| {
-        let o = std::process::Command::new(bin)
-            .args(["run", "--loops", "2", "-i"])
-            .arg(&trace)
-            .arg(&chain)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let run = |args: &[&str]| run_twice(&trace, &chain, args);
     let auto: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
     let a = &auto["fastpath_auto"];
     assert!(a["static_off"].is_null(), "{auto}");
@@ -386,15 +379,9 @@ fn cli_auto_reports_decision_and_costs() {
     assert!(text.contains("fastpath: auto"), "{text}");
     let trace = common::dataset("bench/ndpi-ether-merged.pcap");
     let run = |args: &[&str]| {
-        let o = std::process::Command::new(bin)
-            .args(["run", "--json", "--loops", "2", "-i"])
-            .arg(&trace)
-            .arg(&chain)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        serde_json::from_str::<serde_json::Value>(&run_twice(&trace, &chain, &a)).unwrap()
     };
     let auto = run(&[]);
     let a = &auto["fastpath_auto"];

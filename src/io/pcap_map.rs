@@ -347,15 +347,7 @@ impl MappedPcap {
                 let start = pos;
                 while n < room {
                     // No `min` with the map's end here: a prefetch past it is harmless.
-                    let ahead = pos + AHEAD;
-                    while fetched < ahead {
-                        let at = map.as_ptr().wrapping_add(fetched);
-                        prefetch(at);
-                        prefetch(at.wrapping_add(64));
-                        prefetch(at.wrapping_add(128));
-                        prefetch(at.wrapping_add(192));
-                        fetched += 256;
-                    }
+                    prefetch_to(map, &mut fetched, pos + AHEAD);
                     debug_assert!(pos + h + cap <= start + room * (h + cap));
                     // SAFETY: each record taken so far held at most `cap` bytes, so record
                     // `n` starts at most `n * (h + cap)` past `start`, and its header ends
@@ -375,16 +367,7 @@ impl MappedPcap {
                 }
             }
             while n < room && !refused {
-                let ahead = (pos + AHEAD).min(map.len());
-                // Four lines a step: the same lines, a quarter of the loop's branches.
-                while fetched < ahead {
-                    let at = map.as_ptr().wrapping_add(fetched);
-                    prefetch(at);
-                    prefetch(at.wrapping_add(64));
-                    prefetch(at.wrapping_add(128));
-                    prefetch(at.wrapping_add(192));
-                    fetched += 256;
-                }
+                prefetch_to(map, &mut fetched, (pos + AHEAD).min(map.len()));
                 if pos == map.len() {
                     ended = Some(None);
                     break;
@@ -597,6 +580,20 @@ fn populate_loop(map: &'static [u8], pos: &AtomicUsize) {
             filled = to;
         }
         std::thread::park();
+    }
+}
+
+/// Prefetches the map's lines from `fetched` up to `ahead`, moving `fetched` on. Four
+/// lines a step: the same lines, a quarter of the loop's branches.
+#[inline(always)]
+fn prefetch_to(map: &[u8], fetched: &mut usize, ahead: usize) {
+    while *fetched < ahead {
+        let at = map.as_ptr().wrapping_add(*fetched);
+        prefetch(at);
+        prefetch(at.wrapping_add(64));
+        prefetch(at.wrapping_add(128));
+        prefetch(at.wrapping_add(192));
+        *fetched += 256;
     }
 }
 
