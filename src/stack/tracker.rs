@@ -5,6 +5,8 @@
 //! connections live in a slab reserved up front (slots are recycled; the table never grows
 //! past `flows`), and out-of-order bytes go to rings from a bounded [`RingPool`].
 
+use std::collections::BinaryHeap;
+
 use hashbrown::HashMap;
 
 use super::conn::{Conn, MAX_APPS};
@@ -112,6 +114,8 @@ pub struct Stack {
     retired: Vec<FlowId>,
     /// Scratch for one sweep (bounded, reserved up front).
     expired: Vec<FlowId>,
+    /// Scratch for one sweep: the serials of the idle flows that began first.
+    oldest: Vec<u64>,
     rings: RingPool,
     /// Every app's subscriptions for new flows and for events without a flow.
     pub(crate) initial: [Kinds; MAX_APPS],
@@ -140,6 +144,7 @@ impl Stack {
             free: Vec::with_capacity(flows),
             retired: Vec::with_capacity(flows),
             expired: Vec::with_capacity(256),
+            oldest: Vec::with_capacity(256),
             rings: RingPool::new(cfg.rings, cfg.ring_bytes),
             initial: [Kinds::NONE; MAX_APPS],
             per_flow: [false; MAX_APPS],
@@ -206,32 +211,53 @@ impl Stack {
     }
 
     /// Ends idle connections (at most once per quarter timeout of run-clock time), as
-    /// many as the queue has room for; the rest wait for the next call. Called before
-    /// every packet with that packet's clock time (a compare when none is due).
+    /// many as the queue has room for: those that began first, so which ones end now
+    /// does not follow the table's order (its hash keys differ in every process); the
+    /// rest wait for the next call. Called before every packet with that packet's
+    /// clock time (a compare when none is due).
     pub fn sweep(&mut self, now: u64, q: &mut Queue) {
         if self.cfg.timeout_ns == 0 || self.cfg.level == Level::L3 || now < self.next_sweep_ns {
             return;
         }
         let t = self.cfg.timeout_ns;
         let conns = &self.conns;
-        let mut room = q.room().min(self.expired.capacity());
-        let expired = &mut self.expired;
+        let idle = |f: FlowId| now.saturating_sub(conns[f as usize].last_ns) > t;
+        let room = q.room().min(self.expired.capacity());
+        // The serial of the last flow to end in this sweep: the room-th smallest among
+        // the idle ones, kept in a bounded max-heap (its buffer reserved up front).
+        let mut first = BinaryHeap::from(std::mem::take(&mut self.oldest));
         let mut more = false;
-        self.table.retain(|_, f| {
-            if now.saturating_sub(conns[*f as usize].last_ns) <= t {
-                return true;
+        for &f in self.table.values() {
+            if !idle(f) {
+                continue;
             }
-            if room == 0 {
+            let serial = conns[f as usize].serial;
+            if first.len() < room {
+                first.push(serial);
+            } else {
                 more = true;
-                return true;
+                if first.peek().is_some_and(|&last| serial < last) {
+                    first.pop();
+                    first.push(serial);
+                }
             }
-            room -= 1;
-            expired.push(*f);
-            false
-        });
+        }
+        let last = first.peek().copied();
+        let mut buf = first.into_vec();
+        buf.clear();
+        self.oldest = buf;
         if !more {
             self.next_sweep_ns = now + t / 4;
         }
+        let Some(last) = last else { return };
+        let expired = &mut self.expired;
+        self.table.retain(|_, f| {
+            if !idle(*f) || conns[*f as usize].serial > last {
+                return true;
+            }
+            expired.push(*f);
+            false
+        });
         let mut gone = std::mem::take(&mut self.expired);
         // In the order the flows began (the table's order varies with its hash keys).
         gone.sort_unstable_by_key(|&f| self.conns[f as usize].serial);
@@ -662,5 +688,74 @@ impl Conn {
     #[inline]
     fn subs_any(&self, k: Kind) -> bool {
         self.subs.iter().any(|s| s.has(k))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A SYN of flow `n` (10.0.0.1:n → 10.0.0.2:80) at capture time `ns`.
+    fn syn(n: u16, ns: u64) -> Packet {
+        let mut b = vec![0u8; 14 + 20 + 20];
+        b[12] = 8;
+        b[14] = 0x45;
+        b[16..18].copy_from_slice(&40u16.to_be_bytes());
+        b[22] = 64;
+        b[23] = 6;
+        b[26..30].copy_from_slice(&[10, 0, 0, 1]);
+        b[30..34].copy_from_slice(&[10, 0, 0, 2]);
+        b[34..36].copy_from_slice(&n.to_be_bytes());
+        b[36..38].copy_from_slice(&80u16.to_be_bytes());
+        b[46] = 0x50;
+        b[47] = flags::SYN as u8;
+        let mut p = Packet::from_bytes(&b);
+        p.meta_mut().now_ns = ns;
+        p
+    }
+
+    /// The serials of the flows one sweep at `now` ends, in the order it ends them.
+    fn swept(s: &mut Stack, q: &mut Queue, now: u64) -> Vec<u64> {
+        q.clear();
+        s.sweep(now, q);
+        let ended = q.events.iter().filter(|e| e.kind == Kind::FlowEnd);
+        let serials = ended.map(|e| s.conns[e.flow as usize].serial).collect();
+        s.end_batch();
+        serials
+    }
+
+    /// A sweep that finds more idle flows than the queue has room for ends those that
+    /// began first: which ones end must not follow the table's order, which its hash
+    /// keys make different in every process (two runs over the merged trace wrote their
+    /// EVE records in different orders). Before, the first sweep ended 256 of the 600
+    /// in table order.
+    #[test]
+    fn a_short_sweep_ends_the_flows_that_began_first() {
+        let cfg = StackConfig {
+            timeout_ns: 1_000,
+            ..StackConfig::default()
+        };
+        let mut s = Stack::new(cfg);
+        let mut q = Queue::new(s.ring_bytes(), Kinds::of(&Kind::ALL));
+        for n in 0..600u16 {
+            q.start_batch(1);
+            s.packet(0, &mut syn(1_000 + n, u64::from(n)), &mut q);
+        }
+        assert_eq!(s.live(), 600);
+        let room = q.room().min(256) as u64;
+        assert!(
+            room < 300,
+            "the test needs more idle flows than one sweep ends"
+        );
+        let now = 1_000_000;
+        let first = swept(&mut s, &mut q, now);
+        assert_eq!(first, (0..room).collect::<Vec<_>>());
+        let second = swept(&mut s, &mut q, now + 1);
+        assert_eq!(second, (room..2 * room).collect::<Vec<_>>());
+        let third = swept(&mut s, &mut q, now + 2);
+        assert_eq!(third, (2 * room..600).collect::<Vec<_>>());
+        assert_eq!(s.live(), 0);
+        // All done: the next sweep is a quarter timeout later.
+        assert!(swept(&mut s, &mut q, now + 3).is_empty());
     }
 }
