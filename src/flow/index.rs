@@ -245,16 +245,7 @@ impl Index {
 /// A hint to load `r`'s cache line; never faults.
 #[inline(always)]
 pub fn prefetch<T>(r: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch has no architectural effect; the address is a valid reference.
-    #[allow(unused_unsafe)]
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-            r as *const T as *const i8,
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = r;
+    crate::packet::prefetch_ptr(r);
 }
 
 #[cfg(test)]

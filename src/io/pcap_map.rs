@@ -27,7 +27,7 @@ use super::pcap_read::{PcapFormat, RawRecord, RecordProblem, PCAP_HEADER_LEN};
 use super::source::{After, Source};
 use super::trace::{PcapHeader, Record};
 use super::TraceError;
-use crate::packet::LinkKind;
+use crate::packet::{prefetch_ptr, LinkKind};
 
 /// The packet buffers' largest class: bigger records are dropped as `oversize`.
 const MAX_BUFFERED_PACKET: usize = 65_536;
@@ -589,24 +589,12 @@ fn populate_loop(map: &'static [u8], pos: &AtomicUsize) {
 fn prefetch_to(map: &[u8], fetched: &mut usize, ahead: usize) {
     while *fetched < ahead {
         let at = map.as_ptr().wrapping_add(*fetched);
-        prefetch(at);
-        prefetch(at.wrapping_add(64));
-        prefetch(at.wrapping_add(128));
-        prefetch(at.wrapping_add(192));
+        prefetch_ptr(at);
+        prefetch_ptr(at.wrapping_add(64));
+        prefetch_ptr(at.wrapping_add(128));
+        prefetch_ptr(at.wrapping_add(192));
         *fetched += 256;
     }
-}
-
-#[inline(always)]
-fn prefetch(b: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch has no architectural effect (it never faults, whatever the
-    // address); callers pass addresses inside the map or up to 192 bytes past it.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(b as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = b;
 }
 
 /// The guarded map (one per process: the last one opened) and whether it faulted.

@@ -5,7 +5,7 @@
 use super::pcap_map::MappedPcap;
 use super::trace::{PcapHeader, Record, Trace};
 use super::TraceError;
-use crate::packet::LinkKind;
+use crate::packet::{prefetch_ptr, LinkKind};
 
 /// What follows a chunk, as far as a source knows without reading further.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +53,15 @@ pub trait Source {
     fn mapped(&mut self) -> Option<&mut MappedPcap> {
         None
     }
+    /// Look ahead: from now on, each [`Source::next_chunk`] also starts loading the
+    /// first `reach` bytes (at most 64: the header lines) of the records after the chunk,
+    /// so their loads overlap the work on this one; 0 stops it. The runner asks it of a
+    /// [`lasting`](Source::lasting) source when the chain reads packet bytes (a view's
+    /// first touch is then the NF's). Sources that load ahead anyway ignore it (the
+    /// default): a mapped pcap prefetches every line ahead of its reader.
+    fn set_lookahead(&mut self, reach: usize) {
+        let _ = reach;
+    }
 }
 
 /// A pass over an indexed trace.
@@ -60,14 +69,37 @@ pub struct TraceSource<'a> {
     trace: &'a Trace,
     pos: usize,
     span: u64,
+    /// The trace's bytes, when the trace lasts the process ([`TraceSource::in_place`]).
+    lasting: Option<&'static [u8]>,
+    /// Bytes of each next record to prefetch (0: none); see [`Source::set_lookahead`].
+    reach: usize,
 }
 
 impl<'a> TraceSource<'a> {
+    /// A pass whose packets the runner copies out of the trace.
     pub fn new(trace: &'a Trace) -> TraceSource<'a> {
         TraceSource {
             trace,
             pos: 0,
             span: trace.span_ns(),
+            lasting: None,
+            reach: 0,
+        }
+    }
+
+    /// The bytes of each next record this source prefetches (0: it does not look ahead).
+    pub fn lookahead(&self) -> usize {
+        self.reach
+    }
+}
+
+impl TraceSource<'static> {
+    /// A pass over a trace that lasts the process: the runner's packets view its bytes
+    /// in place (copied on an NF's first write), as they view a mapped pcap's.
+    pub fn in_place(trace: &'static Trace) -> TraceSource<'static> {
+        TraceSource {
+            lasting: Some(trace.raw().0),
+            ..TraceSource::new(trace)
         }
     }
 }
@@ -88,6 +120,17 @@ impl Source for TraceSource<'_> {
         let end = (self.pos + max).min(recs.len());
         let chunk = &recs[self.pos..end];
         self.pos = end;
+        if self.reach > 0 {
+            // The next chunk's header lines: the record's first byte's and its last
+            // asked-for byte's (the same line, or the next when the header crosses one).
+            // Only formed, never read: no bounds check needed.
+            let last = self.reach - 1;
+            for r in &recs[end..(end + max).min(recs.len())] {
+                let at = bytes.as_ptr().wrapping_add(r.off as usize);
+                prefetch_ptr(at);
+                prefetch_ptr(at.wrapping_add(last));
+            }
+        }
         let after = match (recs.get(end), recs.first()) {
             (Some(r), _) => After::Record(r.ts_ns),
             (None, Some(r)) => After::PassEnd(r.ts_ns.wrapping_add(self.span)),
@@ -107,5 +150,11 @@ impl Source for TraceSource<'_> {
     }
     fn error(&self) -> Option<&TraceError> {
         self.trace.error()
+    }
+    fn lasting(&self) -> Option<&'static [u8]> {
+        self.lasting
+    }
+    fn set_lookahead(&mut self, reach: usize) {
+        self.reach = reach.min(64);
     }
 }

@@ -8,6 +8,7 @@ mod fields;
 mod layers;
 mod meta;
 mod pool;
+mod prefetch;
 pub mod wire;
 
 pub use batch::{Batch, MAX_BATCH};
@@ -16,3 +17,4 @@ pub use fields::Fields;
 pub use layers::{L3Kind, Layers};
 pub use meta::{FastMark, LinkKind, Meta, Verdict, FLOOD, NOT_RECORDED, NO_PORT};
 pub use pool::Pool;
+pub use prefetch::prefetch_ptr;

@@ -68,6 +68,8 @@ impl Runner {
     /// Prepares a run of `chain` over packets of at most `max_packet` bytes.
     pub fn new(chain: Chain, max_packet: usize) -> Runner {
         let cap = Walk::batch_cap(&chain);
+        // Of the whole chain, before stages take their NFs.
+        let lookahead = super::walk::lookahead_reach(&chain);
         let nfs = chain.nf_slots();
         // issue 18 (fastpath): auto that stays off from the chain makes a plain run (no
         // FastPath state, the plain pool, filters fused).
@@ -92,6 +94,7 @@ impl Runner {
         chain.fastpath = chain.fastpath.or(kept); // issue 18 (fastpath)
                                                   // issue 18 (fastpath): FastPath's recordings make their own buffers when they start.
         let mut walk = Walk::new(chain, max_packet, false);
+        walk.lookahead = lookahead;
         if let Some(s) = &stages {
             s.first(&mut walk, max_packet);
         }
@@ -220,6 +223,10 @@ impl Runner {
         let mut started = false;
         // A mapped input lasts the whole process: packets view it instead of copying.
         let lasting = src.lasting();
+        // Viewed packets are first touched by the NFs: a source that can, loads the next
+        // chunk's header lines while this one is worked on, when the chain reads them. A
+        // copy's first touch is its ingest (`prefetch = k` serves that).
+        src.set_lookahead(lasting.map_or(0, |_| self.walk.lookahead));
         for lp in 0..opts.loops {
             // Each loop after the first shifts time by the first loop's span.
             if lp > 0 && !src.rewind() {

@@ -216,16 +216,8 @@ impl VerdictCache {
     /// Starts loading bucket `i` (from [`Self::bucket`]) so a later lookup finds it.
     #[inline]
     pub fn prefetch(&self, i: usize) {
-        // No bounds check: a prefetch has no architectural effect whatever the address
-        // (the pointer is only formed, never read through).
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `_mm_prefetch` never faults; `wrapping_add` forms the address safely.
-        unsafe {
-            use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(self.buckets.as_ptr().wrapping_add(i).cast::<i8>())
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = i;
+        // No bounds check: a prefetch never faults (the pointer is only formed).
+        crate::packet::prefetch_ptr(self.buckets.as_ptr().wrapping_add(i));
     }
 
     /// [`get_at`](Self::get_at) without checking `i` against the buckets: for an index
@@ -246,8 +238,11 @@ impl VerdictCache {
     /// The value cached for the packed key in bucket `i`.
     #[inline]
     pub fn get_at(&self, i: usize, k: (u64, u64)) -> Option<u32> {
-        let b = self.buckets.get(i)?;
-        (0..WAYS).find(|&w| b.keys[w] == k).map(|w| b.vals[w])
+        if i >= self.buckets.len() {
+            return None;
+        }
+        // SAFETY: `i` was just checked against the buckets' length.
+        unsafe { self.get_in(i, k) }
     }
 
     /// Caches `v` for the packed key in bucket `i`, evicting the bucket's oldest key.
