@@ -274,6 +274,98 @@ impl Firewall {
     }
 }
 
+impl Firewall {
+    /// One chunk without a branch on the port rule's outcome, a coin toss on mixed
+    /// traffic (bigflows: 52 % pass) that the first pass and the switch pass each
+    /// mispredicted about half the time (cachegrind: 1.38 mispredicts a packet, against
+    /// the IPv4 switch's 0.30). Each packet's outcome is computed (a reason or `PASS`) and
+    /// its index written to both lists, the count of the one it belongs to advanced.
+    /// Only passed packets touch the table, in their order, so the result is
+    /// `in_order`'s.
+    #[inline(always)]
+    fn split_chunk(&mut self, chunk: &mut [Packet]) {
+        const PASS: u8 = u8::MAX;
+        let mut pass = [0u8; MAX_BATCH];
+        let mut np = 0;
+        let mut deny = [(0u8, 0u8); MAX_BATCH];
+        let mut nd = 0;
+        for (i, p) in chunk.iter_mut().enumerate() {
+            let l = p.layers();
+            let r = match l.l3 {
+                L3Kind::Ipv4 if l.l4_proto != 6 && l.l4_proto != 17 => NOT_TCP_UDP,
+                L3Kind::Ipv4 if l.is_later_fragment() => FRAGMENT,
+                L3Kind::Ipv4 => {
+                    let (d, o4) = (p.data(), l.l4_off as usize);
+                    if d.len() < o4 + 4 {
+                        TRUNCATED
+                    } else {
+                        // `|`, not `||`, and a select: no branch on the outcome (an
+                        // `if` here still mispredicted 0.33 times a packet).
+                        let ok = self.allows(be16(d, o4)) | self.allows(be16(d, o4 + 2));
+                        std::hint::select_unpredictable(ok, PASS, PORT_DENIED)
+                    }
+                }
+                // Malformed::Drop (see `process`): as `bpf_ipv4` decides it.
+                L3Kind::Malformed => MALFORMED,
+                _ => NOT_IPV4,
+            };
+            let i = i as u8;
+            pass[np] = i;
+            np += usize::from(r == PASS);
+            deny[nd] = (i, r);
+            nd += usize::from(r != PASS);
+        }
+        let mut hs = [(0u64, 0u64); MAX_BATCH];
+        for (&i, h) in pass[..np].iter().zip(hs.iter_mut()) {
+            let p = &mut chunk[usize::from(i)];
+            let o3 = p.layers().l3_off as usize;
+            *h = self.learn.prefetch(p.data(), o3);
+        }
+        for (&i, &h) in pass[..np].iter().zip(hs.iter()) {
+            let p = &mut chunk[usize::from(i)];
+            let o3 = p.layers().l3_off as usize;
+            let (m, d) = p.split_meta();
+            self.learn.switch(m, be32(d, o3 + 12), be32(d, o3 + 16), h);
+        }
+        for &(i, r) in &deny[..nd] {
+            chunk[usize::from(i)].drop_with(r);
+        }
+    }
+
+    /// One chunk packet by packet: prefetch the learning table's slots of every TCP/UDP
+    /// IPv4 packet the port rule passes, then decide each (the order of one at a time).
+    #[inline(always)]
+    fn in_order(&mut self, chunk: &mut [Packet]) {
+        // Partial decodes only: the full one decodes in `one`.
+        let quick = self.decode == Decode::Partial;
+        let mut hs = [(0u64, 0u64); MAX_BATCH];
+        // Packets the first pass found to pass every test of `one`.
+        let mut passed = [false; MAX_BATCH];
+        for ((p, h), ok) in chunk.iter_mut().zip(hs.iter_mut()).zip(passed.iter_mut()) {
+            let l = p.layers();
+            if l.l3 != L3Kind::Ipv4 || (l.l4_proto != 6 && l.l4_proto != 17) {
+                continue;
+            }
+            // Only packets the port rule lets through learn and look up.
+            let (d, o4) = (p.data(), l.l4_off as usize);
+            if d.len() >= o4 + 4 && (self.allows(be16(d, o4)) || self.allows(be16(d, o4 + 2))) {
+                *h = self.learn.prefetch(d, l.l3_off as usize);
+                *ok = quick && !l.is_later_fragment();
+            }
+        }
+        for ((p, &h), &ok) in chunk.iter_mut().zip(hs.iter()).zip(passed.iter()) {
+            if ok {
+                // The port rule's tests hold (the pass made them): switch at once.
+                let o3 = p.layers().l3_off as usize;
+                let (m, d) = p.split_meta();
+                self.learn.switch(m, be32(d, o3 + 12), be32(d, o3 + 16), h);
+            } else {
+                self.one(p, h);
+            }
+        }
+    }
+}
+
 impl Nf for Firewall {
     fn memory(&self) -> usize {
         self.learn.memory() + std::mem::size_of_val(&*self.allowed)
@@ -287,41 +379,21 @@ impl Nf for Firewall {
         StateScope::Global("learns address -> port from every flow (as ipv4_switch)")
     }
 
-    /// In chunks of a batch: prefetch the learning table's slots of every TCP/UDP IPv4
-    /// packet the port rule passes, then decide packet by packet (the same order as one at a time).
+    /// In chunks of a batch: decide every packet first, then prefetch the learning
+    /// table's slots of the packets the port rule passes, then switch those in order.
     #[inline]
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
-        // Partial decodes only: the full one decodes in `one`.
-        let quick = self.decode == Decode::Partial;
+        // The split below needs decisions that never touch the table; a full decode and
+        // frames read as BPF does go packet by packet.
+        let split = self.decode == Decode::Partial && self.malformed == Malformed::Drop;
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
-            let mut hs = [(0u64, 0u64); MAX_BATCH];
-            // Packets the first pass found to pass every test of `one`.
-            let mut passed = [false; MAX_BATCH];
-            for ((p, h), ok) in chunk.iter_mut().zip(hs.iter_mut()).zip(passed.iter_mut()) {
-                let l = p.layers();
-                if l.l3 != L3Kind::Ipv4 || (l.l4_proto != 6 && l.l4_proto != 17) {
-                    continue;
-                }
-                // Only packets the port rule lets through learn and look up.
-                let (d, o4) = (p.data(), l.l4_off as usize);
-                if d.len() >= o4 + 4 && (self.allows(be16(d, o4)) || self.allows(be16(d, o4 + 2))) {
-                    *h = self.learn.prefetch(d, l.l3_off as usize);
-                    *ok = quick && !l.is_later_fragment();
-                }
-            }
-            for ((p, &h), &ok) in chunk.iter_mut().zip(hs.iter()).zip(passed.iter()) {
-                if ok {
-                    // The port rule's tests hold (the pass made them): switch at once.
-                    let o3 = p.layers().l3_off as usize;
-                    let (m, d) = p.split_meta();
-                    self.learn.switch(m, be32(d, o3 + 12), be32(d, o3 + 16), h);
-                } else {
-                    self.one(p, h);
-                }
+            if split {
+                self.split_chunk(chunk);
+            } else {
+                self.in_order(chunk);
             }
         }
     }
-
     /// `allow_ports P1 P2 …` replaces the port list (comma or space separated);
     /// `flush` forgets every learned address.
     fn control(&mut self, cmd: &str) -> Result<String, String> {
