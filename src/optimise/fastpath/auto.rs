@@ -185,6 +185,19 @@ impl Auto {
         self.plan_edge()
     }
 
+    /// The quiet chunks that follow the plan just made (the kept mode, untimed), taken at
+    /// once: a caller that skips them calls [`plan`](Self::plan) next at the chunk after
+    /// them (the runtime, by packet count: it then looks at auto only where it already
+    /// compares its count, so a chunk between looks costs nothing). The same as calling
+    /// `plan` that many times; the counts catch up at the next edge, as then.
+    /// `u64::MAX`: never an edge again (off from the chain).
+    pub fn take_quiet(&mut self) -> u64 {
+        if self.stats.static_off.is_some() {
+            return u64::MAX;
+        }
+        std::mem::take(&mut self.quiet)
+    }
+
     /// [`plan`](Self::plan) near a decision: in a trial, in the kept mode's measurement
     /// before one, or forced.
     #[cold]
