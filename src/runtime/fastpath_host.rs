@@ -167,6 +167,9 @@ pub(super) struct AutoRun {
     parked: Option<Box<FastPath>>,
     /// The TSC at the start of the chunk being timed, and its packets.
     timing: Option<(u64, u64)>,
+    /// The packet count of the next look (the worker also comes here for its progress
+    /// reports: those between two of auto's looks leave it alone).
+    next_at: u64,
 }
 
 impl AutoRun {
@@ -175,6 +178,7 @@ impl AutoRun {
             auto,
             parked: None,
             timing: None,
+            next_at: 0,
         }
     }
 
@@ -193,6 +197,9 @@ impl AutoRun {
         done: u64,
         n: u64,
     ) -> u64 {
+        if done < self.next_at {
+            return self.next_at;
+        }
         if let Some((t0, k)) = self.timing.take() {
             self.auto.timed(auto::tsc().wrapping_sub(t0), k);
         }
@@ -217,8 +224,10 @@ impl AutoRun {
             self.timing = Some((auto::tsc(), n));
         }
         let quiet = self.auto.take_quiet();
-        done.saturating_add(n)
-            .saturating_add(quiet.saturating_mul(MAX_BATCH as u64))
+        self.next_at = done
+            .saturating_add(n)
+            .saturating_add(quiet.saturating_mul(MAX_BATCH as u64));
+        self.next_at
     }
 
     /// At the end of a run: the last chunk's timing reported, FastPath back (off, its
@@ -230,5 +239,7 @@ impl AutoRun {
         if fast.is_none() {
             *fast = self.parked.take();
         }
+        // A next run counts its packets from 0.
+        self.next_at = 0;
     }
 }
