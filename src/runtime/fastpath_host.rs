@@ -7,8 +7,8 @@ use super::sink::{to_sink, SinkState};
 use super::walk::Walk;
 use crate::io::Port;
 use crate::nfs::Nf;
-use crate::optimise::fastpath::{Auto, FastPath, HitOut, Host, Lent, Plan, LENT};
-use crate::packet::{Batch, Packet, Pool, Verdict};
+use crate::optimise::fastpath::{auto, Auto, FastPath, HitOut, Host, Lent, LENT};
+use crate::packet::{Batch, Packet, Pool, Verdict, MAX_BATCH};
 
 impl Host for Walk {
     type Out<'a> = WalkOut<'a>;
@@ -156,23 +156,90 @@ fn count(counters: &mut [NodeCounters], node: usize, verdict: Verdict, n: u64) {
     }
 }
 
-impl FastPath {
-    /// `auto` changed mode before this chunk (`p`): switching off hands the entries'
-    /// counts over and flushes the table; a trial of on is called off where the traffic
-    /// gave a hit too little to skip ([`Auto::veto_trial`]): the plan returned then runs
-    /// the chunk off.
+/// `fastpath = "auto"` as a worker runs it: the decision state, FastPath parked while
+/// off, and the chunk being timed. Parked, a chunk off runs exactly the code of a run
+/// without FastPath (the worker tests `fast` as it does anyway), and the worker looks at
+/// auto ([`AutoRun::look`]) only where it already compares its packet count with the
+/// next progress report: between decisions a chunk costs nothing more than off.
+pub(super) struct AutoRun {
+    pub(super) auto: Auto,
+    /// FastPath while consolidation is off.
+    parked: Option<Box<FastPath>>,
+    /// The TSC at the start of the chunk being timed, and its packets.
+    timing: Option<(u64, u64)>,
+    /// The packet count of the next look (the worker also comes here for its progress
+    /// reports: those between two of auto's looks leave it alone).
+    next_at: u64,
+}
+
+impl AutoRun {
+    pub(super) fn new(auto: Auto) -> AutoRun {
+        AutoRun {
+            auto,
+            parked: None,
+            timing: None,
+            next_at: 0,
+        }
+    }
+
+    /// Before a chunk of `n` packets, `done` into the run: the chunk timed before it
+    /// reported, the plan for this one applied (`fast` parked or back; switching off
+    /// hands the entries' counts over and flushes the table; a trial of on is called off
+    /// where the traffic gave a hit too little to skip, [`Auto::veto_trial`]). Returns
+    /// the packet count at which to look next: after this chunk and the quiet chunks
+    /// that follow it (counted as full batches: a short chunk only delays the next look).
     #[cold]
     #[inline(never)]
-    pub(super) fn switched(&mut self, p: Plan, auto: Option<&mut Auto>, walk: &mut Walk) -> Plan {
-        if !p.on {
-            self.switch_off(walk);
-        } else if auto.is_some_and(|a| a.veto_trial(self.traffic_work(walk))) {
-            return Plan {
-                on: false,
-                switched: false,
-                time: false,
-            };
+    pub(super) fn look(
+        &mut self,
+        fast: &mut Option<Box<FastPath>>,
+        walk: &mut Walk,
+        done: u64,
+        n: u64,
+    ) -> u64 {
+        if done < self.next_at {
+            return self.next_at;
         }
-        p
+        if let Some((t0, k)) = self.timing.take() {
+            self.auto.timed(auto::tsc().wrapping_sub(t0), k);
+        }
+        let mut p = self.auto.plan();
+        if p.on && fast.is_none() {
+            *fast = self.parked.take();
+            let veto = match fast.as_deref() {
+                Some(f) => p.switched && self.auto.veto_trial(f.traffic_work(walk)),
+                None => false,
+            };
+            if veto {
+                p.time = false;
+                self.parked = fast.take();
+            }
+        } else if !p.on {
+            if let Some(mut f) = fast.take() {
+                f.switch_off(walk);
+                self.parked = Some(f);
+            }
+        }
+        if p.time {
+            self.timing = Some((auto::tsc(), n));
+        }
+        let quiet = self.auto.take_quiet();
+        self.next_at = done
+            .saturating_add(n)
+            .saturating_add(quiet.saturating_mul(MAX_BATCH as u64));
+        self.next_at
+    }
+
+    /// At the end of a run: the last chunk's timing reported, FastPath back (off, its
+    /// table empty) for the summary.
+    pub(super) fn end(&mut self, fast: &mut Option<Box<FastPath>>) {
+        if let Some((t0, k)) = self.timing.take() {
+            self.auto.timed(auto::tsc().wrapping_sub(t0), k);
+        }
+        if fast.is_none() {
+            *fast = self.parked.take();
+        }
+        // A next run counts its packets from 0.
+        self.next_at = 0;
     }
 }

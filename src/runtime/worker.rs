@@ -20,7 +20,7 @@ mod live;
 mod queue;
 mod stream;
 use crate::nfs::{Prepared, Preparer};
-use crate::optimise::fastpath::{self, auto, Auto, FastPath};
+use crate::optimise::fastpath::{self, Auto, FastPath};
 use crate::packet::MAX_BATCH;
 pub use live::Live;
 
@@ -59,7 +59,7 @@ pub struct Runner {
     /// The chain file as loaded, when the run may reload it (`* reload`, SIGHUP).
     reload: Option<Box<super::reload::Base>>,
     /// `fastpath = "auto"`: when consolidation is on, chunk by chunk.
-    auto: Option<Auto>,
+    auto: Option<super::fastpath_host::AutoRun>,
     /// microNF stages after the first (which is this walk), when the chain has them.
     stages: Option<Box<Staged>>,
 }
@@ -84,7 +84,8 @@ impl Runner {
         let auto = match off_from_chain {
             Some(why) => Some(Auto::off_from_chain(why)),
             None => (fast.is_some() && chain.fastpath_auto).then(Auto::new),
-        };
+        }
+        .map(super::fastpath_host::AutoRun::new);
         let mut chain = chain;
         let stages = (chain.stages() > 1 && fast.is_none())
             .then(|| Box::new(Staged::split(&mut chain, max_packet)));
@@ -127,7 +128,7 @@ impl Runner {
     pub fn force_auto_switches(&mut self, at: Vec<u64>) {
         // issue 18 (fastpath): not on a chain auto leaves off from the chain (a plain run).
         if self.auto.is_some() && self.fast.is_some() {
-            self.auto = Some(Auto::forced(at));
+            self.auto = Some(super::fastpath_host::AutoRun::new(Auto::forced(at)));
         }
     }
 
@@ -209,7 +210,7 @@ impl Runner {
         self.walk.link = src.link();
         let start = Instant::now();
         let mut done = 0u64;
-        let mut next_report = 0u64;
+        let (mut next_report, mut next_look) = (0u64, 0u64);
         let mut schedule = opts.schedule.clone();
         schedule.sort_by_key(|c| c.at);
         // Compiled before the first packet, so applying one at its packet is a swap.
@@ -278,14 +279,6 @@ impl Runner {
                     }
                 };
                 self.poll_control();
-                let mut plan = self.auto.as_mut().map(Auto::plan);
-                if let (Some(p), Some(f)) = (plan, self.fast.as_deref_mut()) {
-                    if p.switched {
-                        // issue 18 (fastpath): off hands over and flushes; a trial may be called off.
-                        plan = Some(f.switched(p, self.auto.as_mut(), &mut self.walk));
-                    }
-                }
-                let t0 = plan.filter(|p| p.time).map(|_| auto::tsc());
                 if let Some((bytes, chunk, next)) = read {
                     if !started {
                         started = true;
@@ -297,23 +290,31 @@ impl Runner {
                     self.walk
                         .ingest_all(lasting, bytes, chunk, done, after_of(next));
                 }
+                // issue 18 (fastpath): auto is looked at only here (parked FastPath while off).
+                if done >= next_look {
+                    if done >= next_report {
+                        progress.update(done, src.records_hint().saturating_mul(opts.loops));
+                        next_report = done + 65_536;
+                    }
+                    let a = self
+                        .auto
+                        .as_mut()
+                        .map(|a| a.look(&mut self.fast, &mut self.walk, done, n));
+                    next_look = a.map_or(next_report, |a| a.min(next_report));
+                }
                 match self.fast.as_deref_mut() {
-                    Some(f) if plan.is_none_or(|p| p.on) => f.chunk(&mut self.walk),
-                    _ => self.walk.drain(None),
+                    Some(f) => f.chunk(&mut self.walk),
+                    None => self.walk.drain(None),
                 }
                 self.end_chunk()?;
-                if let (Some(t0), Some(a)) = (t0, self.auto.as_mut()) {
-                    a.timed(auto::tsc().wrapping_sub(t0), n);
-                }
                 if let Some(v) = self.walk.violation.take() {
                     anyhow::bail!("{v}");
                 }
                 done += n;
-                if done >= next_report {
-                    progress.update(done, src.records_hint().saturating_mul(opts.loops));
-                    next_report = done + 65_536;
-                }
             }
+        }
+        if let Some(a) = self.auto.as_mut() {
+            a.end(&mut self.fast);
         }
         if let Some(c) = schedule.get(next_change) {
             anyhow::bail!(
@@ -485,7 +486,7 @@ impl Runner {
         }
         let stats = self.fast.as_ref().map(|f| f.stats);
         let mut s = self.walk.summary(input_error, opts.loops, seconds, stats)?;
-        s.fastpath_auto = self.auto.as_ref().map(|a| a.stats);
+        s.fastpath_auto = self.auto.as_ref().map(|a| a.auto.stats);
         s.aggregate_stages = self.stages.as_ref().and_then(|st| st.agg);
         Ok(s)
     }

@@ -185,6 +185,19 @@ impl Auto {
         self.plan_edge()
     }
 
+    /// The quiet chunks that follow the plan just made (the kept mode, untimed), taken at
+    /// once: a caller that skips them calls [`plan`](Self::plan) next at the chunk after
+    /// them (the runtime, by packet count: it then looks at auto only where it already
+    /// compares its count, so a chunk between looks costs nothing). The same as calling
+    /// `plan` that many times; the counts catch up at the next edge, as then.
+    /// `u64::MAX`: never an edge again (off from the chain).
+    pub fn take_quiet(&mut self) -> u64 {
+        if self.stats.static_off.is_some() {
+            return u64::MAX;
+        }
+        std::mem::take(&mut self.quiet)
+    }
+
     /// [`plan`](Self::plan) near a decision: in a trial, in the kept mode's measurement
     /// before one, or forced.
     #[cold]
@@ -379,6 +392,39 @@ mod tests {
             assert!(!a.stats.on);
             assert_eq!(a.stats.switches, 2 * trials as u64);
         }
+    }
+
+    /// Skipping the quiet chunks at once ([`Auto::take_quiet`], as the runtime does between
+    /// its looks) plans the same switches and timed chunks as asking `plan` for each.
+    #[test]
+    fn taking_the_quiet_chunks_plans_as_asking_for_each() {
+        let cost = |on: bool| if on { 300 } else { 100 } * 32;
+        let (mut a, mut each) = (Auto::new(), Vec::new());
+        for n in 0..40_000u64 {
+            let p = a.plan();
+            if p.switched || p.time {
+                each.push((n, p));
+            }
+            if p.time {
+                a.timed(cost(p.on), 32);
+            }
+        }
+        let (mut b, mut skipped, mut n) = (Auto::new(), Vec::new(), 0u64);
+        while n < 40_000 {
+            let p = b.plan();
+            if p.switched || p.time {
+                skipped.push((n, p));
+            }
+            if p.time {
+                b.timed(cost(p.on), 32);
+            }
+            n += 1 + b.take_quiet();
+        }
+        assert_eq!(each, skipped);
+        assert_eq!(a.stats, b.stats);
+        // Two trials (at 1,024 and 17,410), each: off's 8 timed chunks, the switch on
+        // (warm), its one timed chunk (it loses by far), the switch back.
+        assert_eq!(each.len(), 2 * (TIMED + 3));
     }
 
     /// Runs `chunks` chunks whose timed ones cost `on_cost` or `off_cost` a packet;
