@@ -8,17 +8,13 @@
 //! hold two `&mut` to one buffer at once, which is undefined behaviour in Rust even when
 //! the bytes they touch are disjoint (and both write the verdict in the metadata). The
 //! shadow side is the NF that writes nothing (the plan requires one), so only its
-//! verdicts come back. All of this file is safe Rust: the walk's thread lends the batch
-//! itself to the helper by value, the helper copies the packets into shadows from a pool
-//! that travels with the job (so shadows are made, read and freed on the helper's core
-//! only), hands the batch back, and runs its NF on the shadows while the walk's thread
-//! runs the other NF in place; the verdicts come back in one small array. The hand-offs
-//! are one-value slots (a mutex each, taken once per batch and never contended for long;
-//! an atomic flag beside each so that pollers do not touch the lock). A helper that has
-//! not picked the job up within [`PICKUP_TICKS`] has no core: the walk's thread takes the
-//! job back, makes the shadows itself and posts it again, and if the helper still has
-//! not taken it when the walk's side is done, runs it itself (never slower than in
-//! sequence by more than the copies).
+//! verdicts come back; the copy is a `memcpy` of the packet per packet, small beside the
+//! NF work that makes parallelism worth it. All of this file is safe Rust: the NF and the
+//! shadow batch travel to the helper and back by value through two one-job slots (a
+//! mutex each, taken once per batch and never contended for long; an atomic flag beside
+//! each so that pollers do not touch the lock). When the walk's thread has finished its
+//! side and the helper has not yet picked the job up (it has no core), the walk's thread
+//! takes the job back and runs it itself.
 //!
 //! Counting, as in sequence: `a` counts every packet; `b` counts only the packets `a`
 //! passed (the plan allows `a` to drop only when `b` keeps no state and no counters, so
@@ -36,12 +32,11 @@
 //! [`WAIT_SPIN_TICKS`], when the helper must have lost its core. The helper runs on
 //! another core than the walk's (both pinned while the group lives, when the mask has
 //! two cores), and the flags each side writes sit on cache lines of their own.
-//! Copying on the helper (session 22): the walk's thread used to copy, so every shadow
-//! line crossed cores twice a batch (written by the walk, fetched by the helper) and the
-//! verdicts came back from 32 shadow metadata lines; at 500 cycles per NF the copy took
-//! 7,200–8,300 TSC ticks of a ~31,000-tick batch and the wait for the helper 2,500–4,300
-//! (`chrt -f 10`, load ~8). The helper fetches all of a batch's packet lines before it
-//! copies, so the misses overlap rather than stall packet by packet.
+//! The shadows cross cores every batch (the walk writes them, the helper reads them, the
+//! walk reads the verdicts back): each side fetches all of a batch's shadow lines before
+//! touching them, so the misses overlap rather than stall packet by packet. Measured
+//! with the TSC (`chrt -f 10`, i.e. two free cores; 2 busy NFs, 0 cycles each, per batch
+//! of 32): the copy 5,700 → 1,900 ticks, the helper's run 9,900 → 2,000.
 //! A system call only when the helper was parked: per batch, never per packet.
 //! If a shadow cannot be had (the shadow pool is empty), the batch runs in sequence.
 
@@ -49,7 +44,7 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::thread::JoinHandle;
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::affinity;
@@ -60,22 +55,10 @@ use super::profile_check::Snapshot;
 use crate::nfs::{Context, Nf, Profile};
 use crate::packet::{Batch, Pool, Verdict};
 
-/// What travels to the helper and back: the shadow branch's NF, the real packets (lent
-/// for the copy and handed back before the NF runs), the shadows and their pool (so
-/// shadows are made, read and freed on the helper's core only) and the verdicts.
+/// What travels to the helper and back: the shadow branch's NF and its batch.
 struct Job {
     nf: Box<dyn Nf>,
-    /// The real packets while the helper copies them; an empty batch otherwise.
-    real: Batch,
-    /// The shadows: the helper's copies of the real packets.
     batch: Batch,
-    /// The shadow buffers (a batch's worth, bounded like the walk's own batches).
-    pool: Pool,
-    /// The shadow side's verdict for each packet, by index.
-    verdicts: Vec<Verdict>,
-    /// Keep the shadows for the walk's profile check (debug builds) instead of freeing
-    /// them on the helper.
-    keep: bool,
     cx: Context,
     /// The NF panicked: the payload, re-raised on the walk's thread.
     panic: Option<Box<dyn Any + Send>>,
@@ -113,23 +96,11 @@ struct ToHelper {
 /// Helper → walk.
 #[derive(Default)]
 struct FromHelper {
-    /// The real packets, handed back once copied ([`COPIED`]) or not ([`SHORT`]); an
-    /// empty batch waits here in between (swapped, so no batch is ever allocated).
-    copied: Mutex<Batch>,
-    /// [`NOT_YET`], [`COPIED`] or [`SHORT`].
-    copy: AtomicU8,
     done: Mutex<Option<Job>>,
     has_done: AtomicBool,
     /// The helper is parked, or about to be (a hint: a posted job still wakes it).
     parked: AtomicBool,
 }
-
-/// `FromHelper::copy`: the real packets are still with the helper.
-const NOT_YET: u8 = 0;
-/// Copied: the helper runs its side on the shadows.
-const COPIED: u8 = 1;
-/// Not every packet got a shadow: the helper runs nothing, the batch runs in sequence.
-const SHORT: u8 = 2;
 
 /// Aligned to two cache lines (the adjacent-line prefetcher pairs them).
 #[derive(Default)]
@@ -146,9 +117,13 @@ struct Helper {
 /// One parallel group of a walk.
 pub(super) struct Fork {
     pub group: Group,
+    /// Shadow buffers: a batch's worth (bounded like the walk's own batches).
+    pool: Pool,
     /// The job while it is home: its NF slot holds the [`Away`] stand-in.
     job: Option<Job>,
     helper: Option<Helper>,
+    /// Verdicts of the shadow side, by packet index (kept while the shadows are freed).
+    verdicts: Vec<Verdict>,
     /// Profile check of the shadow side (debug builds).
     snap: Option<Snapshot>,
 }
@@ -157,17 +132,15 @@ impl Fork {
     pub fn new(group: Group, shadow_profile: Profile, cap: usize, max_packet: usize) -> Fork {
         Fork {
             group,
+            pool: Pool::new(cap, max_packet),
             job: Some(Job {
                 nf: Box::new(Away(shadow_profile)),
-                real: Batch::with_capacity(cap),
                 batch: Batch::with_capacity(cap),
-                pool: Pool::new(cap, max_packet),
-                verdicts: Vec::with_capacity(cap),
-                keep: false,
                 cx: Context::default(),
                 panic: None,
             }),
             helper: None,
+            verdicts: Vec::with_capacity(cap),
             snap: None,
         }
     }
@@ -227,27 +200,46 @@ impl Fork {
                 return false;
             }
         }
-        if self.helper().thread.is_none() {
-            return false;
-        }
         let n = batch.len();
         let mut job = self
             .job
             .take()
             .expect("the parallel job is home between batches");
+        // The shadows: each packet's bytes and metadata (layers decoded or not, as the
+        // packet is), so the shadow side sees exactly what it would in sequence. The
+        // buffers are taken first and their first lines fetched: the helper read them
+        // last batch, so they sit in its cache, and fetched together the misses overlap
+        // instead of stalling one copy after another.
+        for p in batch.iter() {
+            match self.pool.alloc_raw_for(p.len()) {
+                Some(s) => {
+                    fetch_lines(&s);
+                    job.batch.push(s);
+                }
+                None => break,
+            }
+        }
+        for (s, p) in job.batch.iter_mut().zip(batch.iter()) {
+            s.set_bytes(p.data());
+            *s.meta_mut() = p.meta().clone();
+        }
+        let helper_up = self.helper().thread.is_some();
+        if job.batch.len() < n || !helper_up {
+            // No shadow for every packet (or no helper thread): the walk runs them in
+            // sequence.
+            for s in job.batch.drain() {
+                self.pool.free(s);
+            }
+            self.job = Some(job);
+            return false;
+        }
+        counters[a].packets_in += n as u64;
         if check.is_some() {
-            // The shadows will be copies of these packets as they are now.
             self.snap
                 .get_or_insert_with(|| Snapshot::new(n))
-                .take(batch);
+                .take(&job.batch);
         }
-        job.keep = check.is_some();
-        // Fork: the real packets and the shadow side's NF go to the helper, which copies
-        // the packets into shadows on its own core and hands the packets back. Copying
-        // there, not here, keeps the shadows on one core: made, read and freed by the
-        // helper, where the walk writing them and the helper fetching them moved every
-        // shadow line across twice a batch (7,200 ticks of copying at 500 cycles).
-        std::mem::swap(&mut job.real, batch);
+        // Fork: the shadow side's NF leaves its node for the helper.
         if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
             std::mem::swap(nf, &mut job.nf);
         }
@@ -256,83 +248,22 @@ impl Fork {
         let (to, back) = (&helper.slots.to.0, &helper.slots.back.0);
         *lock(&to.posted) = Some(job);
         to.has_post.store(true, Ordering::Release);
-        // The packets come back once copied. A helper that has not picked the job up by
-        // [`PICKUP_TICKS`] has no core now: the job is taken back and this thread makes
-        // the shadows itself and posts it again, so the helper may still take it while
-        // this thread runs its own side (else this thread runs it too, as in sequence).
-        let since = crate::flow::tsc();
-        let mut copy = NOT_YET;
-        let mut held: Option<Job> = None;
-        while copy == NOT_YET {
-            copy = back.copy.load(Ordering::Acquire);
-            if copy != NOT_YET {
-                break;
-            }
-            let waited = crate::flow::tsc().wrapping_sub(since);
-            if waited > PICKUP_TICKS && to.has_post.load(Ordering::Acquire) {
-                if let Some(job) = lock(&to.posted).take() {
-                    to.has_post.store(false, Ordering::Release);
-                    held = Some(job);
-                    break;
-                }
-            }
-            if waited < WAIT_SPIN_TICKS {
-                std::hint::spin_loop();
-                continue;
-            }
-            if helper.thread.as_ref().is_none_or(|t| t.is_finished()) {
-                panic!("the parallel helper thread ended");
-            }
-            std::thread::yield_now();
+        if let Some(t) = &helper.thread {
+            t.thread().unpark();
         }
-        if let Some(mut job) = held {
-            // Not picked up: the shadows are made here.
-            std::mem::swap(&mut job.real, batch);
-            for p in batch.iter() {
-                match job.pool.alloc_raw_for(p.len()) {
-                    Some(s) => {
-                        fetch_lines(&s);
-                        job.batch.push(s);
-                    }
-                    None => break,
-                }
-            }
-            if job.batch.len() < n {
-                for s in job.batch.drain() {
-                    job.pool.free(s);
-                }
-                if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
-                    std::mem::swap(nf, &mut job.nf);
-                }
-                self.job = Some(job);
-                return false;
-            }
-            for (s, p) in job.batch.iter_mut().zip(batch.iter()) {
-                s.set_bytes(p.data());
-                *s.meta_mut() = p.meta().clone();
-            }
-            *lock(&to.posted) = Some(job);
-            to.has_post.store(true, Ordering::Release);
-        } else {
-            back.copy.store(NOT_YET, Ordering::Relaxed);
-            std::mem::swap(&mut *lock_batch(&back.copied), batch);
+        // The in-place side runs here meanwhile.
+        if let Some(snap) = check.as_mut() {
+            snap.take(batch);
         }
-        if copy != SHORT {
-            counters[a].packets_in += n as u64;
-            // The in-place side runs here meanwhile.
-            if let Some(snap) = check.as_mut() {
-                snap.take(batch);
-            }
-            if let NodeKind::Nf { nf, .. } = &mut nodes[real_n].kind {
-                nf.process(batch, cx);
-            }
-            if let (Some(snap), NodeKind::Nf { nf, .. }) = (check.as_ref(), &nodes[real_n].kind) {
-                note(snap, batch, nf.profile(), &nodes[real_n].name, violation);
-            }
+        if let NodeKind::Nf { nf, .. } = &mut nodes[real_n].kind {
+            nf.process(batch, cx);
         }
-        // Join. A job this thread posted with its shadows that the helper has still not
-        // picked up is taken back and run here: never slower than in sequence by more
-        // than the copies.
+        if let (Some(snap), NodeKind::Nf { nf, .. }) = (check.as_ref(), &nodes[real_n].kind) {
+            note(snap, batch, nf.profile(), &nodes[real_n].name, violation);
+        }
+        // Join. If the helper has not started the job yet (no free core), this thread
+        // takes it back and runs it itself: never slower than in sequence by more than
+        // the copies, and parallel whenever the helper gets a core.
         let stolen = if to.has_post.load(Ordering::Acquire) {
             lock(&to.posted).take()
         } else {
@@ -341,12 +272,12 @@ impl Fork {
         let mut job = match stolen {
             Some(mut j) => {
                 to.has_post.store(false, Ordering::Release);
-                shadow_side(&mut j);
+                j.nf.process(&mut j.batch, &j.cx);
                 j
             }
             None => {
-                // Spin for the helper's result (a load of its flag; the line stays shared
-                // until the helper writes it), never park.
+                // The helper has the job: spin for it (a load of its flag, the line
+                // stays shared until the helper writes it), never park.
                 let since = crate::flow::tsc();
                 loop {
                     if back.has_done.load(Ordering::Acquire) {
@@ -370,39 +301,36 @@ impl Fork {
         if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
             std::mem::swap(nf, &mut job.nf);
         }
-        if copy == SHORT {
-            // No shadow for every packet: nothing ran; the walk runs them in sequence.
-            self.job = Some(job);
-            return false;
-        }
         if let Some(p) = job.panic.take() {
             for s in job.batch.drain() {
-                job.pool.free(s);
+                self.pool.free(s);
             }
             self.job = Some(job);
             std::panic::resume_unwind(p);
         }
-        if job.keep {
-            if let (Some(snap), NodeKind::Nf { nf, .. }) =
-                (self.snap.as_ref(), &nodes[shadow_n].kind)
-            {
-                note(
-                    snap,
-                    &job.batch,
-                    nf.profile(),
-                    &nodes[shadow_n].name,
-                    violation,
-                );
-            }
-            for s in job.batch.drain() {
-                job.pool.free(s);
-            }
+        if let (Some(snap), NodeKind::Nf { nf, .. }) = (self.snap.as_ref(), &nodes[shadow_n].kind) {
+            note(
+                snap,
+                &job.batch,
+                nf.profile(),
+                &nodes[shadow_n].name,
+                violation,
+            );
         }
+        self.verdicts.clear();
+        for s in job.batch.iter() {
+            crate::flow::prefetch(&s.meta().verdict);
+        }
+        for s in job.batch.drain() {
+            self.verdicts.push(s.meta().verdict);
+            self.pool.free(s);
+        }
+        self.job = Some(job);
         for (i, mut p) in batch.drain().enumerate() {
             let (va, vb) = if shadow_is_a {
-                (job.verdicts[i], p.meta().verdict)
+                (self.verdicts[i], p.meta().verdict)
             } else {
-                (p.meta().verdict, job.verdicts[i])
+                (p.meta().verdict, self.verdicts[i])
             };
             match va {
                 Verdict::Drop(r) => {
@@ -427,7 +355,6 @@ impl Fork {
                 }
             }
         }
-        self.job = Some(job);
         true
     }
 }
@@ -479,11 +406,6 @@ fn lock(m: &Mutex<Option<Job>>) -> std::sync::MutexGuard<'_, Option<Job>> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The lock of the slot the real packets come back through (as [`lock`]).
-fn lock_batch(m: &Mutex<Batch>) -> std::sync::MutexGuard<'_, Batch> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// How long an idle helper spins before it parks, in TSC ticks (~1 ms): far longer than
 /// the gap between two batches of the walk (the helper was parking between batches at
 /// 50,000), so while batches flow a helper with a core of its own is always awake.
@@ -497,36 +419,7 @@ const PREEMPTED_TICKS: u64 = 100_000;
 /// its core, in TSC ticks: longer than any batch's work on a core of its own.
 const WAIT_SPIN_TICKS: u64 = 1_000_000;
 
-/// How long a posted job may wait for the helper to pick it up before the walk's thread
-/// takes it back and runs the batch in sequence, in TSC ticks (~10 µs): a helper with a
-/// core of its own picks a job up in a few hundred ticks; one without costs this much
-/// per batch at most.
-const PICKUP_TICKS: u64 = 30_000;
-
-/// Runs the shadow side's NF on the job's shadows, notes its verdicts, and frees the
-/// shadows unless the walk keeps them for its profile check.
-fn shadow_side(job: &mut Job) {
-    let Job {
-        nf,
-        batch,
-        pool,
-        verdicts,
-        keep,
-        cx,
-        ..
-    } = job;
-    nf.process(batch, cx);
-    verdicts.clear();
-    verdicts.extend(batch.iter().map(|s| s.meta().verdict));
-    if !*keep {
-        for s in batch.drain() {
-            pool.free(s);
-        }
-    }
-}
-
-/// The helper thread: copies each posted job's packets into shadows, hands the packets
-/// back, runs the job's NF on the shadows and hands the verdicts back.
+/// The helper thread: runs each posted job's NF on its shadow batch and hands it back.
 fn serve(slots: &Slots) {
     let (to, back) = (&slots.to.0, &slots.back.0);
     let mut idle_since: Option<u64> = None;
@@ -566,47 +459,13 @@ fn serve(slots: &Slots) {
         };
         idle_since = None;
         to.has_post.store(false, Ordering::Release);
-        if job.real.is_empty() {
-            // The walk made the shadows (it posted again after a late pick-up).
-            if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| shadow_side(&mut job))) {
-                job.panic = Some(p);
-            }
-            *lock(&back.done) = Some(job);
-            back.has_done.store(true, Ordering::Release);
-            continue;
+        let Job { nf, batch, cx, .. } = &mut job;
+        // The walk's thread just wrote the shadows: fetch them all at once.
+        for s in batch.iter() {
+            fetch_lines(s);
         }
-        let Job {
-            real, batch, pool, ..
-        } = &mut job;
-        // The shadows: each packet's bytes and metadata (layers decoded or not, as the
-        // packet is), so the shadow side sees exactly what it would in sequence. The real
-        // packets' lines are fetched all at once (they sit in the walk's cache), so the
-        // misses overlap instead of stalling one copy after another.
-        for p in real.iter() {
-            fetch_lines(p);
-        }
-        for p in real.iter() {
-            match pool.alloc_raw_for(p.len()) {
-                Some(mut s) => {
-                    s.set_bytes(p.data());
-                    *s.meta_mut() = p.meta().clone();
-                    batch.push(s);
-                }
-                None => break,
-            }
-        }
-        let copied = batch.len() == real.len();
-        std::mem::swap(&mut *lock_batch(&back.copied), real);
-        back.copy
-            .store(if copied { COPIED } else { SHORT }, Ordering::Release);
-        if copied {
-            if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| shadow_side(&mut job))) {
-                job.panic = Some(p);
-            }
-        } else {
-            for s in batch.drain() {
-                pool.free(s);
-            }
+        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| nf.process(batch, cx))) {
+            job.panic = Some(p);
         }
         *lock(&back.done) = Some(job);
         back.has_done.store(true, Ordering::Release);
