@@ -192,8 +192,8 @@ impl Out {
     }
 }
 
-/// Hands every buffer `pool` holds to the return ring (which has room for every buffer
-/// of the run, so this never waits).
+/// Hands every buffer `pool` (a holding pool, [`Pool::holding`]) holds to the return ring
+/// (which has room for every buffer of the run, so this never waits).
 #[inline]
 pub fn give_back(pool: &mut crate::packet::Pool, back: &mut Producer<Packet>) {
     let n = pool.available();
@@ -208,7 +208,10 @@ pub fn give_back(pool: &mut crate::packet::Pool, back: &mut Producer<Packet>) {
             Err(_) => return,
         },
     };
-    chunk.fill_from_iter(std::iter::from_fn(|| pool.alloc_raw()));
+    // In the order freed, without looking at the buffers (`Pool::drain_held`): taking
+    // them out with `alloc_raw` read each one's line again, and reversed their order.
+    let k = chunk.len();
+    chunk.fill_from_iter(pool.drain_held(k));
 }
 
 /// Takes every buffer waiting on a return ring into `pool`.
@@ -256,6 +259,7 @@ pub fn hop_cycles(packets: u64, ring: usize) -> f64 {
                 idle.wait();
                 continue;
             }
+            idle = Idle::default();
             if let Ok(c) = rx.read_chunk(n) {
                 for m in c {
                     if let Msg::Pkt(_, p) | Msg::Agg(_, p) = m {
@@ -296,4 +300,55 @@ pub fn hop_cycles(packets: u64, ring: usize) -> f64 {
         super::affinity::set_cores(&s.mask);
     }
     t as f64 / sent.max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A later stage's buffers go back in the order it freed them, untouched, and the pool
+    /// that made them forgets a lent view as it takes each back.
+    #[test]
+    fn freed_buffers_return_in_order_and_their_lent_views_are_forgotten_at_home() {
+        let mut home = Pool::new(4, 1500);
+        let frame = vec![7u8; 60];
+        let mut sent: Vec<Packet> = (0..4).map(|_| home.alloc().unwrap()).collect();
+        for p in &mut sent {
+            // SAFETY: every packet stops viewing `frame` when `home` takes it back, below,
+            // before `frame` goes out of scope (asserted).
+            assert!(unsafe { p.set_view_unchecked(&frame) });
+        }
+        let order: Vec<*const u8> = sent
+            .iter()
+            .map(|p| p.meta() as *const _ as *const u8)
+            .collect();
+        // The later stage frees two one way and two as a batch.
+        let mut held = Pool::holding(8);
+        let mut it = sent.into_iter();
+        held.free(it.next().unwrap());
+        held.free(it.next().unwrap());
+        let mut b = Batch::with_capacity(2);
+        it.for_each(|p| b.push(p));
+        held.free_batch(&mut b);
+        let (mut tx, mut rx) = rtrb::RingBuffer::<Packet>::new(8);
+        give_back(&mut held, &mut tx);
+        assert_eq!(held.available(), 0);
+        let back: Vec<*const u8> = (0..4)
+            .map(|_| {
+                let q = rx.pop().unwrap();
+                let a = q.meta() as *const _ as *const u8;
+                home.free(q);
+                a
+            })
+            .collect();
+        assert_eq!(back, order, "handed back in the order freed");
+        // `take_into` forgets no view itself: the ones it gives were forgotten at home.
+        let mut b = Batch::with_capacity(4);
+        assert!(home.take_into(4, &mut b));
+        for p in b.iter() {
+            assert!(!p.is_view());
+            assert!(!std::ptr::eq(p.data().as_ptr(), frame.as_ptr()));
+        }
+        home.free_batch(&mut b);
+    }
 }
