@@ -167,17 +167,6 @@ fn looking_ahead_changes_no_output() {
 /// The summary without its timings.
 fn counters(s: &Summary) -> serde_json::Value {
     let mut v = serde_json::to_value(s).unwrap();
-    let m = v.as_object_mut().unwrap();
-    for k in [
-        "seconds",
-        "seconds_total",
-        "mpps",
-        "mpps_total",
-        "throughput_gbps",
-        "data_rate_gbps",
-        "sinks",
-    ] {
-        m.remove(k);
-    }
+    common::drop_timings(&mut v);
     v
 }

@@ -38,18 +38,7 @@ fn run(chain: &str, input: &Path, out: &Path, extra: &[&str]) -> (Vec<u8>, serde
         String::from_utf8_lossy(&o.stderr)
     );
     let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let m = v.as_object_mut().unwrap();
-    for k in [
-        "seconds",
-        "seconds_total",
-        "mpps",
-        "mpps_total",
-        "throughput_gbps",
-        "data_rate_gbps",
-        "sinks",
-    ] {
-        m.remove(k);
-    }
+    common::drop_timings(&mut v);
     (std::fs::read(out).unwrap(), v)
 }
 
