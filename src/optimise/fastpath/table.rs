@@ -9,6 +9,7 @@ use std::mem::MaybeUninit;
 use super::actions::Actions;
 use super::key::FpKey;
 use crate::flow::FlowKey;
+pub(super) use crate::packet::prefetch_ptr as prefetch;
 use crate::packet::Verdict;
 
 /// Most NFs on a consolidated path; longer paths are not consolidated. Eight steps fill
@@ -959,17 +960,6 @@ impl Drop for TagArray {
 fn folded_multiply(a: u64, b: u64) -> u64 {
     let p = (a as u128).wrapping_mul(b as u128);
     (p as u64) ^ (p >> 64) as u64
-}
-
-#[inline]
-pub(super) fn prefetch<T>(r: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch has no architectural effect, whatever the address.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(r as *const i8);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = r;
 }
 
 #[cfg(test)]
