@@ -14,7 +14,7 @@ use super::progress::Bar;
 use super::signals;
 
 /// Run a chain over a pcap/pcapng trace and print what each NF did. A chain with
-/// `[[port]]` tables runs on them instead: live (AF_PACKET) until SIGINT/SIGTERM, then
+/// `[[port]]` tables runs on them instead: live (AF_PACKET or AF_XDP) until SIGINT/SIGTERM, then
 /// it drains, flushes and prints the summary; replayed pcap ports end it when done.
 #[derive(clap::Args)]
 pub struct Args {
