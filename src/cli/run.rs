@@ -14,8 +14,8 @@ use super::progress::Bar;
 use super::signals;
 
 /// Run a chain over a pcap/pcapng trace and print what each NF did. A chain with
-/// `[[port]]` tables runs on them instead: live (AF_PACKET or AF_XDP) until SIGINT/SIGTERM, then
-/// it drains, flushes and prints the summary; replayed pcap ports end it when done.
+/// `[[port]]` tables runs on them instead: live (AF_PACKET or AF_XDP) until SIGINT/SIGTERM,
+/// then it drains, flushes and prints the summary; replayed pcap ports end it when done.
 #[derive(clap::Args)]
 pub struct Args {
     /// Chain file (TOML); see examples/ and `catena nfs`.
