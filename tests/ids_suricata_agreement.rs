@@ -126,7 +126,7 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // runs); 267 with segments held past an acknowledged hole inspected and no payload
     // inspection after TLS application data: 20 TLS flows of the merged trace lost a
     // `d2`/`d3` alert Suricata does not give (each now equal to Suricata's), which had
-    // hidden as many missing elsewhere in the per-rule sums (docs/ids.md, session 19);
+    // hidden as many missing elsewhere in the per-rule sums (docs/history/ids.md, session 19);
     // 264 with an ACK judged by the stream as of its packet (not the batch's end) and
     // believed up to a window past the bytes delivered (session 20).
     assert!(apart_all <= 275, "per-rule differences sum to {apart_all}");

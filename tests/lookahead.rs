@@ -1,8 +1,9 @@
-//! The runtime's lookahead (`Source::set_lookahead`, docs/e2e.md session 22): a source whose
-//! packets are views of lasting bytes is asked to prefetch the next chunk's header lines
-//! exactly when the chain's NFs read packet bytes, as far into the frame as their profiles
-//! reach; `wire` (only the ingress port and the egress decision) and every copied input
-//! are not asked. And looking ahead changes no output byte and no counter.
+//! The runtime's lookahead (`Source::set_lookahead`; docs/e2e.md, "The runtime's
+//! lookahead"): a source whose packets are views of lasting bytes is asked to prefetch
+//! the next chunk's header lines exactly when the chain's NFs read packet bytes, as far
+//! into the frame as their profiles reach; `wire` (only the ingress port and the egress
+//! decision) and every copied input are not asked. And looking ahead changes no output
+//! byte and no counter.
 
 mod common;
 

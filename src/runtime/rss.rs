@@ -294,7 +294,7 @@ pub const MAX_RECORDS: usize = STEP as usize;
 /// above it they read their packets where they lie in the trace, prefetched whole
 /// (`shard.rs`). The queue's copy costs in proportion to the bytes, its gain (each
 /// worker streams only its own packets) in proportion to the records: measured ahead
-/// on the 4sics profile (76 B) and behind on the merged trace (346 B), docs/micronf.md
+/// on the 4sics profile (76 B) and behind on the merged trace (346 B), docs/history/micronf.md
 /// "Session 21"; the crossover between them is not measured. Three cache lines.
 pub const QUEUE_MAX_MEAN: u64 = 192;
 

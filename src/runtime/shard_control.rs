@@ -14,7 +14,7 @@
 //!    (its batches are cut there, as for scheduled changes), and reports; the reply to the
 //!    operator is sent when every worker has applied the change.
 //!
-//! The same cut works for stages (docs/e2e.md): a stage applies the change to its own NFs
+//! The same cut works for stages (docs/many-cores.md): a stage applies the change to its own NFs
 //! when the first packet at or past the cut reaches it, since each stage sees its
 //! packets in input order.
 

@@ -8,7 +8,7 @@
 //! and `autofp`. The headline compares each program's own processing window (catena's,
 //! and Suricata's `time elapsed`, both with rule loading outside), minus its window on
 //! one packet in the same round, medians over at least [`MIN_ROUNDS`] interleaved rounds
-//! (docs/ids.md, "Session 21": rule loading, where Suricata's one-packet runs varied, is
+//! (docs/history/ids.md, "Session 21": rule loading, where Suricata's one-packet runs varied, is
 //! outside both windows). Beside it: the minimum, the whole process minus the same
 //! command on a one-packet capture on both sides, whole ÷ whole, CPU, the alert counts;
 //! `--json` has every round's figures.
@@ -115,7 +115,7 @@ struct PerRun {
     autofp_one: Vec<f64>,
 }
 
-/// Rounds below this leave a median that one disturbed run can move (docs/ids.md,
+/// Rounds below this leave a median that one disturbed run can move (docs/history/ids.md,
 /// "Session 21").
 const MIN_ROUNDS: u64 = 9;
 
@@ -315,7 +315,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     let n_rules = set.len();
     drop(set);
     // By default the two traces of the target; 1kxun (1,723 packets) also replayed 20
-    // times, the figure that resolves it (docs/ids.md, "Session 20").
+    // times, the figure that resolves it (docs/history/ids.md, "Session 20").
     let names = if a.traces.is_empty() {
         let kx = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../shared/datasets/ndpi/pcap/1kxun.pcap");

@@ -99,7 +99,7 @@ const CLOSED_TIMEOUT_NS: u64 = 60_000_000_000;
 /// How far past the bytes delivered an ACK is believed: the largest window a receiver
 /// advertises without window scaling (the stack does not track the scale). Any bound
 /// from 2,920 to 65,535 bytes gives the same agreement figures; 1 MiB gives 40 more
-/// `d3` alerts on the merged trace than Suricata (docs/ids.md, session 20).
+/// `d3` alerts on the merged trace than Suricata (docs/history/ids.md, session 20).
 const ACK_WINDOW: u64 = 65_535;
 
 fn loose_timeout_ns(established: bool, tcp: bool) -> u64 {
@@ -1275,7 +1275,7 @@ impl App for IdsApp {
         v
     }
 
-    /// ACKs are judged by the streams as of their packet (docs/ids.md, "Session 20").
+    /// ACKs are judged by the streams as of their packet (docs/history/ids.md, "Session 20").
     fn streams_per_packet(&self) -> bool {
         true
     }
