@@ -261,7 +261,7 @@ impl FastPath {
         let mut rest = input.drain().enumerate();
         if run {
             // Packets the NFs did not vouch for go on in the general loop, one by one.
-            self.fused_run(h, &mut rest, &fused, &facts[..n]);
+            self.fused_run(h, &mut rest, &fused, &facts, n);
         } else if fits {
             let failed = if self.calls && self.lendable {
                 // The NFs the hits call, looked up once for the chunk.
@@ -379,9 +379,9 @@ impl FastPath {
         h: &mut H,
         rest: &mut impl Iterator<Item = (usize, Packet)>,
         fused: &[Option<Way>; MAX_BATCH],
-        facts: &[FastFacts],
+        facts: &[FastFacts; MAX_BATCH],
+        n: usize,
     ) {
-        let n = facts.len();
         let slots = std::mem::take(&mut self.slots);
         let FastPath {
             table,
@@ -450,7 +450,7 @@ impl FastPath {
                         lens[sl] = l + 1;
                     }
                 }
-                let keys = &kref[..n];
+                let keys = &kref;
                 for sl in 0..LENT {
                     let len = lens[sl];
                     if len == 0 || slot_flags[sl] & Step::CHECK == 0 {
