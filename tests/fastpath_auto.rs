@@ -14,7 +14,7 @@ use catena::io::gen::{generate, GenOptions, Profile as GenProfile};
 use catena::io::Trace;
 use catena::optimise::fastpath::FastConfig;
 use catena::runtime::control::Scheduled;
-use catena::runtime::{Chain, ChainConfig, Runner, Summary};
+use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Summary};
 use fastpath_common::{run_chain, Outcome};
 
 /// `catena run --loops 2 -i TRACE CHAIN ARGS`: its standard output, the run asserted to
@@ -477,5 +477,50 @@ fn a_flow_that_ends_while_off_is_not_hit_after_switching_on() {
     for chain in ["OO", "NO", "FNO"] {
         let s = equal_across_switches(chain, VIP, &t, small(1), &[&[3, 4]], &[]);
         assert!(s[0].fastpath.unwrap().hits >= 2, "{chain}");
+    }
+}
+
+/// Progress reports come where the worker already compares its packet count, as auto's
+/// looks do, but only auto's own looks may plan: session 22's first build had every
+/// report call `Auto::plan`, which took the quiet chunks between trials as over and
+/// turned the bench chains' 2 switches into 6, and no test caught it. A trace of
+/// 16,384 one-packet flows, looped: every trial of on meets an empty table and records
+/// every packet, so it loses by far (one trial, 2 switches, whatever the load); the
+/// decisions with a report every few chunks, every few hundred and at the default are
+/// the same as with none.
+#[test]
+fn progress_reports_leave_autos_decisions_alone() {
+    let t = generate(&GenOptions {
+        count: 16_384,
+        flows: 16_384,
+        ipv6_share: 0.0,
+        seed: 23,
+        ..GenOptions::profile(GenProfile::SmallFlows)
+    })
+    .expect("generate");
+    let text = format!("name = \"auto\"\n[input]\nports = 1\n{MON2}{FILTER_NAT}");
+    let cfg = ChainConfig::parse(&text, "auto.toml").expect("config");
+    let decisions = |every: u64| {
+        let mut c = Chain::from_config(&cfg).expect("chain");
+        c.enable_fastpath(FastConfig {
+            record_at: 1,
+            ..FastConfig::default()
+        })
+        .expect("fastpath");
+        c.fastpath_auto = true;
+        let mut r = Runner::new(c, t.max_packet_len());
+        r.report_every(every);
+        let opts = RunOptions {
+            loops: 6,
+            ..Default::default()
+        };
+        let s = r.run(&t, &opts, &mut NoProgress).expect("run");
+        let a = s.fastpath_auto.expect("auto stats");
+        (a.switches, a.on, a.samples, a.skipped)
+    };
+    let quiet = decisions(u64::MAX);
+    assert_eq!(quiet.0, 2, "one trial of on, lost: {quiet:?}");
+    for every in [65_536, 7_777, 100] {
+        assert_eq!(decisions(every), quiet, "a report every {every} packets");
     }
 }

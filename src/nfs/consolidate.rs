@@ -11,6 +11,7 @@
 //! counts in its table and hands the counts over ([`fast_count`](Consolidate::fast_count)).
 
 use crate::flow::FlowKey;
+use crate::packet::MAX_BATCH;
 
 /// What a state function sees of a packet on the consolidated path: only what no NF
 /// rewrites (lengths, time, TCP flags), plus the flow key as this NF saw it on the
@@ -55,10 +56,11 @@ pub struct Visit {
 #[derive(Clone, Copy, Debug)]
 pub struct FastRun<'a> {
     pub visits: &'a [Visit],
-    /// Per packet of the chunk.
-    pub facts: &'a [FastFacts],
+    /// Per packet of the chunk (a whole batch's room: visits name only the chunk's
+    /// packets), so a visit's are found by a masked index, not a bounds check.
+    pub facts: &'a [FastFacts; MAX_BATCH],
     /// Per packet of the chunk: the flow keys its NFs saw (a visit's `key` indexes them).
-    pub keys: &'a [&'a [FlowKey]],
+    pub keys: &'a [&'a [FlowKey]; MAX_BATCH],
 }
 
 impl<'a> FastRun<'a> {
@@ -66,19 +68,25 @@ impl<'a> FastRun<'a> {
     /// visit's time lies between them, as the run clock never goes back.
     #[inline(always)]
     pub fn span(&self) -> Option<(u64, u64)> {
-        let now_of = |v: Option<&Visit>| v.and_then(|v| self.facts.get(v.at as usize));
+        let now_of = |v: Option<&Visit>| v.map(|v| self.fact(v));
         match (now_of(self.visits.first()), now_of(self.visits.last())) {
             (Some(a), Some(b)) => Some((a.now_ns, b.now_ns)),
             _ => None,
         }
     }
 
+    /// What visit `v`'s packet shows every NF.
+    #[inline(always)]
+    pub fn fact(&self, v: &Visit) -> &'a FastFacts {
+        &self.facts[v.at as usize % MAX_BATCH]
+    }
+
     /// Visit `v` as the per-packet calls see it.
     #[inline(always)]
     pub fn packet(&self, v: &Visit) -> FastPacket<'a> {
-        let f = &self.facts[v.at as usize];
+        let f = self.fact(v);
         FastPacket {
-            key: &self.keys[v.at as usize][v.key as usize],
+            key: &self.keys[v.at as usize % MAX_BATCH][v.key as usize],
             fragment: f.fragment,
             ts_ns: f.ts_ns,
             now_ns: f.now_ns,

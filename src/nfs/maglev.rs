@@ -1106,7 +1106,7 @@ impl Consolidate for Maglev {
         }
         let mut since = self.since_sweep;
         for (n, v) in run.visits.iter().enumerate() {
-            let now = run.facts[v.at as usize].now_ns;
+            let now = run.fact(v).now_ns;
             if !self.valid_at(v.token, now) {
                 return n;
             }
@@ -1151,14 +1151,12 @@ impl Consolidate for Maglev {
             // once and each visit only refreshes its connection (nothing else sweeps).
             self.since_sweep += run.visits.len() as u64;
             for v in run.visits {
-                if let Some(f) = run.facts.get(v.at as usize) {
-                    self.refresh_at(v.token, f.now_ns, || fast_key(&run.packet(v)));
-                }
+                self.refresh_at(v.token, run.fact(v).now_ns, || fast_key(&run.packet(v)));
             }
             return;
         }
         for v in run.visits {
-            let now = run.facts[v.at as usize].now_ns;
+            let now = run.fact(v).now_ns;
             self.state_at(v.token, now, || fast_key(&run.packet(v)));
         }
     }

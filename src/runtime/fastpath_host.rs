@@ -7,7 +7,9 @@ use super::sink::{to_sink, SinkState};
 use super::walk::Walk;
 use crate::io::Port;
 use crate::nfs::Nf;
-use crate::optimise::fastpath::{auto, Auto, FastPath, HitOut, Host, Lent, LENT};
+use crate::optimise::fastpath::{
+    auto, traffic_work, Auto, FastConfig, FastPath, FastStats, HitOut, Host, Lent, LENT,
+};
 use crate::packet::{Batch, Packet, Pool, Verdict, MAX_BATCH};
 
 impl Host for Walk {
@@ -165,6 +167,10 @@ pub(super) struct AutoRun {
     pub(super) auto: Auto,
     /// FastPath while consolidation is off.
     parked: Option<Box<FastPath>>,
+    /// FastPath's settings and the walk's batch capacity, until the first trial builds
+    /// it: a run that makes none (off throughout, or its trials called off) pays nothing
+    /// for FastPath's set-up.
+    unbuilt: Option<(FastConfig, usize)>,
     /// The TSC at the start of the chunk being timed, and its packets.
     timing: Option<(u64, u64)>,
     /// The packet count of the next look (the worker also comes here for its progress
@@ -173,10 +179,13 @@ pub(super) struct AutoRun {
 }
 
 impl AutoRun {
-    pub(super) fn new(auto: Auto) -> AutoRun {
+    /// `unbuilt`: FastPath's settings and the batch capacity, to build it when first
+    /// needed (None for a chain auto leaves off from the chain).
+    pub(super) fn new(auto: Auto, unbuilt: Option<(FastConfig, usize)>) -> AutoRun {
         AutoRun {
             auto,
             parked: None,
+            unbuilt,
             timing: None,
             next_at: 0,
         }
@@ -205,14 +214,11 @@ impl AutoRun {
         }
         let mut p = self.auto.plan();
         if p.on && fast.is_none() {
-            *fast = self.parked.take();
-            let veto = match fast.as_deref() {
-                Some(f) => p.switched && self.auto.veto_trial(f.traffic_work(walk)),
-                None => false,
-            };
-            if veto {
+            let nodes = walk.chain.nodes.len();
+            if p.switched && self.auto.veto_trial(traffic_work(walk, nodes)) {
                 p.time = false;
-                self.parked = fast.take();
+            } else {
+                self.unpark(fast, walk);
             }
         } else if !p.on {
             if let Some(mut f) = fast.take() {
@@ -228,6 +234,19 @@ impl AutoRun {
             .saturating_add(n)
             .saturating_add(quiet.saturating_mul(MAX_BATCH as u64));
         self.next_at
+    }
+
+    /// FastPath back from where it waits while off, built at its first use.
+    pub(super) fn unpark(&mut self, fast: &mut Option<Box<FastPath>>, walk: &Walk) {
+        *fast = self.parked.take().or_else(|| {
+            let (cfg, cap) = self.unbuilt.take()?;
+            Some(Box::new(FastPath::new(cfg, &walk.chain.nf_slots(), cap)))
+        });
+    }
+
+    /// The counters of a FastPath never built (no trial): all zero, for the summary.
+    pub(super) fn unbuilt_stats(&self) -> Option<FastStats> {
+        self.unbuilt.map(|_| FastStats::default())
     }
 
     /// At the end of a run: the last chunk's timing reported, FastPath back (off, its

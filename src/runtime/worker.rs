@@ -19,6 +19,7 @@ use crate::io::{After, PcapHeader, Source, Trace, TraceSource};
 mod live;
 mod queue;
 mod stream;
+use super::fastpath_host::AutoRun;
 use crate::nfs::{Prepared, Preparer};
 use crate::optimise::fastpath::{self, Auto, FastPath};
 use crate::packet::MAX_BATCH;
@@ -59,7 +60,9 @@ pub struct Runner {
     /// The chain file as loaded, when the run may reload it (`* reload`, SIGHUP).
     reload: Option<Box<super::reload::Base>>,
     /// `fastpath = "auto"`: when consolidation is on, chunk by chunk.
-    auto: Option<super::fastpath_host::AutoRun>,
+    auto: Option<AutoRun>,
+    /// Packets between progress reports (a test hook changes it).
+    report_every: u64,
     /// microNF stages after the first (which is this walk), when the chain has them.
     stages: Option<Box<Staged>>,
 }
@@ -77,17 +80,20 @@ impl Runner {
             .then(|| fastpath::auto_static_off(&nfs))
             .flatten();
         let plain = off_from_chain.is_some();
-        let fast = (chain.fastpath)
-            .filter(|_| !plain)
+        let wanted = chain.fastpath.filter(|_| !plain);
+        // issue 18 (fastpath): auto builds FastPath at its first trial (AutoRun::unpark).
+        let fast = wanted
+            .filter(|_| !chain.fastpath_auto)
             .map(|cfg| Box::new(FastPath::new(cfg, &nfs, cap)));
         drop(nfs);
         let auto = match off_from_chain {
-            Some(why) => Some(Auto::off_from_chain(why)),
-            None => (fast.is_some() && chain.fastpath_auto).then(Auto::new),
-        }
-        .map(super::fastpath_host::AutoRun::new);
+            Some(why) => Some(AutoRun::new(Auto::off_from_chain(why), None)),
+            None => wanted
+                .filter(|_| chain.fastpath_auto)
+                .map(|cfg| AutoRun::new(Auto::new(), Some((cfg, cap)))),
+        };
         let mut chain = chain;
-        let stages = (chain.stages() > 1 && fast.is_none())
+        let stages = (chain.stages() > 1 && wanted.is_none())
             .then(|| Box::new(Staged::split(&mut chain, max_packet)));
         // issue 20 (e2e): consecutive ip_filters classified once (plain runs only).
         let kept = chain.fastpath.take_if(|_| plain); // issue 18 (fastpath)
@@ -105,6 +111,7 @@ impl Runner {
             control: Vec::new(),
             reload: None,
             auto,
+            report_every: 65_536,
             stages,
         }
     }
@@ -127,9 +134,18 @@ impl Runner {
     #[doc(hidden)]
     pub fn force_auto_switches(&mut self, at: Vec<u64>) {
         // issue 18 (fastpath): not on a chain auto leaves off from the chain (a plain run).
-        if self.auto.is_some() && self.fast.is_some() {
-            self.auto = Some(super::fastpath_host::AutoRun::new(Auto::forced(at)));
+        if let Some(a) = self.auto.as_mut() {
+            if a.auto.stats.static_off.is_none() {
+                a.auto = Auto::forced(at);
+            }
         }
+    }
+
+    /// Test hook: a progress report every `packets` packets (65,536 by default), so
+    /// tests can check that reports change nothing (auto's decisions included).
+    #[doc(hidden)]
+    pub fn report_every(&mut self, packets: u64) {
+        self.report_every = packets.max(1);
     }
 
     pub fn chain(&self) -> &Chain {
@@ -294,7 +310,7 @@ impl Runner {
                 if done >= next_look {
                     if done >= next_report {
                         progress.update(done, src.records_hint().saturating_mul(opts.loops));
-                        next_report = done + 65_536;
+                        next_report = done + self.report_every;
                     }
                     let a = self
                         .auto
@@ -351,6 +367,10 @@ impl Runner {
     ) -> anyhow::Result<u64> {
         self.open_outputs(trace.header(), opts)?;
         self.walk.link = trace.link();
+        // issue 18 (fastpath): auto is not looked at here: FastPath on throughout.
+        if let (Some(a), None) = (self.auto.as_mut(), self.fast.as_ref()) {
+            a.unpark(&mut self.fast, &self.walk);
+        }
         let (bytes, recs) = trace.raw();
         let len = share.len();
         let input = recs.len() as u64 * opts.loops;
@@ -424,7 +444,7 @@ impl Runner {
                 pos = end;
                 if done >= next_report {
                     progress.update(done, total);
-                    next_report = done + 65_536;
+                    next_report = done + self.report_every;
                 }
             }
             stepped += self.walk.end_loop(recs, after, tail);
@@ -484,7 +504,8 @@ impl Runner {
                 nf.finish();
             }
         }
-        let stats = self.fast.as_ref().map(|f| f.stats);
+        let stats = (self.fast.as_ref().map(|f| f.stats))
+            .or_else(|| self.auto.as_ref().and_then(|a| a.unbuilt_stats()));
         let mut s = self.walk.summary(input_error, opts.loops, seconds, stats)?;
         s.fastpath_auto = self.auto.as_ref().map(|a| a.auto.stats);
         s.aggregate_stages = self.stages.as_ref().and_then(|st| st.agg);

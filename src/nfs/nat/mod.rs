@@ -1373,7 +1373,7 @@ impl Consolidate for Nat {
             let last = run
                 .visits
                 .last()
-                .and_then(|v| run.facts.get(v.at as usize))
+                .map(|v| run.fact(v))
                 .map_or(u64::MAX, |f| f.now_ns);
             for (n, v) in run.visits.iter().enumerate() {
                 let slot = (v.token >> 32) as usize & 0xff_ffff;
@@ -1396,7 +1396,7 @@ impl Consolidate for Nat {
                 (v.token >> 32) as u32 & 0xff_ffff,
                 v.token as u32,
             );
-            let f = &run.facts[v.at as usize];
+            let f = run.fact(v);
             let ok = match kind {
                 FAST_OUT | FAST_IN => self.slab.get(slot as usize).is_some_and(|m| {
                     m.state & LIVE != 0 && f.now_ns <= m.deadline && m.serial == serial
@@ -1452,7 +1452,7 @@ impl Consolidate for Nat {
         let last = run
             .visits
             .last()
-            .and_then(|v| run.facts.get(v.at as usize))
+            .map(|v| run.fact(v))
             .map_or(0, |f| f.now_ns);
         if self.sweep_cursor == 0 && last < self.next_sweep {
             // The timeouts read once for the run, each mapping looked up once, and the
@@ -1460,9 +1460,7 @@ impl Consolidate for Nat {
             let t = self.timeouts();
             let mut by_kind = [0u64; 8];
             for v in run.visits {
-                let Some(f) = run.facts.get(v.at as usize) else {
-                    continue;
-                };
+                let f = run.fact(v);
                 let slot = (v.token >> 32) as usize & 0xff_ffff;
                 let kind = (v.token >> 56) as u8;
                 by_kind[kind as usize & 7] += 1;
@@ -1480,7 +1478,7 @@ impl Consolidate for Nat {
             ];
         } else {
             for v in run.visits {
-                let f = &run.facts[v.at as usize];
+                let f = run.fact(v);
                 self.state_at(v.token, f.now_ns, f.tcp_flags, &mut n);
             }
         }

@@ -288,7 +288,7 @@ impl Auto {
     }
 
     /// A trial of consolidation was just planned (`plan` said `switched` and `on`):
-    /// given the traffic's `(packets, work)` as [`super::FastPath::traffic_work`] counts
+    /// given the traffic's `(packets, work)` as [`super::traffic_work`] counts
     /// them now, either let it run (false) or, where the traffic gave a hit too little
     /// to skip, call it off before its first chunk (true: the chunk runs off, as a trial
     /// that lost, without its chunks; the next look comes 16 times later). Not for
@@ -312,7 +312,7 @@ impl Auto {
     }
 
     /// Whether the traffic since the last look, `(packets, work)` as
-    /// [`super::FastPath::traffic_work`] counts them now, gave a hit less per-flow work to
+    /// [`super::traffic_work`] counts them now, gave a hit less per-flow work to
     /// skip than [`super::auto_static_off`] asks of the chain (a filter only counts, a NAT
     /// that translated a third of the packets counts a third): then a trial could only
     /// lose, and is not made. No packets since the last look: no verdict, try.

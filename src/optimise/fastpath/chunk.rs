@@ -261,7 +261,7 @@ impl FastPath {
         let mut rest = input.drain().enumerate();
         if run {
             // Packets the NFs did not vouch for go on in the general loop, one by one.
-            self.fused_run(h, &mut rest, &fused, &facts[..n]);
+            self.fused_run(h, &mut rest, &fused, &facts, n);
         } else if fits {
             let failed = if self.calls && self.lendable {
                 // The NFs the hits call, looked up once for the chunk.
@@ -379,9 +379,9 @@ impl FastPath {
         h: &mut H,
         rest: &mut impl Iterator<Item = (usize, Packet)>,
         fused: &[Option<Way>; MAX_BATCH],
-        facts: &[FastFacts],
+        facts: &[FastFacts; MAX_BATCH],
+        n: usize,
     ) {
-        let n = facts.len();
         let slots = std::mem::take(&mut self.slots);
         let FastPath {
             table,
@@ -418,7 +418,7 @@ impl FastPath {
                 // Each NF's visits, in packet order.
                 let mut lens = [0usize; LENT];
                 let mut kref: [&[FlowKey]; MAX_BATCH] = [&[]; MAX_BATCH];
-                'packets: for (i, w) in fused.iter().take(n).enumerate() {
+                for (i, w) in fused.iter().take(n).enumerate() {
                     let Some(w) = *w else {
                         k = i;
                         break;
@@ -433,28 +433,24 @@ impl FastPath {
                         if s.flags & (Step::CHECK | Step::STATE) == 0 {
                             continue;
                         }
-                        let sl = s.slot as usize;
+                        // Masked, not bounds-checked: a step that calls its NF has the
+                        // slot it is lent at (< LENT: the chain is lendable), and a path
+                        // visits an NF once, so a slot gets at most one visit a packet.
+                        let sl = s.slot as usize % LENT;
+                        debug_assert!((s.slot as usize) < LENT && lens[sl] < MAX_BATCH);
                         // Unchecked: a prefetch of an address that names nothing (a
                         // stale token past the slab) is harmless.
-                        super::table::prefetch(lines[sl % LENT].prefetch_at(s.token));
-                        match (visits.get_mut(sl), lens.get_mut(sl)) {
-                            (Some(v), Some(l)) if *l < MAX_BATCH => {
-                                v[*l] = Visit {
-                                    token: s.token,
-                                    at: i as u8,
-                                    key: s.key_index() as u8,
-                                };
-                                *l += 1;
-                            }
-                            // (Never: a path visits an NF once, and lent NFs have slots.)
-                            _ => {
-                                k = i;
-                                break 'packets;
-                            }
-                        }
+                        super::table::prefetch(lines[sl].prefetch_at(s.token));
+                        let l = lens[sl];
+                        visits[sl][l % MAX_BATCH] = Visit {
+                            token: s.token,
+                            at: i as u8,
+                            key: s.key_index() as u8,
+                        };
+                        lens[sl] = l + 1;
                     }
                 }
-                let keys = &kref[..n];
+                let keys = &kref;
                 for sl in 0..LENT {
                     let len = lens[sl];
                     if len == 0 || slot_flags[sl] & Step::CHECK == 0 {

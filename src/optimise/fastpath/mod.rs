@@ -125,23 +125,22 @@ pub fn auto_static_off(nfs: &[Option<&dyn Nf>]) -> Option<&'static str> {
     )
 }
 
-impl FastPath {
-    /// The traffic's side of [`auto_static_off`], for `auto` before a trial: packets into
-    /// the chain so far, and the per-flow work a hit would skip on them, summed over the
-    /// NFs that rule counts ([`Consolidate::fast_work`], or every packet that reached
-    /// the NF). Read only when a trial is due (a walk over the chain's nodes).
-    pub fn traffic_work(&self, h: &mut impl Host) -> (u64, u64) {
-        let (mut packets, mut work) = (0, 0);
-        for (node, &f) in self.flags.iter().enumerate() {
-            let inn = h.packets_in(node);
-            let Some(nf) = h.nf(node) else { continue };
-            packets = packets.max(inn);
-            if f & (Step::CHECK | Step::STATE) != 0 {
-                work += nf.consolidate().and_then(|c| c.fast_work()).unwrap_or(inn);
-            }
+/// The traffic's side of [`auto_static_off`], for `auto` before a trial: packets into
+/// the chain so far, and the per-flow work a hit would skip on them, summed over the
+/// NFs that rule counts ([`Consolidate::fast_work`], or every packet that reached the
+/// NF), over the host's first `nodes` nodes. Read only when a trial is due (a walk over
+/// the chain's nodes); needs no FastPath, so a trial called off builds none.
+pub fn traffic_work(h: &mut impl Host, nodes: usize) -> (u64, u64) {
+    let (mut packets, mut work) = (0, 0);
+    for node in 0..nodes {
+        let inn = h.packets_in(node);
+        let Some(nf) = h.nf(node) else { continue };
+        packets = packets.max(inn);
+        if step_flags(nf) & (Step::CHECK | Step::STATE) != 0 {
+            work += nf.consolidate().and_then(|c| c.fast_work()).unwrap_or(inn);
         }
-        (packets, work)
     }
+    (packets, work)
 }
 
 /// Fewest skippable NFs with per-flow state for `auto` to try consolidation.
