@@ -24,11 +24,11 @@ fn catena(args: &[&str]) -> Output {
         .expect("run catena")
 }
 
-/// Standard error, cut at 1,000 bytes: an unbounded message (what these inputs gave
+/// Standard error, cut at 4,000 bytes: an unbounded message (what these inputs gave
 /// before) fails the comparison without printing hundreds of MiB.
 fn stderr(o: &Output) -> String {
-    let e = String::from_utf8_lossy(&o.stderr[..o.stderr.len().min(1000)]).into_owned();
-    if o.stderr.len() > 1000 {
+    let e = String::from_utf8_lossy(&o.stderr[..o.stderr.len().min(4000)]).into_owned();
+    if o.stderr.len() > 4000 {
         e + "…"
     } else {
         e
@@ -84,6 +84,84 @@ fn rule_files_past_the_bound_are_one_line() {
             "{nf}: {e}"
         );
     }
+}
+
+#[test]
+fn an_error_quoting_a_huge_rule_is_cut_short() {
+    let d = common::tempdir();
+    let rules = d.path().join("long.rules");
+    std::fs::write(&rules, format!("deny tcp\n{}\n", "x".repeat(100_000))).unwrap();
+    let chain = d.path().join("acl.toml");
+    std::fs::write(
+        &chain,
+        format!(
+            "[[nf]]\nname = \"acl\"\nkind = \"ip_filter\"\nrules_file = '{}'\n",
+            rules.display()
+        ),
+    )
+    .unwrap();
+    let o = catena(&["check", chain.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    let head = format!(
+        "error: {}: nf `acl`: rule 2 (line 2 of {}): a rule starts with `allow` or `deny`, not `",
+        chain.display(),
+        rules.display()
+    );
+    assert!(e.starts_with(&head), "{e}");
+    // The message is the quote's context, 100,000 x and a backquote; 1,000 bytes are kept.
+    let more = head.len() - "error: ".len() + 100_000 + 1 - 1000;
+    assert!(e.ends_with(&format!("x… ({more} bytes more)\n")), "{e}");
+    assert_eq!(e.lines().count(), 1);
+}
+
+#[test]
+fn gen_refuses_a_rate_whose_timestamps_would_wrap() {
+    let d = common::tempdir();
+    let out = d.path().join("g.pcap");
+    let o = catena(&[
+        "gen",
+        "-n",
+        "5",
+        "--rate",
+        "1e-300",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        stderr(&o),
+        "error: gen: rate_pps 1e-300 is too low for 5 packets: the capture would run past \
+         the pcap format's last second (2106-02-07)\n"
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(!out.exists());
+    // A low rate that fits is kept: 5 packets a day apart on average.
+    let o = catena(&[
+        "gen",
+        "-n",
+        "5",
+        "--rate",
+        "0.00001",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn a_pipeline_program_past_the_bound_is_one_line() {
+    let d = common::tempdir();
+    let prog = d.path().join("huge.stv");
+    zeros(&prog, MAX_TEXT_FILE + 1);
+    let o = catena(&["pipeline", prog.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "cannot read program {}: longer than 256 MiB, the most read of a text file\n",
+            prog.display()
+        )
+    );
 }
 
 #[test]

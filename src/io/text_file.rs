@@ -11,13 +11,19 @@ pub const MAX_TEXT_FILE: u64 = 256 << 20;
 
 /// The file at `path` as text, refused past `max` bytes.
 pub fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
-    read_text_from(std::fs::File::open(path)?, max)
+    let f = std::fs::File::open(path)?;
+    // Sized once from the file's length (as `fs::read_to_string` does), up to the bound.
+    let len = f.metadata().map_or(0, |m| m.len().min(max));
+    read_into(String::with_capacity(len as usize + 1), f, max)
 }
 
 /// What `r` gives until its end, as text, refused past `max` bytes (one byte more is read
 /// to tell "exactly `max`" from "longer").
 pub fn read_text_from(r: impl Read, max: u64) -> std::io::Result<String> {
-    let mut text = String::new();
+    read_into(String::new(), r, max)
+}
+
+fn read_into(mut text: String, r: impl Read, max: u64) -> std::io::Result<String> {
     r.take(max.saturating_add(1)).read_to_string(&mut text)?;
     if text.len() as u64 > max {
         return Err(Error::new(
@@ -38,6 +44,25 @@ fn size(b: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn read_whole_iff_within_the_bound_and_text(
+            bytes in proptest::collection::vec(any::<u8>(), 0..64),
+            max in 0u64..80,
+        ) {
+            match read_text_from(&bytes[..], max) {
+                Ok(t) => {
+                    prop_assert!(bytes.len() as u64 <= max);
+                    prop_assert_eq!(t.as_bytes(), &bytes[..]);
+                }
+                Err(_) => prop_assert!(
+                    bytes.len() as u64 > max || std::str::from_utf8(&bytes).is_err()
+                ),
+            }
+        }
+    }
 
     #[test]
     fn an_endless_reader_is_refused_at_the_bound() {
