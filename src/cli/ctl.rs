@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use catena::runtime::control;
+use catena::io::text_file::{read_text, read_text_from};
+use catena::runtime::control::{self, MAX_LINE};
 
 /// Send a command to an NF of a running chain (`catena run --control SOCKET`); the change
 /// applies between two batches, and the NF's reply is printed. Whoever can open the
@@ -40,9 +41,9 @@ fn timeout(s: &str) -> Result<f64, String> {
 pub fn run(mut a: Args) -> anyhow::Result<i32> {
     if let Some(path) = &a.file {
         let text = if path.as_os_str() == "-" {
-            std::io::read_to_string(std::io::stdin())
+            read_text_from(std::io::stdin(), MAX_LINE as u64)
         } else {
-            std::fs::read_to_string(path)
+            read_text(path, MAX_LINE as u64)
         }
         .map_err(|e| anyhow::anyhow!("--file {}: {e}", path.display()))?;
         a.command.extend(file_words(&text));

@@ -74,8 +74,61 @@ pub fn main() -> i32 {
                     msg.push_str(&c);
                 }
             }
-            eprintln!("error: {}", msg.replace('\n', " "));
+            eprintln!("error: {}", one_line(&msg));
             1
         }
+    }
+}
+
+/// The most of an error message printed: messages quote the input they refuse (a rule,
+/// a name), and a hostile input can make that quote megabytes long.
+const MAX_ERROR: usize = 1000;
+
+/// `msg` as one short line: line breaks become spaces, other control characters their
+/// escape (a quoted `\r` or ESC must not redraw the terminal), and past [`MAX_ERROR`]
+/// bytes the rest is cut (its length said).
+fn one_line(msg: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in msg.char_indices() {
+        if out.len() >= MAX_ERROR {
+            out.push_str(&format!("… ({} bytes more)", msg.len() - i));
+            break;
+        }
+        match c {
+            '\n' => out.push(' '),
+            c if c.is_control() => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{one_line, MAX_ERROR};
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_message_prints_as_one_bounded_line(msg in ".{0,1500}") {
+            let l = one_line(&msg);
+            prop_assert!(!l.chars().any(char::is_control), "{l:?}");
+            // At most the kept bytes, one last character or escape, and the note of the cut.
+            prop_assert!(l.len() <= MAX_ERROR + 10 + "… (1000000 bytes more)".len());
+            if msg.len() <= MAX_ERROR && !msg.chars().any(char::is_control) {
+                prop_assert_eq!(l, msg);
+            }
+        }
+    }
+
+    #[test]
+    fn an_error_is_one_short_line() {
+        assert_eq!(one_line("a\nb\rc\u{1b}[31m\td"), "a b\\rc\\u{1b}[31m\\td");
+        let long = format!("rule 1: not `{}`", "é".repeat(1000));
+        let l = one_line(&long);
+        assert!(l.starts_with("rule 1: not `éé"), "{l}");
+        // 13 bytes of prefix, then 2-byte characters up to the first at or past 1000 bytes.
+        assert!(l.ends_with("é… (1013 bytes more)"), "{l}");
+        assert_eq!(l.len(), 1001 + "… (1013 bytes more)".len());
     }
 }

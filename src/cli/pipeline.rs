@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use catena::nfs::pipeline::Pipeline;
+use catena::io::text_file::{read_text, MAX_TEXT_FILE};
+use catena::nfs::pipeline::{compile, Pipeline};
 
 /// Compile a pipeline program (.stv) and report its partial decode and profile
 /// (language: docs/pipeline.md). Exits 1 with `file:line:column: reason` on an error.
@@ -15,7 +16,11 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    match Pipeline::from_file(&a.program, &HashMap::new()) {
+    // Read here with the bound (not `Pipeline::from_file`): `/dev/zero` is one line.
+    let compiled = read_text(&a.program, MAX_TEXT_FILE)
+        .map_err(|e| format!("cannot read program {}: {e}", a.program.display()))
+        .and_then(|src| compile(&a.program.display().to_string(), &src, &HashMap::new()));
+    match compiled.map(Pipeline::new) {
         Ok(p) => {
             println!("{}: compiles", a.program.display());
             println!("{}", p.report());

@@ -590,6 +590,8 @@ struct Flow {
 
 /// Start of the capture: 2015-10-20 (the 4SICS week), a fixed epoch for determinism.
 const EPOCH_NS: u64 = 1_445_299_200 * 1_000_000_000;
+/// The longest capture from `EPOCH_NS` whose seconds fit pcap's 32 bits.
+const MAX_SPAN_NS: u64 = u32::MAX as u64 * 1_000_000_000 - EPOCH_NS;
 
 /// Generates the trace the options describe; an `Err` explains bad options.
 pub fn generate(o: &GenOptions) -> Result<Trace, String> {
@@ -632,6 +634,15 @@ pub fn generate(o: &GenOptions) -> Result<Trace, String> {
         let f = &mut flows[(key & mask) as usize];
         // Exponential gaps: Poisson arrivals; µs resolution like classic pcap.
         t_rel += -w.rng.f64_open().ln() * gap_ns;
+        // A rate so low that the capture outlasts pcap's 32-bit seconds would wrap the
+        // timestamps (`EPOCH_NS + ts`): refused, not written wrong.
+        if t_rel >= MAX_SPAN_NS as f64 {
+            return Err(format!(
+                "rate_pps {:e} is too low for {n} packets: the capture would run past the \
+                 pcap format's last second (2106-02-07)",
+                o.rate_pps
+            ));
+        }
         let ts = ((t_rel as u64) / 1000 * 1000).max(last + min_step);
         last = ts;
         w.packet(f, EPOCH_NS + ts);

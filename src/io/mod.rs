@@ -13,6 +13,7 @@ mod pcap_stream;
 pub mod pcap_write;
 mod port;
 mod source;
+pub mod text_file;
 mod trace;
 
 pub use af_packet::{AfPacket, AfPacketConfig, RxMode, TxMode};

@@ -192,7 +192,7 @@ impl IpFilter {
         }
         if let Some(file) = p.path("rules_file")? {
             let path = file.display();
-            let text = std::fs::read_to_string(&file)
+            let text = crate::io::text_file::read_text(&file, crate::io::text_file::MAX_TEXT_FILE)
                 .map_err(|e| p.err(format!("rules_file `{path}`: {e}")))?;
             let base = rules.len();
             let more = parse_rules(text.lines()).map_err(|(n, line, e)| {

@@ -175,10 +175,11 @@ pub const DEFAULT_SEED: u64 = 1;
 impl ChainConfig {
     pub fn load(path: &Path) -> Result<ChainConfig, ConfigError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: p.clone(),
-            msg: e.to_string(),
-        })?;
+        let text = crate::io::text_file::read_text(path, crate::io::text_file::MAX_TEXT_FILE)
+            .map_err(|e| ConfigError::Read {
+                path: p.clone(),
+                msg: e.to_string(),
+            })?;
         let mut c = ChainConfig::parse(&text, &p)?;
         c.dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok(c)

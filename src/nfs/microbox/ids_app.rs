@@ -323,7 +323,7 @@ impl IdsApp {
         let (text, origin) = match (p.table_str("rules")?, p.path("rules_file")?) {
             (Some(t), None) => (t.to_string(), "rules".to_string()),
             (None, Some(f)) => (
-                std::fs::read_to_string(&f)
+                crate::io::text_file::read_text(&f, crate::io::text_file::MAX_TEXT_FILE)
                     .map_err(|e| p.err(format!("rules_file `{}`: {e}", f.display())))?,
                 f.display().to_string(),
             ),
