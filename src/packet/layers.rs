@@ -87,11 +87,11 @@ impl Layers {
     pub fn parse(link: LinkKind, b: &[u8]) -> Layers {
         // Most traffic is untagged Ethernet / IPv4 without options or fragmentation:
         // decide it with a few byte compares, leaving the full walk out of line.
+        // Bytes 12..15 in one load: ethertype 0x0800, then version 4 with IHL 5 (the
+        // fourth byte, the TOS, shifted out).
         if link == LinkKind::Ethernet
             && b.len() >= 34
-            && b[12] == 0x08
-            && b[13] == 0
-            && b[14] == 0x45
+            && u32::from_be_bytes([b[12], b[13], b[14], b[15]]) >> 8 == 0x08_00_45
             && be16(b, 20) & 0x3fff == 0
         {
             let mut l = Layers {
