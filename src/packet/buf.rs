@@ -325,11 +325,14 @@ impl Packet {
     /// Header offsets, decoding them on first use (Steve's partial decode).
     #[inline]
     pub fn layers(&mut self) -> Layers {
-        if self.b().meta.layers.is_unparsed() {
-            let l = Layers::parse(self.b().meta.link, self.data());
-            self.b_mut().meta.layers = l;
+        let l = self.b().meta.layers;
+        if !l.is_unparsed() {
+            return l;
         }
-        self.b().meta.layers
+        // The decoded value itself, not a reload of the store just made.
+        let l = Layers::parse(self.b().meta.link, self.data());
+        self.b_mut().meta.layers = l;
+        l
     }
 
     /// Grow the packet at the front by `n` bytes (for pushing a header); returns the new

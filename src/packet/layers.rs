@@ -87,11 +87,11 @@ impl Layers {
     pub fn parse(link: LinkKind, b: &[u8]) -> Layers {
         // Most traffic is untagged Ethernet / IPv4 without options or fragmentation:
         // decide it with a few byte compares, leaving the full walk out of line.
+        // Bytes 12..15 in one load: ethertype 0x0800, then version 4 with IHL 5 (the
+        // fourth byte, the TOS, shifted out).
         if link == LinkKind::Ethernet
             && b.len() >= 34
-            && b[12] == 0x08
-            && b[13] == 0
-            && b[14] == 0x45
+            && u32::from_be_bytes([b[12], b[13], b[14], b[15]]) >> 8 == 0x08_00_45
             && be16(b, 20) & 0x3fff == 0
         {
             let mut l = Layers {
@@ -106,10 +106,46 @@ impl Layers {
             mark_l4(&mut l, b);
             return l;
         }
-        Self::parse_walk(link, b)
+        Self::unpack(Self::parse_walk_packed(link, b))
     }
 
+    /// The full walk, out of line, its result returned in registers: a `Layers` returned
+    /// through memory made the fast path build its own in a stack slot too, byte by byte,
+    /// then reload it whole (a load no store forwards).
     #[inline(never)]
+    fn parse_walk_packed(link: LinkKind, b: &[u8]) -> u128 {
+        let l = Self::parse_walk(link, b);
+        u128::from(l.l3 as u8)
+            | u128::from(l.l4_proto) << 8
+            | u128::from(l.vlans) << 16
+            | u128::from(l.flags) << 24
+            | u128::from(l.ethertype) << 32
+            | u128::from(l.l3_off) << 48
+            | u128::from(l.l4_off) << 64
+    }
+
+    #[inline(always)]
+    fn unpack(v: u128) -> Layers {
+        let l3 = match v as u8 {
+            0 => L3Kind::Unparsed,
+            1 => L3Kind::Other,
+            2 => L3Kind::Arp,
+            3 => L3Kind::Ipv4,
+            4 => L3Kind::Ipv6,
+            _ => L3Kind::Malformed,
+        };
+        Layers {
+            l3,
+            l4_proto: (v >> 8) as u8,
+            vlans: (v >> 16) as u8,
+            flags: (v >> 24) as u8,
+            ethertype: (v >> 32) as u16,
+            l3_off: (v >> 48) as u16,
+            l4_off: (v >> 64) as u16,
+        }
+    }
+
+    #[inline]
     fn parse_walk(link: LinkKind, b: &[u8]) -> Layers {
         let mut l = Layers {
             l3: L3Kind::Malformed,

@@ -311,10 +311,13 @@ impl Walk {
     /// where the IPv4 decoder's body starts; else the program runs its own walk.
     #[inline(always)]
     pub fn run<D: Bytes>(&self, p: &mut Pkt<D>, steps: &mut u32) -> Option<usize> {
-        if p.m.layers.is_unparsed() {
-            p.m.layers = Layers::parse(p.m.link, &p.d);
+        // The decoded value itself, not a reload of the store just made (see
+        // `Packet::layers`).
+        let mut l = p.m.layers;
+        if l.is_unparsed() {
+            l = Layers::parse(p.m.link, &p.d);
+            p.m.layers = l;
         }
-        let l = p.m.layers;
         let k = self.links[p.m.link as usize % 4]?;
         if l.vlans > k.tags {
             return None;
