@@ -165,6 +165,27 @@ fn a_pipeline_program_past_the_bound_is_one_line() {
 }
 
 #[test]
+fn a_chain_naming_a_pipeline_program_past_the_bound_is_one_line() {
+    let d = common::tempdir();
+    let prog = d.path().join("huge.stv");
+    zeros(&prog, MAX_TEXT_FILE + 1);
+    let chain = d.path().join("p.toml");
+    std::fs::write(
+        &chain,
+        "[[nf]]\nname = \"p\"\nkind = \"pipeline\"\nprogram = \"huge.stv\"\n",
+    )
+    .unwrap();
+    let o = catena(&["check", chain.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.ends_with("longer than 256 MiB, the most read of a text file\n"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_ctl_file_longer_than_a_command_line_is_refused_before_connecting() {
     let d = common::tempdir();
     let f = d.path().join("rules.txt");

@@ -10,6 +10,7 @@ use super::error::Diag;
 use super::parser::{parse, parse_entry, parse_key};
 use super::plan::Plan;
 use super::table::{Act, Masked};
+use crate::io::text_file::{read_text, MAX_TEXT_FILE};
 use crate::nfs::nf::{Context, Nf, Profile, StateScope, Stats};
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::packet::Batch;
@@ -87,7 +88,7 @@ impl Pipeline {
 
     /// Reads and compiles a program file with parameter values.
     pub fn from_file(path: &Path, values: &HashMap<String, ParamVal>) -> Result<Pipeline, String> {
-        let src = std::fs::read_to_string(path)
+        let src = read_text(path, MAX_TEXT_FILE)
             .map_err(|e| format!("cannot read program {}: {e}", path.display()))?;
         Ok(Pipeline::new(compile(
             &path.display().to_string(),
@@ -100,7 +101,7 @@ impl Pipeline {
         let path = p
             .path("program")?
             .ok_or_else(|| p.err("`program` is required: the .stv file to run"))?;
-        let src = std::fs::read_to_string(&path)
+        let src = read_text(&path, MAX_TEXT_FILE)
             .map_err(|e| p.err(format!("cannot read program {}: {e}", path.display())))?;
         let file = path.display().to_string();
         let prog = parse(&src).map_err(|d| p.err(d.render(&file, &src)))?;
