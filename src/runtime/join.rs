@@ -8,8 +8,11 @@
 //! hold two `&mut` to one buffer at once, which is undefined behaviour in Rust even when
 //! the bytes they touch are disjoint (and both write the verdict in the metadata). The
 //! shadow side is the NF that writes nothing (the plan requires one), so only its
-//! verdicts come back; the copy is a `memcpy` of the packet per packet, small beside the
-//! NF work that makes parallelism worth it. All of this file is safe Rust: the NF and the
+//! verdicts come back (packed, one line for a batch). A shadow holds the packet's
+//! metadata and only the bytes its NF's profile reads: the headers through the
+//! transport header (all of the packet when it reads the payload or ICMP), with the
+//! packet's length; a packet viewing a mapped trace gives a view of the same bytes
+//! instead (nothing copied). All of this file is safe Rust: the NF and the
 //! shadow batch travel to the helper and back by value through two one-job slots (a
 //! mutex each, taken once per batch and never contended for long; an atomic flag beside
 //! each so that pollers do not touch the lock). When the walk's thread has finished its
@@ -53,7 +56,7 @@ use super::counters::NodeCounters;
 use super::parallel::Group;
 use super::profile_check::Snapshot;
 use crate::nfs::{Context, Nf, Profile};
-use crate::packet::{Batch, Pool, Verdict};
+use crate::packet::{Batch, Fields, Layers, Pool, Verdict};
 
 /// What travels to the helper and back: the shadow branch's NF and its batch.
 struct Job {
@@ -62,6 +65,25 @@ struct Job {
     cx: Context,
     /// The NF panicked: the payload, re-raised on the walk's thread.
     panic: Option<Box<dyn Any + Send>>,
+    /// The shadows' verdicts, by packet, written where the NF ran: the walk's thread
+    /// reads one or two lines of them instead of a metadata line per shadow.
+    verdicts: Vec<Verdict>,
+}
+
+impl Job {
+    /// Runs the NF on the shadows and notes their verdicts.
+    fn run(&mut self) {
+        let Job {
+            nf,
+            batch,
+            cx,
+            verdicts,
+            ..
+        } = self;
+        nf.process(batch, cx);
+        verdicts.clear();
+        verdicts.extend(batch.iter().map(|s| s.meta().verdict));
+    }
 }
 
 /// Holds an NF's place in the graph while the NF itself is on the helper.
@@ -122,14 +144,15 @@ pub(super) struct Fork {
     /// The job while it is home: its NF slot holds the [`Away`] stand-in.
     job: Option<Job>,
     helper: Option<Helper>,
-    /// Verdicts of the shadow side, by packet index (kept while the shadows are freed).
-    verdicts: Vec<Verdict>,
+    /// What the shadow side's profile reads (how much of each packet its shadow holds).
+    reads: Fields,
     /// Profile check of the shadow side (debug builds).
     snap: Option<Snapshot>,
 }
 
 impl Fork {
     pub fn new(group: Group, shadow_profile: Profile, cap: usize, max_packet: usize) -> Fork {
+        let reads = shadow_profile.reads;
         Fork {
             group,
             pool: Pool::new(cap, max_packet),
@@ -138,9 +161,10 @@ impl Fork {
                 batch: Batch::with_capacity(cap),
                 cx: Context::default(),
                 panic: None,
+                verdicts: Vec::with_capacity(cap),
             }),
             helper: None,
-            verdicts: Vec::with_capacity(cap),
+            reads,
             snap: None,
         }
     }
@@ -213,14 +237,28 @@ impl Fork {
         for p in batch.iter() {
             match self.pool.alloc_raw_for(p.len()) {
                 Some(s) => {
-                    fetch_lines(&s);
+                    fetch_for_writing(&s);
                     job.batch.push(s);
                 }
                 None => break,
             }
         }
-        for (s, p) in job.batch.iter_mut().zip(batch.iter()) {
-            s.set_bytes(p.data());
+        // Only the bytes the shadow side can look at cross to its core: a view of the
+        // same `'static` bytes when the packet is one (nothing copied), else the headers
+        // up to the end of the transport header its profile reads (all of the packet
+        // when it reads the payload).
+        let reads = self.reads;
+        for (s, p) in job.batch.iter_mut().zip(batch.iter_mut()) {
+            match p.lasting() {
+                Some(v) => {
+                    s.set_view(v);
+                }
+                None => {
+                    let l = p.layers();
+                    let d = p.data();
+                    s.set_head(&d[..head_len(&l, reads, d)], d.len());
+                }
+            }
             *s.meta_mut() = p.meta().clone();
         }
         let helper_up = self.helper().thread.is_some();
@@ -272,7 +310,7 @@ impl Fork {
         let mut job = match stolen {
             Some(mut j) => {
                 to.has_post.store(false, Ordering::Release);
-                j.nf.process(&mut j.batch, &j.cx);
+                j.run();
                 j
             }
             None => {
@@ -317,20 +355,14 @@ impl Fork {
                 violation,
             );
         }
-        self.verdicts.clear();
-        for s in job.batch.iter() {
-            crate::flow::prefetch(&s.meta().verdict);
-        }
         for s in job.batch.drain() {
-            self.verdicts.push(s.meta().verdict);
             self.pool.free(s);
         }
-        self.job = Some(job);
         for (i, mut p) in batch.drain().enumerate() {
             let (va, vb) = if shadow_is_a {
-                (self.verdicts[i], p.meta().verdict)
+                (job.verdicts[i], p.meta().verdict)
             } else {
-                (p.meta().verdict, self.verdicts[i])
+                (p.meta().verdict, job.verdicts[i])
             };
             match va {
                 Verdict::Drop(r) => {
@@ -355,7 +387,22 @@ impl Fork {
                 }
             }
         }
+        self.job = Some(job);
         true
+    }
+}
+
+/// Prefetches for writing the first three lines of a shadow's buffer: its metadata and,
+/// with the bytes starting at the buffer's first byte (`Packet::set_head`), a header of
+/// up to ~150 bytes. The helper read them last batch, so each store waits for the other
+/// core's copy to be invalidated; asked for early, the waits overlap more (the copy of a
+/// batch of 32: 16,500 → 15,100 ticks at ~650 ticks a crossing, load ~8: still most of
+/// the fork).
+#[inline]
+fn fetch_for_writing(s: &crate::packet::Packet) {
+    let at = (s.meta() as *const crate::packet::Meta).cast::<u8>();
+    for k in 0..3 {
+        crate::packet::prefetch_write_ptr(at.wrapping_add(64 * k));
     }
 }
 
@@ -372,6 +419,25 @@ fn fetch_lines(p: &crate::packet::Packet) {
     if let Some(b) = d.get(64) {
         crate::flow::prefetch(b);
     }
+}
+
+/// How many leading bytes of a packet (`d`, layers `l`) an NF that reads `reads` can
+/// look at: through the end of the transport header (TCP's with its options). All of
+/// them when it reads the payload or ICMP (an error quotes a packet), or when the
+/// packet has no whole TCP or UDP header (a later fragment, another protocol).
+fn head_len(l: &Layers, reads: Fields, d: &[u8]) -> usize {
+    if reads.intersects(Fields::PAYLOAD | Fields::ICMP) || !l.has_l4() {
+        return d.len();
+    }
+    let o = l.l4_off as usize;
+    let end = match l.l4_proto {
+        6 => d
+            .get(o + 12)
+            .map_or(d.len(), |b| o + (usize::from(b >> 4) * 4).max(20)),
+        17 => o + 8,
+        _ => d.len(),
+    };
+    end.min(d.len())
 }
 
 /// Records the first profile violation of `nf` on `batch`.
@@ -459,12 +525,11 @@ fn serve(slots: &Slots) {
         };
         idle_since = None;
         to.has_post.store(false, Ordering::Release);
-        let Job { nf, batch, cx, .. } = &mut job;
         // The walk's thread just wrote the shadows: fetch them all at once.
-        for s in batch.iter() {
+        for s in job.batch.iter() {
             fetch_lines(s);
         }
-        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| nf.process(batch, cx))) {
+        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| job.run())) {
             job.panic = Some(p);
         }
         *lock(&back.done) = Some(job);
@@ -479,7 +544,7 @@ mod tests {
 
     use crate::io::{PcapHeader, Trace};
     use crate::nfs::{Context, Nf, Profile};
-    use crate::packet::{Batch, Fields, LinkKind};
+    use crate::packet::{Batch, Fields, Layers, LinkKind};
     use crate::runtime::{Chain, NoProgress, RunOptions, Runner};
 
     /// The thread and the core each batch ran on.
@@ -561,6 +626,49 @@ mod tests {
         let mut c = Chain::linear("t", 1, 1, vec![("a".into(), a), ("b".into(), b)]);
         c.set_parallel(true).unwrap();
         (c, [on_a, on_b])
+    }
+
+    /// Ethernet + IPv4 (no options) + `l4` (protocol `proto`) + 100 bytes of payload.
+    fn frame(proto: u8, l4: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 34];
+        f[12] = 8;
+        f[14] = 0x45;
+        f[23] = proto;
+        f.extend_from_slice(l4);
+        f.extend_from_slice(&[0xaa; 100]);
+        f
+    }
+
+    #[test]
+    fn a_shadow_holds_the_headers_through_the_transport_header() {
+        use super::head_len;
+        let head = |f: &[u8], reads: Fields| {
+            let l = Layers::parse(LinkKind::Ethernet, f);
+            head_len(&l, reads, f)
+        };
+        let ports = Fields::L4_DST;
+        // TCP: its data offset, options included (8 words: 32 bytes).
+        let mut tcp = [0u8; 32];
+        tcp[12] = 8 << 4;
+        assert_eq!(head(&frame(6, &tcp), ports), 34 + 32);
+        tcp[12] = 5 << 4;
+        assert_eq!(head(&frame(6, &tcp), ports), 34 + 20);
+        // A data offset under 5 words still counts the fixed 20 bytes.
+        tcp[12] = 0;
+        assert_eq!(head(&frame(6, &tcp), ports), 34 + 20);
+        assert_eq!(head(&frame(17, &[0; 8]), Fields::IP_TTL), 34 + 8);
+        // The payload, ICMP, or no whole transport header: all of it.
+        let udp = frame(17, &[0; 8]);
+        assert_eq!(head(&udp, ports | Fields::PAYLOAD), udp.len());
+        let icmp = frame(1, &[0; 8]);
+        assert_eq!(head(&icmp, Fields::ICMP), icmp.len());
+        assert_eq!(head(&icmp, ports), icmp.len());
+        let short = &udp[..38];
+        assert_eq!(head(short, ports), 38);
+        let mut later = udp.clone();
+        later[20] = 0x00;
+        later[21] = 0x10; // fragment offset 16 × 8: a later fragment
+        assert_eq!(head(&later, ports), later.len());
     }
 
     #[test]
