@@ -22,9 +22,8 @@
 //! packets and the shadows travel to the helper and back by value through one-job slots
 //! (a mutex each, taken once per batch and never contended for long; an atomic flag
 //! beside each so that pollers do not touch the lock). A helper that has not picked a
-//! job up within [`PICKUP_TICKS`] has no core: the walk's thread takes the job back,
-//! makes the shadows itself and posts it again, runs its own side, and runs the job
-//! itself at the join if the helper still has not picked it up.
+//! job up within [`PICKUP_TICKS`] has no core: the walk's thread takes the job back and
+//! runs the batch in sequence.
 //!
 //! Counting, as in sequence: `a` counts every packet; `b` counts only the packets `a`
 //! passed (the plan allows `a` to drop only when `b` keeps no state and no counters, so
@@ -342,7 +341,8 @@ impl Fork {
             t.thread().unpark();
         }
         // The packets come home once copied. A helper that has not picked the job up
-        // after [`PICKUP_TICKS`] has no core (below).
+        // after [`PICKUP_TICKS`] has no core: the walk takes everything back and runs
+        // the batch in sequence.
         let since = crate::flow::tsc();
         let copied = loop {
             if back.has_lent.load(Ordering::Acquire) {
@@ -354,26 +354,15 @@ impl Fork {
             }
             let waited = crate::flow::tsc().wrapping_sub(since);
             if waited > PICKUP_TICKS && to.has_post.load(Ordering::Acquire) {
-                // Taken in its own statement: the guard must be gone before the re-post.
-                let taken = lock(&to.posted).take();
-                if let Some(mut j) = taken {
+                if let Some(mut j) = lock(&to.posted).take() {
                     to.has_post.store(false, Ordering::Release);
-                    // The helper has no core now: this thread makes the shadows and
-                    // posts the job again, runs its own side, and at the join takes
-                    // the job back if the helper has still not picked it up.
-                    let copied = j.make_shadows();
                     let real = j.real.take().expect("the packets were lent");
                     self.spare = Some(std::mem::replace(batch, real));
-                    if !copied {
-                        if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
-                            std::mem::swap(nf, &mut j.nf);
-                        }
-                        self.job = Some(j);
-                        return false;
+                    if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
+                        std::mem::swap(nf, &mut j.nf);
                     }
-                    *lock(&to.posted) = Some(j);
-                    to.has_post.store(true, Ordering::Release);
-                    break true;
+                    self.job = Some(j);
+                    return false;
                 }
             }
             wait_a_little(helper, waited);
@@ -399,20 +388,8 @@ impl Fork {
         if let (Some(snap), NodeKind::Nf { nf, .. }) = (check.as_ref(), &nodes[real_n].kind) {
             note(snap, batch, nf.profile(), &nodes[real_n].name, violation);
         }
-        // Join: a job the helper never picked up (it had no core) runs here.
-        let stolen = if to.has_post.load(Ordering::Acquire) {
-            lock(&to.posted).take()
-        } else {
-            None
-        };
-        let mut job = match stolen {
-            Some(mut j) => {
-                to.has_post.store(false, Ordering::Release);
-                j.run();
-                j
-            }
-            None => wait_done(helper),
-        };
+        // Join.
+        let mut job = wait_done(helper);
         if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
             std::mem::swap(nf, &mut job.nf);
         }
@@ -565,7 +542,7 @@ fn lock_lent(m: &Mutex<Option<(Batch, bool)>>) -> std::sync::MutexGuard<'_, Opti
 }
 
 /// How long the walk's thread waits for the helper to pick a job up before it takes it
-/// back and makes the shadows itself, in TSC ticks: ~15 crossings between cores
+/// back and runs the batch in sequence, in TSC ticks: ~15 crossings between cores
 /// (a helper with a core picks a job up in ~400–800).
 const PICKUP_TICKS: u64 = 10_000;
 
@@ -622,16 +599,11 @@ fn serve(slots: &Slots) {
         };
         idle_since = None;
         to.has_post.store(false, Ordering::Release);
-        // Lent packets: shadows made here, the packets sent home at once (the walk's
-        // side waits for them). None: the walk made the shadows (this thread had no
-        // core when the job first came).
-        let lent = job.real.is_some();
-        let copied = !lent || job.make_shadows();
-        if lent {
-            let real = job.real.take().expect("the packets were lent");
-            *lock_lent(&back.lent) = Some((real, copied));
-            back.has_lent.store(true, Ordering::Release);
-        }
+        let copied = job.make_shadows();
+        // The packets go home at once: the walk's side waits for them.
+        let real = job.real.take().expect("the packets were lent");
+        *lock_lent(&back.lent) = Some((real, copied));
+        back.has_lent.store(true, Ordering::Release);
         if copied {
             if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| job.run())) {
                 job.panic = Some(p);
