@@ -17,4 +17,4 @@ pub use fields::Fields;
 pub use layers::{L3Kind, Layers};
 pub use meta::{FastMark, LinkKind, Meta, Verdict, FLOOD, NOT_RECORDED, NO_PORT};
 pub use pool::Pool;
-pub use prefetch::{prefetch_ptr, prefetch_write_ptr};
+pub use prefetch::prefetch_ptr;
