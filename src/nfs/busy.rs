@@ -123,6 +123,19 @@ impl Busy {
     }
 }
 
+/// `sum` with the bytes of the fields `reads` folded in.
+#[inline]
+fn fold(mut sum: u64, reads: &[Fields], l: &Layers, d: &[u8]) -> u64 {
+    for &f in reads {
+        if let Some(r) = locate(f, l, d.len()) {
+            for &b in &d[r] {
+                sum = sum.rotate_left(5) ^ u64::from(b);
+            }
+        }
+    }
+    sum
+}
+
 impl Nf for Busy {
     fn profile(&self) -> &Profile {
         &self.profile
@@ -132,16 +145,17 @@ impl Nf for Busy {
     fn process(&mut self, batch: &mut Batch, _: &Context) {
         for p in batch {
             let start = tsc();
-            if !self.reads.is_empty() || !self.writes.is_empty() {
+            if self.writes.is_empty() {
+                if !self.reads.is_empty() {
+                    // Read only: no `&mut` to the bytes, so a view of a mapped trace
+                    // stays a view (`data_mut` would copy the whole packet first).
+                    let l = p.layers();
+                    self.sum = fold(self.sum, &self.reads, &l, p.data());
+                }
+            } else {
                 let l = p.layers();
                 let d = p.data_mut();
-                for &f in &self.reads {
-                    if let Some(r) = locate(f, &l, d.len()) {
-                        for &b in &d[r] {
-                            self.sum = self.sum.rotate_left(5) ^ u64::from(b);
-                        }
-                    }
-                }
+                self.sum = fold(self.sum, &self.reads, &l, d);
                 for &f in &self.writes {
                     if let Some(r) = locate(f, &l, d.len()) {
                         for i in r {

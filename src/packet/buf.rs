@@ -197,6 +197,39 @@ impl Packet {
         true
     }
 
+    /// The bytes, when they are a view of `'static` memory (a mapped trace), else None:
+    /// another packet may view them too, on any thread, whatever happens to this one.
+    #[inline]
+    pub fn lasting(&self) -> Option<&'static [u8]> {
+        let b = self.b();
+        // SAFETY: a `STATIC` view was made by `set_view` from `'static` bytes, which
+        // nobody writes (they are behind `&`), and `pull_front` only narrowed it since.
+        (b.view == STATIC).then(|| unsafe { std::slice::from_raw_parts(b.ptr, b.len as usize) })
+    }
+
+    /// Makes the packet `len` bytes long, of which only the first `head.len()` are set
+    /// (to `head`): the rest are what the buffer held (stale, never uninitialised).
+    /// Metadata reset as by [`set_bytes`](Self::set_bytes). For a reader known to look
+    /// no further than `head` but at the length, that never pushes a header (a parallel
+    /// branch's shadow, `runtime::join`): the bytes start at the buffer's first byte, no
+    /// headroom, so that a short head shares its cache lines with the metadata. False,
+    /// leaving the packet unchanged, if `len` (with the headroom other packets keep) does
+    /// not fit or is shorter than `head`.
+    #[inline]
+    pub fn set_head(&mut self, head: &[u8], len: usize) -> bool {
+        let b = self.b_mut();
+        if head.len() > len || HEADROOM + len > b.data.len() {
+            return false;
+        }
+        b.data[..head.len()].copy_from_slice(head);
+        b.start = 0;
+        b.len = len as u32;
+        b.view = OWNED;
+        b.reset_meta();
+        self.point_at_own();
+        true
+    }
+
     /// Stops viewing borrowed bytes, leaving an empty owned packet; a no-op for a packet
     /// that owns its bytes. The pool calls it on free, so that a freed packet never points
     /// into memory its lender reuses (a live port recycles its frames after the batch).
@@ -499,6 +532,50 @@ mod tests {
             assert_eq!(p.data(), want);
             assert_eq!(src, &[1, 2, 3, 4, 5]);
         }
+    }
+
+    #[test]
+    fn a_head_sets_the_first_bytes_and_the_length() {
+        let mut p = Packet::from_bytes(&[]);
+        assert!(p.set_head(&[7; 10], 10));
+        p.meta_mut().flow_hash = 9;
+        assert!(p.set_head(&[1, 2, 3], 10));
+        assert_eq!(p.len(), 10);
+        assert_eq!(&p.data()[..3], &[1, 2, 3]);
+        assert_eq!(&p.data()[3..], &[7; 7], "the rest is what the buffer held");
+        assert_eq!(p.meta().flow_hash, 0, "metadata reset as by set_bytes");
+        let room = p.capacity() - HEADROOM;
+        assert!(!p.set_head(&[1, 2, 3], 2), "a head longer than the packet");
+        assert!(!p.set_head(&[], room + 1), "a length past the buffer");
+        assert_eq!(p.len(), 10);
+        assert!(p.set_head(&[], room));
+        // A view becomes owned.
+        p.set_view(leaked(&[5, 6]));
+        assert!(p.set_head(&[4], 2));
+        assert!(!p.is_view());
+        assert_eq!(
+            p.data(),
+            &[4, 2],
+            "the rest is the buffer's, not the view's"
+        );
+    }
+
+    #[test]
+    fn only_a_view_of_static_bytes_lasts() {
+        let src = leaked(&[1, 2, 3, 4]);
+        let mut p = Packet::from_bytes(&[9; 4]);
+        assert_eq!(p.lasting(), None, "owned bytes");
+        p.set_view(src);
+        p.pull_front(1);
+        assert_eq!(p.lasting().map(|b| b.as_ptr()), Some(src[1..].as_ptr()));
+        let lent = [1u8, 2];
+        // SAFETY: `lent` outlives `p`'s view of it (forgotten below).
+        assert!(unsafe { p.set_view_unchecked(&lent) });
+        assert_eq!(p.lasting(), None, "lent bytes do not last");
+        p.forget_view();
+        p.set_view(src);
+        p.data_mut()[0] = 0;
+        assert_eq!(p.lasting(), None, "a written view is owned");
     }
 
     #[test]

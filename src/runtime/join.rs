@@ -8,13 +8,23 @@
 //! hold two `&mut` to one buffer at once, which is undefined behaviour in Rust even when
 //! the bytes they touch are disjoint (and both write the verdict in the metadata). The
 //! shadow side is the NF that writes nothing (the plan requires one), so only its
-//! verdicts come back; the copy is a `memcpy` of the packet per packet, small beside the
-//! NF work that makes parallelism worth it. All of this file is safe Rust: the NF and the
-//! shadow batch travel to the helper and back by value through two one-job slots (a
-//! mutex each, taken once per batch and never contended for long; an atomic flag beside
-//! each so that pollers do not touch the lock). When the walk's thread has finished its
-//! side and the helper has not yet picked the job up (it has no core), the walk's thread
-//! takes the job back and runs it itself.
+//! verdicts come back (packed, one line for a batch). A shadow holds the packet's
+//! metadata and only the bytes its NF's profile reads: the headers through the
+//! transport header (all of the packet when it reads the payload or ICMP), with the
+//! packet's length; a packet viewing a mapped trace gives a view of the same bytes
+//! instead (nothing copied). The helper makes the shadows: the walk lends it the batch
+//! (by value), the helper fetches the packets' lines all at once, writes the shadows in
+//! its own core's cache and sends the batch straight back; only then do both NFs run.
+//! Copying on the walk's thread cost more than the NF work parallelism saves: each store
+//! to a shadow waited for the helper's core to give up the line (15,000 ticks of a
+//! ~43,000-tick batch at load ~8, cross-core round trip ~1,300 ticks), while reads of
+//! lines from the other core overlap. All of this file is safe Rust: the NF, the lent
+//! packets and the shadows travel to the helper and back by value through one-job slots
+//! (a mutex each, taken once per batch and never contended for long; an atomic flag
+//! beside each so that pollers do not touch the lock). A helper that has not picked a
+//! job up within [`PICKUP_TICKS`] has no core: the walk's thread takes the job back,
+//! makes the shadows itself and posts it again, runs its own side, and runs the job
+//! itself at the join if the helper still has not picked it up.
 //!
 //! Counting, as in sequence: `a` counts every packet; `b` counts only the packets `a`
 //! passed (the plan allows `a` to drop only when `b` keeps no state and no counters, so
@@ -32,11 +42,9 @@
 //! [`WAIT_SPIN_TICKS`], when the helper must have lost its core. The helper runs on
 //! another core than the walk's (both pinned while the group lives, when the mask has
 //! two cores), and the flags each side writes sit on cache lines of their own.
-//! The shadows cross cores every batch (the walk writes them, the helper reads them, the
-//! walk reads the verdicts back): each side fetches all of a batch's shadow lines before
-//! touching them, so the misses overlap rather than stall packet by packet. Measured
-//! with the TSC (`chrt -f 10`, i.e. two free cores; 2 busy NFs, 0 cycles each, per batch
-//! of 32): the copy 5,700 → 1,900 ticks, the helper's run 9,900 → 2,000.
+//! The lent packets cross cores every batch (the helper reads them; the walk reads its
+//! verdicts back): the helper fetches all of a batch's lines before touching them, so
+//! the misses overlap rather than stall packet by packet.
 //! A system call only when the helper was parked: per batch, never per packet.
 //! If a shadow cannot be had (the shadow pool is empty), the batch runs in sequence.
 
@@ -53,15 +61,111 @@ use super::counters::NodeCounters;
 use super::parallel::Group;
 use super::profile_check::Snapshot;
 use crate::nfs::{Context, Nf, Profile};
-use crate::packet::{Batch, Pool, Verdict};
+use crate::packet::{Batch, Fields, Layers, Pool, Verdict};
 
-/// What travels to the helper and back: the shadow branch's NF and its batch.
+/// What travels to the helper and back: the shadow branch's NF, the walk's packets
+/// lent while the helper copies them, and the shadows with their pool.
 struct Job {
     nf: Box<dyn Nf>,
+    /// The walk's packets, lent for the copy: the helper only reads them, and sends them
+    /// home before it runs the NF.
+    real: Option<Batch>,
+    /// The shadows (empty between batches).
     batch: Batch,
+    /// The shadows' buffers: made, written and read on the helper's core.
+    pool: Pool,
     cx: Context,
+    /// What the shadow NF's profile reads (how much of each packet its shadow holds).
+    reads: Fields,
+    /// The shadow side's profile check (debug builds): a snapshot when set.
+    snap: Option<Snapshot>,
+    /// What the check found: fields the shadow NF wrote without declaring them.
+    bad: Vec<&'static str>,
     /// The NF panicked: the payload, re-raised on the walk's thread.
     panic: Option<Box<dyn Any + Send>>,
+    /// The shadows' verdicts, by packet, written where the NF ran: the walk's thread
+    /// reads one line of them instead of a metadata line per shadow.
+    verdicts: Vec<Verdict>,
+}
+
+impl Job {
+    /// A shadow of each lent packet: its metadata and the bytes the NF's profile reads
+    /// (see [`head_len`]), or a view of the same bytes when the packet views a mapped
+    /// trace. The lent packets' lines are fetched all at once (they sit in the walk's
+    /// core's cache) and the shadows are written in this core's: only reads cross.
+    /// False, with no shadow left, when the pool cannot give one for every packet.
+    fn make_shadows(&mut self) -> bool {
+        let Job {
+            real,
+            batch,
+            pool,
+            reads,
+            ..
+        } = self;
+        let Some(real) = real.as_ref() else {
+            return false;
+        };
+        for p in real.iter() {
+            fetch_lines(p);
+        }
+        for p in real.iter() {
+            let Some(mut s) = pool.alloc_raw_for(p.len()) else {
+                for s in batch.drain() {
+                    pool.free(s);
+                }
+                return false;
+            };
+            let m = p.meta();
+            let mut layers = m.layers;
+            match p.lasting() {
+                Some(v) => {
+                    s.set_view(v);
+                }
+                None => {
+                    let d = p.data();
+                    if layers.is_unparsed() {
+                        layers = Layers::parse(m.link, d);
+                    }
+                    s.set_head(&d[..head_len(&layers, *reads, d)], d.len());
+                }
+            }
+            let sm = s.meta_mut();
+            *sm = m.clone();
+            // Decoded from the whole packet: the offsets the NF would decode itself.
+            sm.layers = layers;
+            batch.push(s);
+        }
+        true
+    }
+
+    /// Runs the NF on the shadows, notes their verdicts (and, checking, what the NF
+    /// wrote undeclared), and frees the shadows.
+    fn run(&mut self) {
+        let Job {
+            nf,
+            batch,
+            pool,
+            cx,
+            snap,
+            bad,
+            verdicts,
+            ..
+        } = self;
+        if let Some(s) = snap.as_mut() {
+            s.take(batch);
+        }
+        nf.process(batch, cx);
+        verdicts.clear();
+        verdicts.extend(batch.iter().map(|s| s.meta().verdict));
+        bad.clear();
+        if let Some(s) = snap.as_ref() {
+            let p = nf.profile();
+            *bad = s.undeclared(batch, p.writes, p.changes_length);
+        }
+        for s in batch.drain() {
+            pool.free(s);
+        }
+    }
 }
 
 /// Holds an NF's place in the graph while the NF itself is on the helper.
@@ -96,6 +200,9 @@ struct ToHelper {
 /// Helper → walk.
 #[derive(Default)]
 struct FromHelper {
+    /// The lent packets, home again once copied, and whether every shadow was made.
+    lent: Mutex<Option<(Batch, bool)>>,
+    has_lent: AtomicBool,
     done: Mutex<Option<Job>>,
     has_done: AtomicBool,
     /// The helper is parked, or about to be (a hint: a posted job still wakes it).
@@ -117,31 +224,32 @@ struct Helper {
 /// One parallel group of a walk.
 pub(super) struct Fork {
     pub group: Group,
-    /// Shadow buffers: a batch's worth (bounded like the walk's own batches).
-    pool: Pool,
     /// The job while it is home: its NF slot holds the [`Away`] stand-in.
     job: Option<Job>,
     helper: Option<Helper>,
-    /// Verdicts of the shadow side, by packet index (kept while the shadows are freed).
-    verdicts: Vec<Verdict>,
-    /// Profile check of the shadow side (debug builds).
-    snap: Option<Snapshot>,
+    /// An empty batch that stands in for the walk's while its packets are lent.
+    spare: Option<Batch>,
 }
 
 impl Fork {
     pub fn new(group: Group, shadow_profile: Profile, cap: usize, max_packet: usize) -> Fork {
+        let reads = shadow_profile.reads;
         Fork {
             group,
-            pool: Pool::new(cap, max_packet),
             job: Some(Job {
                 nf: Box::new(Away(shadow_profile)),
+                real: None,
                 batch: Batch::with_capacity(cap),
+                pool: Pool::new(cap, max_packet),
                 cx: Context::default(),
+                reads,
+                snap: None,
+                bad: Vec::new(),
                 panic: None,
+                verdicts: Vec::with_capacity(cap),
             }),
             helper: None,
-            verdicts: Vec::with_capacity(cap),
-            snap: None,
+            spare: Some(Batch::with_capacity(cap)),
         }
     }
 
@@ -201,49 +309,31 @@ impl Fork {
             }
         }
         let n = batch.len();
+        if self.helper().thread.is_none() {
+            return false;
+        }
         let mut job = self
             .job
             .take()
             .expect("the parallel job is home between batches");
-        // The shadows: each packet's bytes and metadata (layers decoded or not, as the
-        // packet is), so the shadow side sees exactly what it would in sequence. The
-        // buffers are taken first and their first lines fetched: the helper read them
-        // last batch, so they sit in its cache, and fetched together the misses overlap
-        // instead of stalling one copy after another.
-        for p in batch.iter() {
-            match self.pool.alloc_raw_for(p.len()) {
-                Some(s) => {
-                    fetch_lines(&s);
-                    job.batch.push(s);
-                }
-                None => break,
-            }
+        match (check.is_some(), &mut job.snap) {
+            (true, s @ None) => *s = Some(Snapshot::new(n)),
+            (false, s) => *s = None,
+            _ => {}
         }
-        for (s, p) in job.batch.iter_mut().zip(batch.iter()) {
-            s.set_bytes(p.data());
-            *s.meta_mut() = p.meta().clone();
-        }
-        let helper_up = self.helper().thread.is_some();
-        if job.batch.len() < n || !helper_up {
-            // No shadow for every packet (or no helper thread): the walk runs them in
-            // sequence.
-            for s in job.batch.drain() {
-                self.pool.free(s);
-            }
-            self.job = Some(job);
-            return false;
-        }
-        counters[a].packets_in += n as u64;
-        if check.is_some() {
-            self.snap
-                .get_or_insert_with(|| Snapshot::new(n))
-                .take(&job.batch);
-        }
-        // Fork: the shadow side's NF leaves its node for the helper.
+        // Fork: the shadow side's NF and the packets leave for the helper, which copies
+        // what the NF reads into shadows on its own core and sends the packets straight
+        // back. The walk copying them was most of a batch's fork: each store waited for
+        // a line the helper held (15,000 of ~43,000 ticks a batch, load ~8).
         if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
             std::mem::swap(nf, &mut job.nf);
         }
         job.cx = *cx;
+        let empty = match self.spare.take() {
+            Some(e) if e.capacity() >= batch.capacity() => e,
+            _ => Batch::with_capacity(batch.capacity()),
+        };
+        job.real = Some(std::mem::replace(batch, empty));
         let helper = self.helper.as_mut().expect("started above");
         let (to, back) = (&helper.slots.to.0, &helper.slots.back.0);
         *lock(&to.posted) = Some(job);
@@ -251,6 +341,54 @@ impl Fork {
         if let Some(t) = &helper.thread {
             t.thread().unpark();
         }
+        // The packets come home once copied. A helper that has not picked the job up
+        // after [`PICKUP_TICKS`] has no core (below).
+        let since = crate::flow::tsc();
+        let copied = loop {
+            if back.has_lent.load(Ordering::Acquire) {
+                back.has_lent.store(false, Ordering::Relaxed);
+                if let Some((real, ok)) = lock_lent(&back.lent).take() {
+                    self.spare = Some(std::mem::replace(batch, real));
+                    break ok;
+                }
+            }
+            let waited = crate::flow::tsc().wrapping_sub(since);
+            if waited > PICKUP_TICKS && to.has_post.load(Ordering::Acquire) {
+                // Taken in its own statement: the guard must be gone before the re-post.
+                let taken = lock(&to.posted).take();
+                if let Some(mut j) = taken {
+                    to.has_post.store(false, Ordering::Release);
+                    // The helper has no core now: this thread makes the shadows and
+                    // posts the job again, runs its own side, and at the join takes
+                    // the job back if the helper has still not picked it up.
+                    let copied = j.make_shadows();
+                    let real = j.real.take().expect("the packets were lent");
+                    self.spare = Some(std::mem::replace(batch, real));
+                    if !copied {
+                        if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
+                            std::mem::swap(nf, &mut j.nf);
+                        }
+                        self.job = Some(j);
+                        return false;
+                    }
+                    *lock(&to.posted) = Some(j);
+                    to.has_post.store(true, Ordering::Release);
+                    break true;
+                }
+            }
+            wait_a_little(helper, waited);
+        };
+        if !copied {
+            // No shadow for every packet: the job comes back untouched, and the walk
+            // runs the batch in sequence.
+            let mut j = wait_done(helper);
+            if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
+                std::mem::swap(nf, &mut j.nf);
+            }
+            self.job = Some(j);
+            return false;
+        }
+        counters[a].packets_in += n as u64;
         // The in-place side runs here meanwhile.
         if let Some(snap) = check.as_mut() {
             snap.take(batch);
@@ -261,9 +399,7 @@ impl Fork {
         if let (Some(snap), NodeKind::Nf { nf, .. }) = (check.as_ref(), &nodes[real_n].kind) {
             note(snap, batch, nf.profile(), &nodes[real_n].name, violation);
         }
-        // Join. If the helper has not started the job yet (no free core), this thread
-        // takes it back and runs it itself: never slower than in sequence by more than
-        // the copies, and parallel whenever the helper gets a core.
+        // Join: a job the helper never picked up (it had no core) runs here.
         let stolen = if to.has_post.load(Ordering::Acquire) {
             lock(&to.posted).take()
         } else {
@@ -272,65 +408,33 @@ impl Fork {
         let mut job = match stolen {
             Some(mut j) => {
                 to.has_post.store(false, Ordering::Release);
-                j.nf.process(&mut j.batch, &j.cx);
+                j.run();
                 j
             }
-            None => {
-                // The helper has the job: spin for it (a load of its flag, the line
-                // stays shared until the helper writes it), never park.
-                let since = crate::flow::tsc();
-                loop {
-                    if back.has_done.load(Ordering::Acquire) {
-                        back.has_done.store(false, Ordering::Relaxed);
-                        if let Some(j) = lock(&back.done).take() {
-                            break j;
-                        }
-                    }
-                    if crate::flow::tsc().wrapping_sub(since) < WAIT_SPIN_TICKS {
-                        std::hint::spin_loop();
-                        continue;
-                    }
-                    // The helper lost its core (or shares ours): give it the core.
-                    if helper.thread.as_ref().is_none_or(|t| t.is_finished()) {
-                        panic!("the parallel helper thread ended");
-                    }
-                    std::thread::yield_now();
-                }
-            }
+            None => wait_done(helper),
         };
         if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
             std::mem::swap(nf, &mut job.nf);
         }
         if let Some(p) = job.panic.take() {
             for s in job.batch.drain() {
-                self.pool.free(s);
+                job.pool.free(s);
             }
             self.job = Some(job);
             std::panic::resume_unwind(p);
         }
-        if let (Some(snap), NodeKind::Nf { nf, .. }) = (self.snap.as_ref(), &nodes[shadow_n].kind) {
-            note(
-                snap,
-                &job.batch,
-                nf.profile(),
-                &nodes[shadow_n].name,
-                violation,
-            );
+        if !job.bad.is_empty() && violation.is_none() {
+            *violation = Some(format!(
+                "NF `{}` wrote {} without declaring it in its profile",
+                nodes[shadow_n].name,
+                job.bad.join(", ")
+            ));
         }
-        self.verdicts.clear();
-        for s in job.batch.iter() {
-            crate::flow::prefetch(&s.meta().verdict);
-        }
-        for s in job.batch.drain() {
-            self.verdicts.push(s.meta().verdict);
-            self.pool.free(s);
-        }
-        self.job = Some(job);
         for (i, mut p) in batch.drain().enumerate() {
             let (va, vb) = if shadow_is_a {
-                (self.verdicts[i], p.meta().verdict)
+                (job.verdicts[i], p.meta().verdict)
             } else {
-                (p.meta().verdict, self.verdicts[i])
+                (p.meta().verdict, job.verdicts[i])
             };
             match va {
                 Verdict::Drop(r) => {
@@ -355,8 +459,38 @@ impl Fork {
                 }
             }
         }
+        self.job = Some(job);
         true
     }
+}
+
+/// The helper's finished job: spun for (a load of its flag; the line stays shared until
+/// the helper writes it), never parked on.
+fn wait_done(helper: &Helper) -> Job {
+    let back = &helper.slots.back.0;
+    let since = crate::flow::tsc();
+    loop {
+        if back.has_done.load(Ordering::Acquire) {
+            back.has_done.store(false, Ordering::Relaxed);
+            if let Some(j) = lock(&back.done).take() {
+                return j;
+            }
+        }
+        wait_a_little(helper, crate::flow::tsc().wrapping_sub(since));
+    }
+}
+
+/// One turn of the walk's wait for the helper, `waited` ticks into it: a spin, or after
+/// [`WAIT_SPIN_TICKS`] (the helper lost its core, or shares ours) a yield of the core.
+fn wait_a_little(helper: &Helper, waited: u64) {
+    if waited < WAIT_SPIN_TICKS {
+        std::hint::spin_loop();
+        return;
+    }
+    if helper.thread.as_ref().is_none_or(|t| t.is_finished()) {
+        panic!("the parallel helper thread ended");
+    }
+    std::thread::yield_now();
 }
 
 /// Prefetches a packet's metadata and the first two lines of its bytes.
@@ -372,6 +506,25 @@ fn fetch_lines(p: &crate::packet::Packet) {
     if let Some(b) = d.get(64) {
         crate::flow::prefetch(b);
     }
+}
+
+/// How many leading bytes of a packet (`d`, layers `l`) an NF that reads `reads` can
+/// look at: through the end of the transport header (TCP's with its options). All of
+/// them when it reads the payload or ICMP (an error quotes a packet), or when the
+/// packet has no whole TCP or UDP header (a later fragment, another protocol).
+fn head_len(l: &Layers, reads: Fields, d: &[u8]) -> usize {
+    if reads.intersects(Fields::PAYLOAD | Fields::ICMP) || !l.has_l4() {
+        return d.len();
+    }
+    let o = l.l4_off as usize;
+    let end = match l.l4_proto {
+        6 => d
+            .get(o + 12)
+            .map_or(d.len(), |b| o + (usize::from(b >> 4) * 4).max(20)),
+        17 => o + 8,
+        _ => d.len(),
+    };
+    end.min(d.len())
 }
 
 /// Records the first profile violation of `nf` on `batch`.
@@ -405,6 +558,16 @@ impl Drop for Fork {
 fn lock(m: &Mutex<Option<Job>>) -> std::sync::MutexGuard<'_, Option<Job>> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// [`lock`] for the slot of lent packets.
+fn lock_lent(m: &Mutex<Option<(Batch, bool)>>) -> std::sync::MutexGuard<'_, Option<(Batch, bool)>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How long the walk's thread waits for the helper to pick a job up before it takes it
+/// back and makes the shadows itself, in TSC ticks: ~15 crossings between cores
+/// (a helper with a core picks a job up in ~400–800).
+const PICKUP_TICKS: u64 = 10_000;
 
 /// How long an idle helper spins before it parks, in TSC ticks (~1 ms): far longer than
 /// the gap between two batches of the walk (the helper was parking between batches at
@@ -459,13 +622,20 @@ fn serve(slots: &Slots) {
         };
         idle_since = None;
         to.has_post.store(false, Ordering::Release);
-        let Job { nf, batch, cx, .. } = &mut job;
-        // The walk's thread just wrote the shadows: fetch them all at once.
-        for s in batch.iter() {
-            fetch_lines(s);
+        // Lent packets: shadows made here, the packets sent home at once (the walk's
+        // side waits for them). None: the walk made the shadows (this thread had no
+        // core when the job first came).
+        let lent = job.real.is_some();
+        let copied = !lent || job.make_shadows();
+        if lent {
+            let real = job.real.take().expect("the packets were lent");
+            *lock_lent(&back.lent) = Some((real, copied));
+            back.has_lent.store(true, Ordering::Release);
         }
-        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| nf.process(batch, cx))) {
-            job.panic = Some(p);
+        if copied {
+            if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| job.run())) {
+                job.panic = Some(p);
+            }
         }
         *lock(&back.done) = Some(job);
         back.has_done.store(true, Ordering::Release);
@@ -479,7 +649,7 @@ mod tests {
 
     use crate::io::{PcapHeader, Trace};
     use crate::nfs::{Context, Nf, Profile};
-    use crate::packet::{Batch, Fields, LinkKind};
+    use crate::packet::{Batch, Fields, Layers, LinkKind};
     use crate::runtime::{Chain, NoProgress, RunOptions, Runner};
 
     /// The thread and the core each batch ran on.
@@ -561,6 +731,49 @@ mod tests {
         let mut c = Chain::linear("t", 1, 1, vec![("a".into(), a), ("b".into(), b)]);
         c.set_parallel(true).unwrap();
         (c, [on_a, on_b])
+    }
+
+    /// Ethernet + IPv4 (no options) + `l4` (protocol `proto`) + 100 bytes of payload.
+    fn frame(proto: u8, l4: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 34];
+        f[12] = 8;
+        f[14] = 0x45;
+        f[23] = proto;
+        f.extend_from_slice(l4);
+        f.extend_from_slice(&[0xaa; 100]);
+        f
+    }
+
+    #[test]
+    fn a_shadow_holds_the_headers_through_the_transport_header() {
+        use super::head_len;
+        let head = |f: &[u8], reads: Fields| {
+            let l = Layers::parse(LinkKind::Ethernet, f);
+            head_len(&l, reads, f)
+        };
+        let ports = Fields::L4_DST;
+        // TCP: its data offset, options included (8 words: 32 bytes).
+        let mut tcp = [0u8; 32];
+        tcp[12] = 8 << 4;
+        assert_eq!(head(&frame(6, &tcp), ports), 34 + 32);
+        tcp[12] = 5 << 4;
+        assert_eq!(head(&frame(6, &tcp), ports), 34 + 20);
+        // A data offset under 5 words still counts the fixed 20 bytes.
+        tcp[12] = 0;
+        assert_eq!(head(&frame(6, &tcp), ports), 34 + 20);
+        assert_eq!(head(&frame(17, &[0; 8]), Fields::IP_TTL), 34 + 8);
+        // The payload, ICMP, or no whole transport header: all of it.
+        let udp = frame(17, &[0; 8]);
+        assert_eq!(head(&udp, ports | Fields::PAYLOAD), udp.len());
+        let icmp = frame(1, &[0; 8]);
+        assert_eq!(head(&icmp, Fields::ICMP), icmp.len());
+        assert_eq!(head(&icmp, ports), icmp.len());
+        let short = &udp[..38];
+        assert_eq!(head(short, ports), 38);
+        let mut later = udp.clone();
+        later[20] = 0x00;
+        later[21] = 0x10; // fragment offset 16 × 8: a later fragment
+        assert_eq!(head(&later, ports), later.len());
     }
 
     #[test]
