@@ -8,13 +8,6 @@ use std::process::{Command, Output};
 
 use common::*;
 
-fn catena(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_catena"))
-        .args(args)
-        .output()
-        .expect("run catena")
-}
-
 fn example(name: &str) -> String {
     format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))
 }

@@ -6,23 +6,17 @@ mod common;
 
 use std::fs::File;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use catena::io::Trace;
 use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
+use common::catena;
 use proptest::prelude::*;
 
 /// The bounds on text files read (`io::text_file::MAX_TEXT_FILE`) and on one control
 /// command (`runtime::control::MAX_LINE`), as literals: the tests must not move with them.
 const MAX_TEXT_FILE: u64 = 256 << 20;
 const MAX_LINE: u64 = 4 << 20;
-
-fn catena(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_catena"))
-        .args(args)
-        .output()
-        .expect("run catena")
-}
 
 /// Standard error, cut at 4,000 bytes: an unbounded message (what these inputs gave
 /// before) fails the comparison without printing hundreds of MiB.

@@ -3,10 +3,18 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use catena::io::Trace;
 use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Summary};
+
+/// The `catena` binary of this build, run with `args` to its end.
+pub fn catena(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args(args)
+        .output()
+        .expect("run catena")
+}
 
 pub fn datasets() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets"))
