@@ -469,6 +469,26 @@ fn mark_l4(l: &mut Layers, b: &[u8]) {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// The out-of-line walk's packed return gives back every field of its `Layers`,
+        /// for every link kind and any bytes (malformed, tagged, IPv6, ARP, other).
+        #[test]
+        fn the_packed_walk_returns_the_walks_layers(
+            link in 0u8..4,
+            ethertype in proptest::sample::select(vec![0x0800u16, 0x86dd, 0x0806, 0x8100, 0x88a8, 0x1234]),
+            mut bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120),
+        ) {
+            if bytes.len() >= 14 {
+                bytes[12..14].copy_from_slice(&ethertype.to_be_bytes());
+            }
+            let link = [LinkKind::Ethernet, LinkKind::RawIp, LinkKind::LinuxSll, LinkKind::LinuxSll2][link as usize];
+            proptest::prop_assert_eq!(
+                Layers::unpack(Layers::parse_walk_packed(link, &bytes)),
+                Layers::parse_walk(link, &bytes)
+            );
+        }
+    }
+
     // Ethernet / 802.1Q vid 5 / IPv4 ihl=6 (one option word) / UDP 1234 -> 53
     const VLAN_V4_OPT_UDP: [u8; 50] = [
         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x81, 0x00, 0x00, 0x05, 0x08, 0x00, // eth + tag
