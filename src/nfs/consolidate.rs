@@ -11,7 +11,7 @@
 //! counts in its table and hands the counts over ([`fast_count`](Consolidate::fast_count)).
 
 use crate::flow::FlowKey;
-use crate::packet::MAX_BATCH;
+use crate::packet::{Verdict, MAX_BATCH};
 
 /// What a state function sees of a packet on the consolidated path: only what no NF
 /// rewrites (lengths, time, TCP flags), plus the flow key as this NF saw it on the
@@ -41,6 +41,74 @@ pub struct FastFacts {
     pub fragment: bool,
 }
 
+/// Most NFs on a consolidated path; longer paths are not consolidated. Eight steps fill
+/// the entry's second and third lines exactly (six would leave a third line part empty).
+pub const MAX_PATH: usize = 8;
+
+/// One NF on a consolidated flow's path, 16 bytes, as FastPath's table keeps it. It is
+/// defined here, beside [`FastRun`], so that a fused run's [`Visits`] read each visit's
+/// token and key straight from the entries' paths (nothing is copied per visit).
+#[derive(Clone, Copy, Debug)]
+pub struct Step {
+    pub token: u64,
+    /// What a hit does for this NF: [`Step::CHECK`], [`Step::STATE`], [`Step::COUNT`].
+    pub flags: u8,
+    /// Node index in the low 13 bits, the index of the flow key this NF saw (in the
+    /// entry's keys) in the top 3: a hit finds the key without touching the keys.
+    node_key: u16,
+    /// Out(counted output) or Drop(reason), as the NF decided.
+    pub verdict: Verdict,
+    /// Where a chunk of hits finds the NF among the lent ones, set when the path is
+    /// recorded, so a hit skips the node-to-slot lookup.
+    pub slot: u8,
+    /// In an entry's first step: the entry's shape, FastPath's id for which of its steps
+    /// call which slot with which flags (0: none calls). Unused in the other steps (it
+    /// takes the step's spare byte).
+    pub shape: u8,
+}
+
+impl Step {
+    pub const EMPTY: Step = Step {
+        token: 0,
+        flags: 0,
+        node_key: 0,
+        verdict: Verdict::Out(0),
+        slot: u8::MAX,
+        shape: 0,
+    };
+
+    /// A hit asks the NF whether the token still holds (`fast_valid`).
+    pub const CHECK: u8 = 1;
+    /// A hit runs the NF's state function (`fast_state`).
+    pub const STATE: u8 = 2;
+    /// The NF's state function only counts: the entry counts its hits and hands them
+    /// over in one `fast_count` call.
+    pub const COUNT: u8 = 4;
+
+    /// `node` < 2^13, `key` < 8.
+    pub fn new(node: usize, key: u8, flags: u8) -> Step {
+        debug_assert!(node < 1 << 13 && key < 8);
+        Step {
+            token: 0,
+            flags,
+            node_key: node as u16 | (key as u16) << 13,
+            verdict: Verdict::Out(0),
+            slot: u8::MAX,
+            shape: 0,
+        }
+    }
+
+    #[inline]
+    pub fn node(&self) -> usize {
+        (self.node_key & 0x1fff) as usize
+    }
+
+    #[inline]
+    pub fn key_index(&self) -> usize {
+        (self.node_key >> 13) as usize
+    }
+}
+
 /// One NF's part in one packet of a fused run: the token its entry holds, the packet
 /// (index into [`FastRun::facts`]) and which of the packet's keys this NF saw.
 #[derive(Clone, Copy, Debug, Default)]
@@ -50,12 +118,107 @@ pub struct Visit {
     pub key: u8,
 }
 
+/// One NF's visits in a fused run, in arrival order: packets `at..end` of the chunk,
+/// whose entries all have the same shape, so each visits the NF at the same step of its
+/// path. A visit is read from its entry's path when the NF asks for it, not gathered.
+#[derive(Clone, Copy, Debug)]
+pub struct Visits<'a> {
+    paths: &'a [&'a [Step; MAX_PATH]; MAX_BATCH],
+    step: usize,
+    at: usize,
+    end: usize,
+}
+
+impl<'a> Visits<'a> {
+    /// Step `step` of `paths[at..end]` (`at <= end <= MAX_BATCH`, `step < MAX_PATH`).
+    #[inline(always)]
+    pub fn new(
+        paths: &'a [&'a [Step; MAX_PATH]; MAX_BATCH],
+        step: usize,
+        at: usize,
+        end: usize,
+    ) -> Visits<'a> {
+        debug_assert!(at <= end && end <= MAX_BATCH && step < MAX_PATH);
+        Visits {
+            paths,
+            step,
+            at,
+            end,
+        }
+    }
+
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.end - self.at
+    }
+
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.end == self.at
+    }
+
+    /// Packet `i`'s visit (masked, not bounds-checked: `i` < `MAX_BATCH`).
+    #[inline(always)]
+    fn visit(&self, i: usize) -> Visit {
+        let s = &self.paths[i % MAX_BATCH][self.step % MAX_PATH];
+        Visit {
+            token: s.token,
+            at: i as u8,
+            key: s.key_index() as u8,
+        }
+    }
+
+    /// The `n`-th visit.
+    #[inline(always)]
+    pub fn get(&self, n: usize) -> Option<Visit> {
+        (n < self.len()).then(|| self.visit(self.at + n))
+    }
+
+    #[inline(always)]
+    pub fn first(&self) -> Option<Visit> {
+        self.get(0)
+    }
+
+    #[inline(always)]
+    pub fn last(&self) -> Option<Visit> {
+        (!self.is_empty()).then(|| self.visit(self.end - 1))
+    }
+
+    /// The first visit and the rest.
+    #[inline(always)]
+    pub fn split_first(&self) -> Option<(Visit, Visits<'a>)> {
+        let v = self.first()?;
+        Some((
+            v,
+            Visits {
+                at: self.at + 1,
+                ..*self
+            },
+        ))
+    }
+
+    /// The first `n` visits (all when there are fewer).
+    #[inline(always)]
+    pub fn take(&self, n: usize) -> Visits<'a> {
+        Visits {
+            end: self.at + n.min(self.len()),
+            ..*self
+        }
+    }
+
+    #[inline(always)]
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = Visit> + 'a {
+        let v = *self;
+        (v.at..v.end).map(move |i| v.visit(i))
+    }
+}
+
 /// A chunk of hits as one NF sees it, in arrival order: the runtime hands each NF its
 /// visits in one call ([`Consolidate::fast_vouch`], [`Consolidate::fast_state_run`]), so a
 /// hit makes no dynamic call per NF (docs/fastpath.md, "Fused runs").
 #[derive(Clone, Copy, Debug)]
 pub struct FastRun<'a> {
-    pub visits: &'a [Visit],
+    pub visits: Visits<'a>,
     /// Per packet of the chunk (a whole batch's room: visits name only the chunk's
     /// packets), so a visit's are found by a masked index, not a bounds check.
     pub facts: &'a [FastFacts; MAX_BATCH],
@@ -68,7 +231,7 @@ impl<'a> FastRun<'a> {
     /// visit's time lies between them, as the run clock never goes back.
     #[inline(always)]
     pub fn span(&self) -> Option<(u64, u64)> {
-        let now_of = |v: Option<&Visit>| v.map(|v| self.fact(v));
+        let now_of = |v: Option<Visit>| v.map(|v| self.fact(&v));
         match (now_of(self.visits.first()), now_of(self.visits.last())) {
             (Some(a), Some(b)) => Some((a.now_ns, b.now_ns)),
             _ => None,
@@ -166,7 +329,7 @@ pub trait Consolidate {
     /// checked one by one. The default vouches for the first visit only.
     fn fast_vouch(&self, run: &FastRun) -> usize {
         match run.visits.first() {
-            Some(v) if self.fast_valid(v.token, &run.packet(v)) => 1,
+            Some(v) if self.fast_valid(v.token, &run.packet(&v)) => 1,
             _ => 0,
         }
     }
@@ -174,8 +337,8 @@ pub trait Consolidate {
     /// The state functions of `run`'s visits, in order: exactly as many
     /// [`fast_state`](Consolidate::fast_state) calls (one dynamic call for a chunk).
     fn fast_state_run(&mut self, run: &FastRun) {
-        for v in run.visits {
-            self.fast_state(v.token, &run.packet(v));
+        for v in run.visits.iter() {
+            self.fast_state(v.token, &run.packet(&v));
         }
     }
 

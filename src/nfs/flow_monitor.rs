@@ -652,7 +652,7 @@ impl Consolidate for FlowMonitor {
                 while let Some((v, rest)) = visits.split_first() {
                     visits = rest;
                     self.since_sweep += 1;
-                    let p = run.packet(v);
+                    let p = run.packet(&v);
                     if !self.update_at(v.token, &p) {
                         // Accounted from its key, which may sweep: the rest tick one by one.
                         self.account(p.key, p.tcp_flags, p.ts_ns, p.now_ns, p.wire_len as u64);
@@ -661,8 +661,8 @@ impl Consolidate for FlowMonitor {
                 }
             }
         }
-        for v in visits {
-            self.state_at(v.token, &run.packet(v));
+        for v in visits.iter() {
+            self.state_at(v.token, &run.packet(&v));
         }
     }
 }

@@ -1106,7 +1106,7 @@ impl Consolidate for Maglev {
         }
         let mut since = self.since_sweep;
         for (n, v) in run.visits.iter().enumerate() {
-            let now = run.fact(v).now_ns;
+            let now = run.fact(&v).now_ns;
             if !self.valid_at(v.token, now) {
                 return n;
             }
@@ -1150,14 +1150,14 @@ impl Consolidate for Maglev {
             // No visit's tick can sweep: the ticks only count, so they are counted at
             // once and each visit only refreshes its connection (nothing else sweeps).
             self.since_sweep += run.visits.len() as u64;
-            for v in run.visits {
-                self.refresh_at(v.token, run.fact(v).now_ns, || fast_key(&run.packet(v)));
+            for v in run.visits.iter() {
+                self.refresh_at(v.token, run.fact(&v).now_ns, || fast_key(&run.packet(&v)));
             }
             return;
         }
-        for v in run.visits {
-            let now = run.fact(v).now_ns;
-            self.state_at(v.token, now, || fast_key(&run.packet(v)));
+        for v in run.visits.iter() {
+            let now = run.fact(&v).now_ns;
+            self.state_at(v.token, now, || fast_key(&run.packet(&v)));
         }
     }
 }

@@ -1373,7 +1373,7 @@ impl Consolidate for Nat {
             let last = run
                 .visits
                 .last()
-                .map(|v| run.fact(v))
+                .map(|v| run.fact(&v))
                 .map_or(u64::MAX, |f| f.now_ns);
             for (n, v) in run.visits.iter().enumerate() {
                 let slot = (v.token >> 32) as usize & 0xff_ffff;
@@ -1381,7 +1381,7 @@ impl Consolidate for Nat {
                     FAST_OUT | FAST_IN => self.slab.get(slot).is_some_and(|m| {
                         m.state & LIVE != 0 && last <= m.deadline && m.serial == v.token as u32
                     }),
-                    FAST_NOMAP => !self.answers(run.packet(v).key, 0),
+                    FAST_NOMAP => !self.answers(run.packet(&v).key, 0),
                     _ => true,
                 };
                 if !ok {
@@ -1396,13 +1396,13 @@ impl Consolidate for Nat {
                 (v.token >> 32) as u32 & 0xff_ffff,
                 v.token as u32,
             );
-            let f = run.fact(v);
+            let f = run.fact(&v);
             let ok = match kind {
                 FAST_OUT | FAST_IN => self.slab.get(slot as usize).is_some_and(|m| {
                     m.state & LIVE != 0 && f.now_ns <= m.deadline && m.serial == serial
                 }),
                 // At time 0 every mapping still in the index is live.
-                FAST_NOMAP => !self.answers(run.packet(v).key, 0),
+                FAST_NOMAP => !self.answers(run.packet(&v).key, 0),
                 _ => true,
             };
             if !ok {
@@ -1452,15 +1452,15 @@ impl Consolidate for Nat {
         let last = run
             .visits
             .last()
-            .map(|v| run.fact(v))
+            .map(|v| run.fact(&v))
             .map_or(0, |f| f.now_ns);
         if self.sweep_cursor == 0 && last < self.next_sweep {
             // The timeouts read once for the run, each mapping looked up once, and the
             // visits counted by kind (an index, not a branch per kind; kinds are 0-5).
             let t = self.timeouts();
             let mut by_kind = [0u64; 8];
-            for v in run.visits {
-                let f = run.fact(v);
+            for v in run.visits.iter() {
+                let f = run.fact(&v);
                 let slot = (v.token >> 32) as usize & 0xff_ffff;
                 let kind = (v.token >> 56) as u8;
                 by_kind[kind as usize & 7] += 1;
@@ -1477,8 +1477,8 @@ impl Consolidate for Nat {
                 by_kind[FAST_NOT_IPV4 as usize],
             ];
         } else {
-            for v in run.visits {
-                let f = run.fact(v);
+            for v in run.visits.iter() {
+                let f = run.fact(&v);
                 self.state_at(v.token, f.now_ns, f.tcp_flags, &mut n);
             }
         }

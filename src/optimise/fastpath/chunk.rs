@@ -5,10 +5,10 @@
 //! The runtime owns the chain, the buffers and the counters; it lends them through
 //! [`Host`], so this layer never names the runtime's types.
 
-use super::table::{Found, Probe, Step, Way};
+use super::table::{Found, Probe, Step, Way, MAX_PATH, NO_SHAPE, SHAPE_CALL};
 use super::{FastPath, FpKey};
 use crate::flow::FlowKey;
-use crate::nfs::{Consolidate, FastFacts, FastPacket, FastRun, Nf, TokenLines, Visit};
+use crate::nfs::{Consolidate, FastFacts, FastPacket, FastRun, Nf, TokenLines, Visits};
 use crate::packet::{Batch, Layers, Packet, Pool, Verdict, MAX_BATCH};
 
 /// Most consolidated NFs a chain may have for a chunk of hits to borrow them all at once
@@ -384,101 +384,108 @@ impl FastPath {
     ) {
         let slots = std::mem::take(&mut self.slots);
         let FastPath {
-            table,
-            visits,
-            slot_flags,
-            ..
+            table, slot_flags, ..
         } = self;
-        // A fixed-size array, not a Vec: its bounds are known to the compiler (a Vec
-        // here cost about 25 instructions a hit by callgrind).
-        let visits =
-            &mut **visits.get_or_insert_with(|| Box::new([[Visit::default(); MAX_BATCH]; LENT]));
         let prefetch = self.prefetch;
         let taken = h.lend(&slots, |nfs, out| {
             let mut k = n;
             {
                 // Where the lent NFs' tokens name their state (one call per NF for the
-                // chunk), prefetched as the paths are walked, so the loads overlap
-                // before the NFs' checks read them. Slots whose NFs prefetch nothing
-                // (filters, monitors) point at one byte of ours, always mapped (a
-                // prefetch of null may walk the page tables for nothing).
-                static NOWHERE: u8 = 0;
-                let nowhere = TokenLines {
-                    base: &NOWHERE,
-                    ..TokenLines::NONE
-                };
-                let mut lines = [nowhere; LENT];
+                // chunk), prefetched before the NFs' checks read them. Slots whose NFs
+                // prefetch nothing (filters, monitors) are skipped (`named`).
+                let mut lines = [TokenLines::NONE; LENT];
+                let mut named = 0u32;
                 if prefetch {
                     for (i, c) in nfs.iter().enumerate() {
                         if let Some(c) = c.as_deref().filter(|c| c.fast_prefetches()) {
                             lines[i] = c.fast_lines();
+                            named |= 1 << i;
                         }
                     }
                 }
-                // Each NF's visits, in packet order.
-                let mut lens = [0usize; LENT];
+                // Each packet's path, keys and shape: the NFs read their visits from the
+                // paths (`Visits`), so nothing is gathered per visit.
+                static NO_PATH: [Step; MAX_PATH] = [Step::EMPTY; MAX_PATH];
+                let mut paths: [&[Step; MAX_PATH]; MAX_BATCH] = [&NO_PATH; MAX_BATCH];
                 let mut kref: [&[FlowKey]; MAX_BATCH] = [&[]; MAX_BATCH];
+                let mut shapes = [0u8; MAX_BATCH];
                 for (i, w) in fused.iter().take(n).enumerate() {
                     let Some(w) = *w else {
                         k = i;
                         break;
                     };
                     let (e, _, ks) = table.entry_parts(w);
-                    // An entry that calls NFs has its keys (`keys_of`).
+                    // An entry that calls NFs has its keys (`keys_of`) and its shape.
                     let Some(ks) = ks else {
                         continue;
                     };
+                    let shape = e.steps[0].shape;
+                    if shape == NO_SHAPE {
+                        k = i;
+                        break;
+                    }
                     kref[i] = &ks.keys;
-                    for s in e.path() {
-                        if s.flags & (Step::CHECK | Step::STATE) == 0 {
+                    paths[i] = &e.steps;
+                    shapes[i] = shape;
+                }
+                let (paths, keys) = (&paths, &kref);
+                // Runs of packets whose entries share a shape, one after the other: in
+                // each, every NF vouches for its visits, then runs their state functions
+                // (NFs share no state, so NF after NF equals packet after packet; and a
+                // run after a run is a chunk after a chunk).
+                let mut a = 0;
+                while a < k {
+                    let id = shapes[a];
+                    let b = (a + 1..k).find(|&i| shapes[i] != id).unwrap_or(k);
+                    let shape = table.shape(id);
+                    // The steps that call their NF: (step, slot, flags).
+                    let calls = || {
+                        (0..MAX_PATH).filter_map(move |j| {
+                            let c = (shape >> (8 * j)) as u8;
+                            (c & SHAPE_CALL != 0).then_some((j, (c & 0xf) as usize, c >> 4 & 3))
+                        })
+                    };
+                    for (j, sl, _) in calls() {
+                        if named & 1 << sl != 0 {
+                            for p in &paths[a..b] {
+                                // Unchecked: a prefetch of an address that names nothing
+                                // (a stale token past the slab) is harmless.
+                                super::table::prefetch(lines[sl].prefetch_at(p[j].token));
+                            }
+                        }
+                    }
+                    let mut end = b;
+                    for (j, sl, _) in calls() {
+                        if slot_flags[sl] & Step::CHECK == 0 {
                             continue;
                         }
-                        // Masked, not bounds-checked: a step that calls its NF has the
-                        // slot it is lent at (< LENT: the chain is lendable), and a path
-                        // visits an NF once, so a slot gets at most one visit a packet.
-                        let sl = s.slot as usize % LENT;
-                        debug_assert!((s.slot as usize) < LENT && lens[sl] < MAX_BATCH);
-                        // Unchecked: a prefetch of an address that names nothing (a
-                        // stale token past the slab) is harmless.
-                        super::table::prefetch(lines[sl].prefetch_at(s.token));
-                        let l = lens[sl];
-                        visits[sl][l % MAX_BATCH] = Visit {
-                            token: s.token,
-                            at: i as u8,
-                            key: s.key_index() as u8,
-                        };
-                        lens[sl] = l + 1;
-                    }
-                }
-                let keys = &kref;
-                for sl in 0..LENT {
-                    let len = lens[sl];
-                    if len == 0 || slot_flags[sl] & Step::CHECK == 0 {
-                        continue;
-                    }
-                    let run = FastRun {
-                        visits: &visits[sl][..len],
-                        facts,
-                        keys,
-                    };
-                    let ok = nfs[sl].as_deref().map_or(0, |c| c.fast_vouch(&run));
-                    if let Some(v) = run.visits.get(ok) {
-                        k = k.min(v.at as usize);
-                    }
-                }
-                for sl in 0..LENT {
-                    let vs = &visits[sl][..lens[sl]];
-                    let m = vs.partition_point(|v| (v.at as usize) < k);
-                    if m == 0 || slot_flags[sl] & Step::STATE == 0 {
-                        continue;
-                    }
-                    if let Some(c) = nfs[sl].as_deref_mut() {
-                        c.fast_state_run(&FastRun {
-                            visits: &vs[..m],
+                        let run = FastRun {
+                            visits: Visits::new(paths, j, a, b),
                             facts,
                             keys,
-                        });
+                        };
+                        let ok = nfs[sl].as_deref().map_or(0, |c| c.fast_vouch(&run));
+                        end = end.min(a + ok);
                     }
+                    if end > a {
+                        for (j, sl, _) in calls() {
+                            if slot_flags[sl] & Step::STATE == 0 {
+                                continue;
+                            }
+                            if let Some(c) = nfs[sl].as_deref_mut() {
+                                c.fast_state_run(&FastRun {
+                                    visits: Visits::new(paths, j, a, end),
+                                    facts,
+                                    keys,
+                                });
+                            }
+                        }
+                    }
+                    if end < b {
+                        k = end;
+                        break;
+                    }
+                    a = b;
                 }
             }
             for _ in 0..k {

@@ -25,8 +25,8 @@ pub use key::FpKey;
 pub use record::{Outcome, Recorder};
 pub use table::{Entry, Found, Hot, Keys, Probe, Step, Table, Way, MAX_KEYS, MAX_NODES, MAX_PATH};
 
-use crate::nfs::{Nf, Visit};
-use crate::packet::{Batch, Fields, MAX_BATCH};
+use crate::nfs::Nf;
+use crate::packet::{Batch, Fields};
 
 /// FastPath settings of a chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,9 +195,6 @@ pub struct FastPath {
     chunk_in: Batch,
     /// Per lent slot: what a hit does for its NF ([`Step::CHECK`], [`Step::STATE`]).
     pub(crate) slot_flags: [u8; LENT],
-    /// Per lent slot: a fused run's visits (written before they are read, per chunk;
-    /// made at the first fused run, so a run `auto` leaves off allocates nothing here).
-    pub(crate) visits: Option<Box<[[Visit; MAX_BATCH]; LENT]>>,
 }
 
 impl FastPath {
@@ -228,7 +225,6 @@ impl FastPath {
         }
         FastPath {
             slot_flags,
-            visits: None,
             slots,
             lendable: lent <= LENT,
             record_at: cfg.record_at.max(1),

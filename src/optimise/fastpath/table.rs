@@ -10,11 +10,7 @@ use super::actions::Actions;
 use super::key::FpKey;
 use crate::flow::FlowKey;
 pub(super) use crate::packet::prefetch_ptr as prefetch;
-use crate::packet::Verdict;
 
-/// Most NFs on a consolidated path; longer paths are not consolidated. Eight steps fill
-/// the entry's second and third lines exactly (six would leave a third line part empty).
-pub const MAX_PATH: usize = 8;
 /// Most distinct flow keys along a path (each NF that rewrites addresses or ports makes
 /// one more: a chain of 8 NATs sees 8).
 pub const MAX_KEYS: usize = 8;
@@ -29,21 +25,7 @@ const NO_KEY: FlowKey = FlowKey {
     family: 0,
 };
 
-/// One NF on an entry's path, 16 bytes.
-#[derive(Clone, Copy, Debug)]
-pub struct Step {
-    pub token: u64,
-    /// What a hit does for this NF: [`Step::CHECK`], [`Step::STATE`], [`Step::COUNT`].
-    pub flags: u8,
-    /// Node index in the low 13 bits, the index of the flow key this NF saw (in the
-    /// entry's [`Keys`]) in the top 3: a hit finds the key without touching `Keys`.
-    node_key: u16,
-    /// Out(counted output) or Drop(reason), as the NF decided.
-    pub verdict: Verdict,
-    /// Where a chunk of hits finds the NF among the lent ones ([`super::FastPath::slots`]),
-    /// set when the path is recorded, so a hit skips the node-to-slot lookup.
-    pub slot: u8,
-}
+pub use crate::nfs::{Step, MAX_PATH};
 
 /// A refused flow's packets after the refusal until one is recorded again (the ones
 /// between run the chain unrecorded): refusals are mostly lasting (unsolicited traffic a
@@ -53,48 +35,6 @@ pub const RETRY_AFTER: u8 = 16;
 /// Most nodes a chain may have for its NFs to be consolidated (node indices fit 13 bits).
 pub const MAX_NODES: usize = 1 << 13;
 
-impl Step {
-    pub const EMPTY: Step = Step {
-        token: 0,
-        flags: 0,
-        node_key: 0,
-        verdict: Verdict::Out(0),
-        slot: u8::MAX,
-    };
-
-    /// A hit asks the NF whether the token still holds (`fast_valid`).
-    pub const CHECK: u8 = 1;
-    /// A hit runs the NF's state function (`fast_state`).
-    pub const STATE: u8 = 2;
-    /// The NF's state function only counts: the entry counts its hits and hands them
-    /// over in one `fast_count` call (see the count in [`Hot`]).
-    pub const COUNT: u8 = 4;
-
-    /// `node` < [`MAX_NODES`], `key` < [`MAX_KEYS`].
-    pub fn new(node: usize, key: u8, flags: u8) -> Step {
-        debug_assert!(node < MAX_NODES && (key as usize) < MAX_KEYS);
-        Step {
-            token: 0,
-            flags,
-            node_key: node as u16 | (key as u16) << 13,
-            verdict: Verdict::Out(0),
-            slot: u8::MAX,
-        }
-    }
-
-    #[inline]
-    pub fn node(&self) -> usize {
-        (self.node_key & 0x1fff) as usize
-    }
-
-    #[inline]
-    pub fn key_index(&self) -> usize {
-        (self.node_key >> 13) as usize
-    }
-}
-
-/// An entry as the recorder builds it; the table keeps it as [`Hot`] plus its actions.
-#[derive(Clone, Copy, Debug)]
 pub struct Entry {
     pub key: FpKey,
     pub last_ns: u64,
@@ -356,7 +296,18 @@ pub struct Table {
     /// Removed or replaced entries whose counts are still to be added
     /// ([`drain_retired`](Self::drain_retired), after each chunk).
     retired: Vec<Retired>,
+    /// The paths' shapes seen so far ([`Table::shape`]): shape `i + 1` is `shapes[i]`.
+    shapes: [u64; MAX_SHAPES],
+    n_shapes: usize,
 }
+
+/// Most distinct shapes a table names; an entry of another one gets [`NO_SHAPE`].
+const MAX_SHAPES: usize = 254;
+/// The shape of an entry whose calls no shape id names (past [`MAX_SHAPES`], or a slot
+/// beyond 15): its hits take no fused run.
+pub const NO_SHAPE: u8 = 255;
+/// Set in a shape's byte for a step that calls its NF.
+pub const SHAPE_CALL: u8 = 0x80;
 
 /// A set and the ways in it whose tag matched a hash ([`Table::probe`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -401,6 +352,46 @@ impl Table {
             timeout_ns,
             live: 0,
             retired: Vec::new(),
+            shapes: [0; MAX_SHAPES],
+            n_shapes: 0,
+        }
+    }
+
+    /// Shape `id`'s calls (0 for id 0): byte `j` is 0 when step `j` calls no NF, else
+    /// [`SHAPE_CALL`], the step's check and state flags ([`Step::CHECK`],
+    /// [`Step::STATE`]) shifted by 4 and its slot (< 16) in the low four bits.
+    #[inline(always)]
+    pub fn shape(&self, id: u8) -> u64 {
+        match id {
+            0 => 0,
+            _ => self.shapes[(id as usize - 1) % MAX_SHAPES],
+        }
+    }
+
+    /// The shape id of a path (0: no step calls its NF; [`NO_SHAPE`]: not named).
+    fn shape_of(&mut self, path: &[Step]) -> u8 {
+        let mut d = 0u64;
+        for (j, s) in path.iter().enumerate() {
+            let f = s.flags & (Step::CHECK | Step::STATE);
+            if f == 0 {
+                continue;
+            }
+            if s.slot >= 16 {
+                return NO_SHAPE;
+            }
+            d |= u64::from(SHAPE_CALL | f << 4 | s.slot) << (8 * j);
+        }
+        if d == 0 {
+            return 0;
+        }
+        match self.shapes[..self.n_shapes].iter().position(|&x| x == d) {
+            Some(i) => i as u8 + 1,
+            None if self.n_shapes < MAX_SHAPES => {
+                self.shapes[self.n_shapes] = d;
+                self.n_shapes += 1;
+                self.n_shapes as u8
+            }
+            None => NO_SHAPE,
         }
     }
 
@@ -822,7 +813,8 @@ impl Table {
         // Only what hits will read is written: the path's steps, the actions when they
         // rewrite or match, the flow keys when a state function may read one. A recording
         // costs mostly these cache misses, and a remembered refusal is the first line.
-        let hot = Hot::of(e);
+        let mut hot = Hot::of(e);
+        hot.steps[0].shape = self.shape_of(hot.path());
         self.tags[set].0[w.0 as usize - base] = tag;
         let n = e.len as usize;
         let d = self.hot_mut(w);
