@@ -958,6 +958,50 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
 mod tests {
     use super::*;
 
+    /// Entries share a shape exactly when their paths call the same slots, at the same
+    /// steps, with the same flags; a path no id can name has none (its hits never fuse).
+    #[test]
+    fn paths_with_the_same_calls_share_a_shape() {
+        let mut t = Table::new(64, 0);
+        let step = |node, slot, flags| {
+            let mut s = Step::new(node, 0, flags);
+            s.slot = slot;
+            s
+        };
+        let nat = step(1, 0, Step::CHECK | Step::STATE);
+        let filter = step(2, 1, Step::COUNT);
+        let monitor = step(3, 2, Step::STATE);
+        let a = t.shape_of(&[nat, filter, monitor]);
+        assert_eq!(a, 1);
+        // Another flow's tokens and verdicts, the same calls: the same shape.
+        let mut nat2 = nat;
+        nat2.token = 99;
+        assert_eq!(t.shape_of(&[nat2, filter, monitor]), a);
+        assert_eq!(
+            t.shape(a),
+            u64::from(SHAPE_CALL | 3 << 4) | u64::from(SHAPE_CALL | 2 << 4 | 2) << 16
+        );
+        // The monitor one step later, or with other flags: other shapes.
+        assert_eq!(t.shape_of(&[nat, filter, filter, monitor]), 2);
+        assert_eq!(t.shape_of(&[step(1, 0, Step::STATE), filter, monitor]), 3);
+        // No call: 0; a slot a shape cannot name: none.
+        assert_eq!(t.shape_of(&[filter, filter]), 0);
+        assert_eq!(t.shape(0), 0);
+        assert_eq!(t.shape_of(&[step(1, 16, Step::STATE)]), NO_SHAPE);
+        // Past the last id: none, and the named ones keep theirs.
+        for slot in 0..16u8 {
+            for f in 1..4u8 {
+                for at in 0..6 {
+                    let mut p = [filter; 6];
+                    p[at] = step(1, slot, f);
+                    t.shape_of(&p);
+                }
+            }
+        }
+        assert_eq!(t.shape_of(&[step(9, 15, Step::STATE), step(9, 15, Step::STATE)]), NO_SHAPE);
+        assert_eq!(t.shape_of(&[nat, filter, monitor]), a);
+    }
+
     /// The tags come zeroed (empty) and each set's in one aligned half line, whatever
     /// alignment the allocator gave.
     #[test]
