@@ -536,6 +536,25 @@ fn phases(phases: &[(u64, std::ops::Range<u8>)], pkt: impl Fn(u8) -> Vec<u8>) ->
     )
 }
 
+/// Fused runs over chunks whose entries have different shapes, packet after packet: a
+/// flow through NAT, Maglev and the monitor; one the filter drops (no NF to call); one
+/// Maglev only passes (not for the VIP); one from outside the NAT's inside networks.
+/// Each chunk is then several runs of one shape, and each NF must see exactly its own
+/// visits, in order (the monitor's records and every counter are compared). Fails if a
+/// run reads a visit at another shape's step.
+#[test]
+fn fused_runs_over_chunks_of_several_shapes_stay_equal() {
+    let vip = [203, 0, 113, 10];
+    let t = phases(&[(4 * SEC, 0..16)], |k| match k % 4 {
+        0 => tcp([10, 0, 1, k], vip, 4000, 80, 0x10),
+        1 => udp([10, 0, 1, k], vip, 5000, 53),
+        2 => tcp([10, 0, 1, k], [203, 0, 113, 7], 4000, 443, 0x10),
+        _ => tcp([192, 0, 2, k], vip, 4000, 80, 0x10),
+    });
+    let fs = equal_on_off("FNMO", &setup(), &t, small(), &[], "several shapes");
+    assert!(fs.hits >= 700, "{fs:?}");
+}
+
 /// Fused runs while the NAT's sweep expires half of the mappings: flows 0-19 fall silent
 /// for 25 s (UDP timeout 20 s) while 20-39 go on hitting whole chunks, so the sweep steps
 /// that release the silent flows' mappings run inside fused runs. When those flows

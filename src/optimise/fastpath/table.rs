@@ -998,7 +998,10 @@ mod tests {
                 }
             }
         }
-        assert_eq!(t.shape_of(&[step(9, 15, Step::STATE), step(9, 15, Step::STATE)]), NO_SHAPE);
+        assert_eq!(
+            t.shape_of(&[step(9, 15, Step::STATE), step(9, 15, Step::STATE)]),
+            NO_SHAPE
+        );
         assert_eq!(t.shape_of(&[nat, filter, monitor]), a);
     }
 
