@@ -294,7 +294,10 @@ impl Conn {
                     return Err(Stop::Refuse(431, "more than 64 headers"))
                 }
                 Err(httparse::Error::Version) => {
-                    return Err(Stop::Refuse(505, "this server speaks HTTP/1.0 and HTTP/1.1"))
+                    return Err(Stop::Refuse(
+                        505,
+                        "this server speaks HTTP/1.0 and HTTP/1.1",
+                    ))
                 }
                 Err(_) => return Err(Stop::Refuse(400, "not an HTTP/1.x request")),
             }
@@ -311,7 +314,10 @@ impl Conn {
                     return Err(Stop::Refuse(408, "the request did not arrive in 10 s"))
                 }
                 Err(Fill::Eof) if !nothing => {
-                    return Err(Stop::Refuse(400, "the request ended before its headers did"))
+                    return Err(Stop::Refuse(
+                        400,
+                        "the request ended before its headers did",
+                    ))
                 }
                 Err(_) => return Err(Stop::Quiet),
             }
@@ -436,7 +442,10 @@ fn head_of(req: &httparse::Request) -> Result<Head, Stop> {
             }
         } else if name.eq_ignore_ascii_case("expect") {
             if !value.eq_ignore_ascii_case("100-continue") {
-                return Err(Stop::Refuse(417, "the only expectation met is 100-continue"));
+                return Err(Stop::Refuse(
+                    417,
+                    "the only expectation met is 100-continue",
+                ));
             }
             expect = true;
         }
@@ -449,7 +458,10 @@ fn head_of(req: &httparse::Request) -> Result<Head, Stop> {
             ))
         }
         (_, true) if version == Version::Http10 => {
-            return Err(Stop::Refuse(400, "Transfer-Encoding in an HTTP/1.0 request"))
+            return Err(Stop::Refuse(
+                400,
+                "Transfer-Encoding in an HTTP/1.0 request",
+            ))
         }
         (_, true) => Framing::Chunked,
         (n, false) => Framing::Length(n.unwrap_or(0)),
