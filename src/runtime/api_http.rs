@@ -118,7 +118,12 @@ fn accept_loop(l: TcpListener, max_body: usize, handler: Handler, stop: Arc<Atom
         if !readable(&l, 200) {
             continue;
         }
-        let Ok((mut s, _)) = l.accept() else { continue };
+        let Ok((mut s, _)) = l.accept() else {
+            // Out of file descriptors, say: the connection stays queued, and polling again
+            // at once would spin.
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
         if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             open.fetch_sub(1, Ordering::AcqRel);
             // Best effort: the client may not be reading.
@@ -301,7 +306,11 @@ impl Conn {
                 }
                 Err(_) => return Err(Stop::Refuse(400, "not an HTTP/1.x request")),
             }
-            let nothing = self.start == self.end;
+            // Empty lines between requests are allowed (RFC 9112 2.2): some clients end a
+            // body with an extra CRLF.
+            let nothing = self.buf[self.start..self.end]
+                .iter()
+                .all(|b| matches!(b, b'\r' | b'\n'));
             match self.fill(deadline) {
                 Ok(()) => {}
                 Err(Fill::Full) => {
