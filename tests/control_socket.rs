@@ -442,6 +442,8 @@ fn ctl_takes_one_bounded_whole_line_from_a_server_that_answers_garbage() {
     let sock = d.path().join("flood.sock");
     let server = fake_server(&sock, b"ok ", true);
     let (out, err) = (d.path().join("out"), d.path().join("err"));
+    // Waited for by wait4, which gives its peak memory.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(BIN)
         .args(["ctl", sock.to_str().unwrap(), "fw", "flush"])
         .stdout(std::fs::File::create(&out).unwrap())
