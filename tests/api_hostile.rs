@@ -274,6 +274,16 @@ fn framing_that_could_be_read_two_ways_is_refused_in_one_answer() {
     if statuses(&chunks) != [413] {
         bad.push(format!("chunked past 4096: {:?}", statuses(&chunks)));
     }
+    // A chunk size that wraps the sum of the sizes: 1 + 2^64 - 1 bytes.
+    let wraps = run.streamed(
+        b"POST /nf/fw HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nffffffffffffffff\r\n",
+        &[b'y'; 64 << 10],
+        64,
+        b"",
+    );
+    if statuses(&wraps) != [413] {
+        bad.push(format!("a chunk size that wraps: {:?}", statuses(&wraps)));
+    }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
     assert_eq!(statuses(&run.exchange(GOOD)), [200]);
 }

@@ -360,7 +360,8 @@ impl Conn {
                     self.trailers(deadline)?;
                     break;
                 }
-                if body.len() as u64 + size > self.max_body as u64 {
+                // Not `body.len() + size`: a size near 2^64 would wrap the sum.
+                if size > (self.max_body - body.len()) as u64 {
                     return Err(too_long);
                 }
                 self.take(size as usize, &mut body, deadline)?;
