@@ -377,3 +377,92 @@ fn filter_and_balancer_commands_take_the_config_s_parser_and_limits() {
     assert!(e.contains("--file /nonexistent/rules.txt"), "{e}");
     stop(child);
 }
+
+/// Serves one connection at `sock`: reads the command, sends `reply` and closes; or with
+/// `flood`, sends bytes with no line end (up to 64 MiB) and holds the connection until the
+/// client closes it.
+fn fake_server(sock: &Path, reply: &'static [u8], flood: bool) -> std::thread::JoinHandle<()> {
+    let listener = UnixListener::bind(sock).unwrap();
+    std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().unwrap();
+        let mut cmd = [0u8; 4096];
+        let _ = c.read(&mut cmd);
+        let _ = c.write_all(reply);
+        if !flood {
+            return;
+        }
+        let chunk = vec![b'y'; 1 << 20];
+        for _ in 0..64 {
+            if c.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+        let _ = c.set_read_timeout(Some(Duration::from_secs(20)));
+        let _ = c.read(&mut cmd);
+    })
+}
+
+/// `catena ctl` against a server that is not catena's: the reply is read only up to a
+/// command's bound (4 MiB), a reply cut short is not taken as whole, one that is not text is
+/// refused, and control characters are printed escaped. Main before session 24 read without
+/// bound (1.8 GB in 5 s from a server sending bytes with no line end), printed `partial`
+/// with exit 0 for `ok partial` cut short, and terminal escapes raw.
+#[test]
+fn ctl_takes_one_bounded_whole_line_from_a_server_that_answers_garbage() {
+    let d = private_dir();
+    let cases: [(&'static [u8], Result<&str, &str>); 3] = [
+        (
+            b"ok partial",
+            Err("the reply was cut short (the connection closed before its line end)"),
+        ),
+        (b"ok \x1b[2J\x07done\r\n", Ok("\\u{1b}[2J\\u{7}done\n")),
+        (
+            b"\xff\xfe garbage\n",
+            Err("the reply is not UTF-8 text: not a catena control socket?"),
+        ),
+    ];
+    for (i, (reply, want)) in cases.into_iter().enumerate() {
+        let sock = d.path().join(format!("fake{i}.sock"));
+        let server = fake_server(&sock, reply, false);
+        let o = ctl(&sock, &["fw", "flush"]);
+        server.join().unwrap();
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        match want {
+            Ok(w) => assert_eq!((o.status.code(), out.as_ref()), (Some(0), w), "{err}"),
+            Err(w) => {
+                assert_eq!(o.status.code(), Some(1), "{out}");
+                assert_eq!(err, format!("error: {}: {w}\n", sock.display()));
+            }
+        }
+    }
+    // Bytes without end: refused at the bound, with the memory of the bound.
+    let sock = d.path().join("flood.sock");
+    let server = fake_server(&sock, b"ok ", true);
+    let (out, err) = (d.path().join("out"), d.path().join("err"));
+    // Waited for by wait4, which gives its peak memory.
+    #[allow(clippy::zombie_processes)]
+    let child = Command::new(BIN)
+        .args(["ctl", sock.to_str().unwrap(), "fw", "flush"])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    // SAFETY: waiting for our own child, with valid pointers; std's Child is not waited on.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    server.join().unwrap();
+    let peak_mib = usage.ru_maxrss / 1024;
+    assert!(peak_mib < 32, "ctl's peak memory {peak_mib} MiB");
+    assert_eq!(libc::WEXITSTATUS(status), 1);
+    assert_eq!(
+        std::fs::read_to_string(&err).unwrap(),
+        format!(
+            "error: {}: the reply is longer than 4194304 bytes: not a catena control socket?\n",
+            sock.display()
+        )
+    );
+}

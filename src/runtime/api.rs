@@ -1,21 +1,21 @@
 //! The HTTP control API of a running chain (`catena run --api 127.0.0.1:9100`):
 //! `GET /stats` (the `--json` summary, refreshed a few times a second), `GET /metrics`
 //! (Prometheus/OpenMetrics text) and `POST /nf/NAME` with a command in the body (the
-//! Unix socket's commands and replies). tiny_http: a blocking server on its own threads
-//! is all this needs (no async runtime to carry).
+//! Unix socket's commands and replies). A blocking server on its own threads is all
+//! this needs (no async runtime to carry): `api_http`, httparse under bounds of our own,
+//! since tiny_http 0.12 read a header line of any length whole (session 24).
 //!
 //! The worker never waits for the API: it publishes a snapshot with `try_lock` between
 //! batches (skipping a turn if a reader holds it), and commands reach it through the
 //! same channel as the Unix socket's, applied between batches. Requests are bounded (a
-//! 4 KiB body, at most `MAX_IN_FLIGHT` at once, 5 s for a command's reply) and garbage
-//! gets a 4xx.
+//! 16 KiB head of at most 64 headers, a 4 KiB body, 10 s to arrive, at most 32
+//! connections and `MAX_IN_FLIGHT` requests at once, 5 s for a command's reply) and
+//! garbage gets a 4xx.
 
-use std::io::Read;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
@@ -24,6 +24,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use super::api_http::{self, Request, Response};
 use super::control::{Command, Reply};
 use super::counters::Summary;
 use crate::nfs::Preparer;
@@ -90,19 +91,7 @@ pub type Shared = Arc<Mutex<Published>>;
 /// The running server; dropping it stops it.
 pub struct ApiServer {
     pub addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    server: Arc<tiny_http::Server>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for ApiServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    _server: api_http::Server,
 }
 
 /// NFs whose commands are compiled off the worker (by name), and the lock that makes
@@ -118,88 +107,57 @@ pub fn serve(
     preparers: std::collections::HashMap<String, Preparer>,
 ) -> std::io::Result<ApiServer> {
     let preparers: Preparers = Arc::new((preparers, Mutex::new(())));
-    let server = tiny_http::Server::http(addr)
+    let listener = TcpListener::bind(addr)
         .map_err(|e| std::io::Error::other(format!("cannot listen on {addr}: {e}")))?;
-    let addr = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| std::io::Error::other("not an IP address"))?;
-    let server = Arc::new(server);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (srv, st) = (server.clone(), stop.clone());
-    let thread = std::thread::spawn(move || {
-        let busy = Arc::new(AtomicUsize::new(0));
-        while !st.load(Ordering::Relaxed) {
-            let Ok(Some(req)) = srv.recv_timeout(Duration::from_millis(200)) else {
-                continue;
-            };
-            if busy.fetch_add(1, Ordering::AcqRel) >= MAX_IN_FLIGHT {
-                busy.fetch_sub(1, Ordering::AcqRel);
-                let _ = req.respond(text(503, "busy: too many requests at once\n"));
-                continue;
-            }
-            let (tx, shared, prep, b) =
-                (tx.clone(), shared.clone(), preparers.clone(), busy.clone());
-            // A thread that cannot be made drops this request (the client sees the
-            // connection close); the server carries on.
-            let spawned = std::thread::Builder::new().spawn(move || {
-                handle(req, &tx, &shared, &prep);
-                b.fetch_sub(1, Ordering::AcqRel);
-            });
-            if spawned.is_err() {
-                busy.fetch_sub(1, Ordering::AcqRel);
-            }
+    let addr = listener.local_addr()?;
+    let busy = AtomicUsize::new(0);
+    // The sender is shared by the connections' threads (Sender is Sync since Rust 1.72).
+    let handler: api_http::Handler = Arc::new(move |req: &Request| {
+        if busy.fetch_add(1, Ordering::AcqRel) >= MAX_IN_FLIGHT {
+            busy.fetch_sub(1, Ordering::AcqRel);
+            return text(503, "busy: too many requests at once\n");
         }
+        let r = handle(req, &tx, &shared, &preparers);
+        busy.fetch_sub(1, Ordering::AcqRel);
+        r
     });
     Ok(ApiServer {
         addr,
-        stop,
-        server,
-        thread: Some(thread),
+        _server: api_http::serve(listener, MAX_BODY, handler)?,
     })
 }
 
-fn text(code: u16, body: &str) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    tiny_http::Response::from_string(body).with_status_code(code)
+fn text(code: u16, body: &str) -> Response {
+    Response::text(code, body)
 }
 
-fn header(k: &str, v: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()).expect("static header")
-}
-
-fn handle(
-    mut req: tiny_http::Request,
-    tx: &Sender<Command>,
-    shared: &Shared,
-    preparers: &Preparers,
-) {
-    use tiny_http::Method;
-    let url = req.url().to_string();
-    let path = url.split('?').next().unwrap_or("");
-    let resp = match (req.method(), path) {
-        (Method::Get, "/stats") => match snapshot(shared, |p| {
+fn handle(req: &Request, tx: &Sender<Command>, shared: &Shared, preparers: &Preparers) -> Response {
+    match (req.method.as_str(), req.path()) {
+        ("GET", "/stats") => match snapshot(shared, |p| {
             p.summary
                 .as_ref()
                 .map(|s| serde_json::to_string(s).unwrap_or_default())
         }) {
-            Some(json) => {
-                text(200, &(json + "\n")).with_header(header("Content-Type", "application/json"))
-            }
+            Some(json) => Response {
+                status: 200,
+                content_type: "application/json",
+                body: json + "\n",
+            },
             None => text(503, "no statistics yet: the chain has not started\n"),
         },
-        (Method::Get, "/metrics") => match snapshot(shared, metrics) {
-            Some(m) => text(200, &m).with_header(header(
-                "Content-Type",
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )),
+        ("GET", "/metrics") => match snapshot(shared, metrics) {
+            Some(m) => Response {
+                status: 200,
+                content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body: m,
+            },
             None => text(503, "no metrics yet: the chain has not started\n"),
         },
-        (Method::Post, p) if p.starts_with("/nf/") => command(&mut req, &p[4..], tx, preparers),
+        ("POST", p) if p.starts_with("/nf/") => command(&req.body, &p[4..], tx, preparers),
         (_, "/stats" | "/metrics") => text(405, "use GET\n"),
         (_, p) if p.starts_with("/nf/") => text(405, "use POST with the command as the body\n"),
         _ => text(404, "not found: GET /stats, GET /metrics, POST /nf/NAME\n"),
-    };
-    let _ = req.respond(resp);
+    }
 }
 
 /// Reads what the worker published, under the lock only as long as `f` takes.
@@ -208,12 +166,8 @@ fn snapshot<T>(shared: &Shared, f: impl FnOnce(&Published) -> Option<T>) -> Opti
     f(&g)
 }
 
-fn command(
-    req: &mut tiny_http::Request,
-    nf: &str,
-    tx: &Sender<Command>,
-    preparers: &Preparers,
-) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+/// A command line as the body (at most `MAX_BODY` bytes: api_http refuses longer).
+fn command(body: &[u8], nf: &str, tx: &Sender<Command>, preparers: &Preparers) -> Response {
     if nf.is_empty()
         || !nf
             .chars()
@@ -221,19 +175,7 @@ fn command(
     {
         return text(400, "error bad NF name in the path: POST /nf/NAME\n");
     }
-    let mut body = Vec::new();
-    if req
-        .as_reader()
-        .take(MAX_BODY as u64 + 1)
-        .read_to_end(&mut body)
-        .is_err()
-    {
-        return text(400, "error the body could not be read\n");
-    }
-    if body.len() > MAX_BODY {
-        return text(413, "error the command is longer than 4096 bytes\n");
-    }
-    let Ok(cmd) = std::str::from_utf8(&body) else {
+    let Ok(cmd) = std::str::from_utf8(body) else {
         return text(400, "error the command is not UTF-8 text\n");
     };
     let cmd = cmd.trim();

@@ -19,7 +19,7 @@
 //! worker only swaps the result in, and hands back what it replaced to be freed there.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -404,9 +404,7 @@ pub fn send(
                 s.set_read_timeout(Some(timeout))?;
                 s.set_write_timeout(Some(timeout))?;
                 s.write_all(line.as_bytes())?;
-                let mut reply = String::new();
-                BufReader::new(s).read_line(&mut reply)?;
-                Ok(reply)
+                read_reply(s)
             })();
             let _ = rtx.send(r);
         })?;
@@ -427,12 +425,6 @@ pub fn send(
         Ok(r) => r?,
         Err(_) => return Err(no_reply()),
     };
-    if line.is_empty() {
-        return Err(std::io::Error::new(
-            ErrorKind::UnexpectedEof,
-            "the server closed the connection without a reply",
-        ));
-    }
     let line = line.trim_end();
     Ok(match line.split_once(' ') {
         Some(("ok", r)) => Ok(r.to_string()),
@@ -440,6 +432,47 @@ pub fn send(
         Some(("error", e)) => Err(e.to_string()),
         _ => Err(format!("unexpected reply `{line}`")),
     })
+}
+
+/// Reads the server's one reply line, bounded as a command is ([`MAX_LINE`]): a server
+/// that sends bytes without end, a reply cut short, or one that is not text is an error,
+/// and control characters in it are escaped (it is printed to a terminal).
+fn read_reply(s: UnixStream) -> std::io::Result<String> {
+    let mut raw = Vec::new();
+    BufReader::new(s)
+        .take(MAX_LINE as u64 + 1)
+        .read_until(b'\n', &mut raw)?;
+    let bad = |msg: String| std::io::Error::new(ErrorKind::InvalidData, msg);
+    match raw.pop() {
+        Some(b'\n') => {}
+        None => {
+            return Err(std::io::Error::new(
+                ErrorKind::UnexpectedEof,
+                "the server closed the connection without a reply",
+            ))
+        }
+        Some(_) if raw.len() >= MAX_LINE => {
+            return Err(bad(format!(
+                "the reply is longer than {MAX_LINE} bytes: not a catena control socket?"
+            )))
+        }
+        Some(_) => {
+            return Err(bad(
+                "the reply was cut short (the connection closed before its line end)".into(),
+            ))
+        }
+    }
+    let text = String::from_utf8(raw)
+        .map_err(|_| bad("the reply is not UTF-8 text: not a catena control socket?".into()))?;
+    let mut shown = String::with_capacity(text.len());
+    for c in text.trim_end().chars() {
+        if c.is_control() && c != '\t' {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    Ok(shown)
 }
 
 #[cfg(test)]

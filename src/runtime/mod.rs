@@ -7,6 +7,7 @@
 
 mod affinity;
 pub mod api;
+mod api_http;
 mod chain;
 mod config;
 pub mod control;
