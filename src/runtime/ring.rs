@@ -302,6 +302,74 @@ pub fn hop_cycles(packets: u64, ring: usize) -> f64 {
     t as f64 / sent.max(1) as f64
 }
 
+/// The machine's cross-core round trip, in TSC ticks: one cache line's value passed to a
+/// thread on another core and back (each end pinned, as `hop_cycles`'s), the mean over
+/// up to `trips` round trips or ~20 ms, whichever ends first (a partner without a core
+/// would otherwise stretch it to seconds), after the partner runs and 1,000 untimed
+/// trips. None when fewer than 1,000 timed trips fit (the partner had no core). The
+/// floor under every line a hop or a fork moves; on this host it reads ~260 in a fast
+/// state and ~1,150–1,400 in a slow one, minutes each, for every binary (session 24).
+/// For `catena bench micronf`.
+pub fn round_trip_cycles(trips: u64) -> Option<f64> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    #[repr(align(128))]
+    #[derive(Default)]
+    struct Line(AtomicU64);
+    #[derive(Default)]
+    struct Pair {
+        ping: Line,
+        pong: Line,
+        stop: AtomicBool,
+        ready: AtomicBool,
+    }
+    let pair = std::sync::Arc::new(Pair::default());
+    let theirs = pair.clone();
+    let split = super::affinity::split_two();
+    let cores = split.as_ref().map(|s| s.other.clone());
+    let partner = std::thread::spawn(move || {
+        if let Some(c) = cores {
+            super::affinity::set_cores(&c);
+        }
+        theirs.ready.store(true, Ordering::Release);
+        let mut seen = 0;
+        while !theirs.stop.load(Ordering::Acquire) {
+            let v = theirs.ping.0.load(Ordering::Acquire);
+            if v != seen {
+                seen = v;
+                theirs.pong.0.store(v, Ordering::Release);
+            }
+        }
+    });
+    let split = split.filter(|s| super::affinity::pin(s.here));
+    let budget = 50_000_000; // ~20 ms of TSC ticks
+    let start = crate::flow::tsc();
+    while !pair.ready.load(Ordering::Acquire) && crate::flow::tsc().wrapping_sub(start) < budget {
+        std::thread::yield_now();
+    }
+    const WARM: u64 = 1_000;
+    let mut t0 = crate::flow::tsc();
+    let mut done = 0;
+    'trips: for i in 1..=trips + WARM {
+        if i == WARM + 1 {
+            t0 = crate::flow::tsc();
+        }
+        pair.ping.0.store(i, Ordering::Release);
+        while pair.pong.0.load(Ordering::Acquire) != i {
+            if crate::flow::tsc().wrapping_sub(t0) > budget {
+                break 'trips;
+            }
+        }
+        done = i.saturating_sub(WARM);
+    }
+    let t = crate::flow::tsc().wrapping_sub(t0);
+    pair.stop.store(true, Ordering::Release);
+    let _ = partner.join();
+    if let Some(s) = split {
+        super::affinity::set_cores(&s.mask);
+    }
+    (done >= WARM).then(|| t as f64 / done as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

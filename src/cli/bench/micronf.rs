@@ -8,7 +8,8 @@
 //!   throughput and per-packet latency (TSC at the first NF to TSC at the last,
 //!   p50/p99 with hdrhistogram);
 //! - parallel: 2 busy NFs of 0–700 cycles in sequence vs as a parallel group: latency
-//!   p50/p99 (the microNF slides' figure; ratio = p50 over the sequential p50);
+//!   p50/p99 (the microNF slides' figure; ratio = p50 over the sequential p50), with
+//!   the machine's cross-core round trip taken just before (the host's state they saw);
 //! - hop: cycles per packet through one ring hop (send, receive, buffer back);
 //! - prefetch: k = 0, 4, 8, 16 on the merged trace with the mixed chain;
 //! - monolithic: edge firewall → flow monitor → application firewall as three
@@ -52,6 +53,11 @@ struct Row {
     p99_cycles: Option<u64>,
     /// Ticks per packet through one ring hop (hop group only).
     hop_cycles: Option<f64>,
+    /// The machine's cross-core round trip (one line, two pinned threads), TSC ticks,
+    /// taken just before the parallel group's rows: which state of the host they saw
+    /// (~260 fast, ~1,150–1,400 slow here, session 24); none when the partner thread
+    /// had no core.
+    round_trip_cycles: Option<f64>,
     /// TSC ticks per input packet (monolithic group: per element, and overall).
     cycles_per_packet: Option<f64>,
     /// The busiest worker's share of the packets (scaling group): `1 / max_share` bounds
@@ -452,6 +458,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         p50_cycles: None,
         p99_cycles: None,
         hop_cycles: None,
+        round_trip_cycles: None,
         cycles_per_packet: None,
         max_share: None,
         workers_mpps: None,
@@ -553,10 +560,16 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             rows.push(r);
         }
     }
-    for cycles in (0..=700)
+    let pairs: Vec<u64> = (0..=700)
         .step_by(100)
         .filter(|c| want(a, "parallel", &format!("2 busy × {c} cycles")))
-    {
+        .collect();
+    let rt = if pairs.is_empty() {
+        None
+    } else {
+        catena::runtime::ring::round_trip_cycles(100_000)
+    };
+    for cycles in pairs {
         let mut base = 0.0;
         for parallel in [false, true] {
             let (m, packets, p50, p99) = pair(a, cycles, parallel, &small, small_loops)?;
@@ -579,6 +592,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             );
             r.p50_cycles = Some(p50);
             r.p99_cycles = Some(p99);
+            r.round_trip_cycles = rt;
             rows.push(r);
         }
     }
@@ -687,6 +701,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "p50 cyc",
         "p99 cyc",
         "hop cyc/pkt",
+        "rt cyc",
         "cyc/pkt",
         "max share",
         "workers Mpps",
@@ -709,6 +724,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 o(r.p50_cycles),
                 o(r.p99_cycles),
                 r.hop_cycles.map_or("-".into(), |v| format!("{v:.1}")),
+                r.round_trip_cycles
+                    .map_or("-".into(), |v| format!("{v:.0}")),
                 r.cycles_per_packet
                     .map_or("-".into(), |v| format!("{v:.1}")),
                 r.max_share
