@@ -292,8 +292,10 @@ impl Walk {
             Some(all) => {
                 for (p, r) in pkts.iter_mut().zip(recs_in) {
                     let (off, len) = (r.off as usize, r.caplen as usize);
-                    // SAFETY: `off + len <= end <= all.len()` (pass 1), so in bounds.
-                    p.set_view(unsafe { all.get_unchecked(off..off + len) });
+                    // SAFETY: `off + len <= end <= all.len()` (pass 1), so in bounds; `len`
+                    // is at most `fits` (pass 1) and `p` a small-class buffer
+                    // (`take_into`), which holds `small_max` bytes after the headroom.
+                    unsafe { p.set_view_fitting(all.get_unchecked(off..off + len)) };
                     stamp(p, r.ts_ns.wrapping_add(shift), r.wire_len, link, seq);
                     seq += 1;
                 }
@@ -370,7 +372,9 @@ impl Walk {
         let (n, bytes_in) = src.next_with(max, fits, |i, bytes, wire_len, ts| {
             // SAFETY: `next_with` passes `i < max`, and `pkts` holds `max` packets.
             let p = unsafe { pkts.get_unchecked_mut(i) };
-            p.set_view(bytes);
+            // SAFETY: the reader refuses records of more than `fits` bytes, and `p` is a
+            // small-class buffer (`take_into`), which holds `small_max` after the headroom.
+            unsafe { p.set_view_fitting(bytes) };
             stamp(p, ts.wrapping_add(shift), wire_len, link, base + i as u64);
             true
         });
@@ -455,7 +459,7 @@ impl Walk {
         c.packets_in += n as u64;
         c.bytes_in += bytes_in;
         c.out[0] += n as u64;
-        for (r, k) in rx.iter_mut().zip(per_port) {
+        for (r, k) in rx.iter_mut().zip(&per_port) {
             *r += k;
         }
     }

@@ -5,7 +5,9 @@
 
 use std::ops::Range;
 
-use super::super::ingest::{local_ports, stamp, step, PortCounts, LOCAL_PORTS, OVERSIZE, POOL_EXHAUSTED};
+use super::super::ingest::{
+    local_ports, stamp, step, PortCounts, LOCAL_PORTS, OVERSIZE, POOL_EXHAUSTED,
+};
 use super::super::rss::{Queue, STEP};
 use super::super::walk::Walk;
 use crate::io::Record;
@@ -39,10 +41,7 @@ impl Walk {
         let ports = self.cx.ports as usize;
         let first = self.first;
         let start = self.inbox[first].len();
-        if len == 0
-            || !local_ports(ports)
-            || !self.pool.take_into(len, &mut self.inbox[first])
-        {
+        if len == 0 || !local_ports(ports) || !self.pool.take_into(len, &mut self.inbox[first]) {
             return self.ingest_queue_each(q, share, ks, off, recs, base, after);
         }
         let Walk {
@@ -119,7 +118,7 @@ impl Walk {
         c.packets_in += done as u64;
         c.bytes_in += bytes_in as u64;
         c.out[0] += done as u64;
-        for (r, k) in rx.iter_mut().zip(per_port) {
+        for (r, k) in rx.iter_mut().zip(&per_port) {
             *r += k;
         }
         if done < len {
