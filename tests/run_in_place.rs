@@ -165,8 +165,9 @@ fn ingest_trace(n: usize) -> Vec<u8> {
 /// `run` ingests a reader's chunk in one go (`Walk::ingest_all`) and falls back to the
 /// record-by-record path (`Walk::ingest`) at the first record the small buffers do not
 /// hold; `prefetch` always takes the latter. Both give every packet the same bytes,
-/// ingress port, clock time and counters: same output and summary, for 2 and 4 ports
-/// (the draw), 5 ports (the general path either way), in place and copied, across loops.
+/// ingress port, clock time and counters: same output and summary, for 2, 4, 5 and 16
+/// ports (the draw; the chunk path counts up to 16 ports in a local array), 17 ports (the
+/// general path either way), in place and copied, across loops.
 #[test]
 fn chunk_and_record_ingest_agree() {
     let d = tempdir();
@@ -177,6 +178,8 @@ fn chunk_and_record_ingest_agree() {
         ("wire2", "ports = 2", "kind = \"wire\""),
         ("switch4", "ports = 4", "kind = \"mac_switch\""),
         ("switch5", "ports = 5", "kind = \"mac_switch\""),
+        ("switch16", "ports = 16", "kind = \"mac_switch\""),
+        ("switch17", "ports = 17", "kind = \"mac_switch\""),
     ];
     for (name, ports, nf) in chains {
         let write = |head: &str, tag: &str| {

@@ -169,6 +169,23 @@ impl Packet {
         unsafe { self.view_as(bytes, STATIC) }
     }
 
+    /// [`set_view`](Self::set_view) without its length check, for a caller that chose
+    /// the buffer for the bytes (ingest's chunk paths: small-class buffers from
+    /// `Pool::take_into` and records of at most `Pool::small_max` bytes): the check was a
+    /// load, an add and a branch a packet there.
+    ///
+    /// # Safety
+    /// `HEADROOM + bytes.len() <= self.capacity()`, so the copy a change makes fits.
+    #[inline(always)]
+    pub unsafe fn set_view_fitting(&mut self, bytes: &'static [u8]) {
+        debug_assert!(HEADROOM + bytes.len() <= self.capacity());
+        let b = self.b_mut();
+        b.ptr = bytes.as_ptr().cast_mut();
+        b.len = bytes.len() as u32;
+        b.view = STATIC;
+        b.reset_meta();
+    }
+
     /// [`set_view`](Self::set_view) for bytes whose lifetime the compiler cannot see.
     ///
     /// # Safety

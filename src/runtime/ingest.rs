@@ -15,6 +15,20 @@ pub(super) const POOL_EXHAUSTED: usize = 1;
 /// Most bytes of a packet `prefetch_whole` fetches ahead (a full-size Ethernet frame).
 const WHOLE_MAX: usize = 1536;
 
+/// Most ports whose per-port counts the chunk paths keep in a local array (a power of
+/// two: the index is masked, not bounds-checked). Chains default to 5 ports
+/// (`config::DEFAULT_PORTS`); more than this go the general way.
+pub(super) const LOCAL_PORTS: usize = 16;
+
+/// Packets drawn per ingress port over a chunk, written back to `Walk::rx` once.
+pub(super) type PortCounts = [u64; LOCAL_PORTS];
+
+/// The port count `ports` fits a [`PortCounts`] (at least one port).
+#[inline(always)]
+pub(super) fn local_ports(ports: usize) -> bool {
+    (1..=LOCAL_PORTS).contains(&ports)
+}
+
 /// Writes what ingest sets of a packet's metadata beside what `set_view` / `set_bytes`
 /// reset, and besides the clock time and the ingress port (`now_ns`, `in_port`, set
 /// where they are drawn): one body for [`Walk::ingest`] and [`Walk::ingest_all`], so
@@ -38,7 +52,7 @@ fn tick_and_draw(
     p: &mut Packet,
     clk: &mut RunClock,
     draw: &mut u64,
-    per_port: &mut [u64; 4],
+    per_port: &mut PortCounts,
     ports: u64,
     ts: u64,
     next: u64,
@@ -46,9 +60,9 @@ fn tick_and_draw(
     let m = p.meta_mut();
     m.now_ns = clk.tick(ts, Some(next));
     step(draw);
-    // As in `ingest`: Lemire's multiply-shift, below `ports` (at most 4 here).
+    // As in `ingest`: Lemire's multiply-shift, below `ports` (at most `LOCAL_PORTS` here).
     let in_port = (((*draw >> 32) * ports) >> 32) as u16;
-    per_port[(in_port & 3) as usize] += 1;
+    per_port[in_port as usize & (LOCAL_PORTS - 1)] += 1;
     m.in_port = in_port;
 }
 
@@ -217,7 +231,7 @@ impl Walk {
     /// draw and the counters kept in locals and written back once. Each record's
     /// metadata is still written whole: a buffer comes back from the pool with the last
     /// packet's. A record the small buffers do not hold (or a chunk the pool cannot
-    /// supply, prefetching, more than 4 ports) goes the general way from there on.
+    /// supply, prefetching, more than `LOCAL_PORTS` ports) goes the general way from there on.
     #[inline]
     pub fn ingest_all(
         &mut self,
@@ -239,7 +253,7 @@ impl Walk {
         let start = self.inbox[first].len();
         if n == 0
             || self.prefetch > 0
-            || !(1..=4).contains(&ports)
+            || !local_ports(ports)
             || !self.pool.take_into(n, &mut self.inbox[first])
         {
             self.ingest(lasting, bytes, recs, 0..n as u32, base, after);
@@ -278,8 +292,10 @@ impl Walk {
             Some(all) => {
                 for (p, r) in pkts.iter_mut().zip(recs_in) {
                     let (off, len) = (r.off as usize, r.caplen as usize);
-                    // SAFETY: `off + len <= end <= all.len()` (pass 1), so in bounds.
-                    p.set_view(unsafe { all.get_unchecked(off..off + len) });
+                    // SAFETY: `off + len <= end <= all.len()` (pass 1), so in bounds; `len`
+                    // is at most `fits` (pass 1) and `p` a small-class buffer
+                    // (`take_into`), which holds `small_max` bytes after the headroom.
+                    unsafe { p.set_view_fitting(all.get_unchecked(off..off + len)) };
                     stamp(p, r.ts_ns.wrapping_add(shift), r.wire_len, link, seq);
                     seq += 1;
                 }
@@ -316,7 +332,7 @@ impl Walk {
     /// through `Record`s: the same buffers, ports, times and counters. `after_of` turns
     /// what follows the records into the clock's look-ahead. The count ingested, or
     /// `None` when nothing was read this way (a first record the small buffers do not
-    /// hold, the end of the pass, a pool short of a chunk, prefetching, more than 4
+    /// hold, the end of the pass, a pool short of a chunk, prefetching, more than `LOCAL_PORTS`
     /// ports): the caller then reads a chunk of `Record`s.
     ///
     /// Out of line: its reader loop runs short of registers, and inlined into the
@@ -336,7 +352,7 @@ impl Walk {
         let start = self.inbox[first].len();
         if max == 0
             || self.prefetch > 0
-            || !(1..=4).contains(&ports)
+            || !local_ports(ports)
             || !self.pool.take_into(max, &mut self.inbox[first])
         {
             return None;
@@ -356,7 +372,9 @@ impl Walk {
         let (n, bytes_in) = src.next_with(max, fits, |i, bytes, wire_len, ts| {
             // SAFETY: `next_with` passes `i < max`, and `pkts` holds `max` packets.
             let p = unsafe { pkts.get_unchecked_mut(i) };
-            p.set_view(bytes);
+            // SAFETY: the reader refuses records of more than `fits` bytes, and `p` is a
+            // small-class buffer (`take_into`), which holds `small_max` after the headroom.
+            unsafe { p.set_view_fitting(bytes) };
             stamp(p, ts.wrapping_add(shift), wire_len, link, base + i as u64);
             true
         });
@@ -406,7 +424,7 @@ impl Walk {
         let pkts = &mut inbox[*first].as_mut_slice()[start..start + n];
         let mut clk = *clock;
         let mut draw = *rng;
-        let mut per_port = [0u64; 4];
+        let mut per_port: PortCounts = [0; LOCAL_PORTS];
         let ports = cx.ports as u64;
         let mut ts = pkts[0].meta().ts_ns;
         let (mut lo, mut hi) = (ts, ts);
@@ -441,7 +459,7 @@ impl Walk {
         c.packets_in += n as u64;
         c.bytes_in += bytes_in;
         c.out[0] += n as u64;
-        for (r, k) in rx.iter_mut().zip(per_port) {
+        for (r, k) in rx.iter_mut().zip(&per_port) {
             *r += k;
         }
     }

@@ -5,7 +5,9 @@
 
 use std::ops::Range;
 
-use super::super::ingest::{stamp, step, OVERSIZE, POOL_EXHAUSTED};
+use super::super::ingest::{
+    local_ports, stamp, step, PortCounts, LOCAL_PORTS, OVERSIZE, POOL_EXHAUSTED,
+};
 use super::super::rss::{Queue, STEP};
 use super::super::walk::Walk;
 use crate::io::Record;
@@ -39,10 +41,7 @@ impl Walk {
         let ports = self.cx.ports as usize;
         let first = self.first;
         let start = self.inbox[first].len();
-        if len == 0
-            || !(1..=4).contains(&ports)
-            || !self.pool.take_into(len, &mut self.inbox[first])
-        {
+        if len == 0 || !local_ports(ports) || !self.pool.take_into(len, &mut self.inbox[first]) {
             return self.ingest_queue_each(q, share, ks, off, recs, base, after);
         }
         let Walk {
@@ -83,7 +82,7 @@ impl Walk {
         // others' records between (with one port it decides nothing and is left alone).
         let mut clk = *clock;
         let mut draw = *rng;
-        let mut per_port = [0u64; 4];
+        let mut per_port: PortCounts = [0; LOCAL_PORTS];
         let mut d = *drawn;
         if ports == 1 {
             for (p, r) in pkts.iter_mut().zip(facts) {
@@ -107,7 +106,7 @@ impl Walk {
                 let m = p.meta_mut();
                 m.now_ns = clk.advance(r.median.wrapping_add(shift), m.ts_ns);
                 let in_port = (((draw >> 32) * ports) >> 32) as u16;
-                per_port[(in_port & 3) as usize] += 1;
+                per_port[in_port as usize & (LOCAL_PORTS - 1)] += 1;
                 m.in_port = in_port;
             }
         }
@@ -119,7 +118,7 @@ impl Walk {
         c.packets_in += done as u64;
         c.bytes_in += bytes_in as u64;
         c.out[0] += done as u64;
-        for (r, k) in rx.iter_mut().zip(per_port) {
+        for (r, k) in rx.iter_mut().zip(&per_port) {
             *r += k;
         }
         if done < len {
