@@ -40,9 +40,6 @@ pub enum Cond {
     FieldIn(FieldRef, u16),
     /// `a in SET || b in SET` (a firewall's source or destination port).
     EitherIn(FieldRef, FieldRef, u16),
-    /// `EitherIn` over two adjacent 16-bit fields of one header (the ports), read as one
-    /// 32-bit field: the first is its upper half.
-    PairIn(FieldRef, u16),
     In(Leaf, u16),
     /// Anything else: non-zero is true.
     Ex(Box<Ex>),
@@ -1063,12 +1060,7 @@ fn either_in(e: &Ex) -> Option<Cond> {
     match e {
         Ex::Bin(BinOp::Or, a, b) => match (&**a, &**b) {
             (Ex::InLeaf(Leaf::Field(f), s), Ex::InLeaf(Leaf::Field(g), t)) if s == t => {
-                Some(match (f.read, g.read) {
-                    (Read::U16(a), Read::U16(b)) if f.hdr == g.hdr && b == a + 2 => {
-                        Cond::PairIn(FieldRef::new(f.hdr, u32::from(a) * 8, 32), *s)
-                    }
-                    _ => Cond::EitherIn(*f, *g, *s),
-                })
+                Some(Cond::EitherIn(*f, *g, *s))
             }
             _ => None,
         },
@@ -1141,10 +1133,6 @@ fn test<D: Bytes>(c: &Code, k: &Cond, p: &Pkt<D>) -> bool {
         }
         Cond::FieldIn(f, s) => c.member(p.field(f), *s) != 0,
         Cond::EitherIn(f, g, s) => c.member(p.field(f), *s) != 0 || c.member(p.field(g), *s) != 0,
-        Cond::PairIn(f, s) => {
-            let v = p.field(f);
-            c.member(v >> 16, *s) != 0 || c.member(v & 0xffff, *s) != 0
-        }
         Cond::In(l, s) => c.member(c.leaf(l, p), *s) != 0,
         Cond::Ex(e) => c.eval(e, p) != 0,
     }

@@ -499,9 +499,6 @@ pub struct Plan {
     /// One scratch per packet of a chunk, for programs that run chunks in two phases
     /// (see `flat/split.rs`): each packet's header offsets kept between them.
     scs: Box<[Scratch; MAX_BATCH]>,
-    /// The next chunk runs in two phases: the last one's packets were mixed, some going
-    /// on past the rule and some not (see [`mixed`]).
-    split_now: bool,
     /// Drop reason names, in the profile's order.
     pub drops: Vec<String>,
     /// The program's verdict is decided by the ingress port alone (see [`Code::by_port`]):
@@ -561,7 +558,6 @@ impl Plan {
             state,
             scratch: Scratch::default(),
             scs: Box::new(std::array::from_fn(|_| Scratch::default())),
-            split_now: true,
             drops,
         }
     }
@@ -652,23 +648,7 @@ impl Plan {
         let sc = &mut self.scratch;
         if flat.split() {
             for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
-                let n = chunk.len();
-                if self.split_now {
-                    let stopped = flat.run_split(code, state, &mut self.scs, chunk, ports);
-                    self.split_now = mixed(stopped, n);
-                    continue;
-                }
-                flat.prefetch(state, chunk);
-                let mut kept = 0;
-                for pk in chunk {
-                    let (m, d) = pk.split_meta();
-                    let p = &mut Pkt::new(m, d, ports, sc);
-                    match run_one::<_, false>(flat, code, state, p) {
-                        Some(r) => pk.drop_with(r),
-                        None => kept += 1,
-                    }
-                }
-                self.split_now = mixed(kept, n);
+                flat.run_split(code, state, &mut self.scs, chunk, ports);
             }
             return;
         }
@@ -707,14 +687,6 @@ impl Plan {
             }
         }
     }
-}
-
-/// Whether `k` of `n` packets going one way is a mix a branch would mispredict often
-/// (between 1/8 and 7/8): then the two phases pay; on one-sided traffic (a capture the
-/// rule nearly all drops) the branch is learned and the single pass is cheaper.
-#[inline(always)]
-fn mixed(k: usize, n: usize) -> bool {
-    8 * k >= n && 8 * k <= 7 * n
 }
 
 /// Runs one packet, then forgets the header offsets it set (only those: a packet

@@ -11,9 +11,9 @@
 //! programs that `set` do not split), so running every prefix first gives each packet
 //! the verdict, and each table the order of updates, of running packets one by one.
 
-use super::super::plan::{Bytes, Code, Pkt, Scratch, State, MAX_DECODERS, UNSET};
+use super::super::plan::{Bytes, Code, Pkt, Scratch, State, UNSET};
 use super::{test, value, Cond, Flat, Ins, MAX_STEPS, NO_ENTER, NO_GUARD};
-use crate::packet::{Packet, Verdict, FLOOD, MAX_BATCH};
+use crate::packet::{Packet, FLOOD, MAX_BATCH};
 
 /// [`Flat::run_pure`]'s result: a drop reason (below 256), [`KEPT`], or [`STOPPED`] with
 /// the instruction to resume at.
@@ -35,12 +35,7 @@ impl Flat {
     /// Whether chunks run in two phases: some set-membership rule decides, as data,
     /// between a drop and the program's first stateful instruction.
     pub(super) fn find_split(&self) -> bool {
-        let member = |k: &Cond| {
-            matches!(
-                k,
-                Cond::FieldIn(..) | Cond::EitherIn(..) | Cond::PairIn(..) | Cond::In(..)
-            )
-        };
+        let member = |k: &Cond| matches!(k, Cond::FieldIn(..) | Cond::EitherIn(..) | Cond::In(..));
         self.ins.iter().enumerate().any(|(pc, i)| match i {
             Ins::DropIf(k, _) | Ins::DropUnless(k, _) => member(k) && self.stops(pc + 1),
             Ins::EnterTest(x) => member(&x.1) && self.stops(x.0.body as usize + 1),
@@ -74,10 +69,6 @@ impl Flat {
     fn test_flat<D: Bytes>(c: &Code, k: &Cond, p: &Pkt<D>) -> bool {
         match k {
             Cond::EitherIn(f, g, s) => (c.member(p.field(f), *s) | c.member(p.field(g), *s)) != 0,
-            Cond::PairIn(f, s) => {
-                let v = p.field(f);
-                (c.member(v >> 16, *s) | c.member(v & 0xffff, *s)) != 0
-            }
             k => test(c, k, p),
         }
     }
@@ -229,7 +220,6 @@ impl Flat {
 
     /// A chunk in two phases (see the module's note); packets are read-only here.
     /// `scs`: one scratch per packet of the chunk, offsets `UNSET` on entry and on return.
-    /// Returns how many packets reached a stateful instruction.
     #[inline(always)]
     pub(in super::super) fn run_split(
         &self,
@@ -238,10 +228,12 @@ impl Flat {
         scs: &mut [Scratch; MAX_BATCH],
         chunk: &mut [Packet],
         ports: u16,
-    ) -> usize {
+    ) {
         let mut held = [Held::default(); MAX_BATCH];
         let mut go = [0u8; MAX_BATCH];
         let mut ng = 0;
+        let mut end = [(0u8, 0u16); MAX_BATCH];
+        let mut ne = 0;
         for ((i, pk), (sc, h)) in chunk
             .iter_mut()
             .enumerate()
@@ -258,31 +250,40 @@ impl Flat {
                 steps,
                 pc: o & !STOPPED,
             };
-            // The verdict and the list of packets to run on, with no branch on either.
-            let v = p.m.verdict;
-            p.m.verdict = std::hint::select_unpredictable(o < KEPT, Verdict::Drop(o as u8), v);
+            // Both lists written, the right count advanced: no branch on the outcome.
+            let stopped = o & STOPPED != 0;
             go[ng] = i as u8;
-            ng += usize::from(o & STOPPED != 0);
+            ng += usize::from(stopped);
+            end[ne] = (i as u8, o as u16);
+            ne += usize::from(!stopped);
         }
         let go = &go[..ng];
         self.prefetch_some(s, chunk, go);
         for &i in go {
             let i = usize::from(i);
-            let (pk, h) = (&mut chunk[i], &held[i]);
+            let (pk, h) = (&mut chunk[i], &mut held[i]);
             let (m, d) = pk.split_meta();
             let p = &mut Pkt::new(m, d, ports, &mut scs[i]);
             p.entered = h.entered;
             p.valid = h.valid;
             p.cur = h.cur as usize;
-            if let Some(r) = self.resume(c, s, p, h.pc as usize, h.steps) {
+            let r = self.resume(c, s, p, h.pc as usize, h.steps);
+            h.valid = p.valid;
+            if let Some(r) = r {
                 pk.drop_with(r);
             }
         }
-        // Every offset, whatever the packet entered: a fixed run of stores, no loop over
-        // its bits.
-        for sc in scs.iter_mut().take(chunk.len()) {
-            sc.off = [UNSET; MAX_DECODERS];
+        for &(i, o) in &end[..ne] {
+            if u32::from(o) != KEPT {
+                chunk[usize::from(i)].drop_with(o as u8);
+            }
         }
-        ng
+        for (sc, h) in scs.iter_mut().zip(&held[..chunk.len()]) {
+            let mut set = h.valid;
+            while set != 0 {
+                sc.off[set.trailing_zeros() as usize % sc.off.len()] = UNSET;
+                set &= set - 1;
+            }
+        }
     }
 }
