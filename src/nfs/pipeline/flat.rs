@@ -11,8 +11,6 @@ use super::table::Act;
 use super::walk::Walk;
 use crate::packet::FLOOD;
 
-mod split;
-
 /// Decoder entries and table applications per packet at most: decoder repeats and
 /// acyclic gotos bound the walk, this is a second guard.
 const MAX_STEPS: u32 = 1024;
@@ -176,8 +174,6 @@ pub struct Flat {
     /// With the walk: the first learning step on the IPv4 header, whose slots a batch
     /// prefetches (see [`Flat::prefetch`]).
     ip_step: Option<Step>,
-    /// Chunks run in two phases, decided then switched (see `split.rs`).
-    split: bool,
 }
 
 /// `match link { K => next D; }`, D of fixed length, D's body beginning with a [`Step`].
@@ -210,7 +206,6 @@ impl Flat {
             writes: false,
             entry: [None; 4],
             ip_step: None,
-            split: false,
         };
         f.start = f.pc();
         let walk = Walk::recognise(code)
@@ -302,13 +297,7 @@ impl Flat {
         }
         f.pair_drops();
         f.entry = f.entries();
-        f.split = !f.writes && !f.has_entry() && f.find_split();
         f
-    }
-
-    /// Whether chunks run decided, then switched (see `split.rs`).
-    pub fn split(&self) -> bool {
-        self.split
     }
 
     /// A batch's first pass (the VPP / DPDK way): for every packet, read the keys its
@@ -326,7 +315,14 @@ impl Flat {
                 return;
             }
             for pk in chunk.iter_mut() {
-                ip_prefetch(&st, t, pk);
+                let l = pk.layers();
+                if l.l3 != crate::packet::L3Kind::Ipv4 {
+                    continue;
+                }
+                let (d, o) = (pk.data(), l.l3_off as usize);
+                if let (Some(k), Some(look)) = (st.src.peek(d, o), st.dst.peek(d, o)) {
+                    t.prefetch((k & st.mask) as u128, look as u128);
+                }
             }
         } else if self
             .entry
@@ -347,22 +343,6 @@ impl Flat {
                     s.tables[st.table as usize].prefetch((k & st.mask) as u128, look as u128);
                 }
             }
-        }
-    }
-
-    /// [`Flat::prefetch`] for the packets at `some` of the chunk (a split chunk's
-    /// passed packets).
-    #[inline(always)]
-    fn prefetch_some(&self, s: &State, chunk: &mut [crate::packet::Packet], some: &[u8]) {
-        let Some(st) = self.ip_step else {
-            return;
-        };
-        let t = &s.tables[st.table as usize];
-        if !t.worth_prefetching() {
-            return;
-        }
-        for &i in some {
-            ip_prefetch(&st, t, &mut chunk[usize::from(i)]);
         }
     }
 
@@ -713,20 +693,6 @@ impl Flat {
                 }
             }
         }
-        self.resume(c, s, p, pc, steps)
-    }
-
-    /// Runs one packet on from instruction `pc`, `steps` decoders and tables entered so
-    /// far (a packet that [`Flat::run_pure`] stopped, or one from the start).
-    #[inline(always)]
-    pub(super) fn resume<D: Bytes>(
-        &self,
-        c: &Code,
-        s: &mut State,
-        p: &mut Pkt<D>,
-        mut pc: usize,
-        mut steps: u32,
-    ) -> Option<u8> {
         loop {
             let Some(i) = self.ins.get(pc) else {
                 return p.drop;
@@ -990,19 +956,6 @@ impl Flat {
                 dec.body as usize
             }
         }
-    }
-}
-
-/// Prefetches the slots an IPv4 learning step `st` will learn and look up for `pk`.
-#[inline(always)]
-fn ip_prefetch(st: &Step, t: &super::table::Table, pk: &mut crate::packet::Packet) {
-    let l = pk.layers();
-    if l.l3 != crate::packet::L3Kind::Ipv4 {
-        return;
-    }
-    let (d, o) = (pk.data(), l.l3_off as usize);
-    if let (Some(k), Some(look)) = (st.src.peek(d, o), st.dst.peek(d, o)) {
-        t.prefetch((k & st.mask) as u128, look as u128);
     }
 }
 

@@ -13,7 +13,7 @@ pub const MAX_DECODERS: usize = 32;
 
 /// The offset of a header that did not fit this packet (see [`Pkt::field`]): far past
 /// any packet (a buffer holds at most 64 KiB and its headroom).
-pub(super) const UNSET: u32 = 1 << 30;
+const UNSET: u32 = 1 << 30;
 
 /// How one field is read, relative to its header's start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -346,7 +346,7 @@ pub struct Decoder {
 /// [`Pkt::valid`] (lengths, visits: kept across packets, so a packet costs no clearing
 /// of them). An offset is [`UNSET`] for a header that did not fit this packet.
 pub struct Scratch {
-    pub(super) off: [u32; MAX_DECODERS],
+    off: [u32; MAX_DECODERS],
     len: [u16; MAX_DECODERS],
     visits: [u8; MAX_DECODERS],
 }
@@ -379,7 +379,7 @@ pub(super) struct Pkt<'a, D: Bytes> {
 
 impl<'a, D: Bytes> Pkt<'a, D> {
     #[inline(always)]
-    pub(super) fn new(m: &'a mut Meta, d: D, ports: u16, sc: &'a mut Scratch) -> Self {
+    fn new(m: &'a mut Meta, d: D, ports: u16, sc: &'a mut Scratch) -> Self {
         Pkt {
             m,
             d,
@@ -496,9 +496,6 @@ pub struct Plan {
     flat: Flat,
     pub state: State,
     pub scratch: Scratch,
-    /// One scratch per packet of a chunk, for programs that run chunks in two phases
-    /// (see `flat/split.rs`): each packet's header offsets kept between them.
-    scs: Box<[Scratch; MAX_BATCH]>,
     /// Drop reason names, in the profile's order.
     pub drops: Vec<String>,
     /// The program's verdict is decided by the ingress port alone (see [`Code::by_port`]):
@@ -557,7 +554,6 @@ impl Plan {
             code,
             state,
             scratch: Scratch::default(),
-            scs: Box::new(std::array::from_fn(|_| Scratch::default())),
             drops,
         }
     }
@@ -646,12 +642,6 @@ impl Plan {
         }
         let (flat, code, state) = (&self.flat, &self.code, &mut self.state);
         let sc = &mut self.scratch;
-        if flat.split() {
-            for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
-                flat.run_split(code, state, &mut self.scs, chunk, ports);
-            }
-            return;
-        }
         // In chunks of a batch: first the learning table's slots of every packet are
         // prefetched (see `Flat::prefetch`), then the packets run one by one.
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
