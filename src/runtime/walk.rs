@@ -333,17 +333,17 @@ impl Walk {
                         }
                     }
                     if let [t] = node.next[..] {
-                        // One pass: drops counted and freed, the rest kept in order.
+                        // The rest kept in order; drops counted as they are freed, so
+                        // the keep test is one compare (see `Batch::retain_or`).
                         let drops = &mut c.drops;
                         spare.retain_or(
-                            |p| match p.meta().verdict {
-                                Verdict::Out(_) => true,
-                                Verdict::Drop(r) => {
+                            |p| matches!(p.meta().verdict, Verdict::Out(_)),
+                            |p| {
+                                if let Verdict::Drop(r) = p.meta().verdict {
                                     drops[r as usize] += 1;
-                                    false
                                 }
+                                pool.free(p)
                             },
-                            |p| pool.free(p),
                         );
                         c.out[0] += spare.len() as u64;
                         if inbox[t].is_empty() {
