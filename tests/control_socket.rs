@@ -466,3 +466,24 @@ fn ctl_takes_one_bounded_whole_line_from_a_server_that_answers_garbage() {
         )
     );
 }
+
+/// A path that is not a socket is named as such. Before, connect()'s errno was all the
+/// user saw ("Connection refused" for a regular file).
+#[test]
+fn ctl_says_what_is_wrong_with_a_path_that_is_not_a_socket() {
+    let d = private_dir();
+    let file = d.path().join("plain.txt");
+    std::fs::write(&file, "not a socket\n").unwrap();
+    for (path, want) in [
+        (file.clone(), "not a socket"),
+        (d.path().to_path_buf(), "a directory"),
+        (d.path().join("missing.sock"), "no such socket"),
+    ] {
+        let o = ctl(&path, &["fw", "flush"]);
+        assert_eq!(o.status.code(), Some(1), "{path:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(e.lines().count(), 1, "one line: {e}");
+        assert!(e.contains(want), "{path:?}: {e}");
+        assert!(e.contains("--control PATH"), "{e}");
+    }
+}

@@ -55,6 +55,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         ),
         (nf, false) => (nf, a.command.join(" ")),
     };
+    check_socket(&a.socket)?;
     let wait = Duration::from_secs_f64(a.timeout);
     let reply = control::send(&a.socket, nf, &cmd, wait)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.socket.display()))?;
@@ -64,6 +65,26 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             Ok(0)
         }
         Err(e) => anyhow::bail!("{}: {e}", a.nf),
+    }
+}
+
+/// A path that is not a socket gets a reason, not connect()'s "Connection refused".
+fn check_socket(path: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let hint = "the path `catena run … --control PATH` was started with";
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            anyhow::bail!("{}: no such socket; give {hint}", path.display())
+        }
+        Ok(m) if !m.file_type().is_socket() => {
+            let what = if m.is_dir() {
+                "a directory"
+            } else {
+                "not a socket"
+            };
+            anyhow::bail!("{}: {what}; give {hint}", path.display())
+        }
+        _ => Ok(()),
     }
 }
 
