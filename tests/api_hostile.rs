@@ -311,3 +311,30 @@ fn a_client_that_stops_half_way_is_answered_408_and_closed() {
     assert!(took < Duration::from_secs(15), "{took:?}");
     assert_eq!(statuses(&run.exchange(GOOD)), [200]);
 }
+
+/// An NF's error quotes the command it was sent: control characters in it come back
+/// escaped, so an answer read on a terminal cannot carry an escape sequence. Before, only
+/// line ends were replaced and `\x1b[2J` came back raw.
+#[test]
+fn a_command_error_quotes_control_characters_escaped() {
+    let run = Run::start();
+    let cmd = b"allow_ports 8\x1b[2J\x07";
+    let mut req = format!(
+        "POST /nf/fw HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        cmd.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(cmd);
+    let r = run.exchange(&req);
+    assert_eq!(statuses(&r), [400], "{}", String::from_utf8_lossy(&r));
+    let b = body(&r);
+    assert!(b.starts_with("error "), "{b:?}");
+    assert!(
+        !b.trim_end_matches('\n').chars().any(|c| c.is_control()),
+        "raw control characters in {b:?}"
+    );
+    assert!(
+        b.contains("\\u{1b}[2J"),
+        "the quoted command, escaped: {b:?}"
+    );
+}

@@ -166,6 +166,21 @@ fn snapshot<T>(shared: &Shared, f: impl FnOnce(&Published) -> Option<T>) -> Opti
     f(&g)
 }
 
+/// A reply on one line with its control characters escaped: NF errors quote the command,
+/// which may carry anything a client sent (an escape sequence for whoever reads the answer
+/// on a terminal).
+fn one_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' => out.push(' '),
+            c if c.is_control() && c != '\t' => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// A command line as the body (at most `MAX_BODY` bytes: api_http refuses longer).
 fn command(body: &[u8], nf: &str, tx: &Sender<Command>, preparers: &Preparers) -> Response {
     if nf.is_empty()
@@ -190,7 +205,7 @@ fn command(body: &[u8], nf: &str, tx: &Sender<Command>, preparers: &Preparers) -
             let _one = preparers.1.lock().unwrap_or_else(|e| e.into_inner());
             match prepare(cmd) {
                 Ok(p) => Some(p),
-                Err(e) => return text(400, &format!("error {}\n", e.replace('\n', " "))),
+                Err(e) => return text(400, &format!("error {}\n", one_line(&e))),
             }
         }
         None => None,
@@ -211,9 +226,9 @@ fn command(body: &[u8], nf: &str, tx: &Sender<Command>, preparers: &Preparers) -
             replaced,
         }) => {
             drop(replaced);
-            text(200, &format!("ok {}\n", r.replace('\n', " ")))
+            text(200, &format!("ok {}\n", one_line(&r)))
         }
-        Ok(Reply { result: Err(e), .. }) => text(400, &format!("error {}\n", e.replace('\n', " "))),
+        Ok(Reply { result: Err(e), .. }) => text(400, &format!("error {}\n", one_line(&e))),
         Err(_) => text(503, "error no reply from the worker in 5 s\n"),
     }
 }
