@@ -1085,7 +1085,8 @@ fn test<D: Bytes>(c: &Code, k: &Cond, p: &Pkt<D>) -> bool {
             binop(*o2, binop(*o1, c.leaf(a, p), c.leaf(b, p)), c.leaf(x, p)) != 0
         }
         Cond::FieldIn(f, s) => c.member(p.field(f), *s) != 0,
-        Cond::EitherIn(f, g, s) => c.member(p.field(f), *s) != 0 || c.member(p.field(g), *s) != 0,
+        // Both looked up, no branch between: which port matches is a coin toss on mixed traffic.
+        Cond::EitherIn(f, g, s) => (c.member(p.field(f), *s) | c.member(p.field(g), *s)) != 0,
         Cond::In(l, s) => c.member(c.leaf(l, p), *s) != 0,
         Cond::Ex(e) => c.eval(e, p) != 0,
     }
