@@ -170,15 +170,7 @@ fn snapshot<T>(shared: &Shared, f: impl FnOnce(&Published) -> Option<T>) -> Opti
 /// which may carry anything a client sent (an escape sequence for whoever reads the answer
 /// on a terminal).
 fn one_line(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\n' => out.push(' '),
-            c if c.is_control() && c != '\t' => out.extend(c.escape_default()),
-            c => out.push(c),
-        }
-    }
-    out
+    super::control::escape_controls(&s.replace('\n', " "))
 }
 
 /// A command line as the body (at most `MAX_BODY` bytes: api_http refuses longer).

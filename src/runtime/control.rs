@@ -464,15 +464,21 @@ fn read_reply(s: UnixStream) -> std::io::Result<String> {
     }
     let text = String::from_utf8(raw)
         .map_err(|_| bad("the reply is not UTF-8 text: not a catena control socket?".into()))?;
-    let mut shown = String::with_capacity(text.len());
-    for c in text.trim_end().chars() {
+    Ok(escape_controls(text.trim_end()))
+}
+
+/// `s` with its control characters but tab escaped (`\u{1b}`), for text a peer sent that
+/// is shown on a terminal.
+pub(super) fn escape_controls(s: &str) -> String {
+    let mut shown = String::with_capacity(s.len());
+    for c in s.chars() {
         if c.is_control() && c != '\t' {
             shown.extend(c.escape_default());
         } else {
             shown.push(c);
         }
     }
-    Ok(shown)
+    shown
 }
 
 #[cfg(test)]
