@@ -236,12 +236,32 @@ fn cycles_once(
     ))
 }
 
+/// The orders in which a round runs off, on and auto (indices into `cycles`' runs):
+/// all six, so that over six rounds each mode runs right after each other mode (and
+/// right after the floor) equally often. A run right after `on` reads 10-20 % slower
+/// than the same code after `off` (session 25: `off` after `on` 59-64 cycles a later
+/// packet at ip_filter 1, after the floor or `off` 47-56); session 24's rotation (the
+/// three cyclic shifts of off, on, auto) kept auto right after on in two rounds of three
+/// (every round but those where auto ran first), which read as auto 5-12 % slower than
+/// off on chains where auto is a plain run, the same code as off.
+const ORDERS: [[usize; 3]; 6] = [
+    [1, 2, 3],
+    [2, 3, 1],
+    [3, 1, 2],
+    [1, 3, 2],
+    [3, 2, 1],
+    [2, 1, 3],
+];
+
+/// Rounds for `--runs n`: a multiple of the six orders, so they weigh alike.
+fn rounds(runs: u64) -> u64 {
+    runs.div_ceil(ORDERS.len() as u64) * ORDERS.len() as u64
+}
+
 /// Medians of (first, subsequent) cycles for the empty chain (the floor: ingest and
-/// sink), then the chain off, on and auto. All run in turn within each run, so a noisy
-/// moment of the machine touches them alike; the three modes' order rotates from run to
-/// run, because a run after `on` (whose table was just freed) read up to 16 % slower
-/// than the same code after `off` (session 24: `auto` that stays a plain run against
-/// `off`, with auto always after on).
+/// sink), then the chain off, on and auto. All run in turn within each round, so a noisy
+/// moment of the machine touches them alike: the floor first, then off, on and auto in
+/// each of the six orders in turn ([`ORDERS`]).
 fn cycles(
     a: &Args,
     text: &str,
@@ -259,11 +279,9 @@ fn cycles(
         (&cfg, Mode::Auto),
     ];
     // One untimed round first, as the other benches do.
-    for i in 0..=a.runs {
-        // The floor first; then off, on, auto starting at a different one each run.
-        let r = (i % 3) as usize;
-        let order = [0, 1 + r, 1 + (r + 1) % 3, 1 + (r + 2) % 3];
-        for k in order {
+    for i in 0..=rounds(a.runs) {
+        let order = ORDERS[(i as usize + ORDERS.len() - 1) % ORDERS.len()];
+        for k in std::iter::once(0).chain(order) {
             let (c, mode) = runs[k];
             let (f, s) = cycles_once(c, mode, flows, first, again)?;
             if i > 0 {
@@ -367,8 +385,10 @@ fn mixed(a: &Args, rules: &str, n: usize) -> anyhow::Result<Mixed> {
         auto_switches: 0,
         auto_static_off: static_off(&cfg)?,
     };
-    for i in 0..=a.runs {
-        for (k, mode) in Mode::ALL.into_iter().enumerate() {
+    // The six orders in turn, as for the chains above ([`ORDERS`]).
+    for i in 0..=rounds(a.runs) {
+        for k in ORDERS[(i as usize + ORDERS.len() - 1) % ORDERS.len()] {
+            let (k, mode) = (k - 1, Mode::ALL[k - 1]);
             let mut chain = Chain::from_config(&cfg)?;
             let settings = chain.fastpath_settings;
             mode.apply(&mut chain, settings)?;
@@ -495,6 +515,11 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     let mut statics: Vec<(&str, usize, bool)> = Vec::new();
     for nf in KINDS {
         for len in LENS {
+            // `--only nat`, `--only "mixed 8"`: those chains (and no merged trace).
+            let case = format!("{nf} {len}");
+            if !a.only.is_empty() && !a.only.iter().any(|o| case.contains(o.as_str())) {
+                continue;
+            }
             let text = chain_text(&kinds_of(nf, len), &rules);
             statics.push((nf, len, static_off(&ChainConfig::parse(&text, nf)?)?));
             let [floor, off, on, auto] = cycles(a, &text, flows, &first, &again)?;
@@ -512,6 +537,12 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     }
     let mixed: Vec<Mixed> = [4, 8]
         .into_iter()
+        .filter(|n| {
+            a.only.is_empty()
+                || a.only
+                    .iter()
+                    .any(|o| format!("merged {n}").contains(o.as_str()))
+        })
         .map(|n| mixed(a, &rules, n))
         .collect::<anyhow::Result<_>>()?;
     let header = [
@@ -592,8 +623,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     } else {
         print_table(&header, &body);
         println!(
-            "(TSC cycles per packet, median of {} runs; {flows} flows: first = one packet each, later = {AGAIN} more each;\n floor = the same runs through an empty chain; chain = later minus floor, what the NFs or the consolidated path cost;\n mixed = filter, NAT, Maglev, monitor repeated; auto vs off = first and later packets together;\n auto = off (chain): auto stays off without a trial, the chain tells that consolidation loses; \"-\": floor-subtracted cost at or below zero)",
-            a.runs
+            "(TSC cycles per packet, median of {} runs (--runs rounded up to a multiple of the 6 orders of off, on, auto); {flows} flows: first = one packet each, later = {AGAIN} more each;\n floor = the same runs through an empty chain; chain = later minus floor, what the NFs or the consolidated path cost;\n mixed = filter, NAT, Maglev, monitor repeated; auto vs off = first and later packets together;\n auto = off (chain): auto stays off without a trial, the chain tells that consolidation loses; \"-\": floor-subtracted cost at or below zero)",
+            rounds(a.runs)
         );
         let show = |l: Option<f64>| l.map_or("?".into(), |l| format!("{l:.1}"));
         println!(
