@@ -17,11 +17,12 @@ use catena::runtime::control::Scheduled;
 use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Summary};
 use fastpath_common::{run_chain, Outcome};
 
-/// `catena run --loops 2 -i TRACE CHAIN ARGS`: its standard output, the run asserted to
-/// succeed.
-fn run_twice(trace: &Path, chain: &Path, args: &[&str]) -> String {
+/// `catena run --loops 8 -i TRACE CHAIN ARGS`: its standard output, the run asserted to
+/// succeed. Eight loops of the merged trace (~22,500 chunks) reach auto's first trial
+/// (chunk 16,384).
+fn run_looped(trace: &Path, chain: &Path, args: &[&str]) -> String {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_catena"))
-        .args(["run", "--loops", "2", "-i"])
+        .args(["run", "--loops", "8", "-i"])
         .arg(trace)
         .arg(chain)
         .args(args)
@@ -285,7 +286,7 @@ fn cli_auto_stays_off_without_a_trial_where_the_chain_cannot_win() {
         "{text}"
     );
     let trace = common::dataset("bench/ndpi-ether-merged.pcap");
-    let run = |args: &[&str]| run_twice(&trace, &chain, args);
+    let run = |args: &[&str]| run_looped(&trace, &chain, args);
     let auto: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
     let a = &auto["fastpath_auto"];
     assert!(
@@ -331,7 +332,7 @@ fn cli_auto_makes_no_trial_where_the_traffic_gives_a_hit_too_little() {
     )
     .unwrap();
     let trace = common::dataset("bench/ndpi-ether-merged.pcap");
-    let run = |args: &[&str]| run_twice(&trace, &chain, args);
+    let run = |args: &[&str]| run_looped(&trace, &chain, args);
     let auto: serde_json::Value = serde_json::from_str(&run(&["--json"])).unwrap();
     let a = &auto["fastpath_auto"];
     assert!(a["static_off"].is_null(), "{auto}");
@@ -381,7 +382,7 @@ fn cli_auto_reports_decision_and_costs() {
     let run = |args: &[&str]| {
         let mut a = vec!["--json"];
         a.extend_from_slice(args);
-        serde_json::from_str::<serde_json::Value>(&run_twice(&trace, &chain, &a)).unwrap()
+        serde_json::from_str::<serde_json::Value>(&run_looped(&trace, &chain, &a)).unwrap()
     };
     let auto = run(&[]);
     let a = &auto["fastpath_auto"];
@@ -484,7 +485,7 @@ fn a_flow_that_ends_while_off_is_not_hit_after_switching_on() {
 /// looks do, but only auto's own looks may plan: session 22's first build had every
 /// report call `Auto::plan`, which took the quiet chunks between trials as over and
 /// turned the bench chains' 2 switches into 6, and no test caught it. A trace of
-/// 16,384 one-packet flows, looped: every trial of on meets an empty table and records
+/// 16,384 one-packet flows, looped past auto's first trial (chunk 16,384): every trial of on meets an empty table and records
 /// every packet, so it loses by far (one trial, 2 switches, whatever the load); the
 /// decisions with a report every few chunks, every few hundred and at the default are
 /// the same as with none.
@@ -511,7 +512,7 @@ fn progress_reports_leave_autos_decisions_alone() {
         let mut r = Runner::new(c, t.max_packet_len());
         r.report_every(every);
         let opts = RunOptions {
-            loops: 6,
+            loops: 36,
             ..Default::default()
         };
         let s = r.run(&t, &opts, &mut NoProgress).expect("run");
@@ -523,4 +524,49 @@ fn progress_reports_leave_autos_decisions_alone() {
     for every in [65_536, 7_777, 100] {
         assert_eq!(decisions(every), quiet, "a report every {every} packets");
     }
+}
+
+/// The bench runs a runner twice (first packets, then later ones): the second run must
+/// plan from where the first stopped. A first run of 512 chunks took auto's 16,376 quiet
+/// chunks before its measurement at once, and the second run met a trial ~8 chunks in
+/// (session 25: every measured chain of `bench fastpath` made one in its later packets,
+/// its table's page faults reading as auto 4-12 % over off). Two runs of 1 and 4 loops
+/// (2,560 chunks, under the first trial at 16,384) decide as one run of 5: no switch, no
+/// timed chunk.
+#[test]
+fn a_second_run_on_the_same_runner_goes_on_where_the_first_stopped() {
+    let t = generate(&GenOptions {
+        count: 16_384,
+        flows: 16_384,
+        ipv6_share: 0.0,
+        seed: 23,
+        ..GenOptions::profile(GenProfile::SmallFlows)
+    })
+    .expect("generate");
+    let text = format!("name = \"auto\"\n[input]\nports = 1\n{MON2}{FILTER_NAT}");
+    let cfg = ChainConfig::parse(&text, "auto.toml").expect("config");
+    let runner = || {
+        let mut c = Chain::from_config(&cfg).expect("chain");
+        c.enable_fastpath(FastConfig {
+            record_at: 1,
+            ..FastConfig::default()
+        })
+        .expect("fastpath");
+        c.fastpath_auto = true;
+        Runner::new(c, t.max_packet_len())
+    };
+    let decided = |s: Summary| {
+        let a = s.fastpath_auto.expect("auto stats");
+        (a.switches, a.on, a.samples, a.skipped)
+    };
+    let loops = |n: u64| RunOptions {
+        loops: n,
+        ..Default::default()
+    };
+    let one = decided(runner().run(&t, &loops(5), &mut NoProgress).expect("run"));
+    assert_eq!(one, (0, false, 0, 0), "one run of 5 loops");
+    let mut r = runner();
+    r.run(&t, &loops(1), &mut NoProgress).expect("run");
+    let two = decided(r.run(&t, &loops(4), &mut NoProgress).expect("run"));
+    assert_eq!(two, one, "runs of 1 and 4 loops on one runner");
 }

@@ -249,12 +249,15 @@ impl AutoRun {
         self.unbuilt.map(|_| FastStats::default())
     }
 
-    /// At the end of a run: the last chunk's timing reported, FastPath back (off, its
-    /// table empty) for the summary.
-    pub(super) fn end(&mut self, fast: &mut Option<Box<FastPath>>) {
+    /// At the end of a run of `done` packets: the last chunk's timing reported, the quiet
+    /// chunks the run did not reach given back to auto (a next run on this runner goes
+    /// on from here), FastPath back (off, its table empty) for the summary.
+    pub(super) fn end(&mut self, fast: &mut Option<Box<FastPath>>, done: u64) {
         if let Some((t0, k)) = self.timing.take() {
             self.auto.timed(auto::tsc().wrapping_sub(t0), k);
         }
+        let unrun = self.next_at.saturating_sub(done) / MAX_BATCH as u64;
+        self.auto.give_back_quiet(unrun);
         if fast.is_none() {
             *fast = self.parked.take();
         }

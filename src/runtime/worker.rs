@@ -330,7 +330,7 @@ impl Runner {
             }
         }
         if let Some(a) = self.auto.as_mut() {
-            a.end(&mut self.fast);
+            a.end(&mut self.fast, done);
         }
         if let Some(c) = schedule.get(next_change) {
             anyhow::bail!(

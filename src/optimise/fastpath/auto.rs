@@ -3,13 +3,14 @@
 //! packet, the misses' recordings included when on); a mode's cost is the median of its
 //! last few timed chunks, so a chunk the scheduler preempted does not count.
 //!
-//! The run starts off (the reference, never a loss), measures it over chunks 1,017-1,024,
-//! then tries consolidation for a few chunks. A trial that is clearly worse from its first
-//! timed chunks ends at once; one that is clearly cheaper (by 1/16) is kept. Trials of
-//! the mode not kept come back after a stay that grows sixteenfold each time a trial
-//! loses, so at every point of a run where FastPath loses, its trials have taken at most
-//! about 1 chunk in 512 (2 chunks after at least 1,024 off): a cost of the order of what
-//! a run's instruction count varies by from one process to the next. While on, a trial of off
+//! The run starts off (the reference, never a loss), measures it over chunks
+//! 16,377-16,384, then tries consolidation for a few chunks. A trial that is clearly worse
+//! from its first timed chunks ends at once; one that is clearly cheaper (by 1/16) is
+//! kept. Trials of the mode not kept come back after a stay that grows sixteenfold each
+//! time a trial loses, so at every point of a run where FastPath loses, its trials have
+//! taken at most about 1 chunk in 8,192 (2 chunks after at least 16,384 off). The first
+//! trial's two chunks cost far more than two chunks off: they build FastPath and fault in
+//! the pages of its fresh table (see [`FIRST_TRIAL`]). While on, a trial of off
 //! switches off unless on is still cheaper by 1/32 (hysteresis: the mode does not flap
 //! on noise). Chains that cannot win are not tried at all ([`super::auto_static_off`]).
 //!
@@ -40,11 +41,17 @@ const STAY_ON_32NDS: u64 = 31;
 const FIRST_STAY: u64 = 256;
 const LOST_GROWTH: u64 = 16;
 const MAX_STAY: u64 = 1 << 16;
-/// Chunks off before the first trial (32,768 packets): a losing trial of 2 chunks then
-/// costs at most 1/512 of the run's chunks so far, and off's cost is the median of chunks
-/// 1,017-1,024, long past the run's first chunks that pay for page faults in fresh NF
-/// tables (which would make off look dearer than it is).
-const FIRST_TRIAL: u64 = 1024;
+/// Chunks off before the first trial (524,288 packets). The first trial of on builds
+/// FastPath and writes the first entries of a fresh table, whose pages are faulted in
+/// one by one as its sets are first written: ~300 page faults in the trial's 2 chunks,
+/// ~1.5 M TSC cycles on this VM (session 25: `catena run fastpath-nat-2.toml -i
+/// fastpath-again.pcap`, 3,616 minor faults auto against 3,304 off; auto's own figure
+/// 21,642 cycles a packet for the trial's timed chunk against 202 off). After 1,024
+/// chunks (session 24's value) that was +10 % over off at 2 NATs, the cheapest chain
+/// auto tries (~200 cycles a packet, ~6,400 a chunk); after 16,384 it is under 1.5 %.
+/// Off's cost is the median of the chunks just before, long past the run's first chunks
+/// that pay for page faults in fresh NF tables (which would make off look dearer).
+const FIRST_TRIAL: u64 = 16_384;
 
 /// What auto decided and what it measured, for the summary.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -196,6 +203,16 @@ impl Auto {
             return u64::MAX;
         }
         std::mem::take(&mut self.quiet)
+    }
+
+    /// The last quiet chunks [`take_quiet`](Self::take_quiet) gave that a run did not
+    /// reach (it ended first) come back: a next run on the same runner plans from where
+    /// this one stopped, not `chunks` later (session 25: the bench's second run met a
+    /// trial ~8 chunks in, its first run of 512 chunks having taken 16,376 quiet ones).
+    pub fn give_back_quiet(&mut self, chunks: u64) {
+        if self.stats.static_off.is_none() && self.forced.is_none() {
+            self.quiet = self.quiet.saturating_add(chunks);
+        }
     }
 
     /// [`plan`](Self::plan) near a decision: in a trial, in the kept mode's measurement
@@ -369,7 +386,7 @@ mod tests {
         for (per_packet_x2, trials) in [(3, 0), (4, 2)] {
             let mut a = Auto::new();
             let (mut n, mut starts, mut looks) = (0u64, Vec::new(), 0);
-            for c in 0..20_000u64 {
+            for c in 0..90_000u64 {
                 n += 32;
                 let mut p = a.plan();
                 if p.switched && p.on {
@@ -387,7 +404,7 @@ mod tests {
             assert_eq!(starts.len(), trials, "{per_packet_x2}: {starts:?}");
             assert_eq!(a.stats.skipped, 2 - trials as u64, "{per_packet_x2}");
             assert_eq!(a.stats.work_permille, per_packet_x2 * 500);
-            // Looked at 1,024 and 1,024 + 16,384 (after a skip or a lost trial of 2).
+            // Looked at 16,384 and 16,384 + 65,536 (after a skip or a lost trial of 2).
             assert_eq!(looks, 2, "{per_packet_x2}");
             assert!(!a.stats.on);
             assert_eq!(a.stats.switches, 2 * trials as u64);
@@ -400,7 +417,7 @@ mod tests {
     fn taking_the_quiet_chunks_plans_as_asking_for_each() {
         let cost = |on: bool| if on { 300 } else { 100 } * 32;
         let (mut a, mut each) = (Auto::new(), Vec::new());
-        for n in 0..40_000u64 {
+        for n in 0..100_000u64 {
             let p = a.plan();
             if p.switched || p.time {
                 each.push((n, p));
@@ -410,7 +427,7 @@ mod tests {
             }
         }
         let (mut b, mut skipped, mut n) = (Auto::new(), Vec::new(), 0u64);
-        while n < 40_000 {
+        while n < 100_000 {
             let p = b.plan();
             if p.switched || p.time {
                 skipped.push((n, p));
@@ -422,7 +439,7 @@ mod tests {
         }
         assert_eq!(each, skipped);
         assert_eq!(a.stats, b.stats);
-        // Two trials (at 1,024 and 17,410), each: off's 8 timed chunks, the switch on
+        // Two trials (at 16,384 and 81,922), each: off's 8 timed chunks, the switch on
         // (warm), its one timed chunk (it loses by far), the switch back.
         assert_eq!(each.len(), 2 * (TIMED + 3));
     }
@@ -444,7 +461,7 @@ mod tests {
     #[test]
     fn goes_on_at_the_first_trial_when_on_is_cheaper() {
         let mut a = Auto::new();
-        // Off measured until chunk 1,024, on tried for WARM + TIMED chunks and kept.
+        // Off measured until chunk 16,384, on tried for WARM + TIMED chunks and kept.
         run(&mut a, FIRST_TRIAL + WARM + TIMED as u64 + 1, 100, 300);
         assert!(a.stats.on);
         assert_eq!((a.stats.cycles_on, a.stats.cycles_off), (100, 300));
@@ -457,7 +474,7 @@ mod tests {
     #[test]
     fn a_losing_trial_ends_early_and_comes_back_ever_later() {
         let mut a = Auto::new();
-        // Off measured until chunk 1,024, then a trial of on that loses by far (3x) after
+        // Off measured until chunk 16,384, then a trial of on that loses by far (3x) after
         // WARM + 1 chunks.
         let on = run(&mut a, FIRST_TRIAL + 10, 300, 100);
         assert!(!a.stats.on);
@@ -477,10 +494,10 @@ mod tests {
     /// Where trials of a losing "on" start (chunk numbers, 0-based), and which chunks
     /// are timed: off's last 8 before each trial and the trial's after its warm one.
     #[test]
-    fn losing_trials_come_at_1024_then_16384_and_65536_chunks_later() {
+    fn losing_trials_come_at_16384_then_65536_chunks_later() {
         let mut a = Auto::new();
         let (mut starts, mut timed) = (Vec::new(), Vec::new());
-        for n in 0..90_000u64 {
+        for n in 0..150_000u64 {
             let p = a.plan();
             if p.switched && p.on {
                 starts.push(n);
@@ -491,18 +508,22 @@ mod tests {
                 a.timed(if p.on { 300 } else { 100 } * 32, 32);
             }
         }
-        // Trial 1 at chunk 1,024 (warm), timed at 1,025, back off at 1,026; 16,384
-        // chunks off (counted from the switch back), trial 2, then 65,536 (the most).
-        assert_eq!(starts, [1024, 1026 + 16_384, 1026 + 16_384 + 2 + 65_536]);
+        // Trial 1 at chunk 16,384 (warm), timed at 16,385, back off at 16,386; 65,536
+        // chunks off (counted from the switch back; 16 times 16,384 is past the most),
+        // trial 2, then 65,536 again.
+        assert_eq!(
+            starts,
+            [16_384, 16_386 + 65_536, 16_386 + 65_536 + 2 + 65_536]
+        );
         assert_eq!(
             timed[..9],
-            [1016, 1017, 1018, 1019, 1020, 1021, 1022, 1023, 1025]
+            [16_376, 16_377, 16_378, 16_379, 16_380, 16_381, 16_382, 16_383, 16_385]
         );
         assert_eq!(timed.len(), 3 * (TIMED + 1));
         assert_eq!(a.stats.switches, 6);
-        // At every trial's end, trials took at most 1 chunk in 512 of the run so far.
-        for &s in &starts {
-            assert!(2 * 512 <= s + 2, "{s}");
+        // At every trial's end, trials took at most 1 chunk in 8,192 of the run so far.
+        for (i, &s) in starts.iter().enumerate() {
+            assert!(2 * (i as u64 + 1) * 8_192 <= s + 2, "{s}");
         }
     }
 
