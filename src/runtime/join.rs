@@ -105,36 +105,33 @@ impl Shadows {
     /// A shadow of each packet of `real`: its metadata and the bytes the NF's profile
     /// reads (see [`head_len`]), or a view of the same bytes when the packet views a
     /// mapped trace. False, with no shadow left, when the pool cannot give one for every
-    /// packet.
-    fn make(&mut self, real: &Batch) -> bool {
+    /// packet. Each packet's layers are decoded here, into the packet as its first NF
+    /// would: the in-place NF on the helper then only reads its metadata line, which
+    /// stays in this core's cache for the join (decoding there, it wrote 31 of a batch's
+    /// 32 lines, each a crossing back for the join and for the next ingest).
+    fn make(&mut self, real: &mut Batch) -> bool {
         let Shadows {
             batch, pool, reads, ..
         } = self;
-        for p in real.iter() {
+        for p in real.iter_mut() {
             let Some(mut s) = pool.alloc_raw_for(p.len()) else {
                 for s in batch.drain() {
                     pool.free(s);
                 }
                 return false;
             };
-            let m = p.meta();
-            let mut layers = m.layers;
+            let layers = p.layers();
             match p.lasting() {
                 Some(v) => {
                     s.set_view(v);
                 }
                 None => {
                     let d = p.data();
-                    if layers.is_unparsed() {
-                        layers = Layers::parse(m.link, d);
-                    }
                     s.set_head(&d[..head_len(&layers, *reads, d)], d.len());
                 }
             }
-            let sm = s.meta_mut();
-            *sm = m.clone();
-            // Decoded from the whole packet: the offsets the NF would decode itself.
-            sm.layers = layers;
+            // With the offsets decoded from the whole packet, as the NF would decode them.
+            *s.meta_mut() = p.meta().clone();
             batch.push(s);
         }
         true
@@ -364,6 +361,10 @@ impl Fork {
         }
         if let (Some(snap), NodeKind::Nf { nf, .. }) = (check.as_ref(), &nodes[real_n].kind) {
             note(snap, batch, nf.profile(), &nodes[real_n].name, violation);
+        }
+        // The verdicts' lines, all at once: the helper's NF may have written them.
+        for p in batch.iter() {
+            crate::flow::prefetch(p.meta());
         }
         let verdicts = &self.shadows.verdicts;
         for (i, mut p) in batch.drain().enumerate() {
