@@ -1,30 +1,32 @@
 //! The fork and join of a parallel group (`parallel.rs` decides the groups): NFs `a` and
-//! `b` run on the same batch at the same time, one on the walk's thread over the packets
-//! themselves, the other on a helper thread over *shadow* packets; the join merges their
-//! verdicts so that every packet leaves as it would have after `a` then `b`.
+//! `b` run on the same batch at the same time, one on a helper thread over the packets
+//! themselves, the other on the walk's thread over *shadow* packets; the join merges
+//! their verdicts so that every packet leaves as it would have after `a` then `b`.
 //!
 //! Why shadows (a copy of each packet's bytes and metadata) and no unsafe code: a packet
 //! is a `Box` and NFs take `&mut Batch`, so two threads working on the same packets would
 //! hold two `&mut` to one buffer at once, which is undefined behaviour in Rust even when
 //! the bytes they touch are disjoint (and both write the verdict in the metadata). The
 //! shadow side is the NF that writes nothing (the plan requires one), so only its
-//! verdicts come back (packed, one line for a batch). A shadow holds the packet's
-//! metadata and only the bytes its NF's profile reads: the headers through the
-//! transport header (all of the packet when it reads the payload or ICMP), with the
-//! packet's length; a packet viewing a mapped trace gives a view of the same bytes
-//! instead (nothing copied). The helper makes the shadows: the walk lends it the batch
-//! (by value), the helper fetches the packets' lines ahead of its copy, writes the shadows in
-//! its own core's cache and sends the batch straight back; only then do both NFs run.
-//! Copying on the walk's thread cost more than the NF work parallelism saves: each store
-//! to a shadow waited for the helper's core to give up the line (15,000 ticks of a
-//! ~43,000-tick batch at load ~8, cross-core round trip ~1,300 ticks), while reads of
-//! lines from the other core overlap. All of this file is safe Rust: the NF, the lent
-//! packets and the shadows travel to the helper and back by value through one-job slots
-//! (a mutex each, taken once per batch and never contended for long; an atomic flag
-//! beside each so that pollers do not touch the lock). A helper that has not picked a
-//! job up within [`PICKUP_TICKS`] has no core: the walk's thread takes the job back,
-//! makes the shadows itself and posts it again, runs its own side, and runs the job
-//! itself at the join if the helper still has not picked it up.
+//! verdicts matter. A shadow holds the packet's metadata and only the bytes its NF's
+//! profile reads: the headers through the transport header (all of the packet when it
+//! reads the payload or ICMP), with the packet's length; a packet viewing a mapped trace
+//! gives a view of the same bytes instead (nothing copied).
+//!
+//! Where each side runs (session 25): the walk's thread makes the shadows and runs the
+//! shadow NF on them; the packets themselves go to the helper (by value, with the
+//! in-place NF) and come back once that NF has run. So the copy reads lines the walk's
+//! core holds and writes shadows that never leave it, and per batch only the job (the
+//! batch's vector and the NF, a few lines) crosses each way. Before, the helper made the
+//! shadows from the lent packets and ran the shadow NF: the packets' lines crossed for the
+//! copy before either NF could start (~2,400 ticks a batch of 32 in the host's fast state,
+//! ~7,000 in its slow one), and the walk's writes to them afterwards (the in-place NF
+//! decoding the layers, the join's verdict reset) each waited for the helper's core to give
+//! up its copy of the line. All of this file is safe Rust: the job travels to the helper
+//! and back by value through one-job slots (a mutex each, taken once per batch and never
+//! contended for long; an atomic flag beside each so that pollers do not touch the lock).
+//! A job the helper has not picked up by the time the walk's side is done (the helper
+//! has no core) is taken back and run on the walk's thread.
 //!
 //! Counting, as in sequence: `a` counts every packet; `b` counts only the packets `a`
 //! passed (the plan allows `a` to drop only when `b` keeps no state and no counters, so
@@ -42,9 +44,6 @@
 //! [`WAIT_SPIN_TICKS`], when the helper must have lost its core. The helper runs on
 //! another core than the walk's (both pinned while the group lives, when the mask has
 //! two cores), and the flags each side writes sit on cache lines of their own.
-//! The lent packets cross cores every batch (the helper reads them; the walk reads its
-//! verdicts back): the helper fetches a batch's lines several packets ahead of its copy, so
-//! the misses overlap rather than stall packet by packet.
 //! A system call only when the helper was parked: per batch, never per packet.
 //! If a shadow cannot be had (the shadow pool is empty), the batch runs in sequence.
 
@@ -63,121 +62,88 @@ use super::profile_check::Snapshot;
 use crate::nfs::{Context, Nf, Profile};
 use crate::packet::{Batch, Fields, Layers, Pool, Verdict};
 
-/// What travels to the helper and back: the shadow branch's NF, the walk's packets
-/// lent while the helper copies them, and the shadows with their pool.
+/// What travels to the helper and back: the in-place branch's NF and the walk's packets.
 struct Job {
     nf: Box<dyn Nf>,
-    /// The walk's packets, lent for the copy: the helper only reads them, and sends them
-    /// home before it runs the NF.
-    real: Option<Batch>,
-    /// The shadows (empty between batches).
+    /// The walk's packets while the NF runs on them (an empty batch between batches).
     batch: Batch,
-    /// The shadows' buffers: made, written and read on the helper's core.
-    pool: Pool,
     cx: Context,
+    /// The NF panicked: the payload, re-raised on the walk's thread.
+    panic: Option<Box<dyn Any + Send>>,
+}
+
+impl Job {
+    /// Runs the NF on the packets, catching a panic for the walk's thread to raise.
+    fn run(&mut self) {
+        let Job {
+            nf,
+            batch,
+            cx,
+            panic,
+            ..
+        } = self;
+        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| nf.process(batch, cx))) {
+            *panic = Some(p);
+        }
+    }
+}
+
+/// The shadow side, which never leaves the walk's thread: the shadows, their buffers
+/// and their verdicts.
+struct Shadows {
+    batch: Batch,
+    pool: Pool,
     /// What the shadow NF's profile reads (how much of each packet its shadow holds).
     reads: Fields,
     /// The shadow side's profile check (debug builds): a snapshot when set.
     snap: Option<Snapshot>,
-    /// What the check found: fields the shadow NF wrote without declaring them.
-    bad: Vec<&'static str>,
-    /// The NF panicked: the payload, re-raised on the walk's thread.
-    panic: Option<Box<dyn Any + Send>>,
-    /// The shadows' verdicts, by packet, written where the NF ran: the walk's thread
-    /// reads one line of them instead of a metadata line per shadow.
+    /// The shadows' verdicts, by packet (the shadows are freed before the join).
     verdicts: Vec<Verdict>,
 }
 
-impl Job {
-    /// A shadow of each lent packet: its metadata and the bytes the NF's profile reads
-    /// (see [`head_len`]), or a view of the same bytes when the packet views a mapped
-    /// trace. The lent packets' lines are fetched ahead of the copy (they sit in the walk's
-    /// core's cache) and the shadows are written in this core's: only reads cross.
-    /// False, with no shadow left, when the pool cannot give one for every packet.
-    fn make_shadows(&mut self) -> bool {
-        let Job {
-            real,
-            batch,
-            pool,
-            reads,
-            ..
+impl Shadows {
+    /// A shadow of each packet of `real`: its metadata and the bytes the NF's profile
+    /// reads (see [`head_len`]), or a view of the same bytes when the packet views a
+    /// mapped trace. False, with no shadow left, when the pool cannot give one for every
+    /// packet. Each packet's layers are decoded here, into the packet as its first NF
+    /// would: the in-place NF on the helper then only reads its metadata line, which
+    /// stays in this core's cache for the join (decoding there, it wrote 31 of a batch's
+    /// 32 lines, each a crossing back for the join and for the next ingest).
+    fn make(&mut self, real: &mut Batch) -> bool {
+        let Shadows {
+            batch, pool, reads, ..
         } = self;
-        let Some(real) = real.as_ref() else {
-            return false;
-        };
-        // Fetched ahead of the copy, two steps: a packet's metadata lines need no load
-        // to find (HEAD_AHEAD packets ahead); its bytes need its header read for where
-        // they are (DATA_AHEAD ahead, by when that header has come).
-        let mut heads = real.iter();
-        let mut datas = real.iter();
-        for p in heads.by_ref().take(HEAD_AHEAD) {
-            fetch_head(p);
-        }
-        for p in datas.by_ref().take(DATA_AHEAD) {
-            fetch_data(p);
-        }
-        for p in real.iter() {
-            if let Some(q) = heads.next() {
-                fetch_head(q);
-            }
-            if let Some(q) = datas.next() {
-                fetch_data(q);
-            }
+        for p in real.iter_mut() {
             let Some(mut s) = pool.alloc_raw_for(p.len()) else {
                 for s in batch.drain() {
                     pool.free(s);
                 }
                 return false;
             };
-            let m = p.meta();
-            let mut layers = m.layers;
+            let layers = p.layers();
             match p.lasting() {
                 Some(v) => {
                     s.set_view(v);
                 }
                 None => {
                     let d = p.data();
-                    if layers.is_unparsed() {
-                        layers = Layers::parse(m.link, d);
-                    }
                     s.set_head(&d[..head_len(&layers, *reads, d)], d.len());
                 }
             }
-            let sm = s.meta_mut();
-            *sm = m.clone();
-            // Decoded from the whole packet: the offsets the NF would decode itself.
-            sm.layers = layers;
+            // With the offsets decoded from the whole packet, as the NF would decode them.
+            *s.meta_mut() = p.meta().clone();
             batch.push(s);
         }
         true
     }
 
-    /// Runs the NF on the shadows, notes their verdicts (and, checking, what the NF
-    /// wrote undeclared), and frees the shadows.
-    fn run(&mut self) {
-        let Job {
-            nf,
-            batch,
-            pool,
-            cx,
-            snap,
-            bad,
-            verdicts,
-            ..
-        } = self;
-        if let Some(s) = snap.as_mut() {
-            s.take(batch);
-        }
-        nf.process(batch, cx);
-        verdicts.clear();
-        verdicts.extend(batch.iter().map(|s| s.meta().verdict));
-        bad.clear();
-        if let Some(s) = snap.as_ref() {
-            let p = nf.profile();
-            *bad = s.undeclared(batch, p.writes, p.changes_length);
-        }
-        for s in batch.drain() {
-            pool.free(s);
+    /// Notes the shadows' verdicts and frees the shadows.
+    fn finish(&mut self) {
+        self.verdicts.clear();
+        self.verdicts
+            .extend(self.batch.iter().map(|s| s.meta().verdict));
+        for s in self.batch.drain() {
+            self.pool.free(s);
         }
     }
 }
@@ -214,9 +180,6 @@ struct ToHelper {
 /// Helper → walk.
 #[derive(Default)]
 struct FromHelper {
-    /// The lent packets, home again once copied, and whether every shadow was made.
-    lent: Mutex<Option<(Batch, bool)>>,
-    has_lent: AtomicBool,
     done: Mutex<Option<Job>>,
     has_done: AtomicBool,
     /// The helper is parked, or about to be (a hint: a posted job still wakes it).
@@ -240,9 +203,11 @@ pub(super) struct Fork {
     pub group: Group,
     /// The job while it is home: its NF slot holds the [`Away`] stand-in.
     job: Option<Job>,
+    /// Whether the stand-in carries the in-place NF's profile yet (set at the first
+    /// batch, the one time the stand-in is made).
+    away_set: bool,
+    shadows: Shadows,
     helper: Option<Helper>,
-    /// An empty batch that stands in for the walk's while its packets are lent.
-    spare: Option<Batch>,
 }
 
 impl Fork {
@@ -252,18 +217,19 @@ impl Fork {
             group,
             job: Some(Job {
                 nf: Box::new(Away(shadow_profile)),
-                real: None,
+                batch: Batch::with_capacity(cap),
+                cx: Context::default(),
+                panic: None,
+            }),
+            away_set: false,
+            shadows: Shadows {
                 batch: Batch::with_capacity(cap),
                 pool: Pool::new(cap, max_packet),
-                cx: Context::default(),
                 reads,
                 snap: None,
-                bad: Vec::new(),
-                panic: None,
                 verdicts: Vec::with_capacity(cap),
-            }),
+            },
             helper: None,
-            spare: Some(Batch::with_capacity(cap)),
         }
     }
 
@@ -326,93 +292,51 @@ impl Fork {
         if self.helper().thread.is_none() {
             return false;
         }
+        // The shadows first, here, where the packets' lines are.
+        if !self.shadows.make(batch) {
+            return false;
+        }
         let mut job = self
             .job
             .take()
             .expect("the parallel job is home between batches");
-        match (check.is_some(), &mut job.snap) {
-            (true, s @ None) => *s = Some(Snapshot::new(n)),
-            (false, s) => *s = None,
-            _ => {}
-        }
-        // Fork: the shadow side's NF and the packets leave for the helper, which copies
-        // what the NF reads into shadows on its own core and sends the packets straight
-        // back. The walk copying them was most of a batch's fork: each store waited for
-        // a line the helper held (15,000 of ~43,000 ticks a batch, load ~8).
-        if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
-            std::mem::swap(nf, &mut job.nf);
-        }
-        job.cx = *cx;
-        let empty = match self.spare.take() {
-            Some(e) if e.capacity() >= batch.capacity() => e,
-            _ => Batch::with_capacity(batch.capacity()),
-        };
-        job.real = Some(std::mem::replace(batch, empty));
-        let helper = self.helper.as_mut().expect("started above");
-        let (to, back) = (&helper.slots.to.0, &helper.slots.back.0);
-        *lock(&to.posted) = Some(job);
-        to.has_post.store(true, Ordering::Release);
-        if let Some(t) = &helper.thread {
-            t.thread().unpark();
-        }
-        // The packets come home once copied. A helper that has not picked the job up
-        // after [`PICKUP_TICKS`] has no core (below).
-        let since = crate::flow::tsc();
-        let copied = loop {
-            if back.has_lent.load(Ordering::Acquire) {
-                back.has_lent.store(false, Ordering::Relaxed);
-                if let Some((real, ok)) = lock_lent(&back.lent).take() {
-                    self.spare = Some(std::mem::replace(batch, real));
-                    break ok;
-                }
-            }
-            let waited = crate::flow::tsc().wrapping_sub(since);
-            if waited > PICKUP_TICKS && to.has_post.load(Ordering::Acquire) {
-                // Taken in its own statement: the guard must be gone before the re-post.
-                let taken = lock(&to.posted).take();
-                if let Some(mut j) = taken {
-                    to.has_post.store(false, Ordering::Release);
-                    // The helper has no core now: this thread makes the shadows and
-                    // posts the job again, runs its own side, and at the join takes
-                    // the job back if the helper has still not picked it up.
-                    let copied = j.make_shadows();
-                    let real = j.real.take().expect("the packets were lent");
-                    self.spare = Some(std::mem::replace(batch, real));
-                    if !copied {
-                        if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
-                            std::mem::swap(nf, &mut j.nf);
-                        }
-                        self.job = Some(j);
-                        return false;
-                    }
-                    *lock(&to.posted) = Some(j);
-                    to.has_post.store(true, Ordering::Release);
-                    break true;
-                }
-            }
-            wait_a_little(helper, waited);
-        };
-        if !copied {
-            // No shadow for every packet: the job comes back untouched, and the walk
-            // runs the batch in sequence.
-            let mut j = wait_done(helper);
-            if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
-                std::mem::swap(nf, &mut j.nf);
-            }
-            self.job = Some(j);
-            return false;
-        }
-        counters[a].packets_in += n as u64;
-        // The in-place side runs here meanwhile.
         if let Some(snap) = check.as_mut() {
             snap.take(batch);
         }
         if let NodeKind::Nf { nf, .. } = &mut nodes[real_n].kind {
-            nf.process(batch, cx);
+            if !self.away_set {
+                job.nf = Box::new(Away(nf.profile().clone()));
+                self.away_set = true;
+            }
+            std::mem::swap(nf, &mut job.nf);
         }
-        if let (Some(snap), NodeKind::Nf { nf, .. }) = (check.as_ref(), &nodes[real_n].kind) {
-            note(snap, batch, nf.profile(), &nodes[real_n].name, violation);
+        // Fork: the in-place NF and the packets leave for the helper (an empty batch
+        // stands in for them here). No wake-up: a helper that parked after the check
+        // above leaves the job posted, and the join below runs it here.
+        job.cx = *cx;
+        std::mem::swap(batch, &mut job.batch);
+        let helper = self.helper.as_ref().expect("started above");
+        let to = &helper.slots.to.0;
+        *lock(&to.posted) = Some(job);
+        to.has_post.store(true, Ordering::Release);
+        // The shadow side runs here meanwhile.
+        counters[a].packets_in += n as u64;
+        let sh = &mut self.shadows;
+        match (check.is_some(), &mut sh.snap) {
+            (true, s @ None) => *s = Some(Snapshot::new(n)),
+            (false, s) => *s = None,
+            _ => {}
         }
+        if let Some(s) = sh.snap.as_mut() {
+            s.take(&sh.batch);
+        }
+        if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
+            nf.process(&mut sh.batch, cx);
+            if let Some(s) = sh.snap.as_ref() {
+                note(s, &sh.batch, nf.profile(), &nodes[shadow_n].name, violation);
+            }
+        }
+        sh.finish();
         // Join: a job the helper never picked up (it had no core) runs here.
         let stolen = if to.has_post.load(Ordering::Acquire) {
             lock(&to.posted).take()
@@ -427,28 +351,27 @@ impl Fork {
             }
             None => wait_done(helper),
         };
-        if let NodeKind::Nf { nf, .. } = &mut nodes[shadow_n].kind {
+        if let NodeKind::Nf { nf, .. } = &mut nodes[real_n].kind {
             std::mem::swap(nf, &mut job.nf);
         }
+        std::mem::swap(batch, &mut job.batch);
         if let Some(p) = job.panic.take() {
-            for s in job.batch.drain() {
-                job.pool.free(s);
-            }
             self.job = Some(job);
             std::panic::resume_unwind(p);
         }
-        if !job.bad.is_empty() && violation.is_none() {
-            *violation = Some(format!(
-                "NF `{}` wrote {} without declaring it in its profile",
-                nodes[shadow_n].name,
-                job.bad.join(", ")
-            ));
+        if let (Some(snap), NodeKind::Nf { nf, .. }) = (check.as_ref(), &nodes[real_n].kind) {
+            note(snap, batch, nf.profile(), &nodes[real_n].name, violation);
         }
+        // The verdicts' lines, all at once: the helper's NF may have written them.
+        for p in batch.iter() {
+            crate::flow::prefetch(p.meta());
+        }
+        let verdicts = &self.shadows.verdicts;
         for (i, mut p) in batch.drain().enumerate() {
             let (va, vb) = if shadow_is_a {
-                (job.verdicts[i], p.meta().verdict)
+                (verdicts[i], p.meta().verdict)
             } else {
-                (p.meta().verdict, job.verdicts[i])
+                (p.meta().verdict, verdicts[i])
             };
             match va {
                 Verdict::Drop(r) => {
@@ -468,7 +391,10 @@ impl Fork {
                     let nb = &nodes[b];
                     let o = (o as usize).min(nb.next.len() - 1);
                     counters[b].out[o] += 1;
-                    p.forward(0);
+                    // Stored only when it changes: the line may still be the helper's.
+                    if p.meta().verdict != Verdict::Out(0) {
+                        p.forward(0);
+                    }
                     inbox[nb.next[o]].push(p);
                 }
             }
@@ -505,35 +431,6 @@ fn wait_a_little(helper: &Helper, waited: u64) {
         panic!("the parallel helper thread ended");
     }
     std::thread::yield_now();
-}
-
-/// How many packets ahead of the copy the helper fetches metadata lines, and bytes.
-/// All at once, then the copy (as before session 24), took ~5 % more (2,150 against
-/// 2,050 ticks a batch of 32 in the machine's fast state, 6,200 against 5,700 in its slow
-/// one).
-const HEAD_AHEAD: usize = 8;
-const DATA_AHEAD: usize = 4;
-
-/// Prefetches the lines of a packet's metadata and buffer header (no load: the
-/// addresses are known without reading the packet).
-#[inline]
-fn fetch_head(p: &crate::packet::Packet) {
-    let m = p.meta();
-    crate::flow::prefetch(m);
-    crate::flow::prefetch(&m.layers);
-    crate::flow::prefetch(&m.filter_verdicts);
-}
-
-/// Prefetches the first two lines of a packet's bytes (reads its header for where).
-#[inline]
-fn fetch_data(p: &crate::packet::Packet) {
-    let d = p.data();
-    if let Some(b) = d.first() {
-        crate::flow::prefetch(b);
-    }
-    if let Some(b) = d.get(64) {
-        crate::flow::prefetch(b);
-    }
 }
 
 /// How many leading bytes of a packet (`d`, layers `l`) an NF that reads `reads` can
@@ -587,16 +484,6 @@ fn lock(m: &Mutex<Option<Job>>) -> std::sync::MutexGuard<'_, Option<Job>> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// [`lock`] for the slot of lent packets.
-fn lock_lent(m: &Mutex<Option<(Batch, bool)>>) -> std::sync::MutexGuard<'_, Option<(Batch, bool)>> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// How long the walk's thread waits for the helper to pick a job up before it takes it
-/// back and makes the shadows itself, in TSC ticks: ~15 crossings between cores
-/// (a helper with a core picks a job up in ~400–800).
-const PICKUP_TICKS: u64 = 10_000;
-
 /// How long an idle helper spins before it parks, in TSC ticks (~1 ms): far longer than
 /// the gap between two batches of the walk (the helper was parking between batches at
 /// 50,000), so while batches flow a helper with a core of its own is always awake.
@@ -610,7 +497,8 @@ const PREEMPTED_TICKS: u64 = 100_000;
 /// its core, in TSC ticks: longer than any batch's work on a core of its own.
 const WAIT_SPIN_TICKS: u64 = 1_000_000;
 
-/// The helper thread: runs each posted job's NF on its shadow batch and hands it back.
+/// The helper thread: runs each posted job's NF on the walk's packets and hands them
+/// back.
 fn serve(slots: &Slots) {
     let (to, back) = (&slots.to.0, &slots.back.0);
     let mut idle_since: Option<u64> = None;
@@ -650,21 +538,7 @@ fn serve(slots: &Slots) {
         };
         idle_since = None;
         to.has_post.store(false, Ordering::Release);
-        // Lent packets: shadows made here, the packets sent home at once (the walk's
-        // side waits for them). None: the walk made the shadows (this thread had no
-        // core when the job first came).
-        let lent = job.real.is_some();
-        let copied = !lent || job.make_shadows();
-        if lent {
-            let real = job.real.take().expect("the packets were lent");
-            *lock_lent(&back.lent) = Some((real, copied));
-            back.has_lent.store(true, Ordering::Release);
-        }
-        if copied {
-            if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| job.run())) {
-                job.panic = Some(p);
-            }
-        }
+        job.run();
         *lock(&back.done) = Some(job);
         back.has_done.store(true, Ordering::Release);
     }
@@ -753,9 +627,12 @@ mod tests {
         Trace::from_packets(LinkKind::Ethernet, h, (0..n).map(|i| (i, &f[..])))
     }
 
+    /// `a ∥ b`, both writing nothing: `b` is the shadow side (on the walk's thread,
+    /// napping until the helper has taken each batch), `a` the in-place side, which
+    /// panics at packet `at`.
     fn chain(at: usize) -> (Chain, [Ran; 2]) {
-        let (b, on_b) = seen(at, 0, None);
-        let (a, on_a) = seen(usize::MAX, 200_000, Some(on_b.clone()));
+        let (a, on_a) = seen(at, 0, None);
+        let (b, on_b) = seen(usize::MAX, 200_000, Some(on_a.clone()));
         let mut c = Chain::linear("t", 1, 1, vec![("a".into(), a), ("b".into(), b)]);
         c.set_parallel(true).unwrap();
         (c, [on_a, on_b])
@@ -814,10 +691,10 @@ mod tests {
         assert_eq!((s.packets_in, s.packets_out), (1000, 1000));
         let (a, b) = (on_a.lock().unwrap(), on_b.lock().unwrap());
         let me = std::thread::current().id();
-        assert!(a.len() >= 1000 / 32 && a.iter().all(|t| t.0 == me), "{a:?}");
-        // The helper takes a batch whenever it gets a core before the first side ends
-        // (else this thread runs it): with the first side napping, it does.
-        assert!(b.len() == a.len() && b.iter().any(|t| t.0 != me), "{b:?}");
+        assert!(b.len() >= 1000 / 32 && b.iter().all(|t| t.0 == me), "{b:?}");
+        // The helper takes a batch whenever it gets a core before the shadow side ends
+        // (else this thread runs it): with the shadow side napping, it does.
+        assert!(a.len() == b.len() && a.iter().any(|t| t.0 != me), "{a:?}");
     }
 
     #[test]
@@ -837,13 +714,13 @@ mod tests {
         // two threads that wait on each other every batch never shared a core.
         let me = std::thread::current().id();
         let (a, b) = (on_a.lock().unwrap(), on_b.lock().unwrap());
-        let walk: Vec<usize> = a.iter().filter_map(|t| t.1).collect();
+        let walk: Vec<usize> = b.iter().filter_map(|t| t.1).collect();
         assert!(
             !walk.is_empty() && walk.iter().all(|&c| c == walk[0]),
-            "{a:?}"
+            "{b:?}"
         );
-        let helper: Vec<usize> = b.iter().filter(|t| t.0 != me).filter_map(|t| t.1).collect();
-        assert!(!helper.is_empty(), "{b:?}");
+        let helper: Vec<usize> = a.iter().filter(|t| t.0 != me).filter_map(|t| t.1).collect();
+        assert!(!helper.is_empty(), "{a:?}");
         assert!(helper.iter().all(|&c| c != walk[0]), "{a:?} {b:?}");
         assert_eq!(allowed_cores(), mask, "the walk's thread got its mask back");
     }

@@ -4,9 +4,10 @@
 //! Two consecutive NFs `a → b` form a group when
 //! - neither adds or removes headers, and no field written by one is read or written by
 //!   the other (so the order between them does not matter);
-//! - one of them writes nothing at all (bytes or metadata): that one runs on the second
+//! - one of them writes nothing at all (bytes or metadata): that one runs on the walk's
 //!   thread over *shadow* buffers (see `join.rs` for why the bytes are copied), the other
-//!   on the packets themselves, so nothing has to be merged back but the verdicts;
+//!   on the packets themselves on a second thread, so nothing has to be merged back but
+//!   the verdicts;
 //! - `a` leads only to `b` and `b` is fed only by `a` (one edge between them);
 //! - when `a` may drop, `b` keeps no state and reports no counters of its own: in
 //!   parallel `b` also sees the packets `a` drops, which must not change what it says;
@@ -25,8 +26,9 @@ pub struct Group {
     pub a: usize,
     /// The second.
     pub b: usize,
-    /// Which of the two runs on the second thread over shadow buffers: the one that
-    /// writes nothing (`b` when both write nothing).
+    /// Which of the two runs over shadow buffers (on the walk's thread; the other runs
+    /// in place on a second thread): the one that writes nothing (`b` when both write
+    /// nothing).
     pub shadow_is_a: bool,
 }
 
