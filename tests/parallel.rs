@@ -210,7 +210,7 @@ fn check_prints_the_groups_and_the_conflicts_by_name() {
     };
     let d = describe(chain1(dir.path(), "parallel = true"));
     assert!(
-        d.contains("  parallel groups (`parallel = true`): b0 ∥ acl (`acl` on a second thread over shadow copies, `b0` in place); b1 ∥ nat (`b1` on a second thread over shadow copies, `nat` in place); b2 ∥ mon (`mon` on a second thread over shadow copies, `b2` in place)\n"),
+        d.contains("  parallel groups (`parallel = true`): b0 ∥ acl (`acl` over shadow copies, `b0` in place on a second thread); b1 ∥ nat (`b1` over shadow copies, `nat` in place on a second thread); b2 ∥ mon (`mon` over shadow copies, `b2` in place on a second thread)\n"),
         "{d}"
     );
     assert!(
@@ -219,7 +219,7 @@ fn check_prints_the_groups_and_the_conflicts_by_name() {
     );
     let d = describe(chain2(dir.path(), ""));
     for want in [
-        "  parallel groups: off (`parallel = true` would run acl ∥ b1 (`b1` on a second thread over shadow copies, `acl` in place))\n",
+        "  parallel groups: off (`parallel = true` would run acl ∥ b1 (`b1` over shadow copies, `acl` in place on a second thread))\n",
         "    b1 ∥ nat: cannot: `nat` writes l4.dst which `b1` reads\n",
         "    nat ∥ mon: cannot: `nat` writes ip.src,ip.dst,l4.src,l4.dst,icmp which `mon` reads or writes\n",
     ] {

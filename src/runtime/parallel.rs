@@ -150,7 +150,7 @@ pub fn describe(chain: &Chain) -> String {
                 (g.b, g.a)
             };
             format!(
-                "{} ∥ {} (`{}` on a second thread over shadow copies, `{}` in place)",
+                "{} ∥ {} (`{}` over shadow copies, `{}` in place on a second thread)",
                 name(g.a),
                 name(g.b),
                 name(shadow),
