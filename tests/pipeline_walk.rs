@@ -251,3 +251,51 @@ fn walks_that_differ_from_layers_change_nothing() {
         same_with_and_without_walk(what, &src, walk);
     }
 }
+
+#[test]
+fn straight_code_after_the_walk_changes_nothing() {
+    // The IPv4 body and the ports header's run as straight code after the walk (see
+    // `flat/tail.rs`): bodies it covers in part, or ending elsewhere than a step.
+    let fw = program("firewall");
+    let ip_tests = "  if ip.proto != 6 && ip.proto != 17 { drop not_tcp_udp; }\n";
+    let variants: &[(&str, &str, &str)] = &[
+        // More drop tests than the straight code holds: the loop runs the rest.
+        (
+            "five tests",
+            ip_tests,
+            "  if ip.ttl == 1 { drop malformed; }\n  if ip.tos == 4 { drop malformed; }\n  if ip.len < 40 { drop truncated; }\n  if ip.proto != 6 && ip.proto != 17 { drop not_tcp_udp; }\n",
+        ),
+        // Two tests on the ports header, one a plain drop.
+        (
+            "two ports tests",
+            "  short { drop truncated; }\n  if l4.src in allow_ports",
+            "  short { drop truncated; }\n  if l4.dst == 7 { drop port_denied; }\n  if l4.src in allow_ports",
+        ),
+        // No learning step at the end: a test that is no drop, then an output.
+        (
+            "output",
+            "    learn hosts(ip.src) -> output in_port;\n    goto hosts;",
+            "    if ip.ttl == 64 { goto hosts; }\n    output 1;",
+        ),
+        // A learn into the table keyed otherwise than the lookup: no step.
+        (
+            "learn dst",
+            "    learn hosts(ip.src) -> output in_port;",
+            "    learn hosts(ip.dst) -> output 2;",
+        ),
+        // A test that is not a drop first: nothing straight at all.
+        (
+            "count first",
+            "  if ip.version != 4 { drop malformed; }\n",
+            "  if ip.version != 4 { drop malformed; }\n  count ipv4;\n",
+        ),
+    ];
+    for &(what, from, to) in variants {
+        assert!(fw.contains(from), "{what}: `{from}` not in firewall.stv");
+        let src = fw.replace(from, to).replace(
+            "extract version, proto, frag, src, dst;",
+            "extract version, ihl, tos, len, ttl, proto, frag, src, dst;",
+        );
+        same_with_and_without_walk(what, &src, true);
+    }
+}

@@ -10,6 +10,9 @@ use super::plan::{
 use super::table::Act;
 use super::walk::Walk;
 use crate::packet::FLOOD;
+use tail::Tail;
+
+mod tail;
 
 /// Decoder entries and table applications per packet at most: decoder repeats and
 /// acyclic gotos bound the walk, this is a second guard.
@@ -38,9 +41,26 @@ pub enum Cond {
     FieldIn(FieldRef, u16),
     /// `a in SET || b in SET` (a firewall's source or destination port).
     EitherIn(FieldRef, FieldRef, u16),
+    /// `FieldIn` and `EitherIn` over fields of at most 16 bits, the set held in the test:
+    /// no index into the program's sets, no test of the value's range.
+    FieldIn16(FieldRef, Set),
+    EitherIn16(FieldRef, FieldRef, Set),
     In(Leaf, u16),
     /// Anything else: non-zero is true.
     Ex(Box<Ex>),
+}
+
+/// A port set, one bit per port.
+#[derive(Clone, Debug)]
+pub struct Set(Box<[u64; 1024]>);
+
+impl Set {
+    /// Whether `v`, read from a field of at most 16 bits, is in the set.
+    #[inline(always)]
+    fn has(&self, v: u64) -> bool {
+        let v = v as u16;
+        self.0[usize::from(v >> 6)] & (1 << (v & 63)) != 0
+    }
 }
 
 /// One `match` value (or `_`) in arm order, with the arm's guard and body.
@@ -174,6 +194,8 @@ pub struct Flat {
     /// With the walk: the first learning step on the IPv4 header, whose slots a batch
     /// prefetches (see [`Flat::prefetch`]).
     ip_step: Option<Step>,
+    /// With the walk: the straight code run after its IPv4 entry (see `tail.rs`).
+    tail: Option<Box<Tail>>,
 }
 
 /// `match link { K => next D; }`, D of fixed length, D's body beginning with a [`Step`].
@@ -206,6 +228,7 @@ impl Flat {
             writes: false,
             entry: [None; 4],
             ip_step: None,
+            tail: None,
         };
         f.start = f.pc();
         let walk = Walk::recognise(code)
@@ -249,6 +272,7 @@ impl Flat {
             }
         }
         f.thread_drops();
+        f.sets_in_place(code);
         f.fuse_enter_tests();
         f.writes = f
             .ins
@@ -297,6 +321,7 @@ impl Flat {
         }
         f.pair_drops();
         f.entry = f.entries();
+        f.tail = f.walk().and_then(|w| Tail::lower(&f, w)).map(Box::new);
         f
     }
 
@@ -367,6 +392,32 @@ impl Flat {
             }
         }
         out
+    }
+
+    /// Set tests over fields of at most 16 bits hold their set (see [`Cond::FieldIn16`]).
+    fn sets_in_place(&mut self, code: &Code) {
+        let narrow = |f: &FieldRef| f.bits <= 16;
+        let set = |s: u16| Set(code.sets[s as usize].clone());
+        let sized = |k: &mut Cond| match k {
+            Cond::FieldIn(f, s) if narrow(f) => *k = Cond::FieldIn16(*f, set(*s)),
+            Cond::EitherIn(f, g, s) if narrow(f) && narrow(g) => {
+                *k = Cond::EitherIn16(*f, *g, set(*s))
+            }
+            _ => {}
+        };
+        for i in self.ins.iter_mut() {
+            match i {
+                Ins::IfNot(k, _) | Ins::If(k, _) | Ins::DropIf(k, _) | Ins::DropUnless(k, _) => {
+                    sized(k)
+                }
+                Ins::DropIf2(d) => {
+                    sized(&mut d.0);
+                    sized(&mut d.2);
+                }
+                Ins::EnterTest(x) => sized(&mut x.1),
+                _ => {}
+            }
+        }
     }
 
     /// An `EnterFixed` whose body begins with a drop test runs the test too (see
@@ -691,6 +742,16 @@ impl Flat {
                     Ok(to) => pc = to,
                     Err(end) => return end,
                 }
+            }
+        } else if let Some(t) = &self.tail {
+            // What `Walk` at `start` does, then the straight code when it found IPv4.
+            match t.walk.run(p, &mut steps) {
+                None => pc += 1,
+                Some(to) if to != t.walk.body as usize => pc = to,
+                Some(_) => match t.run(self, c, s, p, &mut steps) {
+                    Ok(to) => pc = to,
+                    Err(end) => return end,
+                },
             }
         }
         loop {
@@ -1088,6 +1149,8 @@ fn test<D: Bytes>(c: &Code, k: &Cond, p: &Pkt<D>) -> bool {
         // Both looked up, no branch between: which port matches is a coin toss on mixed traffic.
         Cond::EitherIn(f, g, s) => (c.member(p.field(f), *s) | c.member(p.field(g), *s)) != 0,
         Cond::In(l, s) => c.member(c.leaf(l, p), *s) != 0,
+        Cond::FieldIn16(f, s) => s.has(p.field(f)),
+        Cond::EitherIn16(f, g, s) => s.has(p.field(f)) | s.has(p.field(g)),
         Cond::Ex(e) => c.eval(e, p) != 0,
     }
 }

@@ -621,6 +621,11 @@ impl Plan {
         }
     }
 
+    #[cfg(test)]
+    pub(super) fn flat(&self) -> &Flat {
+        &self.flat
+    }
+
     /// Whether the program's header walk runs as `Layers` (on by default; off runs the
     /// program's own decoders for every packet, for comparisons).
     pub fn set_walk(&mut self, on: bool) {
