@@ -338,3 +338,53 @@ fn a_command_error_quotes_control_characters_escaped() {
         "the quoted command, escaped: {b:?}"
     );
 }
+
+/// The run's thread count.
+fn threads(run: &Run) -> usize {
+    let s = std::fs::read_to_string(format!("/proc/{}/status", run.child.id())).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+/// Slowloris: before session 25, 32 connections that sent nothing (or half a head) held
+/// every slot for 10 s, and a good request meanwhile got `503 busy`; by reconnecting, an
+/// attacker kept the API unavailable. Now a new connection takes the slot of the one that
+/// has waited longest on its client: the good request is answered at once, the evicted
+/// half heads get `408`, the silent ones are closed, and the threads stay bounded.
+#[test]
+fn connections_that_hold_every_slot_give_way_to_a_new_one() {
+    let run = Run::start();
+    let base = threads(&run);
+    let start = Instant::now();
+    // Twice the slots: even ones silent, odd ones half a head.
+    let held: Vec<TcpStream> = (0..64)
+        .map(|i| {
+            let mut s = run.connect();
+            if i % 2 == 1 {
+                s.write_all(b"GET /stats HTTP/1.1\r\nX: a").unwrap();
+            }
+            s
+        })
+        .collect();
+    for _ in 0..3 {
+        let r = run.exchange(GOOD);
+        assert_eq!(statuses(&r), [200], "{}", String::from_utf8_lossy(&r));
+    }
+    assert!(threads(&run) <= base + 32, "{} threads", threads(&run));
+    // The oldest were evicted (one per newer connection), long before their 10 s.
+    for (i, s) in held.into_iter().enumerate().take(32) {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let r = read_all(s);
+        let want: &[u16] = if i % 2 == 1 { &[408] } else { &[] };
+        assert_eq!(
+            statuses(&r),
+            want,
+            "connection {i}: {}",
+            String::from_utf8_lossy(&r)
+        );
+    }
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(8), "{took:?}");
+}

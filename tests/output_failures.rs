@@ -117,3 +117,58 @@ fn pcap_sinks_that_cannot_be_written_fail_the_run() {
     let named = "edges = [\"in -> w -> log\"]\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n[[sink]]\nname = \"log\"\npath = \"/dev/full\"\n";
     failed_after_summary(&run(named, &[]), "/dev/full: writing failed");
 }
+
+/// Standard output that cannot be written (`/dev/full`; a full disk under `> file`):
+/// before session 25 every command that prints panicked in `println!` (exit 101, a
+/// backtrace). Now one `error: standard output: …` line and exit 1; `run` names the
+/// summary as lost and still writes its output pcap whole.
+#[test]
+fn standard_output_that_cannot_be_written_fails_in_one_line() {
+    let dir = tempdir();
+    let out = dir.path().join("out.pcap");
+    let chain = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/wire.toml");
+    let (chain, trace) = (chain.to_str().unwrap(), dataset(TRACE));
+    let trace = trace.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", chain, "-i", trace, "-o", out.to_str().unwrap()],
+            "(the summary is lost)",
+        ),
+        (
+            &["run", chain, "-i", trace, "--json"],
+            "(the summary is lost)",
+        ),
+        (&["check", chain], ""),
+        (&["nfs"], ""),
+        (&["dpi", trace], ""),
+        (&["dpi", trace, "--json"], ""),
+    ];
+    for (args, note) in cases {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_catena"))
+            .args(*args)
+            .stdout(full)
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        assert_eq!(
+            e.trim_end().lines().count(),
+            1,
+            "{args:?}: not one line: {e}"
+        );
+        assert!(
+            e.starts_with("error: standard output: No space left on device") && e.contains(note),
+            "{args:?}: {e}"
+        );
+    }
+    // The run's output is whole though its summary was lost.
+    assert_eq!(
+        packets(&out),
+        packets(&dataset(TRACE)),
+        "the wire chain forwards every packet"
+    );
+}

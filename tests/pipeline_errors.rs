@@ -133,6 +133,47 @@ fn deep_nesting_and_long_expressions_are_errors_not_overflows() {
     assert!(compile("t.stv", &chain, &HashMap::new()).is_err());
 }
 
+/// Session 25: past 65,536 tables a `goto` wrapped to table 0 and past 65,536 names a
+/// `count` counted into the first (indices of 16 bits), silently; a chain of 100,000
+/// tables, each missing to the next, overflowed the stack in the loop check (an abort,
+/// exit 134). Now at most 1,024 tables, counters and parameters, each refused at the
+/// first past the bound; 1,024 chained tables compile.
+#[test]
+fn programs_past_the_table_counter_and_parameter_bounds_are_errors() {
+    let counters: String = (0..70_000).map(|i| format!("count c{i}; ")).collect();
+    let e = err(&format!("start {{ {counters}pass; }}"));
+    assert!(
+        e.starts_with("t.stv:1:") && e.contains("at most 1024 counters"),
+        "{e}"
+    );
+    let params: String = (0..70_000)
+        .map(|i| format!("param p{i}: int = 1;\n"))
+        .collect();
+    let e = err(&format!("{params}start {{ pass; }}"));
+    assert!(
+        e.starts_with("t.stv:1025:") && e.contains("at most 1024 parameters"),
+        "{e}"
+    );
+    let tables = |n: usize| {
+        let mut s = String::from("layout l { a: 8; }\ndecoder d: l { extract a; goto t0; }\n");
+        for i in 0..n {
+            let miss = if i + 1 < n {
+                format!("goto t{};", i + 1)
+            } else {
+                "pass;".into()
+            };
+            s += &format!("table t{i} {{ key d.a exact; miss {{ {miss} }} }}\n");
+        }
+        s + "start { next d; }\n"
+    };
+    compile("t.stv", &tables(1024), &HashMap::new()).unwrap();
+    let e = err(&tables(100_000));
+    assert!(
+        e.starts_with("t.stv:1027:") && e.contains("at most 1024 tables"),
+        "{e}"
+    );
+}
+
 const WORDS: &[&str] = &[
     "layout",
     "decoder",

@@ -26,12 +26,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mem = chain.memory(u16::MAX as usize);
     mem.check(limit)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.config.display()))?;
-    print!("{}", chain.describe());
+    crate::cli::write_out(format_args!("{}", chain.describe()))?;
     // Live ports: the interface must exist and we must be allowed to open it.
     ports::probe(&chain.port_specs).map_err(|e| anyhow::anyhow!("{}: {e}", a.config.display()))?;
     if let Some(t) = &chain.default_trace {
-        println!("default trace: {}", t.display());
+        outln!("default trace: {}", t.display())?;
     }
-    println!("{}", mem.describe(limit));
+    outln!("{}", mem.describe(limit))?;
     Ok(0)
 }

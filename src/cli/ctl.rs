@@ -61,7 +61,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.socket.display()))?;
     match reply {
         Ok(r) => {
-            println!("{r}");
+            outln!("{r}")?;
             Ok(0)
         }
         Err(e) => anyhow::bail!("{}: {e}", a.nf),

@@ -56,22 +56,22 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             host: f.host.as_deref(),
         };
         if a.json {
-            println!("{}", serde_json::to_string(&row)?);
+            outln!("{}", serde_json::to_string(&row)?)?;
         } else {
-            println!(
+            outln!(
                 "{}  {} pkts  {} ({}){}",
                 row.flow,
                 row.packets,
                 row.proto,
                 row.by,
                 row.host.map(|h| format!("  {h}")).unwrap_or_default()
-            );
+            )?;
         }
     }
     if !a.json || a.summary {
-        println!("{:>28}  {:>7}  {:>9}", "protocol", "flows", "packets");
+        outln!("{:>28}  {:>7}  {:>9}", "protocol", "flows", "packets")?;
         for (p, (n, k)) in &totals {
-            println!("{p:>28}  {n:>7}  {k:>9}");
+            outln!("{p:>28}  {n:>7}  {k:>9}")?;
         }
     }
     // As `run`: a bad record ends the input, the flows before it are labelled, and the

@@ -1,5 +1,13 @@
 //! Command-line interface: parses arguments, runs a subcommand, turns errors into one line.
 
+/// `println!` whose failure (a full disk, a closed descriptor) is the command's error:
+/// `println!` itself panics on it. Defined before the modules so that they see it.
+macro_rules! outln {
+    ($($t:tt)*) => {
+        $crate::cli::write_out(format_args!("{}\n", format_args!($($t)*)))
+    };
+}
+
 mod bench;
 mod check;
 mod ctl;
@@ -12,6 +20,15 @@ mod run;
 mod signals;
 
 use clap::{Parser, Subcommand};
+
+/// Writes to standard output and flushes, so that an error is seen here, not lost at exit.
+pub(crate) fn write_out(a: std::fmt::Arguments) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    o.write_fmt(a)
+        .and_then(|()| o.flush())
+        .map_err(|e| anyhow::anyhow!("standard output: {e}"))
+}
 
 #[derive(Parser)]
 #[command(

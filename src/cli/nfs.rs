@@ -8,25 +8,31 @@ pub struct Args {}
 
 pub fn run(_: Args) -> anyhow::Result<i32> {
     for k in KINDS {
-        println!("{}\n    {}", k.name, k.summary);
+        outln!("{}\n    {}", k.name, k.summary)?;
         for p in k.params {
-            println!(
+            outln!(
                 "    {:<12} {:<20} default {:<12} {}",
-                p.name, p.ty, p.default, p.doc
-            );
+                p.name,
+                p.ty,
+                p.default,
+                p.doc
+            )?;
         }
         if k.name == "microbox" {
             for a in catena::nfs::microbox::APPS {
-                println!("    app {}: {}", a.name, a.summary);
+                outln!("    app {}: {}", a.name, a.summary)?;
                 for p in a.params {
-                    println!(
+                    outln!(
                         "        {:<10} {:<20} default {:<12} {}",
-                        p.name, p.ty, p.default, p.doc
-                    );
+                        p.name,
+                        p.ty,
+                        p.default,
+                        p.doc
+                    )?;
                 }
             }
         }
-        println!();
+        outln!("")?;
     }
     Ok(0)
 }

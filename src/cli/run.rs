@@ -574,13 +574,15 @@ fn run_ports_workers(
 /// written; a bad input record or output that could not be written still fails the run
 /// (one line, after the summary).
 fn report(s: &catena::runtime::Summary, json: bool) -> anyhow::Result<i32> {
-    if json {
-        println!("{}", serde_json::to_string(s)?);
+    let printed = if json {
+        outln!("{}", serde_json::to_string(s)?)
     } else {
-        print!("{}", s.render());
-    }
+        crate::cli::write_out(format_args!("{}", s.render()))
+    };
+    let lost = printed.err().map(|e| format!("{e} (the summary is lost)"));
     let mut errors: Vec<&str> = s.input_error.iter().map(String::as_str).collect();
     errors.extend(s.output_errors.iter().map(String::as_str));
+    errors.extend(lost.as_deref());
     if !errors.is_empty() {
         eprintln!("error: {}", errors.join("; "));
         return Ok(1);

@@ -6,6 +6,12 @@
 //! or silent client cannot hold a thread. Each connection reads into one buffer of
 //! `MAX_HEAD` bytes: memory is that buffer and the body, never what a client streams.
 //!
+//! When all the slots are taken, a new connection takes the one of the connection that has
+//! waited longest on its client (silent, sending a head or body, or not taking its
+//! answer), as nginx reuses idle connections when it runs out: silent clients that
+//! reconnect cannot keep the API from others, since a real client sends its request as
+//! soon as it connects and is then in the handler, which is never evicted.
+//!
 //! httparse (hyper's parser) parses the head and chunk sizes; this file only frames
 //! requests: `Content-Length` or `Transfer-Encoding: chunked` (both at once, differing
 //! lengths or another coding are refused, as request smuggling rides on them),
@@ -15,8 +21,8 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -31,6 +37,11 @@ pub const MAX_CONNECTIONS: usize = 32;
 pub const REQUEST_TIME: Duration = Duration::from_secs(10);
 /// Time a response may take to be taken by the client.
 const WRITE_TIME: Duration = Duration::from_secs(5);
+/// Time an evicted connection's thread has to leave its slot to the new one (it is
+/// woken at once; this only bounds a thread that is slow to be scheduled).
+const EVICT_WAIT: Duration = Duration::from_millis(500);
+/// Time an evicted connection's `408` may take to be sent.
+const EVICTED_WRITE_TIME: Duration = Duration::from_millis(100);
 /// After refusing a request whose bytes are still coming, the connection reads and
 /// discards them for at most this long (or [`LINGER_BYTES`]) before closing: a close
 /// with unread input resets the connection, which can lose the refusal on its way.
@@ -112,7 +123,8 @@ fn readable(l: &TcpListener, ms: i32) -> bool {
 }
 
 fn accept_loop(l: TcpListener, max_body: usize, handler: Handler, stop: Arc<AtomicBool>) {
-    let open = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Slots::default());
+    let mut next_id = 0u64;
     while !stop.load(Ordering::Relaxed) {
         // Polled so that a drop is seen within 200 ms.
         if !readable(&l, 200) {
@@ -124,25 +136,128 @@ fn accept_loop(l: TcpListener, max_body: usize, handler: Handler, stop: Arc<Atom
             std::thread::sleep(Duration::from_millis(50));
             continue;
         };
-        if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            open.fetch_sub(1, Ordering::AcqRel);
+        next_id += 1;
+        let id = next_id;
+        let evicted = Arc::new(AtomicBool::new(false));
+        if !slots.admit(id, &s, &evicted) {
             // Best effort: the client may not be reading.
             let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
             let busy = Response::text(503, "busy: too many connections at once\n");
             let _ = s.write_all(&encode(&busy, Version::Http11, true, false));
             continue;
         }
-        let (h, o, st) = (handler.clone(), open.clone(), stop.clone());
+        let (h, sl, st) = (handler.clone(), slots.clone(), stop.clone());
         // A thread that cannot be made closes this connection; the server carries on.
         let spawned = std::thread::Builder::new()
             .name("api-conn".into())
             .spawn(move || {
-                Conn::new(s, max_body).serve(&*h, &st);
-                o.fetch_sub(1, Ordering::AcqRel);
+                let _leave = Leave(&sl, id);
+                Conn::new(s, max_body, &sl, id, evicted).serve(&*h, &st);
             });
         if spawned.is_err() {
-            open.fetch_sub(1, Ordering::AcqRel);
+            slots.leave(id);
         }
+    }
+}
+
+/// What a connection's thread is doing, for the choice of whom to evict.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a request (or its rest) since then.
+    Reading(Instant),
+    /// Waiting for the client to take an answer since then.
+    Writing(Instant),
+    /// In the handler: never evicted (`MAX_IN_FLIGHT` bounds these below the slots).
+    Handling,
+}
+
+struct Slot {
+    id: u64,
+    /// A handle on the connection's socket, to wake its thread by a shutdown.
+    stream: TcpStream,
+    phase: Phase,
+    evicted: Arc<AtomicBool>,
+}
+
+/// The connections being served: at most [`MAX_CONNECTIONS`].
+#[derive(Default)]
+struct Slots {
+    list: Mutex<Vec<Slot>>,
+    left: Condvar,
+}
+
+impl Slots {
+    /// Takes a slot for connection `id`, evicting the connection waiting longest on its
+    /// client when all are taken; false when none can be had.
+    fn admit(&self, id: u64, s: &TcpStream, evicted: &Arc<AtomicBool>) -> bool {
+        let Ok(stream) = s.try_clone() else {
+            return false;
+        };
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if list.len() >= MAX_CONNECTIONS {
+            let since = |p: Phase| match p {
+                Phase::Reading(t) | Phase::Writing(t) => Some(t),
+                Phase::Handling => None,
+            };
+            let oldest = list
+                .iter()
+                .filter(|c| !c.evicted.load(Ordering::Relaxed))
+                .filter_map(|c| since(c.phase).map(|t| (t, c)))
+                .min_by_key(|(t, _)| *t)
+                .map(|(_, c)| c);
+            if let Some(c) = oldest {
+                c.evicted.store(true, Ordering::Release);
+                // A reader is woken by the end of its input and answers 408 if a
+                // request had begun; a writer blocked on a client that does not read
+                // can only be stopped by closing both ways.
+                let how = match c.phase {
+                    Phase::Writing(_) => std::net::Shutdown::Both,
+                    _ => std::net::Shutdown::Read,
+                };
+                let _ = c.stream.shutdown(how);
+            }
+            let end = Instant::now() + EVICT_WAIT;
+            while list.len() >= MAX_CONNECTIONS {
+                let t = end.saturating_duration_since(Instant::now());
+                if t.is_zero() {
+                    return false;
+                }
+                list = self
+                    .left
+                    .wait_timeout(list, t)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+        list.push(Slot {
+            id,
+            stream,
+            phase: Phase::Reading(Instant::now()),
+            evicted: evicted.clone(),
+        });
+        true
+    }
+
+    fn set(&self, id: u64, phase: Phase) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = list.iter_mut().find(|c| c.id == id) {
+            c.phase = phase;
+        }
+    }
+
+    fn leave(&self, id: u64) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|c| c.id != id);
+        self.left.notify_all();
+    }
+}
+
+/// Frees a connection's slot when its thread ends, however it ends.
+struct Leave<'a>(&'a Slots, u64);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.leave(self.1);
     }
 }
 
@@ -175,8 +290,12 @@ struct Head {
     expect_continue: bool,
 }
 
-struct Conn {
+struct Conn<'a> {
     s: TcpStream,
+    slots: &'a Slots,
+    id: u64,
+    /// Set when a newer connection took this one's slot.
+    evicted: Arc<AtomicBool>,
     /// Bytes read and not yet used are `buf[start..end]`.
     buf: Box<[u8]>,
     start: usize,
@@ -190,12 +309,27 @@ enum Fill {
     Eof,
     Late,
     Broken,
+    /// The connection was evicted for a newer one.
+    Evicted,
 }
 
-impl Conn {
-    fn new(s: TcpStream, max_body: usize) -> Conn {
+/// Why an evicted connection with a request begun is answered `408`.
+const EVICTED: &str =
+    "the request did not arrive in time: its connection went to a newer one (32 at once)";
+
+impl<'a> Conn<'a> {
+    fn new(
+        s: TcpStream,
+        max_body: usize,
+        slots: &'a Slots,
+        id: u64,
+        evicted: Arc<AtomicBool>,
+    ) -> Conn<'a> {
         Conn {
             s,
+            slots,
+            id,
+            evicted,
             buf: vec![0; MAX_HEAD].into_boxed_slice(),
             start: 0,
             end: 0,
@@ -217,6 +351,7 @@ impl Conn {
                 Err(Stop::Quiet) => return,
                 Err(Stop::Refuse(code, why)) => return self.refuse(code, why, head.version),
             };
+            self.slots.set(self.id, Phase::Handling);
             let req = Request {
                 method: head.method,
                 target: head.target,
@@ -225,16 +360,26 @@ impl Conn {
             let resp = handler(&req);
             let close = !head.keep_alive;
             let bytes = encode(&resp, head.version, close, req.method == "HEAD");
-            if self.s.write_all(&bytes).is_err() || close {
+            if self.send(&bytes).is_err() || close {
                 return;
             }
+            self.slots.set(self.id, Phase::Reading(Instant::now()));
         }
+    }
+
+    /// Writes an answer, as a connection that waits on its client (and may be evicted).
+    fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.slots.set(self.id, Phase::Writing(Instant::now()));
+        if self.evicted.load(Ordering::Acquire) {
+            self.s.set_write_timeout(Some(EVICTED_WRITE_TIME))?;
+        }
+        self.s.write_all(bytes)
     }
 
     /// Answers `code` and closes, reading what the client still sends for a moment.
     fn refuse(mut self, code: u16, why: &str, v: Version) {
         let r = Response::text(code, format!("error {why}\n"));
-        if self.s.write_all(&encode(&r, v, true, false)).is_err() {
+        if self.send(&encode(&r, v, true, false)).is_err() {
             return;
         }
         let _ = self.s.shutdown(std::net::Shutdown::Write);
@@ -269,7 +414,11 @@ impl Conn {
             if left.is_zero() || self.s.set_read_timeout(Some(left)).is_err() {
                 return Err(Fill::Late);
             }
-            match self.s.read(&mut self.buf[self.end..]) {
+            let got = self.s.read(&mut self.buf[self.end..]);
+            if matches!(got, Ok(0) | Err(_)) && self.evicted.load(Ordering::Acquire) {
+                return Err(Fill::Evicted);
+            }
+            match got {
                 Ok(0) => return Err(Fill::Eof),
                 Ok(n) => {
                     self.end += n;
@@ -322,6 +471,7 @@ impl Conn {
                 Err(Fill::Late) if !nothing => {
                     return Err(Stop::Refuse(408, "the request did not arrive in 10 s"))
                 }
+                Err(Fill::Evicted) if !nothing => return Err(Stop::Refuse(408, EVICTED)),
                 Err(Fill::Eof) if !nothing => {
                     return Err(Stop::Refuse(
                         400,
@@ -410,6 +560,7 @@ impl Conn {
             Fill::Full => Stop::Refuse(400, "a chunk size line or trailer longer than 16384 bytes"),
             Fill::Late => Stop::Refuse(408, "the request did not arrive in 10 s"),
             Fill::Eof => Stop::Refuse(400, "the request ended before its body did"),
+            Fill::Evicted => Stop::Refuse(408, EVICTED),
             Fill::Broken => Stop::Quiet,
         })
     }

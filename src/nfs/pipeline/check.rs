@@ -68,6 +68,14 @@ fn list(v: &[String]) -> String {
 }
 
 /// Named constants for `link`.
+/// Most tables, counters and parameters in a program. The plan indexes them with 16 bits
+/// (past 65,536 a `goto` or `count` wrapped to the first), and the loop check recurses
+/// once per table in a chain of gotos (100,000 overflowed the stack); a real program has
+/// a handful.
+pub const MAX_TABLES: usize = 1024;
+pub const MAX_COUNTERS: usize = 1024;
+pub const MAX_PARAMS: usize = 1024;
+
 pub const LINKS: &[(&str, u64)] = &[("ethernet", 0), ("raw", 1), ("sll", 2), ("sll2", 3)];
 
 type R<T> = Result<T, Diag>;
@@ -162,6 +170,12 @@ fn ones(bits: u32) -> u128 {
 impl<'a> Checker<'a> {
     fn declare(&mut self, values: &HashMap<String, ParamVal>) -> R<()> {
         let p = self.prog;
+        if let Some(par) = p.params.get(MAX_PARAMS) {
+            return Err(Diag::new(
+                par.name.span,
+                format!("at most {MAX_PARAMS} parameters"),
+            ));
+        }
         for par in &p.params {
             let v = values
                 .get(&par.name.text)
@@ -297,6 +311,12 @@ impl<'a> Checker<'a> {
             }
         }
         for (i, t) in p.tables.iter().enumerate() {
+            if i >= MAX_TABLES {
+                return Err(Diag::new(
+                    t.name.span,
+                    format!("at most {MAX_TABLES} tables"),
+                ));
+            }
             if self.tables.insert(&t.name.text, i).is_some() {
                 return Err(dup("table", &t.name));
             }
@@ -834,6 +854,12 @@ impl<'a> Checker<'a> {
                                     "`{}` names a table; its counters are kept already",
                                     n.text
                                 ),
+                            ));
+                        }
+                        if self.counters.len() >= MAX_COUNTERS {
+                            return Err(Diag::new(
+                                n.span,
+                                format!("at most {MAX_COUNTERS} counters"),
                             ));
                         }
                         self.counters.push((n.text.clone(), 0));
