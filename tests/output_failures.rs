@@ -129,6 +129,9 @@ fn standard_output_that_cannot_be_written_fails_in_one_line() {
     let chain = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/wire.toml");
     let (chain, trace) = (chain.to_str().unwrap(), dataset(TRACE));
     let trace = trace.to_str().unwrap();
+    let stv = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pipeline/wire.stv");
+    let stv = stv.to_str().unwrap().to_string();
+    let results = dir.path().join("results").to_str().unwrap().to_string();
     let cases: &[(&[&str], &str)] = &[
         (
             &["run", chain, "-i", trace, "-o", out.to_str().unwrap()],
@@ -142,6 +145,20 @@ fn standard_output_that_cannot_be_written_fails_in_one_line() {
         (&["nfs"], ""),
         (&["dpi", trace], ""),
         (&["dpi", trace, "--json"], ""),
+        (&["pipeline", &stv], ""),
+        (
+            &[
+                "bench",
+                "steve-ops",
+                "--runs",
+                "1",
+                "--scale",
+                "0.01",
+                "--out",
+                &results,
+            ],
+            "",
+        ),
     ];
     for (args, note) in cases {
         let full = std::fs::OpenOptions::new()
