@@ -424,6 +424,7 @@ fn worker_opts(opts: &RunOptions, finals: &[(String, PathBuf)], w: usize) -> Run
             .map(|(k, p)| (k.clone(), part(w, p)))
             .collect(),
         schedule: opts.schedule.clone(),
+        stop: opts.stop,
     }
 }
 
