@@ -129,6 +129,9 @@ fn standard_output_that_cannot_be_written_fails_in_one_line() {
     let chain = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/wire.toml");
     let (chain, trace) = (chain.to_str().unwrap(), dataset(TRACE));
     let trace = trace.to_str().unwrap();
+    let stv = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pipeline/wire.stv");
+    let stv = stv.to_str().unwrap().to_string();
+    let results = dir.path().join("results").to_str().unwrap().to_string();
     let cases: &[(&[&str], &str)] = &[
         (
             &["run", chain, "-i", trace, "-o", out.to_str().unwrap()],
@@ -142,6 +145,20 @@ fn standard_output_that_cannot_be_written_fails_in_one_line() {
         (&["nfs"], ""),
         (&["dpi", trace], ""),
         (&["dpi", trace, "--json"], ""),
+        (&["pipeline", &stv], ""),
+        (
+            &[
+                "bench",
+                "steve-ops",
+                "--runs",
+                "1",
+                "--scale",
+                "0.01",
+                "--out",
+                &results,
+            ],
+            "",
+        ),
     ];
     for (args, note) in cases {
         let full = std::fs::OpenOptions::new()
@@ -171,4 +188,60 @@ fn standard_output_that_cannot_be_written_fails_in_one_line() {
         packets(&dataset(TRACE)),
         "the wire chain forwards every packet"
     );
+}
+
+/// Unmounts the test's tmpfs however the test ends.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `--workers 2 -o` on a full disk: each worker's part fails to write. Before session
+/// 25 the parts were merged anyway and the merge's complaint (`o.pcap.w0.part: empty
+/// file (0 bytes), not a pcap …`) hid the cause; now the cause is the error, once,
+/// naming the output. Needs root for a 64 KiB tmpfs (skipped otherwise).
+#[test]
+fn sharded_output_on_a_full_disk_names_the_cause() {
+    let dir = tempdir();
+    let full = dir.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&full)
+        .output();
+    if !mounted.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: cannot mount a tmpfs (not root?)");
+        return;
+    }
+    let _guard = Mounted(full.clone());
+    let out = full.join("o.pcap");
+    let chain = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/wire.toml");
+    let o = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .arg("run")
+        .arg(&chain)
+        .arg("-i")
+        .arg(dataset("bench/ndpi-ether-merged.pcap"))
+        .arg("-o")
+        .arg(&out)
+        .args(["--workers", "2", "--json"])
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "not one line: {e}");
+    let cause = format!(
+        "error: {}: writing failed: No space left on device",
+        out.display()
+    );
+    assert!(e.starts_with(&cause), "{e}");
+    assert_eq!(e.matches("No space left").count(), 1, "{e}");
+    assert!(!e.contains(".part"), "{e}");
+    // The summary says so too, and the parts are gone.
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("the summary");
+    assert_eq!(v["output_errors"].as_array().unwrap().len(), 1, "{v}");
+    let left: Vec<_> = std::fs::read_dir(&full).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -22,11 +22,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         .and_then(|src| compile(&a.program.display().to_string(), &src, &HashMap::new()));
     match compiled.map(Pipeline::new) {
         Ok(p) => {
-            println!("{}: compiles", a.program.display());
-            println!("{}", p.report());
+            outln!("{}: compiles", a.program.display())?;
+            outln!("{}", p.report())?;
             match p.walk() {
-                Some(w) => println!("header walk run as catena's Layers decode: {w}"),
-                None => println!("header walk: the program's decoders, as written"),
+                Some(w) => outln!("header walk run as catena's Layers decode: {w}")?,
+                None => outln!("header walk: the program's decoders, as written")?,
             }
             Ok(0)
         }

@@ -234,6 +234,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let mut opts = RunOptions {
         loops: a.loops,
+        stop: Some(&signals::STOP),
         ..Default::default()
     };
     if let Some(o) = a.output.clone() {
@@ -261,6 +262,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
         })?;
     let mut bar = Bar::new(!a.json);
+    // From here on a SIGINT/SIGTERM ends the replay between batches, with its summary.
+    signals::install_replay_handlers();
     let mut s = if let (true, Input::Held(_) | Input::Shared(_)) = (workers > 1, &input) {
         let mut chains = vec![chain];
         for _ in 1..workers {
@@ -307,7 +310,34 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     s.input = name;
     s.set_total(t0.elapsed().as_secs_f64());
-    report(&s, a.json)
+    report_replay(&s, a.json)
+}
+
+/// A replay's summary and exit status: as [`report`], and when a SIGINT/SIGTERM ended it
+/// early, the summary says so (`--json`: `"interrupted": {"signal", "after_packets"}`),
+/// one `error:` line names it and the status is a shell's for that signal (130, 143).
+fn report_replay(s: &catena::runtime::Summary, json: bool) -> anyhow::Result<i32> {
+    let Some((signal, code)) = signals::received() else {
+        return report(s, json);
+    };
+    let n = s.packets_in;
+    let printed = if json {
+        let mut v = serde_json::to_value(s)?;
+        v["interrupted"] = serde_json::json!({ "signal": signal, "after_packets": n });
+        outln!("{v}")
+    } else {
+        crate::cli::write_out(format_args!(
+            "{}interrupted by {signal} after {n} packets\n",
+            s.render()
+        ))
+    };
+    let lost = printed.err().map(|e| format!("{e} (the summary is lost)"));
+    let mut errors = vec![format!("interrupted by {signal} after {n} packets")];
+    errors.extend(s.input_error.iter().cloned());
+    errors.extend(s.output_errors.iter().cloned());
+    errors.extend(lost);
+    eprintln!("error: {}", errors.join("; "));
+    Ok(code)
 }
 
 /// `--control PATH`: the Unix socket, its commands compiled off the worker and applied

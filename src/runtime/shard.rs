@@ -424,6 +424,7 @@ fn worker_opts(opts: &RunOptions, finals: &[(String, PathBuf)], w: usize) -> Run
             .map(|(k, p)| (k.clone(), part(w, p)))
             .collect(),
         schedule: opts.schedule.clone(),
+        stop: opts.stop,
     }
 }
 
@@ -452,12 +453,29 @@ fn gather(
             }
         }
     }
+    // A part a worker could not write whole (a full disk) is not merged: the merge
+    // would fail on it too, or leave out packets in the middle, and hide the cause. The
+    // workers' errors are the run's, named by the sink's own path.
+    let failed = |p: &Path| (0..n).any(|w| failed_part(&parts, &part(w, p)));
     let merged = match first_err {
-        None => finals.iter().try_for_each(|(_, p)| {
-            merge(header, p, &(0..n).map(|w| part(w, p)).collect::<Vec<_>>())
-        }),
+        None => finals
+            .iter()
+            .filter(|(_, p)| !failed(p))
+            .try_for_each(|(_, p)| {
+                merge(header, p, &(0..n).map(|w| part(w, p)).collect::<Vec<_>>())
+            }),
         Some(e) => Err(e),
     };
+    for (_, p) in finals {
+        for (w, (s, _, _)) in parts.iter_mut().enumerate() {
+            let shown = part(w, p).display().to_string();
+            for e in &mut s.output_errors {
+                if let Some(rest) = e.strip_prefix(&shown) {
+                    *e = format!("{}{rest} (the workers' parts were not merged)", p.display());
+                }
+            }
+        }
+    }
     for (_, p) in finals {
         for w in 0..n {
             let _ = std::fs::remove_file(part(w, p));
@@ -468,6 +486,9 @@ fn gather(
     progress.update(input, input);
     progress.finish();
     let mut s = sum(parts, started.elapsed().as_secs_f64());
+    // Every worker meets the same full disk: its cause once.
+    let mut seen = std::collections::HashSet::new();
+    s.output_errors.retain(|e| seen.insert(e.clone()));
     for (w, k) in s.workers.iter_mut().zip(stepped) {
         w.records_stepped = Some(k);
     }
@@ -477,6 +498,16 @@ fn gather(
         }
     }
     Ok(s)
+}
+
+/// Whether a worker's summary says its file `part` (or its `.seq` beside it) could not
+/// be written whole.
+fn failed_part(parts: &[Part], part: &Path) -> bool {
+    let shown = part.display().to_string();
+    parts
+        .iter()
+        .flat_map(|(s, _, _)| &s.output_errors)
+        .any(|e| e.starts_with(&shown))
 }
 
 /// Worker `w`'s own file for the sink writing `p`, merged into `p` at the end.
@@ -517,7 +548,8 @@ fn sink_paths(chain: &Chain, opts: &RunOptions) -> Vec<(String, PathBuf)> {
 fn merge(header: PcapHeader, out: &Path, parts: &[PathBuf]) -> anyhow::Result<()> {
     let mut ins = Vec::with_capacity(parts.len());
     for p in parts {
-        let t = Trace::open(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        // Its error names the file already.
+        let t = Trace::open(p)?;
         let q = seq_path(p);
         let f = std::fs::File::open(&q).map_err(|e| anyhow::anyhow!("{}: {e}", q.display()))?;
         ins.push((t, BufReader::new(f), 0usize, None::<u64>));

@@ -4,6 +4,7 @@
 //! `ingest.rs`, the sinks in `sink.rs`, the summary in `summary.rs`.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use super::chain::{Chain, NodeKind};
@@ -39,6 +40,18 @@ pub struct RunOptions {
     pub outputs: Vec<(String, PathBuf)>,
     /// Commands applied just before given packets enter the chain.
     pub schedule: Vec<Scheduled>,
+    /// Set (by a SIGINT/SIGTERM handler) to end a replay early: read between batches,
+    /// the run then ends as at the end of its input, every packet taken in processed
+    /// and written, and its summary made.
+    pub stop: Option<&'static AtomicBool>,
+}
+
+impl RunOptions {
+    /// Whether the run was asked to stop: one atomic load, between batches.
+    #[inline]
+    pub(super) fn stopped(&self) -> bool {
+        self.stop.is_some_and(|s| s.load(Ordering::Relaxed))
+    }
 }
 
 impl Default for RunOptions {
@@ -47,6 +60,7 @@ impl Default for RunOptions {
             loops: 1,
             outputs: Vec::new(),
             schedule: Vec::new(),
+            stop: None,
         }
     }
 }
@@ -244,13 +258,18 @@ impl Runner {
         // chunk's header lines while this one is worked on, when the chain reads them. A
         // copy's first touch is its ingest (`prefetch = k` serves that).
         src.set_lookahead(lasting.map_or(0, |_| self.walk.lookahead));
-        for lp in 0..opts.loops {
+        let mut stopped = false;
+        'replay: for lp in 0..opts.loops {
             // Each loop after the first shifts time by the first loop's span.
             if lp > 0 && !src.rewind() {
                 break;
             }
             self.walk.shift = src.span_ns().wrapping_mul(lp);
             loop {
+                if opts.stopped() {
+                    stopped = true;
+                    break 'replay;
+                }
                 // A batch ends where a scheduled change applies, so the change falls
                 // exactly between the packets it names.
                 while let Some(c) = schedule.get(next_change).filter(|c| c.at <= done) {
@@ -332,7 +351,7 @@ impl Runner {
         if let Some(a) = self.auto.as_mut() {
             a.end(&mut self.fast, done);
         }
-        if let Some(c) = schedule.get(next_change) {
+        if let Some(c) = schedule.get(next_change).filter(|_| !stopped) {
             anyhow::bail!(
                 "change at packet {} is past the end of the input ({done} packets)",
                 c.at
@@ -385,7 +404,8 @@ impl Runner {
         // A live change handed over by the gate, applied at its input position.
         let mut live = None;
         self.walk.clock.start(recs.iter().take(3).map(|r| r.ts_ns));
-        for lp in 0..opts.loops {
+        let mut stopped = false;
+        'replay: for lp in 0..opts.loops {
             self.walk.shift = span.wrapping_mul(lp);
             let base = recs.len() as u64 * lp;
             // What follows this loop's last record: the next loop's first, if any.
@@ -397,6 +417,10 @@ impl Runner {
             // Where the next entry's bytes begin in the queue.
             let mut off = 0;
             while pos < len {
+                if opts.stopped() {
+                    stopped = true;
+                    break 'replay;
+                }
                 let seq = base + at(pos);
                 // A batch ends where a scheduled change applies, so the change falls
                 // exactly between the packets it names.
@@ -451,13 +475,16 @@ impl Runner {
         }
         // Changes after this share's last packet but within the input still apply (a
         // sharded worker's state then matches one worker's at the end).
-        while let Some(c) = schedule.get(next_change).filter(|c| c.at < input) {
+        while let Some(c) = (schedule.get(next_change))
+            .filter(|c| c.at < input)
+            .filter(|_| !stopped)
+        {
             self.apply(&c.nf, &c.cmd).map_err(|e| {
                 anyhow::anyhow!("change at packet {}: `{} {}`: {e}", c.at, c.nf, c.cmd)
             })?;
             next_change += 1;
         }
-        if let Some(c) = schedule.get(next_change) {
+        if let Some(c) = schedule.get(next_change).filter(|_| !stopped) {
             anyhow::bail!(
                 "change at packet {} is past the end of the input ({input} packets)",
                 c.at

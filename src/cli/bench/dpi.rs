@@ -174,13 +174,13 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .collect();
     write_results(a, "dpi", &header, &body, &rows)?;
     if a.json {
-        println!("{}", serde_json::to_string(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?)?;
     } else {
-        print_table(&header, &body);
-        println!(
+        print_table(&header, &body)?;
+        outln!(
             "(median of {} runs; × catena = that tool's time / catena's time of the same kind)",
             a.runs
-        );
+        )?;
     }
     Ok(0)
 }

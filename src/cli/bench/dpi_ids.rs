@@ -102,7 +102,7 @@ pub fn run(a: &Args) -> anyhow::Result<Vec<String>> {
     if a.json {
         return Ok(vec![serde_json::to_string(&rows)?]);
     }
-    println!("\nDPI -> IDS on one stack: IDS subscribed to all data vs only HTTP-labelled flows");
-    print_table(&header, &body);
+    outln!("\nDPI -> IDS on one stack: IDS subscribed to all data vs only HTTP-labelled flows")?;
+    print_table(&header, &body)?;
     Ok(Vec::new())
 }

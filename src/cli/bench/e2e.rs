@@ -760,13 +760,13 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "processing Mpps",
     ];
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
-        println!(
+        outln!(
             "whole process, spawn to exit, medians of \"rounds\" interleaved runs (at least {}; more for short processes) (Mpps over the trace's packets); \"× Click\" is the median over rounds of Click's wall time over catena's in the same round, \"× Click range\" the lowest and highest round; \"CPU × Click\" the same with user+system time (load from elsewhere stretches it less than wall time); \"processing Mpps\" is catena's own `seconds` and is not comparable with the peers' columns",
             a.runs
-        );
-        print_table(&header, &table);
+        )?;
+        print_table(&header, &table)?;
     }
     // Same work means the same packets passed; only the MAC switch differs by design
     // (docs/e2e.md), any other case means the configurations are not equal.

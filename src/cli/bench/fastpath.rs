@@ -619,21 +619,21 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
     svg(&a.out.join("fastpath.svg"), &rows)?;
     if a.json {
-        println!("{}", serde_json::to_string(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?)?;
     } else {
-        print_table(&header, &body);
-        println!(
+        print_table(&header, &body)?;
+        outln!(
             "(TSC cycles per packet, median of {} runs (--runs rounded up to a multiple of the 6 orders of off, on, auto); {flows} flows: first = one packet each, later = {AGAIN} more each;\n floor = the same runs through an empty chain; chain = later minus floor, what the NFs or the consolidated path cost;\n mixed = filter, NAT, Maglev, monitor repeated; auto vs off = first and later packets together;\n auto = off (chain): auto stays off without a trial, the chain tells that consolidation loses; \"-\": floor-subtracted cost at or below zero)",
             rounds(a.runs)
-        );
+        )?;
         let show = |l: Option<f64>| l.map_or("?".into(), |l| format!("{l:.1}"));
-        println!(
+        outln!(
             "load average (1 min, /proc/loadavg): {} at the start, {} at the end: TSC figures under load move by tens of %",
             show(load_start),
             show(load_average())
-        );
+        )?;
         for m in &mixed {
-            println!(
+            outln!(
                 "mixed chain of {} on {} ({} packets): {:.2} Mpps off, {:.2} on, {:.2} auto ({} hits, {} misses on; auto {})",
                 m.chain_len,
                 m.trace,
@@ -652,7 +652,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                         m.auto_switches
                     )
                 }
-            );
+            )?;
         }
     }
     Ok(0)

@@ -556,9 +556,9 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         })
         .collect();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
-        print_table(&header, &table);
+        print_table(&header, &table)?;
     }
     write_results(a, "ids", &header, &table, &rows)?;
     Ok(0)

@@ -169,24 +169,24 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         &bars,
     )?;
     if a.json {
-        println!("{}", serde_json::to_string(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?)?;
         for line in super::dpi_ids::run(a)? {
-            println!("{line}");
+            outln!("{line}")?;
         }
         peers(a)?;
     } else {
-        print_table(&header, &body);
+        print_table(&header, &body)?;
         let at = |t: &str, m: &str, n: usize| find(&rows, "chain-length", t, m, n).unwrap_or(0.0);
         for t in ["64B", "8KB"] {
-            println!(
+            outln!(
                 "{t}: consolidated at 6 NFs = {:.0}% of 1 NF (target >= 80%), {:.2}x per-NF stacks (target >= 3x)",
                 100.0 * at(t, "consolidated", 6) / at(t, "consolidated", 1).max(1e-12),
                 at(t, "consolidated", 6) / at(t, "per-nf", 6).max(1e-12)
-            );
+            )?;
         }
-        println!("(median of {} runs; each run at least 1M packets)", a.runs);
+        outln!("(median of {} runs; each run at least 1M packets)", a.runs)?;
         super::dpi_ids::run(a)?;
-        println!();
+        outln!("")?;
         peers(a)?;
     }
     Ok(0)

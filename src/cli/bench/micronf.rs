@@ -739,13 +739,13 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     write_results(a, "micronf", &header, &table, &rows)?;
     svg(&a.out.join("micronf.svg"), &rows)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
-        print_table(&header, &table);
-        println!(
+        print_table(&header, &table)?;
+        outln!(
             "(shared 2-core machine: timings are noisy; CSV/JSON/SVG in {})",
             a.out.display()
-        );
+        )?;
     }
     Ok(0)
 }

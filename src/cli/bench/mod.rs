@@ -157,7 +157,7 @@ pub fn write_results<T: serde::Serialize>(
 }
 
 /// Prints a table with right-aligned columns.
-pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
     let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -170,10 +170,11 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
             .enumerate()
             .map(|(i, c)| format!("{:>1$}", c, w[i]))
             .collect();
-        println!("{}", s.join("  "));
+        outln!("{}", s.join("  "))
     };
-    line(header.to_vec());
+    line(header.to_vec())?;
     for r in rows {
-        line(r.iter().map(String::as_str).collect());
+        line(r.iter().map(String::as_str).collect())?;
     }
+    Ok(())
 }

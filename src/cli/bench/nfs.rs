@@ -280,13 +280,13 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .collect();
     write_results(a, "nfs", &header, &body, &rows)?;
     if a.json {
-        println!("{}", serde_json::to_string(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?)?;
     } else {
-        print_table(&header, &body);
-        println!(
+        print_table(&header, &body)?;
+        outln!(
             "(median of {} runs; each run at least 2M packets, the runtime's copy included)",
             a.runs
-        );
+        )?;
     }
     Ok(0)
 }

@@ -250,13 +250,14 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         .collect();
     write_results(a, "steve-ops", &header, &body, &rows)?;
     if a.json {
-        println!("{}", serde_json::to_string(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?)?;
     } else {
-        print_table(&header, &body);
-        println!(
+        print_table(&header, &body)?;
+        outln!(
             "(median of {} runs of {} iterations; working set {KEYS} packets/keys)",
-            a.runs, iters
-        );
+            a.runs,
+            iters
+        )?;
     }
     Ok(0)
 }

@@ -811,23 +811,23 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     }
     if a.json {
         // The rows of the veth chains; the in-process rows are in the results folder.
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     } else {
-        print_table(&header, &table);
+        print_table(&header, &table)?;
         if !inproc.is_empty() {
-            println!();
-            print_table(&ih, &itable);
+            outln!("")?;
+            print_table(&ih, &itable)?;
             for r in inproc.iter().filter(|r| r.size == 64 && r.mode != "off") {
                 let off = inproc
                     .iter()
                     .find(|o| o.stages == r.stages && o.size == 64 && o.mode == "off");
                 if let Some(off) = off.filter(|o| o.mpps > 0.0) {
-                    println!(
+                    outln!(
                         "in-process {} stages, 64 B: {}/off = {:.2}x Mpps (no per-frame cost to remove on a ring: a loss is expected)",
                         r.stages,
                         r.mode,
                         r.mpps / off.mpps
-                    );
+                    )?;
                 }
             }
         }
@@ -849,7 +849,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 continue;
             }
             let list: Vec<String> = procs.iter().map(|(n, v)| format!("{n} {v:.0}")).collect();
-            println!(
+            outln!(
                 "{} stage(s), {} B, {}, {}, {} ends: CPU ns per packet {} (sum {sum:.0}); busiest {who}: {:.3} Mpps on a core of its own; all on {cores} cores: {:.3} Mpps; measured {:.3}",
                 r.stages,
                 r.size,
@@ -860,7 +860,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 1e3 / most,
                 cores as f64 * 1e3 / sum,
                 r.mpps
-            );
+            )?;
         }
         for s in 1..=3 {
             for &kind in PORTS {
@@ -883,7 +883,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 ] {
                     if let (Some(off), Some(on)) = (at("off", 0, "plain"), at(mode, 0, ends)) {
                         if off.mpps > 0.0 && on.stage_cpu_ns_per_pkt > 0.0 {
-                            println!(
+                            outln!(
                                 "{s} stage(s), 64 B, {kind}, {ends} ends: {mode}/off = {:.2}x Mpps, {:.2}x fewer stage CPU ns per packet; sender {:.0} -> {:.0}, receiver {:.0} -> {:.0} ns per packet (PA-Flow target at 2 stages: >= 2.7x throughput)",
                                 on.mpps / off.mpps,
                                 off.stage_cpu_ns_per_pkt / on.stage_cpu_ns_per_pkt,
@@ -891,18 +891,18 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                                 on.sender_cpu_ns_per_pkt,
                                 off.receiver_cpu_ns_per_pkt,
                                 on.receiver_cpu_ns_per_pkt
-                            );
+                            )?;
                         }
                     }
                     let low = (at("off", LOW_RATE, "plain"), at(mode, LOW_RATE, ends));
                     if let (Some(off), Some(on)) = low {
-                        println!(
+                        outln!(
                             "{s} stage(s), 64 B, {kind}, {ends} ends, {} kpps: p50 {mode} {:.1} µs - off {:.1} µs = {:+.1} µs (PA-Flow target: <= +1 µs)",
                             LOW_RATE / 1000,
                             on.latency_p50_us,
                             off.latency_p50_us,
                             on.latency_p50_us - off.latency_p50_us
-                        );
+                        )?;
                     }
                 }
             }

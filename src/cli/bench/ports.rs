@@ -1091,16 +1091,16 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         })
         .collect();
     if a.json {
-        println!("{}", serde_json::to_string(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?)?;
     } else {
-        print_table(&header, &table);
-        println!("(Mpps = packets B received / sender seconds; latency at {LATENCY_PPS} pps offered; a shared 2-core machine: catena pinned to CPU 1, tcpreplay and the kernel's forwarding to CPU 0)");
-        println!();
-        println!("Targets at 64 B (issue 15), from the rows above:");
+        print_table(&header, &table)?;
+        outln!("(Mpps = packets B received / sender seconds; latency at {LATENCY_PPS} pps offered; a shared 2-core machine: catena pinned to CPU 1, tcpreplay and the kernel's forwarding to CPU 0)")?;
+        outln!("")?;
+        outln!("Targets at 64 B (issue 15), from the rows above:")?;
         print_table(
             &["target", "sender", "goal", "this run", "measured"],
             &goal_rows,
-        );
+        )?;
     }
     Ok(0)
 }

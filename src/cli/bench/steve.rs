@@ -443,9 +443,9 @@ fn run_grid(a: &Args, apps: &[(&str, &str)], name: &str, first: &str) -> anyhow:
         &rows,
     )?;
     if a.json {
-        println!("{}", serde_json::to_string(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?)?;
     } else {
-        print_table(&header, &body);
+        print_table(&header, &body)?;
     }
     Ok(rows)
 }
@@ -453,7 +453,7 @@ fn run_grid(a: &Args, apps: &[(&str, &str)], name: &str, first: &str) -> anyhow:
 pub fn apps(a: &Args) -> anyhow::Result<i32> {
     let rows = run_grid(a, APPS, "steve", "app")?;
     if !a.json {
-        println!("\nwire vs the floors (same run; apps view packets, the copy floor copies): ");
+        outln!("\nwire vs the floors (same run; apps view packets, the copy floor copies): ")?;
         for t in traces::names(&a.traces) {
             let get = |app: &str| {
                 rows.iter()
@@ -461,10 +461,10 @@ pub fn apps(a: &Args) -> anyhow::Result<i32> {
                     .map(|r| r.ns_per_packet)
             };
             if let (Some(w), Some(v), Some(c)) = (get("wire"), get("view-floor"), get(COPY_FLOOR)) {
-                println!(
+                outln!(
                     "  {t}: wire {w:.1} ns/pkt = {:.2}× the view floor's {v:.1}; copy floor {c:.1}",
                     w / v
-                );
+                )?;
             }
         }
         for t in traces::names(&a.traces) {
@@ -477,36 +477,36 @@ pub fn apps(a: &Args) -> anyhow::Result<i32> {
                 let budget = 1e3 / (10.0 * THESIS_MPPS[1].1);
                 let place = get(IDEAL_IN_PLACE)
                     .map_or(String::new(), |p| format!("; {IDEAL_IN_PLACE} {p:.1}"));
-                println!(
+                outln!(
                     "  {t}: ideal MAC switch = wire {w:.1} + {IDEAL_KEYS} {k:.1} = {:.1} ns/pkt against 10x the thesis' {budget:.1}{place}",
                     w + k
-                );
+                )?;
             }
         }
         if a.pipeline {
-            println!(
+            outln!(
                 "\nprogram vs native NF (same run, median of {}): time per packet, whole run",
                 a.runs
-            );
+            )?;
             for t in traces::names(&a.traces) {
                 for &(app, native, _) in PROGRAMS {
                     let get = |n: &str| rows.iter().find(|r| r.app == n && r.trace == t);
                     if let (Some(n), Some(p)) = (get(native), get(&program_row(app))) {
-                        println!(
+                        outln!(
                             "  {t} {app}: native {:.2} Mpps {:.1} ns/pkt, program {:.2} Mpps {:.1} ns/pkt = {:.2}×",
                             n.mpps,
                             n.ns_per_packet,
                             p.mpps,
                             p.ns_per_packet,
                             p.ns_per_packet / n.ns_per_packet
-                        );
+                        )?;
                     }
                 }
             }
         }
-        println!(
+        outln!(
             "\n10x the thesis (its Mpps on 4SICS times ten; cycles a packet it allows at this TSC):"
-        );
+        )?;
         for t in traces::names(&a.traces) {
             for &(app, thesis) in THESIS_MPPS {
                 let get = |n: &str| rows.iter().find(|r| r.app == n && r.trace == t);
@@ -523,13 +523,13 @@ pub fn apps(a: &Args) -> anyhow::Result<i32> {
                 let budget = n.cycles_per_packet * n.mpps / target;
                 let prog = get(&program_row(app))
                     .map_or(String::new(), |p| format!(", program {}", verdict(p)));
-                println!(
+                outln!(
                     "  {t} {app} (>= {target:.1} Mpps, <= {budget:.0} cyc/pkt): native {}{prog}",
                     verdict(n)
-                );
+                )?;
             }
         }
-        println!("results in {}", a.out.display());
+        outln!("results in {}", a.out.display())?;
     }
     Ok(0)
 }
@@ -537,7 +537,7 @@ pub fn apps(a: &Args) -> anyhow::Result<i32> {
 pub fn decode(a: &Args) -> anyhow::Result<i32> {
     let rows = run_grid(a, DECODES, "steve-decode", "decode")?;
     if !a.json {
-        println!("\nfull / partial time per packet (same run):");
+        outln!("\nfull / partial time per packet (same run):")?;
         for t in traces::names(&a.traces) {
             let get = |d: &str| {
                 rows.iter()
@@ -545,7 +545,7 @@ pub fn decode(a: &Args) -> anyhow::Result<i32> {
                     .map(|r| r.ns_per_packet)
             };
             if let (Some(p), Some(f)) = (get("partial"), get("full")) {
-                println!("  {t}: {:.2}×", f / p);
+                outln!("  {t}: {:.2}×", f / p)?;
             }
         }
     }

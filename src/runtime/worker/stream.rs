@@ -47,12 +47,17 @@ impl Runner {
         let mut started = false;
         let mut mine = [0u32; CHUNK];
         let max = self.walk.pool.max_packet();
-        for lp in 0..opts.loops {
+        let mut stopped = false;
+        'replay: for lp in 0..opts.loops {
             if lp > 0 && !src.rewind() {
                 break;
             }
             self.walk.shift = src.span_ns().wrapping_mul(lp);
             loop {
+                if opts.stopped() {
+                    stopped = true;
+                    break 'replay;
+                }
                 while let Some(c) = schedule.get(next_change).filter(|c| c.at <= done) {
                     self.apply(&c.nf, &c.cmd).map_err(|e| {
                         anyhow::anyhow!("change at packet {}: `{} {}`: {e}", c.at, c.nf, c.cmd)
@@ -154,7 +159,7 @@ impl Runner {
                 }
             }
         }
-        if let Some(c) = schedule.get(next_change) {
+        if let Some(c) = schedule.get(next_change).filter(|_| !stopped) {
             anyhow::bail!(
                 "change at packet {} is past the end of the input ({done} packets)",
                 c.at
