@@ -481,6 +481,36 @@ fn a_flow_that_ends_while_off_is_not_hit_after_switching_on() {
     }
 }
 
+/// 16,384 one-packet UDP flows: every packet of a trial of on is recorded.
+fn one_packet_flows() -> Trace {
+    generate(&GenOptions {
+        count: 16_384,
+        flows: 16_384,
+        ipv6_share: 0.0,
+        seed: 23,
+        ..GenOptions::profile(GenProfile::SmallFlows)
+    })
+    .expect("generate")
+}
+
+/// Two monitors, a filter and a NAT: a chain auto tries (it can win).
+fn monitors_filter_nat() -> ChainConfig {
+    let text = format!("name = \"auto\"\n[input]\nports = 1\n{MON2}{FILTER_NAT}");
+    ChainConfig::parse(&text, "auto.toml").expect("config")
+}
+
+/// A runner of `cfg` with `fastpath = "auto"`, recording at a flow's first packet.
+fn auto_runner(cfg: &ChainConfig, t: &Trace) -> Runner {
+    let mut c = Chain::from_config(cfg).expect("chain");
+    c.enable_fastpath(FastConfig {
+        record_at: 1,
+        ..FastConfig::default()
+    })
+    .expect("fastpath");
+    c.fastpath_auto = true;
+    Runner::new(c, t.max_packet_len())
+}
+
 /// Progress reports come where the worker already compares its packet count, as auto's
 /// looks do, but only auto's own looks may plan: session 22's first build had every
 /// report call `Auto::plan`, which took the quiet chunks between trials as over and
@@ -491,25 +521,10 @@ fn a_flow_that_ends_while_off_is_not_hit_after_switching_on() {
 /// the same as with none.
 #[test]
 fn progress_reports_leave_autos_decisions_alone() {
-    let t = generate(&GenOptions {
-        count: 16_384,
-        flows: 16_384,
-        ipv6_share: 0.0,
-        seed: 23,
-        ..GenOptions::profile(GenProfile::SmallFlows)
-    })
-    .expect("generate");
-    let text = format!("name = \"auto\"\n[input]\nports = 1\n{MON2}{FILTER_NAT}");
-    let cfg = ChainConfig::parse(&text, "auto.toml").expect("config");
+    let t = one_packet_flows();
+    let cfg = monitors_filter_nat();
     let decisions = |every: u64| {
-        let mut c = Chain::from_config(&cfg).expect("chain");
-        c.enable_fastpath(FastConfig {
-            record_at: 1,
-            ..FastConfig::default()
-        })
-        .expect("fastpath");
-        c.fastpath_auto = true;
-        let mut r = Runner::new(c, t.max_packet_len());
+        let mut r = auto_runner(&cfg, &t);
         r.report_every(every);
         let opts = RunOptions {
             loops: 36,
@@ -535,26 +550,9 @@ fn progress_reports_leave_autos_decisions_alone() {
 /// timed chunk.
 #[test]
 fn a_second_run_on_the_same_runner_goes_on_where_the_first_stopped() {
-    let t = generate(&GenOptions {
-        count: 16_384,
-        flows: 16_384,
-        ipv6_share: 0.0,
-        seed: 23,
-        ..GenOptions::profile(GenProfile::SmallFlows)
-    })
-    .expect("generate");
-    let text = format!("name = \"auto\"\n[input]\nports = 1\n{MON2}{FILTER_NAT}");
-    let cfg = ChainConfig::parse(&text, "auto.toml").expect("config");
-    let runner = || {
-        let mut c = Chain::from_config(&cfg).expect("chain");
-        c.enable_fastpath(FastConfig {
-            record_at: 1,
-            ..FastConfig::default()
-        })
-        .expect("fastpath");
-        c.fastpath_auto = true;
-        Runner::new(c, t.max_packet_len())
-    };
+    let t = one_packet_flows();
+    let cfg = monitors_filter_nat();
+    let runner = || auto_runner(&cfg, &t);
     let decided = |s: Summary| {
         let a = s.fastpath_auto.expect("auto stats");
         (a.switches, a.on, a.samples, a.skipped)
