@@ -892,6 +892,17 @@ impl Nat {
         outgoing: bool,
         now: u64,
     ) -> Result<(), u8> {
+        // The ICMP checksum covers the datagram as its total length gives it: bytes past
+        // it (Ethernet padding) are no part of the quote, and rewriting them would fold a
+        // change the receiver never sums into the checksum. 0 (a segmentation offload's
+        // capture) leaves the captured length.
+        let total = usize::from(be16(d, o3 + 2));
+        let end = if total == 0 {
+            d.len()
+        } else {
+            d.len().min(o3 + total)
+        };
+        let d = &mut d[..end];
         let q3 = o4 + 8;
         if d.len() < q3 + 20 || d[q3] >> 4 != 4 {
             return Err(MALFORMED);
