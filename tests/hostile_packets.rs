@@ -91,7 +91,11 @@ fn nat_never_translates_an_icmp_quote_past_the_ip_total_length() {
     let back = step(&mut n, &unreachable(quoted, full), S).expect("translated");
     assert_eq!(fold(&back[14..34]), 0, "ip checksum");
     assert_eq!(fold(&back[34..14 + full]), 0, "icmp checksum");
-    assert_eq!(&back[14 + 28..], &v[14..], "the quote is the datagram as sent");
+    assert_eq!(
+        &back[14 + 28..],
+        &v[14..],
+        "the quote is the datagram as sent"
+    );
     for total in [27, 28, 20 + 8 + 20, 20 + 8 + 20 + 2] {
         let e = unreachable(quoted, total);
         match step(&mut n, &e, 2 * S) {
@@ -102,5 +106,106 @@ fn nat_never_translates_an_icmp_quote_past_the_ip_total_length() {
                 fold(&b[34..14 + total])
             ),
         }
+    }
+}
+
+/// A classic pcap of Ethernet frames, one per millisecond.
+fn write_pcap(path: &std::path::Path, frames: &[Vec<u8>]) {
+    let mut f = Vec::new();
+    f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    f.extend_from_slice(&[
+        2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0, 0,
+    ]);
+    for (i, p) in frames.iter().enumerate() {
+        for v in [1000, (i as u32) * 1000, p.len() as u32, p.len() as u32] {
+            f.extend_from_slice(&v.to_le_bytes());
+        }
+        f.extend_from_slice(p);
+    }
+    std::fs::write(path, f).unwrap();
+}
+
+const CLIENT: [u8; 4] = [192, 168, 1, 10];
+const SERVER: [u8; 4] = [93, 184, 216, 34];
+
+/// A TCP segment of the connection CLIENT:40000 <-> SERVER:80; `to_server` picks the
+/// direction, `flags` among "SAPF", window 65535 (no scaling).
+fn seg(to_server: bool, seq: u32, ack: u32, flags: &str, payload: &[u8]) -> Vec<u8> {
+    let (src, dst, sp, dp) = if to_server {
+        (CLIENT, SERVER, 40000, 80)
+    } else {
+        (SERVER, CLIENT, 80, 40000)
+    };
+    let mut b = PacketBuilder::ethernet2([1; 6], [2; 6])
+        .ipv4(src, dst, 64)
+        .tcp(sp, dp, seq, 65535);
+    for c in flags.chars() {
+        b = match c {
+            'S' => b.syn(),
+            'A' => b.ack(ack),
+            'P' => b.psh(),
+            'F' => b.fin(),
+            _ => b,
+        };
+    }
+    let mut v = Vec::new();
+    b.write(&mut v, payload).unwrap();
+    v
+}
+
+/// One forged segment far past the server's window (a gigabyte ahead, or 2^31 - 1) made
+/// the client's direction give up reassembly, and the IDS saw none of the request that
+/// followed in order; Suricata ignores the segment as out of window and alerts on the
+/// request. The rules that match the real request must fire as Suricata's do.
+#[test]
+fn a_segment_far_past_the_window_does_not_blind_the_ids() {
+    common::require("suricata");
+    let dir = common::tempdir();
+    let rules = dir.path().join("r.rules");
+    std::fs::write(
+        &rules,
+        "alert tcp any any -> any 80 (msg:\"stream\"; flow:to_server; content:\"/real\"; sid:3;)\n\
+         alert http any any -> any any (msg:\"uri\"; http.uri; content:\"/real\"; sid:4;)\n",
+    )
+    .unwrap();
+    let req = b"GET /real HTTP/1.1\r\nHost: a.example\r\n\r\n";
+    let fake = b"GET /fake HTTP/1.1\r\nHost: a.example\r\n\r\n";
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nabcd";
+    let (a, b) = (1000u32, 5000u32);
+    let n = req.len() as u32;
+    for jump in [0x4000_0000u32, 0x7fff_ffff, 70_000] {
+        let frames = vec![
+            seg(true, a, 0, "S", b""),
+            seg(false, b, a + 1, "SA", b""),
+            seg(true, a + 1, b + 1, "A", b""),
+            seg(true, a + 1 + jump, b + 1, "AP", fake),
+            seg(true, a + 1, b + 1, "AP", req),
+            seg(false, b + 1, a + 1 + n, "AP", resp),
+            seg(true, a + 1 + n, b + 1 + resp.len() as u32, "AF", b""),
+            seg(false, b + 1 + resp.len() as u32, a + 2 + n, "AF", b""),
+            seg(true, a + 2 + n, b + 2 + resp.len() as u32, "A", b""),
+        ];
+        let pcap = dir.path().join(format!("jump{jump}.pcap"));
+        write_pcap(&pcap, &frames);
+        let sd = dir.path().join(format!("s{jump}"));
+        std::fs::create_dir_all(&sd).unwrap();
+        let theirs = common::suricata_alert_counts(&pcap, &rules, &sd);
+        let od = dir.path().join(format!("o{jump}"));
+        std::fs::create_dir_all(&od).unwrap();
+        let ours = common::catena_ids_counts(&pcap, &rules, &od);
+        assert_eq!(
+            theirs.get(&3),
+            Some(&1),
+            "suricata, jump {jump}: {theirs:?}"
+        );
+        assert_eq!(
+            theirs.get(&4),
+            Some(&1),
+            "suricata, jump {jump}: {theirs:?}"
+        );
+        assert_eq!(
+            ours, theirs,
+            "jump {jump}: ours {ours:?}, suricata {theirs:?}"
+        );
     }
 }

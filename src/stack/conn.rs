@@ -5,6 +5,7 @@ use super::event::Kinds;
 use super::reasm::Stream;
 use super::splice::Splice;
 use super::tcp_state::{Fins, TcpState};
+use super::window::Window;
 use crate::flow::FlowKey;
 
 /// Most apps one stack serves (the subscription masks are kept per flow for each).
@@ -29,6 +30,8 @@ pub struct Conn {
     /// Payload bytes per direction that were already held (retransmissions, overlaps).
     pub duplicate_bytes: [u64; 2],
     pub(crate) splice: Option<Splice>,
+    /// Each side's advertised receive window (segments past it are not reassembled).
+    pub(crate) window: Window,
     /// Bytes were still waiting behind a hole when the flow ended (data the capture
     /// lost), per direction.
     pub(crate) hole_at_end: [bool; 2],
@@ -52,6 +55,7 @@ impl Conn {
             packets: [0; 2],
             duplicate_bytes: [0; 2],
             splice: None,
+            window: Window::default(),
             hole_at_end: [false; 2],
             serial: 0,
         }

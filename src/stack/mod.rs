@@ -7,6 +7,7 @@
 //! - [`event`], [`queue`]: the events of a batch and the bytes they carry.
 //! - [`app`]: the app interface, the dispatch context, and batch delivery.
 //! - [`splice`]: sequence translation for connections handed to a backend.
+//! - [`window`]: each side's advertised receive window; segments past it are not fed.
 //!
 //! See docs/microboxes.md for the model and its limits.
 
@@ -19,6 +20,7 @@ pub mod seq;
 pub mod splice;
 pub mod tcp_state;
 pub mod tracker;
+pub mod window;
 
 pub use app::{dispatch, translate_batch, App, Ctx};
 pub use conn::{Conn, MAX_APPS};

@@ -102,6 +102,9 @@ pub struct StackStats {
     /// Acknowledged holes skipped (data the capture missed), and their bytes.
     pub gaps: u64,
     pub gap_bytes: u64,
+    /// Segments with data that started past their receiver's advertised window: not
+    /// reassembled (a forged segment far ahead would have made the direction give up).
+    pub out_of_window: u64,
 }
 
 pub struct Stack {
@@ -489,6 +492,13 @@ impl Stack {
         }
         let dir = usize::from(key != c.key);
         c.packets[dir] += 1;
+        if syn {
+            c.window.syn(dir, &h[20..hl]);
+        }
+        if fl & flags::ACK != 0 {
+            c.window
+                .ack(dir, syn, ack, u16::from_be_bytes([h[14], h[15]]));
+        }
         q.pkt_flow[idx as usize] = (f, dir as u8);
         if let Some(v) = q.pkt_streams.get_mut(idx as usize) {
             *v = [0, 1].map(|d| (c.streams[d].next_seq(), c.streams[d].delivered()));
@@ -597,8 +607,10 @@ impl Stack {
                 // The ISN's successor; on a pickup, the first segment seen.
                 st.start(seq.wrapping_add(u32::from(syn)));
             }
-            if pay_len > 0 && take {
-                let data_seq = seq.wrapping_add(u32::from(syn));
+            let data_seq = seq.wrapping_add(u32::from(syn));
+            let beyond = pay_len > 0 && take && c.window.beyond(dir, data_seq);
+            self.stats.out_of_window += u64::from(beyond);
+            if pay_len > 0 && take && !beyond {
                 let payload = &d[pay_off..pay_off + pay_len];
                 let mut first: Option<(usize, usize)> = None;
                 let mut copied = false;

@@ -436,6 +436,7 @@ impl Nf for Microbox {
             add("duplicate_bytes", s.duplicate_bytes);
             add("stream_gaps", s.gaps);
             add("stream_gap_bytes", s.gap_bytes);
+            add("stream_out_of_window", s.out_of_window);
             add("events_refused", u.q.refused);
             for a in &u.apps {
                 for (k, v) in a.stats() {
