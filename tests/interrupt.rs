@@ -3,10 +3,11 @@
 //! Now the replay stops between batches: the packets taken in are processed and
 //! written, the output pcap is whole, the summary says the run was interrupted and
 //! after how many packets, and the exit status is a shell's for the signal (130, 143),
-//! with one worker, several, and stages.
+//! with one worker, several (indexed and streamed), and stages; a second signal kills.
 
 mod common;
 
+use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,6 +34,20 @@ fn writing(dir: &Path) -> bool {
 /// checks the interrupted run's summary, status and output.
 fn interrupted(chain: &str, extra: &[&str], sig: libc::c_int, name: &str, code: i32) {
     let dir = tempdir();
+    let extra = [&["--loops", "1000000"], extra].concat();
+    interrupted_on(&dir, &dataset(TRACE), chain, &extra, sig, name, code);
+}
+
+/// The same over `input`, with the run's own `extra` flags.
+fn interrupted_on(
+    dir: &tempfile::TempDir,
+    input: &Path,
+    chain: &str,
+    extra: &[&str],
+    sig: libc::c_int,
+    name: &str,
+    code: i32,
+) {
     let f = dir.path().join("chain.toml");
     std::fs::write(&f, chain).unwrap();
     let out = dir.path().join("out.pcap");
@@ -40,8 +55,8 @@ fn interrupted(chain: &str, extra: &[&str], sig: libc::c_int, name: &str, code: 
         .arg("run")
         .arg(&f)
         .arg("-i")
-        .arg(dataset(TRACE))
-        .args(["--loops", "1000000", "--json", "-o"])
+        .arg(input)
+        .args(["--json", "-o"])
         .arg(&out)
         .args(extra)
         .stdout(Stdio::piped())
@@ -63,15 +78,8 @@ fn interrupted(chain: &str, extra: &[&str], sig: libc::c_int, name: &str, code: 
     // Sent from here: a `&` job of a non-interactive shell would ignore SIGINT.
     // SAFETY: a signal to the child this test started and has not reaped.
     assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
-    let t1 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t1.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("{extra:?}: still running 60 s after {name}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let o = child.wait_with_output().unwrap();
+    let what = format!("after {name} ({extra:?})");
+    let o = wait::exit_within(child, Duration::from_secs(60), &what);
     let e = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(code), "{extra:?}: {e}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
@@ -111,4 +119,75 @@ fn sigterm_stops_sharded_workers_with_their_summary_and_a_merged_output() {
 #[test]
 fn sigint_stops_stages_with_their_summary_and_a_whole_output() {
     interrupted(STAGES, &[], libc::SIGINT, "SIGINT", 130);
+}
+
+/// The streamed sharded path (`--workers N` over a mapped pcap read once, each worker
+/// walking the map itself) reads the stop flag per chunk of batches: a single pass long
+/// enough to aim a signal at (a generated capture, and a `busy` NF that spends a fixed
+/// number of TSC ticks per packet) must stop with its summary and a merged output.
+#[test]
+fn sigterm_stops_streamed_sharded_workers_reading_the_capture_once() {
+    let dir = tempdir();
+    let big = dir.path().join("big.pcap");
+    let o = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args(["gen", "-n", "200000", "--size", "64", "-o"])
+        .arg(&big)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let busy = "[[nf]]\nname = \"b\"\nkind = \"busy\"\ncycles = 20000\n";
+    let extra = ["--workers", "2", "--loops", "1"];
+    interrupted_on(&dir, &big, busy, &extra, libc::SIGTERM, "SIGTERM", 143);
+}
+
+/// After the first SIGINT the handler is gone (`SA_RESETHAND`): a replay stuck where
+/// batches do not end (a pipe whose writer went quiet) is killed by the second.
+#[test]
+fn a_second_sigint_kills_a_replay_that_does_not_stop() {
+    let dir = tempdir();
+    let fifo = dir.path().join("in.pcap");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path in a directory of this test's own.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let f = dir.path().join("chain.toml");
+    std::fs::write(&f, WIRE).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_catena"))
+        .arg("run")
+        .arg(&f)
+        .arg("-i")
+        .arg(&fifo)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run catena");
+    let pid = child.id();
+    // Opening the write end waits for catena to open the read end; the header and a few
+    // packets, then silence with the pipe held open.
+    let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    let mut head = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    head.extend_from_slice(&[0xff, 0xff, 0, 0, 1, 0, 0, 0]);
+    for i in 0..3u32 {
+        for v in [1, i, 60, 60] {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        head.extend_from_slice(&[0u8; 60]);
+    }
+    w.write_all(&head).unwrap();
+    let limit = Duration::from_secs(60);
+    wait::until_catches(pid, libc::SIGINT, true, limit, "the handler");
+    // SAFETY: a signal to the child this test started and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) }, 0);
+    // Handled (the handler resets itself), and the replay still waits on the pipe.
+    wait::until_catches(pid, libc::SIGINT, false, limit, "the first SIGINT handled");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        wait::catches(pid, libc::SIGTERM),
+        "exited after the first SIGINT"
+    );
+    // SAFETY: as above; the child has not been reaped.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) }, 0);
+    let o = wait::exit_within(child, limit, "after the second SIGINT");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(libc::SIGINT), "{:?}", o.status);
+    drop(w);
 }

@@ -8,7 +8,7 @@ use std::io::Write as _;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::tempdir;
 
@@ -155,7 +155,7 @@ fn a_capture_truncated_while_looping_ends_with_an_error_and_the_summary() {
     let d = tempdir();
     let path = d.path().join("t.pcap");
     std::fs::write(&path, pcap(2000, 1000)).unwrap();
-    let mut child = catena()
+    let child = catena()
         .args([
             "run",
             concat!(env!("CARGO_MANIFEST_DIR"), "/examples/wire.toml"),
@@ -177,15 +177,7 @@ fn a_capture_truncated_while_looping_ends_with_an_error_and_the_summary() {
         .unwrap()
         .set_len(24 + 700 * 1016 + 5)
         .unwrap();
-    let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            panic!("still running 30 s after the truncation");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let o = child.wait_with_output().unwrap();
+    let o = common::wait::exit_within(child, Duration::from_secs(30), "after the truncation");
     assert_eq!(
         o.status.signal(),
         None,

@@ -1,6 +1,8 @@
 //! Shared by the integration tests: dataset paths, running chains, external oracles.
 #![allow(dead_code)]
 
+pub mod wait;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
