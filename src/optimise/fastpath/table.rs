@@ -773,6 +773,35 @@ impl Table {
         }
     }
 
+    /// The way of the full set at `base` that an insert at capture time `now` replaces:
+    /// one idle past the timeout (its flow is gone), else the newest of the ways with no
+    /// hit since they were installed, else the least recently used (by the entry's own
+    /// `last_ns`, so a hit writes nothing outside the line it already holds). Plain LRU
+    /// thrashes a set that more flows share than it has ways: nine flows taking turns
+    /// over eight ways each evict the flow that comes next, so none of them ever hits
+    /// (the bench's 16,384 flows in 65,536 entries leave a few such sets, their number
+    /// changing with each process's hash seeds: each a recording a packet, and a chunk
+    /// of hits off the fused run). Newcomers that have not hit yet replace each other
+    /// instead, and the flows that hit keep their ways: seven of the nine hit. A
+    /// remembered refusal counts as hit (it is only cheap to lose for one packet).
+    fn victim(&self, base: usize, now: u64) -> Way {
+        let ways = (0..WAYS).map(|i| Way((base + i) as u32));
+        if self.timeout_ns != 0 {
+            let idle = ways
+                .clone()
+                .find(|&w| now.saturating_sub(self.hot(w).last_ns) > self.timeout_ns);
+            if let Some(w) = idle {
+                return w;
+            }
+        }
+        let cold = |w: &Way| self.hot(*w).count == 0 && !self.hot(*w).refusal();
+        ways.clone()
+            .filter(cold)
+            .max_by_key(|&w| self.hot(w).last_ns)
+            .or_else(|| ways.min_by_key(|&w| self.hot(w).last_ns))
+            .unwrap_or(Way(base as u32))
+    }
+
     /// Installs `e` (replacing an entry of the same key); returns whether another entry
     /// was evicted to make room.
     pub fn insert(&mut self, e: &Entry, keys: &Keys) -> bool {
@@ -798,13 +827,7 @@ impl Table {
                 }
                 None => {
                     evicted = true;
-                    // Least recently used by capture time: the entry's own `last_ns`,
-                    // so a hit writes nothing outside the line it already holds. The
-                    // set is full: every way holds an entry.
-                    let w = (0..WAYS)
-                        .map(|i| Way((base + i) as u32))
-                        .min_by_key(|&w| self.hot(w).last_ns)
-                        .unwrap_or(Way(base as u32));
+                    let w = self.victim(base, e.last_ns);
                     self.retire(w);
                     w
                 }
