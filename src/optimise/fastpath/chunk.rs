@@ -450,11 +450,35 @@ impl FastPath {
                         })
                     };
                     for (j, sl, _) in calls() {
-                        if named & 1 << sl != 0 {
+                        if named & 1 << sl == 0 {
+                            continue;
+                        }
+                        // Unchecked: a prefetch of an address that names nothing (a
+                        // stale token past the slab) is harmless.
+                        let l = &lines[sl];
+                        if l.ctrl.is_null() && !l.reads_key {
                             for p in &paths[a..b] {
-                                // Unchecked: a prefetch of an address that names nothing
-                                // (a stale token past the slab) is harmless.
-                                super::table::prefetch(lines[sl].prefetch_at(p[j].token));
+                                super::table::prefetch(l.prefetch_at(p[j].token));
+                            }
+                            continue;
+                        }
+                        // An item that may straddle two lines, the control byte a hit
+                        // reads first, the flow key it hands over (the monitor).
+                        for (p, ks) in paths[a..b].iter().zip(&keys[a..b]) {
+                            let s = &p[j];
+                            if !l.base.is_null() {
+                                let at = l.prefetch_at(s.token);
+                                super::table::prefetch(at);
+                                super::table::prefetch(at.wrapping_add(l.last));
+                            }
+                            if !l.ctrl.is_null() {
+                                super::table::prefetch(l.ctrl_at(s.token));
+                            }
+                            if l.reads_key {
+                                let k = ks.as_ptr().wrapping_add(s.key_index());
+                                super::table::prefetch(k);
+                                let end = size_of::<FlowKey>() - 1;
+                                super::table::prefetch(k.cast::<u8>().wrapping_add(end));
                             }
                         }
                     }

@@ -1112,6 +1112,51 @@ mod tests {
         assert_eq!(t.way_in(Probe::NONE, k), None);
     }
 
+    /// Session 26: nine flows taking turns over a set of eight ways. LRU eviction made
+    /// every packet a miss (each insert evicts the flow that comes next); the newest
+    /// entry with no hit is evicted instead, so seven of the nine hit every round. An
+    /// entry idle past the timeout goes first, before any that still hits.
+    #[test]
+    fn a_set_shared_by_more_flows_than_ways_does_not_thrash() {
+        let mut t = Table::new(WAYS, 0);
+        t.ready();
+        let keys: Vec<FpKey> = (0..WAYS as u64 + 1).map(FpKey::numbered).collect();
+        let mut now = 0;
+        let mut hits = [0; 5];
+        for h in &mut hits {
+            for k in &keys {
+                now += 1;
+                match t.find(k, t.hash(k), now) {
+                    Found::Hit(w) => {
+                        t.hit(w, now);
+                        *h += 1;
+                    }
+                    _ => {
+                        let mut e = Entry::EMPTY;
+                        (e.key, e.len, e.last_ns) = (*k, 1, now);
+                        t.insert(&e, &Keys::EMPTY);
+                    }
+                }
+            }
+        }
+        assert_eq!(hits, [0, 7, 7, 7, 7]);
+        // With a timeout, an idle entry is the one replaced, even one that hit.
+        let mut t = Table::new(WAYS, 100);
+        t.ready();
+        for (i, k) in keys[..WAYS].iter().enumerate() {
+            let mut e = Entry::EMPTY;
+            (e.key, e.len, e.last_ns) = (*k, 1, if i == 3 { 1 } else { 150 });
+            t.insert(&e, &Keys::EMPTY);
+            let w = t.way(k, t.hash(k)).unwrap();
+            t.hit(w, e.last_ns);
+        }
+        let mut e = Entry::EMPTY;
+        (e.key, e.len, e.last_ns) = (keys[WAYS], 1, 200);
+        assert!(t.insert(&e, &Keys::EMPTY));
+        assert_eq!(t.way(&keys[3], t.hash(&keys[3])), None, "the idle one went");
+        assert_eq!(t.len(), WAYS);
+    }
+
     /// A table is allocated untouched: a set is written on its first insert, and the
     /// walks over written sets (counts, removal through an NF, clearing) see every entry.
     #[test]
