@@ -368,15 +368,27 @@ pub trait Consolidate {
 
 /// Where the state tokens name lies: token `t` names the `stride`-byte item at
 /// `base + ((t >> 32) & mask) * stride` when that index is below `len` (a slab indexed
-/// by the token's high half, as the NAT's mappings and Maglev's connections are). Used
-/// only to prefetch (never read through), so a stale or wrong address costs nothing but
-/// the prefetch.
+/// by the token's high half, as the NAT's mappings and Maglev's connections are; the
+/// flow monitor's hash table with a negative stride, as hashbrown keeps its buckets
+/// below its control bytes). Used only to prefetch (never read through), so
+/// a stale or wrong address costs nothing but the prefetch.
 #[derive(Clone, Copy, Debug)]
 pub struct TokenLines {
     pub base: *const u8,
     pub len: usize,
+    /// Bytes from one item to the next (wrapping: a negative stride is its two's
+    /// complement).
     pub stride: usize,
     pub mask: u64,
+    /// The offset of the item's last byte a hit reads, when the item may straddle two
+    /// lines (0: one line is prefetched, as for the NAT's and Maglev's items).
+    pub last: usize,
+    /// A byte per item that a hit reads before the item (a hash table's control bytes),
+    /// at `ctrl + index`; null when there is none.
+    pub ctrl: *const u8,
+    /// The NF's state function reads the flow key the hit hands it
+    /// ([`FastPacket::key`]): FastPath prefetches that too.
+    pub reads_key: bool,
 }
 
 impl TokenLines {
@@ -385,6 +397,9 @@ impl TokenLines {
         len: 0,
         stride: 0,
         mask: 0,
+        last: 0,
+        ctrl: std::ptr::null(),
+        reads_key: false,
     };
 
     /// The lines of a slab indexed by the tokens' high half under `mask`.
@@ -394,14 +409,20 @@ impl TokenLines {
             len: slab.len(),
             stride: std::mem::size_of::<T>(),
             mask,
+            ..TokenLines::NONE
         }
+    }
+
+    #[inline(always)]
+    fn index(&self, token: u64) -> usize {
+        ((token >> 32) & self.mask) as usize
     }
 
     /// The address of the item `token` names, if it names one.
     #[inline(always)]
     pub fn at(&self, token: u64) -> Option<*const u8> {
-        let i = ((token >> 32) & self.mask) as usize;
-        (i < self.len).then(|| self.base.wrapping_add(i * self.stride))
+        let i = self.index(token);
+        (i < self.len).then(|| self.base.wrapping_add(i.wrapping_mul(self.stride)))
     }
 
     /// Where `token`'s item would be, unchecked: for a prefetch only (which has no
@@ -409,8 +430,15 @@ impl TokenLines {
     /// bounds test per step. Lines that name nothing ([`TokenLines::NONE`]) give null.
     #[inline(always)]
     pub fn prefetch_at(&self, token: u64) -> *const u8 {
-        let i = ((token >> 32) & self.mask) as usize;
-        self.base.wrapping_add(i.wrapping_mul(self.stride))
+        self.base
+            .wrapping_add(self.index(token).wrapping_mul(self.stride))
+    }
+
+    /// Where `token`'s control byte would be (unchecked, for a prefetch; only when
+    /// `ctrl` is not null).
+    #[inline(always)]
+    pub fn ctrl_at(&self, token: u64) -> *const u8 {
+        self.ctrl.wrapping_add(self.index(token))
     }
 }
 

@@ -216,8 +216,8 @@ impl FastPath {
                 self.find_ways(cx, nf_lines, keyed, &keys, &probes, &mut ways);
             }
         }
-        // The common case, fused: every packet of the chunk is IP and finds a live,
-        // unexpired consolidated entry it fits (long enough, Ethernet addresses as
+        // The common case, fused: the packets of the chunk are IP and find a live,
+        // unexpired consolidated entry they fit (long enough, Ethernet addresses as
         // recorded, no FIN/RST). Hits then go along their entries in one pass, without
         // the general loop's per-packet lookup, flush, refusal and deferral handling.
         // Hits change no entry but a failed check's, so what was found holds.
@@ -228,40 +228,44 @@ impl FastPath {
         // with the TCP flags read once for the FIN/RST test and them.
         let fuses = self.fuses();
         let mut facts = [FastFacts::default(); MAX_BATCH];
-        let all = keyed.count_ones() as usize == input.len() && !input.is_empty();
-        // (No removal since the probes: the ways found are live.)
-        let fits = all
-            && input.iter().enumerate().all(|(i, p)| {
-                let w = if ways_found {
-                    ways[i]
-                } else {
-                    self.table.way_in(probes[i], &keys[i])
-                };
-                let flags = keys[i].tcp_flags(p.data());
-                if fuses {
-                    let m = p.meta();
-                    facts[i] = FastFacts {
-                        ts_ns: m.ts_ns,
-                        now_ns: m.now_ns,
-                        wire_len: m.wire_len,
-                        tcp_flags: flags,
-                        fragment: keys[i].layer_flags() & Layers::FRAGMENT != 0,
-                    };
-                }
-                match w.filter(|&w| self.table.fits(w, flags, p)) {
-                    Some(w) => {
-                        fused[i] = Some(w);
-                        true
-                    }
-                    None => false,
-                }
-            });
-        let run = fits && fuses;
         let n = input.len();
+        // The leading packets that fit (no removal since the probes: the ways found are
+        // live). A fused run takes them even when a later packet misses: one miss (an
+        // evicted flow) would otherwise send the chunk's 31 hits down the general loop,
+        // two dynamic calls per NF and hit.
+        let mut fit = 0;
+        for (i, p) in input.iter().enumerate() {
+            if keyed & 1 << i == 0 {
+                break;
+            }
+            let w = if ways_found {
+                ways[i]
+            } else {
+                self.table.way_in(probes[i], &keys[i])
+            };
+            let flags = keys[i].tcp_flags(p.data());
+            if fuses {
+                let m = p.meta();
+                facts[i] = FastFacts {
+                    ts_ns: m.ts_ns,
+                    now_ns: m.now_ns,
+                    wire_len: m.wire_len,
+                    tcp_flags: flags,
+                    fragment: keys[i].layer_flags() & Layers::FRAGMENT != 0,
+                };
+            }
+            match w.filter(|&w| self.table.fits(w, flags, p)) {
+                Some(w) => fused[i] = Some(w),
+                None => break,
+            }
+            fit = i + 1;
+        }
+        let fits = fit == n && n > 0;
         let mut rest = input.drain().enumerate();
-        if run {
-            // Packets the NFs did not vouch for go on in the general loop, one by one.
-            self.fused_run(h, &mut rest, &fused, &facts, n);
+        if fuses && fit > 0 {
+            // Packets the NFs did not vouch for, and those past the fitting ones, go on
+            // in the general loop, one by one.
+            self.fused_run(h, &mut rest, &fused, &facts, fit);
         } else if fits {
             let failed = if self.calls && self.lendable {
                 // The NFs the hits call, looked up once for the chunk.
@@ -446,11 +450,35 @@ impl FastPath {
                         })
                     };
                     for (j, sl, _) in calls() {
-                        if named & 1 << sl != 0 {
+                        if named & 1 << sl == 0 {
+                            continue;
+                        }
+                        // Unchecked: a prefetch of an address that names nothing (a
+                        // stale token past the slab) is harmless.
+                        let l = &lines[sl];
+                        if l.ctrl.is_null() && !l.reads_key {
                             for p in &paths[a..b] {
-                                // Unchecked: a prefetch of an address that names nothing
-                                // (a stale token past the slab) is harmless.
-                                super::table::prefetch(lines[sl].prefetch_at(p[j].token));
+                                super::table::prefetch(l.prefetch_at(p[j].token));
+                            }
+                            continue;
+                        }
+                        // An item that may straddle two lines, the control byte a hit
+                        // reads first, the flow key it hands over (the monitor).
+                        for (p, ks) in paths[a..b].iter().zip(&keys[a..b]) {
+                            let s = &p[j];
+                            if !l.base.is_null() {
+                                let at = l.prefetch_at(s.token);
+                                super::table::prefetch(at);
+                                super::table::prefetch(at.wrapping_add(l.last));
+                            }
+                            if !l.ctrl.is_null() {
+                                super::table::prefetch(l.ctrl_at(s.token));
+                            }
+                            if l.reads_key {
+                                let k = ks.as_ptr().wrapping_add(s.key_index());
+                                super::table::prefetch(k);
+                                let end = size_of::<FlowKey>() - 1;
+                                super::table::prefetch(k.cast::<u8>().wrapping_add(end));
                             }
                         }
                     }

@@ -773,6 +773,35 @@ impl Table {
         }
     }
 
+    /// The way of the full set at `base` that an insert at capture time `now` replaces:
+    /// one idle past the timeout (its flow is gone), else the newest of the ways with no
+    /// hit since they were installed, else the least recently used (by the entry's own
+    /// `last_ns`, so a hit writes nothing outside the line it already holds). Plain LRU
+    /// thrashes a set that more flows share than it has ways: nine flows taking turns
+    /// over eight ways each evict the flow that comes next, so none of them ever hits
+    /// (the bench's 16,384 flows in 65,536 entries leave a few such sets, their number
+    /// changing with each process's hash seeds: each a recording a packet, and a chunk
+    /// of hits off the fused run). Newcomers that have not hit yet replace each other
+    /// instead, and the flows that hit keep their ways: seven of the nine hit. A
+    /// remembered refusal counts as hit (it is only cheap to lose for one packet).
+    fn victim(&self, base: usize, now: u64) -> Way {
+        let ways = (0..WAYS).map(|i| Way((base + i) as u32));
+        if self.timeout_ns != 0 {
+            let idle = ways
+                .clone()
+                .find(|&w| now.saturating_sub(self.hot(w).last_ns) > self.timeout_ns);
+            if let Some(w) = idle {
+                return w;
+            }
+        }
+        let cold = |w: &Way| self.hot(*w).count == 0 && !self.hot(*w).refusal();
+        ways.clone()
+            .filter(cold)
+            .max_by_key(|&w| self.hot(w).last_ns)
+            .or_else(|| ways.min_by_key(|&w| self.hot(w).last_ns))
+            .unwrap_or(Way(base as u32))
+    }
+
     /// Installs `e` (replacing an entry of the same key); returns whether another entry
     /// was evicted to make room.
     pub fn insert(&mut self, e: &Entry, keys: &Keys) -> bool {
@@ -798,13 +827,7 @@ impl Table {
                 }
                 None => {
                     evicted = true;
-                    // Least recently used by capture time: the entry's own `last_ns`,
-                    // so a hit writes nothing outside the line it already holds. The
-                    // set is full: every way holds an entry.
-                    let w = (0..WAYS)
-                        .map(|i| Way((base + i) as u32))
-                        .min_by_key(|&w| self.hot(w).last_ns)
-                        .unwrap_or(Way(base as u32));
+                    let w = self.victim(base, e.last_ns);
                     self.retire(w);
                     w
                 }
@@ -1087,6 +1110,51 @@ mod tests {
         assert!(!t.live(w));
         assert_eq!(t.way(k, t.hash(k)), None);
         assert_eq!(t.way_in(Probe::NONE, k), None);
+    }
+
+    /// Session 26: nine flows taking turns over a set of eight ways. LRU eviction made
+    /// every packet a miss (each insert evicts the flow that comes next); the newest
+    /// entry with no hit is evicted instead, so seven of the nine hit every round. An
+    /// entry idle past the timeout goes first, before any that still hits.
+    #[test]
+    fn a_set_shared_by_more_flows_than_ways_does_not_thrash() {
+        let mut t = Table::new(WAYS, 0);
+        t.ready();
+        let keys: Vec<FpKey> = (0..WAYS as u64 + 1).map(FpKey::numbered).collect();
+        let mut now = 0;
+        let mut hits = [0; 5];
+        for h in &mut hits {
+            for k in &keys {
+                now += 1;
+                match t.find(k, t.hash(k), now) {
+                    Found::Hit(w) => {
+                        t.hit(w, now);
+                        *h += 1;
+                    }
+                    _ => {
+                        let mut e = Entry::EMPTY;
+                        (e.key, e.len, e.last_ns) = (*k, 1, now);
+                        t.insert(&e, &Keys::EMPTY);
+                    }
+                }
+            }
+        }
+        assert_eq!(hits, [0, 7, 7, 7, 7]);
+        // With a timeout, an idle entry is the one replaced, even one that hit.
+        let mut t = Table::new(WAYS, 100);
+        t.ready();
+        for (i, k) in keys[..WAYS].iter().enumerate() {
+            let mut e = Entry::EMPTY;
+            (e.key, e.len, e.last_ns) = (*k, 1, if i == 3 { 1 } else { 150 });
+            t.insert(&e, &Keys::EMPTY);
+            let w = t.way(k, t.hash(k)).unwrap();
+            t.hit(w, e.last_ns);
+        }
+        let mut e = Entry::EMPTY;
+        (e.key, e.len, e.last_ns) = (keys[WAYS], 1, 200);
+        assert!(t.insert(&e, &Keys::EMPTY));
+        assert_eq!(t.way(&keys[3], t.hash(&keys[3])), None, "the idle one went");
+        assert_eq!(t.len(), WAYS);
     }
 
     /// A table is allocated untouched: a set is written on its first insert, and the
