@@ -386,7 +386,10 @@ impl Shards {
         // A worker that stopped because another failed says less than the one that
         // failed: its error goes last.
         let mut results = results;
-        if results.iter().any(|r| r.as_ref().is_err_and(|e| !e.is::<Abandoned>())) {
+        if results
+            .iter()
+            .any(|r| r.as_ref().is_err_and(|e| !e.is::<Abandoned>()))
+        {
             results.sort_by_key(|r| r.as_ref().is_err_and(|e| e.is::<Abandoned>()));
         }
         let mut s = gather(
