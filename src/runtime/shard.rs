@@ -281,8 +281,9 @@ impl Shards {
         let (weights, slices, meet) = (&weights, &slices, &meet);
         // Nothing before the workers start: the input side is in their spans.
         let placing = started.elapsed().as_secs_f64();
-        // Each worker's span (its copy and its processing), to time the run as one
-        // worker's run is timed: not the threads' start, the outputs' closing, the merge.
+        // Each worker's span (its part of the placement, its copy, its processing), to
+        // time the run as one worker's run is timed: not the threads' start, the
+        // outputs' closing, the merge.
         let mut spans: Vec<Option<(Instant, Instant)>> = vec![None; n];
         let mut span_cells = spans.iter_mut();
         // Each worker writes its own files; merged below.
