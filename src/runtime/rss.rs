@@ -18,10 +18,12 @@
 //!   so a flow's two directions stay on one worker; the same file and N give the same
 //!   placement on every run and machine. Nothing is tuned to a trace: the table is
 //!   computed from whatever file is replayed.
-//! - The shares ([`Placement::shares`]): every record hashed once, in N slices on N
-//!   threads, into each worker's list of its own records (4 bytes a record in all), so
-//!   a worker never reads the others' records, except where the run clock or an
-//!   oversize record needs it ([`STEP`]).
+//! - The shares: every record hashed once, in N slices ([`Placement::slice`], placed by
+//!   the N workers themselves in `Shards::run_on`, each after weighing its part of the
+//!   table's sample, [`Placement::weigh`]), into each worker's list of its own records
+//!   (4 bytes a record in all; [`take`] gathers a worker's from every slice), so a
+//!   worker never reads the others' records, except where the run clock or an oversize
+//!   record needs it ([`STEP`]). [`Placement::shares`] does the same on N threads.
 
 use crate::io::pcap_read::{PcapFormat, PCAP_HEADER_LEN};
 use std::ops::Range;
