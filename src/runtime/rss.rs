@@ -18,12 +18,16 @@
 //!   so a flow's two directions stay on one worker; the same file and N give the same
 //!   placement on every run and machine. Nothing is tuned to a trace: the table is
 //!   computed from whatever file is replayed.
-//! - The shares ([`Placement::shares`]): every record hashed once, in N slices on N
-//!   threads, into each worker's list of its own records (4 bytes a record in all), so
-//!   a worker never reads the others' records, except where the run clock or an
-//!   oversize record needs it ([`STEP`]).
+//! - The shares: every record hashed once, in N slices ([`Placement::slice`], placed by
+//!   the N workers themselves in `Shards::run_on`, each after weighing its part of the
+//!   table's sample, [`Placement::weigh`]), into each worker's list of its own records
+//!   (4 bytes a record in all; [`take`] gathers a worker's from every slice), so a
+//!   worker never reads the others' records, except where the run clock or an oversize
+//!   record needs it ([`STEP`]). [`Placement::shares`] does the same on N threads.
 
 use crate::io::pcap_read::{PcapFormat, PCAP_HEADER_LEN};
+use std::ops::Range;
+
 use crate::io::Record;
 use crate::packet::{L3Kind, Layers, LinkKind};
 
@@ -247,6 +251,15 @@ impl Weights {
             .fold(self.none, |t, w| (t.0 + w.0, t.1 + w.1))
     }
 
+    /// The weights of parts summed.
+    pub fn sum<'a>(parts: impl IntoIterator<Item = &'a Weights>) -> Weights {
+        let mut w = Weights::default();
+        for p in parts {
+            w.merge(p);
+        }
+        w
+    }
+
     fn merge(&mut self, o: &Weights) {
         for (a, b) in self.bucket.iter_mut().zip(&o.bucket) {
             a.0 += b.0;
@@ -314,13 +327,23 @@ pub struct Placement {
 impl Placement {
     /// The table, balanced on a bounded sample of the trace (only the sample is hashed).
     pub fn of_trace(link: LinkKind, bytes: &[u8], recs: &[Record], workers: usize) -> Placement {
-        let workers = workers.clamp(1, super::shard::MAX_WORKERS);
+        Placement::of_weights(&Placement::weigh(link, bytes, recs, 0..recs.len()), workers)
+    }
+
+    /// The weights of the table's sample (every ⌈R / [`SAMPLE`]⌉-th record, as
+    /// [`of_trace`](Self::of_trace) takes it) that lie in `part`: the parts' weights
+    /// summed ([`Weights::sum`]) are the whole sample's, in any order.
+    pub fn weigh(link: LinkKind, bytes: &[u8], recs: &[Record], part: Range<usize>) -> Weights {
         let step = recs.len().div_ceil(SAMPLE).max(1);
+        let first = part.start.div_ceil(step) * step;
+        let end = part.end.min(recs.len());
         let mut w = Weights::default();
-        for r in recs.iter().step_by(step) {
+        for j in (first..end).step_by(step) {
+            ahead(bytes, recs, j + AHEAD * step);
+            let r = &recs[j];
             w.add(bucket_of(link, record(bytes, r)), r.caplen);
         }
-        Placement::of_weights(&w, workers)
+        w
     }
 
     /// The table, balanced on weights taken elsewhere ([`weigh_file`]).
@@ -376,37 +399,7 @@ impl Placement {
         let workers = workers.clamp(1, super::shard::MAX_WORKERS);
         let per = recs.len().div_ceil(workers).max(1);
         let slices = recs.len().div_ceil(per);
-        let place = |lo: usize| -> Slice {
-            let hi = (lo + per).min(recs.len());
-            let mut lists: Vec<Vec<u32>> = (0..workers)
-                .map(|_| Vec::with_capacity((hi - lo) / workers + (hi - lo) / 8 + 16))
-                .collect();
-            // The last hard record and each worker's last own one (-1: none yet).
-            let mut last_hard = -1isize;
-            let mut last_own = vec![-1isize; workers];
-            let mut medians = Medians::at(recs, lo);
-            let (mut ts_min, mut ts_max) = (u64::MAX, 0);
-            for (j, r) in recs[lo..hi].iter().enumerate() {
-                let j = lo + j;
-                let w = self.owner_of(bucket_of(link, record(bytes, r)));
-                let step = if last_hard > last_own[w] { STEP } else { 0 };
-                lists[w].push(j as u32 | step);
-                last_own[w] = j as isize;
-                // Both asked: `falls` walks the medians forward on every record.
-                let falls = medians.falls(recs, j);
-                if falls || r.caplen as usize > max_packet {
-                    last_hard = j as isize;
-                }
-                ts_min = ts_min.min(r.ts_ns);
-                ts_max = ts_max.max(r.ts_ns);
-            }
-            let tails = last_own.iter().map(|&o| last_hard > o).collect();
-            Slice {
-                lists,
-                tails,
-                ts: (ts_min, ts_max),
-            }
-        };
+        let place = |lo: usize| self.slice(link, bytes, recs, workers, max_packet, lo..lo + per);
         let mut out: Vec<Option<Slice>> = (0..slices).map(|_| None).collect();
         std::thread::scope(|s| {
             let mut cells = out.iter_mut().enumerate();
@@ -428,6 +421,53 @@ impl Placement {
             .map(|(k, c)| c.unwrap_or_else(|| place(k * per)))
             .collect();
         Shares { workers, slices }
+    }
+}
+
+impl Placement {
+    /// The records `part` of the trace placed (one slice of [`shares`](Self::shares)):
+    /// each worker's records in it, in order, with [`STEP`] after a gap to step over
+    /// one by one. `part` may run past the trace's end (or lie wholly past it: an empty
+    /// slice).
+    pub fn slice(
+        &self,
+        link: LinkKind,
+        bytes: &[u8],
+        recs: &[Record],
+        workers: usize,
+        max_packet: usize,
+        part: Range<usize>,
+    ) -> Slice {
+        let (lo, hi) = (part.start.min(recs.len()), part.end.min(recs.len()));
+        let mut lists: Vec<Vec<u32>> = (0..workers)
+            .map(|_| Vec::with_capacity((hi - lo) / workers + (hi - lo) / 8 + 16))
+            .collect();
+        // The last hard record and each worker's last own one (-1: none yet).
+        let mut last_hard = -1isize;
+        let mut last_own = vec![-1isize; workers];
+        let mut medians = Medians::at(recs, lo);
+        let (mut ts_min, mut ts_max) = (u64::MAX, 0);
+        for (j, r) in recs[lo..hi].iter().enumerate() {
+            let j = lo + j;
+            ahead(bytes, recs, j + AHEAD);
+            let w = self.owner_of(bucket_of(link, record(bytes, r)));
+            let step = if last_hard > last_own[w] { STEP } else { 0 };
+            lists[w].push(j as u32 | step);
+            last_own[w] = j as isize;
+            // Both asked: `falls` walks the medians forward on every record.
+            let falls = medians.falls(recs, j);
+            if falls || r.caplen as usize > max_packet {
+                last_hard = j as isize;
+            }
+            ts_min = ts_min.min(r.ts_ns);
+            ts_max = ts_max.max(r.ts_ns);
+        }
+        let tails = last_own.iter().map(|&o| last_hard > o).collect();
+        Slice {
+            lists,
+            tails,
+            ts: (ts_min, ts_max),
+        }
     }
 }
 
@@ -521,7 +561,7 @@ impl Queue {
 
 /// One slice's placement: each worker's records in it, and whether a record after the
 /// worker's last one (or any, when it has none) in the slice is hard (see `shares`).
-struct Slice {
+pub struct Slice {
     lists: Vec<Vec<u32>>,
     tails: Vec<bool>,
     /// Its records' first and last timestamps.
@@ -557,41 +597,69 @@ impl Shares {
         if w >= self.workers {
             return (Vec::new(), false);
         }
-        let mut out = Vec::with_capacity(self.slices.iter().map(|s| s.lists[w].len()).sum());
-        let mut carry = false;
-        for s in &self.slices {
-            let l = &s.lists[w];
-            if let Some(&first) = l.first() {
-                out.push(first | if carry { STEP } else { 0 });
-                out.extend_from_slice(&l[1..]);
-                carry = s.tails[w];
-            } else {
-                carry |= s.tails[w];
-            }
-        }
-        if one_by_one {
-            out.iter_mut().for_each(|e| *e |= STEP);
-        }
-        (out, carry || one_by_one)
+        take(self.slices.iter(), w, one_by_one)
     }
 
     /// The trace's first and last timestamps (0, 0 when it is empty).
     pub fn ts_range(&self) -> (u64, u64) {
-        let (lo, hi) = self
-            .slices
-            .iter()
-            .fold((u64::MAX, 0), |(a, b), s| (a.min(s.ts.0), b.max(s.ts.1)));
-        if lo > hi {
-            (0, 0)
-        } else {
-            (lo, hi)
-        }
+        ts_range(self.slices.iter())
     }
 
     /// As `Trace::span_ns`, without another pass over the records.
     pub fn span_ns(&self) -> u64 {
         let (lo, hi) = self.ts_range();
         hi - lo + 1
+    }
+}
+
+/// Worker `w`'s list from the slices of a trace in order (as [`Shares::take`]); `w`
+/// must be one of the slices' workers.
+pub fn take<'a>(
+    slices: impl Iterator<Item = &'a Slice> + Clone,
+    w: usize,
+    one_by_one: bool,
+) -> (Vec<u32>, bool) {
+    let mut out = Vec::with_capacity(slices.clone().map(|s| s.lists[w].len()).sum());
+    let mut carry = false;
+    for s in slices {
+        let l = &s.lists[w];
+        if let Some(&first) = l.first() {
+            out.push(first | if carry { STEP } else { 0 });
+            out.extend_from_slice(&l[1..]);
+            carry = s.tails[w];
+        } else {
+            carry |= s.tails[w];
+        }
+    }
+    if one_by_one {
+        out.iter_mut().for_each(|e| *e |= STEP);
+    }
+    (out, carry || one_by_one)
+}
+
+/// The first and last timestamps over the slices of a trace (0, 0 when it is empty).
+pub fn ts_range<'a>(slices: impl Iterator<Item = &'a Slice>) -> (u64, u64) {
+    let (lo, hi) = slices.fold((u64::MAX, 0), |(a, b), s| (a.min(s.ts.0), b.max(s.ts.1)));
+    if lo > hi {
+        (0, 0)
+    } else {
+        (lo, hi)
+    }
+}
+
+/// Records the placement fetches ahead of the one it hashes ([`ahead`]).
+const AHEAD: usize = 16;
+
+/// Fetches the bytes the hash reads of record `j` (its addresses, within its first 34
+/// bytes), if there is one: large packets lie several lines apart, a stride the
+/// hardware's prefetch does not follow, and each record's header was a miss (the
+/// merged trace's placement took ~50 ns a record, session 26).
+#[inline(always)]
+fn ahead(bytes: &[u8], recs: &[Record], j: usize) {
+    if let Some(r) = recs.get(j) {
+        let at = bytes.as_ptr().wrapping_add(r.off as usize);
+        crate::packet::prefetch_ptr(at);
+        crate::packet::prefetch_ptr(at.wrapping_add(33));
     }
 }
 
@@ -841,6 +909,29 @@ pub(crate) mod tests {
         let p = Placement::of_trace(link, bytes, recs, workers);
         let s = p.shares(link, bytes, recs, workers, max_packet);
         assert_eq!(s.span_ns(), t.span_ns());
+        // As the workers place it themselves (`Shards::run_on`): the table from the
+        // parts' weights, one slice a worker, each list gathered from every slice.
+        let per = recs.len().div_ceil(workers).max(1);
+        let parts = (0..workers).map(|w| w * per..(w + 1) * per);
+        let weights: Vec<Weights> = (parts.clone())
+            .map(|r| Placement::weigh(link, bytes, recs, r))
+            .collect();
+        let apart = Placement::of_weights(&Weights::sum(&weights), workers);
+        assert_eq!(apart.owner, p.owner, "{workers} workers: the table");
+        assert_eq!(apart.mean, p.mean);
+        let slices: Vec<Slice> = parts
+            .map(|r| apart.slice(link, bytes, recs, workers, max_packet, r))
+            .collect();
+        assert_eq!(ts_range(slices.iter()), s.ts_range());
+        for w in 0..workers {
+            for one_by_one in [false, true] {
+                assert_eq!(
+                    take(slices.iter(), w, one_by_one),
+                    s.take(w, one_by_one),
+                    "worker {w} of {workers}"
+                );
+            }
+        }
         let ts: Vec<u64> = recs.iter().map(|r| r.ts_ns).collect();
         let hard = |j: usize| recs[j].caplen as usize > max_packet || model_falls(&ts, j);
         let mut owner = vec![usize::MAX; recs.len()];

@@ -16,12 +16,14 @@
 
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use super::affinity::{allowed_cores, pin};
 use super::chain::{Chain, NodeKind};
 use super::counters::{NfSummary, Summary, WorkerSummary};
-use super::rss::{queue_suits, weigh_file, Placement, Queue, MAX_RECORDS};
+use super::rss::{self, queue_suits, weigh_file, Placement, Queue, Slice, Weights, MAX_RECORDS};
 use super::shard_control::Gate;
 use super::sink::seq_path;
 use super::worker::{NoProgress, Progress, RunOptions, Runner};
@@ -263,37 +265,25 @@ impl Shards {
                 recs.len()
             );
         }
-        // The input side: the balanced table, then every record placed once, on every
-        // core, into each worker's list of its own (rss.rs). Timestamps that wrap when
-        // shifted by the loops make the clock's order uncertain: step over every record.
+        // The input side runs in the workers themselves (no serial pass before them):
+        // worker K weighs the table's sample in its K-th of the records, and once all
+        // have (the first meeting) each sums the weights into the same balanced table
+        // and places its K-th of the records into every worker's list (rss.rs); once
+        // all have (the second) each gathers its own list from every slice and, for
+        // small packets, copies its records into its own queue.
         let link = trace.link();
-        let placement = Placement::of_trace(link, bytes, recs, n);
         let max_packet = runners[0].walk.pool.max_packet();
-        let shares = placement.shares(link, bytes, recs, n, max_packet);
-        let span = shares.span_ns();
-        let wraps = (span.checked_mul(opts.loops.saturating_sub(1)))
-            .and_then(|s| shares.ts_range().1.checked_add(s))
-            .is_none();
-        // Gathered here (a copy of 4 bytes a record), each worker's list moved to it.
-        let mut lists = shares.into_lists(wraps).into_iter();
-        // Small packets: each worker copies its records into its own memory first
-        // (`rss::Queue`, as a NIC's RSS fills each queue's ring) and streams them from
-        // there: a worker's packets in the trace lie between the others', so reading
-        // them in place pulls every cache line of the trace into each worker. Large
-        // ones: read in place, prefetched whole, where the copy costs more than the
-        // scattered reads (`rss::QUEUE_MAX_MEAN`). The same either way for a trace the
-        // packets could view (`lasting`): a queued packet is a copy, as `--copy` makes.
-        let queued = queued(&runners[0], queue, &placement, wraps);
-        if !queued {
-            for r in &mut runners {
-                r.walk.prefetch = r.walk.prefetch.max(SHARD_PREFETCH);
-                r.walk.prefetch_whole = true;
-            }
-        }
-        // The input side's time, before the workers start: part of the run's `seconds`.
+        let per = recs.len().div_ceil(n).max(1);
+        let part = |w: usize| w * per..(w + 1) * per;
+        let weights: Vec<OnceLock<Weights>> = (0..n).map(|_| OnceLock::new()).collect();
+        let slices: Vec<OnceLock<Slice>> = (0..n).map(|_| OnceLock::new()).collect();
+        let meet = Meet::new(n);
+        let (weights, slices, meet) = (&weights, &slices, &meet);
+        // Nothing before the workers start: the input side is in their spans.
         let placing = started.elapsed().as_secs_f64();
-        // Each worker's span (its copy and its processing), to time the run as one
-        // worker's run is timed: not the threads' start, the outputs' closing, the merge.
+        // Each worker's span (its part of the placement, its copy, its processing), to
+        // time the run as one worker's run is timed: not the threads' start, the
+        // outputs' closing, the merge.
         let mut spans: Vec<Option<(Instant, Instant)>> = vec![None; n];
         let mut span_cells = spans.iter_mut();
         // Each worker writes its own files; merged below.
@@ -313,7 +303,6 @@ impl Shards {
                 .enumerate()
                 .map(|(w, mut r)| {
                     let core = (n <= cores.len()).then(|| cores[w]);
-                    let (share, tail) = lists.next().unwrap_or_default();
                     let span_cell = span_cells.next();
                     let wopts = worker_opts(opts, &finals, w);
                     std::thread::Builder::new()
@@ -324,6 +313,39 @@ impl Shards {
                             let core = core.filter(|&c| pin(c));
                             let t0 = Instant::now();
                             let cpu = thread_cpu_seconds();
+                            // However this thread returns, the others stop waiting for it.
+                            let _left = Left(meet);
+                            let _ = weights[w].set(Placement::weigh(link, bytes, recs, part(w)));
+                            meet.wait(1)?;
+                            let all = weights.iter().filter_map(OnceLock::get);
+                            let placement = Placement::of_weights(&Weights::sum(all), n);
+                            let mine = placement.slice(link, bytes, recs, n, max_packet, part(w));
+                            let _ = slices[w].set(mine);
+                            meet.wait(2)?;
+                            let all = slices.iter().filter_map(OnceLock::get);
+                            // Timestamps that wrap when shifted by the loops make the
+                            // clock's order uncertain: step over every record.
+                            let (_, last) = rss::ts_range(all.clone());
+                            let span = shares_span(all.clone());
+                            let wraps = (span.checked_mul(opts.loops.saturating_sub(1)))
+                                .and_then(|s| last.checked_add(s))
+                                .is_none();
+                            let (share, tail) = rss::take(all, w, wraps);
+                            // Small packets: each worker copies its records into its own
+                            // memory first (`rss::Queue`, as a NIC's RSS fills each
+                            // queue's ring) and streams them from there: a worker's
+                            // packets in the trace lie between the others', so reading
+                            // them in place pulls every cache line of the trace into each
+                            // worker. Large ones: read in place, prefetched whole, where
+                            // the copy costs more than the scattered reads
+                            // (`rss::QUEUE_MAX_MEAN`). The same either way for a trace the
+                            // packets could view (`lasting`): a queued packet is a copy,
+                            // as `--copy` makes.
+                            let queued = queued(&r, queue, &placement, wraps);
+                            if !queued {
+                                r.walk.prefetch = r.walk.prefetch.max(SHARD_PREFETCH);
+                                r.walk.prefetch_whole = true;
+                            }
                             let max = r.walk.pool.max_packet();
                             let fits = r.walk.pool.small_max();
                             let queue = queued.then(|| Queue::fill(bytes, recs, &share, max, fits));
@@ -362,6 +384,15 @@ impl Shards {
                 .map(|(w, h)| join_worker(w, h))
                 .collect()
         });
+        // A worker that stopped because another failed says less than the one that
+        // failed: its error goes last.
+        let mut results = results;
+        if results
+            .iter()
+            .any(|r| r.as_ref().is_err_and(|e| !e.is::<Abandoned>()))
+        {
+            results.sort_by_key(|r| r.as_ref().is_err_and(|e| e.is::<Abandoned>()));
+        }
         let mut s = gather(
             results,
             &finals,
@@ -384,6 +415,76 @@ fn queued(first: &Runner, force: Option<bool>, placement: &Placement, wraps: boo
     let asked = first.walk.prefetch > 0;
     let small = force.unwrap_or_else(|| queue_suits(placement.mean_caplen()));
     small && !wraps && !asked
+}
+
+/// As `Trace::span_ns`, over a trace's slices (`rss::ts_range`).
+fn shares_span<'a>(slices: impl Iterator<Item = &'a Slice>) -> u64 {
+    let (lo, hi) = rss::ts_range(slices);
+    hi - lo + 1
+}
+
+/// Where the workers of an indexed replay wait for each other while they place the
+/// input (`run_on`): meeting `k` is passed once every worker has arrived at it. A
+/// worker that returns before (an error, a panic) is counted by its [`Left`], and the
+/// others then stop with [`Abandoned`]. Spins, then yields: a meeting costs what the
+/// slowest worker's share of the placement takes, never a sleep.
+struct Meet {
+    arrived: AtomicUsize,
+    left: AtomicBool,
+    n: usize,
+}
+
+/// A worker stopped because another one failed before the input was placed.
+#[derive(Debug)]
+struct Abandoned;
+
+impl std::fmt::Display for Abandoned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("another worker failed before the input was placed")
+    }
+}
+
+impl std::error::Error for Abandoned {}
+
+impl Meet {
+    fn new(n: usize) -> Meet {
+        Meet {
+            arrived: AtomicUsize::new(0),
+            left: AtomicBool::new(false),
+            n,
+        }
+    }
+
+    /// Arrives at meeting `k` (1, 2, … in turn) and waits for every worker.
+    fn wait(&self, k: usize) -> anyhow::Result<()> {
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+        let mut spins = 0u32;
+        while self.arrived.load(Ordering::Acquire) < k * self.n {
+            // One that left after passing this meeting has been counted (read again).
+            if self.left.load(Ordering::Acquire)
+                && self.arrived.load(Ordering::Acquire) < k * self.n
+            {
+                return Err(Abandoned.into());
+            }
+            spins = spins.saturating_add(1);
+            if spins < 4096 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Tells the others a worker has returned (also when it panics): one that has not
+/// passed every meeting would be waited for for ever.
+struct Left<'a>(&'a Meet);
+
+impl Drop for Left<'_> {
+    fn drop(&mut self) {
+        self.0.left.store(true, Ordering::Release);
+    }
 }
 
 /// The cores to pin `n` workers to, with a warning when there are fewer cores than
@@ -768,6 +869,29 @@ mod tests {
             outputs: &["out"],
             drop_reasons: &[],
         }))
+    }
+
+    /// A worker that returns before a meeting (an error, a panic) must not leave the
+    /// others waiting for it for ever; one that returns after passing it changes
+    /// nothing for the others at that meeting.
+    #[test]
+    fn a_worker_gone_before_a_meeting_stops_the_others_there() {
+        let m = Meet::new(2);
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| {
+                let _left = Left(&m);
+                m.wait(1).is_ok()
+            });
+            let b = s.spawn(|| {
+                let _left = Left(&m);
+                let first = m.wait(1).map_err(|e| e.to_string());
+                let second = m.wait(2).map_err(|e| e.is::<Abandoned>());
+                (first, second)
+            });
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert!(a);
+        assert_eq!(b, (Ok(()), Err(true)));
     }
 
     #[test]

@@ -78,6 +78,11 @@ struct Row {
     ceiling_ratio: Option<f64>,
     /// The median over the rounds of two workers' Mpps ÷ the copies'.
     of_ceiling: Option<f64>,
+    /// Scaling group, 2 workers: the input side per record of the trace, ns (median
+    /// over the rounds): the run's seconds less the slowest worker's own processing
+    /// (the placement before it and its queue copy, however they are spread over
+    /// threads), over the trace's records (placed once a run, whatever the loops).
+    input_ns: Option<f64>,
 }
 
 const MIXED: &str = r#"
@@ -128,6 +133,8 @@ struct Scaling {
     mpps: [Vec<f64>; 3],
     /// Per round: Mpps of two workers over their slowest worker's own span.
     own: Vec<f64>,
+    /// Per round: two workers' input side, ns a record of the trace (`Row::input_ns`).
+    input_ns: Vec<f64>,
     /// The busiest worker's share of the packets (the last round's).
     share: f64,
 }
@@ -160,12 +167,14 @@ fn scaling(a: &Args, text: &str, trace: &Trace, loops: u64) -> anyhow::Result<Sc
         packets: [0; 2],
         mpps: Default::default(),
         own: Vec::new(),
+        input_ns: Vec::new(),
         share: 1.0,
     };
     for round in 0..=a.runs {
         let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
         let mut got = [0.0; 3];
         let mut own = 0.0;
+        let mut input_ns = 0.0;
         for which in order {
             match which {
                 0 => {
@@ -184,6 +193,7 @@ fn scaling(a: &Args, text: &str, trace: &Trace, loops: u64) -> anyhow::Result<Sc
                         .fold(0.0, f64::max)
                         .max(if s.workers.is_empty() { 1.0 } else { 0.0 });
                     let span = s.workers.iter().map(|w| w.seconds).fold(0.0, f64::max);
+                    input_ns = (s.seconds - span).max(0.0) * 1e9 / trace.len().max(1) as f64;
                     own = if s.workers.is_empty() {
                         s.mpps
                     } else {
@@ -198,6 +208,7 @@ fn scaling(a: &Args, text: &str, trace: &Trace, loops: u64) -> anyhow::Result<Sc
                 v.push(g);
             }
             out.own.push(own);
+            out.input_ns.push(input_ns);
         }
     }
     Ok(out)
@@ -467,6 +478,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         ceiling_mpps: None,
         ceiling_ratio: None,
         of_ceiling: None,
+        input_ns: None,
     };
     // About a million packets per run at scale 1.
     let loops = ((1_000_000.0 * a.scale) / merged.len().max(1) as f64)
@@ -524,6 +536,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             r.ceiling_mpps = Some(Scaling::median(&sc.mpps[2]));
             r.ceiling_ratio = Some(Scaling::median(&ceiling));
             r.of_ceiling = Some(Scaling::median(&sc.per_round(|_, t, c| t / c.max(1e-9))));
+            r.input_ns = Some(Scaling::median(&sc.input_ns));
             rows.push(r);
         }
     }
@@ -707,6 +720,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         "workers Mpps",
         "ceiling ratio",
         "of ceiling",
+        "input ns",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -733,6 +747,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                 r.workers_mpps.map_or("-".into(), |v| format!("{v:.3}")),
                 r.ceiling_ratio.map_or("-".into(), |v| format!("{v:.2}")),
                 r.of_ceiling.map_or("-".into(), |v| format!("{v:.2}")),
+                r.input_ns.map_or("-".into(), |v| format!("{v:.1}")),
             ]
         })
         .collect();

@@ -12,6 +12,9 @@ use super::super::rss::{Queue, STEP};
 use super::super::walk::Walk;
 use crate::io::Record;
 
+/// Own entries whose draws one branch-free pass of `ingest_queue` computes at a time.
+const DRAWS: usize = 32;
+
 impl Walk {
     /// [`Walk::ingest`] of the share's entries `ks` (`share[k]` the record's index in
     /// `recs`, with [`STEP`]), their bytes and facts taken from `q` (entry `k` is
@@ -96,18 +99,30 @@ impl Walk {
                 .map_or(d, |&e| (e & !STEP) as usize + 1);
         } else {
             let ports = ports as u64;
-            for ((p, r), &e) in pkts.iter_mut().zip(facts).zip(entries) {
-                let i = (e & !STEP) as usize;
-                for _ in d..i {
+            // The draw steps over the others' records between this worker's: in a loop
+            // per packet as long as the gap, whose end the branch predictor misses about
+            // once a packet with two workers (cachegrind, wire 4sics: 0.9 a packet).
+            // Instead every record from a chunk's first to its last is stepped in one
+            // pass with no branch on the gaps, each draw written to the slot of the next
+            // own entry, which moves on at an own record.
+            let mut own = [0u64; DRAWS];
+            let chunks = pkts.chunks_mut(DRAWS).zip(facts.chunks(DRAWS));
+            for ((pk, fk), ek) in chunks.zip(entries[..done].chunks(DRAWS)) {
+                let idx = |c: usize| (ek[c] & !STEP) as usize;
+                let mut c = 0;
+                for j in d..=idx(ek.len() - 1) {
                     step(&mut draw);
+                    own[c] = draw;
+                    c += usize::from(j == idx(c));
                 }
-                d = i + 1;
-                step(&mut draw);
-                let m = p.meta_mut();
-                m.now_ns = clk.advance(r.median.wrapping_add(shift), m.ts_ns);
-                let in_port = (((draw >> 32) * ports) >> 32) as u16;
-                per_port[in_port as usize & (LOCAL_PORTS - 1)] += 1;
-                m.in_port = in_port;
+                d = idx(ek.len() - 1) + 1;
+                for ((p, r), &x) in pk.iter_mut().zip(fk).zip(&own) {
+                    let m = p.meta_mut();
+                    m.now_ns = clk.advance(r.median.wrapping_add(shift), m.ts_ns);
+                    let in_port = (((x >> 32) * ports) >> 32) as u16;
+                    per_port[in_port as usize & (LOCAL_PORTS - 1)] += 1;
+                    m.in_port = in_port;
+                }
             }
         }
         *clock = clk;
