@@ -12,7 +12,10 @@ use super::walk::Walk;
 use crate::packet::FLOOD;
 use tail::Tail;
 
+mod entry;
 mod tail;
+
+pub use entry::Early;
 
 /// Decoder entries and table applications per packet at most: decoder repeats and
 /// acyclic gotos bound the walk, this is a second guard.
@@ -754,6 +757,20 @@ impl Flat {
                 },
             }
         }
+        self.run_from(c, s, p, pc, steps)
+    }
+
+    /// The instruction loop from `pc`, `steps` decoder entries and table applications
+    /// already counted.
+    #[inline(always)]
+    pub fn run_from<D: Bytes>(
+        &self,
+        c: &Code,
+        s: &mut State,
+        p: &mut Pkt<D>,
+        mut pc: usize,
+        mut steps: u32,
+    ) -> Option<u8> {
         loop {
             let Some(i) = self.ins.get(pc) else {
                 return p.drop;

@@ -3,7 +3,7 @@
 //! no strings per packet. The checker builds it; the NF owns it.
 
 use super::ast::BinOp;
-use super::flat::Flat;
+use super::flat::{Early, Flat};
 use super::table::{Act, Table};
 use crate::packet::checksum;
 use crate::packet::{Batch, LinkKind, Meta, MAX_BATCH};
@@ -438,6 +438,17 @@ impl<'a, D: Bytes> Pkt<'a, D> {
     }
 
     /// Decoder `di`'s header fit: `n` bytes at `at`.
+    /// Forgets the header offsets this packet set (only those: a packet entering one
+    /// decoder costs one store here, not a clear of every decoder's).
+    #[inline(always)]
+    pub fn forget(&mut self) {
+        let mut set = self.valid;
+        while set != 0 {
+            self.sc.off[set.trailing_zeros() as usize % MAX_DECODERS] = UNSET;
+            set &= set - 1;
+        }
+    }
+
     #[inline(always)]
     pub fn fit(&mut self, di: usize, at: usize, n: usize) {
         self.valid |= 1 << di;
@@ -664,8 +675,22 @@ impl Plan {
                 (false, true) => {
                     for pk in chunk {
                         let (m, d) = pk.split_meta();
-                        let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, true>(flat, code, state, p) {
+                        // The entry's step first, on the bytes: most packets end there.
+                        let r = match flat.entry_step(state, m, d) {
+                            Early::End(r) => r,
+                            Early::Loop(pc) => {
+                                let p = &mut Pkt::new(m, d, ports, sc);
+                                flat.entered(p);
+                                let r = flat.run_from(code, state, p, pc, 2);
+                                p.forget();
+                                r
+                            }
+                            Early::Whole => {
+                                let p = &mut Pkt::new(m, d, ports, sc);
+                                run_one::<_, true>(flat, code, state, p)
+                            }
+                        };
+                        if let Some(r) = r {
                             pk.drop_with(r);
                         }
                     }
@@ -684,8 +709,7 @@ impl Plan {
     }
 }
 
-/// Runs one packet, then forgets the header offsets it set (only those: a packet
-/// entering one decoder costs one store here, not a clear of every decoder's).
+/// Runs one packet, then forgets the header offsets it set.
 #[inline(always)]
 fn run_one<D: Bytes, const ENTRY: bool>(
     flat: &Flat,
@@ -694,11 +718,7 @@ fn run_one<D: Bytes, const ENTRY: bool>(
     p: &mut Pkt<D>,
 ) -> Option<u8> {
     let r = flat.run::<D, ENTRY>(code, state, p);
-    let mut set = p.valid;
-    while set != 0 {
-        p.sc.off[set.trailing_zeros() as usize % MAX_DECODERS] = UNSET;
-        set &= set - 1;
-    }
+    p.forget();
     r
 }
 
