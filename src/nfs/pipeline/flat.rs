@@ -13,9 +13,11 @@ use crate::packet::FLOOD;
 use tail::Tail;
 
 mod entry;
+mod miss;
 mod tail;
 
-pub use entry::Early;
+pub use entry::{Early, Keys};
+use miss::MissEnd;
 
 /// Decoder entries and table applications per packet at most: decoder repeats and
 /// acyclic gotos bound the walk, this is a second guard.
@@ -199,6 +201,8 @@ pub struct Flat {
     ip_step: Option<Step>,
     /// With the walk: the straight code run after its IPv4 entry (see `tail.rs`).
     tail: Option<Box<Tail>>,
+    /// Per table: its miss block as a fixed ending, when it is one (see `miss.rs`).
+    miss_end: Vec<Option<MissEnd>>,
 }
 
 /// `match link { K => next D; }`, D of fixed length, D's body beginning with a [`Step`].
@@ -232,6 +236,7 @@ impl Flat {
             entry: [None; 4],
             ip_step: None,
             tail: None,
+            miss_end: Vec::new(),
         };
         f.start = f.pc();
         let walk = Walk::recognise(code)
@@ -323,6 +328,7 @@ impl Flat {
             }
         }
         f.pair_drops();
+        f.miss_end = (0..f.miss.len()).map(|t| f.miss_end(t)).collect();
         f.entry = f.entries();
         f.tail = f.walk().and_then(|w| Tail::lower(&f, w)).map(Box::new);
         f

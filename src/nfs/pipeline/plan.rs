@@ -3,7 +3,7 @@
 //! no strings per packet. The checker builds it; the NF owns it.
 
 use super::ast::BinOp;
-use super::flat::{Early, Flat};
+use super::flat::{Early, Flat, Keys};
 use super::table::{Act, Table};
 use crate::packet::checksum;
 use crate::packet::{Batch, LinkKind, Meta, MAX_BATCH};
@@ -660,10 +660,11 @@ impl Plan {
         let sc = &mut self.scratch;
         // In chunks of a batch: first the learning table's slots of every packet are
         // prefetched (see `Flat::prefetch`), then the packets run one by one.
+        let keys = &mut Keys::default();
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
-            flat.prefetch(state, chunk);
             match (flat.writes(), flat.has_entry()) {
                 (true, _) => {
+                    flat.prefetch(state, chunk);
                     for pk in chunk {
                         let (m, d) = pk.split_mut();
                         let p = &mut Pkt::new(m, d, ports, sc);
@@ -673,10 +674,12 @@ impl Plan {
                     }
                 }
                 (false, true) => {
-                    for pk in chunk {
+                    // The entry's step first, its keys read in the prefetch pass: most
+                    // packets end there.
+                    flat.entry_keys(state, chunk, keys);
+                    for (i, pk) in chunk.iter_mut().enumerate() {
                         let (m, d) = pk.split_meta();
-                        // The entry's step first, on the bytes: most packets end there.
-                        let r = match flat.entry_step(state, m, d) {
+                        let r = match flat.entry_step(state, m, keys, i) {
                             Early::End(r) => r,
                             Early::Loop(pc) => {
                                 let p = &mut Pkt::new(m, d, ports, sc);
@@ -696,6 +699,7 @@ impl Plan {
                     }
                 }
                 (false, false) => {
+                    flat.prefetch(state, chunk);
                     for pk in chunk {
                         let (m, d) = pk.split_meta();
                         let p = &mut Pkt::new(m, d, ports, sc);

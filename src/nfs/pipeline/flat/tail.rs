@@ -145,7 +145,10 @@ impl Tail {
         let key = (p.field(&st.src) & st.mask) as u128;
         let look = p.field(&st.dst) as u128;
         let got = s.tables[t].learn_lookup(key, Act::Output(p.m.in_port), look, p.m.now_ns);
-        f.hit(t, got, p)
+        match (got, &f.miss_end[t]) {
+            (None, Some(end)) => Err(end.end(s, p.m, p.drop)),
+            _ => f.hit(t, got, p),
+        }
     }
 }
 
