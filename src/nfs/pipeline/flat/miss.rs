@@ -81,3 +81,51 @@ impl MissEnd {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::How;
+    use crate::nfs::pipeline::nf::compile;
+
+    fn ends(src: &str) -> Vec<Option<(Vec<u16>, String)>> {
+        let c = compile("t.stv", src, &Default::default()).expect("compiles");
+        let f = c.plan.flat();
+        f.miss_end
+            .iter()
+            .map(|e| e.map(|e| (e.counts[..e.n as usize].to_vec(), format!("{:?}", e.how))))
+            .collect()
+    }
+
+    /// The MAC switch's `miss { count floods; flood; }` is a fixed ending; counting and
+    /// dropping is one too; a miss block that goes on to another table or outputs by a
+    /// field is not (it runs in the instruction loop).
+    #[test]
+    fn fixed_miss_endings_are_recognised() {
+        let path = format!(
+            "{}/examples/pipeline/mac_switch.stv",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let mac = std::fs::read_to_string(path).expect("the example");
+        assert_eq!(ends(&mac), [Some((vec![0], format!("{:?}", How::Flood)))]);
+        let src = "drops not_ethernet, unknown;
+            layout ethernet { dst: 48; src: 48; type: 16; }
+            table a { key eth.dst exact; capacity 16; miss { count x; count y; drop unknown; } }
+            table b { key eth.src exact; capacity 16; miss { goto a; } }
+            table c { key eth.type exact; capacity 16; miss { output eth.type; } }
+            decoder eth: ethernet {
+              extract dst, src, type;
+              short { drop not_ethernet; }
+              if eth.type == 1 { goto c; }
+              goto b;
+            }
+            start { match link { ethernet => next eth; _ => drop not_ethernet; } }";
+        assert_eq!(
+            ends(src),
+            [
+                Some((vec![0, 1], format!("{:?}", How::Drop(1)))),
+                None,
+                None
+            ]
+        );
+    }
+}
