@@ -1,8 +1,7 @@
 //! A table's miss block that only counts and ends the packet (`miss { count floods;
 //! flood; }`, the learning switches' own), read at load time as a fixed ending: a miss
-//! adds to its counters and sets the verdict in place, without entering the instruction
-//! loop (two dispatches a flooded packet, and the packet's run state for a step run on
-//! the bytes).
+//! of an L2 entry's step (see `entry.rs`) adds to its counters and sets the verdict in
+//! place, without making the packet's run state and entering the instruction loop.
 
 use super::{Flat, Ins};
 use crate::nfs::pipeline::plan::State;

@@ -145,11 +145,6 @@ impl Tail {
         let key = (p.field(&st.src) & st.mask) as u128;
         let look = p.field(&st.dst) as u128;
         let got = s.tables[t].learn_lookup(key, Act::Output(p.m.in_port), look, p.m.now_ns);
-        if got.is_none() {
-            if let Some(end) = &f.miss_end[t] {
-                return Err(end.end(s, p.m, p.drop));
-            }
-        }
         f.hit(t, got, p)
     }
 }
