@@ -203,6 +203,8 @@ pub struct Flat {
     tail: Option<Box<Tail>>,
     /// Per table: its miss block as a fixed ending, when it is one (see `miss.rs`).
     miss_end: Vec<Option<MissEnd>>,
+    /// The table every [`Entry`]'s step applies, when they share one (see `entry.rs`).
+    entry_table: Option<u16>,
 }
 
 /// `match link { K => next D; }`, D of fixed length, D's body beginning with a [`Step`].
@@ -237,6 +239,7 @@ impl Flat {
             ip_step: None,
             tail: None,
             miss_end: Vec::new(),
+            entry_table: None,
         };
         f.start = f.pc();
         let walk = Walk::recognise(code)
@@ -330,6 +333,10 @@ impl Flat {
         f.pair_drops();
         f.miss_end = (0..f.miss.len()).map(|t| f.miss_end(t)).collect();
         f.entry = f.entries();
+        let mut tables = f.entry.iter().flatten().map(|e| e.step.table);
+        f.entry_table = tables
+            .next()
+            .filter(|&t| tables.all(|u| u == t) && (t as usize) < f.miss.len());
         f.tail = f.walk().and_then(|w| Tail::lower(&f, w)).map(Box::new);
         f
     }

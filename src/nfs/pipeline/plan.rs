@@ -437,7 +437,6 @@ impl<'a, D: Bytes> Pkt<'a, D> {
         self.sc.visits[di % MAX_DECODERS] = n;
     }
 
-    /// Decoder `di`'s header fit: `n` bytes at `at`.
     /// Forgets the header offsets this packet set (only those: a packet entering one
     /// decoder costs one store here, not a clear of every decoder's).
     #[inline(always)]
@@ -449,6 +448,7 @@ impl<'a, D: Bytes> Pkt<'a, D> {
         }
     }
 
+    /// Decoder `di`'s header fit: `n` bytes at `at`.
     #[inline(always)]
     pub fn fit(&mut self, di: usize, at: usize, n: usize) {
         self.valid |= 1 << di;
@@ -512,6 +512,10 @@ pub struct Plan {
     /// The program's verdict is decided by the ingress port alone (see [`Code::by_port`]):
     /// each port's, once run, is kept here for the batches after it.
     by_port: Option<PortMemo>,
+    /// The entry's step keys of the chunk running (see [`Flat::entry_keys`]): kept here,
+    /// not made per batch (zeroing 512 bytes a call cost every program ~1 instruction a
+    /// packet).
+    keys: Keys,
 }
 
 /// Ingress ports below this have their verdict kept (a wire's ports, a switch's).
@@ -566,6 +570,7 @@ impl Plan {
             state,
             scratch: Scratch::default(),
             drops,
+            keys: Keys::default(),
         }
     }
 
@@ -658,54 +663,47 @@ impl Plan {
         }
         let (flat, code, state) = (&self.flat, &self.code, &mut self.state);
         let sc = &mut self.scratch;
-        // In chunks of a batch: first the learning table's slots of every packet are
-        // prefetched (see `Flat::prefetch`), then the packets run one by one.
-        let keys = &mut Keys::default();
+        // In chunks of a batch: a first pass over every packet (its slots prefetched),
+        // then the packets run one by one.
+        let keys = &mut self.keys;
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
-            match (flat.writes(), flat.has_entry()) {
-                (true, _) => {
-                    flat.prefetch(state, chunk);
-                    for pk in chunk {
-                        let (m, d) = pk.split_mut();
-                        let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
-                            pk.drop_with(r);
+            if !flat.writes() && flat.has_entry() {
+                // The entry's step first, its keys read in the prefetch pass: most
+                // packets end there.
+                flat.entry_chunk(state, chunk, keys, |state, pk, e| {
+                    let (m, d) = pk.split_meta();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    let r = match e {
+                        Early::Loop(pc) => {
+                            flat.entered(p);
+                            let r = flat.run_from(code, state, p, pc, 2);
+                            p.forget();
+                            r
                         }
+                        _ => run_one::<_, true>(flat, code, state, p),
+                    };
+                    if let Some(r) = r {
+                        pk.drop_with(r);
+                    }
+                });
+                continue;
+            }
+            // The learning table's slots prefetched first (see `Flat::prefetch`).
+            flat.prefetch(state, chunk);
+            if flat.writes() {
+                for pk in chunk {
+                    let (m, d) = pk.split_mut();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                        pk.drop_with(r);
                     }
                 }
-                (false, true) => {
-                    // The entry's step first, its keys read in the prefetch pass: most
-                    // packets end there.
-                    flat.entry_keys(state, chunk, keys);
-                    for (i, pk) in chunk.iter_mut().enumerate() {
-                        let (m, d) = pk.split_meta();
-                        let r = match flat.entry_step(state, m, keys, i) {
-                            Early::End(r) => r,
-                            Early::Loop(pc) => {
-                                let p = &mut Pkt::new(m, d, ports, sc);
-                                flat.entered(p);
-                                let r = flat.run_from(code, state, p, pc, 2);
-                                p.forget();
-                                r
-                            }
-                            Early::Whole => {
-                                let p = &mut Pkt::new(m, d, ports, sc);
-                                run_one::<_, true>(flat, code, state, p)
-                            }
-                        };
-                        if let Some(r) = r {
-                            pk.drop_with(r);
-                        }
-                    }
-                }
-                (false, false) => {
-                    flat.prefetch(state, chunk);
-                    for pk in chunk {
-                        let (m, d) = pk.split_meta();
-                        let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
-                            pk.drop_with(r);
-                        }
+            } else {
+                for pk in chunk {
+                    let (m, d) = pk.split_meta();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                        pk.drop_with(r);
                     }
                 }
             }

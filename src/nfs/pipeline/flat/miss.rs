@@ -4,7 +4,6 @@
 //! place, without making the packet's run state and entering the instruction loop.
 
 use super::{Flat, Ins};
-use crate::nfs::pipeline::plan::State;
 use crate::packet::{Meta, FLOOD};
 
 /// Counters a fixed ending adds to, at most.
@@ -66,9 +65,14 @@ impl MissEnd {
     /// Ends a packet that missed: the drop reason, if dropped (`drop`: the packet's
     /// reason so far, kept by an ending that does not drop).
     #[inline(always)]
-    pub fn end(&self, s: &mut State, m: &mut Meta, drop: Option<u8>) -> Option<u8> {
+    pub fn end(
+        &self,
+        counters: &mut [(String, u64)],
+        m: &mut Meta,
+        drop: Option<u8>,
+    ) -> Option<u8> {
         for &c in &self.counts[..self.n as usize] {
-            s.counters[c as usize].1 += 1;
+            counters[c as usize].1 += 1;
         }
         match self.how {
             How::Flood => {
