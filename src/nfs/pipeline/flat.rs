@@ -12,7 +12,12 @@ use super::walk::Walk;
 use crate::packet::FLOOD;
 use tail::Tail;
 
+mod entry;
+mod miss;
 mod tail;
+
+pub use entry::{Early, Keys};
+use miss::MissEnd;
 
 /// Decoder entries and table applications per packet at most: decoder repeats and
 /// acyclic gotos bound the walk, this is a second guard.
@@ -196,6 +201,10 @@ pub struct Flat {
     ip_step: Option<Step>,
     /// With the walk: the straight code run after its IPv4 entry (see `tail.rs`).
     tail: Option<Box<Tail>>,
+    /// Per table: its miss block as a fixed ending, when it is one (see `miss.rs`).
+    miss_end: Vec<Option<MissEnd>>,
+    /// The table every [`Entry`]'s step applies, when they share one (see `entry.rs`).
+    entry_table: Option<u16>,
 }
 
 /// `match link { K => next D; }`, D of fixed length, D's body beginning with a [`Step`].
@@ -229,6 +238,8 @@ impl Flat {
             entry: [None; 4],
             ip_step: None,
             tail: None,
+            miss_end: Vec::new(),
+            entry_table: None,
         };
         f.start = f.pc();
         let walk = Walk::recognise(code)
@@ -320,7 +331,12 @@ impl Flat {
             }
         }
         f.pair_drops();
+        f.miss_end = (0..f.miss.len()).map(|t| f.miss_end(t)).collect();
         f.entry = f.entries();
+        let mut tables = f.entry.iter().flatten().map(|e| e.step.table);
+        f.entry_table = tables
+            .next()
+            .filter(|&t| tables.all(|u| u == t) && (t as usize) < f.miss.len());
         f.tail = f.walk().and_then(|w| Tail::lower(&f, w)).map(Box::new);
         f
     }
@@ -754,6 +770,20 @@ impl Flat {
                 },
             }
         }
+        self.run_from(c, s, p, pc, steps)
+    }
+
+    /// The instruction loop from `pc`, `steps` decoder entries and table applications
+    /// already counted.
+    #[inline(always)]
+    pub fn run_from<D: Bytes>(
+        &self,
+        c: &Code,
+        s: &mut State,
+        p: &mut Pkt<D>,
+        mut pc: usize,
+        mut steps: u32,
+    ) -> Option<u8> {
         loop {
             let Some(i) = self.ins.get(pc) else {
                 return p.drop;

@@ -3,7 +3,7 @@
 //! no strings per packet. The checker builds it; the NF owns it.
 
 use super::ast::BinOp;
-use super::flat::Flat;
+use super::flat::{Early, Flat, Keys};
 use super::table::{Act, Table};
 use crate::packet::checksum;
 use crate::packet::{Batch, LinkKind, Meta, MAX_BATCH};
@@ -437,6 +437,17 @@ impl<'a, D: Bytes> Pkt<'a, D> {
         self.sc.visits[di % MAX_DECODERS] = n;
     }
 
+    /// Forgets the header offsets this packet set (only those: a packet entering one
+    /// decoder costs one store here, not a clear of every decoder's).
+    #[inline(always)]
+    pub fn forget(&mut self) {
+        let mut set = self.valid;
+        while set != 0 {
+            self.sc.off[set.trailing_zeros() as usize % MAX_DECODERS] = UNSET;
+            set &= set - 1;
+        }
+    }
+
     /// Decoder `di`'s header fit: `n` bytes at `at`.
     #[inline(always)]
     pub fn fit(&mut self, di: usize, at: usize, n: usize) {
@@ -501,6 +512,10 @@ pub struct Plan {
     /// The program's verdict is decided by the ingress port alone (see [`Code::by_port`]):
     /// each port's, once run, is kept here for the batches after it.
     by_port: Option<PortMemo>,
+    /// The entry's step keys of the chunk running (see [`Flat::entry_keys`]): kept here,
+    /// not made per batch (zeroing 512 bytes a call cost every program ~1 instruction a
+    /// packet).
+    keys: Keys,
 }
 
 /// Ingress ports below this have their verdict kept (a wire's ports, a switch's).
@@ -555,6 +570,7 @@ impl Plan {
             state,
             scratch: Scratch::default(),
             drops,
+            keys: Keys::default(),
         }
     }
 
@@ -647,36 +663,47 @@ impl Plan {
         }
         let (flat, code, state) = (&self.flat, &self.code, &mut self.state);
         let sc = &mut self.scratch;
-        // In chunks of a batch: first the learning table's slots of every packet are
-        // prefetched (see `Flat::prefetch`), then the packets run one by one.
+        // In chunks of a batch: a first pass over every packet (its slots prefetched),
+        // then the packets run one by one.
+        let keys = &mut self.keys;
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
+            if !flat.writes() && flat.has_entry() {
+                // The entry's step first, its keys read in the prefetch pass: most
+                // packets end there.
+                flat.entry_chunk(state, chunk, keys, |state, pk, e| {
+                    let (m, d) = pk.split_meta();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    let r = match e {
+                        Early::Loop(pc) => {
+                            flat.entered(p);
+                            let r = flat.run_from(code, state, p, pc, 2);
+                            p.forget();
+                            r
+                        }
+                        _ => run_one::<_, true>(flat, code, state, p),
+                    };
+                    if let Some(r) = r {
+                        pk.drop_with(r);
+                    }
+                });
+                continue;
+            }
+            // The learning table's slots prefetched first (see `Flat::prefetch`).
             flat.prefetch(state, chunk);
-            match (flat.writes(), flat.has_entry()) {
-                (true, _) => {
-                    for pk in chunk {
-                        let (m, d) = pk.split_mut();
-                        let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
-                            pk.drop_with(r);
-                        }
+            if flat.writes() {
+                for pk in chunk {
+                    let (m, d) = pk.split_mut();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                        pk.drop_with(r);
                     }
                 }
-                (false, true) => {
-                    for pk in chunk {
-                        let (m, d) = pk.split_meta();
-                        let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, true>(flat, code, state, p) {
-                            pk.drop_with(r);
-                        }
-                    }
-                }
-                (false, false) => {
-                    for pk in chunk {
-                        let (m, d) = pk.split_meta();
-                        let p = &mut Pkt::new(m, d, ports, sc);
-                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
-                            pk.drop_with(r);
-                        }
+            } else {
+                for pk in chunk {
+                    let (m, d) = pk.split_meta();
+                    let p = &mut Pkt::new(m, d, ports, sc);
+                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                        pk.drop_with(r);
                     }
                 }
             }
@@ -684,8 +711,7 @@ impl Plan {
     }
 }
 
-/// Runs one packet, then forgets the header offsets it set (only those: a packet
-/// entering one decoder costs one store here, not a clear of every decoder's).
+/// Runs one packet, then forgets the header offsets it set.
 #[inline(always)]
 fn run_one<D: Bytes, const ENTRY: bool>(
     flat: &Flat,
@@ -694,11 +720,7 @@ fn run_one<D: Bytes, const ENTRY: bool>(
     p: &mut Pkt<D>,
 ) -> Option<u8> {
     let r = flat.run::<D, ENTRY>(code, state, p);
-    let mut set = p.valid;
-    while set != 0 {
-        p.sc.off[set.trailing_zeros() as usize % MAX_DECODERS] = UNSET;
-        set &= set - 1;
-    }
+    p.forget();
     r
 }
 

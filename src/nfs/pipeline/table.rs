@@ -54,6 +54,51 @@ macro_rules! each {
     };
 }
 
+/// A quick table's counters, borrowed with its typed learned part.
+pub struct Counts<'a> {
+    pub hits: &'a mut u64,
+    pub misses: &'a mut u64,
+    pub full: &'a mut u64,
+}
+
+/// A key width a learned table is typed by: a chunk's step chooses it once (see
+/// `flat/entry.rs`) rather than dispatching on the width for every packet.
+pub trait StepKey: std::hash::Hash + Eq + Copy + Default {
+    /// The key from a step's (masked) 64-bit field value, as `learn_lookup` narrows it.
+    fn of(k: u64) -> Self;
+    /// The table's learned part when it is quick and keyed by `Self`, with its counters.
+    fn typed(t: &mut Table) -> Option<(&mut LearnTable<Self, Act>, Counts<'_>)>;
+}
+
+macro_rules! step_key {
+    ($k:ty, $v:ident) => {
+        impl StepKey for $k {
+            #[inline(always)]
+            fn of(k: u64) -> Self {
+                k as $k
+            }
+            #[inline(always)]
+            fn typed(t: &mut Table) -> Option<(&mut LearnTable<Self, Act>, Counts<'_>)> {
+                if !t.quick {
+                    return None;
+                }
+                let c = Counts {
+                    hits: &mut t.hits,
+                    misses: &mut t.misses,
+                    full: &mut t.full,
+                };
+                match t.learned.as_mut()? {
+                    Learn::$v(l) => Some((l, c)),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+step_key!(u32, K32);
+step_key!(u64, K64);
+step_key!(u128, K128);
+
 /// A prefix or ternary entry over the whole (concatenated) key.
 #[derive(Clone, Debug)]
 pub struct Masked {
@@ -270,6 +315,17 @@ impl Table {
         });
         if r == Learned::Full {
             self.full += 1;
+        }
+    }
+
+    /// The key width of a quick table's learned part (32, 64 or 128), else `None`.
+    #[inline(always)]
+    pub fn quick_bits(&self) -> Option<u32> {
+        match self.learned.as_ref().filter(|_| self.quick)? {
+            Learn::K32(_) => Some(32),
+            Learn::K64(_) => Some(64),
+            Learn::K128(_) => Some(128),
+            Learn::Hard(_) => None,
         }
     }
 
