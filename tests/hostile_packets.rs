@@ -4,8 +4,9 @@
 
 mod common;
 
-use catena::nfs::{Context, Nat, NatConfig, Nf};
-use catena::packet::{Batch, Packet, Verdict};
+use common::nat::step;
+
+use catena::nfs::{Nat, NatConfig};
 use etherparse::PacketBuilder;
 
 const S: u64 = 1_000_000_000;
@@ -33,20 +34,6 @@ fn nat() -> Nat {
         ..NatConfig::default()
     })
     .unwrap()
-}
-
-fn step(n: &mut Nat, bytes: &[u8], ts: u64) -> Result<Vec<u8>, u8> {
-    let mut p = Packet::from_bytes(bytes);
-    p.meta_mut().ts_ns = ts;
-    p.meta_mut().now_ns = ts;
-    let mut b = Batch::new();
-    b.push(p);
-    n.process(&mut b, &Context { ports: 2 });
-    let p = b.iter().next().unwrap();
-    match p.meta().verdict {
-        Verdict::Out(_) => Ok(p.data().to_vec()),
-        Verdict::Drop(r) => Err(r),
-    }
 }
 
 /// An ICMP port unreachable from OUT to PUB quoting `quoted`, with its IP total length

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::nat::step;
+
 use std::net::Ipv4Addr;
 use std::process::Command;
 
@@ -74,21 +76,6 @@ fn ping(src: [u8; 4], dst: [u8; 4], id: u16, reply: bool) -> Vec<u8> {
     let mut v = Vec::new();
     b.write(&mut v, b"ping data").unwrap();
     v
-}
-
-/// Runs one packet at capture time `ts`; the bytes out or the drop reason.
-fn step(n: &mut Nat, bytes: &[u8], ts: u64) -> Result<Vec<u8>, u8> {
-    let mut p = Packet::from_bytes(bytes);
-    p.meta_mut().ts_ns = ts;
-    p.meta_mut().now_ns = ts;
-    let mut b = Batch::new();
-    b.push(p);
-    n.process(&mut b, &Context { ports: 2 });
-    let p = b.iter().next().unwrap();
-    match p.meta().verdict {
-        Verdict::Out(_) => Ok(p.data().to_vec()),
-        Verdict::Drop(r) => Err(r),
-    }
 }
 
 /// (src, sport, dst, dport) with ICMP echo identifiers as ports, after checking that

@@ -1,6 +1,7 @@
 //! Shared by the integration tests: dataset paths, running chains, external oracles.
 #![allow(dead_code)]
 
+pub mod nat;
 pub mod wait;
 
 use std::collections::BTreeMap;

@@ -372,16 +372,8 @@ impl Flat {
             .any(|e| s.tables[e.step.table as usize].worth_prefetching())
         {
             for pk in chunk.iter() {
-                let Some(e) = &self.entry[pk.meta().link as usize % 4] else {
-                    continue;
-                };
-                let d = pk.data();
-                if e.len as usize > d.len() {
-                    continue;
-                }
-                let st = &e.step;
-                if let (Some(k), Some(look)) = (st.src.peek(d, 0), st.dst.peek(d, 0)) {
-                    s.tables[st.table as usize].prefetch((k & st.mask) as u128, look as u128);
+                if let Some((st, k, look)) = self.step_keys(pk) {
+                    s.tables[st.table as usize].prefetch(k as u128, look as u128);
                 }
             }
         }

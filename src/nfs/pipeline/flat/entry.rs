@@ -56,22 +56,28 @@ impl Flat {
             .any(|e| s.tables[e.step.table as usize].worth_prefetching());
         keys.ok = 0;
         for (i, (pk, k)) in chunk.iter().zip(keys.k.iter_mut()).enumerate() {
-            let Some(e) = &self.entry[pk.meta().link as usize % 4] else {
-                continue;
-            };
-            let d = pk.data();
-            if e.len as usize > d.len() {
-                continue;
-            }
-            let st = &e.step;
-            if let (Some(key), Some(look)) = (st.src.peek(d, 0), st.dst.peek(d, 0)) {
-                *k = (key & st.mask, look);
+            if let Some((st, key, look)) = self.step_keys(pk) {
+                *k = (key, look);
                 keys.ok |= 1 << (i % MAX_BATCH);
                 if fetch {
-                    s.tables[st.table as usize].prefetch(k.0 as u128, look as u128);
+                    s.tables[st.table as usize].prefetch(key as u128, look as u128);
                 }
             }
         }
+    }
+
+    /// A packet's entry step and its two keys (the learned one masked), read at their
+    /// fixed offsets from byte 0; `None`: no entry for its link, cut short, or a field
+    /// near its end.
+    #[inline(always)]
+    pub(super) fn step_keys(&self, pk: &Packet) -> Option<(&super::Step, u64, u64)> {
+        let e = self.entry[pk.meta().link as usize % 4].as_ref()?;
+        let d = pk.data();
+        if e.len as usize > d.len() {
+            return None;
+        }
+        let st = &e.step;
+        Some((st, st.src.peek(d, 0)? & st.mask, st.dst.peek(d, 0)?))
     }
 
     /// The entry's step for packet `i` of the chunk whose keys are `keys`, on its meta.
@@ -201,17 +207,9 @@ impl Flat {
         keys.ok = 0;
         let kh = keys.k.iter_mut().zip(keys.h.iter_mut());
         for (i, (pk, (k, h))) in chunk.iter().zip(kh).enumerate() {
-            let Some(e) = &self.entry[pk.meta().link as usize % 4] else {
-                continue;
-            };
-            let d = pk.data();
-            if e.len as usize > d.len() {
-                continue;
-            }
-            let st = &e.step;
-            if let (Some(key), Some(look)) = (st.src.peek(d, 0), st.dst.peek(d, 0)) {
-                *k = (key & st.mask, look);
-                *h = (tab.hash(&K::of(k.0)), tab.hash(&K::of(look)));
+            if let Some((_, key, look)) = self.step_keys(pk) {
+                *k = (key, look);
+                *h = (tab.hash(&K::of(key)), tab.hash(&K::of(look)));
                 keys.ok |= 1 << (i % MAX_BATCH);
                 if fetch {
                     tab.prefetch(h.0);
