@@ -13,10 +13,12 @@ use crate::packet::FLOOD;
 use tail::Tail;
 
 mod entry;
+mod ipv4;
 mod miss;
 mod tail;
 
 pub use entry::{Early, Keys};
+use ipv4::Ipv4Chunk;
 use miss::MissEnd;
 
 /// Decoder entries and table applications per packet at most: decoder repeats and
@@ -201,6 +203,9 @@ pub struct Flat {
     ip_step: Option<Step>,
     /// With the walk: the straight code run after its IPv4 entry (see `tail.rs`).
     tail: Option<Box<Tail>>,
+    /// That straight code run a chunk at a time on the bytes, when it can be (see
+    /// `ipv4.rs`).
+    ipv4: Option<Box<Ipv4Chunk>>,
     /// Per table: its miss block as a fixed ending, when it is one (see `miss.rs`).
     miss_end: Vec<Option<MissEnd>>,
     /// The table every [`Entry`]'s step applies, when they share one (see `entry.rs`).
@@ -238,6 +243,7 @@ impl Flat {
             entry: [None; 4],
             ip_step: None,
             tail: None,
+            ipv4: None,
             miss_end: Vec::new(),
             entry_table: None,
         };
@@ -338,6 +344,10 @@ impl Flat {
             .next()
             .filter(|&t| tables.all(|u| u == t) && (t as usize) < f.miss.len());
         f.tail = f.walk().and_then(|w| Tail::lower(&f, w)).map(Box::new);
+        f.ipv4 = match (&f.tail, f.writes) {
+            (Some(t), false) => Ipv4Chunk::lower(t, t.walk.ip()).map(Box::new),
+            _ => None,
+        };
         f
     }
 

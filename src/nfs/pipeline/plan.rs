@@ -667,43 +667,66 @@ impl Plan {
         // then the packets run one by one.
         let keys = &mut self.keys;
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
-            if !flat.writes() && flat.has_entry() {
-                // The entry's step first, its keys read in the prefetch pass: most
-                // packets end there.
-                flat.entry_chunk(state, chunk, keys, |state, pk, e| {
-                    let (m, d) = pk.split_meta();
-                    let p = &mut Pkt::new(m, d, ports, sc);
-                    let r = match e {
-                        Early::Loop(pc) => {
-                            flat.entered(p);
-                            let r = flat.run_from(code, state, p, pc, 2);
-                            p.forget();
-                            r
+            match (flat.writes(), flat.has_entry(), flat.has_ipv4_chunk()) {
+                (true, _, _) => {
+                    flat.prefetch(state, chunk);
+                    for pk in chunk {
+                        let (m, d) = pk.split_mut();
+                        let p = &mut Pkt::new(m, d, ports, sc);
+                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                            pk.drop_with(r);
                         }
-                        _ => run_one::<_, true>(flat, code, state, p),
-                    };
-                    if let Some(r) = r {
-                        pk.drop_with(r);
-                    }
-                });
-                continue;
-            }
-            // The learning table's slots prefetched first (see `Flat::prefetch`).
-            flat.prefetch(state, chunk);
-            if flat.writes() {
-                for pk in chunk {
-                    let (m, d) = pk.split_mut();
-                    let p = &mut Pkt::new(m, d, ports, sc);
-                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
-                        pk.drop_with(r);
                     }
                 }
-            } else {
-                for pk in chunk {
-                    let (m, d) = pk.split_meta();
-                    let p = &mut Pkt::new(m, d, ports, sc);
-                    if let Some(r) = run_one::<_, false>(flat, code, state, p) {
-                        pk.drop_with(r);
+                (false, true, _) => {
+                    // The entry's step first, its keys read in the prefetch pass: most
+                    // packets end there.
+                    flat.entry_chunk(state, chunk, keys, |state, pk, e| {
+                        let (m, d) = pk.split_meta();
+                        let p = &mut Pkt::new(m, d, ports, sc);
+                        let r = match e {
+                            Early::Loop(pc) => {
+                                flat.entered(p);
+                                let r = flat.run_from(code, state, p, pc, 2);
+                                p.forget();
+                                r
+                            }
+                            _ => run_one::<_, true>(flat, code, state, p),
+                        };
+                        if let Some(r) = r {
+                            pk.drop_with(r);
+                        }
+                    });
+                }
+                (false, false, ipv4) => {
+                    // The IPv4 tail decided on the bytes first: most packets end there.
+                    if ipv4
+                        && flat.ipv4_chunk(state, chunk, keys, |state, pk, e| {
+                            let (m, d) = pk.split_meta();
+                            let p = &mut Pkt::new(m, d, ports, sc);
+                            let r = match e {
+                                Early::Loop(pc) => {
+                                    let steps = flat.ipv4_entered(p);
+                                    let r = flat.run_from(code, state, p, pc, steps);
+                                    p.forget();
+                                    r
+                                }
+                                _ => run_one::<_, false>(flat, code, state, p),
+                            };
+                            if let Some(r) = r {
+                                pk.drop_with(r);
+                            }
+                        })
+                    {
+                        continue;
+                    }
+                    flat.prefetch(state, chunk);
+                    for pk in chunk {
+                        let (m, d) = pk.split_meta();
+                        let p = &mut Pkt::new(m, d, ports, sc);
+                        if let Some(r) = run_one::<_, false>(flat, code, state, p) {
+                            pk.drop_with(r);
+                        }
                     }
                 }
             }

@@ -336,6 +336,14 @@ impl Walk {
         Some(self.body as usize)
     }
 
+    /// Where [`Walk::run`] would start the IPv4 header of a packet on `link` that
+    /// `Layers` read as `l`, without running it (`None`: the walk does not end there).
+    #[inline(always)]
+    pub fn ipv4_at(&self, link: LinkKind, l: &Layers) -> Option<usize> {
+        let k = self.links[link as usize % 4]?;
+        (l.vlans <= k.tags && l.l3 == L3Kind::Ipv4).then_some(l.l3_off as usize)
+    }
+
     /// IPv6 or ARP, when the program routes it from this link (and its tags) as
     /// `Layers` did; else `None` (the program's own walk).
     #[inline(never)]

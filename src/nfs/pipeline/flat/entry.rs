@@ -27,10 +27,14 @@ pub enum Early {
 /// A chunk's step keys, read once by [`Flat::entry_keys`]: per packet, the learned key
 /// (masked) and the key looked up, for the packets whose bit is set.
 pub struct Keys {
-    k: [(u64, u64); MAX_BATCH],
+    pub(super) k: [(u64, u64); MAX_BATCH],
     /// Their hashes, on the typed path (see [`Flat::entry_chunk`]).
-    h: [(u64, u64); MAX_BATCH],
+    pub(super) h: [(u64, u64); MAX_BATCH],
     ok: u32,
+    /// On the IPv4 chunk (see `ipv4.rs`): the packets that reach the step, whose keys
+    /// `k` holds in the same order, and the others with their outcome.
+    pub(super) at: [u8; MAX_BATCH],
+    pub(super) other: [(u8, u16); MAX_BATCH],
 }
 
 impl Default for Keys {
@@ -39,6 +43,8 @@ impl Default for Keys {
             k: [(0, 0); MAX_BATCH],
             h: [(0, 0); MAX_BATCH],
             ok: 0,
+            at: [0; MAX_BATCH],
+            other: [(0, 0); MAX_BATCH],
         }
     }
 }

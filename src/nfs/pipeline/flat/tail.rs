@@ -12,15 +12,15 @@ use crate::nfs::pipeline::table::Act;
 use crate::nfs::pipeline::walk::Walk;
 
 /// Drop tests before the header, and after it, at most (more: the loop runs the rest).
-const BEFORE: usize = 4;
-const AFTER: usize = 2;
+pub(super) const BEFORE: usize = 4;
+pub(super) const AFTER: usize = 2;
 
 /// A drop test: the packet is dropped with `reason` when the test's outcome is `when`.
 #[derive(Clone, Debug)]
-struct Guard {
-    cond: Cond,
-    reason: u8,
-    when: bool,
+pub(super) struct Guard {
+    pub(super) cond: Cond,
+    pub(super) reason: u8,
+    pub(super) when: bool,
 }
 
 /// The straight code from the IPv4 decoder's body (see the module's comment).
@@ -28,10 +28,10 @@ struct Guard {
 pub struct Tail {
     /// The walk itself (the code's first instruction), run before the straight code.
     pub walk: Walk,
-    before: [Option<Guard>; BEFORE],
-    enter: Option<Fixed>,
-    after: [Option<Guard>; AFTER],
-    step: Option<Step>,
+    pub(super) before: [Option<Guard>; BEFORE],
+    pub(super) enter: Option<Fixed>,
+    pub(super) after: [Option<Guard>; AFTER],
+    pub(super) step: Option<Step>,
     /// Where the instruction loop goes on when the straight code ends without a step.
     resume: u32,
 }

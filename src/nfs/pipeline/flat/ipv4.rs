@@ -1,0 +1,602 @@
+//! The straight code after the walk's IPv4 entry (see `tail.rs`) run a chunk at a time on
+//! the packets' bytes, before any packet's run state is made: the IPv4 header starts at
+//! `Layers`' offset (as the walk takes it) and a fixed header after it at the IPv4
+//! header's length, so every drop test and both step keys are read at offsets known per
+//! packet, not through the decoders' scratch offsets. A first pass decides each packet
+//! (a drop reason, the step, or the loop) without a branch on a test's outcome (the
+//! firewall's port rule is a coin toss on mixed traffic) and lists the packets by what
+//! they need; the step then runs typed by its table's key width (as the L2 entry's,
+//! `entry.rs`) over the listed packets in order, hashing once and counting in
+//! registers. A packet the pass cannot decide (not IPv4 as the walk takes it, a header
+//! cut short, a field near its end) runs whole in the loop at its place in the order;
+//! one whose step goes on (a `goto`, a miss block that is not a fixed ending) goes on in
+//! the loop. Chosen at load by the code's shape: a tail that ends in a learning step on
+//! the IPv4 header, with drop tests on one field or a port set of the IPv4 header or the
+//! fixed header after it.
+
+use super::tail::{Guard, Tail, AFTER, BEFORE};
+use super::{Cond, Early, Flat, Keys, Set, Step};
+use crate::flow::{LearnTable, Learned};
+use crate::nfs::pipeline::plan::{Bytes, FieldRef, Pkt, State};
+use crate::nfs::pipeline::table::{Act, Counts, StepKey};
+use crate::nfs::pipeline::walk::Walk;
+use crate::packet::{Packet, FLOOD, MAX_BATCH};
+
+/// A packet that reaches the step (no drop test dropped it).
+const PASS: u16 = u16::MAX;
+/// A packet the pass cannot decide: it runs whole in the loop.
+const WHOLE: u16 = u16::MAX - 1;
+
+/// A drop test as a membership: the field (or either of two fields) in a few values or
+/// in a port bitmap, on the IPv4 header (`next`: the fixed header after it). Every shape
+/// of test the tail holds for this path is one (`f != a && f != b`: not in `{a, b}`), so
+/// a packet's tests run with no dispatch on their kind and no branch on their outcome.
+#[derive(Clone, Debug)]
+struct ByteGuard {
+    f: FieldRef,
+    /// The second field of `a in S || b in S`; else `f` again.
+    g: FieldRef,
+    /// The values, the last repeated to fill the four (when `set` is `None`).
+    vals: [u64; 4],
+    set: Option<Set>,
+    next: bool,
+    /// The packet is dropped when the field's membership is this.
+    when: bool,
+}
+
+/// Bits of a packet's outcome mask (see [`Ipv4Chunk::decide`]): the tests before the
+/// fixed header, the header cut short, the tests after it, a step key near the end,
+/// and the bit always set.
+const FITS: usize = BEFORE;
+const AFTER0: usize = FITS + 1;
+const KEYS: usize = AFTER0 + AFTER;
+const ALWAYS: usize = KEYS + 1;
+
+/// The tail's drop tests and step, read on the bytes (see the module's comment).
+#[derive(Clone, Debug)]
+pub struct Ipv4Chunk {
+    before: [Option<ByteGuard>; BEFORE],
+    /// The fixed header's length, when the tail enters one.
+    enter: Option<u16>,
+    after: [Option<ByteGuard>; AFTER],
+    step: Step,
+    /// Per bit of the outcome mask, what its first set bit means: a drop reason,
+    /// [`WHOLE`], or [`PASS`] (the bit always set).
+    codes: [u16; ALWAYS + 1],
+}
+
+/// A set's values when it has at most four, the last repeated.
+fn few(s: &Set) -> Option<[u64; 4]> {
+    let mut v = Vec::new();
+    for (w, bits) in s.0.iter().enumerate() {
+        for b in 0..64 {
+            if bits & (1 << b) != 0 {
+                v.push((w * 64 + b) as u64);
+            }
+        }
+    }
+    let last = *v.last()?;
+    (v.len() <= 4).then(|| std::array::from_fn(|i| v.get(i).copied().unwrap_or(last)))
+}
+
+impl ByteGuard {
+    /// Tail guard `g` as a membership, when its test is one the bytes can decide;
+    /// `hdr`: the header its fields must read.
+    fn of(g: &Guard, hdr: usize, next: bool) -> Option<ByteGuard> {
+        let pair = |a: u64, b: u64| [a, b, b, b];
+        let (f, second, vals, set, inside) = match &g.cond {
+            Cond::FieldEq(f, v) => (*f, None, [*v; 4], None, true),
+            Cond::FieldNe(f, v) => (*f, None, [*v; 4], None, false),
+            Cond::FieldEq2(f, a, b) => (*f, None, pair(*a, *b), None, true),
+            Cond::FieldNe2(f, a, b) => (*f, None, pair(*a, *b), None, false),
+            Cond::FieldIn16(f, s) => match few(s) {
+                Some(v) => (*f, None, v, None, true),
+                None => (*f, None, [0; 4], Some(s.clone()), true),
+            },
+            Cond::EitherIn16(f, g, s) => match few(s) {
+                Some(v) => (*f, Some(*g), v, None, true),
+                None => (*f, Some(*g), [0; 4], Some(s.clone()), true),
+            },
+            _ => return None,
+        };
+        let g2 = second.unwrap_or(f);
+        if f.hdr as usize != hdr || g2.hdr as usize != hdr {
+            return None;
+        }
+        Some(ByteGuard {
+            f,
+            g: g2,
+            vals,
+            set,
+            next,
+            // The test holds when the membership is `inside`; it drops when it is `when`.
+            when: inside == g.when,
+        })
+    }
+
+    /// Whether the packet is dropped by this test, and whether its fields could be read
+    /// (not near the packet's end).
+    #[inline(always)]
+    fn drops(&self, d: &[u8], o3: usize, o4: usize) -> (bool, bool) {
+        let base = if self.next { o4 } else { o3 };
+        let (v, ok1) = self.f.peek(d, base).map_or((0, false), |v| (v, true));
+        let (w, ok2) = self.g.peek(d, base).map_or((0, false), |v| (v, true));
+        let inside = match &self.set {
+            Some(s) => s.has(v) | s.has(w),
+            None => {
+                let [a, b, c, e] = self.vals;
+                (v == a)
+                    | (v == b)
+                    | (v == c)
+                    | (v == e)
+                    | (w == a)
+                    | (w == b)
+                    | (w == c)
+                    | (w == e)
+            }
+        };
+        (inside == self.when, ok1 & ok2)
+    }
+}
+
+/// Test `g` as bit `bit` of a packet's outcome mask: set when it drops or cannot be read
+/// (then `whole` too).
+#[inline(always)]
+fn test(g: &Option<ByteGuard>, bit: usize, d: &[u8], o3: usize, o4: usize, m: &mut (u32, u32)) {
+    if let Some(g) = g {
+        let (drops, ok) = g.drops(d, o3, o4);
+        m.0 |= u32::from(drops | !ok) << bit;
+        m.1 |= u32::from(!ok) << bit;
+    }
+}
+
+impl Ipv4Chunk {
+    /// The tail read on the bytes, when every test and the step can be (see the module's
+    /// comment); `ip`: the walk's IPv4 decoder.
+    pub fn lower(t: &Tail, ip: usize) -> Option<Ipv4Chunk> {
+        let step = t.step?;
+        if step.src.hdr as usize != ip || step.dst.hdr as usize != ip {
+            return None;
+        }
+        let mut x = Ipv4Chunk {
+            before: Default::default(),
+            enter: t.enter.map(|e| e.len),
+            after: Default::default(),
+            step,
+            codes: [WHOLE; ALWAYS + 1],
+        };
+        x.codes[ALWAYS] = PASS;
+        for (i, (b, g)) in x.before.iter_mut().zip(&t.before).enumerate() {
+            if let Some(g) = g {
+                *b = Some(ByteGuard::of(g, ip, false)?);
+                x.codes[i] = u16::from(g.reason);
+            }
+        }
+        for (i, (a, g)) in x.after.iter_mut().zip(&t.after).enumerate() {
+            if let Some(g) = g {
+                // A test after the fixed header reads it, or the IPv4 header.
+                let next = t.enter.map(|e| e.dec as usize);
+                let h = match &g.cond {
+                    Cond::FieldEq(f, _)
+                    | Cond::FieldNe(f, _)
+                    | Cond::FieldEq2(f, _, _)
+                    | Cond::FieldNe2(f, _, _)
+                    | Cond::FieldIn16(f, _)
+                    | Cond::EitherIn16(f, _, _) => f.hdr as usize,
+                    _ => return None,
+                };
+                let on_next = Some(h) == next;
+                *a = Some(ByteGuard::of(g, if on_next { h } else { ip }, on_next)?);
+                x.codes[AFTER0 + i] = u16::from(g.reason);
+            }
+        }
+        Some(x)
+    }
+
+    /// A packet's outcome (a drop reason, [`PASS`] or [`WHOLE`]) and its step's keys
+    /// (the learned one masked), as the walk and the tail would find them: each test
+    /// sets a bit of a mask when it drops (or cannot be read), and the first bit set
+    /// gives the outcome, with no branch on any test's.
+    #[inline(always)]
+    fn decide(&self, walk: &Walk, pk: &mut Packet) -> (u16, u64, u64) {
+        let l = pk.layers();
+        let link = pk.meta().link;
+        let d = pk.data();
+        let Some(o3) = walk.ipv4_at(link, &l) else {
+            return (WHOLE, 0, 0);
+        };
+        let Some(&b) = d.get(o3) else {
+            return (WHOLE, 0, 0);
+        };
+        let o4 = o3 + usize::from(b & 0x0f) * 4;
+        // (drops or unread, unread), one bit per test; unrolled: one site per test.
+        let mut m = (1u32 << ALWAYS, 0u32);
+        test(&self.before[0], 0, d, o3, o4, &mut m);
+        test(&self.before[1], 1, d, o3, o4, &mut m);
+        test(&self.before[2], 2, d, o3, o4, &mut m);
+        test(&self.before[3], 3, d, o3, o4, &mut m);
+        if let Some(n) = self.enter {
+            // Cut short: the loop runs the header's `short` block.
+            m.0 |= u32::from(o4 + usize::from(n) > d.len()) << FITS;
+            test(&self.after[0], AFTER0, d, o3, o4, &mut m);
+            test(&self.after[1], AFTER0 + 1, d, o3, o4, &mut m);
+        }
+        let st = &self.step;
+        let (k, look) = match (st.src.peek(d, o3), st.dst.peek(d, o3)) {
+            (Some(k), Some(look)) => (k & st.mask, look),
+            _ => {
+                m.0 |= 1 << KEYS;
+                (0, 0)
+            }
+        };
+        let first = m.0.trailing_zeros() as usize;
+        let r = if m.1 & (1 << first) != 0 {
+            WHOLE
+        } else {
+            self.codes[first.min(ALWAYS)]
+        };
+        (r, k, look)
+    }
+}
+
+impl Flat {
+    /// Whether chunks run as [`Ipv4Chunk`] (the code's shape, fixed at load).
+    pub fn has_ipv4_chunk(&self) -> bool {
+        self.ipv4.is_some()
+    }
+
+    /// A chunk through the tail on the bytes: packets it ends are done here; `rest` runs
+    /// each other one (`Early::Loop`: see [`Flat::ipv4_entered`]; `Early::Whole`) at its
+    /// place in the order. `false`: the step's table is not quick, nothing ran (the
+    /// caller runs the chunk as before).
+    #[inline(always)]
+    pub fn ipv4_chunk(
+        &self,
+        s: &mut State,
+        chunk: &mut [Packet],
+        keys: &mut Keys,
+        rest: impl FnMut(&mut State, &mut Packet, Early),
+    ) -> bool {
+        let (Some(x), Some(t)) = (self.ipv4.as_deref(), self.tail.as_deref()) else {
+            return false;
+        };
+        match s.tables[x.step.table as usize].quick_bits() {
+            Some(32) => self.ipv4_typed::<u32>(x, &t.walk, s, chunk, keys, rest),
+            Some(64) => self.ipv4_typed::<u64>(x, &t.walk, s, chunk, keys, rest),
+            Some(128) => self.ipv4_typed::<u128>(x, &t.walk, s, chunk, keys, rest),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Enters the headers of a packet whose step [`Flat::ipv4_chunk`] ran and that goes
+    /// on in the loop, as the walk and the tail did; the steps counted.
+    #[inline(always)]
+    pub fn ipv4_entered<D: Bytes>(&self, p: &mut Pkt<D>) -> u32 {
+        let mut steps = 0;
+        if let Some(t) = self.tail.as_deref() {
+            // The chunk's pass found IPv4 where the walk ends: it does so again.
+            let _ = t.walk.run(p, &mut steps);
+            if let Some(e) = &t.enter {
+                steps += 1;
+                let at = p.cur;
+                p.fit(e.dec as usize, at, e.len as usize);
+                p.cur = at + e.len as usize;
+            }
+        }
+        steps + 1
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn ipv4_typed<K: StepKey>(
+        &self,
+        x: &Ipv4Chunk,
+        walk: &Walk,
+        s: &mut State,
+        chunk: &mut [Packet],
+        keys: &mut Keys,
+        mut rest: impl FnMut(&mut State, &mut Packet, Early),
+    ) {
+        // Each packet decided, its index appended to one list or the other without a
+        // branch on which.
+        let (mut ns, mut no) = (0, 0);
+        for (i, pk) in chunk.iter_mut().enumerate() {
+            let (r, k, look) = x.decide(walk, pk);
+            keys.at[ns % MAX_BATCH] = i as u8;
+            keys.k[ns % MAX_BATCH] = (k, look);
+            ns += usize::from(r == PASS);
+            keys.other[no % MAX_BATCH] = (i as u8, r);
+            no += usize::from(r != PASS);
+        }
+        let t = x.step.table as usize;
+        let fetch = s.tables[t].worth_prefetching();
+        if let Some((tab, _)) = K::typed(&mut s.tables[t]) {
+            for (k, h) in keys.k[..ns].iter().zip(keys.h.iter_mut()) {
+                *h = (tab.hash(&K::of(k.0)), tab.hash(&K::of(k.1)));
+                if fetch {
+                    tab.prefetch(h.0);
+                    tab.prefetch(h.1);
+                }
+            }
+        }
+        // Drops touch no table: in any order.
+        for &(i, r) in &keys.other[..no] {
+            if r < 256 {
+                chunk[usize::from(i)].drop_with(r as u8);
+            }
+        }
+        let keys = &*keys;
+        let mut j = 0;
+        for &(w, r) in &keys.other[..no] {
+            if r == WHOLE {
+                let w = usize::from(w);
+                j = self.ipv4_steps::<K>(x, s, chunk, keys, j, ns, w, &mut rest);
+                rest(s, &mut chunk[w], Early::Whole);
+            }
+        }
+        self.ipv4_steps::<K>(x, s, chunk, keys, j, ns, MAX_BATCH, &mut rest);
+    }
+
+    /// The listed packets from the `j`th of `ns` on, up to packet `until`: where the list
+    /// stopped.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn ipv4_steps<K: StepKey>(
+        &self,
+        x: &Ipv4Chunk,
+        s: &mut State,
+        chunk: &mut [Packet],
+        keys: &Keys,
+        mut j: usize,
+        ns: usize,
+        until: usize,
+        rest: &mut impl FnMut(&mut State, &mut Packet, Early),
+    ) -> usize {
+        let t = x.step.table as usize;
+        while j < ns && usize::from(keys.at[j % MAX_BATCH]) < until {
+            let State { tables, counters } = &mut *s;
+            // The table stays quick while packets run (only `ctl` adds fixed entries); if
+            // not, the listed packets run whole (nothing of theirs has run yet).
+            let Some((tab, c)) = K::typed(&mut tables[t]) else {
+                let i = usize::from(keys.at[j % MAX_BATCH]);
+                rest(s, &mut chunk[i], Early::Whole);
+                j += 1;
+                continue;
+            };
+            let (to, goes_on) = self.ipv4_run(tab, c, counters, t, chunk, keys, j, ns, until);
+            j = to;
+            if let Some(e) = goes_on {
+                let i = usize::from(keys.at[j % MAX_BATCH]);
+                rest(s, &mut chunk[i], e);
+                j += 1;
+            }
+        }
+        j
+    }
+
+    /// The typed step for the listed packets from the `j`th on, up to packet `until` or
+    /// one that goes on in the loop (returned with where it goes).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn ipv4_run<K: StepKey>(
+        &self,
+        tab: &mut LearnTable<K, Act>,
+        c: Counts,
+        counters: &mut [(String, u64)],
+        t: usize,
+        chunk: &mut [Packet],
+        keys: &Keys,
+        mut j: usize,
+        ns: usize,
+        until: usize,
+    ) -> (usize, Option<Early>) {
+        let (mut hits, mut misses, mut full) = (0, 0, 0);
+        let mut out = None;
+        while j < ns {
+            let i = usize::from(keys.at[j % MAX_BATCH]);
+            if i >= until {
+                break;
+            }
+            let Some(pk) = chunk.get_mut(i) else { break };
+            let m = pk.split_meta().0;
+            let (k, look) = keys.k[j % MAX_BATCH];
+            let (hk, hl) = keys.h[j % MAX_BATCH];
+            let act = Act::Output(m.in_port);
+            full += (tab.learn_with_hash(K::of(k), hk, act, m.now_ns) == Learned::Full) as u64;
+            let r = match tab.get_with_hash(&K::of(look), hl, m.now_ns) {
+                Some(a) => {
+                    hits += 1;
+                    match a {
+                        Act::Output(port) => {
+                            m.egress = port;
+                            None
+                        }
+                        Act::Flood => {
+                            m.egress = FLOOD;
+                            None
+                        }
+                        Act::Drop(r) => Some(r),
+                        Act::Pass => None,
+                        Act::Goto(to) => {
+                            out = Some(Early::Loop(self.apply[to as usize] as usize));
+                            break;
+                        }
+                    }
+                }
+                None => {
+                    misses += 1;
+                    match &self.miss_end[t] {
+                        Some(end) => end.end(counters, m, None),
+                        None => {
+                            out = Some(Early::Loop(self.miss[t] as usize));
+                            break;
+                        }
+                    }
+                }
+            };
+            if let Some(r) = r {
+                pk.drop_with(r);
+            }
+            j += 1;
+        }
+        *c.hits += hits;
+        *c.misses += misses;
+        *c.full += full;
+        (j, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::nfs::pipeline::nf::{compile, Compiled};
+    use crate::packet::{Batch, LinkKind, Packet, Verdict, FLOOD};
+
+    fn example(app: &str) -> String {
+        let path = format!("{}/examples/pipeline/{app}.stv", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(path).expect("the example")
+    }
+
+    /// Ethernet, IPv4 (`frag`: the flags and offset word), then `l4` (the IP total length
+    /// is the frame's).
+    fn ip(proto: u8, frag: u16, src: u8, dst: u8, l4: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 14];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let len = (20 + l4.len()) as u16;
+        f.extend([0x45, 0, (len >> 8) as u8, len as u8, 0, 1]);
+        f.extend(frag.to_be_bytes());
+        f.extend([64, proto, 0, 0, 10, 0, 0, src, 10, 0, 0, dst]);
+        f.extend(l4);
+        f
+    }
+
+    /// A TCP header (20 bytes) from `sp` to `dp`.
+    fn tcp(sp: u16, dp: u16) -> Vec<u8> {
+        let mut h = vec![0u8; 20];
+        h[0..2].copy_from_slice(&sp.to_be_bytes());
+        h[2..4].copy_from_slice(&dp.to_be_bytes());
+        h[12] = 0x50;
+        h
+    }
+
+    /// One chunk of (bytes, in_port) through the program: each packet's verdict.
+    fn run(c: &mut Compiled, ins: &[(Vec<u8>, u16)]) -> Vec<String> {
+        let mut batch = Batch::new();
+        for (bytes, port) in ins {
+            let mut p = Packet::from_bytes(bytes);
+            let m = p.meta_mut();
+            m.link = LinkKind::Ethernet;
+            m.in_port = *port;
+            m.egress = 99;
+            batch.push(p);
+        }
+        c.plan.run_batch(&mut batch, 5);
+        batch
+            .iter()
+            .map(|p| match (p.meta().verdict, p.meta().egress) {
+                (Verdict::Drop(r), _) => format!("drop {}", c.plan.drops[r as usize]),
+                (_, FLOOD) => "flood".to_string(),
+                (_, e) => format!("egress {e}"),
+            })
+            .collect()
+    }
+
+    /// The firewall program runs its chunks on the bytes: in one chunk, a miss (flooded),
+    /// hits, a port in and out of the set (source or destination), a frame that is not
+    /// IPv4, a later fragment, ICMP, ports cut short, an IPv4 header cut short, and a
+    /// UDP header whose ports end within 8 bytes of the frame's end (run whole in the
+    /// loop, in its place: what it learns is found by the packet after it).
+    #[test]
+    fn the_firewall_decides_a_chunk_on_the_bytes() {
+        let mut c =
+            compile("firewall.stv", &example("firewall"), &Default::default()).expect("compiles");
+        assert!(c.plan.flat().ipv4.is_some(), "the chunk on the bytes");
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let mut short_udp = vec![0u8; 6];
+        short_udp[0..2].copy_from_slice(&80u16.to_be_bytes());
+        short_udp[2..4].copy_from_slice(&7u16.to_be_bytes());
+        let ins = [
+            (ip(6, 0, 1, 2, &tcp(1234, 80)), 1),
+            (ip(6, 0, 2, 1, &tcp(80, 1234)), 2),
+            (ip(17, 0, 3, 1, &tcp(53, 53)), 3),
+            (arp, 1),
+            (ip(6, 0x0001, 1, 2, &tcp(1234, 80)), 1),
+            (ip(1, 0, 1, 2, &[8, 0, 0, 0, 0, 0, 0, 0]), 1),
+            (ip(6, 0, 1, 2, &[0, 80]), 1),
+            (ip(6, 0, 1, 2, &[])[..24].to_vec(), 1),
+            (ip(6, 0, 1, 9, &tcp(443, 5555)), 1),
+            (ip(6, 0, 9, 1, &tcp(5555, 443)), 3),
+            (ip(6, 0, 4, 9, &tcp(80, 999)), 2),
+            (ip(17, 0, 5, 1, &short_udp), 4),
+            (ip(6, 0, 1, 5, &tcp(80, 1)), 1),
+        ];
+        let got = run(&mut c, &ins);
+        assert_eq!(
+            got,
+            [
+                "flood",
+                "egress 1",
+                "drop port_denied",
+                "drop not_ipv4",
+                "drop fragment",
+                "drop not_tcp_udp",
+                "drop truncated",
+                "drop malformed",
+                "flood",
+                "egress 1",
+                "egress 3",
+                "egress 1",
+                "egress 4",
+            ]
+        );
+        let t = &c.plan.state.tables[0];
+        assert_eq!((t.hits, t.misses, t.learned_len()), (5, 2, 5));
+        let counts: Vec<u64> = c.plan.state.counters.iter().map(|x| x.1).collect();
+        assert_eq!(counts, [2]);
+    }
+
+    /// A miss block that is not a fixed ending (three counters) goes on in the loop with
+    /// the headers entered: the IPv4 switch's flood, counted three times.
+    #[test]
+    fn a_miss_that_goes_on_runs_in_the_loop_mid_chunk() {
+        let src = example("ipv4_switch").replace(
+            "miss { count floods; flood; }",
+            "miss { count floods; count again; count thrice; flood; }",
+        );
+        let mut c = compile("ipv4_switch.stv", &src, &Default::default()).expect("compiles");
+        assert!(c.plan.flat().ipv4.is_some(), "the chunk on the bytes");
+        let ins = [
+            (ip(6, 0, 1, 2, &tcp(1, 2)), 1),
+            (ip(6, 0, 2, 1, &tcp(2, 1)), 2),
+            (ip(17, 0, 3, 2, &tcp(3, 2)), 3),
+            (ip(6, 0, 4, 5, &tcp(4, 5)), 4),
+            (ip(6, 0, 5, 4, &tcp(5, 4)), 0),
+        ];
+        let got = run(&mut c, &ins);
+        assert_eq!(got, ["flood", "egress 1", "egress 2", "flood", "egress 4"]);
+        let t = &c.plan.state.tables[0];
+        assert_eq!((t.hits, t.misses), (3, 2));
+        let counts: Vec<u64> = c.plan.state.counters.iter().map(|x| x.1).collect();
+        assert_eq!(counts, [2, 2, 2]);
+    }
+
+    /// Programs of another shape keep the general path: the MAC switch (no walk) and a
+    /// firewall whose port rule reads a field of the link header.
+    #[test]
+    fn other_shapes_keep_the_loop() {
+        let c = compile(
+            "mac_switch.stv",
+            &example("mac_switch"),
+            &Default::default(),
+        )
+        .expect("compiles");
+        assert!(c.plan.flat().ipv4.is_none());
+        let src = example("firewall").replace(
+            "if ip.frag != 0 { drop fragment; }",
+            "if ip.frag != 0 { drop fragment; }\n  if eth.type == 1 { drop fragment; }",
+        );
+        let c = compile("firewall.stv", &src, &Default::default()).expect("compiles");
+        assert!(c.plan.flat().tail.is_some() && c.plan.flat().ipv4.is_none());
+    }
+}
