@@ -27,21 +27,37 @@ const PASS: u16 = u16::MAX;
 /// A packet the pass cannot decide: it runs whole in the loop.
 const WHOLE: u16 = u16::MAX - 1;
 
-/// A drop test as a membership: the field (or either of two fields) in a few values or
-/// in a port bitmap, on the IPv4 header (`next`: the fixed header after it). Every shape
-/// of test the tail holds for this path is one (`f != a && f != b`: not in `{a, b}`), so
-/// a packet's tests run with no dispatch on their kind and no branch on their outcome.
+/// A drop test as a membership: the field (or either of two fields) in one value, in
+/// two, or in a port bitmap, on the IPv4 header (`next`: the fixed header after it).
+/// Every shape of test the tail holds for this path is one (`f != a && f != b`: not in
+/// `{a, b}`), so a packet's tests run with no indirect dispatch on their kind (each
+/// test's site always takes the same arm) and no branch on their outcome.
 #[derive(Clone, Debug)]
 struct ByteGuard {
     f: FieldRef,
-    /// The second field of `a in S || b in S`; else `f` again.
-    g: FieldRef,
-    /// The values, the last repeated to fill the four (when `set` is `None`).
-    vals: [u64; 4],
-    set: Option<Set>,
+    /// The second field of `a in S || b in S`.
+    g: Option<FieldRef>,
+    of: Members,
     next: bool,
     /// The packet is dropped when the field's membership is this.
     when: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Members {
+    /// One or two values (`[v, v]` for one).
+    Two([u64; 2]),
+    Set(Set),
+}
+
+impl Members {
+    #[inline(always)]
+    fn has(&self, v: u64) -> bool {
+        match self {
+            Members::Two([a, b]) => (v == *a) | (v == *b),
+            Members::Set(s) => s.has(v),
+        }
+    }
 }
 
 /// Bits of a packet's outcome mask (see [`Ipv4Chunk::decide`]): the tests before the
@@ -65,8 +81,8 @@ pub struct Ipv4Chunk {
     codes: [u16; ALWAYS + 1],
 }
 
-/// A set's values when it has at most four, the last repeated.
-fn few(s: &Set) -> Option<[u64; 4]> {
+/// A set's values when it has at most two.
+fn few(s: &Set) -> Option<[u64; 2]> {
     let mut v = Vec::new();
     for (w, bits) in s.0.iter().enumerate() {
         for b in 0..64 {
@@ -75,39 +91,34 @@ fn few(s: &Set) -> Option<[u64; 4]> {
             }
         }
     }
-    let last = *v.last()?;
-    (v.len() <= 4).then(|| std::array::from_fn(|i| v.get(i).copied().unwrap_or(last)))
+    match v.as_slice() {
+        [a] => Some([*a, *a]),
+        [a, b] => Some([*a, *b]),
+        _ => None,
+    }
 }
 
 impl ByteGuard {
     /// Tail guard `g` as a membership, when its test is one the bytes can decide;
     /// `hdr`: the header its fields must read.
     fn of(g: &Guard, hdr: usize, next: bool) -> Option<ByteGuard> {
-        let pair = |a: u64, b: u64| [a, b, b, b];
-        let (f, second, vals, set, inside) = match &g.cond {
-            Cond::FieldEq(f, v) => (*f, None, [*v; 4], None, true),
-            Cond::FieldNe(f, v) => (*f, None, [*v; 4], None, false),
-            Cond::FieldEq2(f, a, b) => (*f, None, pair(*a, *b), None, true),
-            Cond::FieldNe2(f, a, b) => (*f, None, pair(*a, *b), None, false),
-            Cond::FieldIn16(f, s) => match few(s) {
-                Some(v) => (*f, None, v, None, true),
-                None => (*f, None, [0; 4], Some(s.clone()), true),
-            },
-            Cond::EitherIn16(f, g, s) => match few(s) {
-                Some(v) => (*f, Some(*g), v, None, true),
-                None => (*f, Some(*g), [0; 4], Some(s.clone()), true),
-            },
+        let set = |s: &Set| few(s).map_or_else(|| Members::Set(s.clone()), Members::Two);
+        let (f, second, of, inside) = match &g.cond {
+            Cond::FieldEq(f, v) => (*f, None, Members::Two([*v; 2]), true),
+            Cond::FieldNe(f, v) => (*f, None, Members::Two([*v; 2]), false),
+            Cond::FieldEq2(f, a, b) => (*f, None, Members::Two([*a, *b]), true),
+            Cond::FieldNe2(f, a, b) => (*f, None, Members::Two([*a, *b]), false),
+            Cond::FieldIn16(f, s) => (*f, None, set(s), true),
+            Cond::EitherIn16(f, g, s) => (*f, Some(*g), set(s), true),
             _ => return None,
         };
-        let g2 = second.unwrap_or(f);
-        if f.hdr as usize != hdr || g2.hdr as usize != hdr {
+        if f.hdr as usize != hdr || second.is_some_and(|g| g.hdr as usize != hdr) {
             return None;
         }
         Some(ByteGuard {
             f,
-            g: g2,
-            vals,
-            set,
+            g: second,
+            of,
             next,
             // The test holds when the membership is `inside`; it drops when it is `when`.
             when: inside == g.when,
@@ -119,23 +130,15 @@ impl ByteGuard {
     #[inline(always)]
     fn drops(&self, d: &[u8], o3: usize, o4: usize) -> (bool, bool) {
         let base = if self.next { o4 } else { o3 };
-        let (v, ok1) = self.f.peek(d, base).map_or((0, false), |v| (v, true));
-        let (w, ok2) = self.g.peek(d, base).map_or((0, false), |v| (v, true));
-        let inside = match &self.set {
-            Some(s) => s.has(v) | s.has(w),
-            None => {
-                let [a, b, c, e] = self.vals;
-                (v == a)
-                    | (v == b)
-                    | (v == c)
-                    | (v == e)
-                    | (w == a)
-                    | (w == b)
-                    | (w == c)
-                    | (w == e)
-            }
-        };
-        (inside == self.when, ok1 & ok2)
+        let (v, ok) = self.f.peek(d, base).map_or((0, false), |v| (v, true));
+        let mut inside = self.of.has(v);
+        let mut ok2 = true;
+        if let Some(g) = &self.g {
+            let (w, ok) = g.peek(d, base).map_or((0, false), |v| (v, true));
+            inside |= self.of.has(w);
+            ok2 = ok;
+        }
+        (inside == self.when, ok & ok2)
     }
 }
 
@@ -537,10 +540,10 @@ mod tests {
             [
                 "flood",
                 "egress 1",
-                "drop port_denied",
-                "drop not_ipv4",
+                "drop port-denied",
+                "drop not-ipv4",
                 "drop fragment",
-                "drop not_tcp_udp",
+                "drop not-tcp-udp",
                 "drop truncated",
                 "drop malformed",
                 "flood",
