@@ -147,7 +147,7 @@ impl Walk {
             counters,
             rx,
             seed,
-            drawn,
+            passed,
             cx,
             link,
             shift,
@@ -173,19 +173,19 @@ impl Walk {
                 fetch(lead.next());
             }
             let i = (e & !STEP) as usize;
-            if *drawn < i {
+            if *passed < i {
                 if e & STEP != 0 {
-                    stepped += (i - *drawn) as u64;
-                    while *drawn < i {
-                        let d = &recs[*drawn];
-                        clock.tick(d.ts_ns.wrapping_add(shift), next_of(*drawn));
-                        *drawn += 1;
+                    stepped += (i - *passed) as u64;
+                    while *passed < i {
+                        let d = &recs[*passed];
+                        clock.tick(d.ts_ns.wrapping_add(shift), next_of(*passed));
+                        *passed += 1;
                     }
                 } else {
                     clock.skip_to(recs[i - 1].ts_ns.wrapping_add(shift));
                 }
             }
-            *drawn = i + 1;
+            *passed = i + 1;
             let r = &recs[i];
             let now = clock.tick(r.ts_ns.wrapping_add(shift), next_of(i));
             c.packets_in += 1;
@@ -223,7 +223,7 @@ impl Walk {
         stepped
     }
 
-    /// [`Walk::ingest`] of every record of `recs` (a chunk a reader gave, `drawn` at 0):
+    /// [`Walk::ingest`] of every record of `recs` (a chunk a reader gave, `passed` at 0):
     /// the same buffers, ports, times and counters, with what does not change per record
     /// done per chunk — the chunk's buffers taken from the pool at once, the clock, the
     /// draw and the counters kept in locals and written back once. Each record's
@@ -412,10 +412,10 @@ impl Walk {
             clock,
             cx,
             first,
-            drawn,
+            passed,
             ..
         } = self;
-        *drawn = n;
+        *passed = n;
         if n == 0 {
             return;
         }
@@ -467,8 +467,8 @@ impl Walk {
     /// entry (the count stepped so is returned).
     pub fn end_loop(&mut self, recs: &[Record], after: Option<u64>, one_by_one: bool) -> u64 {
         let shift = self.shift;
-        let from = self.drawn.min(recs.len());
-        self.drawn = 0;
+        let from = self.passed.min(recs.len());
+        self.passed = 0;
         if from == recs.len() {
             return 0;
         }

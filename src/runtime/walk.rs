@@ -34,7 +34,7 @@ pub(super) struct Walk {
     /// (`ingest::port_of`).
     pub seed: u64,
     /// Records of this replay loop the clock has passed.
-    pub drawn: usize,
+    pub passed: usize,
     pub link: LinkKind,
     /// Checks NFs against their profiles (debug builds, or when asked).
     pub check: Option<Snapshot>,
@@ -193,7 +193,7 @@ impl Walk {
             tx: vec![0; ports],
             cx: Context { ports: chain.ports },
             seed: chain.seed,
-            drawn: 0,
+            passed: 0,
             link: LinkKind::Ethernet,
             check: cfg!(debug_assertions).then(|| Snapshot::new(cap)),
             violation: None,

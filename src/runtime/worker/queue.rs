@@ -50,7 +50,7 @@ impl Walk {
             counters,
             rx,
             seed,
-            drawn,
+            passed,
             clock,
             shift,
             link,
@@ -92,9 +92,9 @@ impl Walk {
         }
         let d = entries
             .get(done.wrapping_sub(1))
-            .map_or(*drawn, |&e| (e & !STEP) as usize + 1);
+            .map_or(*passed, |&e| (e & !STEP) as usize + 1);
         *clock = clk;
-        *drawn = d;
+        *passed = d;
         *off += bytes_in;
         let c = &mut counters[0];
         c.packets_in += done as u64;
@@ -131,7 +131,7 @@ impl Walk {
             counters,
             rx,
             seed,
-            drawn,
+            passed,
             cx,
             link,
             shift,
@@ -152,18 +152,18 @@ impl Walk {
         let mut at = *off;
         for (&e, r) in share[ks.clone()].iter().zip(&q.recs[ks]) {
             let i = (e & !STEP) as usize;
-            if *drawn < i {
+            if *passed < i {
                 if e & STEP != 0 {
-                    // As `ingest`: the records between ticked and drawn one by one.
-                    stepped += (i - *drawn) as u64;
-                    while *drawn < i {
-                        let d = &recs[*drawn];
-                        clock.tick(d.ts_ns.wrapping_add(shift), next_of(*drawn));
-                        *drawn += 1;
+                    // As `ingest`: the records between ticked one by one.
+                    stepped += (i - *passed) as u64;
+                    while *passed < i {
+                        let d = &recs[*passed];
+                        clock.tick(d.ts_ns.wrapping_add(shift), next_of(*passed));
+                        *passed += 1;
                     }
                 }
             }
-            *drawn = i + 1;
+            *passed = i + 1;
             let ts = r.ts_ns.wrapping_add(shift);
             // Inside the input the median is the queue's; at its ends it depends on the
             // loop (the previous loop's last record, the next loop's first).
