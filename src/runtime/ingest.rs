@@ -493,3 +493,40 @@ impl Walk {
         (recs.len() - from) as u64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::port_of;
+
+    /// The documented formula, against values computed apart from catena (a few lines
+    /// of Python: splitmix64's output `seq + 1` from state `seed`, its high half times
+    /// `ports`, shifted right by 32).
+    #[test]
+    fn ports_follow_the_documented_formula() {
+        let five: Vec<u16> = (0..16).map(|i| port_of(1, i, 5)).collect();
+        assert_eq!(five, [2, 3, 4, 2, 2, 3, 4, 2, 1, 3, 2, 3, 2, 2, 2, 0]);
+        let two: Vec<u16> = (0..16).map(|i| port_of(1, i, 2)).collect();
+        assert_eq!(two, [1, 1, 1, 0, 0, 1, 1, 1, 0, 1, 0, 1, 0, 1, 0, 0]);
+        let far: Vec<u16> = [0, 1, 2, 1000, 1 << 32, u64::MAX - 1]
+            .into_iter()
+            .map(|i| port_of(0x0123_4567_89ab_cdef, i, 16))
+            .collect();
+        assert_eq!(far, [1, 13, 2, 8, 10, 2]);
+        assert!((0..64).all(|i| port_of(3, i, 1) == 0));
+    }
+
+    /// The mix is splitmix64's: its published first outputs from state 1234567 have
+    /// these high halves (6457827717110365317, 3203168211198807973,
+    /// 9817491932198370423), read back through `ports` = 2^16 (the top 16 bits).
+    #[test]
+    fn the_mix_is_splitmix64() {
+        let top = |x: u64| (x >> 48) as u16;
+        let want = [
+            top(6_457_827_717_110_365_317),
+            top(3_203_168_211_198_807_973),
+            top(9_817_491_932_198_370_423),
+        ];
+        let got: Vec<u16> = (0..3).map(|i| port_of(1_234_567, i, 1 << 16)).collect();
+        assert_eq!(got, want);
+    }
+}
