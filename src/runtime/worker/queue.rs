@@ -152,15 +152,13 @@ impl Walk {
         let mut at = *off;
         for (&e, r) in share[ks.clone()].iter().zip(&q.recs[ks]) {
             let i = (e & !STEP) as usize;
-            if *passed < i {
-                if e & STEP != 0 {
-                    // As `ingest`: the records between ticked one by one.
-                    stepped += (i - *passed) as u64;
-                    while *passed < i {
-                        let d = &recs[*passed];
-                        clock.tick(d.ts_ns.wrapping_add(shift), next_of(*passed));
-                        *passed += 1;
-                    }
+            if *passed < i && e & STEP != 0 {
+                // As `ingest`: the records between ticked one by one.
+                stepped += (i - *passed) as u64;
+                while *passed < i {
+                    let d = &recs[*passed];
+                    clock.tick(d.ts_ns.wrapping_add(shift), next_of(*passed));
+                    *passed += 1;
                 }
             }
             *passed = i + 1;
