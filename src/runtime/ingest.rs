@@ -46,12 +46,13 @@ pub(super) fn stamp(p: &mut Packet, ts: u64, wire_len: u32, link: LinkKind, seq:
 }
 
 /// [`Walk::ingest_all`]'s third pass for one packet: its clock time (stamped `ts`, its
-/// successor `next`) and its ingress port, counted in `per_port`.
+/// successor `next`) and its ingress port (from its position, stamped), counted in
+/// `per_port`.
 #[inline(always)]
 fn tick_and_draw(
     p: &mut Packet,
     clk: &mut RunClock,
-    draw: &mut u64,
+    seed: u64,
     per_port: &mut PortCounts,
     ports: u64,
     ts: u64,
@@ -59,19 +60,28 @@ fn tick_and_draw(
 ) {
     let m = p.meta_mut();
     m.now_ns = clk.tick(ts, Some(next));
-    step(draw);
-    // As in `ingest`: Lemire's multiply-shift, below `ports` (at most `LOCAL_PORTS` here).
-    let in_port = (((*draw >> 32) * ports) >> 32) as u16;
+    let in_port = port_of(seed, m.seq, ports);
     per_port[in_port as usize & (LOCAL_PORTS - 1)] += 1;
     m.in_port = in_port;
 }
 
-/// One step of the ingress-port draw (xorshift64).
+/// The ingress port of the record at position `seq` of the input (counted from 0 over
+/// every replay loop), among `ports`, for the chain's `seed`: the high half of
+/// splitmix64's output `seq + 1` from state `seed` (the mix of `seed + (seq + 1) ·
+/// 0x9e3779b97f4a7c15`), mapped onto `0..ports` by Lemire's multiply-shift (no divide).
+///
+/// A pure function of the position, not a generator stepped record by record: a worker
+/// given a share of the input draws its own records' ports without passing over the
+/// others' (an xorshift stepped over every record cost a worker of two a serial chain
+/// twice as long as one worker's), and every path (ingest, the queue, `bench steve`)
+/// gives a record the same port. `ports` at least 1 (0 gives port 0).
 #[inline(always)]
-pub(super) fn step(rng: &mut u64) {
-    *rng ^= *rng << 13;
-    *rng ^= *rng >> 7;
-    *rng ^= *rng << 17;
+pub fn port_of(seed: u64, seq: u64, ports: u64) -> u16 {
+    let mut z = seed.wrapping_add(seq.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (((z >> 32) * ports) >> 32) as u16
 }
 
 impl Walk {
@@ -82,13 +92,13 @@ impl Walk {
     /// capture time (shifted) of the record after `recs`, for the clock's look-ahead
     /// (docs/time.md).
     ///
-    /// The port draw and the clock advance once per record, whoever processes it: a
-    /// worker given a share of the trace steps over the records between its own, so
-    /// every packet gets the port and the time it gets when one worker runs everything.
-    /// Without [`STEP`] on an entry (see `rss::Placement::shares`) it does so without
-    /// reading them: the draw by their count, the clock to the last one's time (their
-    /// medians do not fall, so the next tick ends where ticking each would). With it,
-    /// one by one; the count of those is returned.
+    /// The clock advances once per record, whoever processes it: a worker given a share
+    /// of the trace steps over the records between its own, so every packet gets the
+    /// time it gets when one worker runs everything (the port is its position's,
+    /// [`port_of`]). Without [`STEP`] on an entry (see `rss::Placement::shares`) it does
+    /// so without reading them: the clock to the last one's time (their medians do not
+    /// fall, so the next tick ends where ticking each would). With it, one by one; the
+    /// count of those is returned.
     #[inline]
     pub fn ingest(
         &mut self,
@@ -136,8 +146,8 @@ impl Walk {
             inbox,
             counters,
             rx,
-            rng,
-            drawn,
+            seed,
+            passed,
             cx,
             link,
             shift,
@@ -145,7 +155,7 @@ impl Walk {
             clock,
             ..
         } = self;
-        let (shift, link) = (*shift, *link);
+        let (shift, link, seed) = (*shift, *link, *seed);
         let max = pool.max_packet();
         let c = &mut counters[0];
         let q = &mut inbox[*first];
@@ -153,8 +163,6 @@ impl Walk {
             recs.get(j + 1)
                 .map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)))
         };
-        // With one port the draw decides nothing: it need not step over others' records.
-        let draws = cx.ports > 1;
         let mut stepped = 0u64;
         // The queue's `ingest_queue_each` has this loop's shape, kept apart: its bytes
         // lie back to back in the queue and its clock advances by the queue's medians
@@ -165,27 +173,19 @@ impl Walk {
                 fetch(lead.next());
             }
             let i = (e & !STEP) as usize;
-            if *drawn < i {
+            if *passed < i {
                 if e & STEP != 0 {
-                    stepped += (i - *drawn) as u64;
-                    while *drawn < i {
-                        let d = &recs[*drawn];
-                        if d.caplen as usize <= max {
-                            step(rng);
-                        }
-                        clock.tick(d.ts_ns.wrapping_add(shift), next_of(*drawn));
-                        *drawn += 1;
+                    stepped += (i - *passed) as u64;
+                    while *passed < i {
+                        let d = &recs[*passed];
+                        clock.tick(d.ts_ns.wrapping_add(shift), next_of(*passed));
+                        *passed += 1;
                     }
                 } else {
-                    if draws {
-                        for _ in *drawn..i {
-                            step(rng);
-                        }
-                    }
                     clock.skip_to(recs[i - 1].ts_ns.wrapping_add(shift));
                 }
             }
-            *drawn = i + 1;
+            *passed = i + 1;
             let r = &recs[i];
             let now = clock.tick(r.ts_ns.wrapping_add(shift), next_of(i));
             c.packets_in += 1;
@@ -198,9 +198,7 @@ impl Walk {
                 c.drops[POOL_EXHAUSTED] += 1;
                 continue;
             };
-            // Lemire's multiply-shift maps the xorshift draw onto 0..ports without a divide.
-            step(rng);
-            let in_port = (((*rng >> 32) * cx.ports as u64) >> 32) as u16;
+            let in_port = port_of(seed, base + i as u64, cx.ports as u64);
             rx[in_port as usize] += 1;
             let off = r.off as usize;
             // set_view and set_bytes reset the decoded offsets, flow hash and verdict; the
@@ -225,7 +223,7 @@ impl Walk {
         stepped
     }
 
-    /// [`Walk::ingest`] of every record of `recs` (a chunk a reader gave, `drawn` at 0):
+    /// [`Walk::ingest`] of every record of `recs` (a chunk a reader gave, `passed` at 0):
     /// the same buffers, ports, times and counters, with what does not change per record
     /// done per chunk — the chunk's buffers taken from the pool at once, the clock, the
     /// draw and the counters kept in locals and written back once. Each record's
@@ -410,20 +408,20 @@ impl Walk {
             inbox,
             counters,
             rx,
-            rng,
+            seed,
             clock,
             cx,
             first,
-            drawn,
+            passed,
             ..
         } = self;
-        *drawn = n;
+        *passed = n;
         if n == 0 {
             return;
         }
         let pkts = &mut inbox[*first].as_mut_slice()[start..start + n];
         let mut clk = *clock;
-        let mut draw = *rng;
+        let seed = *seed;
         let mut per_port: PortCounts = [0; LOCAL_PORTS];
         let ports = cx.ports as u64;
         let mut ts = pkts[0].meta().ts_ns;
@@ -435,7 +433,7 @@ impl Walk {
             tick_and_draw(
                 &mut pkts[i - 1],
                 &mut clk,
-                &mut draw,
+                seed,
                 &mut per_port,
                 ports,
                 ts,
@@ -447,14 +445,13 @@ impl Walk {
         tick_and_draw(
             &mut pkts[n - 1],
             &mut clk,
-            &mut draw,
+            seed,
             &mut per_port,
             ports,
             ts,
             next,
         );
         *clock = clk;
-        *rng = draw;
         let c = &mut counters[0];
         c.packets_in += n as u64;
         c.bytes_in += bytes_in;
@@ -464,26 +461,20 @@ impl Walk {
         }
     }
 
-    /// Ends a replay loop of `recs` (or a streamed chunk): the draw and the clock step
-    /// over the records after this worker's last one, and the next starts from the
+    /// Ends a replay loop of `recs` (or a streamed chunk): the clock steps over the
+    /// records after this worker's last one, and the next starts from the
     /// first record. `after` as for [`Walk::ingest`]; `one_by_one` as [`STEP`] on an
     /// entry (the count stepped so is returned).
     pub fn end_loop(&mut self, recs: &[Record], after: Option<u64>, one_by_one: bool) -> u64 {
-        let max = self.pool.max_packet();
         let shift = self.shift;
-        let from = self.drawn.min(recs.len());
-        self.drawn = 0;
+        let from = self.passed.min(recs.len());
+        self.passed = 0;
         if from == recs.len() {
             return 0;
         }
         if !one_by_one {
             // None oversize and the medians do not fall: the last record's tick ends
             // where ticking each would.
-            if self.cx.ports > 1 {
-                for _ in from..recs.len() {
-                    step(&mut self.rng);
-                }
-            }
             let n = recs.len();
             if n - 1 > from {
                 self.clock.skip_to(recs[n - 2].ts_ns.wrapping_add(shift));
@@ -494,14 +485,48 @@ impl Walk {
         }
         for j in from..recs.len() {
             let r = &recs[j];
-            if r.caplen as usize <= max {
-                step(&mut self.rng);
-            }
             let next = recs
                 .get(j + 1)
                 .map_or(after, |n| Some(n.ts_ns.wrapping_add(shift)));
             self.clock.tick(r.ts_ns.wrapping_add(shift), next);
         }
         (recs.len() - from) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::port_of;
+
+    /// The documented formula, against values computed apart from catena (a few lines
+    /// of Python: splitmix64's output `seq + 1` from state `seed`, its high half times
+    /// `ports`, shifted right by 32).
+    #[test]
+    fn ports_follow_the_documented_formula() {
+        let five: Vec<u16> = (0..16).map(|i| port_of(1, i, 5)).collect();
+        assert_eq!(five, [2, 3, 4, 2, 2, 3, 4, 2, 1, 3, 2, 3, 2, 2, 2, 0]);
+        let two: Vec<u16> = (0..16).map(|i| port_of(1, i, 2)).collect();
+        assert_eq!(two, [1, 1, 1, 0, 0, 1, 1, 1, 0, 1, 0, 1, 0, 1, 0, 0]);
+        let far: Vec<u16> = [0, 1, 2, 1000, 1 << 32, u64::MAX - 1]
+            .into_iter()
+            .map(|i| port_of(0x0123_4567_89ab_cdef, i, 16))
+            .collect();
+        assert_eq!(far, [1, 13, 2, 8, 10, 2]);
+        assert!((0..64).all(|i| port_of(3, i, 1) == 0));
+    }
+
+    /// The mix is splitmix64's: its published first outputs from state 1234567 have
+    /// these high halves (6457827717110365317, 3203168211198807973,
+    /// 9817491932198370423), read back through `ports` = 2^16 (the top 16 bits).
+    #[test]
+    fn the_mix_is_splitmix64() {
+        let top = |x: u64| (x >> 48) as u16;
+        let want = [
+            top(6_457_827_717_110_365_317),
+            top(3_203_168_211_198_807_973),
+            top(9_817_491_932_198_370_423),
+        ];
+        let got: Vec<u16> = (0..3).map(|i| port_of(1_234_567, i, 1 << 16)).collect();
+        assert_eq!(got, want);
     }
 }

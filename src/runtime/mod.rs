@@ -34,7 +34,8 @@ mod worker;
 
 pub use affinity::{allowed_cores, pin};
 pub use chain::{Chain, Node, NodeKind, INPUT};
-pub use config::{ChainConfig, ConfigError};
+pub use config::{ChainConfig, ConfigError, DEFAULT_SEED};
 pub use counters::{NfSummary, NodeCounters, PortSummary, SinkSummary, Summary, WorkerSummary};
+pub use ingest::port_of;
 pub use shard::Shards;
 pub use worker::{Live, NoProgress, Progress, RunOptions, Runner};

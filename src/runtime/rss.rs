@@ -380,11 +380,12 @@ impl Placement {
     /// serial step alone held two workers well under twice one's rate; a slice whose
     /// thread cannot start is done here). A worker then touches only its own records.
     ///
-    /// Between two records of a worker lie the others', over which the port draw and the
-    /// run clock must still step (`Walk::ingest`): a draw per record unless it is
-    /// oversize (`caplen > max_packet`), and the clock's median of neighbours, which
-    /// never goes back. When none of the records between is oversize and their medians
-    /// do not fall, the draw steps by their count and the clock ends where the next
+    /// Between two records of a worker lie the others', over which the run clock must
+    /// still step (`Walk::ingest`): the clock's median of neighbours, which never goes
+    /// back. When none of the records between is oversize (a rule of the port draw that
+    /// stepped a generator per record but an oversize one; the draw is now the position's,
+    /// `ingest::port_of`, and the rule only makes a few more gaps tick one by one) and
+    /// their medians do not fall, the clock ends where the next
     /// record's own tick puts it, without reading them; otherwise the entry carries
     /// [`STEP`] and the worker steps over them one by one, as before. The same pass
     /// finds the trace's first and last timestamps (`Shares::span_ns`).
@@ -494,7 +495,7 @@ pub struct QueueRecord {
 /// oversize record's left out: it is dropped at ingest unread) and each record's facts
 /// beside them, so a worker's loop streams only its own bytes. Built once per run on
 /// the worker's thread (`Queue::fill`); the share's indices still say where each record
-/// lies in the input (its position, the port draw's gaps).
+/// lies in the input (its position, which draws its port; the clock's gaps).
 #[derive(Default)]
 pub struct Queue {
     pub bytes: Vec<u8>,

@@ -296,7 +296,7 @@ impl Shards {
             serve_control(scope, gate.as_ref(), control, &preparers);
             let gate = gate.as_ref();
             // Each runner moves onto its worker's stack: in one Vec, the fields a walk
-            // writes per packet (the port draw, the clock) could share a cache line with
+            // writes per packet (the clock, the counters) could share a cache line with
             // the next worker's.
             let handles: Vec<_> = runners
                 .into_iter()
@@ -1013,7 +1013,7 @@ mod tests {
     }
 
     /// Where no gap needs stepping one by one (time never falls, nothing oversize), every
-    /// gap is passed over unread (the draw stepped by count, the clock skipped): every
+    /// gap is passed over unread (the clock skipped): every
     /// packet still gets the input position, clock time and ingress port one worker
     /// gives it, over 2 loops (the seam between them), 3 ports and 2 to 3 workers, with
     /// timestamps that repeat and jump forward.
@@ -1133,8 +1133,8 @@ mod tests {
     /// in-memory replay) give every packet one worker's bytes, input position, clock
     /// time and port: frames of their own bytes and lengths, some in the big buffers
     /// (the queue's bytes read one by one after a chunk's passes), some oversize (not in
-    /// the queue), time that falls (gaps stepped one by one), 1 to 4 ports (the draw
-    /// left alone or stepped over the others' records), 2 and 3 workers, 2 loops.
+    /// the queue), time that falls (gaps stepped one by one), 1 to 4 ports, 2 and 3
+    /// workers, 2 loops.
     #[test]
     fn queued_workers_give_each_packet_one_worker_s_bytes_clock_and_port() {
         let trace: &'static Trace = Box::leak(Box::new(own_bytes_trace()));

@@ -30,10 +30,11 @@ pub(super) struct Walk {
     pub rx: Vec<u64>,
     pub tx: Vec<u64>,
     pub cx: Context,
-    /// The draw of ingress ports.
-    pub rng: u64,
-    /// Records of this replay loop the draw has stepped over.
-    pub drawn: usize,
+    /// The chain's seed, which with a record's position gives its ingress port
+    /// (`ingest::port_of`).
+    pub seed: u64,
+    /// Records of this replay loop the clock has passed.
+    pub passed: usize,
     pub link: LinkKind,
     /// Checks NFs against their profiles (debug builds, or when asked).
     pub check: Option<Snapshot>,
@@ -191,8 +192,8 @@ impl Walk {
             rx: vec![0; ports],
             tx: vec![0; ports],
             cx: Context { ports: chain.ports },
-            rng: chain.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
-            drawn: 0,
+            seed: chain.seed,
+            passed: 0,
             link: LinkKind::Ethernet,
             check: cfg!(debug_assertions).then(|| Snapshot::new(cap)),
             violation: None,

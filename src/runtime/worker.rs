@@ -295,7 +295,7 @@ impl Runner {
                 // started): a chunk is all this worker's, its indices start over.
                 let direct = match src.mapped() {
                     Some(m) if started && self.stages.is_none() && self.control.is_empty() => {
-                        self.walk.drawn = 0;
+                        self.walk.passed = 0;
                         self.walk.ingest_mapped(m, want, done, after_of)
                     }
                     _ => None,
@@ -320,7 +320,7 @@ impl Runner {
                         self.walk.clock.start(chunk.iter().take(3).map(|r| r.ts_ns));
                     }
                     // A chunk is all this worker's: its indices start over each time.
-                    self.walk.drawn = 0;
+                    self.walk.passed = 0;
                     self.stage_room()?;
                     self.walk
                         .ingest_all(lasting, bytes, chunk, done, after_of(next));
@@ -365,8 +365,8 @@ impl Runner {
     /// Runs the records of `trace` that `share` lists (indices in the trace, ascending)
     /// `opts.loops` times: one worker of a sharded run. Scheduled changes apply by
     /// position in the whole input, so a worker given a share of it changes state
-    /// between the same packets as one worker given all of it; the port draw and the
-    /// run clock step over the other workers' records alike. Commands from the control
+    /// between the same packets as one worker given all of it; the run clock steps over
+    /// the other workers' records alike (the port is the position's, `ingest::port_of`). Commands from the control
     /// socket come through `gate` (this worker's number beside it) with the input
     /// position they apply at (runtime/shard_control.rs). `lasting`: `trace`'s bytes,
     /// when they last the process (packets then view them, see `Walk::ingest`).

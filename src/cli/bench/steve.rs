@@ -13,7 +13,7 @@ use std::time::Instant;
 use catena::flow::{LearnTable, Learned};
 use catena::io::{After, PcapHeader, Record, Source, Trace, TraceError, TraceSource};
 use catena::packet::{LinkKind, MAX_BATCH};
-use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
+use catena::runtime::{port_of, Chain, ChainConfig, NoProgress, RunOptions, Runner, DEFAULT_SEED};
 
 use super::{chart, median, print_table, traces, tsc, write_results, Args};
 
@@ -267,19 +267,15 @@ type IdealInputs = (Vec<(usize, u16)>, Vec<(u64, u64, u16)>);
 
 fn ideal_inputs(trace: &Trace) -> IdealInputs {
     let (bytes, recs) = trace.raw();
-    // Ingress ports drawn as the runtime draws them (xorshift64, 5 ports).
-    let mut draw = 0x9e37_79b9_7f4a_7c15u64;
-    let mut port = move || {
-        draw ^= draw << 13;
-        draw ^= draw >> 7;
-        draw ^= draw << 17;
-        (((draw >> 32) * 5) >> 32) as u16
-    };
+    // Ingress ports as the runtime draws them on the first replay loop (its default
+    // seed, 5 ports): the port of a record is its position's.
+    let port = |i: usize| port_of(DEFAULT_SEED, i as u64, 5);
     // Frames too short for two addresses are left out of both rows (the switch drops them).
     let frames: Vec<(usize, u16)> = recs
         .iter()
-        .filter(|r| r.caplen >= 14)
-        .map(|r| (r.off as usize, port()))
+        .enumerate()
+        .filter(|(_, r)| r.caplen >= 14)
+        .map(|(i, r)| (r.off as usize, port(i)))
         .collect();
     let keys = frames
         .iter()

@@ -6,14 +6,11 @@
 use std::ops::Range;
 
 use super::super::ingest::{
-    local_ports, stamp, step, PortCounts, LOCAL_PORTS, OVERSIZE, POOL_EXHAUSTED,
+    local_ports, port_of, stamp, PortCounts, LOCAL_PORTS, OVERSIZE, POOL_EXHAUSTED,
 };
 use super::super::rss::{Queue, STEP};
 use super::super::walk::Walk;
 use crate::io::Record;
-
-/// Own entries whose draws one branch-free pass of `ingest_queue` computes at a time.
-const DRAWS: usize = 32;
 
 impl Walk {
     /// [`Walk::ingest`] of the share's entries `ks` (`share[k]` the record's index in
@@ -52,14 +49,14 @@ impl Walk {
             inbox,
             counters,
             rx,
-            rng,
-            drawn,
+            seed,
+            passed,
             clock,
             shift,
             link,
             ..
         } = self;
-        let (shift, link) = (*shift, *link);
+        let (shift, link, seed) = (*shift, *link, *seed);
         let entries = &share[ks.clone()];
         let facts = &q.recs[ks.clone()];
         // 1. The plain records (their run, counted when the queue was filled for this
@@ -81,53 +78,23 @@ impl Walk {
             let seq = base + (e & !STEP) as u64;
             stamp(p, r.ts_ns.wrapping_add(shift), r.wire_len, link, seq);
         }
-        // 3. The run clock (the queue's medians) and the port draw, stepped over the
-        // others' records between (with one port it decides nothing and is left alone).
+        // 3. The run clock (the queue's medians) and the port draw, from each record's
+        // position (stamped): nothing of the others' records between.
         let mut clk = *clock;
-        let mut draw = *rng;
         let mut per_port: PortCounts = [0; LOCAL_PORTS];
-        let mut d = *drawn;
-        if ports == 1 {
-            for (p, r) in pkts.iter_mut().zip(facts) {
-                let m = p.meta_mut();
-                m.now_ns = clk.advance(r.median.wrapping_add(shift), m.ts_ns);
-                m.in_port = 0;
-            }
-            per_port[0] = done as u64;
-            d = entries
-                .get(done.wrapping_sub(1))
-                .map_or(d, |&e| (e & !STEP) as usize + 1);
-        } else {
-            let ports = ports as u64;
-            // The draw steps over the others' records between this worker's: in a loop
-            // per packet as long as the gap, whose end the branch predictor misses about
-            // once a packet with two workers (cachegrind, wire 4sics: 0.9 a packet).
-            // Instead every record from a chunk's first to its last is stepped in one
-            // pass with no branch on the gaps, each draw written to the slot of the next
-            // own entry, which moves on at an own record.
-            let mut own = [0u64; DRAWS];
-            let chunks = pkts.chunks_mut(DRAWS).zip(facts.chunks(DRAWS));
-            for ((pk, fk), ek) in chunks.zip(entries[..done].chunks(DRAWS)) {
-                let idx = |c: usize| (ek[c] & !STEP) as usize;
-                let mut c = 0;
-                for j in d..=idx(ek.len() - 1) {
-                    step(&mut draw);
-                    own[c] = draw;
-                    c += usize::from(j == idx(c));
-                }
-                d = idx(ek.len() - 1) + 1;
-                for ((p, r), &x) in pk.iter_mut().zip(fk).zip(&own) {
-                    let m = p.meta_mut();
-                    m.now_ns = clk.advance(r.median.wrapping_add(shift), m.ts_ns);
-                    let in_port = (((x >> 32) * ports) >> 32) as u16;
-                    per_port[in_port as usize & (LOCAL_PORTS - 1)] += 1;
-                    m.in_port = in_port;
-                }
-            }
+        let ports = ports as u64;
+        for (p, r) in pkts.iter_mut().zip(facts) {
+            let m = p.meta_mut();
+            m.now_ns = clk.advance(r.median.wrapping_add(shift), m.ts_ns);
+            let in_port = port_of(seed, m.seq, ports);
+            per_port[in_port as usize & (LOCAL_PORTS - 1)] += 1;
+            m.in_port = in_port;
         }
+        let d = entries
+            .get(done.wrapping_sub(1))
+            .map_or(*passed, |&e| (e & !STEP) as usize + 1);
         *clock = clk;
-        *rng = draw;
-        *drawn = d;
+        *passed = d;
         *off += bytes_in;
         let c = &mut counters[0];
         c.packets_in += done as u64;
@@ -163,8 +130,8 @@ impl Walk {
             inbox,
             counters,
             rx,
-            rng,
-            drawn,
+            seed,
+            passed,
             cx,
             link,
             shift,
@@ -172,7 +139,7 @@ impl Walk {
             clock,
             ..
         } = self;
-        let (shift, link) = (*shift, *link);
+        let (shift, link, seed) = (*shift, *link, *seed);
         let max = pool.max_packet();
         let c = &mut counters[0];
         let inq = &mut inbox[*first];
@@ -181,31 +148,20 @@ impl Walk {
             recs.get(j + 1)
                 .map_or(after, |r| Some(r.ts_ns.wrapping_add(shift)))
         };
-        // With one port the draw decides nothing: it need not step over others' records.
-        let draws = cx.ports > 1;
         let mut stepped = 0u64;
         let mut at = *off;
         for (&e, r) in share[ks.clone()].iter().zip(&q.recs[ks]) {
             let i = (e & !STEP) as usize;
-            if *drawn < i {
-                if e & STEP != 0 {
-                    // As `ingest`: the records between ticked and drawn one by one.
-                    stepped += (i - *drawn) as u64;
-                    while *drawn < i {
-                        let d = &recs[*drawn];
-                        if d.caplen as usize <= max {
-                            step(rng);
-                        }
-                        clock.tick(d.ts_ns.wrapping_add(shift), next_of(*drawn));
-                        *drawn += 1;
-                    }
-                } else if draws {
-                    for _ in *drawn..i {
-                        step(rng);
-                    }
+            if *passed < i && e & STEP != 0 {
+                // As `ingest`: the records between ticked one by one.
+                stepped += (i - *passed) as u64;
+                while *passed < i {
+                    let d = &recs[*passed];
+                    clock.tick(d.ts_ns.wrapping_add(shift), next_of(*passed));
+                    *passed += 1;
                 }
             }
-            *drawn = i + 1;
+            *passed = i + 1;
             let ts = r.ts_ns.wrapping_add(shift);
             // Inside the input the median is the queue's; at its ends it depends on the
             // loop (the previous loop's last record, the next loop's first).
@@ -234,8 +190,7 @@ impl Walk {
                 c.drops[POOL_EXHAUSTED] += 1;
                 continue;
             };
-            step(rng);
-            let in_port = (((*rng >> 32) * cx.ports as u64) >> 32) as u16;
+            let in_port = port_of(seed, base + i as u64, cx.ports as u64);
             rx[in_port as usize] += 1;
             p.set_bytes(bytes);
             stamp(&mut p, ts, r.wire_len, link, base + i as u64);

@@ -1,7 +1,7 @@
 //! One worker of a sharded replay of a mapped file that walks the whole file itself
 //! (`Shards::run_stream`): every worker parses every record in its own pass, keeps the
-//! ones the placement gives it and steps the port draw and the run clock over the others
-//! one by one. No index of the file and no placement pass before the first packet (on
+//! ones the placement gives it and steps the run clock over the others one by one (the
+//! port is the record's position's, `ingest::port_of`). No index of the file and no placement pass before the first packet (on
 //! the 4sics profile those two made two workers' whole run slower than one worker's),
 //! and each worker reads the file front to back, as one worker does, where the hardware
 //! and the reader's own prefetch keep up (a share scattered over an index did not).
@@ -94,10 +94,11 @@ impl Runner {
                     _ => None,
                 };
                 // This worker's records of the chunk. The gap before one is passed over
-                // unread (the draw stepped by its length, the clock skipped to its last
+                // unread (the clock skipped to its last
                 // record) when that gives what ticking each would: time does not go
                 // back from the record before the gap to the one after this record,
-                // and no record in it is oversize (those take no draw). Otherwise, and
+                // and no record in it is oversize (a rule of the old stepped port draw,
+                // kept: it only makes a few more gaps tick one by one). Otherwise, and
                 // for a gap at the chunk's start or a record at its end (whose
                 // neighbours lie in other chunks), one by one ([`STEP`]).
                 let shift = self.walk.shift;
@@ -136,7 +137,7 @@ impl Runner {
                 }
                 stepped += (n - k) as u64;
                 self.poll_control();
-                self.walk.drawn = 0;
+                self.walk.passed = 0;
                 for batch in mine[..k].chunks(MAX_BATCH) {
                     self.stage_room()?;
                     self.walk
