@@ -45,6 +45,10 @@ pub struct FlowStats {
     pub tcp_flags: u16,
     /// The first packet went in direction 1 (from the canonical key's destination).
     pub initiator_is_dst: bool,
+    /// Which tracked flow this is (the monitor's insert count; kept when an idle flow
+    /// restarts in place): a FastPath token carries it, so a hit knows its bucket still
+    /// holds its flow without reading the flow key (in the record's padding).
+    pub serial: u32,
 }
 
 /// Why a record was exported.
@@ -243,6 +247,8 @@ pub struct FlowMonitor {
     /// token's bucket by ([`Consolidate::fast_lines`]). The table never moves unless it
     /// grows, which its capacity prevents; a stale value would only prefetch amiss.
     ctrl: usize,
+    /// Flows inserted so far (wrapping): the last one's [`FlowStats::serial`].
+    serials: u32,
 }
 
 const SECOND: u64 = 1_000_000_000;
@@ -306,6 +312,7 @@ impl FlowMonitor {
             not_ip: 0,
             malformed: 0,
             ctrl: 0,
+            serials: 0,
         }
     }
 
@@ -425,8 +432,8 @@ impl FlowMonitor {
     }
 
     /// One packet of flow `key` (as seen on the wire, either direction); returns the
-    /// FastPath token of its flow (its bucket + 1, in the high half), or 0 when the table
-    /// had no room.
+    /// FastPath token of its flow (its bucket + 1 in the high half, its serial in the
+    /// low), or 0 when the table had no room.
     #[inline]
     /// `ts`: capture time (for the record); `now`: run-clock time (for the timers).
     fn account(&mut self, key: &FlowKey, flags: u16, ts: u64, now: u64, len: u64) -> u64 {
@@ -441,6 +448,7 @@ impl FlowMonitor {
         {
             Entry::Occupied(mut e) => {
                 let b = e.bucket_index();
+                let serial = e.get().1.serial;
                 let old = update(
                     &mut e.get_mut().1,
                     self.timeout_ns,
@@ -453,32 +461,41 @@ impl FlowMonitor {
                 if let Some(old) = old {
                     self.restarted(&c, &old, now);
                 }
-                (b as u64 + 1) << BUCKET_SHIFT
+                token(b, serial)
             }
             Entry::Vacant(_) if full => {
                 // Make room if idle flows hold it, else count the packet.
                 if self.sweep(now) && self.table.len() < self.capacity {
                     self.min_last_ns = self.min_last_ns.min(now);
+                    let serial = self.next_serial();
                     let hasher = &self.hasher;
                     let e = self.table.insert_unique(
                         h,
-                        (c, fresh(dir, flags, ts, now, len)),
+                        (c, fresh(dir, flags, ts, now, len, serial)),
                         |(k, _)| hasher.hash_one(k),
                     );
-                    (e.bucket_index() as u64 + 1) << BUCKET_SHIFT
+                    token(e.bucket_index(), serial)
                 } else {
                     self.overflow_packets += 1;
                     0
                 }
             }
             Entry::Vacant(e) => {
+                self.serials = self.serials.wrapping_add(1);
+                let serial = self.serials;
                 let b = e
-                    .insert((c, fresh(dir, flags, ts, now, len)))
+                    .insert((c, fresh(dir, flags, ts, now, len, serial)))
                     .bucket_index();
                 self.min_last_ns = self.min_last_ns.min(now);
-                (b as u64 + 1) << BUCKET_SHIFT
+                token(b, serial)
             }
         }
+    }
+
+    /// The serial of the flow about to be inserted.
+    fn next_serial(&mut self) -> u32 {
+        self.serials = self.serials.wrapping_add(1);
+        self.serials
     }
 
     /// A flow idle past the timeout but not swept yet came back: the old connection
@@ -502,7 +519,11 @@ fn update(
     len: u64,
 ) -> Option<FlowStats> {
     if timeout != 0 && now.saturating_sub(s.seen_ns) > timeout {
-        return Some(std::mem::replace(s, fresh(dir, flags, ts, now, len)));
+        let serial = s.serial;
+        return Some(std::mem::replace(
+            s,
+            fresh(dir, flags, ts, now, len, serial),
+        ));
     }
     s.packets[dir] += 1;
     s.bytes[dir] += len;
@@ -516,7 +537,7 @@ fn update(
 
 /// The counters of a flow's first packet.
 #[inline]
-fn fresh(dir: usize, flags: u16, ts: u64, now: u64, len: u64) -> FlowStats {
+fn fresh(dir: usize, flags: u16, ts: u64, now: u64, len: u64, serial: u32) -> FlowStats {
     FlowStats {
         first_ns: ts,
         last_ns: ts,
@@ -525,6 +546,7 @@ fn fresh(dir: usize, flags: u16, ts: u64, now: u64, len: u64) -> FlowStats {
         bytes: [len * (dir == 0) as u64, len * (dir == 1) as u64],
         tcp_flags: flags,
         initiator_is_dst: dir == 1,
+        serial,
     }
 }
 
@@ -644,8 +666,11 @@ impl Consolidate for FlowMonitor {
     }
 
     /// A token's bucket (bucket + 1 in its high half, below the direction bit), its
-    /// control byte and the flow key the hit hands over: a hit reads all three (session
-    /// 24's cachegrind: ~3.7 of a mixed chain of 8's D1 misses a monitor visit).
+    /// control byte and the flow key the hit hands over (session 24's cachegrind: ~3.7
+    /// of a mixed chain of 8's D1 misses a monitor visit). A hit whose serial matches
+    /// does not read the key (session 27); it is still prefetched for those that do not
+    /// (a flow exported or drained at a run's end, then back: in `bench fastpath`, the
+    /// first two later packets of each flow), which without it read worse by cycles.
     fn fast_lines(&self) -> TokenLines {
         if self.ctrl == 0 {
             return TokenLines {
@@ -737,11 +762,20 @@ impl FlowMonitor {
             .checked_sub(1)
             .and_then(|b| self.table.get_bucket_mut(b as usize))
         {
-            // The bucket's key is canonical, so it is the packet's key's canonical form
-            // exactly when it is the key in the direction the recording found (the
-            // token's top bit: the key, or its reverse): one compare of words, not two,
-            // nor `canonical()`, whose ordering calls memcmp.
-            if same_key(&k.0, p.key, dir == 1) {
+            // The serial names one flow ever inserted, and the entry pins the key this
+            // NF sees and its direction (the token's top bit): the same serial is the
+            // same flow, and the flow key (another line, the entry's keys) is not read.
+            // A flow inserted again (exported, or drained at a run's end, then back)
+            // has a new serial: the keys decide, and a match takes the token's serial,
+            // which only this flow ever had, so the next hit is sure by the serial.
+            let same = s.serial == token as u32 || {
+                let same = same_key(&k.0, p.key, dir == 1);
+                if same {
+                    s.serial = token as u32;
+                }
+                same
+            };
+            if same {
                 if let Some(old) = update(s, self.timeout_ns, dir, p.tcp_flags, ts, now, len) {
                     let c = *k;
                     self.restarted(&c, &old, now);
@@ -751,24 +785,6 @@ impl FlowMonitor {
         }
         false
     }
-}
-
-/// The bit of a FastPath token that says the flow's key is the reverse of its
-/// canonical form (direction 1); below it, the bucket + 1 (0: the table had no room).
-const DIR_BIT: u32 = 63;
-
-/// Where a token's bucket + 1 starts: in the high half, as FastPath's prefetch reads
-/// the NAT's and Maglev's tokens ([`TokenLines`]).
-const BUCKET_SHIFT: u32 = 32;
-
-/// Token `token` of a packet of flow `key` with the key's direction: a hit compares the
-/// bucket's key in that direction only. (Recorded packets only: the cost of `canonical`
-/// is not on the plain path.)
-fn with_dir(token: u64, key: &FlowKey) -> u64 {
-    if token == 0 {
-        return 0;
-    }
-    token | ((key.canonical() != *key) as u64) << DIR_BIT
 }
 
 /// `a` is `b` (or, with `reversed`, `b` reversed), word by word as [`WideKey`]
@@ -784,6 +800,30 @@ fn same_key(a: &FlowKey, b: &FlowKey, reversed: bool) -> bool {
     w(a.src) == w(*bs)
         && w(a.dst) == w(*bd)
         && (a.sport, a.dport, a.proto, a.family) == (bsp, bdp, b.proto, b.family)
+}
+
+/// The bit of a FastPath token that says the flow's key is the reverse of its
+/// canonical form (direction 1); below it, the bucket + 1 (0: the table had no room).
+const DIR_BIT: u32 = 63;
+
+/// Where a token's bucket + 1 starts: in the high half, as FastPath's prefetch reads
+/// the NAT's and Maglev's tokens ([`TokenLines`]); the flow's serial is the low half.
+const BUCKET_SHIFT: u32 = 32;
+
+/// The token of the flow with serial `serial` in bucket `b`.
+#[inline]
+fn token(b: usize, serial: u32) -> u64 {
+    (b as u64 + 1) << BUCKET_SHIFT | u64::from(serial)
+}
+
+/// Token `token` of a packet of flow `key` with the key's direction: a hit compares the
+/// bucket's key in that direction only. (Recorded packets only: the cost of `canonical`
+/// is not on the plain path.)
+fn with_dir(token: u64, key: &FlowKey) -> u64 {
+    if token == 0 {
+        return 0;
+    }
+    token | ((key.canonical() != *key) as u64) << DIR_BIT
 }
 
 #[cfg(test)]
@@ -915,6 +955,66 @@ mod tests {
             assert_eq!(lines.ctrl_at(t) as usize, at as usize + (b + 1) * size + b);
         }
         assert!(buckets.len() > 10, "{buckets:?}");
+    }
+
+    /// Session 27: a hit finds its flow by the token's serial, not by the flow key. A
+    /// token whose bucket now holds another flow (its own flow was exported as idle and
+    /// the bucket reused) must count nothing there: the packet is accounted from its key
+    /// exactly as `process` accounts it. Fails if a hit trusts the bucket alone.
+    #[test]
+    fn a_token_whose_bucket_holds_another_flow_counts_nothing_there() {
+        let second = 1_000_000_000;
+        let key_of = |p: &mut Packet| {
+            let l = p.layers();
+            FlowKey::from_packet(&l, p.data()).expect("key")
+        };
+        let bucket = |t: u64| (t & !(1 << DIR_BIT)) >> BUCKET_SHIFT;
+        let token_of = |m: &mut FlowMonitor, mut p: Packet| {
+            p.meta_mut().fast = FastMark::Want;
+            let mut b = Batch::new();
+            b.push(p);
+            m.process(&mut b, &Context { ports: 1 });
+            match b.as_mut_slice()[0].meta().fast {
+                FastMark::Token(t) => t,
+                _ => panic!("no token"),
+            }
+        };
+        let mut reused = 0;
+        for i in 0..64u8 {
+            // Room for one flow: the second flow, 10 s later, sweeps the first out
+            // (idle past 1 s) and takes its place, in its bucket for some of them.
+            let mut m = FlowMonitor::new(1, second);
+            let mut plain = FlowMonitor::new(1, second);
+            let ta = token_of(&mut m, tcp(1, 9, 5000, 80, 0x10, 0));
+            run(&mut plain, vec![tcp(1, 9, 5000, 80, 0x10, 0)]);
+            let tb = token_of(&mut m, tcp(2, 9, 6000 + i as u16, 80, 0x10, 10 * second));
+            run(
+                &mut plain,
+                vec![tcp(2, 9, 6000 + i as u16, 80, 0x10, 10 * second)],
+            );
+            assert_ne!(ta as u32, tb as u32, "each flow its own serial");
+            if bucket(ta) != bucket(tb) {
+                continue;
+            }
+            reused += 1;
+            // The first flow's packet on the fast path (token ta) and on the plain one.
+            let mut pa = tcp(1, 9, 5000, 80, 0x10, 10 * second + 1);
+            let key = key_of(&mut pa);
+            let fp = FastPacket {
+                key: &key,
+                fragment: false,
+                ts_ns: 10 * second + 1,
+                now_ns: 10 * second + 1,
+                wire_len: 100,
+                tcp_flags: 0x10,
+            };
+            m.fast_state(ta, &fp);
+            run(&mut plain, vec![pa]);
+            assert_eq!(m.active(), plain.active());
+            assert_eq!(m.active()[0].packets_ab + m.active()[0].packets_ba, 1);
+            assert_eq!((m.overflow_packets, m.exported), (1, 1));
+        }
+        assert!(reused > 0, "no second flow took the first one's bucket");
     }
 
     #[test]
