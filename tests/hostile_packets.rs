@@ -196,3 +196,107 @@ fn a_segment_far_past_the_window_does_not_blind_the_ids() {
         );
     }
 }
+
+/// `good` with its IP total length set to `total` (header checksum fixed), padded to the
+/// 60-byte Ethernet minimum with the rest of the original frame: the bytes past the
+/// datagram are what they were, as if a sender's padding held them.
+fn cut_by_total(good: &[u8], total: u16) -> Vec<u8> {
+    let mut v = good.to_vec();
+    v.resize(v.len().max(60), 0);
+    v[16..18].copy_from_slice(&total.to_be_bytes());
+    v[24..26].copy_from_slice(&[0, 0]);
+    let c = fold(&v[14..34]);
+    v[24..26].copy_from_slice(&c.to_be_bytes());
+    v
+}
+
+/// NAT with FastPath `fast` (`false`, `true` recording from a flow's first packet, or
+/// `"auto"`) over `frames`: the output pcap's frames and the NAT's drops by reason.
+fn nat_run(frames: &[Vec<u8>], fast: &str) -> (Vec<Vec<u8>>, Vec<(String, u64)>) {
+    use catena::io::{PcapHeader, Trace};
+    use catena::packet::LinkKind;
+    use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
+    let t = Trace::from_packets(
+        LinkKind::Ethernet,
+        PcapHeader::new(1, false),
+        frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (1_000_000_000 + i as u64 * 1000, f.as_slice())),
+    );
+    let text = format!(
+        "name = \"n\"\nfastpath = {fast}\nfastpath_record = 1\n[[nf]]\nname = \"nat\"\nkind = \"nat\"\ninside = \"10.0.0.0/8\"\npublic = \"198.51.100.1\"\n"
+    );
+    let cfg = ChainConfig::parse(&text, "n.toml").expect("config");
+    let mut r = Runner::new(Chain::from_config(&cfg).expect("chain"), t.max_packet_len());
+    let dir = common::tempdir();
+    let out = dir.path().join("out.pcap");
+    let opts = RunOptions {
+        outputs: vec![("out".into(), out.clone())],
+        ..Default::default()
+    };
+    let s = r.run(&t, &opts, &mut NoProgress).expect("run");
+    let o = Trace::open(&out).expect("output");
+    let frames = (0..o.len()).map(|i| o.packet(i).to_vec()).collect();
+    let nat = s.nfs.iter().find(|n| n.name == "nat").expect("nat summary");
+    let drops = nat.drops.iter().filter(|(_, n)| *n > 0).cloned().collect();
+    (frames, drops)
+}
+
+/// An ICMP echo whose IP total length ends inside the ICMP header (its identifier in the
+/// padding), and TCP or UDP whose total length cuts the transport header (ports or
+/// checksum in the padding): the identifier or ports were rewritten and the checksum
+/// patched for bytes the receiver never sums. Each is dropped `malformed` now, with
+/// FastPath off, on and auto alike (a recorded flow's later packet must not be
+/// consolidated on bytes past the datagram); the whole packets of the same flows are
+/// still translated, every checksum right.
+#[test]
+fn nat_drops_transport_headers_cut_by_the_ip_total_length_with_and_without_fastpath() {
+    let build = |proto: &str| {
+        let b = PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4(IN, OUT, 64);
+        let mut v = Vec::new();
+        match proto {
+            "icmp" => b.icmpv4_echo_request(0x1234, 1).write(&mut v, b""),
+            "udp" => b.udp(5555, 53).write(&mut v, b""),
+            _ => b.tcp(40000, 80, 1, 65535).syn().write(&mut v, b""),
+        }
+        .unwrap();
+        v
+    };
+    let mut frames = Vec::new();
+    let mut bad = 0;
+    for (proto, cuts) in [
+        ("icmp", &[24u16, 25, 26, 27][..]),
+        ("udp", &[20, 24, 27][..]),
+        ("tcp", &[20, 24, 34, 39][..]),
+    ] {
+        let good = build(proto);
+        frames.push(good.clone());
+        for &t in cuts {
+            frames.push(cut_by_total(&good, t));
+            frames.push(cut_by_total(&good, t));
+            bad += 2;
+        }
+        frames.push(good);
+    }
+    let (off, off_drops) = nat_run(&frames, "false");
+    assert_eq!(
+        off_drops,
+        vec![("malformed".to_string(), bad)],
+        "drops, FastPath off"
+    );
+    assert_eq!(off.len(), 6, "the whole packets are translated");
+    for o in &off {
+        assert_eq!(&o[26..30], &PUB, "source translated");
+        let end = 14 + usize::from(u16::from_be_bytes([o[16], o[17]]));
+        assert_eq!(fold(&o[14..34]), 0, "ip checksum");
+        if o[23] == 1 {
+            assert_eq!(fold(&o[34..end]), 0, "icmp checksum");
+        }
+    }
+    for fast in ["true", "\"auto\""] {
+        let (on, drops) = nat_run(&frames, fast);
+        assert_eq!(drops, off_drops, "drops, FastPath {fast}");
+        assert!(on == off, "output frames, FastPath {fast} vs off");
+    }
+}

@@ -369,18 +369,9 @@ impl Stack {
         }
         let now = p.meta().now_ns;
         let d = p.data();
-        // The segment ends where the IP header says (Ethernet padding is not payload).
-        let l3 = l.l3_off as usize;
-        let ip_end = match l.l3 {
-            L3Kind::Ipv4 => d
-                .get(l3 + 2..l3 + 4)
-                .map(|b| l3 + u16::from_be_bytes([b[0], b[1]]) as usize),
-            _ => d
-                .get(l3 + 4..l3 + 6)
-                .map(|b| l3 + 40 + u16::from_be_bytes([b[0], b[1]]) as usize),
-        };
+        // The segment ends where the datagram does (Ethernet padding is not payload).
         let t = l.l4_off as usize;
-        let seg_end = ip_end.unwrap_or(0).min(d.len());
+        let seg_end = usize::from(l.l3_end);
         if !l.has_l4() || seg_end < t + 20 {
             self.stats.malformed += 1;
             q.push(ev);
