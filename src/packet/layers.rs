@@ -37,8 +37,8 @@ pub struct Layers {
     /// Where the IP datagram ends: its total length (IPv4) or payload length (IPv6) as
     /// the header gives it, cut to the bytes captured; bytes past it (Ethernet padding
     /// of a minimum frame) are no part of it. An IPv4 total length shorter than its
-    /// header (0 included, as Suricata judges it) makes the packet malformed. For other
-    /// packets, the captured end. At most `u16::MAX`.
+    /// header makes the packet malformed, but 0 (a segmentation offload's capture) leaves
+    /// the captured end. For other packets, the captured end. At most `u16::MAX`.
     pub l3_end: u16,
 }
 
@@ -96,7 +96,7 @@ impl Layers {
         // decide it with a few byte compares, leaving the full walk out of line.
         // Bytes 12..15 in one load: ethertype 0x0800, then version 4 with IHL 5 (the
         // fourth byte, the TOS, shifted out).
-        // A total length below the header (a lie) takes the walk.
+        // A total length below the header (0, or a lie) takes the walk.
         if link == LinkKind::Ethernet
             && b.len() >= 34
             && u32::from_be_bytes([b[12], b[13], b[14], b[15]]) >> 8 == 0x08_00_45
@@ -402,11 +402,12 @@ fn parse_ipv4(l: &mut Layers, b: &[u8], off: usize) {
         return;
     }
     // A total length shorter than the header is a lie: nothing in it can be trusted.
+    // 0 is a segmentation offload's capture: the datagram is what was captured.
     let total = usize::from(be16(b, off + 2));
-    if total < ihl {
+    if total != 0 && total < ihl {
         return;
     }
-    l.l3_end = end_at(b, off + total);
+    l.l3_end = end_at(b, if total == 0 { b.len() } else { off + total });
     l.l3 = L3Kind::Ipv4;
     l.l4_proto = b[off + 9];
     let frag = be16(b, off + 6);
@@ -770,12 +771,14 @@ mod tests {
         let l = Layers::parse(LinkKind::Ethernet, &padded_tcp(1500)[..50]);
         assert_eq!(l.l3_end, 50);
         assert!(!l.has_l4());
-        // Shorter than the header (0 included): malformed, on the fast case and the
-        // walk (options) alike.
-        for total in [0, 1, 19] {
+        // Shorter than the header: malformed, on the fast case and the walk (options)
+        // alike. 0, a segmentation offload's capture: the captured end.
+        for total in [1, 19] {
             let l = Layers::parse(LinkKind::Ethernet, &padded_tcp(total));
             assert_eq!(l.l3, L3Kind::Malformed, "total {total}");
         }
+        let l = Layers::parse(LinkKind::Ethernet, &padded_tcp(0));
+        assert_eq!((l.l3, l.l3_end, l.has_l4()), (L3Kind::Ipv4, 60, true));
         let mut p = VLAN_V4_OPT_UDP;
         p[20..22].copy_from_slice(&23u16.to_be_bytes()); // below its 24-byte header
         assert_eq!(Layers::parse(LinkKind::Ethernet, &p).l3, L3Kind::Malformed);
