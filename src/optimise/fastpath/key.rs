@@ -49,8 +49,8 @@ impl FpKey {
             || u16::from_be_bytes([d[20], d[21]]) & 0x3fff != 0
             || d.len() < need
             // The transport header must lie inside the datagram, as `Layers` judges it
-            // (not in the padding past a short total length).
-            || usize::from(u16::from_be_bytes([d[16], d[17]])) + 14 < need
+            // (not in the padding past a short total length; 0 is the captured length).
+            || (1..need - 14).contains(&usize::from(u16::from_be_bytes([d[16], d[17]])))
         {
             return None;
         }
