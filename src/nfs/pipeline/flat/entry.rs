@@ -239,57 +239,90 @@ impl Flat {
         keys: &Keys,
         from: usize,
     ) -> (usize, Early) {
-        let (mut hits, mut misses, mut full) = (0, 0, 0);
+        let mut tally = Tally::default();
         let mut out = (chunk.len(), Early::End(None));
         for (i, pk) in chunk.iter_mut().enumerate().skip(from) {
             if keys.ok & (1 << (i % MAX_BATCH)) == 0 {
                 out = (i, Early::Whole);
                 break;
             }
-            let m = pk.split_meta().0;
-            let (k, look) = keys.k[i % MAX_BATCH];
-            let (hk, hl) = keys.h[i % MAX_BATCH];
-            let act = Act::Output(m.in_port);
-            full += (tab.learn_with_hash(K::of(k), hk, act, m.now_ns) == Learned::Full) as u64;
-            let r = match tab.get_with_hash(&K::of(look), hl, m.now_ns) {
-                Some(a) => {
-                    hits += 1;
-                    match a {
-                        Act::Output(port) => {
-                            m.egress = port;
-                            None
-                        }
-                        Act::Flood => {
-                            m.egress = FLOOD;
-                            None
-                        }
-                        Act::Drop(r) => Some(r),
-                        Act::Pass => None,
-                        Act::Goto(to) => {
-                            out = (i, Early::Loop(self.apply[to as usize] as usize));
-                            break;
-                        }
-                    }
-                }
-                None => {
-                    misses += 1;
-                    match &self.miss_end[t] {
-                        Some(end) => end.end(counters, m, None),
-                        None => {
-                            out = (i, Early::Loop(self.miss[t] as usize));
-                            break;
-                        }
-                    }
-                }
-            };
-            if let Some(r) = r {
-                pk.drop_with(r);
+            if let Err(to) = self.typed_step(tab, counters, t, pk, keys, i % MAX_BATCH, &mut tally)
+            {
+                out = (i, Early::Loop(to));
+                break;
             }
         }
-        *c.hits += hits;
-        *c.misses += misses;
-        *c.full += full;
+        tally.add_to(c);
         out
+    }
+
+    /// One packet's typed step, its keys and hashes in slot `slot` of `keys`: learn the
+    /// source, look up the destination and act on what is found (an output, a flood, a
+    /// drop, a fixed miss ending), counting in `tally`. `Err` with the instruction where
+    /// the loop takes the packet over: a `goto` entry, a miss block that goes on.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(super) fn typed_step<K: StepKey>(
+        &self,
+        tab: &mut LearnTable<K, Act>,
+        counters: &mut [(String, u64)],
+        t: usize,
+        pk: &mut Packet,
+        keys: &Keys,
+        slot: usize,
+        tally: &mut Tally,
+    ) -> Result<(), usize> {
+        let m = pk.split_meta().0;
+        let (k, look) = keys.k[slot];
+        let (hk, hl) = keys.h[slot];
+        let act = Act::Output(m.in_port);
+        tally.full += (tab.learn_with_hash(K::of(k), hk, act, m.now_ns) == Learned::Full) as u64;
+        let r = match tab.get_with_hash(&K::of(look), hl, m.now_ns) {
+            Some(a) => {
+                tally.hits += 1;
+                match a {
+                    Act::Output(port) => {
+                        m.egress = port;
+                        None
+                    }
+                    Act::Flood => {
+                        m.egress = FLOOD;
+                        None
+                    }
+                    Act::Drop(r) => Some(r),
+                    Act::Pass => None,
+                    Act::Goto(to) => return Err(self.apply[to as usize] as usize),
+                }
+            }
+            None => {
+                tally.misses += 1;
+                match &self.miss_end[t] {
+                    Some(end) => end.end(counters, m, None),
+                    None => return Err(self.miss[t] as usize),
+                }
+            }
+        };
+        if let Some(r) = r {
+            pk.drop_with(r);
+        }
+        Ok(())
+    }
+}
+
+/// A typed run's table counts, kept in registers and added to the table's once a run.
+#[derive(Default)]
+pub(super) struct Tally {
+    hits: u64,
+    misses: u64,
+    full: u64,
+}
+
+impl Tally {
+    #[inline(always)]
+    pub(super) fn add_to(&self, c: Counts) {
+        *c.hits += self.hits;
+        *c.misses += self.misses;
+        *c.full += self.full;
     }
 }
 

@@ -14,13 +14,14 @@
 //! the IPv4 header, with drop tests on one field or a port set of the IPv4 header or the
 //! fixed header after it.
 
+use super::entry::Tally;
 use super::tail::{Guard, Tail, AFTER, BEFORE};
 use super::{Cond, Early, Flat, Keys, Set, Step};
-use crate::flow::{LearnTable, Learned};
+use crate::flow::LearnTable;
 use crate::nfs::pipeline::plan::{Bytes, FieldRef, Pkt, State};
 use crate::nfs::pipeline::table::{Act, Counts, StepKey};
 use crate::nfs::pipeline::walk::Walk;
-use crate::packet::{Packet, FLOOD, MAX_BATCH};
+use crate::packet::{Packet, MAX_BATCH};
 
 /// A packet that reaches the step (no drop test dropped it).
 const PASS: u16 = u16::MAX;
@@ -394,7 +395,7 @@ impl Flat {
         ns: usize,
         until: usize,
     ) -> (usize, Option<Early>) {
-        let (mut hits, mut misses, mut full) = (0, 0, 0);
+        let mut tally = Tally::default();
         let mut out = None;
         while j < ns {
             let i = usize::from(keys.at[j % MAX_BATCH]);
@@ -402,50 +403,14 @@ impl Flat {
                 break;
             }
             let Some(pk) = chunk.get_mut(i) else { break };
-            let m = pk.split_meta().0;
-            let (k, look) = keys.k[j % MAX_BATCH];
-            let (hk, hl) = keys.h[j % MAX_BATCH];
-            let act = Act::Output(m.in_port);
-            full += (tab.learn_with_hash(K::of(k), hk, act, m.now_ns) == Learned::Full) as u64;
-            let r = match tab.get_with_hash(&K::of(look), hl, m.now_ns) {
-                Some(a) => {
-                    hits += 1;
-                    match a {
-                        Act::Output(port) => {
-                            m.egress = port;
-                            None
-                        }
-                        Act::Flood => {
-                            m.egress = FLOOD;
-                            None
-                        }
-                        Act::Drop(r) => Some(r),
-                        Act::Pass => None,
-                        Act::Goto(to) => {
-                            out = Some(Early::Loop(self.apply[to as usize] as usize));
-                            break;
-                        }
-                    }
-                }
-                None => {
-                    misses += 1;
-                    match &self.miss_end[t] {
-                        Some(end) => end.end(counters, m, None),
-                        None => {
-                            out = Some(Early::Loop(self.miss[t] as usize));
-                            break;
-                        }
-                    }
-                }
-            };
-            if let Some(r) = r {
-                pk.drop_with(r);
+            if let Err(to) = self.typed_step(tab, counters, t, pk, keys, j % MAX_BATCH, &mut tally)
+            {
+                out = Some(Early::Loop(to));
+                break;
             }
             j += 1;
         }
-        *c.hits += hits;
-        *c.misses += misses;
-        *c.full += full;
+        tally.add_to(c);
         (j, out)
     }
 }
