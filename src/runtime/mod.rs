@@ -21,6 +21,7 @@ pub mod live_fan;
 pub mod parallel;
 pub mod ports;
 mod profile_check;
+pub mod region;
 pub mod reload;
 pub mod ring;
 pub mod rss;

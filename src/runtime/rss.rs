@@ -28,6 +28,7 @@
 use crate::io::pcap_read::{PcapFormat, PCAP_HEADER_LEN};
 use std::ops::Range;
 
+use super::region::Region;
 use crate::io::Record;
 use crate::packet::{L3Kind, Layers, LinkKind};
 
@@ -496,10 +497,13 @@ pub struct QueueRecord {
 /// beside them, so a worker's loop streams only its own bytes. Built once per run on
 /// the worker's thread (`Queue::fill`); the share's indices still say where each record
 /// lies in the input (its position, which draws its port; the clock's gaps).
+///
+/// The worker's packets view these bytes (`Walk::ingest_queue`), so a queue must outlive
+/// every packet of its worker's run: `Shards::run_on` drops it after the worker's runner.
 #[derive(Default)]
 pub struct Queue {
-    pub bytes: Vec<u8>,
-    pub recs: Vec<QueueRecord>,
+    pub bytes: Region<u8>,
+    pub recs: Region<QueueRecord>,
 }
 
 impl Queue {
@@ -520,9 +524,11 @@ impl Queue {
             .map(|r| r.caplen as usize)
             .filter(|&c| c <= max_packet)
             .sum();
+        // In huge pages where they are large: filled once a run, their page faults were
+        // most of the input side (`region.rs`).
         let mut q = Queue {
-            bytes: Vec::with_capacity(size),
-            recs: Vec::with_capacity(share.len()),
+            bytes: Region::with_capacity(size),
+            recs: Region::with_capacity(share.len()),
         };
         for &e in share {
             let i = (e & !STEP) as usize;
@@ -532,19 +538,22 @@ impl Queue {
                 _ => 0,
             };
             if r.caplen as usize <= max_packet {
-                q.bytes.extend_from_slice(record(bytes, r));
+                // Sized above for exactly these bytes.
+                let copied = q.bytes.extend_from_slice(record(bytes, r));
+                debug_assert!(copied);
             }
             let plain = r.caplen as usize <= fits.min(max_packet)
                 && e & STEP == 0
                 && i != 0
                 && i + 1 < recs.len();
-            q.recs.push(QueueRecord {
+            let pushed = q.recs.push(QueueRecord {
                 ts_ns: r.ts_ns,
                 median,
                 caplen: r.caplen,
                 wire_len: r.wire_len,
                 plain: u32::from(plain),
             });
+            debug_assert!(pushed, "sized for every entry");
         }
         // Each plain record's run, counted from the end.
         let mut run = 0u32;
