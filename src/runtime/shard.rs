@@ -29,6 +29,7 @@ use super::sink::seq_path;
 use super::worker::{NoProgress, Progress, RunOptions, Runner};
 use crate::io::{MappedPcap, PcapHeader, PcapWriter, Source, Trace};
 use crate::nfs::StateScope;
+use crate::packet::Fields;
 
 /// Most workers a chain may ask for.
 pub const MAX_WORKERS: usize = 64;
@@ -346,9 +347,14 @@ impl Shards {
                                 r.walk.prefetch = r.walk.prefetch.max(SHARD_PREFETCH);
                                 r.walk.prefetch_whole = true;
                             }
+                            r.walk.queue_views = queued && !writes_bytes(r.chain());
                             let max = r.walk.pool.max_packet();
                             let fits = r.walk.pool.small_max();
                             let queue = queued.then(|| Queue::fill(bytes, recs, &share, max, fits));
+                            // Its packets (held by NFs, in its pool, on its stages'
+                            // threads) view the queue's bytes: declared after the queue,
+                            // the runner is dropped first, however the thread returns.
+                            let mut r = r;
                             let t = Instant::now();
                             // Its share: the records it owns, in input order.
                             let stepped = r.run_share(
@@ -415,6 +421,17 @@ fn queued(first: &Runner, force: Option<bool>, placement: &Placement, wraps: boo
     let asked = first.walk.prefetch > 0;
     let small = force.unwrap_or_else(|| queue_suits(placement.mean_caplen()));
     small && !wraps && !asked
+}
+
+/// Whether an NF of `chain` may write a packet's bytes (a header field or the payload,
+/// by its profile, or its length): then a queued worker copies its records into packets
+/// rather than view them (`Walk::queue_views`).
+fn writes_bytes(chain: &Chain) -> bool {
+    let bytes = Fields((Fields::PAYLOAD.0 << 1) - 1);
+    chain.nf_slots().into_iter().flatten().any(|nf| {
+        let p = nf.profile();
+        p.changes_length || p.writes.intersects(bytes)
+    })
 }
 
 /// As `Trace::span_ns`, over a trace's slices (`rss::ts_range`).
@@ -1169,6 +1186,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A queued worker's packets view its queue's bytes only when no NF of the chain
+    /// writes them: not with the NAT (addresses, ports) alone or after a filter, nor
+    /// with a busy NF declaring a written field; the filter, the wire, the monitor and a
+    /// busy NF that only reads write none (`writes_bytes`).
+    #[test]
+    fn only_chains_that_write_no_bytes_view_their_queue() {
+        let nf = |name: &str, rest: &str| format!("[[nf]]\nname = \"{name}\"\n{rest}\n");
+        let acl = nf(
+            "acl",
+            "kind = \"ip_filter\"\ndefault = \"allow\"\nrules = []",
+        );
+        let nat = nf(
+            "nat",
+            "kind = \"nat\"\ninside = \"192.168.0.0/16\"\npublic = \"198.51.100.1\"",
+        );
+        let wire = nf("w", "kind = \"wire\"");
+        let mon = nf("mon", "kind = \"flow_monitor\"");
+        let busy = |fields: &str| nf("b", &format!("kind = \"busy\"\ncycles = 1\n{fields}"));
+        let writes = |text: String| {
+            let cfg = crate::runtime::ChainConfig::parse(&text, "t").unwrap();
+            writes_bytes(&Chain::from_config(&cfg).unwrap())
+        };
+        assert!(!writes(acl.clone()));
+        assert!(!writes(format!("[input]\nports = 2\n{wire}")));
+        assert!(!writes(format!("{acl}{mon}")));
+        assert!(writes(nat.clone()));
+        assert!(writes(format!("{acl}{nat}{mon}")));
+        assert!(!writes(busy("reads = [\"ip.src\", \"l4.dst\"]")));
+        assert!(writes(busy("writes = [\"ip.ttl\"]")));
+        assert!(writes(busy("writes = [\"eth.dst\"]")));
     }
 
     /// The workers copy their records into their own queues when the trace's packets

@@ -66,6 +66,11 @@ pub(super) struct Walk {
     /// Prefetch every cache line of a packet ahead, not only its first (sharded workers,
     /// see `shard::SHARD_PREFETCH`).
     pub prefetch_whole: bool,
+    /// A sharded worker's packets view its queue's bytes instead of copying them each
+    /// loop (`Walk::ingest_queue`): set when no NF of the chain writes a packet's bytes
+    /// (`shard::writes_bytes`); where one does, the view's copy on its first change
+    /// (out of line, after the walk has read the view) costs more than the copy at ingest.
+    pub queue_views: bool,
     /// Bytes of each packet the chain reads or writes, from its NFs' profiles
     /// ([`lookahead_reach`]): what a lasting source prefetches of the next chunk.
     pub lookahead: usize,
@@ -208,6 +213,7 @@ impl Walk {
             out: None,
             prefetch: chain.prefetch,
             prefetch_whole: false,
+            queue_views: false,
             lookahead: 0,
             chain,
         }

@@ -2,6 +2,8 @@
 //! to back in its own memory, read in order, with each record's clock median carried
 //! beside it, so the loop touches neither the other workers' packets nor the trace's
 //! index (but for the gaps `rss::STEP` marks and the input's first and last record).
+//! Where the chain writes no packet's bytes its packets view the queue's (`put`): the
+//! queue is then the only copy, made once a run, not once a loop.
 
 use std::ops::Range;
 
@@ -11,6 +13,21 @@ use super::super::ingest::{
 use super::super::rss::{Queue, STEP};
 use super::super::walk::Walk;
 use crate::io::Record;
+use crate::packet::Packet;
+
+/// Gives `p` a record's bytes from a queue: a view of them (`view`) or a copy.
+#[inline(always)]
+fn put(p: &mut Packet, bytes: &[u8], view: bool) {
+    if view {
+        // SAFETY: the queue outlives every packet of its worker's run (`rss::Queue`);
+        // the buffer was taken for the record (small for a plain one, `alloc_raw_for`
+        // otherwise), so the view fits it and is never refused.
+        let fits = unsafe { p.set_view_unchecked(bytes) };
+        debug_assert!(fits);
+    } else {
+        p.set_bytes(bytes);
+    }
+}
 
 impl Walk {
     /// [`Walk::ingest`] of the share's entries `ks` (`share[k]` the record's index in
@@ -54,9 +71,10 @@ impl Walk {
             clock,
             shift,
             link,
+            queue_views,
             ..
         } = self;
-        let (shift, link, seed) = (*shift, *link, *seed);
+        let (shift, link, seed, views) = (*shift, *link, *seed, *queue_views);
         let entries = &share[ks.clone()];
         let facts = &q.recs[ks.clone()];
         // 1. The plain records (their run, counted when the queue was filled for this
@@ -73,7 +91,7 @@ impl Walk {
         for ((p, r), &e) in pkts.iter_mut().zip(facts).zip(entries) {
             let l = r.caplen as usize;
             // SAFETY: the lengths of these records sum to `all.len()` (pass 1).
-            p.set_bytes(unsafe { all.get_unchecked(at..at + l) });
+            put(p, unsafe { all.get_unchecked(at..at + l) }, views);
             at += l;
             let seq = base + (e & !STEP) as u64;
             stamp(p, r.ts_ns.wrapping_add(shift), r.wire_len, link, seq);
@@ -137,9 +155,10 @@ impl Walk {
             shift,
             first,
             clock,
+            queue_views,
             ..
         } = self;
-        let (shift, link, seed) = (*shift, *link, *seed);
+        let (shift, link, seed, views) = (*shift, *link, *seed, *queue_views);
         let max = pool.max_packet();
         let c = &mut counters[0];
         let inq = &mut inbox[*first];
@@ -192,7 +211,7 @@ impl Walk {
             };
             let in_port = port_of(seed, base + i as u64, cx.ports as u64);
             rx[in_port as usize] += 1;
-            p.set_bytes(bytes);
+            put(&mut p, bytes, views);
             stamp(&mut p, ts, r.wire_len, link, base + i as u64);
             let m = p.meta_mut();
             m.now_ns = now;
