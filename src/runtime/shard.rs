@@ -347,7 +347,9 @@ impl Shards {
                                 r.walk.prefetch = r.walk.prefetch.max(SHARD_PREFETCH);
                                 r.walk.prefetch_whole = true;
                             }
-                            r.walk.queue_views = queued && !writes_bytes(r.chain());
+                            // Not with stages: a stage's thread is not joined when the
+                            // runner is dropped on an error, and could still read a view.
+                            r.walk.queue_views = queued && !r.staged() && !writes_bytes(r.chain());
                             let max = r.walk.pool.max_packet();
                             let fits = r.walk.pool.small_max();
                             let queue = queued.then(|| Queue::fill(bytes, recs, &share, max, fits));

@@ -82,6 +82,11 @@ pub struct Runner {
 }
 
 impl Runner {
+    /// Whether the chain runs on stage threads besides this one (`stages = …`).
+    pub(super) fn staged(&self) -> bool {
+        self.stages.is_some()
+    }
+
     /// Prepares a run of `chain` over packets of at most `max_packet` bytes.
     pub fn new(chain: Chain, max_packet: usize) -> Runner {
         let cap = Walk::batch_cap(&chain);
