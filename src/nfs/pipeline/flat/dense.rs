@@ -6,13 +6,15 @@
 //! start, and past the header after it, is fixed at load and checked once a packet
 //! against the frame's length; a packet that ends before it (a short frame, ports near
 //! its end) is decided test by test as before (`Ipv4Chunk::decide`'s checked path).
+//! The pass is instantiated per count of each shape (at most [`ONES`] and [`EITHERS`]),
+//! chosen once a chunk, so each test is unrolled in place with no loop around it.
 
 use super::Set;
 use crate::nfs::pipeline::plan::FieldRef;
 
 /// A field's 8-byte word at a fixed offset from the IPv4 header (`at` 0) or the header
 /// after it (`at` 1), big-endian, shifted right and masked.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Word {
     at: u8,
     off: u16,
@@ -53,8 +55,12 @@ impl Word {
     }
 }
 
+/// Most one-field and two-field tests the unrolled pass takes (more: the checked path).
+pub(super) const ONES: usize = 4;
+pub(super) const EITHERS: usize = 2;
+
 /// One field in one or two values (`[v, v]` for one).
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct One {
     f: Word,
     v: [u64; 2],
@@ -64,7 +70,7 @@ struct One {
 }
 
 /// Either of two fields in one or two values.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Either {
     f: Word,
     g: Word,
@@ -93,8 +99,11 @@ pub(super) enum Test {
 /// The chunk's tests and step keys, dense (see the module's comment).
 #[derive(Clone, Debug)]
 pub(super) struct Dense {
-    one: Box<[One]>,
-    either: Box<[Either]>,
+    /// The first `ones` used, the first `eithers`.
+    one: [One; ONES],
+    either: [Either; EITHERS],
+    pub(super) ones: usize,
+    pub(super) eithers: usize,
     sets: Box<[InSet]>,
     /// The step's learned and looked-up keys, on the IPv4 header.
     keys: [Word; 2],
@@ -105,7 +114,8 @@ pub(super) struct Dense {
 impl Dense {
     /// `enter`: the length of the header entered after the IPv4 header (a packet that
     /// fits the reach is never cut short there).
-    pub(super) fn new(tests: Vec<Test>, keys: [Word; 2], enter: Option<u16>) -> Dense {
+    /// `None`: more tests of a shape than the unrolled pass takes.
+    pub(super) fn new(tests: Vec<Test>, keys: [Word; 2], enter: Option<u16>) -> Option<Dense> {
         let mut reach = [0usize; 2];
         let mut see = |w: &Word| {
             let r = &mut reach[usize::from(w.at & 1)];
@@ -152,13 +162,21 @@ impl Dense {
         if let Some(n) = enter {
             reach[1] = reach[1].max(usize::from(n));
         }
-        Dense {
-            one: one.into(),
-            either: either.into(),
+        let (ones, eithers) = (one.len(), either.len());
+        if ones > ONES || eithers > EITHERS {
+            return None;
+        }
+        one.resize(ONES, One::default());
+        either.resize(EITHERS, Either::default());
+        Some(Dense {
+            one: one.try_into().ok()?,
+            either: either.try_into().ok()?,
+            ones,
+            eithers,
             sets: sets.into(),
             keys,
             reach,
-        }
+        })
     }
 
     /// Whether every read of the dense pass lies inside a frame of `len` bytes whose IPv4
@@ -169,22 +187,30 @@ impl Dense {
     }
 
     /// The outcome mask's drop bits (`always` set) and the step's two keys, for a packet
-    /// that [`Dense::fits`]: each test sets its bit when it drops.
+    /// that [`Dense::fits`]: each test sets its bit when it drops. `A`, `E`: `ones` and
+    /// `eithers`.
     ///
     /// # Safety
     /// `self.fits(d.len(), o3, o4)`.
     #[inline(always)]
-    pub(super) unsafe fn decide(&self, d: &[u8], o3: usize, o4: usize, always: u32) -> (u32, u64, u64) {
+    pub(super) unsafe fn decide<const A: usize, const E: usize>(
+        &self,
+        d: &[u8],
+        o3: usize,
+        o4: usize,
+        always: u32,
+    ) -> (u32, u64, u64) {
+        debug_assert!((A, E) == (self.ones, self.eithers));
         let b = [o3, o4];
         let mut m = always;
         // SAFETY (every read below): each word's reach is in `self.reach`, which the
         // caller checked against `d.len()`.
-        for t in &*self.one {
+        for t in &self.one[..A] {
             let v = unsafe { t.f.read(d, b) };
             let inside = u32::from((v == t.v[0]) | (v == t.v[1]));
             m |= u32::from(inside == t.when) << t.bit;
         }
-        for t in &*self.either {
+        for t in &self.either[..E] {
             let (v, w) = unsafe { (t.f.read(d, b), t.g.read(d, b)) };
             let inside = (v == t.v[0]) | (v == t.v[1]) | (w == t.v[0]) | (w == t.v[1]);
             m |= u32::from(u32::from(inside) == t.when) << t.bit;
@@ -208,13 +234,21 @@ mod tests {
     /// must hold 24 bytes from the IPv4 header and 10 from the ports for the dense pass.
     #[test]
     fn the_reach_is_the_furthest_byte_read() {
-        let path = format!("{}/examples/pipeline/firewall.stv", env!("CARGO_MANIFEST_DIR"));
+        let path = format!(
+            "{}/examples/pipeline/firewall.stv",
+            env!("CARGO_MANIFEST_DIR")
+        );
         let src = std::fs::read_to_string(path).expect("the example");
         let c = compile("firewall.stv", &src, &Default::default()).expect("compiles");
-        let x = c.plan.flat().ipv4.as_deref().expect("the chunk on the bytes");
+        let x = c
+            .plan
+            .flat()
+            .ipv4
+            .as_deref()
+            .expect("the chunk on the bytes");
         let d = x.dense.as_ref().expect("dense");
         assert_eq!(d.reach, [24, 10]);
-        assert_eq!((d.one.len(), d.either.len(), d.sets.len()), (3, 1, 0));
+        assert_eq!((d.ones, d.eithers, d.sets.len()), (2, 1, 0));
         assert!(d.fits(14 + 24, 14, 34 - 10) && d.fits(44, 14, 34));
         assert!(!d.fits(14 + 23, 14, 20) && !d.fits(43, 14, 34));
     }

@@ -237,15 +237,20 @@ impl Ipv4Chunk {
             Word::of(&self.step.src, false)?,
             Word::of(&self.step.dst, false)?,
         ];
-        Some(Dense::new(tests, keys, self.enter))
+        Dense::new(tests, keys, self.enter)
     }
 
     /// A packet's outcome (a drop reason, [`PASS`] or [`WHOLE`]) and its step's keys
     /// (the learned one masked), as the walk and the tail would find them: each test
     /// sets a bit of a mask when it drops (or cannot be read), and the first bit set
     /// gives the outcome, with no branch on any test's.
+    /// `A`, `E`: the dense tests' counts (see `dense.rs`).
     #[inline(always)]
-    fn decide(&self, walk: &Walk, pk: &mut Packet) -> (u16, u64, u64) {
+    fn decide<const A: usize, const E: usize>(
+        &self,
+        walk: &Walk,
+        pk: &mut Packet,
+    ) -> (u16, u64, u64) {
         let l = pk.layers();
         let link = pk.meta().link;
         let d = pk.data();
@@ -256,13 +261,20 @@ impl Ipv4Chunk {
             return (WHOLE, 0, 0);
         };
         let o4 = o3 + usize::from(b & 0x0f) * 4;
-        let st = &self.step;
         if let Some(dn) = self.dense.as_ref().filter(|dn| dn.fits(d.len(), o3, o4)) {
             // SAFETY: `fits` holds.
-            let (m, k, look) = unsafe { dn.decide(d, o3, o4, 1 << ALWAYS) };
+            let (m, k, look) = unsafe { dn.decide::<A, E>(d, o3, o4, 1 << ALWAYS) };
             let first = m.trailing_zeros() as usize;
-            return (self.codes[first.min(ALWAYS)], k & st.mask, look);
+            return (self.codes[first.min(ALWAYS)], k & self.step.mask, look);
         }
+        self.decide_checked(d, o3, o4)
+    }
+
+    /// [`Ipv4Chunk::decide`] for a packet the dense pass cannot read whole: each field
+    /// read checked, one not read makes the packet run whole when its test decides.
+    #[inline(never)]
+    fn decide_checked(&self, d: &[u8], o3: usize, o4: usize) -> (u16, u64, u64) {
+        let st = &self.step;
         // (drops or unread, unread), one bit per test; unrolled: one site per test.
         let mut m = (1u32 << ALWAYS, 0u32);
         test(&self.before[0], 0, d, o3, o4, &mut m);
@@ -289,6 +301,62 @@ impl Ipv4Chunk {
             self.codes[first.min(ALWAYS)]
         };
         (r, k, look)
+    }
+}
+
+impl Ipv4Chunk {
+    /// The chunk's first pass, its dense tests unrolled by their counts: the packets
+    /// that reach the step and the others (see [`Ipv4Chunk::pass`]).
+    #[inline(always)]
+    fn first_pass(&self, walk: &Walk, chunk: &mut [Packet], keys: &mut Keys) -> (usize, usize) {
+        let n = self.dense.as_ref().map_or((0, 0), |d| (d.ones, d.eithers));
+        macro_rules! by_counts {
+            ($(($a:literal, $e:literal)),*) => {
+                match n {
+                    $(($a, $e) => self.pass::<$a, $e>(walk, chunk, keys),)*
+                    // `Dense::new` takes no more.
+                    _ => unreachable!("dense tests {n:?}"),
+                }
+            };
+        }
+        by_counts!(
+            (0, 0),
+            (1, 0),
+            (2, 0),
+            (3, 0),
+            (4, 0),
+            (0, 1),
+            (1, 1),
+            (2, 1),
+            (3, 1),
+            (4, 1),
+            (0, 2),
+            (1, 2),
+            (2, 2),
+            (3, 2),
+            (4, 2)
+        )
+    }
+
+    /// Each packet decided, its index appended to one list or the other without a branch
+    /// on which.
+    #[inline(never)]
+    fn pass<const A: usize, const E: usize>(
+        &self,
+        walk: &Walk,
+        chunk: &mut [Packet],
+        keys: &mut Keys,
+    ) -> (usize, usize) {
+        let (mut ns, mut no) = (0, 0);
+        for (i, pk) in chunk.iter_mut().enumerate() {
+            let (r, k, look) = self.decide::<A, E>(walk, pk);
+            keys.at[ns % MAX_BATCH] = i as u8;
+            keys.k[ns % MAX_BATCH] = (k, look);
+            ns += usize::from(r == PASS);
+            keys.other[no % MAX_BATCH] = (i as u8, r);
+            no += usize::from(r != PASS);
+        }
+        (ns, no)
     }
 }
 
@@ -351,17 +419,7 @@ impl Flat {
         keys: &mut Keys,
         mut rest: impl FnMut(&mut State, &mut Packet, Early),
     ) {
-        // Each packet decided, its index appended to one list or the other without a
-        // branch on which.
-        let (mut ns, mut no) = (0, 0);
-        for (i, pk) in chunk.iter_mut().enumerate() {
-            let (r, k, look) = x.decide(walk, pk);
-            keys.at[ns % MAX_BATCH] = i as u8;
-            keys.k[ns % MAX_BATCH] = (k, look);
-            ns += usize::from(r == PASS);
-            keys.other[no % MAX_BATCH] = (i as u8, r);
-            no += usize::from(r != PASS);
-        }
+        let (ns, no) = x.first_pass(walk, chunk, keys);
         let t = x.step.table as usize;
         let fetch = s.tables[t].worth_prefetching();
         if let Some((tab, _)) = K::typed(&mut s.tables[t]) {
