@@ -44,10 +44,12 @@ impl Word {
     }
 
     /// # Safety
-    /// `base[at] + reach()` is at most `d.len()` ([`Dense::fits`]).
+    /// the header's start (`o3` or `o4`) + `reach()` is at most `d.len()` ([`Dense::fits`]).
     #[inline(always)]
-    unsafe fn read(&self, d: &[u8], base: [usize; 2]) -> u64 {
-        let o = base[usize::from(self.at & 1)] + usize::from(self.off);
+    unsafe fn read(&self, d: &[u8], o3: usize, o4: usize) -> u64 {
+        // A select, not an index into a pair on the stack (a store and a reload on every
+        // read's path).
+        let o = if self.at != 0 { o4 } else { o3 } + usize::from(self.off);
         debug_assert!(o + 8 <= d.len());
         // SAFETY: the caller checked the 8 bytes from `o` lie inside `d`.
         let w = unsafe { d.as_ptr().add(o).cast::<[u8; 8]>().read_unaligned() };
@@ -201,26 +203,25 @@ impl Dense {
         always: u32,
     ) -> (u32, u64, u64) {
         debug_assert!((A, E) == (self.ones, self.eithers));
-        let b = [o3, o4];
         let mut m = always;
         // SAFETY (every read below): each word's reach is in `self.reach`, which the
         // caller checked against `d.len()`.
         for t in &self.one[..A] {
-            let v = unsafe { t.f.read(d, b) };
+            let v = unsafe { t.f.read(d, o3, o4) };
             let inside = u32::from((v == t.v[0]) | (v == t.v[1]));
             m |= u32::from(inside == t.when) << t.bit;
         }
         for t in &self.either[..E] {
-            let (v, w) = unsafe { (t.f.read(d, b), t.g.read(d, b)) };
+            let (v, w) = unsafe { (t.f.read(d, o3, o4), t.g.read(d, o3, o4)) };
             let inside = (v == t.v[0]) | (v == t.v[1]) | (w == t.v[0]) | (w == t.v[1]);
             m |= u32::from(u32::from(inside) == t.when) << t.bit;
         }
         for t in &*self.sets {
-            let (v, w) = unsafe { (t.f.read(d, b), t.g.read(d, b)) };
+            let (v, w) = unsafe { (t.f.read(d, o3, o4), t.g.read(d, o3, o4)) };
             let inside = t.set.has(v) | t.set.has(w);
             m |= u32::from(u32::from(inside) == t.when) << t.bit;
         }
-        let (k, look) = unsafe { (self.keys[0].read(d, b), self.keys[1].read(d, b)) };
+        let (k, look) = unsafe { (self.keys[0].read(d, o3, o4), self.keys[1].read(d, o3, o4)) };
         (m, k, look)
     }
 }
