@@ -12,6 +12,7 @@ use super::walk::Walk;
 use crate::packet::FLOOD;
 use tail::Tail;
 
+mod dense;
 mod entry;
 mod ipv4;
 mod miss;

@@ -62,6 +62,14 @@ impl FieldRef {
 }
 
 impl FieldRef {
+    /// The one-load read's byte offset, shift and mask (see [`FieldRef::peek`]); `None`
+    /// for a field wider than its word.
+    pub fn word(&self) -> Option<(u16, u8, u64)> {
+        (self.sh != NO_WORD).then_some((self.off, self.sh, self.mask))
+    }
+}
+
+impl FieldRef {
     /// Field of decoder `hdr`, `bits` wide at `bit_off` bits from its header's start.
     pub fn new(hdr: u8, bit_off: u32, bits: u32) -> FieldRef {
         let rem = bit_off % 8;

@@ -14,6 +14,7 @@
 //! the IPv4 header, with drop tests on one field or a port set of the IPv4 header or the
 //! fixed header after it.
 
+use super::dense::{Dense, Test, Word};
 use super::entry::Tally;
 use super::tail::{Guard, Tail, AFTER, BEFORE};
 use super::{Cond, Early, Flat, Keys, Set, Step};
@@ -80,6 +81,9 @@ pub struct Ipv4Chunk {
     /// Per bit of the outcome mask, what its first set bit means: a drop reason,
     /// [`WHOLE`], or [`PASS`] (the bit always set).
     codes: [u16; ALWAYS + 1],
+    /// The same tests and keys for the packets long enough for all of them (`None`: a
+    /// field too wide for one load; every packet takes the checked path).
+    pub(super) dense: Option<Dense>,
 }
 
 /// A set's values when it has at most two.
@@ -100,6 +104,20 @@ fn few(s: &Set) -> Option<[u64; 2]> {
 }
 
 impl ByteGuard {
+    /// This test, dense, as bit `bit` of the outcome mask.
+    fn dense(&self, bit: usize) -> Option<Test> {
+        let f = Word::of(&self.f, self.next)?;
+        let g = match &self.g {
+            Some(g) => Some(Word::of(g, self.next)?),
+            None => None,
+        };
+        let bit = bit as u32;
+        Some(match &self.of {
+            Members::Two(v) => Test::Two(f, g, *v, self.when, bit),
+            Members::Set(s) => Test::Set(f, g, s.clone(), self.when, bit),
+        })
+    }
+
     /// Tail guard `g` as a membership, when its test is one the bytes can decide;
     /// `hdr`: the header its fields must read.
     fn of(g: &Guard, hdr: usize, next: bool) -> Option<ByteGuard> {
@@ -168,6 +186,7 @@ impl Ipv4Chunk {
             after: Default::default(),
             step,
             codes: [WHOLE; ALWAYS + 1],
+            dense: None,
         };
         x.codes[ALWAYS] = PASS;
         for (i, (b, g)) in x.before.iter_mut().zip(&t.before).enumerate() {
@@ -194,15 +213,44 @@ impl Ipv4Chunk {
                 x.codes[AFTER0 + i] = u16::from(g.reason);
             }
         }
+        x.dense = x.dense();
         Some(x)
+    }
+
+    /// The tests and keys dense, each test at its bit of the outcome mask.
+    fn dense(&self) -> Option<Dense> {
+        let mut tests = Vec::new();
+        for (i, g) in self.before.iter().enumerate() {
+            if let Some(g) = g {
+                tests.push(g.dense(i)?);
+            }
+        }
+        // Tests after the fixed header run only when there is one (as `decide`'s).
+        if self.enter.is_some() {
+            for (i, g) in self.after.iter().enumerate() {
+                if let Some(g) = g {
+                    tests.push(g.dense(AFTER0 + i)?);
+                }
+            }
+        }
+        let keys = [
+            Word::of(&self.step.src, false)?,
+            Word::of(&self.step.dst, false)?,
+        ];
+        Dense::new(tests, keys, self.enter)
     }
 
     /// A packet's outcome (a drop reason, [`PASS`] or [`WHOLE`]) and its step's keys
     /// (the learned one masked), as the walk and the tail would find them: each test
     /// sets a bit of a mask when it drops (or cannot be read), and the first bit set
     /// gives the outcome, with no branch on any test's.
+    /// `A`, `E`: the dense tests' counts (see `dense.rs`).
     #[inline(always)]
-    fn decide(&self, walk: &Walk, pk: &mut Packet) -> (u16, u64, u64) {
+    fn decide<const A: usize, const E: usize>(
+        &self,
+        walk: &Walk,
+        pk: &mut Packet,
+    ) -> (u16, u64, u64) {
         let l = pk.layers();
         let link = pk.meta().link;
         let d = pk.data();
@@ -213,6 +261,20 @@ impl Ipv4Chunk {
             return (WHOLE, 0, 0);
         };
         let o4 = o3 + usize::from(b & 0x0f) * 4;
+        if let Some(dn) = self.dense.as_ref().filter(|dn| dn.fits(d.len(), o3, o4)) {
+            // SAFETY: `fits` holds.
+            let (m, k, look) = unsafe { dn.decide::<A, E>(d, o3, o4, 1 << ALWAYS) };
+            let first = m.trailing_zeros() as usize;
+            return (self.codes[first.min(ALWAYS)], k & self.step.mask, look);
+        }
+        self.decide_checked(d, o3, o4)
+    }
+
+    /// [`Ipv4Chunk::decide`] for a packet the dense pass cannot read whole: each field
+    /// read checked, one not read makes the packet run whole when its test decides.
+    #[inline(never)]
+    fn decide_checked(&self, d: &[u8], o3: usize, o4: usize) -> (u16, u64, u64) {
+        let st = &self.step;
         // (drops or unread, unread), one bit per test; unrolled: one site per test.
         let mut m = (1u32 << ALWAYS, 0u32);
         test(&self.before[0], 0, d, o3, o4, &mut m);
@@ -225,7 +287,6 @@ impl Ipv4Chunk {
             test(&self.after[0], AFTER0, d, o3, o4, &mut m);
             test(&self.after[1], AFTER0 + 1, d, o3, o4, &mut m);
         }
-        let st = &self.step;
         let (k, look) = match (st.src.peek(d, o3), st.dst.peek(d, o3)) {
             (Some(k), Some(look)) => (k & st.mask, look),
             _ => {
@@ -240,6 +301,62 @@ impl Ipv4Chunk {
             self.codes[first.min(ALWAYS)]
         };
         (r, k, look)
+    }
+}
+
+impl Ipv4Chunk {
+    /// The chunk's first pass, its dense tests unrolled by their counts: the packets
+    /// that reach the step and the others (see [`Ipv4Chunk::pass`]).
+    #[inline(always)]
+    fn first_pass(&self, walk: &Walk, chunk: &mut [Packet], keys: &mut Keys) -> (usize, usize) {
+        let n = self.dense.as_ref().map_or((0, 0), |d| (d.ones, d.eithers));
+        macro_rules! by_counts {
+            ($(($a:literal, $e:literal)),*) => {
+                match n {
+                    $(($a, $e) => self.pass::<$a, $e>(walk, chunk, keys),)*
+                    // `Dense::new` takes no more.
+                    _ => unreachable!("dense tests {n:?}"),
+                }
+            };
+        }
+        by_counts!(
+            (0, 0),
+            (1, 0),
+            (2, 0),
+            (3, 0),
+            (4, 0),
+            (0, 1),
+            (1, 1),
+            (2, 1),
+            (3, 1),
+            (4, 1),
+            (0, 2),
+            (1, 2),
+            (2, 2),
+            (3, 2),
+            (4, 2)
+        )
+    }
+
+    /// Each packet decided, its index appended to one list or the other without a branch
+    /// on which.
+    #[inline(never)]
+    fn pass<const A: usize, const E: usize>(
+        &self,
+        walk: &Walk,
+        chunk: &mut [Packet],
+        keys: &mut Keys,
+    ) -> (usize, usize) {
+        let (mut ns, mut no) = (0, 0);
+        for (i, pk) in chunk.iter_mut().enumerate() {
+            let (r, k, look) = self.decide::<A, E>(walk, pk);
+            keys.at[ns % MAX_BATCH] = i as u8;
+            keys.k[ns % MAX_BATCH] = (k, look);
+            ns += usize::from(r == PASS);
+            keys.other[no % MAX_BATCH] = (i as u8, r);
+            no += usize::from(r != PASS);
+        }
+        (ns, no)
     }
 }
 
@@ -302,17 +419,7 @@ impl Flat {
         keys: &mut Keys,
         mut rest: impl FnMut(&mut State, &mut Packet, Early),
     ) {
-        // Each packet decided, its index appended to one list or the other without a
-        // branch on which.
-        let (mut ns, mut no) = (0, 0);
-        for (i, pk) in chunk.iter_mut().enumerate() {
-            let (r, k, look) = x.decide(walk, pk);
-            keys.at[ns % MAX_BATCH] = i as u8;
-            keys.k[ns % MAX_BATCH] = (k, look);
-            ns += usize::from(r == PASS);
-            keys.other[no % MAX_BATCH] = (i as u8, r);
-            no += usize::from(r != PASS);
-        }
+        let (ns, no) = x.first_pass(walk, chunk, keys);
         let t = x.step.table as usize;
         let fetch = s.tables[t].worth_prefetching();
         if let Some((tab, _)) = K::typed(&mut s.tables[t]) {
@@ -522,6 +629,67 @@ mod tests {
         assert_eq!((t.hits, t.misses, t.learned_len()), (5, 2, 5));
         let counts: Vec<u64> = c.plan.state.counters.iter().map(|x| x.1).collect();
         assert_eq!(counts, [2]);
+    }
+
+    /// The dense pass (every read inside the frame, checked once) and the checked path
+    /// (a field's word past the frame's end) in one chunk, with the same verdicts as the
+    /// loop: a UDP frame whose destination port's word ends at the frame's end (dense)
+    /// and one a byte shorter (checked path, run whole in its place: it finds the
+    /// address the packet before it learned), ports after IPv4 options (read at the
+    /// header's length, not at 20), in and out of the set, ICMP that is also a later
+    /// fragment (the first test's reason), a later TCP fragment, a first fragment (more
+    /// fragments, offset 0: it carries its ports and passes), ARP.
+    #[test]
+    fn the_dense_pass_and_the_checked_path_agree_at_the_reach() {
+        let mut c =
+            compile("firewall.stv", &example("firewall"), &Default::default()).expect("compiles");
+        assert!(c.plan.flat().ipv4.is_some(), "the chunk on the bytes");
+        let udp = |sp: u16, dp: u16, payload: usize| {
+            let mut h = vec![0u8; 8 + payload];
+            h[0..2].copy_from_slice(&sp.to_be_bytes());
+            h[2..4].copy_from_slice(&dp.to_be_bytes());
+            h[4..6].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+            h
+        };
+        // IPv4 with one word of options (IHL 6), then `l4`.
+        let with_options = |src: u8, dst: u8, l4: &[u8]| {
+            let mut f = ip(6, 0, src, dst, l4);
+            f[14] = 0x46;
+            let len = (24 + l4.len()) as u16;
+            f[16..18].copy_from_slice(&len.to_be_bytes());
+            f.splice(34..34, [1, 1, 1, 0]);
+            f
+        };
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let ins = [
+            (ip(17, 0, 1, 2, &udp(5353, 443, 2)), 1),
+            (ip(17, 0, 2, 1, &udp(443, 5353, 1)), 2),
+            (with_options(3, 2, &tcp(1234, 80)), 3),
+            (with_options(3, 2, &tcp(1234, 22)), 3),
+            (ip(1, 0x2001, 1, 2, &[8, 0, 0, 0, 0, 0, 0, 0]), 1),
+            (ip(6, 0x0001, 1, 2, &tcp(80, 80)), 1),
+            (ip(6, 0x2000, 1, 2, &tcp(80, 9)), 1),
+            (arp, 1),
+        ];
+        let got = run(&mut c, &ins);
+        assert_eq!(
+            got,
+            [
+                "flood",
+                "egress 1",
+                "egress 2",
+                "drop port-denied",
+                "drop not-tcp-udp",
+                "drop fragment",
+                "egress 2",
+                "drop not-ipv4",
+            ]
+        );
+        let t = &c.plan.state.tables[0];
+        assert_eq!((t.hits, t.misses, t.learned_len()), (3, 1, 3));
+        let counts: Vec<u64> = c.plan.state.counters.iter().map(|x| x.1).collect();
+        assert_eq!(counts, [1]);
     }
 
     /// A miss block that is not a fixed ending (three counters) goes on in the loop with

@@ -1,0 +1,256 @@
+//! The IPv4 chunk's drop tests and step keys (`ipv4.rs`) held dense for its first pass:
+//! one array per shape of test (one field in one or two values, either of two fields in
+//! them, a field or either of two in a port set), each walked without dispatch on a
+//! test's kind and with no empty slots, every field read at its fixed offset with no
+//! bounds check of its own. The furthest byte any of them reads past the IPv4 header's
+//! start, and past the header after it, is fixed at load and checked once a packet
+//! against the frame's length; a packet that ends before it (a short frame, ports near
+//! its end) is decided test by test as before (`Ipv4Chunk::decide`'s checked path).
+//! The pass is instantiated per count of each shape (at most [`ONES`] and [`EITHERS`]),
+//! chosen once a chunk, so each test is unrolled in place with no loop around it.
+
+use super::Set;
+use crate::nfs::pipeline::plan::FieldRef;
+
+/// A field's 8-byte word at a fixed offset from the IPv4 header (`at` 0) or the header
+/// after it (`at` 1), big-endian, shifted right and masked.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Word {
+    at: u8,
+    off: u16,
+    sh: u8,
+    mask: u64,
+}
+
+/// Fields further than this from their header's start are left to the checked path (it
+/// bounds the load's reach check; no header the chunk reads comes near it).
+const FAR: usize = 1 << 12;
+
+impl Word {
+    /// `None` for a field the one-load read cannot take (wider than its word).
+    pub(super) fn of(f: &FieldRef, next: bool) -> Option<Word> {
+        let (off, sh, mask) = f.word()?;
+        (usize::from(off) < FAR).then_some(Word {
+            at: u8::from(next),
+            off,
+            sh,
+            mask,
+        })
+    }
+
+    /// The bytes past the header's start this read needs.
+    fn reach(&self) -> usize {
+        usize::from(self.off) + 8
+    }
+
+    /// # Safety
+    /// the header's start (`o3` or `o4`) + `reach()` is at most `d.len()` ([`Dense::fits`]).
+    #[inline(always)]
+    unsafe fn read(&self, d: &[u8], o3: usize, o4: usize) -> u64 {
+        // A select, not an index into a pair on the stack (a store and a reload on every
+        // read's path).
+        let o = if self.at != 0 { o4 } else { o3 } + usize::from(self.off);
+        debug_assert!(o + 8 <= d.len());
+        // SAFETY: the caller checked the 8 bytes from `o` lie inside `d`.
+        let w = unsafe { d.as_ptr().add(o).cast::<[u8; 8]>().read_unaligned() };
+        (u64::from_be_bytes(w) >> self.sh) & self.mask
+    }
+}
+
+/// Most one-field and two-field tests the unrolled pass takes (more: the checked path).
+pub(super) const ONES: usize = 4;
+pub(super) const EITHERS: usize = 2;
+
+/// One field in one or two values (`[v, v]` for one).
+#[derive(Clone, Copy, Debug, Default)]
+struct One {
+    f: Word,
+    v: [u64; 2],
+    /// The membership that drops, as 0 or 1.
+    when: u32,
+    bit: u32,
+}
+
+/// Either of two fields in one or two values.
+#[derive(Clone, Copy, Debug, Default)]
+struct Either {
+    f: Word,
+    g: Word,
+    v: [u64; 2],
+    when: u32,
+    bit: u32,
+}
+
+/// A field (or either of two: `g` is `f` for one) in a port set.
+#[derive(Clone, Debug)]
+struct InSet {
+    f: Word,
+    g: Word,
+    set: Set,
+    when: u32,
+    bit: u32,
+}
+
+/// A test as the chunk lowers it (see `ipv4.rs`'s `ByteGuard`): fields, values, the
+/// membership that drops, the outcome mask's bit.
+pub(super) enum Test {
+    Two(Word, Option<Word>, [u64; 2], bool, u32),
+    Set(Word, Option<Word>, Set, bool, u32),
+}
+
+/// The chunk's tests and step keys, dense (see the module's comment).
+#[derive(Clone, Debug)]
+pub(super) struct Dense {
+    /// The first `ones` used, the first `eithers`.
+    one: [One; ONES],
+    either: [Either; EITHERS],
+    pub(super) ones: usize,
+    pub(super) eithers: usize,
+    sets: Box<[InSet]>,
+    /// The step's learned and looked-up keys, on the IPv4 header.
+    keys: [Word; 2],
+    /// The bytes read past the IPv4 header's start and past the next header's.
+    reach: [usize; 2],
+}
+
+impl Dense {
+    /// `enter`: the length of the header entered after the IPv4 header (a packet that
+    /// fits the reach is never cut short there).
+    /// `None`: more tests of a shape than the unrolled pass takes.
+    pub(super) fn new(tests: Vec<Test>, keys: [Word; 2], enter: Option<u16>) -> Option<Dense> {
+        let mut reach = [0usize; 2];
+        let mut see = |w: &Word| {
+            let r = &mut reach[usize::from(w.at & 1)];
+            *r = (*r).max(w.reach());
+        };
+        keys.iter().for_each(&mut see);
+        let (mut one, mut either, mut sets) = (Vec::new(), Vec::new(), Vec::new());
+        for t in tests {
+            match t {
+                Test::Two(f, None, v, when, bit) => {
+                    see(&f);
+                    one.push(One {
+                        f,
+                        v,
+                        when: u32::from(when),
+                        bit,
+                    });
+                }
+                Test::Two(f, Some(g), v, when, bit) => {
+                    see(&f);
+                    see(&g);
+                    either.push(Either {
+                        f,
+                        g,
+                        v,
+                        when: u32::from(when),
+                        bit,
+                    });
+                }
+                Test::Set(f, g, set, when, bit) => {
+                    see(&f);
+                    let g = g.unwrap_or(f);
+                    see(&g);
+                    sets.push(InSet {
+                        f,
+                        g,
+                        set,
+                        when: u32::from(when),
+                        bit,
+                    });
+                }
+            }
+        }
+        if let Some(n) = enter {
+            reach[1] = reach[1].max(usize::from(n));
+        }
+        let (ones, eithers) = (one.len(), either.len());
+        if ones > ONES || eithers > EITHERS {
+            return None;
+        }
+        one.resize(ONES, One::default());
+        either.resize(EITHERS, Either::default());
+        Some(Dense {
+            one: one.try_into().ok()?,
+            either: either.try_into().ok()?,
+            ones,
+            eithers,
+            sets: sets.into(),
+            keys,
+            reach,
+        })
+    }
+
+    /// Whether every read of the dense pass lies inside a frame of `len` bytes whose IPv4
+    /// header starts at `o3` and the next header at `o4`.
+    #[inline(always)]
+    pub(super) fn fits(&self, len: usize, o3: usize, o4: usize) -> bool {
+        (o3 + self.reach[0] <= len) & (o4 + self.reach[1] <= len)
+    }
+
+    /// The outcome mask's drop bits (`always` set) and the step's two keys, for a packet
+    /// that [`Dense::fits`]: each test sets its bit when it drops. `A`, `E`: `ones` and
+    /// `eithers`.
+    ///
+    /// # Safety
+    /// `self.fits(d.len(), o3, o4)`.
+    #[inline(always)]
+    pub(super) unsafe fn decide<const A: usize, const E: usize>(
+        &self,
+        d: &[u8],
+        o3: usize,
+        o4: usize,
+        always: u32,
+    ) -> (u32, u64, u64) {
+        debug_assert!((A, E) == (self.ones, self.eithers));
+        let mut m = always;
+        // SAFETY (every read below): each word's reach is in `self.reach`, which the
+        // caller checked against `d.len()`.
+        for t in &self.one[..A] {
+            let v = unsafe { t.f.read(d, o3, o4) };
+            let inside = u32::from((v == t.v[0]) | (v == t.v[1]));
+            m |= u32::from(inside == t.when) << t.bit;
+        }
+        for t in &self.either[..E] {
+            let (v, w) = unsafe { (t.f.read(d, o3, o4), t.g.read(d, o3, o4)) };
+            let inside = (v == t.v[0]) | (v == t.v[1]) | (w == t.v[0]) | (w == t.v[1]);
+            m |= u32::from(u32::from(inside) == t.when) << t.bit;
+        }
+        for t in &*self.sets {
+            let (v, w) = unsafe { (t.f.read(d, o3, o4), t.g.read(d, o3, o4)) };
+            let inside = t.set.has(v) | t.set.has(w);
+            m |= u32::from(u32::from(inside) == t.when) << t.bit;
+        }
+        let (k, look) = unsafe { (self.keys[0].read(d, o3, o4), self.keys[1].read(d, o3, o4)) };
+        (m, k, look)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::nfs::pipeline::nf::compile;
+
+    /// The firewall's reach: its IPv4 header's destination address (the looked-up key)
+    /// read as the 8 bytes from 16, and its ports' destination as the 8 from 2: a frame
+    /// must hold 24 bytes from the IPv4 header and 10 from the ports for the dense pass.
+    #[test]
+    fn the_reach_is_the_furthest_byte_read() {
+        let path = format!(
+            "{}/examples/pipeline/firewall.stv",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let src = std::fs::read_to_string(path).expect("the example");
+        let c = compile("firewall.stv", &src, &Default::default()).expect("compiles");
+        let x = c
+            .plan
+            .flat()
+            .ipv4
+            .as_deref()
+            .expect("the chunk on the bytes");
+        let d = x.dense.as_ref().expect("dense");
+        assert_eq!(d.reach, [24, 10]);
+        assert_eq!((d.ones, d.eithers, d.sets.len()), (2, 1, 0));
+        assert!(d.fits(14 + 24, 14, 34 - 10) && d.fits(44, 14, 34));
+        assert!(!d.fits(14 + 23, 14, 20) && !d.fits(43, 14, 34));
+    }
+}
