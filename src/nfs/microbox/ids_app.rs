@@ -647,8 +647,8 @@ impl IdsApp {
         }
         self.packets += 1;
         // Suricata gives some packets no flow (other protocols, fragments, ICMP errors):
-        // each is its own first packet. A first fragment also stands for the datagram
-        // Suricata reassembles from it, which has a flow.
+        // each is its own first packet. A fragment's datagram comes after it, reassembled
+        // by the stack (`App::defrag`), as a packet of its own with its flow.
         let flowless = !tracked && !suricata_makes_flow(&l, &d);
         let now = p.meta().now_ns;
         let quoted = if flowless && d.proto == 1 && d.fields.icmp_type == 3 {
@@ -657,30 +657,21 @@ impl IdsApp {
         } else {
             None
         };
-        let datagram = flowless && l.is_fragment() && !l.is_later_fragment() && l.has_l4();
-        for pass in 0..1 + usize::from(datagram) {
-            let mut d = d.clone();
-            if l.is_fragment() && pass == 0 {
-                // Suricata decodes no transport header in a fragment.
-                (d.sport, d.dport, d.tcp) = (0, 0, None);
-                d.payload = d.payload.end..d.payload.end;
-            }
-            let ip_proto = if l.is_fragment() && pass == 0 {
-                0
-            } else {
-                d.proto
-            };
-            let owner = match (tracked, flowless && pass == 0, quoted) {
-                (true, _, _) => Owner::Stack,
-                (false, true, Some(q)) => Owner::Quoted(q),
-                (false, true, None) => Owner::NoFlow,
-                (false, false, _) => Owner::Loose,
-            };
-            if self.packet_pass(ev, cx, &d, ip_proto, &key, owner) {
-                return true;
-            }
+        let mut d = d;
+        let mut ip_proto = d.proto;
+        if l.is_fragment() {
+            // Suricata decodes no transport header in a fragment.
+            (d.sport, d.dport, d.tcp) = (0, 0, None);
+            d.payload = d.payload.end..d.payload.end;
+            ip_proto = 0;
         }
-        false
+        let owner = match (tracked, flowless, quoted) {
+            (true, _, _) => Owner::Stack,
+            (false, true, Some(q)) => Owner::Quoted(q),
+            (false, true, None) => Owner::NoFlow,
+            (false, false, _) => Owner::Loose,
+        };
+        self.packet_pass(ev, cx, &d, ip_proto, &key, owner)
     }
 
     /// The untracked flow an ICMP destination-unreachable message joins, as Suricata's
@@ -1258,6 +1249,10 @@ impl App for IdsApp {
 
     fn level(&self) -> Level {
         Level::Bytestream
+    }
+
+    fn defrag(&self) -> bool {
+        true
     }
 
     /// Suricata inspects the stream after a gap the receiver acknowledged.
