@@ -420,3 +420,56 @@ fn ip_fragments_do_not_blind_the_ids() {
         assert_eq!(ours, theirs, "{name}: ours {ours:?}, suricata {theirs:?}");
     }
 }
+
+/// A TCP segment with an IPv4 total length of 0 (a segmentation offload's capture, as the
+/// merged trace holds four): Suricata's decoder refuses it (`iplen_smaller_than_hlen`:
+/// no flow, no alert, its payload not in the stream); the IDS alerted on it as the first
+/// packet of a flow of its own, or tracked it with its captured payload. One such segment
+/// inside a connection, one alone on a connection of its own.
+#[test]
+fn a_segment_with_ip_total_length_0_is_refused_as_suricata_refuses_it() {
+    common::require("suricata");
+    let dir = common::tempdir();
+    let rules = dir.path().join("r.rules");
+    std::fs::write(
+        &rules,
+        "alert ip any any -> any any (msg:\"ip\"; sid:1;)\n\
+         alert tcp any any -> any any (msg:\"tcp\"; sid:2;)\n\
+         alert tcp any any -> any 80 (msg:\"content\"; content:\"/tso\"; sid:3;)\n\
+         alert tcp-pkt any any -> any any (msg:\"packet\"; content:\"/tso\"; sid:4;)\n",
+    )
+    .unwrap();
+    let no_total = |mut f: Vec<u8>| {
+        f[16..18].copy_from_slice(&[0, 0]);
+        f[24..26].copy_from_slice(&[0, 0]);
+        let c = fold(&f[14..34]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        f
+    };
+    let req = b"GET /tso HTTP/1.1\r\nHost: a.example\r\n\r\n";
+    let (a, b) = (1000u32, 5000u32);
+    let mut alone = no_total(seg(true, 7000, 9000, "AP", req));
+    alone[34..36].copy_from_slice(&40001u16.to_be_bytes());
+    let frames = vec![
+        seg(true, a, 0, "S", b""),
+        seg(false, b, a + 1, "SA", b""),
+        seg(true, a + 1, b + 1, "A", b""),
+        no_total(seg(true, a + 1, b + 1, "AP", req)),
+        alone,
+    ];
+    let pcap = dir.path().join("tso.pcap");
+    write_pcap(&pcap, &frames);
+    let sd = dir.path().join("s");
+    std::fs::create_dir_all(&sd).unwrap();
+    let theirs = common::suricata_alert_counts(&pcap, &rules, &sd);
+    // The handshake's two directions and its three packets; nothing of the others.
+    assert_eq!(
+        theirs,
+        [(1, 2), (2, 3)].into_iter().collect(),
+        "suricata: {theirs:?}"
+    );
+    let od = dir.path().join("o");
+    std::fs::create_dir_all(&od).unwrap();
+    let ours = common::catena_ids_counts(&pcap, &rules, &od);
+    assert_eq!(ours, theirs, "ours {ours:?}, suricata {theirs:?}");
+}

@@ -414,10 +414,11 @@ impl Stack {
         }
         let now = p.meta().now_ns;
         let d = p.data();
-        // The segment ends where the datagram does (Ethernet padding is not payload).
+        // The segment ends where the datagram does (Ethernet padding is not payload). A
+        // total length of 0 is refused, as Suricata refuses it (the IDS's oracle).
         let t = l.l4_off as usize;
         let seg_end = usize::from(l.l3_end);
-        if !l.has_l4() || seg_end < t + 20 {
+        if !l.has_l4() || seg_end < t + 20 || l.has_no_total_length() {
             self.stats.malformed += 1;
             q.push(ev);
             return;
