@@ -473,3 +473,59 @@ fn a_segment_with_ip_total_length_0_is_refused_as_suricata_refuses_it() {
     let ours = common::catena_ids_counts(&pcap, &rules, &od);
     assert_eq!(ours, theirs, "ours {ours:?}, suricata {theirs:?}");
 }
+
+/// IPv6 fragments are not reassembled (only IPv4's are): a first fragment that carries
+/// the transport header still stands for the datagram Suricata builds from it (its
+/// flow, its protocol's rules), as it did before IPv4 defragmentation; the branch that
+/// brought IPv4 defragmentation dropped that for IPv6 too and lost the datagram's alerts.
+#[test]
+fn ipv6_first_fragments_still_stand_for_their_datagram() {
+    common::require("suricata");
+    let dir = common::tempdir();
+    let rules = dir.path().join("r.rules");
+    std::fs::write(
+        &rules,
+        "alert ip any any -> any any (msg:\"ip\"; sid:1;)\n\
+         alert udp any any -> any 53 (msg:\"udp\"; sid:2;)\n",
+    )
+    .unwrap();
+    let payload: Vec<u8> = (0..64u8).collect();
+    let mut full = Vec::new();
+    PacketBuilder::ethernet2([1; 6], [2; 6])
+        .ipv6(
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+            64,
+        )
+        .udp(40000, 53)
+        .write(&mut full, &payload)
+        .unwrap();
+    // The IPv6 payload (UDP header and data) in two fragments: bytes 0..32, 32..72.
+    let body = &full[54..];
+    let frag = |off: usize, end: usize, more: bool| {
+        let mut f = full[..54].to_vec();
+        f[18..20].copy_from_slice(&(8 + (end - off) as u16).to_be_bytes());
+        f[20] = 44; // next header: fragment
+        let fl = (off as u16) | u16::from(more);
+        f.extend_from_slice(&[17, 0]);
+        f.extend_from_slice(&fl.to_be_bytes());
+        f.extend_from_slice(&0x1234_5678u32.to_be_bytes());
+        f.extend_from_slice(&body[off..end]);
+        f
+    };
+    let frames = vec![frag(0, 32, true), frag(32, body.len(), false)];
+    let pcap = dir.path().join("v6frag.pcap");
+    write_pcap(&pcap, &frames);
+    let sd = dir.path().join("s");
+    std::fs::create_dir_all(&sd).unwrap();
+    let theirs = common::suricata_alert_counts(&pcap, &rules, &sd);
+    assert_eq!(
+        theirs.get(&2),
+        Some(&1),
+        "suricata alerts on the datagram: {theirs:?}"
+    );
+    let od = dir.path().join("o");
+    std::fs::create_dir_all(&od).unwrap();
+    let ours = common::catena_ids_counts(&pcap, &rules, &od);
+    assert_eq!(ours, theirs, "ours {ours:?}, suricata {theirs:?}");
+}
