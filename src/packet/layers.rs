@@ -62,10 +62,6 @@ impl Layers {
     pub const L4_COMPLETE: u8 = 4;
     /// The packet has an Ethernet header (so MAC addresses can be read at offset 0).
     pub const ETHERNET: u8 = 8;
-    /// IPv4 with a total length of 0 (a segmentation offload's capture): `l3_end` is the
-    /// captured end. Suricata refuses such a packet (`iplen_smaller_than_hlen`), so the
-    /// stack and the IDS do too.
-    pub const NO_TOTAL_LENGTH: u8 = 16;
 
     #[inline]
     pub fn is_unparsed(&self) -> bool {
@@ -91,12 +87,6 @@ impl Layers {
     #[inline]
     pub fn is_fragment(&self) -> bool {
         self.flags & Self::FRAGMENT != 0
-    }
-
-    /// See [`Layers::NO_TOTAL_LENGTH`].
-    #[inline]
-    pub fn has_no_total_length(&self) -> bool {
-        self.flags & Self::NO_TOTAL_LENGTH != 0
     }
 
     /// Walks the headers of `b`, starting at the given link layer.
@@ -418,7 +408,6 @@ fn parse_ipv4(l: &mut Layers, b: &[u8], off: usize) {
         return;
     }
     l.l3_end = end_at(b, if total == 0 { b.len() } else { off + total });
-    l.flags |= Layers::NO_TOTAL_LENGTH * u8::from(total == 0);
     l.l3 = L3Kind::Ipv4;
     l.l4_proto = b[off + 9];
     let frag = be16(b, off + 6);

@@ -418,7 +418,8 @@ impl Stack {
         // total length of 0 is refused, as Suricata refuses it (the IDS's oracle).
         let t = l.l4_off as usize;
         let seg_end = usize::from(l.l3_end);
-        if !l.has_l4() || seg_end < t + 20 || l.has_no_total_length() {
+        let no_total = l.l3 == L3Kind::Ipv4 && d[usize::from(l.l3_off) + 2..][..2] == [0, 0];
+        if !l.has_l4() || seg_end < t + 20 || no_total {
             self.stats.malformed += 1;
             q.push(ev);
             return;

@@ -49,7 +49,7 @@ pub fn suricata_makes_flow(l: &Layers, d: &Decoded) -> bool {
 pub fn decode(l: &Layers, b: &[u8]) -> Option<Decoded> {
     let l3 = l.l3_off as usize;
     let (src, dst) = match l.l3 {
-        L3Kind::Ipv4 if b.len() >= l3 + 20 && !l.has_no_total_length() => {
+        L3Kind::Ipv4 if b.len() >= l3 + 20 && be16(b, l3 + 2) != 0 => {
             (Ip::V4(be32(b, l3 + 12)), Ip::V4(be32(b, l3 + 16)))
         }
         L3Kind::Ipv6 if b.len() >= l3 + 40 => {
