@@ -5,9 +5,12 @@
 //! - Inside-to-inside (inside = 10.0.0.0/8): every packet passes untouched, later
 //!   fragments included; before the fix the 1,248 later ones were dropped (`fragment`)
 //!   while their first fragments passed.
-//! - Outbound (inside = 10.0.0.0/9, so 10.128.0.2 is outside): first fragments are
-//!   translated, later ones dropped as `fragment`, as MazuNAT's IPRewriter kills
-//!   non-first fragments (documented in src/nfs/nat/mod.rs).
+//! - Outbound (inside = 10.0.0.0/9, so 10.128.0.2 is outside): later fragments are
+//!   dropped as `fragment`, as MazuNAT's IPRewriter kills non-first fragments
+//!   (documented in src/nfs/nat/mod.rs). This capture's first fragments carry only 16
+//!   bytes of their TCP header (IP total length 36): the checksum lies in the next
+//!   fragment, so they are dropped `malformed` (until session 27 they were translated
+//!   and the checksum was patched in the Ethernet padding past the datagram).
 
 mod common;
 
@@ -66,14 +69,10 @@ fn outbound_later_fragments_are_dropped_as_mazunat_does() {
         let out = dir.path().join(format!("out-{fast}.pcap"));
         let s = run("10.0.0.0/9", fast, &out);
         assert_eq!(
-            (s.packets_out, drops(&s, "fragment")),
-            (4, 1248),
+            (s.packets_out, drops(&s, "fragment"), drops(&s, "malformed")),
+            (0, 1248, 4),
             "fastpath {fast}"
         );
-        // The first fragments leave translated: source 198.51.100.1.
-        for (_, b) in common::packets(&out) {
-            assert_eq!(&b[26..30], &[198, 51, 100, 1]);
-        }
         outs.push(std::fs::read(&out).unwrap());
     }
     assert!(outs[0] == outs[1], "output differs with FastPath");

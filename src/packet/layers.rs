@@ -34,6 +34,12 @@ pub struct Layers {
     pub l3_off: u16,
     /// Offset of the transport header; meaningful when [`Layers::has_l4`].
     pub l4_off: u16,
+    /// Where the IP datagram ends: its total length (IPv4) or payload length (IPv6) as
+    /// the header gives it, cut to the bytes captured; bytes past it (Ethernet padding
+    /// of a minimum frame) are no part of it. An IPv4 total length shorter than its
+    /// header makes the packet malformed, but 0 (a segmentation offload's capture) leaves
+    /// the captured end. For other packets, the captured end. At most `u16::MAX`.
+    pub l3_end: u16,
 }
 
 impl Layers {
@@ -45,6 +51,7 @@ impl Layers {
         ethertype: 0,
         l3_off: 0,
         l4_off: 0,
+        l3_end: 0,
     };
 
     /// The packet is an IP fragment other than the first: no transport header here.
@@ -89,10 +96,12 @@ impl Layers {
         // decide it with a few byte compares, leaving the full walk out of line.
         // Bytes 12..15 in one load: ethertype 0x0800, then version 4 with IHL 5 (the
         // fourth byte, the TOS, shifted out).
+        // A total length below the header (0, or a lie) takes the walk.
         if link == LinkKind::Ethernet
             && b.len() >= 34
             && u32::from_be_bytes([b[12], b[13], b[14], b[15]]) >> 8 == 0x08_00_45
             && be16(b, 20) & 0x3fff == 0
+            && be16(b, 16) >= 20
         {
             let mut l = Layers {
                 l3: L3Kind::Ipv4,
@@ -102,8 +111,9 @@ impl Layers {
                 ethertype: 0x0800,
                 l3_off: 14,
                 l4_off: 34,
+                l3_end: end_at(b, 14 + usize::from(be16(b, 16))),
             };
-            mark_l4(&mut l, b);
+            mark_l4(&mut l);
             return l;
         }
         Self::unpack(Self::parse_walk_packed(link, b))
@@ -122,6 +132,7 @@ impl Layers {
             | u128::from(l.ethertype) << 32
             | u128::from(l.l3_off) << 48
             | u128::from(l.l4_off) << 64
+            | u128::from(l.l3_end) << 80
     }
 
     #[inline(always)]
@@ -142,6 +153,7 @@ impl Layers {
             ethertype: (v >> 32) as u16,
             l3_off: (v >> 48) as u16,
             l4_off: (v >> 64) as u16,
+            l3_end: (v >> 80) as u16,
         }
     }
 
@@ -149,6 +161,7 @@ impl Layers {
     fn parse_walk(link: LinkKind, b: &[u8]) -> Layers {
         let mut l = Layers {
             l3: L3Kind::Malformed,
+            l3_end: end_at(b, b.len()),
             ..Layers::UNPARSED
         };
         let (mut off, mut et) = match link {
@@ -229,6 +242,8 @@ impl Layers {
         if !matches!(self.l3, L3Kind::Ipv4 | L3Kind::Ipv6) || self.is_fragment() {
             return None;
         }
+        // The inner packet lies inside the outer datagram, never in the padding after it.
+        let b = &b[..usize::from(self.l3_end).min(b.len())];
         let off = self.l4_off as usize;
         match self.l4_proto {
             41 => inner_ip(b, off, 0x86dd),
@@ -270,6 +285,7 @@ fn inner_ip(b: &[u8], off: usize, et: u16) -> Option<Layers> {
         l3: L3Kind::Malformed,
         ethertype: et,
         l3_off: off as u16,
+        l3_end: end_at(b, b.len()),
         ..Layers::UNPARSED
     };
     match et {
@@ -370,6 +386,13 @@ fn teredo_inner(b: &[u8], pay: usize, end: usize) -> Option<Layers> {
     inner_ip(b, p, 0x86dd)
 }
 
+/// The end of a datagram that claims to end at `end`: cut to the capture, and to what
+/// an offset can hold.
+#[inline(always)]
+fn end_at(b: &[u8], end: usize) -> u16 {
+    end.min(b.len()).min(usize::from(u16::MAX)) as u16
+}
+
 fn parse_ipv4(l: &mut Layers, b: &[u8], off: usize) {
     if b.len() < off + 20 || b[off] >> 4 != 4 {
         return;
@@ -378,6 +401,13 @@ fn parse_ipv4(l: &mut Layers, b: &[u8], off: usize) {
     if ihl < 20 || b.len() < off + ihl {
         return;
     }
+    // A total length shorter than the header is a lie: nothing in it can be trusted.
+    // 0 is a segmentation offload's capture: the datagram is what was captured.
+    let total = usize::from(be16(b, off + 2));
+    if total != 0 && total < ihl {
+        return;
+    }
+    l.l3_end = end_at(b, if total == 0 { b.len() } else { off + total });
     l.l3 = L3Kind::Ipv4;
     l.l4_proto = b[off + 9];
     let frag = be16(b, off + 6);
@@ -390,13 +420,19 @@ fn parse_ipv4(l: &mut Layers, b: &[u8], off: usize) {
         return;
     }
     l.l4_off = (off + ihl) as u16;
-    mark_l4(l, b);
+    mark_l4(l);
 }
 
 fn parse_ipv6(l: &mut Layers, b: &[u8], off: usize) {
     if b.len() < off + 40 || b[off] >> 4 != 6 {
         return;
     }
+    l.l3_end = end_at(b, off + 40 + usize::from(be16(b, off + 4)));
+    if usize::from(l.l3_end) < off + 40 {
+        return;
+    }
+    // Extension headers are walked inside the datagram only.
+    let b = &b[..usize::from(l.l3_end)];
     l.l3 = L3Kind::Ipv6;
     let mut next = b[off + 6];
     let mut p = off + 40;
@@ -442,7 +478,7 @@ fn parse_ipv6(l: &mut Layers, b: &[u8], off: usize) {
         return;
     }
     l.l4_off = p as u16;
-    mark_l4(l, b);
+    mark_l4(l);
 }
 
 /// Bytes a complete L4 header needs, by IP protocol (0: not marked): TCP, UDP, ICMP,
@@ -458,10 +494,11 @@ const L4_NEED: [u8; 256] = {
     t
 };
 
+/// Judged inside the datagram ([`Layers::l3_end`]), never in the link layer's padding.
 #[inline]
-fn mark_l4(l: &mut Layers, b: &[u8]) {
+fn mark_l4(l: &mut Layers) {
     let need = usize::from(L4_NEED[usize::from(l.l4_proto)]);
-    let complete = (need != 0) & (b.len() >= l.l4_off as usize + need);
+    let complete = (need != 0) & (usize::from(l.l3_end) >= l.l4_off as usize + need);
     l.flags |= Layers::L4_COMPLETE * u8::from(complete);
 }
 
@@ -697,6 +734,93 @@ mod tests {
         for n in 0..p.len() {
             let _ = Layers::parse(LinkKind::Ethernet, &p[..n]).tunnel_inner(&p[..n]);
         }
+    }
+
+    /// A 60-byte Ethernet minimum frame: IPv4 with total length `total`, TCP's ports
+    /// and the rest of its header in the frame whatever the total says.
+    fn padded_tcp(total: u16) -> Vec<u8> {
+        let mut p = v4_around(
+            6,
+            &[0x04, 0xd2, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02],
+        );
+        p[16..18].copy_from_slice(&total.to_be_bytes());
+        p.resize(60, 0);
+        p
+    }
+
+    #[test]
+    fn the_transport_header_is_judged_inside_the_ip_total_length() {
+        // Whole header inside the datagram; the padding after it is not the datagram.
+        let l = Layers::parse(LinkKind::Ethernet, &padded_tcp(40));
+        assert_eq!((l.l3, l.l3_end), (L3Kind::Ipv4, 54));
+        assert!(l.has_l4());
+        // The total cuts the TCP header: its ports sit in the padding.
+        for total in [20, 24, 39] {
+            let l = Layers::parse(LinkKind::Ethernet, &padded_tcp(total));
+            assert_eq!(
+                (l.l3, l.l3_end),
+                (L3Kind::Ipv4, 14 + total),
+                "total {total}"
+            );
+            assert!(!l.has_l4(), "total {total}");
+        }
+        // Longer than captured: today's truncated handling, the captured end.
+        let l = Layers::parse(LinkKind::Ethernet, &padded_tcp(1500));
+        assert_eq!(l.l3_end, 60);
+        assert!(l.has_l4());
+        let l = Layers::parse(LinkKind::Ethernet, &padded_tcp(1500)[..50]);
+        assert_eq!(l.l3_end, 50);
+        assert!(!l.has_l4());
+        // Shorter than the header: malformed, on the fast case and the walk (options)
+        // alike. 0, a segmentation offload's capture: the captured end.
+        for total in [1, 19] {
+            let l = Layers::parse(LinkKind::Ethernet, &padded_tcp(total));
+            assert_eq!(l.l3, L3Kind::Malformed, "total {total}");
+        }
+        let l = Layers::parse(LinkKind::Ethernet, &padded_tcp(0));
+        assert_eq!((l.l3, l.l3_end, l.has_l4()), (L3Kind::Ipv4, 60, true));
+        let mut p = VLAN_V4_OPT_UDP;
+        p[20..22].copy_from_slice(&23u16.to_be_bytes()); // below its 24-byte header
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &p).l3, L3Kind::Malformed);
+        p[20..22].copy_from_slice(&31u16.to_be_bytes()); // UDP cut at 7 bytes
+        let l = Layers::parse(LinkKind::Ethernet, &p);
+        assert_eq!((l.l3, l.l3_end, l.has_l4()), (L3Kind::Ipv4, 49, false));
+        // ICMP: its 4-byte fixed part inside the total, an echo's identifier not.
+        let mut e = v4_around(1, &[8, 0, 0, 0, 0x12, 0x34, 0, 1]);
+        e[16..18].copy_from_slice(&25u16.to_be_bytes());
+        e.resize(60, 0);
+        let l = Layers::parse(LinkKind::Ethernet, &e);
+        assert_eq!((l.l3_end, l.has_l4()), (39, true));
+    }
+
+    #[test]
+    fn ipv6_payload_length_bounds_extension_headers_and_transport() {
+        // Hop-by-hop (8 bytes) then TCP, payload length 28: complete.
+        let mut p = vec![0x60, 0, 0, 0, 0, 28, 0, 64];
+        p.extend_from_slice(&[0; 32]);
+        p.extend_from_slice(&[6, 0, 0, 0, 0, 0, 0, 0]);
+        p.extend_from_slice(&[0; 20]);
+        p.extend_from_slice(&[0; 12]); // trailing bytes past the datagram
+        let l = Layers::parse(LinkKind::RawIp, &p);
+        assert_eq!((l.l3_end, l.l4_off, l.has_l4()), (68, 48, true));
+        // Payload length 27 cuts TCP; 4 cuts the hop-by-hop header itself.
+        p[5] = 27;
+        let l = Layers::parse(LinkKind::RawIp, &p);
+        assert_eq!((l.l3, l.l3_end, l.has_l4()), (L3Kind::Ipv6, 67, false));
+        p[5] = 4;
+        let l = Layers::parse(LinkKind::RawIp, &p);
+        assert_eq!((l.l3, l.l4_proto, l.has_l4()), (L3Kind::Ipv6, 0, false));
+    }
+
+    #[test]
+    fn a_tunnel_inside_a_short_outer_datagram_is_not_decoded_from_the_padding() {
+        // 6in4 whose outer total length ends inside the inner IPv6 header.
+        let mut p = v4_around(41, &v6(17, 8));
+        let full = Layers::parse(LinkKind::Ethernet, &p);
+        assert!(full.tunnel_inner(&p).is_some());
+        p[16..18].copy_from_slice(&(20u16 + 30).to_be_bytes());
+        let l = Layers::parse(LinkKind::Ethernet, &p);
+        assert_eq!(l.tunnel_inner(&p), None);
     }
 
     #[test]

@@ -46,6 +46,12 @@ pub trait App: Send {
         false
     }
 
+    /// The app inspects IP datagrams whole, as an IDS does: the stack reassembles IPv4
+    /// fragments ([`super::defrag`]) and tracks the datagram instead of its fragments.
+    fn defrag(&self) -> bool {
+        false
+    }
+
     /// The app takes data events after a gap (bytes the capture missed, the hole's length
     /// in the event's `info`). Only when every app of a stack that takes data does, the
     /// stack skips acknowledged holes; otherwise a direction waits for its holes to fill.

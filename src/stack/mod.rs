@@ -7,12 +7,14 @@
 //! - [`event`], [`queue`]: the events of a batch and the bytes they carry.
 //! - [`app`]: the app interface, the dispatch context, and batch delivery.
 //! - [`splice`]: sequence translation for connections handed to a backend.
+//! - [`defrag`]: bounded IPv4 defragmentation, for apps that inspect datagrams whole.
 //! - [`window`]: each side's advertised receive window; segments past it are not fed.
 //!
 //! See docs/microboxes.md for the model and its limits.
 
 pub mod app;
 pub mod conn;
+pub mod defrag;
 pub mod event;
 pub mod queue;
 pub mod reasm;

@@ -10,6 +10,7 @@ use std::collections::BinaryHeap;
 use hashbrown::HashMap;
 
 use super::conn::{Conn, MAX_APPS};
+use super::defrag::Defrag;
 use super::event::{Bytes, EndReason, Event, FlowId, Kind, Kinds, FROM_STACK, NO_FLOW, NO_PKT};
 use super::queue::Queue;
 use super::reasm::{Chunk, RingPool};
@@ -135,6 +136,11 @@ pub struct Stack {
     /// Track a tunnel's inner TCP connection (6in4, GRE, Teredo, VXLAN) as Suricata does:
     /// set with `skip_holes` (an IDS-only stack); other apps keep the outer headers.
     pub(crate) tunnels: bool,
+    /// IPv4 defragmentation for the apps (an IDS): fragments are not tracked, the
+    /// datagram they complete is ([`Stack::datagram`]). `None`: off.
+    pub defrag: Option<Box<Defrag>>,
+    /// The packet a completed datagram is built in, lent out by [`Stack::datagram`].
+    scratch: Option<Packet>,
     pub stats: StackStats,
 }
 
@@ -155,6 +161,8 @@ impl Stack {
             serial: 0,
             skip_holes: false,
             tunnels: false,
+            defrag: None,
+            scratch: None,
             stats: StackStats::default(),
             cfg,
         }
@@ -169,6 +177,39 @@ impl Stack {
             + vec_bytes::<Conn>(flows)
             + 2 * vec_bytes::<FlowId>(flows)
             + self.rings.memory()
+            + self.defrag.as_ref().map_or(0, |d| d.memory() + 65_536)
+    }
+
+    /// Turns IPv4 defragmentation on (an app inspects datagrams whole).
+    pub fn enable_defrag(&mut self) {
+        self.defrag = Some(Box::default());
+        // A buffer for the largest datagram, made once.
+        self.scratch = Some(Packet::from_bytes(&[0; 4096]));
+    }
+
+    /// Takes fragment `p` (layers `l`) into reassembly; when it completes a datagram,
+    /// the datagram as a packet with `p`'s metadata, to be tracked in its place and
+    /// given back with [`Stack::give_back`].
+    pub fn datagram(&mut self, l: &Layers, p: &Packet) -> Option<Packet> {
+        let now = p.meta().now_ns;
+        let bytes = self.defrag.as_mut()?.take(l, p.data(), now)?;
+        let mut s = self.scratch.take()?;
+        if !s.set_bytes(bytes) {
+            self.scratch = Some(s);
+            return None;
+        }
+        let len = s.len() as u32;
+        let m = s.meta_mut();
+        *m = p.meta().clone();
+        m.layers = Layers::UNPARSED;
+        m.flow_hash = 0;
+        m.wire_len = len;
+        Some(s)
+    }
+
+    /// The datagram packet [`Stack::datagram`] lent.
+    pub fn give_back(&mut self, p: Packet) {
+        self.scratch = Some(p);
     }
 
     pub fn config(&self) -> &StackConfig {
@@ -362,26 +403,23 @@ impl Stack {
             return;
         }
         let l = tracked_layers(p, self.tunnels);
-        if l.l4_proto != 6 || !matches!(l.l3, L3Kind::Ipv4 | L3Kind::Ipv6) || l.is_later_fragment()
+        // With defragmentation on, no fragment is tracked: the datagram is.
+        if l.l4_proto != 6
+            || !matches!(l.l3, L3Kind::Ipv4 | L3Kind::Ipv6)
+            || l.is_later_fragment()
+            || (l.is_fragment() && self.defrag.is_some())
         {
             q.push(ev);
             return;
         }
         let now = p.meta().now_ns;
         let d = p.data();
-        // The segment ends where the IP header says (Ethernet padding is not payload).
-        let l3 = l.l3_off as usize;
-        let ip_end = match l.l3 {
-            L3Kind::Ipv4 => d
-                .get(l3 + 2..l3 + 4)
-                .map(|b| l3 + u16::from_be_bytes([b[0], b[1]]) as usize),
-            _ => d
-                .get(l3 + 4..l3 + 6)
-                .map(|b| l3 + 40 + u16::from_be_bytes([b[0], b[1]]) as usize),
-        };
+        // The segment ends where the datagram does (Ethernet padding is not payload). A
+        // total length of 0 is refused, as Suricata refuses it (the IDS's oracle).
         let t = l.l4_off as usize;
-        let seg_end = ip_end.unwrap_or(0).min(d.len());
-        if !l.has_l4() || seg_end < t + 20 {
+        let seg_end = usize::from(l.l3_end);
+        let no_total = l.l3 == L3Kind::Ipv4 && d[usize::from(l.l3_off) + 2..][..2] == [0, 0];
+        if !l.has_l4() || seg_end < t + 20 || no_total {
             self.stats.malformed += 1;
             q.push(ev);
             return;

@@ -44,26 +44,22 @@ pub fn suricata_makes_flow(l: &Layers, d: &Decoded) -> bool {
     }
 }
 
-/// None for non-IP packets and IP headers cut short.
+/// None for non-IP packets, IP headers cut short and an IPv4 total length of 0, which
+/// Suricata's decoder refuses (`iplen_smaller_than_hlen`: no flow, no alert).
 pub fn decode(l: &Layers, b: &[u8]) -> Option<Decoded> {
     let l3 = l.l3_off as usize;
-    let (src, dst, ip_end) = match l.l3 {
-        L3Kind::Ipv4 if b.len() >= l3 + 20 => (
-            Ip::V4(be32(b, l3 + 12)),
-            Ip::V4(be32(b, l3 + 16)),
-            l3 + be16(b, l3 + 2) as usize,
-        ),
+    let (src, dst) = match l.l3 {
+        L3Kind::Ipv4 if b.len() >= l3 + 20 && be16(b, l3 + 2) != 0 => {
+            (Ip::V4(be32(b, l3 + 12)), Ip::V4(be32(b, l3 + 16)))
+        }
         L3Kind::Ipv6 if b.len() >= l3 + 40 => {
             let a = |o: usize| u128::from_be_bytes(b[o..o + 16].try_into().unwrap_or([0; 16]));
-            (
-                Ip::V6(a(l3 + 8)),
-                Ip::V6(a(l3 + 24)),
-                l3 + 40 + be16(b, l3 + 4) as usize,
-            )
+            (Ip::V6(a(l3 + 8)), Ip::V6(a(l3 + 24)))
         }
         _ => return None,
     };
-    let end = ip_end.min(b.len());
+    // The datagram's end as its header gives it (Ethernet padding is not payload).
+    let end = usize::from(l.l3_end);
     let proto = l.l4_proto;
     let l4 = l.l4_off as usize;
     let has_l4 = l.has_l4() && !l.is_later_fragment();

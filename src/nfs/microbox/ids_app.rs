@@ -29,7 +29,7 @@ use crate::nfs::ids::{
 };
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::packet::wire::tcp::flags;
-use crate::packet::Layers;
+use crate::packet::{L3Kind, Layers};
 use crate::stack::tracker::tracked_layers;
 use crate::stack::{App, Ctx, EndReason, Event, Kind, Kinds, Level, TcpState, NO_FLOW, NO_PKT};
 
@@ -647,7 +647,9 @@ impl IdsApp {
         }
         self.packets += 1;
         // Suricata gives some packets no flow (other protocols, fragments, ICMP errors):
-        // each is its own first packet. A first fragment also stands for the datagram
+        // each is its own first packet. An IPv4 fragment's datagram comes after it,
+        // reassembled by the stack (`App::defrag`), as a packet of its own with its flow.
+        // IPv6 fragments are not reassembled: a first one also stands for the datagram
         // Suricata reassembles from it, which has a flow.
         let flowless = !tracked && !suricata_makes_flow(&l, &d);
         let now = p.meta().now_ns;
@@ -657,7 +659,11 @@ impl IdsApp {
         } else {
             None
         };
-        let datagram = flowless && l.is_fragment() && !l.is_later_fragment() && l.has_l4();
+        let datagram = flowless
+            && l.l3 == L3Kind::Ipv6
+            && l.is_fragment()
+            && !l.is_later_fragment()
+            && l.has_l4();
         for pass in 0..1 + usize::from(datagram) {
             let mut d = d.clone();
             if l.is_fragment() && pass == 0 {
@@ -1258,6 +1264,10 @@ impl App for IdsApp {
 
     fn level(&self) -> Level {
         Level::Bytestream
+    }
+
+    fn defrag(&self) -> bool {
+        true
     }
 
     /// Suricata inspects the stream after a gap the receiver acknowledged.

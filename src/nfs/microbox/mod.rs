@@ -269,6 +269,9 @@ impl Microbox {
                         .iter()
                         .all(|a| a.accepts_gaps() || !a.kinds().has(stack::Kind::Data));
                 stack.tunnels = stack.skip_holes;
+                if apps.iter().any(|a| a.defrag()) {
+                    stack.enable_defrag();
+                }
                 Unit {
                     q: Queue::new(stack.ring_bytes(), want)
                         .with_streams_per_packet(apps.iter().any(|a| a.streams_per_packet())),
@@ -283,6 +286,39 @@ impl Microbox {
             profile,
             batch_no: 0,
         }
+    }
+
+    /// Packet `i` is a fragment that completed an IPv4 datagram: the events queued so far
+    /// are delivered (the fragment's own among them, its bytes as they are), then the
+    /// datagram takes the fragment's place in the batch while the stack tracks it and the
+    /// apps see its events, and the fragment is put back: the chain forwards what came
+    /// in. An app's drop of the datagram drops the fragment that completed it.
+    #[cold]
+    fn datagram(u: &mut Unit, batch: &mut Batch, i: usize, bn: u64) {
+        let p = &mut batch.as_mut_slice()[i];
+        let l = p.layers();
+        if !l.is_fragment() || matches!(p.meta().verdict, Verdict::Drop(_)) {
+            return;
+        }
+        let Some(mut dg) = u.stack.datagram(&l, p) else {
+            return;
+        };
+        stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, batch, bn, &u.reasons);
+        u.q.clear();
+        let keep = u.q.pkt_flow.get(i).copied();
+        std::mem::swap(&mut batch.as_mut_slice()[i], &mut dg);
+        u.stack
+            .packet(i as u16, &mut batch.as_mut_slice()[i], &mut u.q);
+        stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, batch, bn, &u.reasons);
+        u.q.clear();
+        std::mem::swap(&mut batch.as_mut_slice()[i], &mut dg);
+        if let (Some(k), Some(f)) = (keep, u.q.pkt_flow.get_mut(i)) {
+            *f = k;
+        }
+        if let Verdict::Drop(r) = dg.meta().verdict {
+            batch.as_mut_slice()[i].meta_mut().verdict = Verdict::Drop(r);
+        }
+        u.stack.give_back(dg);
     }
 
     /// The apps, for tests and tools that read their results.
@@ -354,6 +390,9 @@ impl Nf for Microbox {
                     continue;
                 }
                 u.stack.packet(i as u16, p, &mut u.q);
+                if u.stack.defrag.is_some() {
+                    Self::datagram(u, batch, i, bn);
+                }
             }
             stack::dispatch(&mut u.apps, &mut u.stack, &mut u.q, batch, bn, &u.reasons);
             stack::translate_batch(&mut u.stack, &u.q, batch, bn);
@@ -437,6 +476,15 @@ impl Nf for Microbox {
             add("stream_gaps", s.gaps);
             add("stream_gap_bytes", s.gap_bytes);
             add("stream_out_of_window", s.out_of_window);
+            if let Some(d) = &u.stack.defrag {
+                let d = d.stats;
+                add("frag_fragments", d.fragments);
+                add("frag_reassembled", d.reassembled);
+                add("frag_timeout", d.timeout);
+                add("frag_overlap", d.overlap);
+                add("frag_too_many", d.too_many);
+                add("frag_malformed", d.malformed);
+            }
             add("events_refused", u.q.refused);
             for a in &u.apps {
                 for (k, v) in a.stats() {

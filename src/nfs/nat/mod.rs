@@ -790,10 +790,13 @@ impl Nat {
         }
         let o4 = l.l4_off as usize;
         if proto == ICMP {
-            if d.len() < o4 + 8 {
+            // Read inside the datagram only: an identifier or a quote in the padding past
+            // its end is no part of it, and the ICMP checksum does not cover it.
+            let end = usize::from(l.l3_end);
+            if end < o4 + 8 {
                 return Err(MALFORMED);
             }
-            return self.icmp(d, o3, o4, src, dst, outgoing, now);
+            return self.icmp(&mut d[..end], o3, o4, src, dst, outgoing, now);
         }
         let sport = be16(d, o4);
         let dport = be16(d, o4 + 2);
@@ -892,17 +895,8 @@ impl Nat {
         outgoing: bool,
         now: u64,
     ) -> Result<(), u8> {
-        // The ICMP checksum covers the datagram as its total length gives it: bytes past
-        // it (Ethernet padding) are no part of the quote, and rewriting them would fold a
-        // change the receiver never sums into the checksum. 0 (a segmentation offload's
-        // capture) leaves the captured length.
-        let total = usize::from(be16(d, o3 + 2));
-        let end = if total == 0 {
-            d.len()
-        } else {
-            d.len().min(o3 + total)
-        };
-        let d = &mut d[..end];
+        // `d` ends where the datagram does (`translate`): a quote cut by the IP total
+        // length is malformed, never rewritten in the padding.
         let q3 = o4 + 8;
         if d.len() < q3 + 20 || d[q3] >> 4 != 4 {
             return Err(MALFORMED);
@@ -1063,7 +1057,7 @@ impl Nat {
         let (o3, o4, proto) = (l.l3_off as usize, l.l4_off as usize, l.l4_proto);
         let (src, dst) = (be32(d, o3 + 12), be32(d, o3 + 16));
         let (sport, dport) = match proto {
-            ICMP if d.len() >= o4 + 8 && matches!(d[o4], 0 | 8) => {
+            ICMP if usize::from(l.l3_end) >= o4 + 8 && matches!(d[o4], 0 | 8) => {
                 (be16(d, o4 + 4), be16(d, o4 + 4))
             }
             ICMP => return (0, 0),
@@ -1164,7 +1158,7 @@ fn fast_pre(l: &Layers, d: &[u8]) -> FastPre {
     f.src = be32(d, o3 + 12);
     f.dst = be32(d, o3 + 16);
     match l.l4_proto {
-        ICMP if d.len() >= o4 + 8 => {
+        ICMP if usize::from(l.l3_end) >= o4 + 8 => {
             f.icmp_type = d[o4];
             f.sport = be16(d, o4 + 4);
             f.dport = f.sport;

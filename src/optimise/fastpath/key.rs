@@ -48,6 +48,9 @@ impl FpKey {
             || d[14] != 0x45
             || u16::from_be_bytes([d[20], d[21]]) & 0x3fff != 0
             || d.len() < need
+            // The transport header must lie inside the datagram, as `Layers` judges it
+            // (not in the padding past a short total length; 0 is the captured length).
+            || (1..need - 14).contains(&usize::from(u16::from_be_bytes([d[16], d[17]])))
         {
             return None;
         }
@@ -91,7 +94,7 @@ impl FpKey {
                 6 | 17 | 132 => (sport, dport) = (r(0), r(2)),
                 1 | 58 if d.len() >= t + 2 => {
                     variant = r(0);
-                    if d.len() >= t + 8 && matches!(d[t], 0 | 8 | 128 | 129) {
+                    if usize::from(l.l3_end) >= t + 8 && matches!(d[t], 0 | 8 | 128 | 129) {
                         (sport, dport) = (r(4), r(4));
                     }
                 }
@@ -126,7 +129,9 @@ impl FpKey {
         match l.l4_proto {
             6 | 17 | 132 => !l.has_l4(),
             // The key holds an echo's identifier, which needs 8 bytes.
-            1 | 58 => !l.has_l4() || matches!(d[t], 0 | 8 | 128 | 129) && d.len() < t + 8,
+            1 | 58 => {
+                !l.has_l4() || matches!(d[t], 0 | 8 | 128 | 129) && usize::from(l.l3_end) < t + 8
+            }
             _ => false,
         }
     }
