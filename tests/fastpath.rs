@@ -73,12 +73,6 @@ fn nf_toml(kind: char, i: usize, s: &Setup, dir: &Path, tag: &str) -> String {
             "[[nf]]\nname = \"o{i}\"\nkind = \"flow_monitor\"\ntimeout = 10\ncapacity = 4096\nrecords = \"{}\"\n",
             dir.join(format!("o{i}-{tag}.jsonl")).display()
         ),
-        // A monitor whose sweeps wait for 16,384 packets: between them, only the
-        // fold-back's horizon stands between a pending hit and an idle test.
-        'P' => format!(
-            "[[nf]]\nname = \"o{i}\"\nkind = \"flow_monitor\"\ntimeout = 10\ncapacity = 65536\nrecords = \"{}\"\n",
-            dir.join(format!("o{i}-{tag}.jsonl")).display()
-        ),
         _ => unreachable!(),
     }
 }
@@ -102,7 +96,7 @@ fn changes(chain: &str, packets: u64) -> Vec<Scheduled> {
                 format!("m{i}"),
                 "backends 10.200.0.1 10.200.0.4:2@02:00:00:00:01:04".into(),
             ),
-            'O' | 'P' => continue,
+            'O' => continue,
             _ => unreachable!(),
         };
         v.push(Scheduled { at, nf, cmd });
@@ -971,64 +965,4 @@ fn the_plain_key_declines_what_it_does_not_cover() {
     p.meta_mut().link = LinkKind::RawIp;
     assert_eq!(FpKey::plain(&p), None);
     pool.free(p);
-}
-
-/// Issue 18 (session 28), the monitor's fold-back: fused hits leave the monitor's
-/// update in their entry, folded in before anything could read it. Flows 0-1 fall
-/// silent for 9.8 s and flows 2-3 for 10.7 s (the monitor's timeout is 10 s) while
-/// the others go on hitting whole chunks; the monitor sweeps only every 16,384
-/// packets, so nothing but the fold's horizon folds the silent flows' pending hits
-/// before they return: those under the timeout continue their record, those over it
-/// must be exported as idle with every packet counted, and restart. Fails if a pending
-/// hit survives its horizon (records differ).
-#[test]
-fn monitor_flows_idle_past_the_timeout_with_hits_pending_stay_equal() {
-    let vip = [203, 0, 113, 10];
-    let t = phases(
-        &[
-            (2 * SEC, 0..8),
-            (9_800_000_000, 4..8),
-            (300_000_000, 0..2),
-            (600_000_000, 4..8),
-            (2 * SEC, 0..8),
-        ],
-        |k| tcp([10, 0, 1, k], vip, 4000, 80, 0x10),
-    );
-    for chain in ["P", "FNMP", "PNMP"] {
-        let fs = equal_on_off(chain, &setup(), &t, small(), &[], "idle with pending hits");
-        assert!(fs.hits >= 2800, "{chain}: {fs:?}");
-    }
-}
-
-/// Pending folds leave with their entry: a table of 16 entries that 40 flows take
-/// turns in (each hit chunk evicts), with a rule change mid-trace that removes every
-/// entry through the filter, must count every packet in the monitor's records. Fails
-/// if an evicted or invalidated entry's pending hits are dropped.
-#[test]
-fn evicted_and_invalidated_entries_fold_their_pending_hits() {
-    let vip = [203, 0, 113, 10];
-    let t = phases(&[(6 * SEC, 0..40)], |k| {
-        tcp([10, 0, 1, k], vip, 4000, 443, 0x10)
-    });
-    let change = [Scheduled {
-        at: 600,
-        nf: "f0".into(),
-        cmd: "rules deny udp; allow all".into(),
-    }];
-    let cfg = FastConfig {
-        entries: 16,
-        ..small()
-    };
-    let fs = equal_on_off(
-        "FP",
-        &setup(),
-        &t,
-        cfg,
-        &change,
-        "evictions with pending hits",
-    );
-    assert!(
-        fs.evicted > 0 && fs.invalidated > 0 && fs.hits > 100,
-        "{fs:?}"
-    );
 }

@@ -41,53 +41,6 @@ pub struct FastFacts {
     pub fragment: bool,
 }
 
-/// What a flow's hits left for an NF to fold in later (the fold-back): a hit of an NF
-/// that says [`Consolidate::fast_folds`] adds its packet here, in FastPath's entry
-/// (a line it loads anyway), instead of touching the NF's state. Every update it stands
-/// for commutes with the NF's other updates of the flow (sums, an OR, a min and maxima
-/// of times that never go back), so it may be applied later, as long as nothing has read
-/// the state meanwhile ([`Consolidate::fast_defers`], [`Consolidate::fast_horizon`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pending {
-    pub packets: u64,
-    /// Wire bytes.
-    pub bytes: u64,
-    /// Least and greatest capture time.
-    pub first_ts: u64,
-    pub last_ts: u64,
-    /// Run-clock time of the last packet.
-    pub seen: u64,
-    /// OR of the packets' TCP flags.
-    pub tcp_flags: u16,
-}
-
-impl Pending {
-    pub const EMPTY: Pending = Pending {
-        packets: 0,
-        bytes: 0,
-        first_ts: u64::MAX,
-        last_ts: 0,
-        seen: 0,
-        tcp_flags: 0,
-    };
-
-    #[inline(always)]
-    pub fn is_empty(&self) -> bool {
-        self.packets == 0
-    }
-
-    /// One more packet.
-    #[inline(always)]
-    pub fn add(&mut self, f: &FastFacts) {
-        self.packets += 1;
-        self.bytes += u64::from(f.wire_len);
-        self.first_ts = self.first_ts.min(f.ts_ns);
-        self.last_ts = self.last_ts.max(f.ts_ns);
-        self.seen = self.seen.max(f.now_ns);
-        self.tcp_flags |= f.tcp_flags;
-    }
-}
-
 /// Most NFs on a consolidated path; longer paths are not consolidated. Eight steps fill
 /// the entry's second and third lines exactly (six would leave a third line part empty).
 pub const MAX_PATH: usize = 8;
@@ -131,9 +84,6 @@ impl Step {
     /// The NF's state function only counts: the entry counts its hits and hands them
     /// over in one `fast_count` call.
     pub const COUNT: u8 = 4;
-    /// The NF's state function may wait in the entry as a [`Pending`] and be folded in
-    /// later ([`Consolidate::fast_folds`]).
-    pub const FOLD: u8 = 8;
 
     /// `node` < 2^13, `key` < 8.
     pub fn new(node: usize, key: u8, flags: u8) -> Step {
@@ -390,49 +340,6 @@ pub trait Consolidate {
         for v in run.visits.iter() {
             self.fast_state(v.token, &run.packet(&v));
         }
-    }
-
-    /// Whether hits may leave this NF's state function to a fold
-    /// ([`fast_fold_run`](Consolidate::fast_fold_run), [`fast_fold`](Consolidate::fast_fold)).
-    fn fast_folds(&self) -> bool {
-        false
-    }
-
-    /// Whether `packets` packets whose run-clock times lie in `lo..=hi` (hits or not) can
-    /// leave folds pending: none of them can make the NF read the state of flows other
-    /// than its own (a sweep). False makes FastPath fold everything first and take the
-    /// chunk's hits the usual way.
-    fn fast_defers(&self, packets: usize, lo: u64, hi: u64) -> bool {
-        let _ = (packets, lo, hi);
-        false
-    }
-
-    /// How long (run clock) after a flow's last known time a packet of it may come
-    /// without the NF reading that time (its idle timeout; `u64::MAX`: never read).
-    fn fast_horizon(&self) -> u64 {
-        u64::MAX
-    }
-
-    /// Changes whenever the NF lets a flow go (an export, a drain): a token confirmed
-    /// before an epoch changes may name nothing now.
-    fn fast_epoch(&self) -> u64 {
-        0
-    }
-
-    /// A fused run of hits when folds may wait ([`fast_defers`](Consolidate::fast_defers)
-    /// said yes for the chunk): the visits whose packet is in `defer` (bit = the visit's
-    /// `at`) leave their state to a later [`fast_fold`](Consolidate::fast_fold) and only
-    /// count as packets through the NF; the others run their state function. Returns the
-    /// visits of the latter whose token names its flow now (their next hits may defer).
-    fn fast_fold_run(&mut self, run: &FastRun, defer: u64) -> u64 {
-        let _ = defer;
-        self.fast_state_run(run);
-        0
-    }
-
-    /// Applies what a flow's deferred hits (token `token`) left.
-    fn fast_fold(&mut self, token: u64, pending: &Pending) {
-        let _ = (token, pending);
     }
 
     /// Packets so far on which the NF did the per-flow work a hit would skip (a NAT's

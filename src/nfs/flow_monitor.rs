@@ -24,7 +24,7 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
-use super::consolidate::{no_sweep_in, FastRun, Pending};
+use super::consolidate::{no_sweep_in, FastRun};
 use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
@@ -249,9 +249,6 @@ pub struct FlowMonitor {
     ctrl: usize,
     /// Flows inserted so far (wrapping): the last one's [`FlowStats::serial`].
     serials: u32,
-    /// Sweeps and drains so far: flows leave the table only then
-    /// ([`Consolidate::fast_epoch`]).
-    epoch: u64,
 }
 
 const SECOND: u64 = 1_000_000_000;
@@ -316,7 +313,6 @@ impl FlowMonitor {
             malformed: 0,
             ctrl: 0,
             serials: 0,
-            epoch: 0,
         }
     }
 
@@ -389,7 +385,6 @@ impl FlowMonitor {
         }
         self.last_sweep_ns = now_ns;
         self.since_sweep = 0;
-        self.epoch += 1;
         let out = &mut self.expired;
         let mut min_last = u64::MAX;
         self.table.retain(|(k, s)| {
@@ -442,11 +437,6 @@ impl FlowMonitor {
     #[inline]
     /// `ts`: capture time (for the record); `now`: run-clock time (for the timers).
     fn account(&mut self, key: &FlowKey, flags: u16, ts: u64, now: u64, len: u64) -> u64 {
-        if self.table.capacity() == self.table.len() {
-            // The lookup below makes room by rehashing in place (deleted buckets are
-            // reclaimed), which moves flows: tokens confirmed before may name others.
-            self.epoch += 1;
-        }
         let c = WideKey(key.canonical());
         let dir = (c.0 != *key) as usize;
         let h = self.hasher.hash_one(c);
@@ -625,7 +615,6 @@ impl Nf for FlowMonitor {
     }
 
     fn finish(&mut self) {
-        self.epoch += 1;
         self.expired.extend(self.table.drain());
         self.export_expired(End::Final);
         if let Some(s) = self.sink.as_mut() {
@@ -736,82 +725,6 @@ impl Consolidate for FlowMonitor {
         for v in visits.iter() {
             self.state_at(v.token, &run.packet(&v));
         }
-    }
-
-    fn fast_folds(&self) -> bool {
-        true
-    }
-
-    /// Only a sweep reads other flows' state (and moves none but those it exports; a
-    /// lookup that rehashes in place moves them all), and it runs only when its packet count
-    /// (or a full table) *and* its clock allow: when either rules it out for every
-    /// packet of the chunk, folds may wait. (`sweep`'s own tests, for the whole span:
-    /// the run clock never goes back, and `min_last_ns` only falls to a packet's time.)
-    fn fast_defers(&self, packets: usize, lo: u64, hi: u64) -> bool {
-        let t = self.timeout_ns;
-        let n = packets as u64;
-        let by_count =
-            self.since_sweep + n < self.sweep_every && self.table.len() + packets < self.capacity;
-        let by_clock = hi < self.last_sweep_ns.saturating_add(SECOND)
-            && lo > self.last_sweep_ns.saturating_sub(SECOND)
-            || hi.saturating_sub(self.min_last_ns.min(lo)) <= t;
-        // No lookup may rehash in place (`account`) while folds wait.
-        let room = self.table.capacity() - self.table.len() > packets;
-        room && (t == 0 || by_count || by_clock)
-    }
-
-    /// A flow is restarted (`update`) or swept only once idle past the timeout.
-    fn fast_horizon(&self) -> u64 {
-        if self.timeout_ns == 0 {
-            u64::MAX
-        } else {
-            self.timeout_ns
-        }
-    }
-
-    fn fast_epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    /// No visit can sweep (`fast_defers`): deferred visits only tick; the others update
-    /// their bucket (confirmed) or are accounted from their key.
-    fn fast_fold_run(&mut self, run: &FastRun, defer: u64) -> u64 {
-        let mut confirmed = 0;
-        self.since_sweep += run.visits.len() as u64;
-        for v in run.visits.iter() {
-            if defer >> v.at & 1 != 0 {
-                continue;
-            }
-            let p = run.packet(&v);
-            if self.update_at(v.token, &p) {
-                confirmed |= 1 << v.at;
-            } else {
-                self.account(p.key, p.tcp_flags, p.ts_ns, p.now_ns, p.wire_len as u64);
-            }
-        }
-        confirmed
-    }
-
-    /// The token was confirmed in this epoch (its bucket held its flow then), and no
-    /// flow has left since, so the bucket holds it still (its serial may not be the
-    /// token's: two entries of one flow, as with two header layouts, each adopt theirs);
-    /// no packet it stands for came idle past the timeout (FastPath folds before the
-    /// horizon), so each would only have added, as `update` does.
-    fn fast_fold(&mut self, token: u64, p: &Pending) {
-        let dir = (token >> DIR_BIT) as usize;
-        let Some((_, s)) = ((token & !(1 << DIR_BIT)) >> BUCKET_SHIFT)
-            .checked_sub(1)
-            .and_then(|b| self.table.get_bucket_mut(b as usize))
-        else {
-            debug_assert!(false, "a fold for a flow that left: {token:#x}");
-            return;
-        };
-        s.packets[dir] += p.packets;
-        s.bytes[dir] += p.bytes;
-        s.tcp_flags |= p.tcp_flags;
-        s.first_ns = s.first_ns.min(p.first_ts);
-        s.last_ns = s.last_ns.max(p.last_ts);
-        s.seen_ns = s.seen_ns.max(p.seen);
     }
 }
 

@@ -14,7 +14,7 @@ pub struct Outcome {
     pub records: Vec<Vec<u8>>,
 }
 
-/// Runs chain `c` (built from the letters of `chain`; its flow monitors, letter 'O' or 'P' at
+/// Runs chain `c` (built from the letters of `chain`; its flow monitors, letter 'O' at
 /// position i, write `o{i}-{tag}.jsonl` in `dir`) over `trace` with the control commands
 /// of `schedule`, after `hook` has had the runner (test hooks such as forced switches).
 pub fn run_chain(
@@ -38,7 +38,7 @@ pub fn run_chain(
     let records = chain
         .chars()
         .enumerate()
-        .filter(|(_, k)| matches!(k, 'O' | 'P'))
+        .filter(|(_, k)| *k == 'O')
         .map(|(i, _)| std::fs::read(dir.join(format!("o{i}-{tag}.jsonl"))).unwrap_or_default())
         .collect();
     Outcome {

@@ -8,7 +8,7 @@
 use super::table::{Found, Probe, Step, Way, MAX_PATH, NO_SHAPE, SHAPE_CALL};
 use super::{FastPath, FpKey};
 use crate::flow::FlowKey;
-use crate::nfs::{Consolidate, FastFacts, FastPacket, FastRun, Nf, Pending, TokenLines, Visits};
+use crate::nfs::{Consolidate, FastFacts, FastPacket, FastRun, Nf, TokenLines, Visits};
 use crate::packet::{Batch, Layers, Packet, Pool, Verdict, MAX_BATCH};
 
 /// Most consolidated NFs a chain may have for a chunk of hits to borrow them all at once
@@ -152,26 +152,6 @@ pub fn count_path<H: Host>(h: &mut H, path: &[Step], n: u64) {
     count_along(&mut Direct(h), path, n);
 }
 
-/// An entry's counts (`n` hits) and its hits' pending folds go to the NFs of `path`.
-pub fn settle_path<H: Host>(h: &mut H, path: &[Step], n: u64, pending: &Pending) {
-    if n > 0 {
-        count_path(h, path, n);
-    }
-    if !pending.is_empty() {
-        fold_path(h, path, pending);
-    }
-}
-
-/// The folding NFs of `path` take what its hits left.
-pub fn fold_path<H: Host>(h: &mut H, path: &[Step], pending: &Pending) {
-    let cx = &mut Direct(h);
-    for s in path.iter().filter(|s| s.flags & Step::FOLD != 0) {
-        if let Some(c) = cx.nf(s) {
-            c.fast_fold(s.token, pending);
-        }
-    }
-}
-
 #[inline]
 fn count_along<C: HitCx>(cx: &mut C, path: &[Step], n: u64) {
     for s in path {
@@ -191,9 +171,6 @@ impl FastPath {
         self.table.ready();
         std::mem::swap(&mut self.chunk_in, h.misses());
         let mut input = std::mem::replace(&mut self.chunk_in, Batch::with_capacity(0));
-        if self.folds != 0 {
-            self.plan_folds(h, &input);
-        }
         // Keys and hashes first with each set's tags prefetched, then the matching
         // entries prefetched, so the chunk's lookups overlap their cache misses.
         let mut keys = [FpKey::EMPTY; MAX_BATCH];
@@ -391,46 +368,7 @@ impl FastPath {
         self.chunk_in = input;
         self.flush(h);
         // Entries that went this chunk hand over their counts.
-        self.table
-            .drain_retired(|n, path, p| settle_path(h, path, n, p));
-    }
-
-    /// Before a chunk of a chain whose NFs fold: whether its hits may leave their folds
-    /// pending (every folding NF says no packet of the chunk can read flows' state, and
-    /// no pending fold falls due within it); if not, every pending fold is applied first
-    /// and the chunk's hits run the NFs' state functions. Also the fold generation and
-    /// horizon the chunk's hits use.
-    fn plan_folds<H: Host>(&mut self, h: &mut H, input: &Batch) {
-        let (mut lo, mut hi) = (u64::MAX, 0);
-        for p in input.iter() {
-            let t = p.meta().now_ns;
-            lo = lo.min(t);
-            hi = hi.max(t);
-        }
-        let (n, folds) = (input.len(), self.folds);
-        let slots = std::mem::take(&mut self.slots);
-        let (defers, gen, horizon) = h.lend(&slots, |nfs, _| {
-            let (mut d, mut g, mut hz) = (true, 1u64, u64::MAX);
-            for (i, c) in nfs.iter().enumerate() {
-                if let Some(c) = c.as_deref().filter(|_| folds >> i & 1 != 0) {
-                    d &= c.fast_defers(n, lo, hi);
-                    g = g.wrapping_add(c.fast_epoch());
-                    hz = hz.min(c.fast_horizon());
-                }
-            }
-            (d, g, hz)
-        });
-        self.slots = slots;
-        self.defer = defers && hi < self.table.fold_due;
-        if !self.defer && self.table.any_pending() {
-            self.fold_all(h);
-        }
-        (self.fold_gen, self.horizon, self.chunk_hi) = (gen, horizon, hi);
-    }
-
-    /// Every pending fold goes to its NFs (entries' and retired entries').
-    pub fn fold_all<H: Host>(&mut self, h: &mut H) {
-        self.table.drain_pending(|p, path| fold_path(h, path, p));
+        self.table.drain_retired(|n, path| count_path(h, path, n));
     }
 
     /// A chunk that hits whole, in one pass per NF and one over the packets: every NF
@@ -453,15 +391,6 @@ impl FastPath {
             table, slot_flags, ..
         } = self;
         let prefetch = self.prefetch;
-        // Folding NFs' slots, when this chunk's hits may leave their folds pending.
-        let folds = if self.defer { self.folds } else { 0 };
-        let (gen, horizon, hi) = (self.fold_gen, self.horizon, self.chunk_hi);
-        // Bit i: packet i's hit leaves its folds pending (its entry's tokens confirmed
-        // in this generation, no fold of it due within the chunk).
-        let mut deferred = 0u64;
-        // Bit i: packet i's hit ran the folding NFs' state functions and each confirmed
-        // its token.
-        let mut confirmed = 0u64;
         let taken = h.lend(&slots, |nfs, out| {
             let mut k = n;
             {
@@ -502,13 +431,6 @@ impl FastPath {
                     kref[i] = &ks.keys;
                     paths[i] = &e.steps;
                     shapes[i] = shape;
-                    if folds != 0 {
-                        if let Some(l) = table.pend_ref(w) {
-                            if l.gen == gen && hi < l.since.saturating_add(horizon) {
-                                deferred |= 1 << i;
-                            }
-                        }
-                    }
                 }
                 let (paths, keys) = (&paths, &kref);
                 // Runs of packets whose entries share a shape, one after the other: in
@@ -541,13 +463,8 @@ impl FastPath {
                             continue;
                         }
                         // An item that may straddle two lines, the control byte a hit
-                        // reads first, the flow key it hands over (the monitor); not
-                        // for hits that leave this NF a fold.
-                        let skip = if folds >> sl & 1 != 0 { deferred } else { 0 };
-                        for (i, (p, ks)) in paths[a..b].iter().zip(&keys[a..b]).enumerate() {
-                            if skip >> (a + i) & 1 != 0 {
-                                continue;
-                            }
+                        // reads first, the flow key it hands over (the monitor).
+                        for (p, ks) in paths[a..b].iter().zip(&keys[a..b]) {
                             let s = &p[j];
                             if !l.base.is_null() {
                                 let at = l.prefetch_at(s.token);
@@ -579,32 +496,17 @@ impl FastPath {
                         end = end.min(a + ok);
                     }
                     if end > a {
-                        // Bits a..end: confirmed until a folding NF says otherwise.
-                        let run_bits = (u64::MAX >> (64 - (end - a))) << a;
-                        let mut sure = run_bits;
-                        let mut any_fold = false;
                         for (j, sl, _) in calls() {
                             if slot_flags[sl] & Step::STATE == 0 {
                                 continue;
                             }
                             if let Some(c) = nfs[sl].as_deref_mut() {
-                                let run = FastRun {
+                                c.fast_state_run(&FastRun {
                                     visits: Visits::new(paths, j, a, end),
                                     facts,
                                     keys,
-                                };
-                                if folds >> sl & 1 != 0 {
-                                    any_fold = true;
-                                    sure &= c.fast_fold_run(&run, deferred);
-                                } else {
-                                    c.fast_state_run(&run);
-                                }
+                                });
                             }
-                        }
-                        if any_fold {
-                            confirmed |= sure & !deferred;
-                        } else {
-                            deferred &= !run_bits;
                         }
                     }
                     if end < b {
@@ -635,11 +537,6 @@ impl FastPath {
                     out.to_sink(sink, &p);
                 }
                 out.free(p);
-                if deferred >> i & 1 != 0 {
-                    table.defer_hit(w, &facts[i], horizon);
-                } else if confirmed >> i & 1 != 0 {
-                    table.confirm(w, now, gen);
-                }
                 if table.hit(w, now) {
                     let (c, path) = table.take_count(w);
                     count_along(&mut Lending { nfs, out }, path, c as u64);
@@ -695,9 +592,6 @@ impl FastPath {
             let e = self.table.entry(w);
             if e.rewrites() {
                 self.table.prefetch_actions(w);
-            }
-            if self.defer && e.calls() {
-                self.table.prefetch_pend(w);
             }
             if !nf_lines {
                 continue;
@@ -823,9 +717,7 @@ impl FastPath {
     /// Hands the hits entries hold (and retired entries held) to the counters, so they
     /// are whole (before a summary or a control command).
     pub fn settle_counts<H: Host>(&mut self, h: &mut H) {
-        self.fold_all(h);
-        self.table
-            .drain_counts(|n, path, p| settle_path(h, path, n, p));
+        self.table.drain_counts(|n, path| count_path(h, path, n));
     }
 
     /// NF `node` changed (a control command): every entry recorded through it is stale,

@@ -154,9 +154,7 @@ fn step_flags(nf: &dyn Nf) -> u8 {
         return 0;
     };
     let check = if c.fast_checks() { Step::CHECK } else { 0 };
-    let fold = if c.fast_folds() { Step::FOLD } else { 0 };
     check
-        | fold
         | if c.fast_counts() {
             Step::COUNT
         } else {
@@ -197,15 +195,6 @@ pub struct FastPath {
     chunk_in: Batch,
     /// Per lent slot: what a hit does for its NF ([`Step::CHECK`], [`Step::STATE`]).
     pub(crate) slot_flags: [u8; LENT],
-    /// Bit per lent slot: its NF folds ([`Step::FOLD`]; none when the NFs are not lent).
-    pub(crate) folds: u32,
-    /// This chunk's hits may leave their folds pending (`FastPath::plan_folds`).
-    pub(crate) defer: bool,
-    /// The fold generation, the folding NFs' least horizon and the latest run-clock
-    /// time of this chunk.
-    pub(crate) fold_gen: u64,
-    pub(crate) horizon: u64,
-    pub(crate) chunk_hi: u64,
 }
 
 impl FastPath {
@@ -234,24 +223,8 @@ impl FastPath {
                 *x = f;
             }
         }
-        let folds = if lent <= LENT {
-            (0..LENT).fold(0u32, |m, i| {
-                if slot_flags[i] & Step::FOLD != 0 {
-                    m | 1 << i
-                } else {
-                    m
-                }
-            })
-        } else {
-            0
-        };
         FastPath {
             slot_flags,
-            folds,
-            defer: false,
-            fold_gen: 0,
-            horizon: u64::MAX,
-            chunk_hi: 0,
             slots,
             lendable: lent <= LENT,
             record_at: cfg.record_at.max(1),
@@ -289,8 +262,7 @@ impl FastPath {
     /// switching on again starts as a fresh table would).
     pub fn switch_off<H: Host>(&mut self, h: &mut H) {
         self.table.clear();
-        self.table
-            .drain_retired(|n, path, p| chunk::settle_path(h, path, n, p));
+        self.table.drain_retired(|n, path| count_path(h, path, n));
     }
 
     /// A flow's first packet while recording waits for a later one: an entry without a

@@ -9,7 +9,6 @@ use std::mem::MaybeUninit;
 use super::actions::Actions;
 use super::key::FpKey;
 use crate::flow::FlowKey;
-use crate::nfs::Pending;
 pub(super) use crate::packet::prefetch_ptr as prefetch;
 
 /// Most distinct flow keys along a path (each NF that rewrites addresses or ports makes
@@ -180,12 +179,6 @@ impl Hot {
         self.len & CALLS != 0
     }
 
-    /// Some step of the path folds ([`Step::FOLD`]): the entry has a [`PendLine`].
-    #[inline]
-    pub fn folds(&self) -> bool {
-        self.calls() && self.path().iter().any(|s| s.flags & Step::FOLD != 0)
-    }
-
     /// A remembered refusal (or a deferred flow): no path, its packets run the chain.
     #[inline]
     pub fn refusal(&self) -> bool {
@@ -193,35 +186,12 @@ impl Hot {
     }
 }
 
-/// The counts of an entry that left the table with hits not yet added, and its hits'
-/// updates not yet folded into the NFs that fold.
+/// The counts of an entry that left the table with hits not yet added.
 #[derive(Clone, Copy, Debug)]
 struct Retired {
     steps: [Step; MAX_PATH],
     len: u8,
     count: u8,
-    pending: Pending,
-}
-
-/// What an entry's hits left for the NFs on its path that fold ([`Step::FOLD`]), in a
-/// line of its own, and whether its hits may leave it: `gen` is FastPath's fold
-/// generation ([`Table::fold_gen`]) when every folding NF last confirmed the entry's
-/// tokens (0: never), and `since` a run-clock time no later than each such NF's last
-/// time for the flow, so folds are due at `since` + the NFs' horizon.
-#[derive(Clone, Copy, Debug)]
-#[repr(C, align(64))]
-pub struct PendLine {
-    pub pending: Pending,
-    pub since: u64,
-    pub gen: u64,
-}
-
-impl PendLine {
-    const EMPTY: PendLine = PendLine {
-        pending: Pending::EMPTY,
-        since: 0,
-        gen: 0,
-    };
 }
 
 impl Retired {
@@ -316,14 +286,6 @@ pub struct Table {
     entries: Ways<Hot>,
     actions: Ways<ActionsLine>,
     keys: Ways<Keys>,
-    /// Per way whose entry has a folding step: its [`PendLine`].
-    pend: Ways<PendLine>,
-    /// Ways whose line may hold pending updates (a way may appear twice: its entry
-    /// replaced and pending again), while they fit; past that, a fold walks the table.
-    pend_ways: Vec<Way>,
-    pend_overflow: bool,
-    /// When the oldest pending fold is due (run clock; `u64::MAX`: none pending).
-    pub fold_due: u64,
     /// Bit per set: its ways are written ([`Ways`]).
     written: Vec<u64>,
     sets: usize,
@@ -381,10 +343,6 @@ impl Table {
             entries: Ways::new(0),
             actions: Ways::new(0),
             keys: Ways::new(0),
-            pend: Ways::new(0),
-            pend_ways: Vec::new(),
-            pend_overflow: false,
-            fold_due: u64::MAX,
             written: Vec::new(),
             sets,
             seeds: {
@@ -454,8 +412,6 @@ impl Table {
         self.entries = Ways::new(sets * WAYS);
         self.actions = Ways::new(sets * WAYS);
         self.keys = Ways::new(sets * WAYS);
-        self.pend = Ways::new(sets * WAYS);
-        self.pend_ways = Vec::with_capacity(sets * WAYS);
         self.written = vec![0; sets.div_ceil(64)];
         self.retired = Vec::with_capacity(4 * crate::packet::MAX_BATCH);
     }
@@ -469,9 +425,7 @@ impl Table {
         let sets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
         let per_way = std::mem::size_of::<Hot>()
             + std::mem::size_of::<ActionsLine>()
-            + std::mem::size_of::<Keys>()
-            + std::mem::size_of::<PendLine>()
-            + std::mem::size_of::<Way>();
+            + std::mem::size_of::<Keys>();
         sets * std::mem::size_of::<Tags>() + std::mem::align_of::<Tags>() + sets * WAYS * per_way
     }
 
@@ -724,11 +678,11 @@ impl Table {
     }
 
     /// Hands the counts of the entries that left the table since the last call to `add`
-    /// (count, path, pending folds).
+    /// (count, path).
     #[inline]
-    pub fn drain_retired(&mut self, mut add: impl FnMut(u64, &[Step], &Pending)) {
+    pub fn drain_retired(&mut self, mut add: impl FnMut(u64, &[Step])) {
         for r in self.retired.drain(..) {
-            add(r.count as u64, r.path(), &r.pending);
+            add(r.count as u64, r.path());
         }
     }
 
@@ -753,13 +707,13 @@ impl Table {
     /// Hands every live entry's and every retired entry's hits not yet added to `add`
     /// (count, path), so the counters are whole: before a summary, before an NF takes a
     /// command. Walks the table's written sets: not per packet.
-    pub fn drain_counts(&mut self, mut add: impl FnMut(u64, &[Step], &Pending)) {
+    pub fn drain_counts(&mut self, mut add: impl FnMut(u64, &[Step])) {
         self.drain_retired(&mut add);
         self.for_each_live(|t, w| {
             let e = t.hot_mut(w);
             if !e.refusal() && e.count > 0 {
                 let n = std::mem::take(&mut e.count);
-                add(n as u64, e.path(), &Pending::EMPTY);
+                add(n as u64, e.path());
             }
         });
     }
@@ -799,117 +753,13 @@ impl Table {
     #[inline]
     fn retire(&mut self, w: Way) {
         let e = self.hot(w);
-        if e.refusal() {
-            return;
-        }
-        let pending = match self.pend_of(w) {
-            Some(l) => std::mem::replace(&mut l.pending, Pending::EMPTY),
-            None => Pending::EMPTY,
-        };
-        let e = self.hot(w);
-        if e.count > 0 || !pending.is_empty() {
+        if !e.refusal() && e.count > 0 {
             self.retired.push(Retired {
                 steps: e.steps,
                 len: e.path().len() as u8,
                 count: e.count,
-                pending,
             });
         }
-    }
-
-    /// Entry `w`'s pending line, when its path has a step that folds.
-    #[inline(always)]
-    pub fn pend_of(&mut self, w: Way) -> Option<&mut PendLine> {
-        // SAFETY: `insert` writes a way's pending line whenever the entry it installs
-        // there folds, and the flag read is the installed entry's.
-        self.hot(w).folds().then(|| unsafe { self.pend.get_mut(w) })
-    }
-
-    /// Entry `w`'s pending line, when its path has a step that folds (read only).
-    #[inline(always)]
-    pub fn pend_ref(&self, w: Way) -> Option<&PendLine> {
-        // SAFETY: as in `pend_of`.
-        self.hot(w).folds().then(|| unsafe { self.pend.get(w) })
-    }
-
-    /// Entry `w`'s folding NFs all confirmed its tokens at `now` for fold generation
-    /// `gen` (the entry holds nothing pending: the hit ran their state functions).
-    #[inline(always)]
-    pub fn confirm(&mut self, w: Way, now: u64, gen: u64) {
-        if let Some(l) = self.pend_of(w) {
-            debug_assert!(l.gen == gen || l.pending.is_empty());
-            l.gen = gen;
-            l.since = l.since.max(now);
-        }
-    }
-
-    /// Starts loading entry `w`'s pending line (one aligned line).
-    #[inline]
-    pub fn prefetch_pend(&self, w: Way) {
-        prefetch(self.pend.slot(w.0 as usize));
-    }
-
-    /// Hit at run-clock `now` (facts `f`) on entry `w`, whose tokens are confirmed
-    /// for fold generation `gen`: its packet waits in the entry. `horizon`: the folding
-    /// NFs' least ([`crate::nfs::Consolidate::fast_horizon`]).
-    #[inline(always)]
-    pub fn defer_hit(&mut self, w: Way, f: &crate::nfs::FastFacts, horizon: u64) {
-        // SAFETY: as in `pend_of` (the caller found `w` folding and confirmed).
-        let l = unsafe { self.pend.get_mut(w) };
-        if l.pending.is_empty() {
-            self.fold_due = self.fold_due.min(l.since.saturating_add(horizon));
-            if self.pend_ways.len() < self.pend_ways.capacity() {
-                self.pend_ways.push(w);
-            } else {
-                self.pend_overflow = true;
-            }
-        }
-        l.pending.add(f);
-    }
-
-    /// Every pending fold of the live entries and of the retired ones, handed to `fold`
-    /// (pending, path); each entry's `since` moves to its last hit's time.
-    pub fn drain_pending(&mut self, mut fold: impl FnMut(&Pending, &[Step])) {
-        for r in &self.retired {
-            if !r.pending.is_empty() {
-                fold(&r.pending, r.path());
-            }
-        }
-        for r in &mut self.retired {
-            r.pending = Pending::EMPTY;
-        }
-        let mut one = |t: &mut Table, w: Way| {
-            if !t.live(w) {
-                return;
-            }
-            let Some(l) = t.pend_of(w) else {
-                return;
-            };
-            if l.pending.is_empty() {
-                return;
-            }
-            let p = std::mem::replace(&mut l.pending, Pending::EMPTY);
-            l.since = l.since.max(p.seen);
-            fold(&p, t.hot(w).path());
-        };
-        if self.pend_overflow {
-            self.for_each_live(&mut one);
-        } else {
-            let ways = std::mem::take(&mut self.pend_ways);
-            for &w in &ways {
-                one(self, w);
-            }
-            self.pend_ways = ways;
-        }
-        self.pend_ways.clear();
-        self.pend_overflow = false;
-        self.fold_due = u64::MAX;
-    }
-
-    /// Whether some entry (live or retired) may hold a pending fold.
-    #[inline]
-    pub fn any_pending(&self) -> bool {
-        self.fold_due != u64::MAX || self.retired.iter().any(|r| !r.pending.is_empty())
     }
 
     /// Removes the entry for `k`, if any; returns whether there was one.
@@ -999,9 +849,6 @@ impl Table {
         }
         if hot.calls() {
             self.keys.write(w, *keys);
-        }
-        if hot.folds() {
-            self.pend.write(w, PendLine::EMPTY);
         }
         evicted
     }
@@ -1332,7 +1179,7 @@ mod tests {
             t.hit(w, 1);
         }
         let mut counted = 0;
-        t.drain_counts(|n, _, _| counted += n);
+        t.drain_counts(|n, _| counted += n);
         assert_eq!(counted, 100);
         assert_eq!(t.remove_through(1), 50);
         assert_eq!(t.len(), 50);
