@@ -8,6 +8,7 @@ use common::nat::step;
 
 use catena::nfs::{Nat, NatConfig};
 use etherparse::PacketBuilder;
+use std::collections::BTreeMap;
 
 const S: u64 = 1_000_000_000;
 const IN: [u8; 4] = [10, 0, 0, 5];
@@ -115,6 +116,28 @@ fn write_pcap(path: &std::path::Path, frames: &[Vec<u8>]) {
 const CLIENT: [u8; 4] = [192, 168, 1, 10];
 const SERVER: [u8; 4] = [93, 184, 216, 34];
 
+/// Suricata's and catena's alert counts per sid on `frames`, written to `DIR/NAME.pcap`,
+/// each tool's output in a folder of its own.
+fn alerts(
+    dir: &std::path::Path,
+    name: &str,
+    frames: &[Vec<u8>],
+    rules: &std::path::Path,
+) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64>) {
+    let pcap = dir.join(format!("{name}.pcap"));
+    write_pcap(&pcap, frames);
+    let fresh = |tool: &str| {
+        let d = dir.join(format!("{tool}-{name}"));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    };
+    let theirs = common::suricata_alert_counts(&pcap, rules, &fresh("suricata"));
+    (
+        theirs,
+        common::catena_ids_counts(&pcap, rules, &fresh("catena")),
+    )
+}
+
 /// A TCP segment of the connection CLIENT:40000 <-> SERVER:80; `to_server` picks the
 /// direction, `flags` among "SAPF", window 65535 (no scaling).
 fn seg(to_server: bool, seq: u32, ack: u32, flags: &str, payload: &[u8]) -> Vec<u8> {
@@ -172,14 +195,7 @@ fn a_segment_far_past_the_window_does_not_blind_the_ids() {
             seg(false, b + 1 + resp.len() as u32, a + 2 + n, "AF", b""),
             seg(true, a + 2 + n, b + 2 + resp.len() as u32, "A", b""),
         ];
-        let pcap = dir.path().join(format!("jump{jump}.pcap"));
-        write_pcap(&pcap, &frames);
-        let sd = dir.path().join(format!("s{jump}"));
-        std::fs::create_dir_all(&sd).unwrap();
-        let theirs = common::suricata_alert_counts(&pcap, &rules, &sd);
-        let od = dir.path().join(format!("o{jump}"));
-        std::fs::create_dir_all(&od).unwrap();
-        let ours = common::catena_ids_counts(&pcap, &rules, &od);
+        let (theirs, ours) = alerts(dir.path(), &format!("jump{jump}"), &frames, &rules);
         assert_eq!(
             theirs.get(&3),
             Some(&1),
@@ -400,15 +416,7 @@ fn ip_fragments_do_not_blind_the_ids() {
             seg(false, b + 1 + resp.len() as u32, a + 2 + n, "AF", b""),
             seg(true, a + 2 + n, b + 2 + resp.len() as u32, "A", b""),
         ]);
-        let tag = name.replace(' ', "_");
-        let pcap = dir.path().join(format!("{tag}.pcap"));
-        write_pcap(&pcap, &frames);
-        let sd = dir.path().join(format!("s-{tag}"));
-        std::fs::create_dir_all(&sd).unwrap();
-        let theirs = common::suricata_alert_counts(&pcap, &rules, &sd);
-        let od = dir.path().join(format!("o-{tag}"));
-        std::fs::create_dir_all(&od).unwrap();
-        let ours = common::catena_ids_counts(&pcap, &rules, &od);
+        let (theirs, ours) = alerts(dir.path(), &name.replace(' ', "_"), &frames, &rules);
         if name == "missing" {
             assert!(theirs.is_empty(), "suricata, {name}: {theirs:?}");
         } else if name == "overlap from below" {
@@ -457,22 +465,11 @@ fn a_segment_with_ip_total_length_0_is_refused_as_suricata_refuses_it() {
         no_total(seg(true, a + 1, b + 1, "AP", req)),
         alone,
     ];
-    let pcap = dir.path().join("tso.pcap");
-    write_pcap(&pcap, &frames);
-    let sd = dir.path().join("s");
-    std::fs::create_dir_all(&sd).unwrap();
-    let theirs = common::suricata_alert_counts(&pcap, &rules, &sd);
+    let (theirs, ours) = alerts(dir.path(), "tso", &frames, &rules);
     // The oracle gives nothing for the two segments: its counts are the handshake's.
-    let hs = dir.path().join("handshake.pcap");
-    write_pcap(&hs, &frames[..3]);
-    let hd = dir.path().join("h");
-    std::fs::create_dir_all(&hd).unwrap();
-    let handshake = common::suricata_alert_counts(&hs, &rules, &hd);
+    let (handshake, _) = alerts(dir.path(), "handshake", &frames[..3], &rules);
     assert!(!theirs.is_empty(), "suricata: {theirs:?}");
     assert_eq!(theirs, handshake, "suricata, with the segments and without");
-    let od = dir.path().join("o");
-    std::fs::create_dir_all(&od).unwrap();
-    let ours = common::catena_ids_counts(&pcap, &rules, &od);
     assert_eq!(ours, theirs, "ours {ours:?}, suricata {theirs:?}");
 }
 
@@ -516,18 +513,11 @@ fn ipv6_first_fragments_still_stand_for_their_datagram() {
         f
     };
     let frames = vec![frag(0, 32, true), frag(32, body.len(), false)];
-    let pcap = dir.path().join("v6frag.pcap");
-    write_pcap(&pcap, &frames);
-    let sd = dir.path().join("s");
-    std::fs::create_dir_all(&sd).unwrap();
-    let theirs = common::suricata_alert_counts(&pcap, &rules, &sd);
+    let (theirs, ours) = alerts(dir.path(), "v6frag", &frames, &rules);
     assert_eq!(
         theirs.get(&2),
         Some(&1),
         "suricata alerts on the datagram: {theirs:?}"
     );
-    let od = dir.path().join("o");
-    std::fs::create_dir_all(&od).unwrap();
-    let ours = common::catena_ids_counts(&pcap, &rules, &od);
     assert_eq!(ours, theirs, "ours {ours:?}, suricata {theirs:?}");
 }
