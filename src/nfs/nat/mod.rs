@@ -223,18 +223,21 @@ impl Pool {
         share: (u32, u32),
         live: impl Fn(u32, u16, u8) -> bool,
     ) -> Pool {
-        let n = addrs.len() * (usize::from(hi - lo) + 1);
-        let mine = |i: usize, p: u16| owns(share, lo, hi, i, p);
+        let range = usize::from(hi - lo) + 1;
+        let n = addrs.len() * range;
         let addrs: Vec<u32> = addrs.iter().map(|a| u32::from(*a)).collect();
+        // Only this share's pairs (index K modulo N, `owns`), in index order: a worker's
+        // pool of N was built by testing all N shares' pairs (and a hash lookup each),
+        // ~25 M instructions a worker for four addresses (session 28).
+        let (w, step) = (share.0 as usize, (share.1 as usize).max(1));
         let free = [TCP, UDP, ICMP].map(|proto| {
             let mut q = VecDeque::with_capacity(n);
-            for (i, &a) in addrs.iter().enumerate() {
-                for p in lo..=hi {
-                    // A pair still held by a mapping from an earlier pool comes back when
-                    // that mapping ends.
-                    if mine(i, p) && !live(a, p, proto) {
-                        q.push_back((i as u32) << 16 | u32::from(p));
-                    }
+            for idx in (w..n).step_by(step) {
+                let (i, p) = (idx / range, lo + (idx % range) as u16);
+                // A pair still held by a mapping from an earlier pool comes back when
+                // that mapping ends.
+                if !live(addrs[i], p, proto) {
+                    q.push_back((i as u32) << 16 | u32::from(p));
                 }
             }
             q
@@ -503,8 +506,10 @@ impl Nat {
     pub fn set_pool(&mut self, public: &[Ipv4Addr], lo: u16, hi: u16) -> Result<(), String> {
         check_pool(public, lo, hi)?;
         let me = &*self;
+        // Without live mappings no pair is held: no lookup per pair.
+        let none = me.live.is_empty();
         let pool = Pool::new(public, lo, hi, me.pool.share, |a, p, proto| {
-            me.back_find(a, p, proto).is_some()
+            !none && me.back_find(a, p, proto).is_some()
         });
         self.pool = pool;
         Ok(())
