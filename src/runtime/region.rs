@@ -6,6 +6,7 @@
 //! session 28).
 
 use std::ptr::NonNull;
+use std::sync::Mutex;
 
 /// Huge pages: the mapping is aligned to them so the kernel can back it whole.
 const HUGE: usize = 2 << 20;
@@ -13,6 +14,48 @@ const HUGE: usize = 2 << 20;
 /// Smaller regions come from the heap: a huge page zeroed for a few 4 KiB pages' worth
 /// would cost more than their faults.
 pub const MAPPED_FROM: usize = 256 << 10;
+
+/// Mappings that dropped regions left, kept for the next ones (`SPARE`): a process that
+/// replays again and again (`bench micronf`, whose runs each fill a queue a worker)
+/// gets memory already backed, as the heap's freed memory is for the one-worker run,
+/// instead of fresh huge pages the kernel zeroes on each run's first touch. Bounded, so
+/// a large trace's queues are unmapped as before.
+struct Spares {
+    /// (start, length) of each kept mapping.
+    maps: Vec<(usize, usize)>,
+}
+
+/// Most mappings kept, and most bytes over them.
+const SPARE_MAPS: usize = 8;
+const SPARE_BYTES: usize = 256 << 20;
+
+impl Spares {
+    /// The smallest kept mapping of at least `len` bytes, taken out.
+    fn take(&mut self, len: usize) -> Option<(usize, usize)> {
+        let (k, _) = (self.maps.iter().enumerate())
+            .filter(|(_, m)| m.1 >= len)
+            .min_by_key(|(_, m)| m.1)?;
+        Some(self.maps.swap_remove(k))
+    }
+
+    /// Keeps `map` if there is room; gives it back otherwise (to be unmapped).
+    fn keep(&mut self, map: (usize, usize)) -> Option<(usize, usize)> {
+        let held: usize = self.maps.iter().map(|m| m.1).sum();
+        if self.maps.len() < SPARE_MAPS && held.saturating_add(map.1) <= SPARE_BYTES {
+            self.maps.push(map);
+            None
+        } else {
+            Some(map)
+        }
+    }
+}
+
+/// Taken and given once a region (a run's queue), never per packet.
+static SPARE: Mutex<Spares> = Mutex::new(Spares { maps: Vec::new() });
+
+fn spares() -> std::sync::MutexGuard<'static, Spares> {
+    SPARE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Up to `cap` values of `T`, pushed in order; read as a slice. Falls back to the heap
 /// when the mapping cannot be made (the same values, 4 KiB pages).
@@ -51,6 +94,20 @@ impl<T: Copy> Region<T> {
         };
         if bytes < MAPPED_FROM || std::mem::align_of::<T>() > HUGE {
             return Region::from_heap(Vec::with_capacity(cap));
+        }
+        // A kept mapping (`Spares`) when one is large enough: already advised and backed.
+        if let Some((at, len)) = spares().take(len) {
+            let first = (at + HUGE - 1) & !(HUGE - 1);
+            return Region {
+                // SAFETY: a mapping made below with `HUGE` spare bytes, so `first..first
+                // + whole` lies within it; aligned, so at `T`'s alignment; not null.
+                ptr: unsafe { NonNull::new_unchecked(first as *mut T) },
+                len: 0,
+                cap,
+                // SAFETY: a successful mapping is not null.
+                map: Some((unsafe { NonNull::new_unchecked(at as *mut u8) }, len)),
+                heap: Vec::new(),
+            };
         }
         // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
         let at = unsafe {
@@ -142,8 +199,11 @@ impl<T: Copy> std::ops::DerefMut for Region<T> {
 impl<T: Copy> Drop for Region<T> {
     fn drop(&mut self) {
         if let Some((at, len)) = self.map {
-            // SAFETY: the mapping made in `with_capacity`, unmapped once.
-            unsafe { libc::munmap(at.as_ptr().cast(), len) };
+            // Kept for the next region, or unmapped; either way no longer this one's.
+            if let Some((at, len)) = spares().keep((at.as_ptr() as usize, len)) {
+                // SAFETY: the mapping made in `with_capacity`, unmapped once.
+                unsafe { libc::munmap(at as *mut libc::c_void, len) };
+            }
         }
     }
 }
@@ -174,5 +234,41 @@ mod tests {
         assert_eq!(q.as_ptr() as usize % HUGE, 0);
         assert!(q.push(u64::MAX));
         assert_eq!(&q[..], &[u64::MAX]);
+    }
+
+    #[test]
+    fn spares_give_the_smallest_fitting_mapping_and_stay_bounded() {
+        let mut s = Spares { maps: Vec::new() };
+        assert_eq!(s.keep((1 << 30, 6 * HUGE)), None);
+        assert_eq!(s.keep((2 << 30, 3 * HUGE)), None);
+        assert_eq!(s.keep((3 << 30, 4 * HUGE)), None);
+        assert_eq!(s.take(3 * HUGE + 1), Some((3 << 30, 4 * HUGE)));
+        assert_eq!(s.take(7 * HUGE), None);
+        assert_eq!(s.take(HUGE), Some((2 << 30, 3 * HUGE)));
+        assert_eq!(s.take(HUGE), Some((1 << 30, 6 * HUGE)));
+        assert_eq!(s.take(1), None);
+        // Past the bytes bound, or the count bound, a mapping is given back.
+        assert_eq!(s.keep((1, SPARE_BYTES + 1)), Some((1, SPARE_BYTES + 1)));
+        for k in 0..SPARE_MAPS {
+            assert_eq!(s.keep((k, HUGE)), None);
+        }
+        assert_eq!(s.keep((99, HUGE)), Some((99, HUGE)));
+    }
+
+    #[test]
+    fn a_kept_mapping_serves_a_later_region_whole() {
+        // Fill, drop (kept or unmapped), fill again: what is read is what was pushed.
+        for round in 0..3u8 {
+            let cap = HUGE + 5;
+            let mut r = Region::<u8>::with_capacity(cap);
+            assert!(r.map.is_some());
+            assert_eq!(r.as_ptr() as usize % HUGE, 0);
+            let vs: Vec<u8> = (0..cap)
+                .map(|i| (i * 13 + usize::from(round)) as u8)
+                .collect();
+            assert!(r.extend_from_slice(&vs));
+            assert!(!r.push(0));
+            assert_eq!(&r[..], &vs[..]);
+        }
     }
 }
