@@ -447,6 +447,7 @@ impl Placement {
         // The last hard record and each worker's last own one (-1: none yet).
         let mut last_hard = -1isize;
         let mut last_own = vec![-1isize; workers];
+        let mut queued = vec![0usize; workers];
         let mut medians = Medians::at(recs, lo);
         let (mut ts_min, mut ts_max) = (u64::MAX, 0);
         for (j, r) in recs[lo..hi].iter().enumerate() {
@@ -456,6 +457,9 @@ impl Placement {
             let step = if last_hard > last_own[w] { STEP } else { 0 };
             lists[w].push(j as u32 | step);
             last_own[w] = j as isize;
+            if r.caplen as usize <= max_packet {
+                queued[w] += r.caplen as usize;
+            }
             // Both asked: `falls` walks the medians forward on every record.
             let falls = medians.falls(recs, j);
             if falls || r.caplen as usize > max_packet {
@@ -468,6 +472,7 @@ impl Placement {
         Slice {
             lists,
             tails,
+            queued,
             ts: (ts_min, ts_max),
         }
     }
@@ -509,21 +514,27 @@ pub struct Queue {
 impl Queue {
     /// The records `share` lists (entries as [`Shares::take`] gives them), their bytes
     /// copied when they fit `max_packet`; `fits`: the most bytes the worker's small
-    /// buffers hold (a longer record is not [`QueueRecord::plain`]).
+    /// buffers hold (a longer record is not [`QueueRecord::plain`]); `size`: their bytes
+    /// of at most `max_packet` when the placement counted them ([`queue_bytes`]), which
+    /// spares a pass over the share's records (counted here otherwise, and again if
+    /// the count given is short).
     pub fn fill(
         bytes: &[u8],
         recs: &[Record],
         share: &[u32],
         max_packet: usize,
         fits: usize,
+        size: Option<usize>,
     ) -> Queue {
         let at = |e: u32| recs.get((e & !STEP) as usize);
-        let size: usize = share
-            .iter()
-            .filter_map(|&e| at(e))
-            .map(|r| r.caplen as usize)
-            .filter(|&c| c <= max_packet)
-            .sum();
+        let size = size.unwrap_or_else(|| {
+            share
+                .iter()
+                .filter_map(|&e| at(e))
+                .map(|r| r.caplen as usize)
+                .filter(|&c| c <= max_packet)
+                .sum()
+        });
         // In huge pages where they are large: filled once a run, their page faults were
         // most of the input side (`region.rs`).
         let mut q = Queue {
@@ -538,9 +549,10 @@ impl Queue {
                 _ => 0,
             };
             if r.caplen as usize <= max_packet {
-                // Sized above for exactly these bytes.
-                let copied = q.bytes.extend_from_slice(record(bytes, r));
-                debug_assert!(copied);
+                // Sized for exactly these bytes; a short count given is counted again.
+                if !q.bytes.extend_from_slice(record(bytes, r)) {
+                    return Queue::fill(bytes, recs, share, max_packet, fits, None);
+                }
             }
             let plain = r.caplen as usize <= fits.min(max_packet)
                 && e & STEP == 0
@@ -574,6 +586,9 @@ impl Queue {
 pub struct Slice {
     lists: Vec<Vec<u32>>,
     tails: Vec<bool>,
+    /// Each worker's bytes in it that its queue holds (records of at most the slice's
+    /// `max_packet`): the queue sized without another pass (`queue_bytes`).
+    queued: Vec<usize>,
     /// Its records' first and last timestamps.
     ts: (u64, u64),
 }
@@ -645,6 +660,12 @@ pub fn take<'a>(
         out.iter_mut().for_each(|e| *e |= STEP);
     }
     (out, carry || one_by_one)
+}
+
+/// The bytes worker `w`'s [`Queue`] holds, over the slices of a trace placed with the
+/// same `max_packet` as the queue is filled with ([`Queue::fill`]'s `size`).
+pub fn queue_bytes<'a>(slices: impl Iterator<Item = &'a Slice>, w: usize) -> usize {
+    slices.map(|s| s.queued.get(w).copied().unwrap_or(0)).sum()
 }
 
 /// The first and last timestamps over the slices of a trace (0, 0 when it is empty).

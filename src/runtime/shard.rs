@@ -331,6 +331,7 @@ impl Shards {
                             let wraps = (span.checked_mul(opts.loops.saturating_sub(1)))
                                 .and_then(|s| last.checked_add(s))
                                 .is_none();
+                            let size = rss::queue_bytes(all.clone(), w);
                             let (share, tail) = rss::take(all, w, wraps);
                             // Small packets: each worker copies its records into its own
                             // memory first (`rss::Queue`, as a NIC's RSS fills each
@@ -352,7 +353,8 @@ impl Shards {
                             r.walk.queue_views = queued && !r.staged() && !writes_bytes(r.chain());
                             let max = r.walk.pool.max_packet();
                             let fits = r.walk.pool.small_max();
-                            let queue = queued.then(|| Queue::fill(bytes, recs, &share, max, fits));
+                            let queue = queued
+                                .then(|| Queue::fill(bytes, recs, &share, max, fits, Some(size)));
                             // Its packets (held by NFs, in its pool, on its stages'
                             // threads) view the queue's bytes: declared after the queue,
                             // the runner is dropped first, however the thread returns.
