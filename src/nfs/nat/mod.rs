@@ -232,12 +232,19 @@ impl Pool {
         let (w, step) = (share.0 as usize, (share.1 as usize).max(1));
         let free = [TCP, UDP, ICMP].map(|proto| {
             let mut q = VecDeque::with_capacity(n);
-            for idx in (w..n).step_by(step) {
-                let (i, p) = (idx / range, lo + (idx % range) as u16);
+            // Pair index `i · range + k` walked by `step` without a division a pair.
+            let (mut i, mut k) = (w / range, w % range);
+            while i < addrs.len() {
+                let p = lo + k as u16;
                 // A pair still held by a mapping from an earlier pool comes back when
                 // that mapping ends.
                 if !live(addrs[i], p, proto) {
                     q.push_back((i as u32) << 16 | u32::from(p));
+                }
+                k += step;
+                while k >= range {
+                    k -= range;
+                    i += 1;
                 }
             }
             q
@@ -1597,6 +1604,33 @@ fn touch_with(m: &mut Mapping, t: &Timeouts, now: u64, flags: u8, outgoing: bool
 mod tests {
     use super::*;
     use crate::packet::checksum::{sum, update_bytes};
+
+    #[test]
+    fn a_share_s_pool_is_every_nth_pair_in_order_less_the_live_ones() {
+        let addrs: Vec<Ipv4Addr> = (1..=3).map(|k| Ipv4Addr::new(198, 51, 100, k)).collect();
+        for (lo, hi) in [(1000, 1000), (1000, 1006), (7, 9)] {
+            let range = usize::from(hi - lo) + 1;
+            for n in 1..=5u32 {
+                for w in 0..n {
+                    // Held: pairs whose port is a multiple of 3, for UDP only.
+                    let live = |_: u32, p: u16, proto: u8| proto == UDP && p % 3 == 0;
+                    let pool = Pool::new(&addrs, lo, hi, (w, n), live);
+                    for proto in [TCP, UDP, ICMP] {
+                        // The model: every pair in index order, kept when its index is w
+                        // modulo n and it is not held.
+                        let want: Vec<u32> = (0..addrs.len() * range)
+                            .filter(|idx| idx % n as usize == w as usize)
+                            .map(|idx| ((idx / range) as u32, lo + (idx % range) as u16))
+                            .filter(|&(i, p)| !live(u32::from(addrs[i as usize]), p, proto))
+                            .map(|(i, p)| i << 16 | u32::from(p))
+                            .collect();
+                        let got: Vec<u32> = pool.free[pool_index(proto)].iter().copied().collect();
+                        assert_eq!(got, want, "{lo}-{hi} share {w}/{n} proto {proto}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn presummed_delta_equals_rfc1624_per_word() {
