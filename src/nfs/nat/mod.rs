@@ -1613,7 +1613,7 @@ mod tests {
             for n in 1..=5u32 {
                 for w in 0..n {
                     // Held: pairs whose port is a multiple of 3, for UDP only.
-                    let live = |_: u32, p: u16, proto: u8| proto == UDP && p % 3 == 0;
+                    let live = |_: u32, p: u16, proto: u8| proto == UDP && p.is_multiple_of(3);
                     let pool = Pool::new(&addrs, lo, hi, (w, n), live);
                     for proto in [TCP, UDP, ICMP] {
                         // The model: every pair in index order, kept when its index is w
