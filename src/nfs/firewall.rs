@@ -486,6 +486,71 @@ mod tests {
         assert_eq!(step(&mut fw, tiny).1, Verdict::Drop(MALFORMED));
     }
 
+    /// One chunk of mixed packets, each verdict literal: the chunk's first pass gives every
+    /// packet the first test it fails, in the rule's order (not TCP/UDP, later fragment,
+    /// ports cut short, port rule), whatever its neighbours' outcomes.
+    #[test]
+    fn a_mixed_chunk_gives_each_packet_its_own_reason() {
+        let mut fw = Firewall::new(&[80, 443], 16, 0);
+        let total = |mut p: Packet, t: u16| {
+            p.data_mut()[16..18].copy_from_slice(&t.to_be_bytes());
+            p
+        };
+        let later = |mut p: Packet| {
+            p.data_mut()[14 + 7] = 1;
+            p
+        };
+        let cut = |p: Packet, n: usize| Packet::from_bytes(&p.data()[..n]);
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let pass = Verdict::Out(0);
+        let cases = vec![
+            (v4(1, 2, 6, 5000, 80, 0), pass),
+            (v4(1, 2, 6, 22, 5000, 0), Verdict::Drop(PORT_DENIED)),
+            (v4(1, 2, 17, 443, 9, 1), pass),
+            // ICMP with "ports" in the set; a later fragment of it: not TCP/UDP first.
+            (v4(1, 2, 1, 80, 80, 0), Verdict::Drop(NOT_TCP_UDP)),
+            (later(v4(1, 2, 1, 80, 80, 0)), Verdict::Drop(NOT_TCP_UDP)),
+            (later(v4(1, 2, 6, 80, 80, 0)), Verdict::Drop(FRAGMENT)),
+            (
+                cut(later(v4(1, 2, 6, 80, 80, 0)), 36),
+                Verdict::Drop(FRAGMENT),
+            ),
+            (cut(v4(1, 2, 1, 80, 80, 0), 36), Verdict::Drop(NOT_TCP_UDP)),
+            // The ports one byte short, then whole (the rest of TCP cut, as for BPF).
+            (cut(v4(1, 2, 6, 80, 80, 0), 37), Verdict::Drop(TRUNCATED)),
+            (cut(v4(1, 2, 6, 5000, 80, 0), 38), pass),
+            (
+                cut(v4(1, 2, 6, 5000, 22, 0), 38),
+                Verdict::Drop(PORT_DENIED),
+            ),
+            // Total length: the frame's (the fast case), shorter than the frame (the
+            // ports read where they are, as BPF does), below the header, 0.
+            (total(v4(1, 2, 6, 5000, 443, 0), 40), pass),
+            (
+                total(v4(1, 2, 6, 5000, 22, 0), 40),
+                Verdict::Drop(PORT_DENIED),
+            ),
+            (total(v4(1, 2, 6, 5000, 80, 0), 24), pass),
+            (
+                total(v4(1, 2, 6, 5000, 80, 0), 19),
+                Verdict::Drop(MALFORMED),
+            ),
+            (total(v4(1, 2, 17, 80, 5000, 0), 0), pass),
+            (Packet::from_bytes(&arp), Verdict::Drop(NOT_IPV4)),
+            (cut(v4(1, 2, 6, 80, 80, 0), 24), Verdict::Drop(MALFORMED)),
+        ];
+        let mut b = crate::packet::Batch::new();
+        let mut want = Vec::new();
+        for (p, v) in cases {
+            b.push(p);
+            want.push(v);
+        }
+        fw.process(&mut b, &Context { ports: 5 });
+        let got: Vec<Verdict> = b.iter().map(|p| p.meta().verdict).collect();
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn full_decode_decides_the_same() {
         let mut a = Firewall::new(&[80, 443], 16, 0);

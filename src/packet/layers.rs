@@ -21,7 +21,12 @@ pub enum L3Kind {
 }
 
 /// Offsets are from the start of the packet's bytes.
+///
+/// `repr(C)` in the order of [`Layers::parse`]'s packed form (byte 0 `l3`, 1 `l4_proto`,
+/// …, bytes 10–11 `l3_end`, little-endian): the packed value is the struct's bytes, so a
+/// parse stores it whole (two stores) instead of rebuilding it field by field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct Layers {
     pub l3: L3Kind,
     /// IP protocol / IPv6 final next header (after extension headers); 0 when not IP.
@@ -96,27 +101,26 @@ impl Layers {
         // decide it with a few byte compares, leaving the full walk out of line.
         // Bytes 12..15 in one load: ethertype 0x0800, then version 4 with IHL 5 (the
         // fourth byte, the TOS, shifted out).
-        // A total length below the header (0, or a lie) takes the walk.
-        if link == LinkKind::Ethernet
+        // A total length below the header (0, or a lie) takes the walk, and so does one
+        // above 65521, so that the datagram's end (14 + total) needs no clamp to u16.
+        let v = if link == LinkKind::Ethernet
             && b.len() >= 34
             && u32::from_be_bytes([b[12], b[13], b[14], b[15]]) >> 8 == 0x08_00_45
             && be16(b, 20) & 0x3fff == 0
-            && be16(b, 16) >= 20
+            && be16(b, 16).wrapping_sub(20) <= FAST_TOTAL_MAX - 20
         {
-            let mut l = Layers {
-                l3: L3Kind::Ipv4,
-                l4_proto: b[23],
-                vlans: 0,
-                flags: Self::ETHERNET,
-                ethertype: 0x0800,
-                l3_off: 14,
-                l4_off: 34,
-                l3_end: end_at(b, 14 + usize::from(be16(b, 16))),
-            };
-            mark_l4(&mut l);
-            return l;
-        }
-        Self::unpack(Self::parse_walk_packed(link, b))
+            // At most 14 + 65521: a u16.
+            let end = (14 + usize::from(be16(b, 16))).min(b.len()) as u32;
+            let proto = b[23];
+            let complete = end >= L4_END_AT_34[usize::from(proto)];
+            FAST_IPV4
+                | u128::from(proto) << 8
+                | u128::from(u8::from(complete) * Self::L4_COMPLETE) << 24
+                | u128::from(end) << 80
+        } else {
+            Self::parse_walk_packed(link, b)
+        };
+        Self::unpack(v)
     }
 
     /// The full walk, out of line, its result returned in registers: a `Layers` returned
@@ -135,6 +139,19 @@ impl Layers {
             | u128::from(l.l3_end) << 80
     }
 
+    /// The packed form's low 12 bytes are a `Layers` (`repr(C)`, fields in the packing's
+    /// order); its byte 0 is always an `L3Kind` (every packed value is made from one).
+    #[cfg(target_endian = "little")]
+    #[inline(always)]
+    fn unpack(v: u128) -> Layers {
+        let bytes = v.to_le_bytes();
+        debug_assert!(bytes[0] <= L3Kind::Malformed as u8);
+        // SAFETY: 16 bytes hold the 12 of a `Layers` (align 2 asked of none: an unaligned
+        // read); byte 0 is a valid `L3Kind` (see above), the rest are plain integers.
+        unsafe { bytes.as_ptr().cast::<Layers>().read_unaligned() }
+    }
+
+    #[cfg(not(target_endian = "little"))]
     #[inline(always)]
     fn unpack(v: u128) -> Layers {
         let l3 = match v as u8 {
@@ -494,6 +511,28 @@ const L4_NEED: [u8; 256] = {
     t
 };
 
+/// The fast path's largest IPv4 total length: 14 + it is at most `u16::MAX`.
+const FAST_TOTAL_MAX: u16 = u16::MAX - 14;
+
+/// The fast path's packed `Layers` without its protocol, flags' L4 bit and end: IPv4 at
+/// 14, transport at 34, ethertype 0x0800, Ethernet, no tags.
+const FAST_IPV4: u128 =
+    L3Kind::Ipv4 as u128 | (Layers::ETHERNET as u128) << 24 | 0x0800 << 32 | 14 << 48 | 34 << 64;
+
+/// Per IP protocol, where its fixed transport header ends when it starts at 34; past any
+/// datagram's end (`u16::MAX` + 1) for protocols without one.
+const L4_END_AT_34: [u32; 256] = {
+    let mut t = [1 << 16; 256];
+    let mut p = 0;
+    while p < 256 {
+        if L4_NEED[p] != 0 {
+            t[p] = 34 + L4_NEED[p] as u32;
+        }
+        p += 1;
+    }
+    t
+};
+
 /// Judged inside the datagram ([`Layers::l3_end`]), never in the link layer's padding.
 #[inline]
 fn mark_l4(l: &mut Layers) {
@@ -524,6 +563,88 @@ mod tests {
                 Layers::parse_walk(link, &bytes)
             );
         }
+    }
+
+    proptest::proptest! {
+        /// The fast case (untagged Ethernet, IPv4 without options, not a fragment, total
+        /// length 20..=65521) gives the walk's `Layers`, field for field, at every total
+        /// length, protocol and frame length, frames longer than 65535 bytes included.
+        #[test]
+        fn the_fast_case_gives_the_walks_layers(
+            // Any, and the edges: below the header, the L4 ends, the fast case's last.
+            total in proptest::prop_oneof![
+                proptest::prelude::any::<u16>(),
+                0u16..64,
+                65_500u16..=65_535
+            ],
+            proto in proptest::sample::select(vec![0u8, 1, 6, 17, 47, 58, 132, 255]),
+            frag in proptest::sample::select(vec![0u16, 0x4000, 0x2000, 0x0001]),
+            len in 0usize..100,
+            huge in proptest::prelude::any::<bool>(),
+        ) {
+            let mut p = v4_around(proto, &[0; 20]);
+            p[16..18].copy_from_slice(&total.to_be_bytes());
+            p[20..22].copy_from_slice(&frag.to_be_bytes());
+            p.resize(if huge { 65_600 } else { len }, 0);
+            proptest::prop_assert_eq!(
+                Layers::parse(LinkKind::Ethernet, &p),
+                Layers::parse_walk(LinkKind::Ethernet, &p)
+            );
+        }
+    }
+
+    #[test]
+    fn the_fast_case_at_its_edges() {
+        let ipv4 = |l4_proto, flags, l3_end| Layers {
+            l3: L3Kind::Ipv4,
+            l4_proto,
+            vlans: 0,
+            flags,
+            ethertype: 0x0800,
+            l3_off: 14,
+            l4_off: 34,
+            l3_end,
+        };
+        let (eth, whole) = (Layers::ETHERNET, Layers::ETHERNET | Layers::L4_COMPLETE);
+        // TCP's 20 bytes inside the datagram, or one byte short of it.
+        assert_eq!(
+            Layers::parse(LinkKind::Ethernet, &padded_tcp(40)),
+            ipv4(6, whole, 54)
+        );
+        assert_eq!(
+            Layers::parse(LinkKind::Ethernet, &padded_tcp(39)),
+            ipv4(6, eth, 53)
+        );
+        // UDP's 8, ICMP's 4; GRE has no fixed transport header here.
+        let mut p = v4_around(17, &[0; 8]);
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &p), ipv4(17, whole, 42));
+        p.pop();
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &p), ipv4(17, eth, 41));
+        let p = v4_around(1, &[8, 0, 0, 0]);
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &p), ipv4(1, whole, 38));
+        let p = v4_around(47, &[0; 30]);
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &p), ipv4(47, eth, 64));
+        // The largest total the fast case takes, and past it: the end clamped at 65535.
+        for total in [65_521u16, 65_522, 65_535] {
+            let mut p = padded_tcp(total);
+            p.resize(65_600, 0);
+            assert_eq!(
+                Layers::parse(LinkKind::Ethernet, &p),
+                ipv4(6, whole, 65_535),
+                "total {total}"
+            );
+        }
+        // A frame of 34 bytes: the header, nothing after it.
+        let p = v4_around(6, &[]);
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &p), ipv4(6, eth, 34));
+        // A frame cut inside the IPv4 header; a non-IPv4 frame.
+        let l = Layers::parse(LinkKind::Ethernet, &padded_tcp(40)[..33]);
+        assert_eq!(l.l3, L3Kind::Malformed);
+        let mut p = padded_tcp(40);
+        p[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &p).l3, L3Kind::Malformed);
+        p[12..14].copy_from_slice(&0x1234u16.to_be_bytes());
+        assert_eq!(Layers::parse(LinkKind::Ethernet, &p).l3, L3Kind::Other);
     }
 
     // Ethernet / 802.1Q vid 5 / IPv4 ihl=6 (one option word) / UDP 1234 -> 53

@@ -278,6 +278,13 @@ impl Flat {
         let act = Act::Output(m.in_port);
         tally.full += (tab.learn_with_hash(K::of(k), hk, act, m.now_ns) == Learned::Full) as u64;
         let r = match tab.get_with_hash(&K::of(look), hl, m.now_ns) {
+            // What this step learns, so nearly every hit: tested first, one predicted
+            // branch instead of the match's jump through a table.
+            Some(Act::Output(port)) => {
+                tally.hits += 1;
+                m.egress = port;
+                None
+            }
             Some(a) => {
                 tally.hits += 1;
                 match a {
