@@ -138,17 +138,36 @@ fn alerts(
     )
 }
 
+/// Suricata required, a fresh folder and `text` written in it as the rules file: the
+/// folder (kept while it lives) and the file's path.
+fn rules_file(text: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    common::require("suricata");
+    let dir = common::tempdir();
+    let rules = dir.path().join("r.rules");
+    std::fs::write(&rules, text).unwrap();
+    (dir, rules)
+}
+
 /// A TCP segment of the connection CLIENT:40000 <-> SERVER:80; `to_server` picks the
 /// direction, `flags` among "SAPF", window 65535 (no scaling).
 fn seg(to_server: bool, seq: u32, ack: u32, flags: &str, payload: &[u8]) -> Vec<u8> {
-    let (src, dst, sp, dp) = if to_server {
-        (CLIENT, SERVER, 40000, 80)
-    } else {
-        (SERVER, CLIENT, 80, 40000)
+    seg_over(false, to_server, seq, ack, flags, payload)
+}
+
+const CLIENT6: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+const SERVER6: [u8; 16] = [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+
+/// [`seg`] over IPv6 (CLIENT6, SERVER6) when `v6`.
+fn seg_over(v6: bool, to_server: bool, seq: u32, ack: u32, flags: &str, payload: &[u8]) -> Vec<u8> {
+    let (sp, dp) = if to_server { (40000, 80) } else { (80, 40000) };
+    let eth = PacketBuilder::ethernet2([1; 6], [2; 6]);
+    let ip = match (v6, to_server) {
+        (false, true) => eth.ipv4(CLIENT, SERVER, 64),
+        (false, false) => eth.ipv4(SERVER, CLIENT, 64),
+        (true, true) => eth.ipv6(CLIENT6, SERVER6, 64),
+        (true, false) => eth.ipv6(SERVER6, CLIENT6, 64),
     };
-    let mut b = PacketBuilder::ethernet2([1; 6], [2; 6])
-        .ipv4(src, dst, 64)
-        .tcp(sp, dp, seq, 65535);
+    let mut b = ip.tcp(sp, dp, seq, 65535);
     for c in flags.chars() {
         b = match c {
             'S' => b.syn(),
@@ -169,15 +188,10 @@ fn seg(to_server: bool, seq: u32, ack: u32, flags: &str, payload: &[u8]) -> Vec<
 /// request. The rules that match the real request must fire as Suricata's do.
 #[test]
 fn a_segment_far_past_the_window_does_not_blind_the_ids() {
-    common::require("suricata");
-    let dir = common::tempdir();
-    let rules = dir.path().join("r.rules");
-    std::fs::write(
-        &rules,
+    let (dir, rules) = rules_file(
         "alert tcp any any -> any 80 (msg:\"stream\"; flow:to_server; content:\"/real\"; sid:3;)\n\
          alert http any any -> any any (msg:\"uri\"; http.uri; content:\"/real\"; sid:4;)\n",
-    )
-    .unwrap();
+    );
     let req = b"GET /real HTTP/1.1\r\nHost: a.example\r\n\r\n";
     let fake = b"GET /fake HTTP/1.1\r\nHost: a.example\r\n\r\n";
     let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nabcd";
@@ -346,16 +360,11 @@ fn fragments(full: &[u8], parts: &[(usize, usize, bool)]) -> Vec<Vec<u8>> {
 /// datagram, no alert): ours equal Suricata's each time.
 #[test]
 fn ip_fragments_do_not_blind_the_ids() {
-    common::require("suricata");
-    let dir = common::tempdir();
-    let rules = dir.path().join("r.rules");
-    std::fs::write(
-        &rules,
+    let (dir, rules) = rules_file(
         "alert tcp any any -> any 80 (msg:\"stream\"; flow:to_server; content:\"/evil\"; sid:1;)\n\
          alert http any any -> any any (msg:\"uri\"; http.uri; content:\"/evil\"; sid:2;)\n\
          alert tcp any any -> any 80 (msg:\"other\"; flow:to_server; content:\"/good\"; sid:3;)\n",
-    )
-    .unwrap();
+    );
     let req = b"GET /evil HTTP/1.1\r\nHost: a.example\r\nUser-Agent: frag\r\n\r\n";
     let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nabcd";
     let (a, b) = (1000u32, 5000u32);
@@ -436,17 +445,12 @@ fn ip_fragments_do_not_blind_the_ids() {
 /// inside a connection, one alone on a connection of its own.
 #[test]
 fn a_segment_with_ip_total_length_0_is_refused_as_suricata_refuses_it() {
-    common::require("suricata");
-    let dir = common::tempdir();
-    let rules = dir.path().join("r.rules");
-    std::fs::write(
-        &rules,
+    let (dir, rules) = rules_file(
         "alert ip any any -> any any (msg:\"ip\"; sid:1;)\n\
          alert tcp any any -> any any (msg:\"tcp\"; sid:2;)\n\
          alert tcp any any -> any 80 (msg:\"content\"; content:\"/tso\"; sid:3;)\n\
          alert tcp-pkt any any -> any any (msg:\"packet\"; content:\"/tso\"; sid:4;)\n",
-    )
-    .unwrap();
+    );
     let no_total = |mut f: Vec<u8>| {
         f[16..18].copy_from_slice(&[0, 0]);
         f[24..26].copy_from_slice(&[0, 0]);
@@ -473,21 +477,16 @@ fn a_segment_with_ip_total_length_0_is_refused_as_suricata_refuses_it() {
     assert_eq!(ours, theirs, "ours {ours:?}, suricata {theirs:?}");
 }
 
-/// IPv6 fragments are not reassembled (only IPv4's are): a first fragment that carries
-/// the transport header still stands for the datagram Suricata builds from it (its
-/// flow, its protocol's rules), as it did before IPv4 defragmentation; the branch that
-/// brought IPv4 defragmentation dropped that for IPv6 too and lost the datagram's alerts.
+/// An IPv6 datagram in two fragments, the transport header in the first: Suricata's
+/// alerts on the datagram (its flow, its protocol's rules) must be ours. The branch that
+/// brought IPv4 defragmentation lost them for IPv6 (session 28); since session 29 the
+/// stack reassembles IPv6 too.
 #[test]
 fn ipv6_first_fragments_still_stand_for_their_datagram() {
-    common::require("suricata");
-    let dir = common::tempdir();
-    let rules = dir.path().join("r.rules");
-    std::fs::write(
-        &rules,
+    let (dir, rules) = rules_file(
         "alert ip any any -> any any (msg:\"ip\"; sid:1;)\n\
          alert udp any any -> any 53 (msg:\"udp\"; sid:2;)\n",
-    )
-    .unwrap();
+    );
     let payload: Vec<u8> = (0..64u8).collect();
     let mut full = Vec::new();
     PacketBuilder::ethernet2([1; 6], [2; 6])
@@ -520,4 +519,193 @@ fn ipv6_first_fragments_still_stand_for_their_datagram() {
         "suricata alerts on the datagram: {theirs:?}"
     );
     assert_eq!(ours, theirs, "ours {ours:?}, suricata {theirs:?}");
+}
+
+/// The connection CLIENT:40000 -> SERVER:80 (over IPv6 when `v6`) whose request of
+/// `n` bytes is carried by `frags` (IP fragments of one segment at sequence 1001), then
+/// a response and both FINs.
+fn fragmented_request(v6: bool, n: u32, frags: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nabcd";
+    let (a, b, r) = (1000u32, 5000u32, resp.len() as u32);
+    let mut frames = vec![
+        seg_over(v6, true, a, 0, "S", b""),
+        seg_over(v6, false, b, a + 1, "SA", b""),
+        seg_over(v6, true, a + 1, b + 1, "A", b""),
+    ];
+    frames.extend(frags);
+    frames.extend([
+        seg_over(v6, false, b + 1, a + 1 + n, "AP", resp),
+        seg_over(v6, true, a + 1 + n, b + 1 + r, "AF", b""),
+        seg_over(v6, false, b + 1 + r, a + 2 + n, "AF", b""),
+        seg_over(v6, true, a + 2 + n, b + 2 + r, "A", b""),
+    ]);
+    frames
+}
+
+/// A fragment covered whole by a later one was still counted in the bytes held, so a
+/// hole after the covering fragment went unseen: the datagram was declared complete and
+/// built with stale bytes in the hole, and the IDS alerted on it; Suricata (the furthest
+/// end held) waits for the missing bytes and sees no request.
+#[test]
+fn a_covered_ip_fragment_does_not_hide_a_hole() {
+    let (dir, rules) = rules_file(
+        "alert tcp any any -> any 80 (msg:\"stream\"; flow:to_server; content:\"/evil\"; sid:1;)\n\
+         alert http any any -> any any (msg:\"uri\"; http.uri; content:\"/evil\"; sid:2;)\n",
+    );
+    let req = b"GET /evil HTTP/1.1\r\nHost: a.example\r\nUser-Agent: frag\r\n\r\n";
+    let full = seg(true, 1001, 5001, "AP", req);
+    let tcp_len = full.len() - 34;
+    // Bytes 32..40 of the IP payload never come.
+    let frags = fragments(&full, &[(8, 16, true), (0, 32, true), (40, tcp_len, false)]);
+    let frames = fragmented_request(false, req.len() as u32, frags);
+    let (theirs, ours) = alerts(dir.path(), "covered_hole", &frames, &rules);
+    assert!(theirs.is_empty(), "suricata: {theirs:?}");
+    assert_eq!(ours, theirs, "ours {ours:?}, suricata {theirs:?}");
+}
+
+/// IPv6 fragments of the Ethernet frame `full` (IPv6 header without extensions), each
+/// `(offset, end, more)` a fragment of the IPv6 payload's bytes `offset..end` with
+/// identification 0x1234_5678; with `dstopts`, an 8-byte destination-options header
+/// (unfragmentable) before the fragment header.
+fn fragments6(full: &[u8], parts: &[(usize, usize, bool)], dstopts: bool) -> Vec<Vec<u8>> {
+    let body = &full[54..];
+    let next = full[20];
+    parts
+        .iter()
+        .map(|&(off, end, more)| {
+            let mut f = full[..54].to_vec();
+            let ext = if dstopts {
+                f[20] = 60;
+                // Next header: fragment; length 0 (8 bytes); a PadN option of 4 bytes.
+                f.extend_from_slice(&[44, 0, 1, 4, 0, 0, 0, 0]);
+                8
+            } else {
+                f[20] = 44;
+                0
+            };
+            f[18..20].copy_from_slice(&((ext + 8 + end - off) as u16).to_be_bytes());
+            f.extend_from_slice(&[next, 0]);
+            f.extend_from_slice(&((off as u16) | u16::from(more)).to_be_bytes());
+            f.extend_from_slice(&0x1234_5678u32.to_be_bytes());
+            f.extend_from_slice(&body[off..end]);
+            f
+        })
+        .collect()
+}
+
+/// IPv6 fragments were not reassembled: a request split across them (or a UDP payload)
+/// went unseen by every rule on bytes past the first fragment, where Suricata
+/// reassembles and alerts. In order, out of order, duplicated, overlaps from above and
+/// below whose bytes differ (Suricata's `bsd` policy for IPv6: the request stays `/evil`
+/// both times, where IPv4's `windows` keeps `/good` from below), with an unfragmentable
+/// extension header before the fragment header (its next header must be carried), an
+/// atomic fragment, and with a fragment missing: ours equal Suricata's each time.
+#[test]
+fn ipv6_fragments_do_not_blind_the_ids() {
+    let (dir, rules) = rules_file(
+        "alert tcp any any -> any 80 (msg:\"stream\"; flow:to_server; content:\"/evil\"; sid:1;)\n\
+         alert http any any -> any any (msg:\"uri\"; http.uri; content:\"/evil\"; sid:2;)\n\
+         alert tcp any any -> any 80 (msg:\"other\"; flow:to_server; content:\"/good\"; sid:3;)\n\
+         alert udp any any -> any 53 (msg:\"udp\"; content:\"tail-of-query\"; sid:4;)\n",
+    );
+    let req = b"GET /evil HTTP/1.1\r\nHost: a.example\r\nUser-Agent: frag\r\n\r\n";
+    let n = req.len() as u32;
+    let full = seg_over(true, true, 1001, 5001, "AP", req);
+    let tcp_len = full.len() - 54;
+    // Bytes 24..29 of the IPv6 payload (the path after the TCP header) made `/good`.
+    let mut forged = full.clone();
+    forged[54 + 24..54 + 29].copy_from_slice(b"/good");
+    let cases: Vec<(&str, Vec<Vec<u8>>)> = vec![
+        (
+            "in order",
+            fragments6(&full, &[(0, 24, true), (24, tcp_len, false)], false),
+        ),
+        (
+            "out of order",
+            fragments6(
+                &full,
+                &[(24, 48, true), (48, tcp_len, false), (0, 24, true)],
+                false,
+            ),
+        ),
+        (
+            "duplicated",
+            fragments6(
+                &full,
+                &[
+                    (0, 24, true),
+                    (0, 24, true),
+                    (24, tcp_len, false),
+                    (24, tcp_len, false),
+                ],
+                false,
+            ),
+        ),
+        (
+            "overlap",
+            [
+                fragments6(&full, &[(0, 32, true)], false),
+                fragments6(&forged, &[(24, 40, true)], false),
+                fragments6(&full, &[(40, tcp_len, false)], false),
+            ]
+            .concat(),
+        ),
+        (
+            "overlap from below",
+            [
+                fragments6(&forged, &[(24, 48, true)], false),
+                fragments6(&full, &[(0, 32, true)], false),
+                fragments6(&full, &[(48, tcp_len, false)], false),
+            ]
+            .concat(),
+        ),
+        (
+            "dstopts",
+            fragments6(&full, &[(24, tcp_len, false), (0, 24, true)], true),
+        ),
+        (
+            // Offset 0, no more fragments: Suricata decodes past the fragment header.
+            "atomic",
+            fragments6(&full, &[(0, tcp_len, false)], false),
+        ),
+        (
+            "missing",
+            fragments6(&full, &[(0, 24, true), (48, tcp_len, false)], false),
+        ),
+    ];
+    for (name, frags) in cases {
+        let frames = fragmented_request(true, n, frags);
+        let (theirs, ours) = alerts(
+            dir.path(),
+            &format!("v6_{}", name.replace(' ', "_")),
+            &frames,
+            &rules,
+        );
+        if name == "missing" {
+            assert!(theirs.is_empty(), "suricata, {name}: {theirs:?}");
+        } else {
+            assert_eq!(theirs.get(&1), Some(&1), "suricata, {name}: {theirs:?}");
+            assert_eq!(theirs.get(&2), Some(&1), "suricata, {name}: {theirs:?}");
+        }
+        assert_eq!(ours, theirs, "{name}: ours {ours:?}, suricata {theirs:?}");
+    }
+    // A UDP datagram whose matching bytes are in its second fragment.
+    let mut q = Vec::new();
+    PacketBuilder::ethernet2([1; 6], [2; 6])
+        .ipv6(CLIENT6, SERVER6, 64)
+        .udp(40000, 53)
+        .write(
+            &mut q,
+            &[
+                b"0123456789abcdef0123456789abcdef".as_slice(),
+                b"tail-of-query",
+            ]
+            .concat(),
+        )
+        .unwrap();
+    let end = q.len() - 54;
+    let frames = fragments6(&q, &[(16, end, false), (0, 16, true)], false);
+    let (theirs, ours) = alerts(dir.path(), "v6_udp", &frames, &rules);
+    assert_eq!(theirs.get(&4), Some(&1), "suricata, udp: {theirs:?}");
+    assert_eq!(ours, theirs, "udp: ours {ours:?}, suricata {theirs:?}");
 }

@@ -29,7 +29,7 @@ use crate::nfs::ids::{
 };
 use crate::nfs::params::{ParamDoc, ParamError, Params};
 use crate::packet::wire::tcp::flags;
-use crate::packet::{L3Kind, Layers};
+use crate::packet::Layers;
 use crate::stack::tracker::tracked_layers;
 use crate::stack::{App, Ctx, EndReason, Event, Kind, Kinds, Level, TcpState, NO_FLOW, NO_PKT};
 
@@ -636,7 +636,11 @@ impl IdsApp {
     fn inspect(&mut self, ev: &Event, cx: &mut Ctx<'_>, l: &Layers, tracked: bool) -> bool {
         let l = *l;
         let Some(p) = cx.packet(ev) else { return false };
-        let Some(d) = decode(&l, p.data()) else {
+        if crate::stack::defrag::is_ipv6_atomic(&l, p.data()) {
+            // Inspected as the datagram the stack makes of it (`App::defrag`).
+            return false;
+        }
+        let Some(mut d) = decode(&l, p.data()) else {
             return false;
         };
         let Some(mut key) = FlowKey::from_packet(&l, p.data()) else {
@@ -647,10 +651,9 @@ impl IdsApp {
         }
         self.packets += 1;
         // Suricata gives some packets no flow (other protocols, fragments, ICMP errors):
-        // each is its own first packet. An IPv4 fragment's datagram comes after it,
-        // reassembled by the stack (`App::defrag`), as a packet of its own with its flow.
-        // IPv6 fragments are not reassembled: a first one also stands for the datagram
-        // Suricata reassembles from it, which has a flow.
+        // each is its own first packet. A fragment's datagram (IPv4 or IPv6) comes after
+        // it, reassembled by the stack (`App::defrag`), as a packet of its own with its
+        // flow.
         let flowless = !tracked && !suricata_makes_flow(&l, &d);
         let now = p.meta().now_ns;
         let quoted = if flowless && d.proto == 1 && d.fields.icmp_type == 3 {
@@ -659,34 +662,20 @@ impl IdsApp {
         } else {
             None
         };
-        let datagram = flowless
-            && l.l3 == L3Kind::Ipv6
-            && l.is_fragment()
-            && !l.is_later_fragment()
-            && l.has_l4();
-        for pass in 0..1 + usize::from(datagram) {
-            let mut d = d.clone();
-            if l.is_fragment() && pass == 0 {
-                // Suricata decodes no transport header in a fragment.
-                (d.sport, d.dport, d.tcp) = (0, 0, None);
-                d.payload = d.payload.end..d.payload.end;
-            }
-            let ip_proto = if l.is_fragment() && pass == 0 {
-                0
-            } else {
-                d.proto
-            };
-            let owner = match (tracked, flowless && pass == 0, quoted) {
-                (true, _, _) => Owner::Stack,
-                (false, true, Some(q)) => Owner::Quoted(q),
-                (false, true, None) => Owner::NoFlow,
-                (false, false, _) => Owner::Loose,
-            };
-            if self.packet_pass(ev, cx, &d, ip_proto, &key, owner) {
-                return true;
-            }
+        let mut ip_proto = d.proto;
+        if l.is_fragment() {
+            // Suricata decodes no transport header in a fragment.
+            (d.sport, d.dport, d.tcp) = (0, 0, None);
+            d.payload = d.payload.end..d.payload.end;
+            ip_proto = 0;
         }
-        false
+        let owner = match (tracked, flowless, quoted) {
+            (true, _, _) => Owner::Stack,
+            (false, true, Some(q)) => Owner::Quoted(q),
+            (false, true, None) => Owner::NoFlow,
+            (false, false, _) => Owner::Loose,
+        };
+        self.packet_pass(ev, cx, &d, ip_proto, &key, owner)
     }
 
     /// The untracked flow an ICMP destination-unreachable message joins, as Suricata's

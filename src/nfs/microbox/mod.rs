@@ -477,13 +477,9 @@ impl Nf for Microbox {
             add("stream_gap_bytes", s.gap_bytes);
             add("stream_out_of_window", s.out_of_window);
             if let Some(d) = &u.stack.defrag {
-                let d = d.stats;
-                add("frag_fragments", d.fragments);
-                add("frag_reassembled", d.reassembled);
-                add("frag_timeout", d.timeout);
-                add("frag_overlap", d.overlap);
-                add("frag_too_many", d.too_many);
-                add("frag_malformed", d.malformed);
+                for (k, v) in d.stats.named(false).into_iter().chain(d.stats6.named(true)) {
+                    add(k, v);
+                }
             }
             add("events_refused", u.q.refused);
             for a in &u.apps {
