@@ -24,7 +24,7 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
-use super::consolidate::{no_sweep_in, FastRun};
+use super::consolidate::{no_sweep_in, FastRun, VISITS_AHEAD};
 use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
@@ -703,7 +703,13 @@ impl Consolidate for FlowMonitor {
     /// timeout, or every visit's time within a second of the last sweep: the run clock
     /// never goes back), the ticks only count; until a visit falls back to `account`
     /// (which may sweep), each only updates its bucket.
+    ///
+    /// FastPath prefetched the first `VISITS_AHEAD` visits' lines; each visit served
+    /// prefetches the one `VISITS_AHEAD` later's (a bounded window, not the whole run's
+    /// at once: session 29).
     fn fast_state_run(&mut self, run: &FastRun) {
+        let lines = self.fast_lines();
+        let mut n = VISITS_AHEAD;
         let mut visits = run.visits;
         if let Some(span) = run.span() {
             let (since, every) = (self.since_sweep, self.sweep_every);
@@ -712,6 +718,8 @@ impl Consolidate for FlowMonitor {
             {
                 while let Some((v, rest)) = visits.split_first() {
                     visits = rest;
+                    run.prefetch(&lines, n);
+                    n += 1;
                     self.since_sweep += 1;
                     let p = run.packet(&v);
                     if !self.update_at(v.token, &p) {
@@ -723,6 +731,8 @@ impl Consolidate for FlowMonitor {
             }
         }
         for v in visits.iter() {
+            run.prefetch(&lines, n);
+            n += 1;
             self.state_at(v.token, &run.packet(&v));
         }
     }

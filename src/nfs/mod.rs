@@ -22,7 +22,7 @@ pub mod registry;
 mod wire;
 
 pub use busy::Busy;
-pub use consolidate::{FastFacts, FastRun, Step, Visit, Visits, MAX_PATH};
+pub use consolidate::{FastFacts, FastRun, Step, Visit, Visits, MAX_PATH, VISITS_AHEAD};
 pub use dpi::{AppProto, DpiFlow};
 pub use firewall::Firewall;
 pub use flow_monitor::{End, FlowMonitor, FlowRecord, FlowStats};

@@ -11,7 +11,6 @@
 //! it rewrites with the same value (no byte changes); none of ours does. `tests` holds
 //! the proptest.
 
-use crate::packet::bytes::{be16, put16};
 use crate::packet::checksum::{fold32, fold64};
 use crate::packet::{L3Kind, Layers};
 
@@ -53,8 +52,9 @@ pub struct Actions {
     /// Offset and summed delta of the transport checksum (with [`L4`]; UDP with [`UDP`]).
     l4_at: u16,
     l4_delta: u16,
-    /// Packets shorter than this do not have every byte the actions touch.
-    pub min_len: u16,
+    /// Packets shorter than this do not have every byte the actions touch (private:
+    /// [`Actions::apply`]'s unchecked accesses rely on it).
+    min_len: u16,
 }
 
 const IP: u8 = 1;
@@ -203,6 +203,11 @@ impl Actions {
         Ok(a)
     }
 
+    /// Packets shorter than this do not have every byte the actions touch.
+    pub const fn min_len(&self) -> u16 {
+        self.min_len
+    }
+
     /// Whether applying changes anything (paths of filters and monitors do not).
     pub const fn rewrites(&self) -> bool {
         self.nwords != 0 || self.flags & (IP | L4) != 0
@@ -224,31 +229,64 @@ impl Actions {
     /// long (the hit checked it; the recorder replays on a copy of the same length).
     #[inline]
     pub fn apply(&self, d: &mut [u8]) {
+        // Every window and checksum ends within `min_len` (`between` makes it so, and
+        // nothing else writes these fields), so one length test covers every access;
+        // the hit's `Table::fits` has made it true, so it never returns here.
+        if d.len() < self.min_len as usize {
+            debug_assert!(
+                false,
+                "apply on {} bytes, min_len {}",
+                d.len(),
+                self.min_len
+            );
+            return;
+        }
+        debug_assert!(self.in_bounds());
         let k = (self.nwords as usize).min(MAX_WORDS);
         for ((&o, &m), &v) in self.offs[..k].iter().zip(&self.masks).zip(&self.vals) {
-            if let Some(w) = d
-                .get_mut(o as usize..)
-                .and_then(|s| s.first_chunk_mut::<8>())
-            {
-                let x = u64::from_le_bytes(*w) & !WORD_MASKS[m as usize] | v;
-                *w = x.to_le_bytes();
-            }
+            // SAFETY: window `o..o + 8` ends within `min_len` <= `d.len()` (above).
+            let w = unsafe { &mut *d.as_mut_ptr().add(o as usize).cast::<[u8; 8]>() };
+            let x = u64::from_le_bytes(*w) & !WORD_MASKS[m as usize] | v;
+            *w = x.to_le_bytes();
         }
         if self.flags & IP != 0 {
-            let at = self.ip_at as usize;
-            put16(d, at, patch(be16(d, at), self.ip_delta));
+            // SAFETY: `ip_at + 2 <= min_len <= d.len()` when `IP` is set (above).
+            let c = unsafe { checksum_at(d, self.ip_at) };
+            *c = patch(u16::from_be_bytes(*c), self.ip_delta).to_be_bytes();
         }
         if self.flags & L4 != 0 {
-            let at = self.l4_at as usize;
-            let c = be16(d, at);
+            // SAFETY: `l4_at + 2 <= min_len <= d.len()` when `L4` is set (above).
+            let c = unsafe { checksum_at(d, self.l4_at) };
+            let old = u16::from_be_bytes(*c);
             if self.flags & UDP == 0 {
-                put16(d, at, patch(c, self.l4_delta));
-            } else if c != 0 {
-                let n = patch(c, self.l4_delta);
-                put16(d, at, if n == 0 { 0xffff } else { n });
+                *c = patch(old, self.l4_delta).to_be_bytes();
+            } else if old != 0 {
+                let n = patch(old, self.l4_delta);
+                *c = (if n == 0 { 0xffff } else { n }).to_be_bytes();
             }
         }
     }
+
+    /// What [`apply`](Self::apply)'s unchecked accesses rely on: every window and
+    /// checksum it touches ends within `min_len`.
+    fn in_bounds(&self) -> bool {
+        let len = self.min_len as usize;
+        let k = (self.nwords as usize).min(MAX_WORDS);
+        self.offs[..k].iter().all(|&o| o as usize + 8 <= len)
+            && (self.flags & IP == 0 || self.ip_at as usize + 2 <= len)
+            && (self.flags & L4 == 0 || self.l4_at as usize + 2 <= len)
+    }
+}
+
+/// The two bytes at `at` as a checksum, unchecked.
+///
+/// # Safety
+/// `at + 2 <= d.len()`.
+#[inline(always)]
+unsafe fn checksum_at(d: &mut [u8], at: u16) -> &mut [u8; 2] {
+    debug_assert!(at as usize + 2 <= d.len());
+    // SAFETY: the caller's bound; `[u8; 2]` has alignment 1.
+    unsafe { &mut *d.as_mut_ptr().add(at as usize).cast::<[u8; 2]>() }
 }
 
 /// Where a layout's checksums sit.
@@ -371,6 +409,7 @@ pub fn patch(c: u16, delta: u16) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::packet::bytes::{be16, put16};
     use crate::packet::checksum::{update16, update32, update_bytes};
     use crate::packet::LinkKind;
     use proptest::prelude::*;

@@ -8,7 +8,9 @@
 use super::table::{Found, Probe, Step, Way, MAX_PATH, NO_SHAPE, SHAPE_CALL};
 use super::{FastPath, FpKey};
 use crate::flow::FlowKey;
-use crate::nfs::{Consolidate, FastFacts, FastPacket, FastRun, Nf, TokenLines, Visits};
+use crate::nfs::{
+    Consolidate, FastFacts, FastPacket, FastRun, Nf, TokenLines, Visits, VISITS_AHEAD,
+};
 use crate::packet::{Batch, Layers, Packet, Pool, Verdict, MAX_BATCH};
 
 /// Most consolidated NFs a chain may have for a chunk of hits to borrow them all at once
@@ -463,23 +465,13 @@ impl FastPath {
                             continue;
                         }
                         // An item that may straddle two lines, the control byte a hit
-                        // reads first, the flow key it hands over (the monitor).
-                        for (p, ks) in paths[a..b].iter().zip(&keys[a..b]) {
+                        // reads first, the flow key it hands over (the monitor): only
+                        // the run's first visits here; its state function prefetches
+                        // each later one `VISITS_AHEAD` visits before it serves it.
+                        let ahead = b.min(a + VISITS_AHEAD);
+                        for (p, ks) in paths[a..ahead].iter().zip(&keys[a..ahead]) {
                             let s = &p[j];
-                            if !l.base.is_null() {
-                                let at = l.prefetch_at(s.token);
-                                super::table::prefetch(at);
-                                super::table::prefetch(at.wrapping_add(l.last));
-                            }
-                            if !l.ctrl.is_null() {
-                                super::table::prefetch(l.ctrl_at(s.token));
-                            }
-                            if l.reads_key {
-                                let k = ks.as_ptr().wrapping_add(s.key_index());
-                                super::table::prefetch(k);
-                                let end = size_of::<FlowKey>() - 1;
-                                super::table::prefetch(k.cast::<u8>().wrapping_add(end));
-                            }
+                            l.prefetch_visit(s.token, ks.as_ptr().wrapping_add(s.key_index()));
                         }
                     }
                     let mut end = b;

@@ -145,7 +145,7 @@ impl Hot {
                 Some(s) => s,
                 None => NO_SINK,
             },
-            min_len: a.min_len,
+            min_len: a.min_len(),
             len,
             count: e.retry,
             steps: e.steps,
