@@ -352,27 +352,35 @@ fn fragments(full: &[u8], parts: &[(usize, usize, bool)]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The fragment tests' rules: the request's path on the stream and in the URI, and the
+/// forged path an overlap may put in its place.
+const FRAG_RULES: &str =
+    "alert tcp any any -> any 80 (msg:\"stream\"; flow:to_server; content:\"/evil\"; sid:1;)\n\
+         alert http any any -> any any (msg:\"uri\"; http.uri; content:\"/evil\"; sid:2;)\n\
+         alert tcp any any -> any 80 (msg:\"other\"; flow:to_server; content:\"/good\"; sid:3;)\n";
+
+/// The request the fragment tests split: its path (`/evil`, bytes 4..9) lies at bytes
+/// 24..29 of the IP payload, behind the 20-byte TCP header, where the overlaps write.
+const FRAG_REQUEST: &[u8] = b"GET /evil HTTP/1.1\r\nHost: a.example\r\nUser-Agent: frag\r\n\r\n";
+
 /// A request whose TCP segment is split in IP fragments: Suricata defragments it and
 /// alerts; the IDS saw nothing. In order, out of order, with overlaps whose bytes differ
-/// (Suricata's BSD policy: a later fragment starting inside a held one loses the shared
-/// bytes, the request stays `/evil`; one starting lower but ending inside a held one
-/// loses them too, the request becomes `/good`), and with a fragment missing (no
+/// (Suricata's `windows` policy for IPv4 under its packaged configuration: a later
+/// fragment starting inside a held one loses the shared bytes, the request stays
+/// `/evil`; one starting lower but ending inside a held one loses them too, the request
+/// becomes `/good`), and with a fragment missing (no
 /// datagram, no alert): ours equal Suricata's each time.
 #[test]
 fn ip_fragments_do_not_blind_the_ids() {
-    let (dir, rules) = rules_file(
-        "alert tcp any any -> any 80 (msg:\"stream\"; flow:to_server; content:\"/evil\"; sid:1;)\n\
-         alert http any any -> any any (msg:\"uri\"; http.uri; content:\"/evil\"; sid:2;)\n\
-         alert tcp any any -> any 80 (msg:\"other\"; flow:to_server; content:\"/good\"; sid:3;)\n",
-    );
-    let req = b"GET /evil HTTP/1.1\r\nHost: a.example\r\nUser-Agent: frag\r\n\r\n";
+    let (dir, rules) = rules_file(FRAG_RULES);
+    let req = FRAG_REQUEST;
     let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nabcd";
     let (a, b) = (1000u32, 5000u32);
     let n = req.len() as u32;
     let full = seg(true, a + 1, b + 1, "AP", req);
     let tcp_len = full.len() - 34;
     // The overlapping fragment rewrites bytes 24..32 of the IP payload (the path after
-    // the TCP header's 20 bytes) with `/good`: kept out by the lower fragment (BSD).
+    // the TCP header's 20 bytes) with `/good`: kept out by the lower fragment (`windows`).
     let mut forged = full.clone();
     forged[34 + 24..34 + 29].copy_from_slice(b"/good");
     let cases: Vec<(&str, Vec<Vec<u8>>)> = vec![
@@ -602,13 +610,10 @@ fn fragments6(full: &[u8], parts: &[(usize, usize, bool)], dstopts: bool) -> Vec
 /// atomic fragment, and with a fragment missing: ours equal Suricata's each time.
 #[test]
 fn ipv6_fragments_do_not_blind_the_ids() {
-    let (dir, rules) = rules_file(
-        "alert tcp any any -> any 80 (msg:\"stream\"; flow:to_server; content:\"/evil\"; sid:1;)\n\
-         alert http any any -> any any (msg:\"uri\"; http.uri; content:\"/evil\"; sid:2;)\n\
-         alert tcp any any -> any 80 (msg:\"other\"; flow:to_server; content:\"/good\"; sid:3;)\n\
-         alert udp any any -> any 53 (msg:\"udp\"; content:\"tail-of-query\"; sid:4;)\n",
-    );
-    let req = b"GET /evil HTTP/1.1\r\nHost: a.example\r\nUser-Agent: frag\r\n\r\n";
+    let (dir, rules) = rules_file(&format!(
+        "{FRAG_RULES}alert udp any any -> any 53 (msg:\"udp\"; content:\"tail-of-query\"; sid:4;)\n"
+    ));
+    let req = FRAG_REQUEST;
     let n = req.len() as u32;
     let full = seg_over(true, true, 1001, 5001, "AP", req);
     let tcp_len = full.len() - 54;
