@@ -457,10 +457,18 @@ impl PcapFormat {
                 expected: "2.x",
             });
         }
-        if hdr.snaplen > MAX_SNAPLEN {
+        // libpcap takes a snaplen that is negative as a C int (0xffffffff from some
+        // writers) as no snaplen and uses the link's largest, 262144: tcpdump reads such
+        // files, so do we. Positive ones past 256 MiB stay refused.
+        let snaplen = if hdr.snaplen > i32::MAX as u32 {
+            DEFAULT_SNAPLEN
+        } else {
+            hdr.snaplen
+        };
+        if snaplen > MAX_SNAPLEN {
             return Err(TraceError::Snaplen {
                 path: path.to_owned(),
-                snaplen: hdr.snaplen,
+                snaplen,
             });
         }
         let linktype = hdr.network.0 as u32;
@@ -476,7 +484,7 @@ impl PcapFormat {
                 version_minor: hdr.version_minor,
                 thiszone: hdr.thiszone,
                 sigfigs: hdr.sigfigs,
-                snaplen: hdr.snaplen,
+                snaplen,
                 linktype,
                 nanos,
             },
@@ -484,7 +492,7 @@ impl PcapFormat {
             big_endian: hdr.is_bigendian(),
             rec_hdr_len: if hdr.is_modified_format() { 24 } else { 16 },
             frac_ns: if nanos { 1 } else { 1000 },
-            limit: caplen_limit(hdr.snaplen),
+            limit: caplen_limit(snaplen),
         })
     }
 
@@ -1355,6 +1363,37 @@ mod tests {
                 .unwrap()
                 .to_string(),
             "t: file is 6 bytes, too short for a pcapng section header (28 bytes)"
+        );
+    }
+
+    /// libpcap reads a file header whose snaplen is 0xffffffff (negative as a C int) as
+    /// snaplen 262144 (tcpdump: "snapshot length 262144"); a record is still bounded by
+    /// the caplen rule of that snaplen.
+    #[test]
+    fn snaplen_0xffffffff_reads_as_libpcap_does() {
+        let mut b = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        b.extend([0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0]);
+        b.extend([1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0]);
+        b.extend([0xab, 0xcd, 0xef]);
+        let t = open(b.clone()).unwrap();
+        assert!(t.error().is_none(), "{:?}", t.error());
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.packet(0), &[0xab, 0xcd, 0xef]);
+        assert_eq!(t.header().snaplen, 262_144);
+        // A record of caplen 262145 after it is absurd, not a 4 GiB allowance.
+        b.extend([
+            1, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x00, 0x04, 0x00, 0x01, 0x00, 0x04, 0x00,
+        ]);
+        b.extend([0; 64]);
+        let t = open(b).unwrap();
+        assert_eq!(t.len(), 1);
+        assert!(
+            t.error()
+                .unwrap()
+                .to_string()
+                .contains("absurd caplen 262145"),
+            "{}",
+            t.error().unwrap()
         );
     }
 
