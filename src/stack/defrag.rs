@@ -195,42 +195,18 @@ impl Slot {
     /// overlapped a held one.
     fn insert(&mut self, s: usize, data: &[u8], more: bool) -> bool {
         let e = s + data.len();
-        let mut ltrim = 0;
-        let mut overlap = false;
-        // Where Suricata's walk starts: the fragment before the first at or past `s`
-        // (the lowest when there is none, or when `s` is 0).
-        let ge = self.frags.iter().position(|f| f.off >= s);
-        let start = match ge {
-            Some(n) if s > 0 => n.saturating_sub(1),
-            _ => 0,
+        let Some(i) = self.reaching(s) else {
+            self.push(s, data, more);
+            return false;
         };
-        for i in start..self.frags.len() {
-            let prev = self.frags[i];
-            if prev.skip {
-                continue;
-            }
-            let prev_end = prev.off + prev.len;
-            overlap |= s < prev_end && prev.off < e;
-            if s < prev_end {
-                if s >= prev.off {
-                    ltrim = prev_end - s;
-                }
-                if let Some(next) = self.frags.get_mut(i + 1) {
-                    if e > next.off {
-                        next.ltrim = e - next.off;
-                    }
-                }
-                if s < prev.off && e >= prev_end {
-                    self.frags[i].skip = true;
-                }
-                break;
-            }
+        let prev = self.frags[i];
+        let prev_end = prev.off + prev.len;
+        let ltrim = if s >= prev.off { prev_end - s } else { 0 };
+        if s < prev.off && e >= prev_end {
+            self.frags[i].skip = true;
         }
-        if ltrim >= data.len() {
-            return overlap;
-        }
-        self.push(s + ltrim, &data[ltrim..], more);
-        overlap
+        self.trim_next_and_push(i, s, data, ltrim, more);
+        prev.off < e
     }
 
     /// Inserts fragment `s..s + data.len()` as Suricata's defrag.c applies its `bsd`
@@ -239,43 +215,56 @@ impl Slot {
     /// loses the shared bytes; one starting at or below a held one wins them.
     fn insert_bsd(&mut self, s: usize, data: &[u8], more: bool) -> bool {
         let e = s + data.len();
-        let (mut ltrim, mut overlap) = (0, false);
-        // Suricata's walk starts at the fragment before the first at or past `s` (none
-        // when `s` is 0: its key `s - 1` wraps), else at the lowest.
+        let Some(i) = self.reaching(s) else {
+            self.push(s, data, more);
+            return false;
+        };
+        let prev = self.frags[i];
+        let prev_end = prev.off + prev.len;
+        let mut ltrim = 0;
+        if prev.off <= s {
+            if prev_end > e {
+                return prev.off < e;
+            }
+            ltrim = prev_end - s;
+        } else if e > prev.off + prev.ltrim {
+            self.frags[i].ltrim = prev.ltrim.max(e - prev.off);
+        }
+        // A held fragment trimmed whole is let go.
+        let p = &mut self.frags[i];
+        p.skip |= p.ltrim >= p.len;
+        self.trim_next_and_push(i, s, data, ltrim, more);
+        prev.off < e
+    }
+
+    /// Where Suricata's walk (defrag.c) stops for a fragment starting at `s`: the first
+    /// held fragment not let go that ends past `s`, looked for from the one before the
+    /// first at or past `s` (from the lowest when there is none, or when `s` is 0:
+    /// Suricata's key `s - 1` wraps). Both policies act on that fragment alone.
+    fn reaching(&self, s: usize) -> Option<usize> {
         let ge = (s > 0)
             .then(|| self.frags.iter().position(|f| f.off >= s))
             .flatten();
-        let mut i = ge.map_or(0, |n| n.saturating_sub(1));
-        while i < self.frags.len() {
-            let prev = self.frags[i];
-            let prev_end = prev.off + prev.len;
-            if !prev.skip && s < prev_end {
-                overlap |= prev.off < e;
-                if prev.off <= s {
-                    if prev_end > e {
-                        return overlap;
-                    }
-                    ltrim = prev_end - s;
-                } else if e > prev.off + prev.ltrim {
-                    self.frags[i].ltrim = prev.ltrim.max(e - prev.off);
-                }
-                if let Some(next) = self.frags.get_mut(i + 1) {
-                    if e > next.off {
-                        next.ltrim = e - next.off;
-                    }
-                }
-                // A held fragment trimmed whole is let go.
-                let p = &mut self.frags[i];
-                p.skip |= p.ltrim >= p.len;
-                break;
+        let from = ge.map_or(0, |n| n.saturating_sub(1));
+        (from..self.frags.len()).find(|&i| {
+            let f = self.frags[i];
+            !f.skip && s < f.off + f.len
+        })
+    }
+
+    /// What both policies do after acting on held fragment `i`: the one after it loses
+    /// the bytes the new fragment covers, and the new one is held without its first
+    /// `ltrim` bytes (not at all when that is all of it).
+    fn trim_next_and_push(&mut self, i: usize, s: usize, data: &[u8], ltrim: usize, more: bool) {
+        let e = s + data.len();
+        if let Some(next) = self.frags.get_mut(i + 1) {
+            if e > next.off {
+                next.ltrim = e - next.off;
             }
-            i += 1;
         }
-        if ltrim >= data.len() {
-            return overlap;
+        if ltrim < data.len() {
+            self.push(s + ltrim, &data[ltrim..], more);
         }
-        self.push(s + ltrim, &data[ltrim..], more);
-        overlap
     }
 
     /// Holds `data` at `off` (after the trims), in offset order.
