@@ -556,11 +556,8 @@ fn fragmented_request(v6: bool, n: u32, frags: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
 /// end held) waits for the missing bytes and sees no request.
 #[test]
 fn a_covered_ip_fragment_does_not_hide_a_hole() {
-    let (dir, rules) = rules_file(
-        "alert tcp any any -> any 80 (msg:\"stream\"; flow:to_server; content:\"/evil\"; sid:1;)\n\
-         alert http any any -> any any (msg:\"uri\"; http.uri; content:\"/evil\"; sid:2;)\n",
-    );
-    let req = b"GET /evil HTTP/1.1\r\nHost: a.example\r\nUser-Agent: frag\r\n\r\n";
+    let (dir, rules) = rules_file(FRAG_RULES);
+    let req = FRAG_REQUEST;
     let full = seg(true, 1001, 5001, "AP", req);
     let tcp_len = full.len() - 34;
     // Bytes 32..40 of the IP payload never come.
