@@ -227,6 +227,101 @@ fn a_segment_far_past_the_window_does_not_blind_the_ids() {
     }
 }
 
+/// A connection picked up mid-stream on the client's request: Suricata starts the
+/// server's stream at that request's ACK (stream-tcp.c's midstream pickup), so server
+/// bytes the capture lost before the server's first segment are a hole at the stream's
+/// start, and once the client acknowledges past it the raw stream is inspected up to the
+/// end of what is held, the response's unacknowledged bytes included. The stack started
+/// that stream at the server's first captured byte (no hole), so it inspected only up to
+/// the ACK and missed an alert on each rule: the hole of 1,000 bytes gave us one `d2` and
+/// one `d3` where Suricata gives two. Without a hole both agree.
+#[test]
+fn a_mid_stream_pickup_starts_the_other_side_at_its_ack() {
+    let (dir, rules) = rules_file(
+        "alert tcp any any -> any any (msg:\"d2\"; content:\"d2\"; sid:1;)\n\
+         alert tcp any any -> any any (msg:\"d3\"; content:\"d3\"; sid:2;)\n\
+         alert tcp-stream any any -> any any (msg:\"d2 stream\"; content:\"d2\"; sid:3;)\n\
+         alert tcp-stream any any -> any any (msg:\"d3 stream\"; content:\"d3\"; sid:4;)\n\
+         alert http any any -> any any (msg:\"uri\"; http.uri; content:\"/b\"; sid:6;)\n",
+    );
+    let r1 = b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n";
+    let r2 = b"GET /b HTTP/1.1\r\nHost: h\r\n\r\n";
+    let body = [&[b'y'; 590][..], b"d2", b"zzzzzzzz"].concat();
+    let resp = [
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n"[..],
+        &[b'q'; 10],
+        b"d3",
+        &[b'q'; 18],
+    ]
+    .concat();
+    let tail = b"more d2 bytes";
+    let (c, x) = (1000u32, 50_000u32);
+    let (n1, n2) = (r1.len() as u32, r2.len() as u32);
+    for (hole, want) in [(1000u32, 2u64), (0, 1)] {
+        // The server's bytes x..x + hole were sent before the capture began.
+        let s = x + hole;
+        let r = resp.len() as u32;
+        let frames = vec![
+            seg(true, c, x, "AP", r1),
+            seg(false, s, c + n1, "A", &[b'x'; 1400]),
+            seg(false, s + 1400, c + n1, "AP", &body),
+            seg(true, c + n1, s + 2000, "AP", r2),
+            seg(false, s + 2000, c + n1 + n2, "AP", &resp),
+            seg(false, s + 2000 + r, c + n1 + n2, "AP", tail),
+            seg(
+                true,
+                c + n1 + n2,
+                s + 2000 + r + tail.len() as u32,
+                "A",
+                b"",
+            ),
+        ];
+        let (theirs, ours) = alerts(dir.path(), &format!("pickup{hole}"), &frames, &rules);
+        assert_eq!(
+            theirs.get(&2),
+            Some(&want),
+            "suricata, hole {hole}: {theirs:?}"
+        );
+        assert_eq!(
+            ours, theirs,
+            "hole {hole}: ours {ours:?}, suricata {theirs:?}"
+        );
+    }
+}
+
+/// A pickup whose other side lost its first 10,000 bytes and then sends 84,000 more that
+/// the client never acknowledges: behind the hole at that stream's start they would
+/// overflow the reassembly ring (64 KiB) and give the direction up, and no rule would
+/// see them; Suricata holds them and inspects them at the flow's end. The hole is
+/// skipped when the ring would overflow, so each rule fires as Suricata's does.
+#[test]
+fn a_pickup_whose_other_side_overflows_the_ring_is_still_inspected() {
+    let (dir, rules) = rules_file(
+        "alert tcp any any -> any any (msg:\"d2\"; content:\"d2\"; sid:1;)\n\
+         alert tcp-stream any any -> any any (msg:\"d3 stream\"; content:\"d3\"; sid:4;)\n",
+    );
+    let r1 = b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n";
+    let (c, x, n) = (1000u32, 50_000u32, r1.len() as u32);
+    let mut frames = vec![seg(true, c, x, "AP", r1)];
+    let mut at = x + 10_000;
+    for i in 0..60 {
+        let mut p = vec![b'z'; 1400];
+        if i == 30 {
+            p[100..102].copy_from_slice(b"d3");
+        }
+        if i == 59 {
+            p[1300..1302].copy_from_slice(b"d2");
+        }
+        frames.push(seg(false, at, c + n, "A", &p));
+        at += 1400;
+    }
+    frames.push(seg(false, at, c + n, "AF", b""));
+    let (theirs, ours) = alerts(dir.path(), "pickup_overflow", &frames, &rules);
+    assert_eq!(theirs.get(&1), Some(&1), "suricata: {theirs:?}");
+    assert_eq!(theirs.get(&4), Some(&1), "suricata: {theirs:?}");
+    assert_eq!(ours, theirs, "ours {ours:?}, suricata {theirs:?}");
+}
+
 /// `good` with its IP total length set to `total` (header checksum fixed), padded to the
 /// 60-byte Ethernet minimum with the rest of the original frame: the bytes past the
 /// datagram are what they were, as if a sender's padding held them.

@@ -268,6 +268,31 @@ impl Stream {
         Some((hole, re - rs))
     }
 
+    /// Nothing delivered yet (a pickup's other side, started at the pickup's ACK) and
+    /// the segment of `len` bytes at `seq` would not fit the ring behind the hole at the
+    /// stream's start (the capture lost that side's first bytes): buffering it would
+    /// give the direction up.
+    pub fn leading_hole_overflows(&self, seq: u32, len: usize, ring_bytes: usize) -> bool {
+        let rel = seq::diff(self.next_seq(), seq);
+        self.started
+            && !self.gave_up
+            && self.next == 0
+            && rel > 0
+            && rel as u64 + len as u64 > ring_bytes as u64
+    }
+
+    /// Skips the hole at the start of a stream that holds nothing, up to `seq` (see
+    /// [`Stream::leading_hole_overflows`]); returns the hole's length.
+    pub fn skip_leading_hole(&mut self, seq: u32) -> u64 {
+        let rel = seq::diff(self.next_seq(), seq);
+        if self.runs != 0 || self.next != 0 || rel <= 0 {
+            return 0;
+        }
+        self.next = rel as u64;
+        self.skipped = rel as u64;
+        rel as u64
+    }
+
     /// Bytes of holes skipped so far ([`Stream::skip_acked_hole`]): not delivered, though
     /// counted in the stream's offsets.
     pub fn skipped(&self) -> u64 {

@@ -13,7 +13,7 @@ use super::conn::{Conn, MAX_APPS};
 use super::defrag::Defrag;
 use super::event::{Bytes, EndReason, Event, FlowId, Kind, Kinds, FROM_STACK, NO_FLOW, NO_PKT};
 use super::queue::Queue;
-use super::reasm::{Chunk, RingPool};
+use super::reasm::{Chunk, RingPool, Stream};
 use super::tcp_state::{self, Handshake, TcpState};
 use crate::flow::{FlowKey, Hasher, WideKey};
 use crate::packet::wire::tcp::flags;
@@ -508,6 +508,11 @@ impl Stack {
                 if c.synack_first && self.skip_holes {
                     // Suricata takes the client's next byte from the SYN-ACK's ack.
                     c.streams[0].start(ack);
+                } else if c.midstream && self.skip_holes && fl & (flags::ACK | flags::FIN) != 0 {
+                    // Suricata's pickup (on an ACK or a FIN) starts the other direction at
+                    // this packet's ack, so bytes the capture lost before that side's
+                    // first segment are a hole at its start (stream-tcp.c, midstream).
+                    c.streams[1].start(ack);
                 }
                 self.stats.flows += 1;
                 self.stats.midstream += u64::from(!syn);
@@ -612,33 +617,8 @@ impl Stack {
                 // (Suricata's reassembly gap): delivered first, as Suricata updates the
                 // acknowledged direction before taking this packet's segment.
                 let st = &mut c.streams[1 - dir];
-                loop {
-                    let start = q.arena.len();
-                    let arena = &mut q.arena;
-                    let Some((hole, _)) = st.skip_acked_hole(&mut self.rings, ack, |ch| {
-                        if let (true, Chunk::Buffered(b)) = (want, ch) {
-                            arena.extend_from_slice(b);
-                        }
-                    }) else {
-                        break;
-                    };
-                    self.stats.gaps += 1;
-                    self.stats.gap_bytes += hole;
-                    let len = q.arena.len() - start;
-                    self.stats.bytes += len as u64;
-                    if want {
-                        q.push(Event {
-                            kind: Kind::Data,
-                            dir: 1 - dir as u8,
-                            info: hole.min(u64::from(u32::MAX)) as u32,
-                            bytes: Bytes::Arena {
-                                off: start as u32,
-                                len: len as u32,
-                            },
-                            ..ev
-                        });
-                    }
-                }
+                let d = 1 - dir as u8;
+                skip_holes_to(st, ack, &mut self.rings, &mut self.stats, q, want, d, ev);
             }
             let st = &mut c.streams[dir];
             if !st.is_started() && (hs != Handshake::Ignore || syn) {
@@ -649,6 +629,32 @@ impl Stack {
             let beyond = pay_len > 0 && take && c.window.beyond(dir, data_seq);
             self.stats.out_of_window += u64::from(beyond);
             if pay_len > 0 && take && !beyond {
+                let ring = self.rings.ring_bytes();
+                let mut lead = 0;
+                if self.skip_holes && st.leading_hole_overflows(data_seq, pay_len, ring) {
+                    // A side that delivered nothing yet (a pickup's other side, its first
+                    // bytes lost) whose bytes behind the hole at its start would overflow
+                    // the ring: the hole is skipped now rather than the side given up.
+                    if st.has_hole() {
+                        let d = dir as u8;
+                        skip_holes_to(
+                            st,
+                            data_seq,
+                            &mut self.rings,
+                            &mut self.stats,
+                            q,
+                            want,
+                            d,
+                            ev,
+                        );
+                    } else {
+                        lead = st.skip_leading_hole(data_seq);
+                    }
+                }
+                if lead > 0 {
+                    self.stats.gaps += 1;
+                    self.stats.gap_bytes += lead;
+                }
                 let payload = &d[pay_off..pay_off + pay_len];
                 let mut first: Option<(usize, usize)> = None;
                 let mut copied = false;
@@ -698,6 +704,7 @@ impl Stack {
                 if let Some(bytes) = bytes {
                     q.push(Event {
                         kind: Kind::Data,
+                        info: lead.min(u64::from(u32::MAX)) as u32,
                         bytes,
                         ..ev
                     });
@@ -718,6 +725,49 @@ impl Stack {
             // not picked up (they carry no data).
             self.table.remove(&wk);
             self.retired.push(f);
+        }
+    }
+}
+
+/// Skips the holes of `st` that `ack` acknowledges (data the capture missed), handing
+/// each run held after one to the apps as a data event of direction `dir` whose `info`
+/// is the hole's length (Suricata's reassembly gap).
+#[allow(clippy::too_many_arguments)]
+fn skip_holes_to(
+    st: &mut Stream,
+    ack: u32,
+    rings: &mut RingPool,
+    stats: &mut StackStats,
+    q: &mut Queue,
+    want: bool,
+    dir: u8,
+    ev: Event,
+) {
+    loop {
+        let start = q.arena.len();
+        let arena = &mut q.arena;
+        let Some((hole, _)) = st.skip_acked_hole(rings, ack, |ch| {
+            if let (true, Chunk::Buffered(b)) = (want, ch) {
+                arena.extend_from_slice(b);
+            }
+        }) else {
+            break;
+        };
+        stats.gaps += 1;
+        stats.gap_bytes += hole;
+        let len = q.arena.len() - start;
+        stats.bytes += len as u64;
+        if want {
+            q.push(Event {
+                kind: Kind::Data,
+                dir,
+                info: hole.min(u64::from(u32::MAX)) as u32,
+                bytes: Bytes::Arena {
+                    off: start as u32,
+                    len: len as u32,
+                },
+                ..ev
+            });
         }
     }
 }

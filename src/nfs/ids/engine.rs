@@ -303,6 +303,7 @@ impl Ids {
         if flow.http.is_some() && !http_first {
             self.http(flow, p, data, alerts);
         }
+        self.run_deferred(flow, usize::from(!p.to_server), alerts);
     }
 
     /// `n` bytes of direction `to_server`'s stream are missing before the next
@@ -335,17 +336,23 @@ impl Ids {
     /// packet whose ACK let Suricata's TLS parser see application data: its raw stream
     /// takes no new segments and what it holds is inspected at once; later packets of the
     /// flow inspect no payload and do not come here). No-op when `stream_chunk` is 0.
+    /// `own_end`: the stream offset just past this packet's payload (0: none taken); its
+    /// bytes reach [`Ids::on_stream`] after this call.
     pub fn on_stream_packet(
         &mut self,
         flow: &mut IdsFlow,
         p: &PacketInfo,
         acked: u64,
         now: bool,
+        own_end: u64,
         alerts: &mut Vec<Alert>,
     ) {
         flow.set_acked(p.to_server, acked);
         if self.cfg.stream_chunk == 0 {
             return;
+        }
+        for d in 0..2 {
+            self.run_deferred(flow, d, alerts);
         }
         let d = usize::from(!p.to_server);
         let w = &mut flow.win[d];
@@ -363,6 +370,13 @@ impl Ids {
         let lim = if held { acked } else { upto };
         let trig = w.trigger != 0 && upto >= w.trigger;
         if now || lim.saturating_sub(w.done) >= self.cfg.stream_chunk || trig {
+            // Suricata adds the packet's segment before inspecting: a block after a hole,
+            // clipped past the last ACK (see `inspect_to`), takes in the packet's own
+            // bytes, so that inspection waits for them.
+            if !held && own_end > w.seen && w.gap_clip_end(upto) > w.seen {
+                w.deferred = upto;
+                return;
+            }
             self.inspect_to(flow, d, upto, alerts);
             if held && acked > flow.win[d].done {
                 self.inspect_ooo(flow, p, d, acked, alerts);
@@ -456,6 +470,14 @@ impl Ids {
         }
     }
 
+    /// The inspection [`Ids::on_stream_packet`] left for its packet's bytes, if any.
+    fn run_deferred(&mut self, flow: &mut IdsFlow, d: usize, alerts: &mut Vec<Alert>) {
+        let upto = std::mem::take(&mut flow.win[d].deferred);
+        if upto != 0 {
+            self.inspect_to(flow, d, upto, alerts);
+        }
+    }
+
     /// The flow ends (Suricata's flow-end pseudo packets): the bytes of direction
     /// `to_server` not inspected yet, acknowledged or not, are inspected as one chunk.
     pub fn on_stream_flush(
@@ -465,6 +487,7 @@ impl Ids {
         alerts: &mut Vec<Alert>,
     ) {
         if self.cfg.stream_chunk != 0 {
+            flow.win[usize::from(!to_server)].deferred = 0;
             self.inspect_to(flow, usize::from(!to_server), u64::MAX, alerts);
         }
     }
@@ -483,13 +506,9 @@ impl Ids {
         // start (stream-tcp-reassemble.c, StreamReassembleRawDo): their matches stay
         // queued for the next chunk.
         let mut rewind = (w.gap_at > w.done && w.gap_at < end).then_some(w.gap_at);
-        if upto != u64::MAX && w.gap_from >= w.done && w.gap_at > w.gap_from && upto >= w.gap_at {
-            // StreamReassembleRawDo clips the block after the hole to `last_ack -
-            // progress` bytes, progress being the hole's start, not the block's offset:
-            // that many bytes after the hole are inspected, acknowledged or not. A block
-            // starting at the last ack leaves the progress at the hole's start, so it is
-            // inspected again on the next chunk.
-            end = w.seen.min(w.gap_at + (upto - w.gap_from));
+        let clip = w.gap_clip_end(upto);
+        if upto != u64::MAX && clip != upto {
+            end = w.seen.min(clip);
             rewind = Some(if w.gap_at < upto {
                 w.gap_at
             } else {

@@ -45,9 +45,26 @@ pub(crate) struct Window {
     pub acked: u64,
     /// Stream offset just past the current HTTP message's head (0: none).
     pub head_end: u64,
+    /// A raw inspection up to this stream offset (0: none) that waits for the bytes of
+    /// the packet that asked for it (see `Ids::on_stream_packet`).
+    pub deferred: u64,
 }
 
 impl Window {
+    /// Where raw inspection up to `upto` ends when it reaches a block after a hole
+    /// (`upto` otherwise): StreamReassembleRawDo clips that block to `last_ack -
+    /// progress` bytes, progress being the hole's start, not the block's offset, so that
+    /// many bytes after the hole are inspected, acknowledged or not. A block starting at
+    /// the last ack leaves the progress at the hole's start, so it is inspected again on
+    /// the next chunk.
+    pub(crate) fn gap_clip_end(&self, upto: u64) -> u64 {
+        if self.gap_from >= self.done && self.gap_at > self.gap_from && upto >= self.gap_at {
+            self.gap_at.saturating_add(upto - self.gap_from)
+        } else {
+            upto
+        }
+    }
+
     /// Drops the out-of-order bytes the stream has reached since (delivered in order).
     pub(crate) fn ooo_prune(&mut self) {
         let n = usize::from(self.ooo_n);
@@ -143,6 +160,7 @@ impl IdsFlow {
             ooo_n: 0,
             acked: 0,
             head_end: 0,
+            deferred: 0,
         };
         let words = n_rules.div_ceil(64);
         IdsFlow {

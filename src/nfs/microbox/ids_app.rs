@@ -838,6 +838,8 @@ impl IdsApp {
             let dir = usize::from(ev.dir);
             let acked = self.conns[i].acked[dir];
             if let Some(Some(fl)) = self.flows.get_mut(i) {
+                // Stream offset just past this packet's bytes (0: none in the stream).
+                let mut own_end = 0;
                 if pay_len > 0 && ev.info & 0x100 == 0 && !no_payload {
                     // A segment past a hole is held by the stack until the hole is
                     // skipped; its copy here lets raw inspection reach it first.
@@ -846,6 +848,9 @@ impl IdsApp {
                         .map(|k| k.next_seq(dir).wrapping_sub(k.delivered(dir) as u32));
                     if let (Some(base), Some((seq, _)), Some(pk)) = (base, d.tcp, cx.packet(ev)) {
                         let rel = seq.wrapping_sub(base) as i32;
+                        if rel >= 0 {
+                            own_end = rel as u64 + pay_len as u64;
+                        }
                         if rel > 0 {
                             let pay = pk.data().get(d.payload.clone()).unwrap_or(&[]);
                             self.ids.on_stream_ooo(fl, to_server, rel as u64, pay);
@@ -855,8 +860,14 @@ impl IdsApp {
                 if no_payload {
                     fl.set_acked(to_server, acked);
                 } else {
-                    self.ids
-                        .on_stream_packet(fl, &info, acked, raw_flush, &mut self.alerts);
+                    self.ids.on_stream_packet(
+                        fl,
+                        &info,
+                        acked,
+                        raw_flush,
+                        own_end,
+                        &mut self.alerts,
+                    );
                 }
             }
         }
