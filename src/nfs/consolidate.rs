@@ -213,11 +213,10 @@ impl<'a> Visits<'a> {
     }
 }
 
-/// How many visits ahead of the one it serves an NF prefetches its visits' lines (the
-/// flow monitor's state function: item, control byte and key, five prefetches a visit;
-/// the NAT's and Maglev's `fast_vouch`: one line): the L1 keeps ~10–12 misses in flight,
-/// and a whole chunk's at once (~160 a monitor) stalls the pass that issues them
-/// (session 29).
+/// How many visits ahead of the one it serves a run's state function prefetches the
+/// lines of an NF whose visit reads several (the flow monitor's: item, control byte and
+/// key, five prefetches a visit): the L1 keeps ~10–12 misses in flight, and a whole
+/// chunk's at once (~160 a monitor) stalls the pass that issues them (session 29).
 pub const VISITS_AHEAD: usize = 4;
 
 /// A chunk of hits as one NF sees it, in arrival order: the runtime hands each NF its
@@ -253,16 +252,6 @@ impl<'a> FastRun<'a> {
         if let Some(v) = self.visits.get(n) {
             let keys = self.keys[v.at as usize % MAX_BATCH];
             lines.prefetch_visit(v.token, keys.as_ptr().wrapping_add(v.key as usize));
-        }
-    }
-
-    /// Starts loading the one line the `n`-th visit's token names by `lines` (nothing past
-    /// the run's end): the NAT's mapping, Maglev's connection. Their `fast_vouch` calls it
-    /// `VISITS_AHEAD` visits ahead, as the monitor's state function does its five lines.
-    #[inline(always)]
-    pub fn prefetch_item(&self, lines: &TokenLines, n: usize) {
-        if let Some(v) = self.visits.get(n) {
-            crate::packet::prefetch_ptr(lines.prefetch_at(v.token));
         }
     }
 

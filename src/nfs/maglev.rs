@@ -30,7 +30,7 @@ use std::net::IpAddr;
 
 use foldhash::fast::FixedState;
 
-use super::consolidate::{no_sweep_in, FastRun, VISITS_AHEAD};
+use super::consolidate::{no_sweep_in, FastRun};
 use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
@@ -1091,11 +1091,7 @@ impl Consolidate for Maglev {
     /// them passes after them, up to the one whose tick sweeps (its own check comes
     /// before its sweep): the sweep may move connections, and the visits after it are
     /// checked one by one.
-    ///
-    /// FastPath prefetched the first `VISITS_AHEAD` visits' connections; each visit
-    /// checked prefetches the one `VISITS_AHEAD` later's (a bounded window: session 30).
     fn fast_vouch(&self, run: &FastRun) -> usize {
-        let lines = self.fast_lines();
         if let Some(span) = run
             .span()
             .filter(|&s| self.no_sweep_in(run.visits.len(), s))
@@ -1105,16 +1101,11 @@ impl Consolidate for Maglev {
             return run
                 .visits
                 .iter()
-                .enumerate()
-                .position(|(n, v)| {
-                    run.prefetch_item(&lines, n + VISITS_AHEAD);
-                    !self.valid_at(v.token, span.1)
-                })
+                .position(|v| !self.valid_at(v.token, span.1))
                 .unwrap_or(run.visits.len());
         }
         let mut since = self.since_sweep;
         for (n, v) in run.visits.iter().enumerate() {
-            run.prefetch_item(&lines, n + VISITS_AHEAD);
             let now = run.fact(&v).now_ns;
             if !self.valid_at(v.token, now) {
                 return n;

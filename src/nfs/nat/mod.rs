@@ -48,7 +48,7 @@ use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
 
-use super::consolidate::{FastRun, VISITS_AHEAD};
+use super::consolidate::FastRun;
 use super::nf::{named, Stats};
 use super::nf::{Consolidate, Context, FastPacket, Nf, Profile, TokenLines};
 use super::params::{ParamDoc, ParamError, Params};
@@ -1381,11 +1381,7 @@ impl Consolidate for Nat {
     /// answer again, so a no-mapping visit is vouched only when no mapping at all, live
     /// or expired, would answer it; and a SYN reopening a lingering mapping shortens its
     /// deadline when the TCP timeout is below the linger, so the run stops after one.
-    ///
-    /// FastPath prefetched the first `VISITS_AHEAD` visits' mappings; each visit checked
-    /// prefetches the one `VISITS_AHEAD` later's (a bounded window: session 30).
     fn fast_vouch(&self, run: &FastRun) -> usize {
-        let lines = self.fast_lines();
         let syn_shortens = self.timeout(TCP, LIVE) < self.timeout(TCP, RST);
         if !syn_shortens {
             // No visit's flags matter: each mapping is checked against the run's last
@@ -1397,7 +1393,6 @@ impl Consolidate for Nat {
                 .map(|v| run.fact(&v))
                 .map_or(u64::MAX, |f| f.now_ns);
             for (n, v) in run.visits.iter().enumerate() {
-                run.prefetch_item(&lines, n + VISITS_AHEAD);
                 let slot = (v.token >> 32) as usize & 0xff_ffff;
                 let ok = match (v.token >> 56) as u8 {
                     FAST_OUT | FAST_IN => self.slab.get(slot).is_some_and(|m| {
@@ -1413,7 +1408,6 @@ impl Consolidate for Nat {
             return run.visits.len();
         }
         for (n, v) in run.visits.iter().enumerate() {
-            run.prefetch_item(&lines, n + VISITS_AHEAD);
             let (kind, slot, serial) = (
                 (v.token >> 56) as u8,
                 (v.token >> 32) as u32 & 0xff_ffff,

@@ -478,20 +478,18 @@ impl FastPath {
                         }
                         // Unchecked: a prefetch of an address that names nothing (a
                         // stale token past the slab) is harmless.
-                        // Only the run's first visits here: the NF prefetches each
-                        // later one `VISITS_AHEAD` visits before it serves it (the
-                        // NAT's and Maglev's one line in `fast_vouch`, the monitor's in
-                        // its state function).
                         let l = &lines[sl];
-                        let ahead = b.min(a + VISITS_AHEAD);
                         if l.ctrl.is_null() && !l.reads_key {
-                            for p in &paths[a..ahead] {
+                            for p in &paths[a..b] {
                                 super::table::prefetch(l.prefetch_at(p[j].token));
                             }
                             continue;
                         }
                         // An item that may straddle two lines, the control byte a hit
-                        // reads first, the flow key it hands over (the monitor).
+                        // reads first, the flow key it hands over (the monitor): only
+                        // the run's first visits here; its state function prefetches
+                        // each later one `VISITS_AHEAD` visits before it serves it.
+                        let ahead = b.min(a + VISITS_AHEAD);
                         for (p, ks) in paths[a..ahead].iter().zip(&keys[a..ahead]) {
                             let s = &p[j];
                             l.prefetch_visit(s.token, ks.as_ptr().wrapping_add(s.key_index()));
