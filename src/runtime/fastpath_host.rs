@@ -124,6 +124,11 @@ impl HitOut for WalkOut<'_> {
     }
 
     #[inline(always)]
+    fn free_batch(&mut self, b: &mut Batch) {
+        self.pool.free_batch(b);
+    }
+
+    #[inline(always)]
     fn count(&mut self, node: usize, verdict: Verdict, n: u64) {
         count(self.counters, node, verdict, n);
     }

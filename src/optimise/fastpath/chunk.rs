@@ -28,6 +28,9 @@ pub trait HitOut {
     fn to_sink(&mut self, node: usize, p: &Packet);
     /// Returns a buffer to the pool.
     fn free(&mut self, p: Packet);
+    /// Returns every buffer of `b` to the pool, leaving it empty (one block move: a
+    /// fused run frees its chunk at once, not one call per hit).
+    fn free_batch(&mut self, b: &mut Batch);
     /// As [`Host::count`].
     fn count(&mut self, node: usize, verdict: Verdict, n: u64);
 }
@@ -89,6 +92,11 @@ impl<H: Host> HitOut for Direct<'_, H> {
     }
 
     #[inline(always)]
+    fn free_batch(&mut self, b: &mut Batch) {
+        self.0.pool().free_batch(b);
+    }
+
+    #[inline(always)]
     fn count(&mut self, node: usize, verdict: Verdict, n: u64) {
         self.0.count(node, verdict, n);
     }
@@ -116,6 +124,11 @@ impl<O: HitOut> HitOut for Lending<'_, '_, O> {
     #[inline(always)]
     fn free(&mut self, p: Packet) {
         self.out.free(p);
+    }
+
+    #[inline(always)]
+    fn free_batch(&mut self, b: &mut Batch) {
+        self.out.free_batch(b);
     }
 
     #[inline(always)]
@@ -263,12 +276,18 @@ impl FastPath {
             fit = i + 1;
         }
         let fits = fit == n && n > 0;
+        // Packets the NFs did not vouch for, and those past the fitting ones, go on in
+        // the general loop, one by one (a chunk the fused run took whole is empty now).
+        let taken = if fuses && fit > 0 {
+            self.fused_run(h, &mut input, &fused, &facts, fit)
+        } else {
+            0
+        };
         let mut rest = input.drain().enumerate();
-        if fuses && fit > 0 {
-            // Packets the NFs did not vouch for, and those past the fitting ones, go on
-            // in the general loop, one by one.
-            self.fused_run(h, &mut rest, &fused, &facts, fit);
-        } else if fits {
+        for (_, p) in rest.by_ref().take(taken) {
+            h.pool().free(p);
+        }
+        if fits && !fuses {
             let failed = if self.calls && self.lendable {
                 // The NFs the hits call, looked up once for the chunk.
                 let slots = std::mem::take(&mut self.slots);
@@ -378,16 +397,18 @@ impl FastPath {
     /// the chunk's packets up to the first one some NF did not vouch for are taken, each
     /// NF runs its state functions for its visits among them in one call
     /// ([`Consolidate::fast_state_run`]; NFs share no state, so NF after NF equals packet
-    /// after packet), then those packets are rewritten, sent and counted. The rest is
-    /// left in `rest` for the general loop, which checks them one by one.
+    /// after packet), then those packets are rewritten, sent and counted, in place.
+    /// Returns how many leading packets of `input` it took: all of them are freed when
+    /// that is the whole chunk (`input` is then empty), else the caller frees them; the
+    /// rest is left for the general loop, which checks them one by one.
     fn fused_run<H: Host>(
         &mut self,
         h: &mut H,
-        rest: &mut impl Iterator<Item = (usize, Packet)>,
+        input: &mut Batch,
         fused: &[Option<Way>; MAX_BATCH],
         facts: &[FastFacts; MAX_BATCH],
         n: usize,
-    ) {
+    ) -> usize {
         let slots = std::mem::take(&mut self.slots);
         let FastPath {
             table, slot_flags, ..
@@ -508,13 +529,10 @@ impl FastPath {
                     a = b;
                 }
             }
-            for _ in 0..k {
-                let Some((i, mut p)) = rest.next() else {
-                    break;
-                };
+            let k = k.min(input.len());
+            for (p, w) in input.as_mut_slice()[..k].iter_mut().zip(fused) {
                 // (Every packet of a fused chunk has its way.)
-                let Some(w) = fused[i] else {
-                    out.free(p);
+                let Some(w) = *w else {
                     continue;
                 };
                 let now = p.meta().now_ns;
@@ -526,18 +544,22 @@ impl FastPath {
                         }
                     }
                     p.meta_mut().egress = e.egress;
-                    out.to_sink(sink, &p);
+                    out.to_sink(sink, p);
                 }
-                out.free(p);
                 if table.hit(w, now) {
                     let (c, path) = table.take_count(w);
                     count_along(&mut Lending { nfs, out }, path, c as u64);
                 }
             }
+            if k == input.len() {
+                // The whole chunk: its buffers go back in one move.
+                out.free_batch(input);
+            }
             k
         });
         self.slots = slots;
         self.stats.hits += taken as u64;
+        taken
     }
 
     /// Whether a chunk whose packets all fit their entries takes a fused run.
