@@ -35,7 +35,7 @@ fn alert_counts_per_rule_agree_with_suricata() {
             85,
             0.2,
         ),
-        ("ndpi/pcap/1kxun.pcap", "bench.rules", 55, 59, 2.0),
+        ("ndpi/pcap/1kxun.pcap", "bench.rules", 59, 59, 2.0),
         ("ndpi/pcap/netflix.pcap", "bench.rules", 51, 51, 0.2),
         ("ndpi/pcap/google_ssl.pcap", "bench.rules", 7, 7, 0.0),
         ("ndpi/pcap/dns.pcap", "bench.rules", 4, 4, 0.0),
@@ -128,8 +128,9 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // `d2`/`d3` alert Suricata does not give (each now equal to Suricata's), which had
     // hidden as many missing elsewhere in the per-rule sums (docs/history/ids.md, session 19);
     // 264 with an ACK judged by the stream as of its packet (not the batch's end) and
-    // believed up to a window past the bytes delivered (session 20).
-    assert!(apart_all <= 275, "per-rule differences sum to {apart_all}");
+    // believed up to a window past the bytes delivered (session 20); 236 with a mid-stream
+    // pickup starting the other side's stream at its ACK (session 30).
+    assert!(apart_all <= 250, "per-rule differences sum to {apart_all}");
     assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }
 
