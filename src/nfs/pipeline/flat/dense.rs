@@ -81,7 +81,7 @@ fn one_word(a: Word, b: Word) -> Option<(Word, Word)> {
     }
     let back = |hi: Word, lo: Word| {
         let bits = u32::from(hi.off - lo.off) * 8;
-        (bits <= u32::from(hi.sh)).then_some(Word {
+        (bits <= u32::from(hi.sh)).then(|| Word {
             off: lo.off,
             sh: hi.sh - bits as u8,
             ..hi
