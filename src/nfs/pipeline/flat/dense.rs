@@ -258,7 +258,7 @@ impl Dense {
         for t in &self.one[..A] {
             let v = unsafe { t.f.read(d, o3, o4) };
             let inside = u32::from((v == t.v[0]) | (v == t.v[1]));
-            m |= (u32::from(inside) ^ t.keep) << t.bit;
+            m |= (inside ^ t.keep) << t.bit;
         }
         for t in &self.either[..E] {
             // The same way for every packet: a predicted branch.
