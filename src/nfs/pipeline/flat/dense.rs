@@ -47,13 +47,50 @@ impl Word {
     /// the header's start (`o3` or `o4`) + `reach()` is at most `d.len()` ([`Dense::fits`]).
     #[inline(always)]
     unsafe fn read(&self, d: &[u8], o3: usize, o4: usize) -> u64 {
+        self.field(unsafe { self.word(d, o3, o4) })
+    }
+
+    /// The whole big-endian word this field lies in.
+    ///
+    /// # Safety
+    /// as for [`Word::read`].
+    #[inline(always)]
+    unsafe fn word(&self, d: &[u8], o3: usize, o4: usize) -> u64 {
         // A select, not an index into a pair on the stack (a store and a reload on every
         // read's path).
         let o = if self.at != 0 { o4 } else { o3 } + usize::from(self.off);
         debug_assert!(o + 8 <= d.len());
         // SAFETY: the caller checked the 8 bytes from `o` lie inside `d`.
         let w = unsafe { d.as_ptr().add(o).cast::<[u8; 8]>().read_unaligned() };
-        (u64::from_be_bytes(w) >> self.sh) & self.mask
+        u64::from_be_bytes(w)
+    }
+
+    /// This field out of its word.
+    #[inline(always)]
+    fn field(&self, w: u64) -> u64 {
+        (w >> self.sh) & self.mask
+    }
+}
+
+/// `a` and `b` read from one word when both lie in the 8 bytes from the earlier's
+/// offset (the later one's offset moved back, its shift less by as many bits): a
+/// firewall's two ports, a switch's two addresses. `None`: two words.
+fn one_word(a: Word, b: Word) -> Option<(Word, Word)> {
+    if a.at != b.at {
+        return None;
+    }
+    let back = |hi: Word, lo: Word| {
+        let bits = u32::from(hi.off - lo.off) * 8;
+        (bits <= u32::from(hi.sh)).then(|| Word {
+            off: lo.off,
+            sh: hi.sh - bits as u8,
+            ..hi
+        })
+    };
+    if a.off <= b.off {
+        Some((a, back(b, a)?))
+    } else {
+        Some((back(a, b)?, b))
     }
 }
 
@@ -66,8 +103,9 @@ pub(super) const EITHERS: usize = 2;
 struct One {
     f: Word,
     v: [u64; 2],
-    /// The membership that drops, as 0 or 1.
-    when: u32,
+    /// The membership that keeps, as 0 or 1: the test drops when the membership differs
+    /// from it (one `xor`, not a compare and a set).
+    keep: u32,
     bit: u32,
 }
 
@@ -76,8 +114,10 @@ struct One {
 struct Either {
     f: Word,
     g: Word,
+    /// `f` and `g` are read from one word (see [`one_word`]).
+    shared: bool,
     v: [u64; 2],
-    when: u32,
+    keep: u32,
     bit: u32,
 }
 
@@ -87,7 +127,7 @@ struct InSet {
     f: Word,
     g: Word,
     set: Set,
-    when: u32,
+    keep: u32,
     bit: u32,
 }
 
@@ -109,6 +149,8 @@ pub(super) struct Dense {
     sets: Box<[InSet]>,
     /// The step's learned and looked-up keys, on the IPv4 header.
     keys: [Word; 2],
+    /// Both keys read from one word (see [`one_word`]).
+    keys_shared: bool,
     /// The bytes read past the IPv4 header's start and past the next header's.
     reach: [usize; 2],
 }
@@ -132,18 +174,21 @@ impl Dense {
                     one.push(One {
                         f,
                         v,
-                        when: u32::from(when),
+                        keep: u32::from(!when),
                         bit,
                     });
                 }
                 Test::Two(f, Some(g), v, when, bit) => {
                     see(&f);
                     see(&g);
+                    let (f, g, shared) =
+                        one_word(f, g).map_or((f, g, false), |(f, g)| (f, g, true));
                     either.push(Either {
                         f,
                         g,
+                        shared,
                         v,
-                        when: u32::from(when),
+                        keep: u32::from(!when),
                         bit,
                     });
                 }
@@ -155,7 +200,7 @@ impl Dense {
                         f,
                         g,
                         set,
-                        when: u32::from(when),
+                        keep: u32::from(!when),
                         bit,
                     });
                 }
@@ -168,6 +213,9 @@ impl Dense {
         if ones > ONES || eithers > EITHERS {
             return None;
         }
+        // After the reach is taken from where each field lies: no packet changes path.
+        let (keys, keys_shared) =
+            one_word(keys[0], keys[1]).map_or((keys, false), |(k, l)| ([k, l], true));
         one.resize(ONES, One::default());
         either.resize(EITHERS, Either::default());
         Some(Dense {
@@ -177,6 +225,7 @@ impl Dense {
             eithers,
             sets: sets.into(),
             keys,
+            keys_shared,
             reach,
         })
     }
@@ -209,26 +258,79 @@ impl Dense {
         for t in &self.one[..A] {
             let v = unsafe { t.f.read(d, o3, o4) };
             let inside = u32::from((v == t.v[0]) | (v == t.v[1]));
-            m |= u32::from(inside == t.when) << t.bit;
+            m |= (inside ^ t.keep) << t.bit;
         }
         for t in &self.either[..E] {
-            let (v, w) = unsafe { (t.f.read(d, o3, o4), t.g.read(d, o3, o4)) };
+            // The same way for every packet: a predicted branch.
+            let (v, w) = if t.shared {
+                let x = unsafe { t.f.word(d, o3, o4) };
+                (t.f.field(x), t.g.field(x))
+            } else {
+                unsafe { (t.f.read(d, o3, o4), t.g.read(d, o3, o4)) }
+            };
             let inside = (v == t.v[0]) | (v == t.v[1]) | (w == t.v[0]) | (w == t.v[1]);
-            m |= u32::from(u32::from(inside) == t.when) << t.bit;
+            m |= (u32::from(inside) ^ t.keep) << t.bit;
         }
         for t in &*self.sets {
             let (v, w) = unsafe { (t.f.read(d, o3, o4), t.g.read(d, o3, o4)) };
             let inside = t.set.has(v) | t.set.has(w);
-            m |= u32::from(u32::from(inside) == t.when) << t.bit;
+            m |= (u32::from(inside) ^ t.keep) << t.bit;
         }
-        let (k, look) = unsafe { (self.keys[0].read(d, o3, o4), self.keys[1].read(d, o3, o4)) };
+        let [a, b] = &self.keys;
+        let (k, look) = if self.keys_shared {
+            let x = unsafe { a.word(d, o3, o4) };
+            (a.field(x), b.field(x))
+        } else {
+            unsafe { (a.read(d, o3, o4), b.read(d, o3, o4)) }
+        };
         (m, k, look)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{one_word, Word};
     use crate::nfs::pipeline::nf::compile;
+
+    fn w(at: u8, off: u16, sh: u8, bits: u32) -> Word {
+        Word {
+            at,
+            off,
+            sh,
+            mask: (1 << bits) - 1,
+        }
+    }
+
+    fn parts(x: Option<(Word, Word)>) -> Option<[(u8, u16, u8); 2]> {
+        x.map(|(a, b)| [(a.at, a.off, a.sh), (b.at, b.off, b.sh)])
+    }
+
+    /// Two fields share a word when the later one lies in the 8 bytes from the earlier's
+    /// offset: the later one's offset moves back, its shift less by as many bits; in
+    /// either order; not across headers, not past the 8 bytes.
+    #[test]
+    fn one_word_takes_two_fields_in_eight_bytes() {
+        // Ports: 16 bits at 0 and at 2.
+        assert_eq!(
+            parts(one_word(w(1, 0, 48, 16), w(1, 2, 48, 16))),
+            Some([(1, 0, 48), (1, 0, 32)])
+        );
+        // Addresses at 12 and 16, the later one first.
+        assert_eq!(
+            parts(one_word(w(0, 16, 32, 32), w(0, 12, 32, 32))),
+            Some([(0, 12, 0), (0, 12, 32)])
+        );
+        // The later field's last byte is the word's last: still one word.
+        assert_eq!(
+            parts(one_word(w(0, 0, 56, 8), w(0, 7, 56, 8))),
+            Some([(0, 0, 56), (0, 0, 0)])
+        );
+        // One byte further: two words.
+        assert_eq!(parts(one_word(w(0, 0, 56, 8), w(0, 8, 56, 8))), None);
+        assert_eq!(parts(one_word(w(0, 0, 48, 16), w(0, 10, 48, 16))), None);
+        // Not the same header.
+        assert_eq!(parts(one_word(w(0, 0, 48, 16), w(1, 2, 48, 16))), None);
+    }
 
     /// The firewall's reach: its IPv4 header's destination address (the looked-up key)
     /// read as the 8 bytes from 16, and its ports' destination as the 8 from 2: a frame

@@ -692,6 +692,59 @@ mod tests {
         assert_eq!(counts, [1]);
     }
 
+    /// The port rule's two fields read from one word (the example's ports, 2 bytes apart)
+    /// and from two (a layout with the destination 10 bytes after the source): each
+    /// port is read where it lies, in and out of the set, and the bytes where the other
+    /// layout has its port do not count.
+    #[test]
+    fn either_port_is_read_where_it_lies_in_one_word_or_two() {
+        // (source port, destination port at 2, destination port at 10)
+        let l4 = |sp: u16, d2: u16, d10: u16| {
+            let mut h = vec![0u8; 20];
+            h[0..2].copy_from_slice(&sp.to_be_bytes());
+            h[2..4].copy_from_slice(&d2.to_be_bytes());
+            h[10..12].copy_from_slice(&d10.to_be_bytes());
+            h
+        };
+        let ins = [
+            (ip(6, 0, 1, 2, &l4(80, 5, 5)), 1),
+            (ip(6, 0, 2, 1, &l4(5, 443, 5)), 2),
+            (ip(17, 0, 3, 1, &l4(5, 5, 443)), 3),
+            (ip(6, 0, 4, 1, &l4(5, 5, 5)), 4),
+            (ip(6, 0, 1, 4, &l4(443, 80, 80)), 1),
+        ];
+        let two = example("firewall").replace(
+            "layout ports { src: 16; dst: 16; }",
+            "layout ports { src: 16; gap: 64; dst: 16; }",
+        );
+        for (src, want) in [
+            (
+                example("firewall"),
+                [
+                    "flood",
+                    "egress 1",
+                    "drop port-denied",
+                    "drop port-denied",
+                    "flood",
+                ],
+            ),
+            (
+                two,
+                [
+                    "flood",
+                    "drop port-denied",
+                    "egress 1",
+                    "drop port-denied",
+                    "flood",
+                ],
+            ),
+        ] {
+            let mut c = compile("firewall.stv", &src, &Default::default()).expect("compiles");
+            assert!(c.plan.flat().ipv4.is_some(), "the chunk on the bytes");
+            assert_eq!(run(&mut c, &ins), want);
+        }
+    }
+
     /// A miss block that is not a fixed ending (three counters) goes on in the loop with
     /// the headers entered: the IPv4 switch's flood, counted three times.
     #[test]
