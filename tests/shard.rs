@@ -559,7 +559,10 @@ fn more_workers_than_cores_warn_and_counts_out_of_range_are_refused() {
         let o = common::catena(&["run", chain, "-i", pcap, "--workers", &n.to_string()]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "--workers {n}: {err}");
-        assert!(err.contains(&format!("{n} is not in 1..=64")), "--workers {n}: {err}");
+        assert!(
+            err.contains(&format!("{n} is not in 1..=64")),
+            "--workers {n}: {err}"
+        );
         let file = d.path().join(format!("w{n}.toml"));
         let text = format!("workers = {n}\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n");
         std::fs::write(&file, text).unwrap();

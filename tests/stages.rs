@@ -506,7 +506,12 @@ fn filter_and_nat_pool_changes_with_two_workers_and_two_stages_follow_the_model(
         }
     }
     let proto = |f: usize| if f.is_multiple_of(2) { 17u8 } else { 6 };
-    let inside = |f: usize| ([10, 1, (f / 200) as u8, (f % 200 + 1) as u8], 30_000 + f as u16);
+    let inside = |f: usize| {
+        (
+            [10, 1, (f / 200) as u8, (f % 200 + 1) as u8],
+            30_000 + f as u16,
+        )
+    };
     let server = |f: usize| ([198, 18, 0, (f % 7 + 1) as u8], 443);
     let payload = |i: usize| format!("event {i}").into_bytes();
     let input: Vec<Vec<u8>> = events
@@ -585,9 +590,15 @@ ports = "2000-2999"
         let k = next.entry(f).or_default();
         assert_eq!(per_flow[&f][*k], i, "flow {f}: packet {i} out of its order");
         *k += 1;
-        let seen = ([g[26], g[27], g[28], g[29]], u16::from_be_bytes([g[34], g[35]]));
+        let seen = (
+            [g[26], g[27], g[28], g[29]],
+            u16::from_be_bytes([g[34], g[35]]),
+        );
         let want = frame(proto(f), seen, server(f), &payload(i));
-        assert!(g == &want, "packet {i} (flow {f}): got {g:02x?}, want {want:02x?}");
+        assert!(
+            g == &want,
+            "packet {i} (flow {f}): got {g:02x?}, want {want:02x?}"
+        );
         match pair[f] {
             Some(p) => assert_eq!(p, seen, "packet {i}: flow {f} changed its public pair"),
             None => {
