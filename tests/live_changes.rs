@@ -638,7 +638,8 @@ fn maglev_reference(backends: &[(String, u32)], m: u64) -> Vec<usize> {
 
 /// Maglev's backends change while flows run: tracked flows keep their backend while it
 /// stays in the set (whatever its new weight), flows of removed backends and new flows
-/// follow the new lookup table, computed here by the reference fill above.
+/// follow the new lookup table, computed here by the reference fill above; with 1 and 2
+/// workers, and 2 workers × 2 stages.
 #[test]
 fn maglev_backends_changed_mid_replay_follow_the_reference_table() {
     use std::hash::BuildHasher;
@@ -720,13 +721,23 @@ fn maglev_backends_changed_mid_replay_follow_the_reference_table() {
     let changes = [format!("{} lb backends {}", starts[1], cmd.join(" "))];
     let d = tempdir();
     let trace = trace_of(&input);
-    for workers in [1, 2] {
-        let got = run_with_changes(&chain, &trace, &changes, &d.path().join("o.pcap"), workers);
+    // Also 2 workers × 2 stages: a pass-all filter on the first stage, the Maglev on the
+    // second, so the change reaches a stage other than the one the input enters.
+    let staged = format!(
+        "stages = [[\"pass\"], [\"lb\"]]\n[[nf]]\nname = \"pass\"\nkind = \"ip_filter\"\n\
+         default = \"allow\"\nrules = []\n{chain}"
+    );
+    for (workers, chain, how) in [
+        (1, &chain, "one stage"),
+        (2, &chain, "one stage"),
+        (2, &staged, "2 stages"),
+    ] {
+        let got = run_with_changes(chain, &trace, &changes, &d.path().join("o.pcap"), workers);
         assert_eq!(got.len(), expected.len(), "no packet may be dropped");
         for (i, ((_, g), e)) in got.iter().zip(&expected).enumerate() {
             assert!(
                 g == e,
-                "{workers} workers, packet {i} (flow {}): got {g:02x?}, want {e:02x?}",
+                "{workers} workers, {how}, packet {i} (flow {}): got {g:02x?}, want {e:02x?}",
                 events[i].0
             );
         }

@@ -523,3 +523,56 @@ fn every_path_draws_a_records_port_from_its_position() {
         .unwrap();
     assert_eq!(rx(s), want(merged.len()), "merged, 2 workers streaming");
 }
+
+/// Issue 21's limits from the command line: more workers than the cores the run may use
+/// is a warning (the workers then share cores, unpinned) and the run goes on; a count
+/// out of 1..=64 is refused in one line, exit status non-zero.
+#[test]
+fn more_workers_than_cores_warn_and_counts_out_of_range_are_refused() {
+    if std::process::Command::new("taskset")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no taskset");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let chain = d.path().join("c.toml");
+    std::fs::write(&chain, "[[nf]]\nname = \"w\"\nkind = \"wire\"\n").unwrap();
+    let pcap = common::dataset("bench/ndpi-ether-merged.pcap");
+    let (chain, pcap) = (chain.to_str().unwrap(), pcap.to_str().unwrap());
+    // One core allowed, two workers.
+    let o = std::process::Command::new("taskset")
+        .args(["-c", "0", env!("CARGO_BIN_EXE_catena"), "run", chain])
+        .args(["-i", pcap, "--workers", "2", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("warning: 2 workers on 1 cores: workers share cores (not pinned)"),
+        "{err}"
+    );
+    for n in [0, 65] {
+        // The flag (clap's own message) and the chain file's key (one line).
+        let o = common::catena(&["run", chain, "-i", pcap, "--workers", &n.to_string()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "--workers {n}: {err}");
+        assert!(
+            err.contains(&format!("{n} is not in 1..=64")),
+            "--workers {n}: {err}"
+        );
+        let file = d.path().join(format!("w{n}.toml"));
+        let text = format!("workers = {n}\n[[nf]]\nname = \"w\"\nkind = \"wire\"\n");
+        std::fs::write(&file, text).unwrap();
+        let o = common::catena(&["run", file.to_str().unwrap(), "-i", pcap]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "workers = {n}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "workers = {n}: {err}");
+        assert!(
+            err.contains(&format!("`workers` must be 1 to 64, not {n}")),
+            "workers = {n}: {err}"
+        );
+    }
+}

@@ -459,3 +459,169 @@ fn a_full_ring_on_live_input_drops_counted_ring_full() {
     assert_eq!(sent.load(Ordering::Relaxed), s.packets_out);
     assert_eq!(s.ports[0].tx, s.packets_out);
 }
+
+/// One TCP or UDP frame (etherparse builds it: lengths and checksums computed afresh).
+fn frame(proto: u8, src: ([u8; 4], u16), dst: ([u8; 4], u16), payload: &[u8]) -> Vec<u8> {
+    let b = etherparse::PacketBuilder::ethernet2([1; 6], [2; 6]).ipv4(src.0, dst.0, 64);
+    let mut v = Vec::new();
+    if proto == 6 {
+        b.tcp(src.1, dst.1, 1000, 512)
+            .ack(77)
+            .write(&mut v, payload)
+            .unwrap();
+    } else {
+        b.udp(src.1, dst.1).write(&mut v, payload).unwrap();
+    }
+    v
+}
+
+/// Issue 21's live changes with 2 workers × 2 stages, each packet's fate against the
+/// state in force at its input position: the filter's rules change (UDP to port 443
+/// denied from `deny_at` on) and the NAT's pool changes (`pool_at`) on another stage than
+/// the filter's. A forwarded packet is the original with only its source translated
+/// (checksums as etherparse computes them), each flow keeps one public pair, from the
+/// pool in force at its first packet, and no two flows of a protocol share one.
+#[test]
+fn filter_and_nat_pool_changes_with_two_workers_and_two_stages_follow_the_model() {
+    // Flows 0..200 start before the pool change, 200..400 after; all keep sending.
+    let (flows, per_phase) = (200usize, 1000usize);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut below = |n: usize| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % n as u64) as usize
+    };
+    let (mut events, mut starts, mut started) = (Vec::new(), Vec::new(), 0usize);
+    for _ in 0..2 {
+        starts.push(events.len());
+        let (first, end) = (started, started + flows);
+        while started < end || events.len() - starts[starts.len() - 1] < per_phase {
+            if started < end && (started == first || below(3) == 0) {
+                events.push(started);
+                started += 1;
+            } else {
+                events.push(below(started));
+            }
+        }
+    }
+    let proto = |f: usize| if f.is_multiple_of(2) { 17u8 } else { 6 };
+    let inside = |f: usize| {
+        (
+            [10, 1, (f / 200) as u8, (f % 200 + 1) as u8],
+            30_000 + f as u16,
+        )
+    };
+    let server = |f: usize| ([198, 18, 0, (f % 7 + 1) as u8], 443);
+    let payload = |i: usize| format!("event {i}").into_bytes();
+    let input: Vec<Vec<u8>> = events
+        .iter()
+        .enumerate()
+        .map(|(i, &f)| frame(proto(f), inside(f), server(f), &payload(i)))
+        .collect();
+    let trace = Trace::from_packets(
+        LinkKind::Ethernet,
+        catena::io::PcapHeader::new(1, false),
+        input
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i as u64 * 1_000_000, &p[..])),
+    );
+    let (pool_at, deny_at) = (starts[1], starts[1] + 300);
+    let pools: [([u8; 4], std::ops::RangeInclusive<u16>); 2] = [
+        ([198, 51, 100, 1], 2000..=2999),
+        ([203, 0, 113, 9], 3000..=3999),
+    ];
+    let text = r#"
+stages = [["acl"], ["nat"]]
+[[nf]]
+name = "acl"
+kind = "ip_filter"
+default = "allow"
+rules = ["deny tcp dst port 23"]
+[[nf]]
+name = "nat"
+kind = "nat"
+public = "198.51.100.1"
+ports = "2000-2999"
+"#;
+    let dir = common::tempdir();
+    let out = dir.path().join("o.pcap");
+    let opts = RunOptions {
+        schedule: vec![
+            format!("{pool_at} nat pool 203.0.113.9 3000-3999")
+                .parse()
+                .unwrap(),
+            format!("{deny_at} acl rules deny udp dst port 443")
+                .parse()
+                .unwrap(),
+        ],
+        ..Default::default()
+    };
+    let s = run(text, 2, &trace, &out, opts);
+    assert_eq!(s.workers.len(), 2);
+    // The model: UDP from `deny_at` on is dropped (by the filter, before the NAT), every
+    // other packet forwarded in input order within its flow.
+    let kept: Vec<usize> = (0..events.len())
+        .filter(|&i| !(proto(events[i]) == 17 && i >= deny_at))
+        .collect();
+    assert_eq!(s.packets_in, events.len() as u64);
+    assert_eq!(s.packets_dropped, (events.len() - kept.len()) as u64);
+    let got = common::packets(&out);
+    assert_eq!(got.len(), kept.len());
+    // Each flow's packets in its input order (the order across flows is the merge's).
+    let mut per_flow: std::collections::HashMap<usize, Vec<usize>> = Default::default();
+    for &i in &kept {
+        per_flow.entry(events[i]).or_default().push(i);
+    }
+    let mut next: std::collections::HashMap<usize, usize> = Default::default();
+    let mut pair: Vec<Option<([u8; 4], u16)>> = vec![None; 2 * flows];
+    let mut owner = std::collections::HashMap::new();
+    for (_, g) in &got {
+        // The inside address and port are gone after the NAT: the packet (and so its
+        // flow) is known by the event number in its payload.
+        let i = {
+            let body = &g[if proto_of(g) == 6 { 54 } else { 42 }..];
+            std::str::from_utf8(body).unwrap()["event ".len()..]
+                .parse::<usize>()
+                .unwrap()
+        };
+        let f = events[i];
+        let k = next.entry(f).or_default();
+        assert_eq!(per_flow[&f][*k], i, "flow {f}: packet {i} out of its order");
+        *k += 1;
+        let seen = (
+            [g[26], g[27], g[28], g[29]],
+            u16::from_be_bytes([g[34], g[35]]),
+        );
+        let want = frame(proto(f), seen, server(f), &payload(i));
+        assert!(
+            g == &want,
+            "packet {i} (flow {f}): got {g:02x?}, want {want:02x?}"
+        );
+        match pair[f] {
+            Some(p) => assert_eq!(p, seen, "packet {i}: flow {f} changed its public pair"),
+            None => {
+                let first = per_flow[&f][0];
+                let k = usize::from(first >= pool_at);
+                let (a, ports) = &pools[k];
+                assert!(
+                    seen.0 == *a && ports.contains(&seen.1),
+                    "packet {i}: flow {f} got {seen:?}, not in pool {k} in force at {first}"
+                );
+                let prev = owner.insert((proto(f), seen), f);
+                assert_eq!(prev, None, "flows {prev:?} and {f} share {seen:?}");
+                pair[f] = Some(seen);
+            }
+        }
+    }
+    // Both changes were crossed by running flows, and flows started under each pool.
+    assert!(events[pool_at..].iter().any(|&f| f < flows));
+    assert!(pair[..flows].iter().flatten().all(|p| p.0 == pools[0].0));
+    assert!(pair[flows..].iter().flatten().any(|p| p.0 == pools[1].0));
+}
+
+/// The IP protocol of an untagged IPv4 Ethernet frame.
+fn proto_of(g: &[u8]) -> u8 {
+    g[23]
+}

@@ -751,7 +751,13 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             ]
         })
         .collect();
-    write_results(a, "micronf", &header, &table, &rows)?;
+    // Cases such as "2 busy × 500 cycles, parallel" hold commas: quoted in the CSV
+    // (RFC 4180), else a row has more cells than the header.
+    let quoted: Vec<Vec<String>> = table
+        .iter()
+        .map(|r| r.iter().map(|c| csv_cell(c)).collect())
+        .collect();
+    write_results(a, "micronf", &header, &quoted, &rows)?;
     svg(&a.out.join("micronf.svg"), &rows)?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&rows)?)?;
@@ -763,6 +769,16 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         )?;
     }
     Ok(0)
+}
+
+/// A CSV cell: as is, or in double quotes (inner ones doubled) when it holds a comma,
+/// a quote or a line break.
+fn csv_cell(c: &str) -> String {
+    if c.contains([',', '"', '\n']) {
+        format!("\"{}\"", c.replace('"', "\"\""))
+    } else {
+        c.to_string()
+    }
 }
 
 /// One bar per row with a throughput (Mpps), grouped as the table is.

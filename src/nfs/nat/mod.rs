@@ -213,6 +213,10 @@ struct Pool {
     /// Entries are `address index << 16 | port`. Capacity is the pool's size and every
     /// pair is either here or held by one live mapping, so pushes never reallocate.
     free: [VecDeque<u32>; 3],
+    /// The free lists are filled. `Nat::new` leaves them empty ([`Pool::pending`]): a
+    /// sharded run replaces the pool with the worker's share before any packet, so
+    /// filling the whole pool first was ~17 M instructions a chain thrown away.
+    built: bool,
 }
 
 impl Pool {
@@ -255,6 +259,52 @@ impl Pool {
             hi,
             share,
             free,
+            built: true,
+        }
+    }
+
+    /// A pool whose free lists are filled only when first needed ([`Pool::ensure`]):
+    /// until then no mapping holds a pair, so every pair of the share is free.
+    fn pending(addrs: &[Ipv4Addr], lo: u16, hi: u16, share: (u32, u32)) -> Pool {
+        Pool {
+            addrs: addrs.iter().map(|a| u32::from(*a)).collect(),
+            lo,
+            hi,
+            share,
+            free: Default::default(),
+            built: false,
+        }
+    }
+
+    /// Fills a pending pool's free lists (no pair is held yet). Once per pool.
+    #[cold]
+    fn build(&mut self) {
+        let addrs: Vec<Ipv4Addr> = self.addrs.iter().map(|&a| Ipv4Addr::from(a)).collect();
+        *self = Pool::new(&addrs, self.lo, self.hi, self.share, |_, _, _| false);
+    }
+
+    #[inline]
+    fn ensure(&mut self) {
+        if !self.built {
+            self.build();
+        }
+    }
+
+    /// Free pairs for the protocol at `pool_index` `k`.
+    fn free_count(&self, k: usize) -> usize {
+        if self.built {
+            self.free[k].len()
+        } else {
+            self.size()
+        }
+    }
+
+    /// Entries the free lists hold room for (all three, as built).
+    fn capacity(&self) -> usize {
+        if self.built {
+            self.free.iter().map(|q| q.capacity()).sum()
+        } else {
+            3 * self.addrs.len() * (usize::from(self.hi - self.lo) + 1)
         }
     }
 
@@ -455,9 +505,7 @@ impl Nat {
             udp_timeout_ns: cfg.udp_timeout_ns,
             icmp_timeout_ns: cfg.icmp_timeout_ns,
             capacity: cap,
-            pool: Pool::new(&cfg.public, cfg.ports.0, cfg.ports.1, (0, 1), |_, _, _| {
-                false
-            }),
+            pool: Pool::pending(&cfg.public, cfg.ports.0, cfg.ports.1, (0, 1)),
             hasher: Hasher::default(),
             out: Index::with_capacity(cap),
             back: Index::with_capacity(cap),
@@ -529,7 +577,7 @@ impl Nat {
 
     /// Free public pairs for `proto` (6, 17 or 1).
     pub fn free_ports(&self, proto: u8) -> usize {
-        self.pool.free[pool_index(proto)].len()
+        self.pool.free_count(pool_index(proto))
     }
 
     /// The public (address, port) of the live mapping for an inside 5-tuple (ICMP:
@@ -1259,7 +1307,7 @@ impl Nf for Nat {
     fn memory(&self) -> usize {
         use crate::flow::footprint::{index_bytes, vec_bytes};
         let cap = self.capacity;
-        let pairs: usize = self.pool.free.iter().map(|q| q.capacity()).sum();
+        let pairs = self.pool.capacity();
         2 * index_bytes(cap)
             + vec_bytes::<Mapping>(cap)
             + 2 * vec_bytes::<u32>(cap)
@@ -1268,6 +1316,13 @@ impl Nf for Nat {
 
     fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    /// Not an output: the runtime's last call before the first packet, outside the timed
+    /// run, where a pool that `shard` did not build (one worker streamed, live runs) is.
+    fn open_outputs(&mut self) -> Result<(), String> {
+        self.pool.ensure();
+        Ok(())
     }
 
     /// The pool is partitioned: worker K of N owns the pairs whose index is K modulo N
@@ -1292,6 +1347,9 @@ impl Nf for Nat {
 
     #[inline]
     fn process(&mut self, batch: &mut Batch, _cx: &Context) {
+        // Built already by `shard` or `open_outputs` on every runtime path; this is for
+        // a caller that processes without either (once, then a predicted branch).
+        self.pool.ensure();
         // A node fed by several others may get more than one batch's worth.
         for chunk in batch.as_mut_slice().chunks_mut(MAX_BATCH) {
             self.process_chunk(chunk);
@@ -1629,6 +1687,27 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_pending_pool_counts_its_share_free_and_fills_as_one_built_at_once() {
+        let addrs: Vec<Ipv4Addr> = (1..=2).map(|k| Ipv4Addr::new(203, 0, 113, k)).collect();
+        for (w, n) in [(0, 1), (1, 3), (2, 3)] {
+            let at_once = Pool::new(&addrs, 5000, 5009, (w, n), |_, _, _| false);
+            let mut p = Pool::pending(&addrs, 5000, 5009, (w, n));
+            // 2 addresses × 10 ports = 20 pairs: share w of n owns ⌈(20 − w) / n⌉.
+            let owned = (20 - w as usize).div_ceil(n as usize);
+            for k in 0..3 {
+                assert_eq!(p.free_count(k), owned, "pending, share {w}/{n}");
+            }
+            assert_eq!(p.capacity(), 60);
+            p.ensure();
+            for k in 0..3 {
+                assert!(p.free[k].iter().eq(at_once.free[k].iter()), "share {w}/{n}");
+                assert_eq!(p.free_count(k), owned);
+            }
+            assert_eq!(p.capacity(), 60);
         }
     }
 
