@@ -227,22 +227,44 @@ impl Pool {
         share: (u32, u32),
         live: impl Fn(u32, u16, u8) -> bool,
     ) -> Pool {
-        let range = usize::from(hi - lo) + 1;
-        let n = addrs.len() * range;
+        let mut pool = Pool::pending(addrs, lo, hi, share);
+        pool.fill(live);
+        pool
+    }
+
+    /// A pool whose free lists are filled only when first needed ([`Pool::ensure`]):
+    /// until then no mapping holds a pair, so every pair of the share is free. The lists'
+    /// memory is taken here (untouched: no page is faulted in), so `Nat::new` allocates
+    /// what `memory()` reports and in the order it always did; only the fill waits.
+    fn pending(addrs: &[Ipv4Addr], lo: u16, hi: u16, share: (u32, u32)) -> Pool {
+        let n = addrs.len() * (usize::from(hi - lo) + 1);
         let addrs: Vec<u32> = addrs.iter().map(|a| u32::from(*a)).collect();
+        Pool {
+            addrs,
+            lo,
+            hi,
+            share,
+            free: [(); 3].map(|_| VecDeque::with_capacity(n)),
+            built: false,
+        }
+    }
+
+    /// Fills the free lists with this share's pairs that no live mapping holds.
+    fn fill(&mut self, live: impl Fn(u32, u16, u8) -> bool) {
+        let range = usize::from(self.hi - self.lo) + 1;
         // Only this share's pairs (index K modulo N, `owns`), in index order: a worker's
         // pool of N was built by testing all N shares' pairs (and a hash lookup each),
         // ~25 M instructions a worker for four addresses (session 28).
-        let (w, step) = (share.0 as usize, (share.1 as usize).max(1));
-        let free = [TCP, UDP, ICMP].map(|proto| {
-            let mut q = VecDeque::with_capacity(n);
+        let (w, step) = (self.share.0 as usize, (self.share.1 as usize).max(1));
+        for (q, proto) in self.free.iter_mut().zip([TCP, UDP, ICMP]) {
+            q.clear();
             // Pair index `i · range + k` walked by `step` without a division a pair.
             let (mut i, mut k) = (w / range, w % range);
-            while i < addrs.len() {
-                let p = lo + k as u16;
+            while i < self.addrs.len() {
+                let p = self.lo + k as u16;
                 // A pair still held by a mapping from an earlier pool comes back when
                 // that mapping ends.
-                if !live(addrs[i], p, proto) {
+                if !live(self.addrs[i], p, proto) {
                     q.push_back((i as u32) << 16 | u32::from(p));
                 }
                 k += step;
@@ -251,36 +273,14 @@ impl Pool {
                     i += 1;
                 }
             }
-            q
-        });
-        Pool {
-            addrs,
-            lo,
-            hi,
-            share,
-            free,
-            built: true,
         }
-    }
-
-    /// A pool whose free lists are filled only when first needed ([`Pool::ensure`]):
-    /// until then no mapping holds a pair, so every pair of the share is free.
-    fn pending(addrs: &[Ipv4Addr], lo: u16, hi: u16, share: (u32, u32)) -> Pool {
-        Pool {
-            addrs: addrs.iter().map(|a| u32::from(*a)).collect(),
-            lo,
-            hi,
-            share,
-            free: Default::default(),
-            built: false,
-        }
+        self.built = true;
     }
 
     /// Fills a pending pool's free lists (no pair is held yet). Once per pool.
     #[cold]
     fn build(&mut self) {
-        let addrs: Vec<Ipv4Addr> = self.addrs.iter().map(|&a| Ipv4Addr::from(a)).collect();
-        *self = Pool::new(&addrs, self.lo, self.hi, self.share, |_, _, _| false);
+        self.fill(|_, _, _| false);
     }
 
     #[inline]
@@ -301,11 +301,7 @@ impl Pool {
 
     /// Entries the free lists hold room for (all three, as built).
     fn capacity(&self) -> usize {
-        if self.built {
-            self.free.iter().map(|q| q.capacity()).sum()
-        } else {
-            3 * self.addrs.len() * (usize::from(self.hi - self.lo) + 1)
-        }
+        self.free.iter().map(|q| q.capacity()).sum()
     }
 
     #[inline]
