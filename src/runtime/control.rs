@@ -8,7 +8,9 @@
 //!
 //! Security model: whoever can connect to the socket may reconfigure the chain (rules,
 //! pools, backends); there is no other authentication. So the socket is created mode 0600
-//! (owner only) whatever the umask, in a directory that not every user may write to, and
+//! (owner only) whatever the umask, appears at its path only once it accepts (it is made
+//! ready in a private directory and then linked there), lives in a directory that not
+//! every user may write to, and
 //! `--control` never replaces anything but a stale socket its owner left behind. The
 //! server's cost is bounded: lines of at most [`MAX_LINE`] bytes, at most
 //! [`MAX_CONNECTIONS`] connections at once (one thread each, never more), and a
@@ -20,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -174,17 +176,74 @@ fn make_room(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Binds `path` with mode 0600 whatever the process umask: the socket is created under
-/// umask 0177, so there is no moment at which others may connect.
-fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
-    // SAFETY: umask has no preconditions; it is set back right after the bind.
-    let old = unsafe { libc::umask(0o177) };
-    let l = UnixListener::bind(path);
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
-    let l = l?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(l)
+/// A private directory beside the socket's path where the socket is made ready before it
+/// appears at the path; it and what it holds are removed when dropped, on every error too.
+struct Staging {
+    dir: PathBuf,
+    sock: PathBuf,
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.sock);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Makes a fresh directory of mode 0700 in `parent`, named so that concurrent runs (and
+/// stale leftovers) never share one.
+fn staging_in(parent: &Path) -> std::io::Result<Staging> {
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    loop {
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let dir = parent.join(format!(".catena-ctl.{}.{n}", std::process::id()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && n < 1000 => continue,
+            Err(e) => return Err(refuse(format!("cannot create {}: {e}", dir.display()))),
+            Ok(()) => {}
+        }
+        let staging = Staging {
+            sock: dir.join("s"),
+            dir,
+        };
+        // The umask may have taken the owner's bits too; it cannot have added any.
+        std::fs::set_permissions(&staging.dir, std::fs::Permissions::from_mode(0o700))?;
+        return Ok(staging);
+    }
+}
+
+/// Binds a socket that appears at `path` already listening and of mode 0600, and returns
+/// it with its inode. It is bound and listens in a private directory (no other user can
+/// reach it there), gets its mode, and only then is linked to `path`, which fails rather
+/// than replace anything that appeared there since [`make_room`]. No umask is changed:
+/// that is process-wide, and other threads' files would get the socket's mode.
+fn bind_private(path: &Path) -> std::io::Result<(UnixListener, u64)> {
+    let parent = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let staging = staging_in(parent)?;
+    let listener = UnixListener::bind(&staging.sock).map_err(|e| {
+        if e.kind() == ErrorKind::InvalidInput {
+            refuse(format!(
+                "path too long for a Unix socket (it is bound first as {}, {} bytes; at most 107): choose a shorter path",
+                staging.sock.display(),
+                staging.sock.as_os_str().len()
+            ))
+        } else {
+            e
+        }
+    })?;
+    std::fs::set_permissions(&staging.sock, std::fs::Permissions::from_mode(0o600))?;
+    let ino = std::fs::symlink_metadata(&staging.sock)?.ino();
+    std::fs::hard_link(&staging.sock, path).map_err(|e| {
+        if e.kind() == ErrorKind::AlreadyExists {
+            refuse("appeared while the socket was being made: choose another path".into())
+        } else {
+            e
+        }
+    })?;
+    Ok((listener, ino))
 }
 
 /// Listens on `path` (see the module's security model). Each connection sends lines
@@ -196,8 +255,7 @@ pub fn serve(
     preparers: HashMap<String, Preparer>,
 ) -> std::io::Result<(ControlServer, ControlPort)> {
     make_room(path)?;
-    let listener = bind_private(path)?;
-    let ino = std::fs::symlink_metadata(path)?.ino();
+    let (listener, ino) = bind_private(path)?;
     let (tx, port) = channel_pair();
     let shared = Arc::new(Shared {
         preparers,
@@ -498,6 +556,101 @@ mod tests {
         );
         assert!("x acl cmd".parse::<Scheduled>().is_err());
         assert!("5 acl".parse::<Scheduled>().is_err());
+    }
+
+    fn private_dir() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        d
+    }
+
+    /// A client that connects the instant the path appears is accepted: the path appears
+    /// only once the socket listens (`until [ -S S ]; do sleep 0.01; done; catena ctl S …`
+    /// could get "Connection refused" when std's bind made it appear before its listen).
+    #[test]
+    fn the_path_appears_only_once_it_accepts() {
+        let rounds = 1000;
+        let mut refused = 0;
+        for _ in 0..rounds {
+            let d = private_dir();
+            let sock = d.path().join("c.sock");
+            let client = std::thread::spawn({
+                let sock = sock.clone();
+                move || loop {
+                    match UnixStream::connect(&sock) {
+                        Ok(_) => return true,
+                        Err(e) if e.kind() == ErrorKind::NotFound => std::hint::spin_loop(),
+                        Err(e) if e.kind() == ErrorKind::ConnectionRefused => return false,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+            let (server, _port) = serve(&sock, ServeOptions::default(), HashMap::new()).unwrap();
+            refused += usize::from(!client.join().unwrap());
+            drop(server);
+            // Nothing of the staging is left beside the socket, and the socket goes at drop.
+            assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+        }
+        assert_eq!(
+            refused, 0,
+            "{refused} of {rounds} first connections refused"
+        );
+    }
+
+    fn umask_now() -> String {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("Umask:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().to_string()
+    }
+
+    /// Making the socket never changes the process umask: it is process-wide, so a file
+    /// another thread creates meanwhile (an output pcap, a log) would get the socket's mode.
+    #[test]
+    fn making_the_socket_leaves_the_umask_alone() {
+        let before = umask_now();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = std::thread::spawn({
+            let (stop, before) = (stop.clone(), before.clone());
+            move || {
+                let mut seen = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let now = umask_now();
+                    if now != before {
+                        seen.push(now);
+                    }
+                }
+                seen
+            }
+        });
+        for _ in 0..300 {
+            let d = private_dir();
+            let sock = d.path().join("c.sock");
+            drop(serve(&sock, ServeOptions::default(), HashMap::new()).unwrap());
+        }
+        stop.store(true, Ordering::Relaxed);
+        let seen = watcher.join().unwrap();
+        assert!(
+            seen.is_empty(),
+            "umask {before} seen as {:?} {} times",
+            seen.first(),
+            seen.len()
+        );
+    }
+
+    /// A file that appears at the path while the socket is made is not replaced, and
+    /// nothing of the staging is left behind.
+    #[test]
+    fn a_file_that_appears_meanwhile_is_kept() {
+        let d = private_dir();
+        let sock = d.path().join("c.sock");
+        std::fs::write(&sock, b"theirs").unwrap();
+        let e = bind_private(&sock).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            "appeared while the socket was being made: choose another path"
+        );
+        assert_eq!(std::fs::read(&sock).unwrap(), b"theirs");
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
     }
 
     /// Records the thread that prepared the command.
