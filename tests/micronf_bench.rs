@@ -4,8 +4,9 @@
 //! cell per header column. Timings are not asserted (a loaded machine), only that they
 //! are there. Bounded: 120 s at most.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -53,27 +54,22 @@ const HEADER: [&str; 18] = [
 #[test]
 fn the_json_csv_and_svg_hold_the_same_rows() {
     let out = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_catena"))
-        .args(["bench", "micronf", "--runs", "1", "--json"])
-        .args(["--only", "ip_filter (4sics)"])
-        .args(["--only", "2 busy × 0 cycles"])
-        .args(["--only", "hop"])
-        .arg("--out")
-        .arg(out.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn catena bench");
-    let end = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("bench micronf took more than 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let o = child.wait_with_output().unwrap();
+    let child = common::spawn_bench(
+        &[
+            "micronf",
+            "--runs",
+            "1",
+            "--json",
+            "--only",
+            "ip_filter (4sics)",
+            "--only",
+            "2 busy × 0 cycles",
+            "--only",
+            "hop",
+        ],
+        out.path(),
+    );
+    let o = common::wait::exit_within(child, Duration::from_secs(120), "in bench micronf");
     assert!(
         o.status.success(),
         "bench failed: {}",

@@ -6,10 +6,11 @@
 //! any changed byte. Bounded: 1,000 packets per row, 2 stages, 60 s at most; the bench's
 //! namespaces (`pf<pid>n<k>`) are removed by it, and by this test if it had to be killed.
 
+mod common;
 mod netns;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -31,32 +32,28 @@ fn every_hop_aggregated_delivers_the_same_packets_in_the_same_order() {
         return;
     }
     let out = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_catena"))
-        .args([
-            "bench", "paflow", "--runs", "1", "--scale", "0.001", "--json",
-        ])
-        .args(["--only", "2 64 aggregate af_packet aggregated-ends"])
-        .args(["--only", "2 64 aggregate+nf af_xdp aggregated-ends"])
-        .args(["--only", "2 64 off af_packet plain-ends"])
-        .args(["--only", "2 64 aggregate tx_ring plain-ends"])
-        .arg("--out")
-        .arg(out.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn catena bench");
+    let child = common::spawn_bench(
+        &[
+            "paflow",
+            "--runs",
+            "1",
+            "--scale",
+            "0.001",
+            "--json",
+            "--only",
+            "2 64 aggregate af_packet aggregated-ends",
+            "--only",
+            "2 64 aggregate+nf af_xdp aggregated-ends",
+            "--only",
+            "2 64 off af_packet plain-ends",
+            "--only",
+            "2 64 aggregate tx_ring plain-ends",
+        ],
+        out.path(),
+    );
     let clean = Cleanup(child.id());
-    let end = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            drop(clean);
-            panic!("bench paflow took more than 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let o = child.wait_with_output().unwrap();
+    // A panic in the wait drops `clean` too: the namespaces go whatever happens.
+    let o = common::wait::exit_within(child, Duration::from_secs(60), "in bench paflow");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "bench failed: {err}");
     let rows: Value = serde_json::from_slice(&o.stdout).expect("JSON rows");

@@ -575,8 +575,7 @@ ports = "2000-2999"
         per_flow.entry(events[i]).or_default().push(i);
     }
     let mut next: std::collections::HashMap<usize, usize> = Default::default();
-    let mut pair: Vec<Option<([u8; 4], u16)>> = vec![None; 2 * flows];
-    let mut owner = std::collections::HashMap::new();
+    let mut pairs = common::nat::PublicPairs::new(2 * flows);
     for (_, g) in &got {
         // The inside address and port are gone after the NAT: the packet (and so its
         // flow) is known by the event number in its payload.
@@ -590,35 +589,22 @@ ports = "2000-2999"
         let k = next.entry(f).or_default();
         assert_eq!(per_flow[&f][*k], i, "flow {f}: packet {i} out of its order");
         *k += 1;
-        let seen = (
-            [g[26], g[27], g[28], g[29]],
-            u16::from_be_bytes([g[34], g[35]]),
+        pairs.check(
+            (i, f, proto(f)),
+            g,
+            |seen| frame(proto(f), seen, server(f), &payload(i)),
+            &pools,
+            || usize::from(per_flow[&f][0] >= pool_at),
         );
-        let want = frame(proto(f), seen, server(f), &payload(i));
-        assert!(
-            g == &want,
-            "packet {i} (flow {f}): got {g:02x?}, want {want:02x?}"
-        );
-        match pair[f] {
-            Some(p) => assert_eq!(p, seen, "packet {i}: flow {f} changed its public pair"),
-            None => {
-                let first = per_flow[&f][0];
-                let k = usize::from(first >= pool_at);
-                let (a, ports) = &pools[k];
-                assert!(
-                    seen.0 == *a && ports.contains(&seen.1),
-                    "packet {i}: flow {f} got {seen:?}, not in pool {k} in force at {first}"
-                );
-                let prev = owner.insert((proto(f), seen), f);
-                assert_eq!(prev, None, "flows {prev:?} and {f} share {seen:?}");
-                pair[f] = Some(seen);
-            }
-        }
     }
     // Both changes were crossed by running flows, and flows started under each pool.
     assert!(events[pool_at..].iter().any(|&f| f < flows));
-    assert!(pair[..flows].iter().flatten().all(|p| p.0 == pools[0].0));
-    assert!(pair[flows..].iter().flatten().any(|p| p.0 == pools[1].0));
+    assert!((0..flows)
+        .flat_map(|f| pairs.of(f))
+        .all(|p| p.0 == pools[0].0));
+    assert!((flows..2 * flows)
+        .flat_map(|f| pairs.of(f))
+        .any(|p| p.0 == pools[1].0));
 }
 
 /// The IP protocol of an untagged IPv4 Ethernet frame.

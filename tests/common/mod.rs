@@ -11,6 +11,20 @@ use std::process::{Command, Output};
 use catena::io::Trace;
 use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Summary};
 
+/// Starts `catena bench ARGS --out OUT` with stdout and stderr piped, to be awaited with a
+/// bound ([`wait::exit_within`]).
+pub fn spawn_bench(args: &[&str], out: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_catena"))
+        .arg("bench")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn catena bench")
+}
+
 /// The `catena` binary of this build, run with `args` to its end.
 pub fn catena(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_catena"))
