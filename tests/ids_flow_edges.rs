@@ -321,6 +321,28 @@ fn a_pickup_on_a_response_is_reversed_as_suricata() {
     assert_eq!(ours, theirs);
 }
 
+/// A side whose receiver acknowledged bytes the capture lost, and that then sent more
+/// than the stack's 64 KiB ring past them before the next ACK (198.100.146.9:60163 →
+/// 192.168.1.3:52915 of the merged trace, ~16 KiB between sparse ACKs), was given up:
+/// no stream byte of it was inspected after (`d2` 0 vs 58, `d3` 0 vs 1). Now the holes
+/// before such a segment are skipped instead, as Suricata, whose buffer is not a ring,
+/// declares the gap on its next ACK. The `d2` count stays apart by design: Suricata
+/// re-inspects the bytes held after an unacknowledged hole on every packet until the ACK
+/// (58 times); ours re-inspects them while they fit the IDS's 16 KiB hold (13, each on a
+/// packet Suricata alerts on too).
+#[test]
+fn a_side_far_past_an_acknowledged_hole_is_not_given_up_as_suricata() {
+    let rules = "alert tcp any any -> any any (msg:\"tfo test1\"; content:\"d2\"; sid:1000641;)\n\
+        alert tcp any any -> any any (msg:\"tfo test2\"; content:\"d3\"; sid:1000642;)\n\
+        alert tcp-pkt any any -> any any (msg:\"tfo test3\"; content:\"d2\"; sid:1000643;)\n";
+    let (ours, theirs) = merged_cut("tcp.port==52915 && ip.addr==198.100.146.9", rules);
+    assert_eq!(theirs.get(&1000642), Some(&1), "{theirs:?}");
+    assert_eq!(ours.get(&1000642), Some(&1), "{ours:?}");
+    assert_eq!(ours.get(&1000643), theirs.get(&1000643));
+    assert_eq!(theirs.get(&1000641), Some(&58), "{theirs:?}");
+    assert_eq!(ours.get(&1000641), Some(&13), "{ours:?}");
+}
+
 /// Suricata 7.0 inspects each raw stream chunk as a buffer of its own (it passes no
 /// stream offset to the content inspection), so `offset`/`depth` count from the chunk's
 /// start, which is the raw progress (the TLS parser asks for a chunk at each record's

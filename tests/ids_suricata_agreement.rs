@@ -129,8 +129,9 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // hidden as many missing elsewhere in the per-rule sums (docs/history/ids.md, session 19);
     // 264 with an ACK judged by the stream as of its packet (not the batch's end) and
     // believed up to a window past the bytes delivered (session 20); 236 with a mid-stream
-    // pickup starting the other side's stream at its ACK (session 30).
-    assert!(apart_all <= 250, "per-rule differences sum to {apart_all}");
+    // pickup starting the other side's stream at its ACK (session 30); 200 with a side
+    // whose bytes past an acknowledged hole overflow the ring skipped, not given up (31).
+    assert!(apart_all <= 215, "per-rule differences sum to {apart_all}");
     assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }
 

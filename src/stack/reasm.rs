@@ -268,28 +268,30 @@ impl Stream {
         Some((hole, re - rs))
     }
 
-    /// Nothing delivered yet (a pickup's other side, started at the pickup's ACK) and
-    /// the segment of `len` bytes at `seq` would not fit the ring behind the hole at the
-    /// stream's start (the capture lost that side's first bytes): buffering it would
-    /// give the direction up.
-    pub fn leading_hole_overflows(&self, seq: u32, len: usize, ring_bytes: usize) -> bool {
+    /// The segment of `len` bytes at `seq` would not fit the ring behind the hole before
+    /// it (the capture lost bytes of this side: at its start, a pickup's other side
+    /// started at the pickup's ACK, or later, its receiver acknowledging what the capture
+    /// never showed): buffering it would give the direction up.
+    pub fn hole_overflows(&self, seq: u32, len: usize, ring_bytes: usize) -> bool {
         let rel = seq::diff(self.next_seq(), seq);
-        self.started
-            && !self.gave_up
-            && self.next == 0
-            && rel > 0
-            && rel as u64 + len as u64 > ring_bytes as u64
+        self.started && !self.gave_up && rel > 0 && rel as u64 + len as u64 > ring_bytes as u64
     }
 
-    /// Skips the hole at the start of a stream that holds nothing, up to `seq` (see
-    /// [`Stream::leading_hole_overflows`]); returns the hole's length.
-    pub fn skip_leading_hole(&mut self, seq: u32) -> u64 {
+    /// Skips the hole before `seq` when no run is held before it (see
+    /// [`Stream::hole_overflows`]; runs held before it are skipped first with
+    /// [`Stream::skip_acked_hole`]); returns the hole's length.
+    pub fn skip_hole_to(&mut self, seq: u32) -> u64 {
         let rel = seq::diff(self.next_seq(), seq);
-        if self.runs != 0 || self.next != 0 || rel <= 0 {
+        if rel <= 0 {
             return 0;
         }
-        self.next = rel as u64;
-        self.skipped = rel as u64;
+        let to = self.next + rel as u64;
+        let held_before = self.runs != 0 && self.ooo.as_deref().is_some_and(|o| o.holes[0].0 < to);
+        if held_before {
+            return 0;
+        }
+        self.next = to;
+        self.skipped += rel as u64;
         rel as u64
     }
 

@@ -631,25 +631,25 @@ impl Stack {
             if pay_len > 0 && take && !beyond {
                 let ring = self.rings.ring_bytes();
                 let mut lead = 0;
-                if self.skip_holes && st.leading_hole_overflows(data_seq, pay_len, ring) {
-                    // A side that delivered nothing yet (a pickup's other side, its first
-                    // bytes lost) whose bytes behind the hole at its start would overflow
-                    // the ring: the hole is skipped now rather than the side given up.
-                    if st.has_hole() {
-                        let d = dir as u8;
-                        skip_holes_to(
-                            st,
-                            data_seq,
-                            &mut self.rings,
-                            &mut self.stats,
-                            q,
-                            want,
-                            d,
-                            ev,
-                        );
-                    } else {
-                        lead = st.skip_leading_hole(data_seq);
-                    }
+                if self.skip_holes && st.hole_overflows(data_seq, pay_len, ring) {
+                    // A side whose bytes behind a hole would overflow the ring (a pickup's
+                    // other side whose first bytes were lost, or a side whose receiver
+                    // acknowledged bytes the capture never showed, then far more came):
+                    // the holes before this segment are skipped now rather than the side
+                    // given up. Suricata's buffer is not bounded by a ring: on the next
+                    // ACK past its progress it declares the gap and goes on to the data.
+                    let d = dir as u8;
+                    skip_holes_to(
+                        st,
+                        data_seq,
+                        &mut self.rings,
+                        &mut self.stats,
+                        q,
+                        want,
+                        d,
+                        ev,
+                    );
+                    lead = st.skip_hole_to(data_seq);
                 }
                 if lead > 0 {
                     self.stats.gaps += 1;
