@@ -148,6 +148,52 @@ impl Batch {
         }
     }
 
+    /// [`Batch::retain_or`] that moves the packets `keep` refuses to the end of `gone`, in
+    /// their order, instead of handing them out one by one: the caller then frees them
+    /// as a block (`Pool::free_batch`), not with a call per packet (behind the firewall,
+    /// ~25 instructions a dropped packet, session 31). Sorted without a branch on
+    /// `keep`'s answer as in `retain_or` when the batch holds at most [`MAX_BATCH`] and
+    /// `gone` has room for all of it; otherwise one pass that branches.
+    #[inline]
+    pub fn retain_or_move(&mut self, mut keep: impl FnMut(&Packet) -> bool, gone: &mut Batch) {
+        let len = self.pkts.len();
+        if len > MAX_BATCH || gone.pkts.capacity() - gone.pkts.len() < len {
+            return self.retain_or_long(keep, |p| gone.pkts.push(p));
+        }
+        let pkts = &self.pkts[..];
+        let mut first = 0;
+        while first < len && keep(&pkts[first]) {
+            first += 1;
+        }
+        if first == len {
+            return;
+        }
+        let base = self.pkts.as_mut_ptr();
+        let at = gone.pkts.len();
+        // SAFETY: as in `retain_or`, with `gone`'s spare room (at least `len`, tested
+        // above) in place of `out`: both lengths stay put while packets move, so a panic
+        // in `keep` leaks the moved ones instead of dropping one twice; at the end the
+        // first `w` slots and `gone[at..at + g]` hold every packet exactly once.
+        unsafe {
+            let to = gone.pkts.as_mut_ptr().add(at);
+            self.pkts.set_len(0);
+            to.write(base.add(first).read());
+            let mut w = first;
+            let mut g = 1;
+            for r in first + 1..len {
+                let p = base.add(r).read();
+                let k = keep(&p);
+                std::ptr::copy_nonoverlapping(&p, base.add(w), 1);
+                // `at + g <= at + r - first < at + len <= capacity`: in bounds.
+                to.add(g).write(p);
+                w += usize::from(k);
+                g += usize::from(!k);
+            }
+            self.pkts.set_len(w);
+            gone.pkts.set_len(at + g);
+        }
+    }
+
     /// [`Batch::retain_or`] for more than [`MAX_BATCH`] packets, in one pass that
     /// branches: the packets before the first that goes are only looked at, the rest
     /// move at most once.
@@ -262,6 +308,48 @@ mod tests {
         b.move_into(&mut to);
         assert!(b.is_empty());
         assert_eq!(to.len(), 5);
+    }
+
+    /// The moving form gives the same split as `retain_or`: kept in order, the rest
+    /// appended to `gone` after what it held, in order; and the branching pass when
+    /// `gone` lacks the room or the batch is over `MAX_BATCH`.
+    #[test]
+    fn retain_or_move_appends_the_rest_in_order() {
+        for (n, room) in [
+            (7, 16),
+            (MAX_BATCH, MAX_BATCH + 1),
+            (MAX_BATCH, 4),
+            (MAX_BATCH + 9, 64),
+        ] {
+            let mut b = Batch::with_capacity(n);
+            for i in 0..n {
+                b.push(Packet::from_bytes(&[i as u8; 20]));
+            }
+            let mut gone = Batch::with_capacity(room);
+            gone.push(Packet::from_bytes(&[200; 20]));
+            let mut asked = Vec::new();
+            b.retain_or_move(
+                |p| {
+                    asked.push(p.data()[0]);
+                    p.data()[0] % 3 != 1
+                },
+                &mut gone,
+            );
+            let kept: Vec<u8> = b.iter().map(|p| p.data()[0]).collect();
+            let went: Vec<u8> = gone.iter().map(|p| p.data()[0]).collect();
+            let all: Vec<u8> = (0..n as u8).collect();
+            assert_eq!(asked, all, "{n}: asked once each, in order");
+            let want: Vec<u8> = (0..n as u8).filter(|i| i % 3 != 1).collect();
+            let mut want_gone = vec![200];
+            want_gone.extend((0..n as u8).filter(|i| i % 3 == 1));
+            let (k, g) = (kept.len(), went.len());
+            assert_eq!((kept, went), (want, want_gone), "{n} packets, room {room}");
+            b.retain_or_move(|_| true, &mut gone);
+            assert_eq!((b.len(), gone.len()), (k, g), "{n}: nothing goes");
+            let mut rest = Batch::with_capacity(room);
+            b.retain_or_move(|_| false, &mut rest);
+            assert_eq!((b.len(), rest.len()), (0, k), "{n}: everything goes");
+        }
     }
 
     /// A batch over `MAX_BATCH` (a node fed by several) takes the other pass: the same

@@ -94,6 +94,26 @@ fn one_word(a: Word, b: Word) -> Option<(Word, Word)> {
     }
 }
 
+/// Consecutive one-field tests whose fields lie in one word read it once (the
+/// firewall's fragment field at 6 and protocol at 9: one load, not two; session 31):
+/// each test that can take the word before it is marked `reuse`, its field moved onto
+/// that word as [`one_word`] moves it. A test that reuses keeps its word where it is,
+/// so a field before it (which would move it back) starts a word of its own.
+fn share_words(one: &mut [One]) {
+    for i in 1..one.len() {
+        let (a, b) = (one[i - 1].f, one[i].f);
+        let Some((a2, b2)) = one_word(a, b) else {
+            continue;
+        };
+        if one[i - 1].reuse && a2.off != a.off {
+            continue;
+        }
+        one[i - 1].f = a2;
+        one[i].f = b2;
+        one[i].reuse = true;
+    }
+}
+
 /// Most one-field and two-field tests the unrolled pass takes (more: the checked path).
 pub(super) const ONES: usize = 4;
 pub(super) const EITHERS: usize = 2;
@@ -102,6 +122,8 @@ pub(super) const EITHERS: usize = 2;
 #[derive(Clone, Copy, Debug, Default)]
 struct One {
     f: Word,
+    /// `f` lies in the word the test before read (see [`share_words`]): not read again.
+    reuse: bool,
     v: [u64; 2],
     /// The membership that keeps, as 0 or 1: the test drops when the membership differs
     /// from it (one `xor`, not a compare and a set).
@@ -173,6 +195,7 @@ impl Dense {
                     see(&f);
                     one.push(One {
                         f,
+                        reuse: false,
                         v,
                         keep: u32::from(!when),
                         bit,
@@ -214,6 +237,7 @@ impl Dense {
             return None;
         }
         // After the reach is taken from where each field lies: no packet changes path.
+        share_words(&mut one);
         let (keys, keys_shared) =
             one_word(keys[0], keys[1]).map_or((keys, false), |(k, l)| ([k, l], true));
         one.resize(ONES, One::default());
@@ -255,8 +279,13 @@ impl Dense {
         let mut m = always;
         // SAFETY (every read below): each word's reach is in `self.reach`, which the
         // caller checked against `d.len()`.
+        let mut x = 0;
         for t in &self.one[..A] {
-            let v = unsafe { t.f.read(d, o3, o4) };
+            // The same way for every packet: a predicted branch.
+            if !t.reuse {
+                x = unsafe { t.f.word(d, o3, o4) };
+            }
+            let v = t.f.field(x);
             let inside = u32::from((v == t.v[0]) | (v == t.v[1]));
             m |= (inside ^ t.keep) << t.bit;
         }
@@ -289,7 +318,7 @@ impl Dense {
 
 #[cfg(test)]
 mod tests {
-    use super::{one_word, Word};
+    use super::{one_word, share_words, One, Word};
     use crate::nfs::pipeline::nf::compile;
 
     fn w(at: u8, off: u16, sh: u8, bits: u32) -> Word {
@@ -330,6 +359,66 @@ mod tests {
         assert_eq!(parts(one_word(w(0, 0, 48, 16), w(0, 10, 48, 16))), None);
         // Not the same header.
         assert_eq!(parts(one_word(w(0, 0, 48, 16), w(1, 2, 48, 16))), None);
+    }
+
+    fn ones(fields: &[Word]) -> Vec<One> {
+        fields
+            .iter()
+            .map(|&f| One {
+                f,
+                ..One::default()
+            })
+            .collect()
+    }
+
+    fn shared(one: &[One]) -> Vec<(u8, u16, u8, bool)> {
+        one.iter()
+            .map(|t| (t.f.at, t.f.off, t.f.sh, t.reuse))
+            .collect()
+    }
+
+    /// One-field tests in a row read a word once when the later lies in the earlier's 8
+    /// bytes: the firewall's protocol (8 bits at 9) then fragment field (13 bits at 6)
+    /// become one word at 6; a field before a test that already reuses a word starts its
+    /// own (moving that test back would break the word it shares); fields apart or in
+    /// another header keep their own.
+    #[test]
+    fn one_field_tests_share_a_word_in_a_row() {
+        let mut fw = ones(&[w(0, 9, 56, 8), w(0, 6, 48, 13)]);
+        share_words(&mut fw);
+        assert_eq!(shared(&fw), [(0, 6, 32, false), (0, 6, 48, true)]);
+        let mut three = ones(&[
+            w(0, 4, 56, 8),
+            w(0, 6, 56, 8),
+            w(0, 2, 56, 8),
+            w(0, 20, 48, 16),
+        ]);
+        share_words(&mut three);
+        assert_eq!(
+            shared(&three),
+            [
+                (0, 4, 56, false),
+                (0, 4, 40, true),
+                (0, 2, 56, false),
+                (0, 20, 48, false)
+            ]
+        );
+        let mut apart = ones(&[w(0, 9, 56, 8), w(1, 9, 56, 8)]);
+        share_words(&mut apart);
+        assert_eq!(shared(&apart), [(0, 9, 56, false), (1, 9, 56, false)]);
+        // The compiled firewall: its two one-field tests share.
+        let path = format!(
+            "{}/examples/pipeline/firewall.stv",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let src = std::fs::read_to_string(path).expect("the example");
+        let c = compile("firewall.stv", &src, &Default::default()).expect("compiles");
+        let d = c.plan.flat().ipv4.as_deref().expect("chunk").dense.clone();
+        let d = d.expect("dense");
+        assert_eq!(
+            shared(&d.one[..d.ones]),
+            [(0, 6, 32, false), (0, 6, 48, true)]
+        );
     }
 
     /// The firewall's reach: its IPv4 header's destination address (the looked-up key)
