@@ -17,7 +17,7 @@ use catena::optimise::fastpath::{FastConfig, FastStats};
 use catena::packet::{Batch, Fields};
 use catena::packet::{L3Kind, Layers, LinkKind};
 use catena::runtime::control::Scheduled;
-use catena::runtime::{Chain, ChainConfig, Summary};
+use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Summary};
 use fastpath_common::{run_chain, Outcome};
 
 /// Chains as letters: F filter, G filter with a TCP-flags rule (refuses TCP flows), N NAT,
@@ -104,14 +104,8 @@ fn changes(chain: &str, packets: u64) -> Vec<Scheduled> {
     v
 }
 
-fn run(
-    chain: &str,
-    s: &Setup,
-    trace: &Trace,
-    fast: Option<FastConfig>,
-    schedule: &[Scheduled],
-    dir: &Path,
-) -> Outcome {
+/// Chain `chain` as `run` builds it, with FastPath when `fast` (tag `on`, else `off`).
+fn build(chain: &str, s: &Setup, fast: Option<FastConfig>, dir: &Path) -> Chain {
     let tag = if fast.is_some() { "on" } else { "off" };
     let mut text = format!("name = \"eq\"\n[input]\nports = {}\n", s.ports);
     for (i, k) in chain.chars().enumerate() {
@@ -122,6 +116,19 @@ fn run(
     if let Some(f) = fast {
         c.enable_fastpath(f).expect("fastpath");
     }
+    c
+}
+
+fn run(
+    chain: &str,
+    s: &Setup,
+    trace: &Trace,
+    fast: Option<FastConfig>,
+    schedule: &[Scheduled],
+    dir: &Path,
+) -> Outcome {
+    let tag = if fast.is_some() { "on" } else { "off" };
+    let c = build(chain, s, fast, dir);
     run_chain(c, chain, trace, |_| {}, schedule, dir, tag)
 }
 
@@ -309,6 +316,46 @@ fn long_flows_mostly_take_the_fast_path() {
         t.len()
     );
     assert!(f.installed > 0 && f.installed < 2_000, "{f:?}");
+}
+
+/// A sink with no file to write (the bench's, `catena run` without `-o`) counts its hits
+/// in the host, not through the sink's writer: its packets and bytes, and every other
+/// counter, are the chain's.
+#[test]
+fn a_sink_that_only_counts_counts_hits_as_the_chain_does() {
+    let t = generate(&GenOptions {
+        count: 20_000,
+        flows: 50,
+        ..GenOptions::profile(GenProfile::FourSics)
+    })
+    .unwrap();
+    let s = gen_setup(&t);
+    let dir = common::tempdir();
+    let run = |fast: Option<FastConfig>| {
+        let mut r = Runner::new(build("FNMO", &s, fast, dir.path()), t.max_packet_len());
+        r.run(&t, &RunOptions::default(), &mut NoProgress)
+            .expect("run")
+    };
+    let (off, on) = (run(None), run(Some(small())));
+    let f = on.fastpath.as_ref().expect("fastpath counters");
+    assert!(
+        f.hits * 10 > t.len() as u64 * 8,
+        "only {} hits: {f:?}",
+        f.hits
+    );
+    assert!(off.bytes_out > 0 && off.sinks.iter().all(|k| k.path.is_none()));
+    let j = |x: &Summary| {
+        serde_json::to_string(&(
+            &x.nfs,
+            &x.ports,
+            &x.sinks,
+            x.packets_out,
+            x.packets_dropped,
+            x.bytes_out,
+        ))
+        .unwrap()
+    };
+    assert_eq!(j(&off), j(&on), "summaries differ");
 }
 
 /// Paths of 8 NFs are consolidated (they were refused past 6) and stay equal on and off.
