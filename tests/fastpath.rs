@@ -299,14 +299,19 @@ fn every_chain_on_generated_traces_is_equal_on_and_off_with_changes() {
     }
 }
 
-#[test]
-fn long_flows_mostly_take_the_fast_path() {
-    let t = generate(&GenOptions {
+/// 20,000 packets in 50 flows (4sics-like): most packets are later packets of a flow.
+fn fifty_long_flows() -> Trace {
+    generate(&GenOptions {
         count: 20_000,
         flows: 50,
         ..GenOptions::profile(GenProfile::FourSics)
     })
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn long_flows_mostly_take_the_fast_path() {
+    let t = fifty_long_flows();
     let s = gen_setup(&t);
     let f = equal_on_off("FNMO", &s, &t, small(), &[], "long flows");
     assert!(
@@ -323,12 +328,7 @@ fn long_flows_mostly_take_the_fast_path() {
 /// counter, are the chain's.
 #[test]
 fn a_sink_that_only_counts_counts_hits_as_the_chain_does() {
-    let t = generate(&GenOptions {
-        count: 20_000,
-        flows: 50,
-        ..GenOptions::profile(GenProfile::FourSics)
-    })
-    .unwrap();
+    let t = fifty_long_flows();
     let s = gen_setup(&t);
     let dir = common::tempdir();
     let run = |fast: Option<FastConfig>| {

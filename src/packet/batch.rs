@@ -111,40 +111,64 @@ impl Batch {
         }
         // Most batches behind most NFs drop nothing: the packets before the first that
         // goes are only looked at (a branch learned there), the rest sorted as below.
-        let pkts = &self.pkts[..];
-        let mut first = 0;
-        while first < len && keep(&pkts[first]) {
-            first += 1;
-        }
+        let first = self.kept_prefix(&mut keep);
         if first == len {
             return;
         }
-        let base = self.pkts.as_mut_ptr();
         let mut out = [const { std::mem::MaybeUninit::<Packet>::uninit() }; MAX_BATCH];
         let to = out.as_mut_ptr().cast::<Packet>();
-        let mut g = 1;
-        // SAFETY: the length is 0 while packets move, so a panic in `keep` leaks them
-        // instead of dropping one twice. Each packet is read once, then its bits written
-        // both at `w <= r` (a slot already read) and at `out[g]`; only one of the two
-        // counts advances, so at the end the first `w` slots and `out[..g]` hold every
-        // packet exactly once (a copy not counted is overwritten or forgotten).
+        // SAFETY: `out` has room for `len <= MAX_BATCH` packets; it owns none before.
+        // After the sort `out[..g]` holds the packets that go, each exactly once.
+        unsafe {
+            let g = self.sort_from(first, &mut keep, to);
+            for i in 0..g {
+                gone(to.add(i).read());
+            }
+        }
+    }
+
+    /// How many packets at the front `keep` takes, asking it up to the first it refuses.
+    #[inline(always)]
+    fn kept_prefix(&self, keep: &mut impl FnMut(&Packet) -> bool) -> usize {
+        self.pkts.iter().take_while(|p| keep(p)).count()
+    }
+
+    /// Sorts the packets from `first` (which goes) to the end: those `keep` takes stay in
+    /// order at the front, the others are written in order at `to`; returns how many.
+    /// Each packet is read once, then its bits written both at `w <= r` (a slot already
+    /// read) and at `to[g]`; only one of the two counts advances, so at the end the first
+    /// `w` slots and `to[..g]` hold every packet exactly once (a copy not counted is
+    /// overwritten or forgotten). The length is 0 while packets move, so a panic in
+    /// `keep` leaks them instead of dropping one twice.
+    ///
+    /// # Safety
+    /// `first < self.len()`, and `to` has room for `self.len() - first` packets and owns
+    /// none of them (the caller takes ownership of `to[..returned]`).
+    #[inline(always)]
+    unsafe fn sort_from(
+        &mut self,
+        first: usize,
+        keep: &mut impl FnMut(&Packet) -> bool,
+        to: *mut Packet,
+    ) -> usize {
+        let len = self.pkts.len();
+        let base = self.pkts.as_mut_ptr();
+        // SAFETY: the caller's contract; every index below is `< len`, and `g <= r - first`.
         unsafe {
             self.pkts.set_len(0);
             to.write(base.add(first).read());
             let mut w = first;
+            let mut g = 1;
             for r in first + 1..len {
                 let p = base.add(r).read();
                 let k = keep(&p);
                 std::ptr::copy_nonoverlapping(&p, base.add(w), 1);
-                // `g <= r - first < len <= MAX_BATCH`: in bounds.
                 to.add(g).write(p);
                 w += usize::from(k);
                 g += usize::from(!k);
             }
             self.pkts.set_len(w);
-            for i in 0..g {
-                gone(to.add(i).read());
-            }
+            g
         }
     }
 
@@ -160,36 +184,15 @@ impl Batch {
         if len > MAX_BATCH || gone.pkts.capacity() - gone.pkts.len() < len {
             return self.retain_or_long(keep, |p| gone.pkts.push(p));
         }
-        let pkts = &self.pkts[..];
-        let mut first = 0;
-        while first < len && keep(&pkts[first]) {
-            first += 1;
-        }
+        let first = self.kept_prefix(&mut keep);
         if first == len {
             return;
         }
-        let base = self.pkts.as_mut_ptr();
         let at = gone.pkts.len();
-        // SAFETY: as in `retain_or`, with `gone`'s spare room (at least `len`, tested
-        // above) in place of `out`: both lengths stay put while packets move, so a panic
-        // in `keep` leaks the moved ones instead of dropping one twice; at the end the
-        // first `w` slots and `gone[at..at + g]` hold every packet exactly once.
+        // SAFETY: `gone` has room for at least `len` more packets (tested above) and its
+        // length stays put while they move; `sort_from` writes `g` of them at its end.
         unsafe {
-            let to = gone.pkts.as_mut_ptr().add(at);
-            self.pkts.set_len(0);
-            to.write(base.add(first).read());
-            let mut w = first;
-            let mut g = 1;
-            for r in first + 1..len {
-                let p = base.add(r).read();
-                let k = keep(&p);
-                std::ptr::copy_nonoverlapping(&p, base.add(w), 1);
-                // `at + g <= at + r - first < at + len <= capacity`: in bounds.
-                to.add(g).write(p);
-                w += usize::from(k);
-                g += usize::from(!k);
-            }
-            self.pkts.set_len(w);
+            let g = self.sort_from(first, &mut keep, gone.pkts.as_mut_ptr().add(at));
             gone.pkts.set_len(at + g);
         }
     }
@@ -203,11 +206,7 @@ impl Batch {
         mut keep: impl FnMut(&Packet) -> bool,
         mut gone: impl FnMut(Packet),
     ) {
-        let pkts = &self.pkts[..];
-        let mut first = 0;
-        while first < pkts.len() && keep(&pkts[first]) {
-            first += 1;
-        }
+        let first = self.kept_prefix(&mut keep);
         let len = self.pkts.len();
         if first == len {
             return;
