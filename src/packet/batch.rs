@@ -233,6 +233,16 @@ impl Batch {
         }
     }
 
+    /// Empties the batch without dropping its packets.
+    ///
+    /// # Safety
+    /// Each packet must be owned elsewhere already (a bitwise copy kept), or it leaks.
+    #[inline]
+    pub(crate) unsafe fn forget_all(&mut self) {
+        // SAFETY: 0 is always a valid length; the caller keeps the packets.
+        unsafe { self.pkts.set_len(0) };
+    }
+
     /// Moves every packet to the end of `to` (one copy of the pointers), leaving the
     /// batch empty.
     #[inline]
