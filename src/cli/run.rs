@@ -581,11 +581,17 @@ fn run_ports_workers(
                             ..Default::default()
                         };
                         let s = r.run_live(ports, &opts, live);
-                        // One worker failing ends the others.
-                        if s.is_err() {
+                        // One worker failing, or ending on an output it could not
+                        // write, ends the others (their files whole).
+                        if s.as_ref().map_or(true, |s| !s.output_errors.is_empty()) {
                             stop.store(true, std::sync::atomic::Ordering::Relaxed);
                         }
-                        s
+                        s.map(|mut s| {
+                            for e in &mut s.output_errors {
+                                *e = format!("worker {w}: {e}");
+                            }
+                            s
+                        })
                     })
             })
             .collect();
