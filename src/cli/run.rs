@@ -188,6 +188,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     path.display()
                 );
             }
+            // Before: the map's own refusal, "`catena run` streams those", which it does
+            // only with one worker.
+            if workers > 1 && !regular && path.exists() {
+                anyhow::bail!(
+                    "{}: {workers} workers need a file (they share it), not a pipe or a device: one worker streams those",
+                    path.display()
+                );
+            }
             match PcapStream::open(path)? {
                 // Sharded workers each walk the mapped file, keeping their own records:
                 // nothing before the first packet, but every worker parses and hashes
