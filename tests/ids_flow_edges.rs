@@ -343,6 +343,25 @@ fn a_side_far_past_an_acknowledged_hole_is_not_given_up_as_suricata() {
     assert_eq!(ours.get(&1000641), Some(&13), "{ours:?}");
 }
 
+/// An HTTP `CONNECT` answered 2xx is a tunnel: Suricata detects the protocol again after
+/// the answer's header (app-layer-htp.c, the first transaction a `CONNECT` answered 2xx),
+/// finds TLS and inspects no payload after its application data. The merged trace's
+/// 192.168.1.103:1714 → :8080 (`CONNECT apache.org:443`, TLS 1.3 inside): the client hello
+/// in the tunnel alerts both ways; `d2` in the encrypted bytes gave each of these three
+/// rules 2 alerts before session 32 (Suricata: none).
+#[test]
+fn a_connect_tunnel_is_followed_into_tls_as_suricata() {
+    let rules = "alert tcp any any -> any any (msg:\"tfo test1\"; content:\"d2\"; sid:1000641;)\n\
+        alert tcp-pkt any any -> any any (msg:\"tfo test3\"; content:\"d2\"; sid:1000643;)\n\
+        alert tcp-stream any any -> any any (msg:\"tfo test5\"; content:\"d2\"; sid:1000645;)\n\
+        alert tcp any any -> any any (msg:\"TLS client hello\"; flow:to_server,established; \
+        content:\"|16 03|\"; depth:2; content:\"|01|\"; distance:3; within:1; sid:2000007;)\n";
+    let (ours, theirs) = merged_cut("tcp.port==1714 && ip.addr==192.168.1.103", rules);
+    assert_eq!(theirs.get(&2000007), Some(&2), "{theirs:?}");
+    assert_eq!(theirs.get(&1000641), None, "{theirs:?}");
+    assert_eq!(ours, theirs);
+}
+
 /// Suricata 7.0 inspects each raw stream chunk as a buffer of its own (it passes no
 /// stream offset to the content inspection), so `offset`/`depth` count from the chunk's
 /// start, which is the raw progress (the TLS parser asks for a chunk at each record's

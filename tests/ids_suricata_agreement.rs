@@ -130,7 +130,9 @@ fn alert_counts_per_rule_agree_with_suricata() {
     // 264 with an ACK judged by the stream as of its packet (not the batch's end) and
     // believed up to a window past the bytes delivered (session 20); 236 with a mid-stream
     // pickup starting the other side's stream at its ACK (session 30); 200 with a side
-    // whose bytes past an acknowledged hole overflow the ring skipped, not given up (31).
+    // whose bytes past an acknowledged hole overflow the ring skipped, not given up (31);
+    // 202 with an HTTP `CONNECT` tunnel followed into TLS (32): its flow's 2 `d2` alerts
+    // too many on each of 1000641/643/645 gone, which had hidden as many missing elsewhere.
     assert!(apart_all <= 215, "per-rule differences sum to {apart_all}");
     assert!(diff < 0.02, "totals {:.1}% apart", 100.0 * diff);
 }

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use common::*;
@@ -134,16 +135,15 @@ fn live_ports_rings_count_toward_the_limit() {
     );
 }
 
-/// NF tables holding the parameters each kind needs besides the one tested.
-fn nf_with(kind: &str, param: &str, value: &str) -> String {
+/// NF tables holding the parameters each kind needs besides the one tested; a rules file
+/// goes in `dir` (the caller's temporary directory, removed when it drops).
+fn nf_with(kind: &str, param: &str, value: &str, dir: &Path) -> String {
     let extra = match kind {
         "maglev" => "vip = \"203.0.113.10\"\nbackends = [{ addr = \"10.0.0.1\" }]\n",
         "microbox" => "apps = [{ kind = \"tcp_count\" }]\n",
         _ => "",
     };
     if param == "rules" {
-        let dir = std::env::temp_dir().join(format!("catena-limits-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("rules.txt");
         let n: usize = value.parse().unwrap();
         std::fs::write(&f, "allow all\n".repeat(n)).unwrap();
@@ -160,6 +160,7 @@ fn every_documented_maximum_is_enforced() {
     let doc =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/limits.md")).unwrap();
     let mut rows = 0;
+    let dir = tempdir();
     for line in doc
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| kind"))
@@ -177,7 +178,7 @@ fn every_documented_maximum_is_enforced() {
                 s
             }
             ("chain", p) => format!("fastpath = true\n{p} = {over}\n{}", wires(1)),
-            (k, p) => nf_with(k, p, &over),
+            (k, p) => nf_with(k, p, &over, dir.path()),
         };
         let o = catena(&chain, &["check"]);
         refused(&o, &max);

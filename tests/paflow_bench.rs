@@ -5,11 +5,14 @@
 //! is what this reads; `check`'s unit test in src/cli/bench/paflow.rs shows it refuses
 //! any changed byte. Bounded: 1,000 packets per row, 2 stages, 60 s at most; the bench's
 //! namespaces (`pf<pid>n<k>`) are removed by it, and by this test if it had to be killed.
+//! The bench's stage files live in a private scratch directory, gone when it exits, on
+//! success and on error alike: nothing is left in the temp dir.
 
 mod common;
 mod netns;
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -108,4 +111,90 @@ fn every_hop_aggregated_delivers_the_same_packets_in_the_same_order() {
         !String::from_utf8_lossy(&left.stdout).contains(&tag),
         "the bench left its namespaces"
     );
+}
+
+/// `catena bench paflow`, its smallest veth row (1 stage, 64 B, off, AF_PACKET: 1,000
+/// packets at top rate and two paced rows), with `TMPDIR` at `tmp` and `PATH` at `path`.
+fn smallest_row(tmp: &Path, path: &str, out: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_catena"))
+        .args([
+            "bench", "paflow", "--runs", "1", "--scale", "0.001", "--json",
+        ])
+        .args(["--only", "1 64 off af_packet plain-ends", "--out"])
+        .arg(out)
+        .env("TMPDIR", tmp)
+        .env("PATH", path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn catena bench")
+}
+
+/// What is left in `dir`, by name.
+fn left_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn a_finished_bench_leaves_nothing_in_the_temp_dir() {
+    if !netns::can_run("a_finished_bench_leaves_nothing_in_the_temp_dir") {
+        return;
+    }
+    let (tmp, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let path = std::env::var("PATH").unwrap_or_default();
+    let child = smallest_row(tmp.path(), &path, out.path());
+    let _clean = Cleanup(child.id());
+    let o = common::wait::exit_within(child, Duration::from_secs(60), "in bench paflow");
+    assert!(
+        o.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&o.stdout).expect("JSON rows");
+    assert_eq!(rows.as_array().map(Vec::len), Some(3), "{rows}");
+    // Before the scratch directory: `pf<pid>s1.toml` stayed here after every run.
+    assert_eq!(left_in(tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn a_bench_whose_stage_cannot_start_leaves_nothing_either() {
+    if !netns::can_run("a_bench_whose_stage_cannot_start_leaves_nothing_either") {
+        return;
+    }
+    // An `ip` first in PATH that refuses `ip netns exec` (how the bench starts a stage)
+    // and passes everything else to the real one: stage 1's chain file is written, then
+    // the stage exits before running and the bench fails.
+    let path = std::env::var("PATH").unwrap_or_default();
+    let real: PathBuf = std::env::split_paths(&path)
+        .map(|d| d.join("ip"))
+        .find(|p| p.is_file())
+        .expect("ip in PATH");
+    let bin = tempfile::tempdir().unwrap();
+    let fake = bin.path().join("ip");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = netns ] && [ \"$2\" = exec ]; then exit 1; fi\nexec {} \"$@\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{path}", bin.path().display());
+    let (tmp, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let child = smallest_row(tmp.path(), &path, out.path());
+    let _clean = Cleanup(child.id());
+    let o = common::wait::exit_within(child, Duration::from_secs(60), "in bench paflow");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "a stage that never ran, and the bench passed: {err}"
+    );
+    assert!(err.contains("stage 1 exited before running"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // Before the scratch directory: `pf<pid>s1.toml` stayed here.
+    assert_eq!(left_in(tmp.path()), Vec::<String>::new());
 }

@@ -188,6 +188,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     path.display()
                 );
             }
+            // Before: the map's own refusal, "`catena run` streams those", which it does
+            // only with one worker.
+            if workers > 1 && !regular && path.exists() {
+                anyhow::bail!(
+                    "{}: {workers} workers need a file (they share it), not a pipe or a device: one worker streams those",
+                    path.display()
+                );
+            }
             match PcapStream::open(path)? {
                 // Sharded workers each walk the mapped file, keeping their own records:
                 // nothing before the first packet, but every worker parses and hashes
@@ -581,11 +589,17 @@ fn run_ports_workers(
                             ..Default::default()
                         };
                         let s = r.run_live(ports, &opts, live);
-                        // One worker failing ends the others.
-                        if s.is_err() {
+                        // One worker failing, or ending on an output it could not
+                        // write, ends the others (their files whole).
+                        if s.as_ref().map_or(true, |s| !s.output_errors.is_empty()) {
                             stop.store(true, std::sync::atomic::Ordering::Relaxed);
                         }
-                        s
+                        s.map(|mut s| {
+                            for e in &mut s.output_errors {
+                                *e = format!("worker {w}: {e}");
+                            }
+                            s
+                        })
                     })
             })
             .collect();

@@ -80,6 +80,19 @@ impl Walk {
     }
 }
 
+impl Walk {
+    /// Whether an output already failed to write (a sink's file, or an NF's records or
+    /// alerts): a live run then stops, as a replay ends, rather than forward unrecorded
+    /// until someone stops it. Called between batches, every live refresh (250 ms).
+    pub fn output_failed(&self) -> bool {
+        self.sinks.iter().flatten().any(|s| s.write_error.is_some())
+            || self.chain.nodes.iter().any(|n| match &n.kind {
+                NodeKind::Nf { nf, .. } => nf.output_error().is_some(),
+                _ => false,
+            })
+    }
+}
+
 impl SinkState {
     /// Flushes and closes the file; the first write error naming the file, if any (the
     /// run reports it after its summary and exits non-zero).

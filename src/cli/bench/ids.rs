@@ -28,6 +28,7 @@ use catena::nfs::ids::{RuleSet, Vars};
 use catena::packet::LinkKind;
 use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner};
 
+use super::scratch::Scratch;
 use super::{median, print_table, traces, write_results, Args};
 
 #[derive(Serialize)]
@@ -324,8 +325,9 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     } else {
         a.traces.clone()
     };
-    let tmp = std::env::temp_dir().join(format!("catena-bench-ids-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp)?;
+    // Removed on every way out, an error included.
+    let scratch = Scratch::new("bench-ids")?;
+    let tmp = scratch.path();
     let rules_abs = std::fs::canonicalize(&rules_path)?;
     let eve = tmp.join("catena-eve.json");
     let chain_file = tmp.join("chain.toml");
@@ -411,9 +413,9 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             }
             for (m, mode) in ["single", "autofp"].iter().enumerate() {
                 let c0 = cpu_s(libc::RUSAGE_CHILDREN);
-                let w = suricata(&pcap, &rules_path, &tmp, mode)?;
+                let w = suricata(&pcap, &rules_path, tmp, mode)?;
                 let c1 = cpu_s(libc::RUSAGE_CHILDREN);
-                let o = suricata(&one, &rules_path, &tmp, mode)?;
+                let o = suricata(&one, &rules_path, tmp, mode)?;
                 if m == 0 {
                     pr.single_cpu_whole.push(c1 - c0);
                     pr.single_cpu_one.push(cpu_s(libc::RUSAGE_CHILDREN) - c1);
@@ -499,7 +501,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
             per_run: pr,
         });
     }
-    let _ = std::fs::remove_dir_all(&tmp);
+    drop(scratch);
     let header = [
         "trace",
         "packets",

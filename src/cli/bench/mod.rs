@@ -13,6 +13,7 @@ mod nfs;
 mod ops;
 mod paflow;
 mod ports;
+mod scratch;
 mod steve;
 mod traces;
 mod tsc;

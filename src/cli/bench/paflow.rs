@@ -33,6 +33,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -45,6 +46,7 @@ use catena::io::{AfPacket, AfPacketConfig, AfXdp, AfXdpConfig, Port, Recv, RxMod
 use catena::optimise::aggregate::{self, Aggregating};
 use catena::packet::{Batch, Pool, MAX_BATCH};
 
+use super::scratch::Scratch;
 use super::{median, print_table, write_results, Args};
 
 const SIZES: &[usize] = &[64, 128, 256, 512, 1024, 1500];
@@ -149,12 +151,14 @@ fn mono_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
-/// Builds `stages` stage processes; returns the topology and the bench's two veth ends
-/// (send into the chain, receive from it), which live in namespace `names[0]`.
+/// Builds `stages` stage processes, their chain files in `dir`; returns the topology and
+/// the bench's two veth ends (send into the chain, receive from it), which live in
+/// namespace `names[0]`.
 fn build(
     stages: usize,
     (mode, kind, agg_ends): (&str, &str, bool),
     tag: &str,
+    dir: &Path,
 ) -> anyhow::Result<(Topology, String, String)> {
     let aggregate = mode != "off";
     let views = mode == "aggregate+nf";
@@ -186,7 +190,6 @@ fn build(
         ends.push((a, b));
     }
     let exe = std::env::current_exe()?;
-    let dir = std::env::temp_dir();
     for k in 1..=stages {
         // Stage k receives on link k-1 and sends on link k; links between two stages
         // aggregate, and with aggregated ends the chain's ingress and egress too.
@@ -656,6 +659,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
     let count = ((200_000.0 * a.scale) as u64).max(1000);
     let inproc = in_process(a, 5 * count)?;
     let tag = format!("pf{}", std::process::id() % 100_000);
+    // The stages' chain files; removed on every way out of this function.
+    let scratch = Scratch::new("paflow")?;
     let mut rows = Vec::new();
     // Over every run (also the ones not reported): must stay 0.
     let mut mismatched = 0u64;
@@ -684,7 +689,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                     let id = (stages, size, mode, kind, ends);
                     let mut best: Vec<Row> = Vec::new();
                     for _ in 0..a.runs {
-                        let (t, tx, rx) = build(stages, (mode, kind, agg_ends), &tag)?;
+                        let (t, tx, rx) =
+                            build(stages, (mode, kind, agg_ends), &tag, scratch.path())?;
                         let ns = t.names[0].clone();
                         let mut m = measure(&ns, (&tx, &rx, kind, agg_ends), size, count, 0)?;
                         let agg = stop(t, stages, agg_ends);
@@ -704,7 +710,8 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
                             // `runs` runs; the one of median p50 is reported.
                             let mut lat: Vec<Row> = Vec::new();
                             for _ in 0..a.runs {
-                                let (t, tx, rx) = build(stages, (mode, kind, agg_ends), &tag)?;
+                                let (t, tx, rx) =
+                                    build(stages, (mode, kind, agg_ends), &tag, scratch.path())?;
                                 let ns = t.names[0].clone();
                                 let n = (pps / 2).min(count);
                                 let io = (tx.as_str(), rx.as_str(), kind, agg_ends);

@@ -225,6 +225,11 @@ impl Runner {
                     self.publish(shared, &batches, start);
                 }
             }
+            // An output that failed ends the run, its batch done (the summary and the
+            // error follow). With stages the sinks are the stage threads' until the end.
+            if refresh && shared.is_none() && self.walk.output_failed() {
+                break;
+            }
         }
         if let Some(s) = self.stages.as_mut() {
             s.join(&mut self.walk)?;
