@@ -151,8 +151,11 @@ pub(super) fn counts_only(s: &SinkState, live: &[Box<dyn Port>]) -> bool {
     s.writer.is_none() && live.is_empty()
 }
 
-/// Counts and writes one packet at a sink.
-#[inline]
+/// Counts one packet at a sink (its bytes, the port it leaves by); flooding, writing and
+/// live ports go to [`deliver`], out of line. Inlined at every per-packet caller (the
+/// walk, FastPath's hits), so the counting exists once and a sink that only counts pays
+/// no call a packet.
+#[inline(always)]
 pub(super) fn to_sink(
     s: &mut SinkState,
     c: &mut NodeCounters,
@@ -161,8 +164,27 @@ pub(super) fn to_sink(
     shift: u64,
     p: &Packet,
 ) {
-    let m = p.meta();
+    let e = p.meta().egress;
     c.bytes_in += p.len() as u64;
+    if e < NO_PORT {
+        if let Some(t) = tx.get_mut(e as usize) {
+            *t += 1;
+        }
+    } else if e == FLOOD {
+        return deliver(s, tx, live, shift, p);
+    }
+    if !counts_only(s, live) {
+        deliver(s, tx, live, shift, p);
+    }
+}
+
+/// The rest of [`to_sink`]: a flooded packet counted on every other port, the packet
+/// sent to its live ports and written to the sink's file (rare or slow beside the
+/// counting: a call is nothing to them).
+#[cold]
+#[inline(never)]
+fn deliver(s: &mut SinkState, tx: &mut [u64], live: &mut [Box<dyn Port>], shift: u64, p: &Packet) {
+    let m = p.meta();
     match m.egress {
         FLOOD => {
             s.flooded += 1;
@@ -177,9 +199,6 @@ pub(super) fn to_sink(
         }
         NO_PORT => {}
         e => {
-            if let Some(t) = tx.get_mut(e as usize) {
-                *t += 1;
-            }
             if let Some(l) = live.get_mut(e as usize) {
                 l.send(p.data(), m.ts_ns.wrapping_sub(shift), m.wire_len);
             }
