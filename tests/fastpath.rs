@@ -358,6 +358,48 @@ fn a_sink_that_only_counts_counts_hits_as_the_chain_does() {
     assert_eq!(j(&off), j(&on), "summaries differ");
 }
 
+/// A hit that leaves by no port (`NO_PORT`, port number 65,534) counts on no port, as the
+/// chain does, even in a chain of 65,535 ports where that number names one: the sink's
+/// counting for hits is the chain's (session 31's inline copy counted it on port 65,534).
+#[test]
+fn a_hit_that_leaves_by_no_port_counts_on_no_port_with_every_port_number_in_use() {
+    // One flow over every port: its packets repeat a (port, flow) key often enough to hit.
+    let t = generate(&GenOptions {
+        count: 100_000,
+        flows: 1,
+        ..GenOptions::profile(GenProfile::FourSics)
+    })
+    .unwrap();
+    let s = Setup {
+        ports: u16::MAX,
+        ..gen_setup(&t)
+    };
+    let big = FastConfig {
+        entries: 1 << 17,
+        ..small()
+    };
+    let dir = common::tempdir();
+    let run = |fast: Option<FastConfig>| {
+        let mut r = Runner::new(build("FNMO", &s, fast, dir.path()), t.max_packet_len());
+        r.run(&t, &RunOptions::default(), &mut NoProgress)
+            .expect("run")
+    };
+    let (off, on) = (run(None), run(Some(big)));
+    let f = on.fastpath.as_ref().expect("fastpath counters");
+    assert!(f.hits * 20 > t.len() as u64, "only {} hits", f.hits);
+    assert_eq!(off.ports.len(), usize::from(u16::MAX));
+    for x in [&off, &on] {
+        let sent: Vec<_> = x
+            .ports
+            .iter()
+            .filter(|p| p.tx > 0)
+            .map(|p| p.port)
+            .collect();
+        assert!(sent.is_empty(), "packets counted as sent on ports {sent:?}");
+    }
+    assert_eq!(off.bytes_out, on.bytes_out);
+}
+
 /// Paths of 8 NFs are consolidated (they were refused past 6) and stay equal on and off.
 #[test]
 fn chains_of_eight_take_the_fast_path() {

@@ -3,14 +3,14 @@
 
 use super::chain::NodeKind;
 use super::counters::NodeCounters;
-use super::sink::{counts_only, to_sink, SinkState};
+use super::sink::{to_sink, SinkState};
 use super::walk::Walk;
 use crate::io::Port;
 use crate::nfs::Nf;
 use crate::optimise::fastpath::{
     auto, traffic_work, Auto, FastConfig, FastPath, FastStats, HitOut, Host, Lent, LENT,
 };
-use crate::packet::{Batch, Packet, Pool, Verdict, FLOOD, MAX_BATCH};
+use crate::packet::{Batch, Packet, Pool, Verdict, MAX_BATCH};
 
 impl Host for Walk {
     type Out<'a> = WalkOut<'a>;
@@ -147,18 +147,7 @@ fn sink_one(
     if let Some(c) = counters.get_mut(node) {
         c.packets_in += 1;
         if let Some(Some(s)) = sinks.get_mut(node) {
-            // A sink that only counts (no file, no live port: the bench's) and a packet to
-            // one port or none are counted here, inline, as `to_sink` counts them: its call
-            // cost a hit ~25 instructions. Flooding, writing and sending stay `to_sink`'s.
-            let e = p.meta().egress;
-            if e != FLOOD && counts_only(s, live) {
-                c.bytes_in += p.len() as u64;
-                if let Some(t) = tx.get_mut(e as usize) {
-                    *t += 1;
-                }
-            } else {
-                to_sink(s, c, tx, live, shift, p);
-            }
+            to_sink(s, c, tx, live, shift, p);
         }
     }
 }

@@ -164,8 +164,11 @@ pub(super) fn counts_only(s: &SinkState, live: &[Box<dyn Port>]) -> bool {
     s.writer.is_none() && live.is_empty()
 }
 
-/// Counts and writes one packet at a sink.
-#[inline]
+/// Counts one packet at a sink (its bytes, the port it leaves by); flooding, writing and
+/// live ports go to [`deliver`], out of line. Inlined at every per-packet caller (the
+/// walk, FastPath's hits), so the counting exists once and a sink that only counts pays
+/// no call a packet.
+#[inline(always)]
 pub(super) fn to_sink(
     s: &mut SinkState,
     c: &mut NodeCounters,
@@ -174,8 +177,61 @@ pub(super) fn to_sink(
     shift: u64,
     p: &Packet,
 ) {
-    let m = p.meta();
+    count_one(c, tx, p);
+    if p.meta().egress == FLOOD || !counts_only(s, live) {
+        deliver_cold(s, tx, live, shift, p);
+    }
+}
+
+/// [`to_sink`] for every packet of `b` at a sink that writes or sends (not
+/// [`counts_only`]): the tail inlined, since every packet takes it.
+#[inline]
+pub(super) fn to_sink_all(
+    s: &mut SinkState,
+    c: &mut NodeCounters,
+    tx: &mut [u64],
+    live: &mut [Box<dyn Port>],
+    shift: u64,
+    b: &crate::packet::Batch,
+) {
+    for p in b.iter() {
+        count_one(c, tx, p);
+        deliver(s, tx, live, shift, p);
+    }
+}
+
+/// The counting: the packet's bytes, and the port it leaves by unless it is flooded
+/// ([`deliver`] counts those) or leaves by none.
+#[inline(always)]
+fn count_one(c: &mut NodeCounters, tx: &mut [u64], p: &Packet) {
+    let e = p.meta().egress;
     c.bytes_in += p.len() as u64;
+    if e < NO_PORT {
+        if let Some(t) = tx.get_mut(e as usize) {
+            *t += 1;
+        }
+    }
+}
+
+/// [`deliver`] out of line, for callers whose packets rarely need it (a hit to a sink
+/// that only counts).
+#[cold]
+#[inline(never)]
+fn deliver_cold(
+    s: &mut SinkState,
+    tx: &mut [u64],
+    live: &mut [Box<dyn Port>],
+    shift: u64,
+    p: &Packet,
+) {
+    deliver(s, tx, live, shift, p);
+}
+
+/// The rest of [`to_sink`]: a flooded packet counted on every other port, the packet
+/// sent to its live ports and written to the sink's file.
+#[inline(always)]
+fn deliver(s: &mut SinkState, tx: &mut [u64], live: &mut [Box<dyn Port>], shift: u64, p: &Packet) {
+    let m = p.meta();
     match m.egress {
         FLOOD => {
             s.flooded += 1;
@@ -190,9 +246,6 @@ pub(super) fn to_sink(
         }
         NO_PORT => {}
         e => {
-            if let Some(t) = tx.get_mut(e as usize) {
-                *t += 1;
-            }
             if let Some(l) = live.get_mut(e as usize) {
                 l.send(p.data(), m.ts_ns.wrapping_sub(shift), m.wire_len);
             }

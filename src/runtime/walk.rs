@@ -7,7 +7,7 @@ use super::counters::NodeCounters;
 use super::join::Fork;
 use super::profile_check::Snapshot;
 use super::ring::Out;
-use super::sink::{count_at_sink, counts_only, to_sink, SinkState};
+use super::sink::{count_at_sink, counts_only, to_sink_all, SinkState};
 use crate::flow::RunClock;
 use crate::io::Port;
 use crate::nfs::{Context, Nf};
@@ -394,9 +394,7 @@ impl Walk {
                     if counts_only(s, live) {
                         count_at_sink(s, c, tx, spare);
                     } else {
-                        for p in spare.iter() {
-                            to_sink(s, c, tx, live, *shift, p);
-                        }
+                        to_sink_all(s, c, tx, live, *shift, spare);
                     }
                     pool.free_batch(spare);
                     if held.is_some() {
