@@ -6,7 +6,7 @@
 //! worker 0's file whole: tcpdump reads every packet worker 0 counted, each one of the
 //! packets sent. Sender A ⇄ catena (wire) in C ⇄ B over veths with two queues;
 //! tcpreplay of 20,000 packets of a real capture (~6 MB). The same with one worker and
-//! `out.pcap` itself on `/dev/full`. Root only (skips otherwise).
+//! `out.pcap` itself on `/dev/full`, without and with stages. Root only (skips otherwise).
 
 mod netns;
 
@@ -59,15 +59,25 @@ fn tcpdump_count(f: &Path) -> (usize, String) {
 
 /// The chain forwarding C's two veths, run with `workers` and `-o out` inside C while
 /// A replays the capture; returns catena's exit code, its stderr after the ready line,
-/// and its JSON summary. Panics if it does not end by itself within 10 s.
-fn run_live(ns: &Netns, dir: &Path, workers: &str, out: &Path) -> (Option<i32>, String, Value) {
+/// and its JSON summary. Panics if it does not end by itself within 10 s. With `stages`,
+/// two wires on two stages (the sink is the second stage's).
+fn run_live(
+    ns: &Netns,
+    dir: &Path,
+    workers: &str,
+    out: &Path,
+    stages: bool,
+) -> (Option<i32>, String, Value) {
     let (a, c_in) = ns.veth_queues(0, 1, "i", 9000, 2);
     let (c_out, _b) = ns.veth_queues(1, 2, "o", 9000, 2);
     let cap = dir.join("cap.pcap");
     let fwd = dir.join("fwd.toml");
     std::fs::write(
         &fwd,
-        format!("[[port]]\nname = \"in\"\nkind = \"af_packet\"\niface = \"{c_in}\"\n\n[[port]]\nname = \"out\"\nkind = \"af_packet\"\niface = \"{c_out}\"\n\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n"),
+        format!("{}[[port]]\nname = \"in\"\nkind = \"af_packet\"\niface = \"{c_in}\"\n\n[[port]]\nname = \"out\"\nkind = \"af_packet\"\niface = \"{c_out}\"\n\n[[nf]]\nname = \"wire\"\nkind = \"wire\"\n{}",
+            if stages { "stages = [[\"wire\"], [\"wire2\"]]\n\n" } else { "" },
+            if stages { "\n[[nf]]\nname = \"wire2\"\nkind = \"wire\"\n" } else { "" },
+        ),
     )
     .unwrap();
     let bin = env!("CARGO_BIN_EXE_catena");
@@ -130,7 +140,7 @@ fn a_live_worker_whose_file_fills_ends_the_run_naming_it() {
         dir.path().join("out.w1.pcap"),
     );
     std::os::unix::fs::symlink("/dev/full", &w1).unwrap();
-    let (code, rest, v) = run_live(&ns, dir.path(), "2", &out);
+    let (code, rest, v) = run_live(&ns, dir.path(), "2", &out, false);
     assert_eq!(code, Some(1), "{rest}");
     assert_eq!(
         rest,
@@ -170,12 +180,26 @@ fn a_single_live_worker_whose_file_fills_ends_the_run() {
     if !netns::can_run("a_single_live_worker_whose_file_fills_ends_the_run") {
         return;
     }
+    one_worker_on_a_full_file(false);
+}
+
+/// One worker with two stages: the file is the second stage's sink, written by its
+/// thread; the same end (before, the run went on until SIGTERM).
+#[test]
+fn a_live_chain_with_stages_whose_file_fills_ends_the_run() {
+    if !netns::can_run("a_live_chain_with_stages_whose_file_fills_ends_the_run") {
+        return;
+    }
+    one_worker_on_a_full_file(true);
+}
+
+fn one_worker_on_a_full_file(stages: bool) {
     let ns = Netns::new(3);
     let dir = tempfile::tempdir().unwrap();
     capture(dir.path());
     let out = dir.path().join("out.pcap");
     std::os::unix::fs::symlink("/dev/full", &out).unwrap();
-    let (code, rest, v) = run_live(&ns, dir.path(), "1", &out);
+    let (code, rest, v) = run_live(&ns, dir.path(), "1", &out, stages);
     assert_eq!(code, Some(1), "{rest}");
     assert_eq!(
         rest,

@@ -83,7 +83,8 @@ impl Walk {
 impl Walk {
     /// Whether an output already failed to write (a sink's file, or an NF's records or
     /// alerts): a live run then stops, as a replay ends, rather than forward unrecorded
-    /// until someone stops it. Called between batches, every live refresh (250 ms).
+    /// until someone stops it. Called every live refresh (250 ms), and by a later stage
+    /// once per chunk (its thread holds its sinks).
     pub fn output_failed(&self) -> bool {
         self.sinks.iter().flatten().any(|s| s.write_error.is_some())
             || self.chain.nodes.iter().any(|n| match &n.kind {

@@ -23,6 +23,8 @@
 //!   so the summary, flow records and end reports are made as in one stage.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use rtrb::{Consumer, Producer, RingBuffer};
@@ -228,6 +230,10 @@ pub(super) struct Staged {
     pub agg: Option<crate::optimise::aggregate::StageCounters>,
     /// Live input: full rings drop (`ring-full`) instead of waiting.
     lossy: bool,
+    /// Set by a later stage whose sink or NF output failed to write: a live run, which
+    /// has no end of its own, reads it every refresh and stops (the sinks are the stage
+    /// threads' until the join).
+    pub output_failed: Arc<AtomicBool>,
 }
 
 impl Staged {
@@ -268,6 +274,7 @@ impl Staged {
             names,
             agg: None,
             lossy: false,
+            output_failed: Arc::default(),
         }
     }
 
@@ -371,9 +378,10 @@ impl Staged {
             let unpack = supplies[k]
                 .take()
                 .map(|srx| StageUnpacker::new(srx, 2 * total, first.chain.aggregate_views && last));
+            let failed = self.output_failed.clone();
             let t = std::thread::Builder::new()
                 .name(format!("catena-stage{}", s + 1))
-                .spawn(move || run(w, rx, bt, unpack))
+                .spawn(move || run(w, rx, bt, unpack, &failed))
                 .map_err(|e| anyhow::anyhow!("stage {}: cannot start a thread: {e}", s + 1))?;
             self.threads.push(t);
         }
@@ -472,9 +480,10 @@ fn run(
     rx: Consumer<Msg>,
     mut back: Producer<Packet>,
     mut unpack: Option<StageUnpacker>,
+    failed: &AtomicBool,
 ) -> Ended {
     let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        serve(&mut w, rx, &mut back, unpack.as_mut())
+        serve(&mut w, rx, &mut back, unpack.as_mut(), failed)
     }));
     // PA-Flow: what the ring onward aggregated (its spare frames back to the pool).
     let ring = w.out.as_mut().and_then(|o| o.agg.as_mut()).map(|a| {
@@ -507,6 +516,7 @@ fn serve(
     mut rx: Consumer<Msg>,
     back: &mut Producer<Packet>,
     mut unpack: Option<&mut StageUnpacker>,
+    failed: &AtomicBool,
 ) -> Result<(), Failure> {
     let gone = || Failure {
         msg: "stopped: the next stage stopped".into(),
@@ -556,6 +566,10 @@ fn serve(
                             msg: format!("stopped: {v}"),
                             downstream: v == super::walk::NEXT_STAGE_STOPPED,
                         });
+                    }
+                    // Once per chunk, until it fails: a few loads per node.
+                    if !failed.load(Ordering::Relaxed) && w.output_failed() {
+                        failed.store(true, Ordering::Relaxed);
                     }
                     if let Some(o) = w.out.as_mut() {
                         o.end(shift).map_err(|_| gone())?;

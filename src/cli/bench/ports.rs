@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::scratch::Scratch;
 use super::{print_table, write_results, Args};
 use catena::io::{PcapHeader, PcapWriter, Trace};
 
@@ -101,8 +102,8 @@ struct Lab {
     a: String,
     c: String,
     b: String,
-    /// Scratch files (pcaps, the chain), removed with the namespaces.
-    dir: PathBuf,
+    /// Scratch files (pcaps, the chain): a private directory, removed when the lab is.
+    dir: Scratch,
 }
 
 impl Lab {
@@ -112,9 +113,8 @@ impl Lab {
             a: format!("cbp{t}a"),
             c: format!("cbp{t}c"),
             b: format!("cbp{t}b"),
-            dir: std::env::temp_dir().join(format!("catena-bench-ports-{t}")),
+            dir: Scratch::new("bench-ports")?,
         };
-        std::fs::create_dir_all(&lab.dir)?;
         for n in [&lab.a, &lab.c, &lab.b] {
             sh(&["ip", "netns", "add", n])?;
             sh(&["ip", "-n", n, "link", "set", "lo", "up"])?;
@@ -160,7 +160,6 @@ impl Drop for Lab {
         for n in [&self.a, &self.c, &self.b] {
             let _ = Command::new("ip").args(["netns", "del", n]).output();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -593,7 +592,7 @@ fn forward_from_catena(
     pps: Option<u64>,
     case: String,
 ) -> anyhow::Result<Row> {
-    let dir = lab.dir.as_path();
+    let dir = lab.dir.path();
     let proc_ = dut.start(lab, dir)?;
     let cpu0 = proc_.as_ref().map(Proc::cpu);
     let (secs, delivered) = send_catena(lab, dir, pcap, "af_xdp", n, (&lab.b, "b0"), pps)?;
@@ -781,7 +780,7 @@ pub fn run(a: &Args) -> anyhow::Result<i32> {
         }
     }
     let lab = Lab::new()?;
-    let dir = lab.dir.as_path();
+    let dir = lab.dir.path();
     let scale = a.scale;
     let duts = [
         Dut::Ceiling,

@@ -226,8 +226,13 @@ impl Runner {
                 }
             }
             // An output that failed ends the run, its batch done (the summary and the
-            // error follow). With stages the sinks are the stage threads' until the end.
-            if refresh && shared.is_none() && self.walk.output_failed() {
+            // error follow). With stages, later stages' sinks are their threads': they
+            // say so through the flag.
+            if refresh
+                && (self.walk.output_failed()
+                    || (self.stages.as_ref())
+                        .is_some_and(|s| s.output_failed.load(Ordering::Relaxed)))
+            {
                 break;
             }
         }
