@@ -102,20 +102,7 @@ fn run_live(
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     assert!(line.contains("catena: running on 2 port(s)"), "{line}");
-    let s = in_ns(
-        &ns.names[0],
-        &[
-            "tcpreplay",
-            "-q",
-            "-i",
-            &a,
-            "--topspeed",
-            cap.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap();
-    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    netns::replay(&ns.names[0], &a, &cap);
     // No signal: the failed output ends the run. Before, it ran on until SIGTERM.
     let (stdout, code) = catena.finish(10);
     let mut rest = String::new();

@@ -95,20 +95,7 @@ fn forwards_on_two_workers(kind: &str, test: &str, record: bool) {
     // tcpreplay sends through the qdisc layer, which picks a's transmit queue (and so
     // the peer's receive queue) by flow hash. (catena's own AF_PACKET sender bypasses
     // the qdisc: the kernel then picks the queue by the sending CPU, one queue.)
-    let s = in_ns(
-        &ns.names[0],
-        &[
-            "tcpreplay",
-            "-q",
-            "-i",
-            &a,
-            "--topspeed",
-            cap.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap();
-    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    netns::replay(&ns.names[0], &a, &cap);
     let end = Instant::now() + Duration::from_secs(5);
     while counter(&ns.names[2], &b, "rx_packets") < before + N as u64 && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(20));

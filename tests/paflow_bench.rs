@@ -11,7 +11,7 @@
 mod common;
 mod netns;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -167,23 +167,8 @@ fn a_bench_whose_stage_cannot_start_leaves_nothing_either() {
     // An `ip` first in PATH that refuses `ip netns exec` (how the bench starts a stage)
     // and passes everything else to the real one: stage 1's chain file is written, then
     // the stage exits before running and the bench fails.
-    let path = std::env::var("PATH").unwrap_or_default();
-    let real: PathBuf = std::env::split_paths(&path)
-        .map(|d| d.join("ip"))
-        .find(|p| p.is_file())
-        .expect("ip in PATH");
-    let bin = tempfile::tempdir().unwrap();
-    let fake = bin.path().join("ip");
-    std::fs::write(
-        &fake,
-        format!(
-            "#!/bin/sh\nif [ \"$1\" = netns ] && [ \"$2\" = exec ]; then exit 1; fi\nexec {} \"$@\"\n",
-            real.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let path = format!("{}:{path}", bin.path().display());
+    let (_bin, path) =
+        netns::fake_ip("if [ \"$1\" = netns ] && [ \"$2\" = exec ]; then exit 1; fi");
     let (tmp, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let child = smallest_row(tmp.path(), &path, out.path());
     let _clean = Cleanup(child.id());

@@ -8,7 +8,7 @@
 mod common;
 mod netns;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -78,23 +78,9 @@ fn a_ports_bench_that_fails_to_set_up_leaves_nothing_either() {
     }
     // An `ip` first in PATH that refuses to make veths and passes everything else to the
     // real one: the scratch directory and the namespaces exist, then the lab fails.
-    let path = std::env::var("PATH").unwrap_or_default();
-    let real: PathBuf = std::env::split_paths(&path)
-        .map(|d| d.join("ip"))
-        .find(|p| p.is_file())
-        .expect("ip in PATH");
-    let bin = tempfile::tempdir().unwrap();
-    let fake = bin.path().join("ip");
-    std::fs::write(
-        &fake,
-        format!(
-            "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = veth ] && {{ echo refused >&2; exit 1; }}; done\nexec {} \"$@\"\n",
-            real.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let path = format!("{}:{path}", bin.path().display());
+    let (_bin, path) = netns::fake_ip(
+        "for a in \"$@\"; do [ \"$a\" = veth ] && { echo refused >&2; exit 1; }; done",
+    );
     let (tmp, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let child = no_rows(tmp.path(), &path, out.path());
     let pid = child.id();

@@ -39,6 +39,33 @@ pub fn in_ns(ns: &str, cmd: &[&str]) -> Command {
     c
 }
 
+/// Replays `cap` out of `iface` in namespace `ns` with `tcpreplay --topspeed`, to the end.
+pub fn replay(ns: &str, iface: &str, cap: &std::path::Path) {
+    let cap = cap.to_str().expect("a UTF-8 path");
+    let s = in_ns(ns, &["tcpreplay", "-q", "-i", iface, "--topspeed", cap])
+        .output()
+        .expect("run tcpreplay");
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+}
+
+/// A directory holding an `ip` that first runs the shell lines `guard` (the arguments in
+/// `$@`; exiting refuses the step) and then the real `ip`, and PATH with it first: how a
+/// test makes one of catena's `ip` steps fail.
+pub fn fake_ip(guard: &str) -> (tempfile::TempDir, String) {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let real = std::env::split_paths(&path)
+        .map(|d| d.join("ip"))
+        .find(|p| p.is_file())
+        .expect("ip in PATH");
+    let bin = tempfile::tempdir().unwrap();
+    let fake = bin.path().join("ip");
+    let script = format!("#!/bin/sh\n{guard}\nexec {} \"$@\"\n", real.display());
+    std::fs::write(&fake, script).unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{path}", bin.path().display());
+    (bin, path)
+}
+
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
 /// Namespaces made by one test; all are deleted when it drops (also on panic).
