@@ -14,27 +14,14 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use catena::io::{PcapWriter, Trace};
+use catena::io::Trace;
 use netns::{in_ns, Netns, Proc};
 use serde_json::Value;
 
 const N: usize = 20_000;
 
-/// The first `N` packets of the merged capture, as a file tcpreplay can send.
 fn capture(dir: &Path) -> PathBuf {
-    let src = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/datasets/bench/ndpi-ether-merged.pcap"
-    ));
-    let t = Trace::open(&src).unwrap();
-    let cap = dir.join("cap.pcap");
-    let mut w = PcapWriter::create(&cap, t.header()).unwrap();
-    for i in 0..N.min(t.len()) {
-        let r = t.record(i);
-        w.write_packet(r.ts_ns, r.wire_len, t.packet(i)).unwrap();
-    }
-    w.finish().unwrap();
-    cap
+    netns::merged_capture(dir, N)
 }
 
 /// Packets tcpdump reads from `f` (`--count`), and its stderr (where it says so if a

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use catena::io::{PcapWriter, Trace};
+use catena::io::Trace;
 use netns::{in_ns, Netns, Proc};
 use serde_json::Value;
 
@@ -24,19 +24,7 @@ fn bin() -> &'static str {
 }
 
 fn capture(dir: &Path) -> PathBuf {
-    let src = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/datasets/bench/ndpi-ether-merged.pcap"
-    ));
-    let t = Trace::open(&src).unwrap();
-    let cap = dir.join("cap.pcap");
-    let mut w = PcapWriter::create(&cap, t.header()).unwrap();
-    for i in 0..N {
-        let r = t.record(i);
-        w.write_packet(r.ts_ns, r.wire_len, t.packet(i)).unwrap();
-    }
-    w.finish().unwrap();
-    cap
+    netns::merged_capture(dir, N)
 }
 
 fn counter(ns: &str, iface: &str, what: &str) -> u64 {

@@ -130,14 +130,6 @@ fn smallest_row(tmp: &Path, path: &str, out: &Path) -> Child {
         .expect("spawn catena bench")
 }
 
-/// What is left in `dir`, by name.
-fn left_in(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
 #[test]
 fn a_finished_bench_leaves_nothing_in_the_temp_dir() {
     if !netns::can_run("a_finished_bench_leaves_nothing_in_the_temp_dir") {
@@ -156,7 +148,7 @@ fn a_finished_bench_leaves_nothing_in_the_temp_dir() {
     let rows: Value = serde_json::from_slice(&o.stdout).expect("JSON rows");
     assert_eq!(rows.as_array().map(Vec::len), Some(3), "{rows}");
     // Before the scratch directory: `pf<pid>s1.toml` stayed here after every run.
-    assert_eq!(left_in(tmp.path()), Vec::<String>::new());
+    assert_eq!(common::names_in(tmp.path()), Vec::<String>::new());
 }
 
 #[test]
@@ -181,5 +173,5 @@ fn a_bench_whose_stage_cannot_start_leaves_nothing_either() {
     assert!(err.contains("stage 1 exited before running"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     // Before the scratch directory: `pf<pid>s1.toml` stayed here.
-    assert_eq!(left_in(tmp.path()), Vec::<String>::new());
+    assert_eq!(common::names_in(tmp.path()), Vec::<String>::new());
 }

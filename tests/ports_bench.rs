@@ -38,14 +38,6 @@ fn no_rows(tmp: &Path, path: &str, out: &Path) -> Child {
         .expect("spawn catena bench")
 }
 
-/// What is left in `dir`, by name.
-fn left_in(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
 fn tools() -> bool {
     ["tcpreplay", "tcpdump"]
         .iter()
@@ -68,7 +60,7 @@ fn a_finished_ports_bench_leaves_nothing_in_the_temp_dir() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
-    assert_eq!(left_in(tmp.path()), Vec::<String>::new());
+    assert_eq!(common::names_in(tmp.path()), Vec::<String>::new());
 }
 
 #[test]
@@ -93,7 +85,7 @@ fn a_ports_bench_that_fails_to_set_up_leaves_nothing_either() {
     );
     assert!(err.contains("refused"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(left_in(tmp.path()), Vec::<String>::new());
+    assert_eq!(common::names_in(tmp.path()), Vec::<String>::new());
     // The namespaces went with the lab.
     let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let tag = format!("cbp{}", pid % 100_000);

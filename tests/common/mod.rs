@@ -190,3 +190,11 @@ pub fn drop_timings(v: &mut serde_json::Value) {
         m.remove(k);
     }
 }
+
+/// What is in `dir`, by name (a test that checks nothing was left behind).
+pub fn names_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}

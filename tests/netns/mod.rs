@@ -39,6 +39,25 @@ pub fn in_ns(ns: &str, cmd: &[&str]) -> Command {
     c
 }
 
+/// The first `n` packets of the merged dataset capture, written to `dir/cap.pcap` for
+/// tcpreplay to send.
+pub fn merged_capture(dir: &std::path::Path, n: usize) -> std::path::PathBuf {
+    use catena::io::{PcapWriter, Trace};
+    let src = std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/datasets/bench/ndpi-ether-merged.pcap"
+    ));
+    let t = Trace::open(&src).unwrap();
+    let cap = dir.join("cap.pcap");
+    let mut w = PcapWriter::create(&cap, t.header()).unwrap();
+    for i in 0..n.min(t.len()) {
+        let r = t.record(i);
+        w.write_packet(r.ts_ns, r.wire_len, t.packet(i)).unwrap();
+    }
+    w.finish().unwrap();
+    cap
+}
+
 /// Replays `cap` out of `iface` in namespace `ns` with `tcpreplay --topspeed`, to the end.
 pub fn replay(ns: &str, iface: &str, cap: &std::path::Path) {
     let cap = cap.to_str().expect("a UTF-8 path");
