@@ -12,10 +12,10 @@ mod netns;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use catena::io::Trace;
-use netns::{in_ns, Netns, Proc};
+use netns::{Netns, Proc};
 use serde_json::Value;
 
 const N: usize = 20_000;
@@ -78,13 +78,7 @@ fn run_live(
         "-o",
         out.to_str().unwrap(),
     ];
-    let mut catena = Proc(
-        in_ns(&ns.names[1], &args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut catena = Proc::piped_in(&ns.names[1], &args);
     let mut err = BufReader::new(catena.0.stderr.take().unwrap());
     let mut line = String::new();
     err.read_line(&mut line).unwrap();

@@ -10,7 +10,6 @@ mod netns;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use catena::io::Trace;
@@ -21,6 +20,12 @@ const N: usize = 2000;
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_catena")
+}
+
+/// `catena run FWD --workers 2 --json`, for a test to add its options.
+fn two_workers(fwd: &Path) -> Vec<&str> {
+    let fwd = fwd.to_str().unwrap();
+    vec![bin(), "run", fwd, "--workers", "2", "--json"]
 }
 
 fn capture(dir: &Path) -> PathBuf {
@@ -56,24 +61,11 @@ fn forwards_on_two_workers(kind: &str, test: &str, record: bool) {
     .unwrap();
     let before = counter(&ns.names[2], &b, "rx_packets");
     let out_file = dir.path().join("out.pcap");
-    let mut args = vec![
-        bin(),
-        "run",
-        fwd.to_str().unwrap(),
-        "--workers",
-        "2",
-        "--json",
-    ];
+    let mut args = two_workers(&fwd);
     if record {
         args.extend(["-o", out_file.to_str().unwrap()]);
     }
-    let mut catena = Proc(
-        in_ns(&ns.names[1], &args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut catena = Proc::piped_in(&ns.names[1], &args);
     // Ready once its sockets are open (it says so on stderr).
     let mut line = String::new();
     BufReader::new(catena.0.stderr.take().unwrap())
@@ -289,27 +281,10 @@ fn control_api_and_reload_reach_every_worker() {
     std::fs::write(&fwd, chain("80, 443")).unwrap();
     let sock = dir.path().join("ctl.sock");
     let api = 20_000 + (std::process::id() % 1000) as u16;
-    let mut catena = Proc(
-        in_ns(
-            &ns.names[1],
-            &[
-                bin(),
-                "run",
-                fwd.to_str().unwrap(),
-                "--workers",
-                "2",
-                "--json",
-                "--control",
-                sock.to_str().unwrap(),
-                "--api",
-                &format!("127.0.0.1:{api}"),
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap(),
-    );
+    let api_at = format!("127.0.0.1:{api}");
+    let mut args = two_workers(&fwd);
+    args.extend(["--control", sock.to_str().unwrap(), "--api", &api_at]);
+    let mut catena = Proc::piped_in(&ns.names[1], &args);
     let (tx, said) = std::sync::mpsc::channel::<String>();
     let err = catena.0.stderr.take().unwrap();
     std::thread::spawn(move || {

@@ -69,12 +69,7 @@ fn the_json_csv_and_svg_hold_the_same_rows() {
         ],
         out.path(),
     );
-    let o = common::wait::exit_within(child, Duration::from_secs(120), "in bench micronf");
-    assert!(
-        o.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let o = common::wait::success_within(child, Duration::from_secs(120), "in bench micronf");
     let rows: Value = serde_json::from_slice(&o.stdout).expect("JSON rows on stdout");
     let file: Value =
         serde_json::from_slice(&std::fs::read(out.path().join("micronf.json")).unwrap())

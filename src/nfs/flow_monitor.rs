@@ -631,6 +631,10 @@ impl Nf for FlowMonitor {
         }
     }
 
+    fn has_outputs(&self) -> bool {
+        self.sink.is_some()
+    }
+
     fn output_error(&self) -> Option<String> {
         let e = self.sink.as_ref()?.failed.as_ref()?;
         Some(format!("{e}: the records file is incomplete"))

@@ -116,6 +116,13 @@ pub trait Nf: Send {
         Ok(())
     }
 
+    /// Whether the NF writes files of its own (records, alerts): only those are asked
+    /// for [`output_error`](Nf::output_error) during a run. True whenever that can be
+    /// `Some`.
+    fn has_outputs(&self) -> bool {
+        false
+    }
+
     /// The first write to an output file that failed (the output is incomplete), asked
     /// after [`finish`](Nf::finish): the run then prints its summary and exits non-zero.
     fn output_error(&self) -> Option<String> {

@@ -81,16 +81,36 @@ impl Walk {
 }
 
 impl Walk {
+    /// Opens the NFs' own files (flow records, alerts) and notes which NFs have any:
+    /// a path that cannot be written is an error naming the NF.
+    pub fn open_nf_outputs(&mut self) -> anyhow::Result<()> {
+        self.nf_outputs.clear();
+        for (i, n) in self.chain.nodes.iter_mut().enumerate() {
+            if let NodeKind::Nf { nf, .. } = &mut n.kind {
+                nf.open_outputs()
+                    .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
+                if nf.has_outputs() {
+                    self.nf_outputs.push(i);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Whether an output already failed to write (a sink's file, or an NF's records or
     /// alerts): a live run then stops, as a replay ends, rather than forward unrecorded
     /// until someone stops it. Called every live refresh (250 ms), and by a later stage
-    /// once per chunk (its thread holds its sinks).
+    /// once per chunk (its thread holds its sinks). Asks only the NFs noted with files
+    /// of their own: a chain with none makes no call.
     pub fn output_failed(&self) -> bool {
         self.sinks.iter().flatten().any(|s| s.write_error.is_some())
-            || self.chain.nodes.iter().any(|n| match &n.kind {
-                NodeKind::Nf { nf, .. } => nf.output_error().is_some(),
-                _ => false,
-            })
+            || self
+                .nf_outputs
+                .iter()
+                .any(|&i| match &self.chain.nodes[i].kind {
+                    NodeKind::Nf { nf, .. } => nf.output_error().is_some(),
+                    _ => false,
+                })
     }
 }
 

@@ -324,12 +324,7 @@ impl Staged {
         let total = first.pool.size();
         let mut walks = std::mem::take(&mut self.waiting);
         for w in &mut walks {
-            for n in &mut w.chain.nodes {
-                if let NodeKind::Nf { nf, .. } = &mut n.kind {
-                    nf.open_outputs()
-                        .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
-                }
-            }
+            w.open_nf_outputs()?;
         }
         // Ring s leads into stage s + 1.
         let mut rxs = Vec::with_capacity(walks.len());

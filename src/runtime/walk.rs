@@ -28,6 +28,9 @@ pub(super) struct Walk {
     pub counters: Vec<NodeCounters>,
     /// Per node: the open sink, for sink nodes.
     pub sinks: Vec<Option<SinkState>>,
+    /// The NF nodes with files of their own ([`crate::nfs::Nf::has_outputs`]), noted
+    /// when they are opened: the only ones [`Walk::output_failed`] asks.
+    pub nf_outputs: Vec<usize>,
     /// Packets received and sent per port.
     pub rx: Vec<u64>,
     pub tx: Vec<u64>,
@@ -197,6 +200,7 @@ impl Walk {
             gone: Batch::with_capacity(cap),
             counters,
             sinks: Vec::new(),
+            nf_outputs: Vec::new(),
             rx: vec![0; ports],
             tx: vec![0; ports],
             cx: Context { ports: chain.ports },

@@ -185,12 +185,7 @@ impl Runner {
     /// be written is an error before the first packet.
     fn open_outputs(&mut self, header: PcapHeader, opts: &RunOptions) -> anyhow::Result<()> {
         self.walk.open_sinks(header, &opts.outputs)?;
-        for n in &mut self.walk.chain.nodes {
-            if let NodeKind::Nf { nf, .. } = &mut n.kind {
-                nf.open_outputs()
-                    .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
-            }
-        }
+        self.walk.open_nf_outputs()?;
         if let Some(s) = self.stages.as_mut() {
             s.start(&mut self.walk)?;
         }
@@ -765,5 +760,36 @@ mod tests {
             (s.packets_in, s.packets_out, s.packets_dropped),
             (40, 40, 0)
         );
+    }
+
+    /// Only the NFs with files of their own are asked whether an output failed: a flow
+    /// monitor with records and an IDS with alerts, not the same NFs without them.
+    #[test]
+    fn the_walk_notes_the_nfs_that_have_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (records, alerts) = (dir.path().join("r.csv"), dir.path().join("a.txt"));
+        let ids = |extra: String| {
+            format!("apps = [{{ kind = \"ids\", rules = 'alert tcp any any -> any any (msg:\"x\"; sid:1;)'{extra} }}]\n")
+        };
+        let text = format!(
+            "[[nf]]\nname = \"w\"\nkind = \"wire\"\n\
+             [[nf]]\nname = \"mon\"\nkind = \"flow_monitor\"\nrecords = {:?}\n\
+             [[nf]]\nname = \"quiet\"\nkind = \"flow_monitor\"\n\
+             [[nf]]\nname = \"ids\"\nkind = \"microbox\"\n{}\
+             [[nf]]\nname = \"ids2\"\nkind = \"microbox\"\n{}",
+            records.display().to_string(),
+            ids(format!(", alerts = {:?}", alerts.display().to_string())),
+            ids(String::new()),
+        );
+        let cfg = crate::runtime::ChainConfig::parse(&text, "t.toml").unwrap();
+        let mut w = Walk::new(Chain::from_config(&cfg).unwrap(), 1514, false);
+        w.open_nf_outputs().unwrap();
+        let names: Vec<&str> = w
+            .nf_outputs
+            .iter()
+            .map(|&i| w.chain.nodes[i].name.as_str())
+            .collect();
+        assert_eq!(names, ["mon", "ids"]);
+        assert!(!w.output_failed());
     }
 }

@@ -83,6 +83,11 @@ pub trait App: Send {
         Ok(())
     }
 
+    /// Whether the app writes files of its own ([`crate::nfs::Nf::has_outputs`]).
+    fn has_outputs(&self) -> bool {
+        false
+    }
+
     /// The first failed write to an output file, asked after [`App::finish`].
     fn output_error(&self) -> Option<String> {
         None

@@ -14,15 +14,24 @@ use catena::runtime::{Chain, ChainConfig, NoProgress, RunOptions, Runner, Summar
 /// Starts `catena bench ARGS --out OUT` with stdout and stderr piped, to be awaited with a
 /// bound ([`wait::exit_within`]).
 pub fn spawn_bench(args: &[&str], out: &Path) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_catena"))
-        .arg("bench")
-        .args(args)
-        .arg("--out")
-        .arg(out)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+    bench(args, out).spawn().expect("spawn catena bench")
+}
+
+/// [`spawn_bench`] with `TMPDIR` at `tmp` and `PATH` at `path`.
+pub fn spawn_bench_with(args: &[&str], out: &Path, tmp: &Path, path: &str) -> std::process::Child {
+    bench(args, out)
+        .env("TMPDIR", tmp)
+        .env("PATH", path)
         .spawn()
         .expect("spawn catena bench")
+}
+
+fn bench(args: &[&str], out: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_catena"));
+    c.arg("bench").args(args).arg("--out").arg(out);
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    c
 }
 
 /// The `catena` binary of this build, run with `args` to its end.

@@ -18,6 +18,27 @@ pub fn exit_within(mut child: Child, limit: Duration, what: &str) -> Output {
     child.wait_with_output().expect("wait_with_output")
 }
 
+/// [`exit_within`], then fails unless `child` exited with success (its stderr shown).
+pub fn success_within(child: Child, limit: Duration, what: &str) -> Output {
+    let o = exit_within(child, limit, what);
+    assert!(
+        o.status.success(),
+        "failed {what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// [`exit_within`], then fails if `child` exited with success or panicked; its stderr,
+/// for the test to check the error it gave.
+pub fn failure_within(child: Child, limit: Duration, what: &str) -> String {
+    let o = exit_within(child, limit, what);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "succeeded {what}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
 /// Whether process `pid` has a handler for `sig` (the `SigCgt` mask of
 /// /proc/PID/status); false once it has exited.
 pub fn catches(pid: u32, sig: i32) -> bool {

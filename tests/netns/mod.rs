@@ -222,6 +222,17 @@ impl Drop for Proc {
 }
 
 impl Proc {
+    /// `cmd` started in namespace `ns`, its stdout and stderr piped.
+    pub fn piped_in(ns: &str, cmd: &[&str]) -> Proc {
+        Proc(
+            in_ns(ns, cmd)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn in the namespace"),
+        )
+    }
+
     pub fn signal(&self, sig: i32) {
         // SAFETY: signalling our own child by its pid.
         unsafe { libc::kill(self.0.id() as i32, sig) };

@@ -1384,6 +1384,10 @@ impl App for IdsApp {
         }
     }
 
+    fn has_outputs(&self) -> bool {
+        self.out.is_some() || self.eve_path.is_some()
+    }
+
     fn output_error(&self) -> Option<String> {
         self.out_error.clone()
     }

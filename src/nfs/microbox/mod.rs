@@ -445,6 +445,13 @@ impl Nf for Microbox {
         Ok(())
     }
 
+    fn has_outputs(&self) -> bool {
+        self.units
+            .iter()
+            .flat_map(|u| u.apps.iter())
+            .any(|a| a.has_outputs())
+    }
+
     fn output_error(&self) -> Option<String> {
         self.units
             .iter()

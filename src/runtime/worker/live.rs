@@ -127,12 +127,7 @@ impl Runner {
             .find_map(|p| p.header())
             .unwrap_or(PcapHeader::new(1, false));
         self.walk.open_sinks(header, &opts.outputs)?;
-        for n in &mut self.walk.chain.nodes {
-            if let super::NodeKind::Nf { nf, .. } = &mut n.kind {
-                nf.open_outputs()
-                    .map_err(|e| anyhow::anyhow!("nf `{}`: {e}", n.name))?;
-            }
-        }
+        self.walk.open_nf_outputs()?;
         self.walk.live = ports;
         // Stages: the ports are shared (stage 1 receives, the sinks' stages send), and
         // when the kernel feeds them (they cannot wait) a full ring drops `ring-full`.
