@@ -124,8 +124,8 @@ fn check_prints_the_memory_and_both_commands_refuse_above_the_limit() {
 
 #[test]
 fn live_ports_rings_count_toward_the_limit() {
-    // An AF_XDP socket pins 36 MiB of UMEM plus its rings, an AF_PACKET one maps 64 blocks
-    // of 256 KiB: 52.4 MiB together, refused before any interface is looked up.
+    // An AF_XDP socket pins 36 MiB of UMEM plus its rings, an AF_PACKET one maps 256 blocks
+    // of 64 KiB: 52.4 MiB together, refused before any interface is looked up.
     let chain = "[[port]]\nname = \"a\"\nkind = \"af_xdp\"\niface = \"nosuch0\"\n\n\
                  [[port]]\nname = \"b\"\nkind = \"af_packet\"\niface = \"nosuch1\"\n\n\
                  [[nf]]\nname = \"w\"\nkind = \"wire\"\n";
