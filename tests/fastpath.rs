@@ -1055,3 +1055,146 @@ fn the_plain_key_declines_what_it_does_not_cover() {
     assert_eq!(FpKey::plain(&p), None);
     pool.free(p);
 }
+
+// ---- NAT fold-back (docs/fastpath.md, "Fold-back") ----
+
+/// Three NATs in a row: each sees the one before's public address as inside.
+fn three_nats() -> Setup {
+    Setup {
+        vip: "203.0.113.10".into(),
+        inside: "10.0.0.0/8, 198.51.100.0/24",
+        ports: 1,
+    }
+}
+
+/// A trace of `frames` in time order, no fillers (so hits take fused runs).
+fn trace_sorted(mut frames: Vec<(u64, Vec<u8>)>) -> Trace {
+    frames.sort_by_key(|(ts, _)| *ts);
+    Trace::from_packets(
+        LinkKind::Ethernet,
+        PcapHeader::new(1, false),
+        frames.iter().map(|(ts, p)| (*ts, p.as_slice())),
+    )
+}
+
+/// A packet every `every` ns from `from` until `until` (exclusive): their times.
+fn every(from: u64, until: u64, every: u64) -> impl Iterator<Item = u64> {
+    (0..).map(move |i| from + i * every).take_while(move |&t| t < until)
+}
+
+const MS: u64 = 1_000_000;
+
+/// NAT flows whose later packets fold, then idle to just under (even flows) or just past
+/// (odd flows) their mapping's timeout, 1 ms either side of their last packet's
+/// deadline: UDP (20 s) and TCP (7,440 s), through three NATs, while a clock flow keeps
+/// the sweeps going. Their last packets are folded hits, so the mappings' stored
+/// deadlines are older than their last packets': fails without the folds
+/// (`fast_fold`, at the end of each fold period), which the just-under flows need to
+/// find their mappings alive, and with a fold that refreshes past the last hit.
+#[test]
+fn nat_flows_that_fold_then_idle_around_the_timeout_stay_equal() {
+    let remote = [203, 0, 113, 7];
+    let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut last = 0;
+    for k in 0..8u8 {
+        let stop = 1500 * MS + k as u64 * 170 * MS;
+        let times: Vec<u64> = every(k as u64 * MS, stop, 40 * MS).collect();
+        let end = *times.last().unwrap();
+        let pkt = || udp([10, 0, 2, k], remote, 5000 + k as u16, 53);
+        f.extend(times.iter().map(|&t| (t, pkt())));
+        let back = if k % 2 == 0 { end + 20 * SEC - MS } else { end + 20 * SEC + MS };
+        f.extend(every(back, back + 200 * MS, 40 * MS).map(|t| (t, pkt())));
+        last = last.max(back + 200 * MS);
+    }
+    for k in 0..4u8 {
+        let stop = 1500 * MS + k as u64 * 230 * MS;
+        let times: Vec<u64> = every(k as u64 * MS + 500_000, stop, 40 * MS).collect();
+        let end = *times.last().unwrap();
+        let pkt = || tcp([10, 0, 3, k], remote, 6000 + k as u16, 443, 0x10);
+        f.extend(times.iter().map(|&t| (t, pkt())));
+        let back = if k % 2 == 0 { end + 7440 * SEC - MS } else { end + 7440 * SEC + MS };
+        f.extend(every(back, back + 200 * MS, 40 * MS).map(|t| (t, pkt())));
+        last = last.max(back + 200 * MS);
+    }
+    // The clock flow: dense while the UDP flows idle, sparse through the TCP flows' idle.
+    let clock = || udp([10, 0, 9, 1], remote, 7000, 53);
+    f.extend(every(0, 30 * SEC, 50 * MS).map(|t| (t, clock())));
+    f.extend(every(30 * SEC, last, 2 * SEC).map(|t| (t, clock())));
+    let t = trace_sorted(f);
+    let fs = equal_on_off("NNN", &three_nats(), &t, small(), &[], "fold around timeouts");
+    assert!(fs.folded > 0 && fs.hits > 1000, "{fs:?}");
+}
+
+/// A TCP mapping whose outgoing hits fold while an inbound RST on the slow path makes
+/// it linger (2 s): the folded refreshes after the RST must give the linger deadline,
+/// those before it nothing. The flow then idles to 1 ms under, then 1 ms past, its
+/// deadline. Fails without the folds (the mapping expires early) and with a fold that
+/// uses the timeout of the state the hits saw rather than the mapping's current one.
+#[test]
+fn a_mapping_folded_one_way_and_lingering_from_the_other_stays_equal() {
+    let (inside, remote, public) = ([10, 0, 0, 2], [203, 0, 113, 7], [198, 51, 100, 1]);
+    let out = || tcp(inside, remote, 4001, 443, 0x10);
+    let mut f: Vec<(u64, Vec<u8>)> = every(0, 1500 * MS, 10 * MS).map(|t| (t, out())).collect();
+    // The NAT's first TCP mapping takes the pool's first port.
+    f.push((1000 * MS + 5 * MS, tcp(remote, public, 443, 1024, 0x04)));
+    let end = 1490 * MS;
+    let under = end + 2 * SEC - MS;
+    f.push((under, out()));
+    f.push((under + 2 * SEC + MS, out()));
+    let clock = || udp([10, 0, 9, 1], remote, 7000, 53);
+    f.extend(every(3 * MS, under + 3 * SEC, 10 * MS).map(|t| (t, clock())));
+    let t = trace_sorted(f);
+    for chain in ["N", "NO"] {
+        let fs = equal_on_off(chain, &setup(), &t, small(), &[], "fold and linger");
+        assert!(fs.folded > 0, "{chain}: {fs:?}");
+    }
+}
+
+/// A run that ends with folded hits pending (no fold since): the NATs' counters, which
+/// hits count in their entries, and every other stat equal the slow path's. Fails
+/// without the hand-over at the end (counts and folds before the summary).
+#[test]
+fn a_run_that_ends_with_folded_hits_pending_has_equal_nat_stats() {
+    let remote = [203, 0, 113, 7];
+    let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
+    for k in 0..8u8 {
+        f.extend(
+            every(k as u64 * MS, 800 * MS, 5 * MS)
+                .map(|t| (t, udp([10, 0, 2, k], remote, 5000 + k as u16, 53))),
+        );
+    }
+    let t = trace_sorted(f);
+    let fs = equal_on_off("NNN", &three_nats(), &t, small(), &[], "ends pending");
+    assert!(fs.folded > 500, "{fs:?}");
+}
+
+/// A NAT pool change mid-run while folded hits are pending: the flows then idle to just
+/// under (even) or past (odd) their UDP timeout. Fails without folding the pending
+/// refreshes at the command (before it, or as its invalidation removes the entries).
+#[test]
+fn a_pool_change_with_folded_hits_pending_stays_equal() {
+    let remote = [203, 0, 113, 7];
+    let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
+    for k in 0..8u8 {
+        let times: Vec<u64> = every(k as u64 * MS, 600 * MS, 5 * MS).collect();
+        let end = *times.last().unwrap();
+        let pkt = || udp([10, 0, 2, k], remote, 5000 + k as u16, 53);
+        f.extend(times.iter().map(|&t| (t, pkt())));
+        let back = if k % 2 == 0 { end + 20 * SEC - MS } else { end + 20 * SEC + MS };
+        f.extend(every(back, back + 100 * MS, 10 * MS).map(|t| (t, pkt())));
+    }
+    let clock = || udp([10, 0, 9, 1], remote, 7000, 53);
+    f.extend(every(2 * MS, 22 * SEC, 50 * MS).map(|t| (t, clock())));
+    let t = trace_sorted(f);
+    // At about 0.55 s: after the first fold period's horizon (1 s sweeps: periods start
+    // after 0.5 s's chunk boundaries), hits folding.
+    let n = t.len() as u64;
+    let at = (0..n).find(|&i| t.record(i as usize).ts_ns >= 550 * MS).unwrap();
+    let change = [Scheduled {
+        at,
+        nf: "n0".into(),
+        cmd: "pool 198.51.100.200 2000-2999".into(),
+    }];
+    let fs = equal_on_off("NNN", &three_nats(), &t, small(), &change, "pool change");
+    assert!(fs.folded > 0 && fs.invalidated > 0, "{fs:?}");
+}

@@ -84,6 +84,9 @@ impl Step {
     /// The NF's state function only counts: the entry counts its hits and hands them
     /// over in one `fast_count` call.
     pub const COUNT: u8 = 4;
+    /// The NF's state functions may be deferred and folded in later
+    /// ([`Consolidate::fast_fold`]): hits of the entry's fold period skip the step.
+    pub const FOLD: u8 = 8;
 
     /// `node` < 2^13, `key` < 8.
     pub fn new(node: usize, key: u8, flags: u8) -> Step {
@@ -380,6 +383,43 @@ pub trait Consolidate {
     /// [`fast_counts`](Consolidate::fast_counts)).
     fn fast_count(&mut self, token: u64, packets: u64) {
         let _ = (token, packets);
+    }
+
+    /// Whether a hit still runs the state function when the NF counts in entries
+    /// ([`fast_counts`](Consolidate::fast_counts)): the state function then does the rest
+    /// (a NAT's refresh) and leaves the counters to [`fast_count`](Consolidate::fast_count).
+    fn fast_states(&self) -> bool {
+        !self.fast_counts()
+    }
+
+    /// Whether hits may defer this NF's state functions and fold them in later
+    /// ([`fast_fold`](Consolidate::fast_fold); docs/fastpath.md, "Fold-back"): every state
+    /// update a hit makes commutes with the others and with the slow path's, and no
+    /// decision reads it before [`fast_horizon`](Consolidate::fast_horizon).
+    fn fast_folds(&self) -> bool {
+        false
+    }
+
+    /// Whether hits of flows marked `token` may be folded (asked once per recording):
+    /// a token whose validity needs a check per packet may not.
+    fn fast_foldable(&self, token: u64) -> bool {
+        let _ = token;
+        false
+    }
+
+    /// The run-clock time before which no decision of the NF can tell a deferred hit's
+    /// state update from one applied, for a fold period starting at `now` (every
+    /// foldable token's state refreshed at or after `now`): `now` or less means no hit
+    /// may fold.
+    fn fast_horizon(&self, now: u64) -> u64 {
+        now
+    }
+
+    /// The deferred state functions of hits on `token`, the last at run-clock time
+    /// `last_ns`: does what they would have done (counters excepted: those are counted
+    /// in entries).
+    fn fast_fold(&mut self, token: u64, last_ns: u64) {
+        let _ = (token, last_ns);
     }
 }
 

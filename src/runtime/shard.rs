@@ -787,6 +787,7 @@ pub fn sum(parts: Vec<Part>, seconds: f64) -> Summary {
             a.unconsolidatable += b.unconsolidatable;
             a.unrecorded += b.unrecorded;
             a.deferred += b.deferred;
+            a.folded += b.folded;
         }
         if s.input_error.is_none() {
             s.input_error = p.input_error;

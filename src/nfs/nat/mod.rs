@@ -1510,77 +1510,121 @@ impl Consolidate for Nat {
     }
 
     fn fast_state(&mut self, token: u64, p: &FastPacket) {
-        let mut n = [0u64; 4];
-        self.state_at(token, p.now_ns, p.tcp_flags, &mut n);
-        self.add_counts(n);
+        self.state_at(token, p.now_ns, p.tcp_flags);
     }
 
-    /// As many `fast_state` calls, with the counters added once. The run clock never
-    /// goes back (docs/time.md), so when no sweep is under way and the last visit comes
-    /// before the next one starts, every visit's sweep step would do nothing: skipped.
+    /// As many `fast_state` calls. The run clock never goes back (docs/time.md), so
+    /// when no sweep is under way and the last visit comes before the next one starts,
+    /// every visit's sweep step would do nothing: skipped.
     fn fast_state_run(&mut self, run: &FastRun) {
-        let mut n = [0u64; 4];
         let last = run
             .visits
             .last()
             .map(|v| run.fact(&v))
             .map_or(0, |f| f.now_ns);
         if self.sweep_cursor == 0 && last < self.next_sweep {
-            // The timeouts read once for the run, each mapping looked up once, and the
-            // visits counted by kind (an index, not a branch per kind; kinds are 0-5).
+            // The timeouts read once for the run, each mapping looked up once.
             let t = self.timeouts();
-            let mut by_kind = [0u64; 8];
             for v in run.visits.iter() {
                 let f = run.fact(&v);
                 let slot = (v.token >> 32) as usize & 0xff_ffff;
                 let kind = (v.token >> 56) as u8;
-                by_kind[kind as usize & 7] += 1;
                 if kind == FAST_OUT || kind == FAST_IN {
                     if let Some(m) = self.slab.get_mut(slot) {
                         touch_with(m, &t, f.now_ns, f.tcp_flags as u8, kind == FAST_OUT);
                     }
                 }
             }
-            n = [
-                by_kind[FAST_OUT as usize],
-                by_kind[FAST_IN as usize],
-                by_kind[FAST_INTERNAL as usize],
-                by_kind[FAST_NOT_IPV4 as usize],
-            ];
         } else {
             for v in run.visits.iter() {
                 let f = run.fact(&v);
-                self.state_at(v.token, f.now_ns, f.tcp_flags, &mut n);
+                self.state_at(v.token, f.now_ns, f.tcp_flags);
             }
         }
-        self.add_counts(n);
+    }
+
+    /// The counters (out, in, internal, not IPv4) are counted in FastPath's entries, so
+    /// hits that fold and hits that do not count alike.
+    fn fast_counts(&self) -> bool {
+        true
+    }
+
+    /// The refresh and the sweep step remain.
+    fn fast_states(&self) -> bool {
+        true
+    }
+
+    fn fast_count(&mut self, token: u64, packets: u64) {
+        match (token >> 56) as u8 {
+            FAST_OUT => self.translated_out += packets,
+            FAST_IN => self.translated_in += packets,
+            FAST_INTERNAL => self.internal += packets,
+            FAST_NOT_IPV4 => self.not_ipv4 += packets,
+            _ => {}
+        }
+    }
+
+    /// A hit's refresh is `deadline = t + timeout(state)` with the state unchanged (no
+    /// FIN or RST reaches a hit, and a SYN never folds), and every decision that reads a
+    /// deadline asks whether it has passed: refreshes commute (docs/fastpath.md,
+    /// "Fold-back").
+    fn fast_folds(&self) -> bool {
+        true
+    }
+
+    /// Not an unanswered inbound flow's: its drop holds only while no mapping answers,
+    /// checked on every packet.
+    fn fast_foldable(&self, token: u64) -> bool {
+        (token >> 56) as u8 != FAST_NOMAP
+    }
+
+    /// Every mapping a hit of the period relies on was refreshed at `now` or later, so
+    /// its stored deadline is at least `now` plus the shortest timeout: none expires
+    /// before that, and no sweep step does anything before the next sweep is due. While
+    /// a sweep is under way every hit steps it: no folding.
+    fn fast_horizon(&self, now: u64) -> u64 {
+        if self.sweep_cursor != 0 {
+            return now;
+        }
+        let t = self.timeouts();
+        let shortest = t.tcp.min(t.linger).min(t.udp).min(t.icmp);
+        now.saturating_add(shortest).min(self.next_sweep)
+    }
+
+    /// The folded hits' refreshes, the last at `last_ns`: `deadline = last_ns +
+    /// timeout(state)` unless the mapping was touched later (a deadline is always its
+    /// last touch plus its state's timeout, and the state changes only by a touch).
+    fn fast_fold(&mut self, token: u64, last_ns: u64) {
+        let (kind, slot, serial) = (
+            (token >> 56) as u8,
+            (token >> 32) as usize & 0xff_ffff,
+            token as u32,
+        );
+        if kind != FAST_OUT && kind != FAST_IN {
+            return;
+        }
+        let Some(&m) = self.slab.get(slot) else {
+            return;
+        };
+        if m.state & LIVE == 0 || m.serial != serial {
+            return;
+        }
+        let d = last_ns.saturating_add(self.timeout(m.proto, m.state));
+        let m = &mut self.slab[slot];
+        m.deadline = m.deadline.max(d);
     }
 }
 
 impl Nat {
-    /// A consolidated packet's state function: the sweep step, the mapping's refresh,
-    /// and its counter (out, in, internal, not IPv4) in `n`.
+    /// A consolidated packet's state function: the sweep step and the mapping's
+    /// refresh (its counter is counted in FastPath's entry: `fast_count`).
     #[inline(always)]
-    fn state_at(&mut self, token: u64, now: u64, tcp_flags: u16, n: &mut [u64; 4]) {
+    fn state_at(&mut self, token: u64, now: u64, tcp_flags: u16) {
         self.tick(now);
-        self.refresh_at(token, now, tcp_flags, n);
-    }
-
-    /// [`state_at`](Self::state_at) without the sweep step.
-    #[inline(always)]
-    fn refresh_at(&mut self, token: u64, now: u64, tcp_flags: u16, n: &mut [u64; 4]) {
         let slot = (token >> 32) as u32 & 0xff_ffff;
         match (token >> 56) as u8 {
-            FAST_OUT => {
-                self.touch(slot, now, tcp_flags as u8, true);
-                n[0] += 1;
-            }
-            FAST_IN => {
-                self.touch(slot, now, tcp_flags as u8, false);
-                n[1] += 1;
-            }
-            FAST_INTERNAL => n[2] += 1,
-            FAST_NOT_IPV4 => n[3] += 1,
+            FAST_OUT => self.touch(slot, now, tcp_flags as u8, true),
+            FAST_IN => self.touch(slot, now, tcp_flags as u8, false),
             _ => {}
         }
     }
@@ -1596,13 +1640,6 @@ impl Nat {
         }
     }
 
-    #[inline(always)]
-    fn add_counts(&mut self, n: [u64; 4]) {
-        self.translated_out += n[0];
-        self.translated_in += n[1];
-        self.internal += n[2];
-        self.not_ipv4 += n[3];
-    }
 }
 
 /// [`Nat::timeout`] for each protocol and TCP state, as [`Nat::timeouts`] reads them.
@@ -1777,6 +1814,89 @@ mod tests {
         assert!(Nat::from_params(&mut Params::new("n", &t)).is_err());
         let t: toml::Table = toml::from_str("inside = [\"10.0.0.0/8\"]").unwrap();
         assert!(Nat::from_params(&mut Params::new("n", &t)).is_err());
+    }
+
+    /// Fold-back: hits whose refreshes were deferred, folded in later with the time of
+    /// the last one (`fast_fold`), leave the mapping as the sequence of touches would:
+    /// hits only before a slow-path RST (lingering since: the fold must not lengthen
+    /// the linger deadline with the open timeout the hits saw), hits after it, and hits
+    /// on both sides. A fold of a token whose mapping was replaced does nothing.
+    #[test]
+    fn a_folded_refresh_equals_the_sequence_of_touches() {
+        let cfg = NatConfig {
+            tcp_linger_ns: 2 * SEC,
+            ..NatConfig::default()
+        };
+        let (inside, remote) = (u32::from(Ipv4Addr::new(10, 0, 0, 1)), 0xcb00_7107);
+        let fresh = || {
+            let mut n = Nat::new(&cfg).unwrap();
+            n.pool.ensure();
+            let key = OutKey::new(inside, remote, 4000, 443, TCP);
+            let i = n
+                .create(key, (inside, remote, 4000, 443, TCP), 0)
+                .unwrap();
+            let token = (FAST_OUT as u64) << 56 | (i as u64) << 32 | n.slab[i as usize].serial as u64;
+            (n, i, token)
+        };
+        const ACK: u8 = 0x10;
+        // (outgoing hit times, RST at, hits after it)
+        let cases: [(&[u64], u64, &[u64]); 4] = [
+            (&[SEC, 2 * SEC], 3 * SEC, &[]),
+            (&[SEC], 3 * SEC, &[3 * SEC + 500, 4 * SEC]),
+            (&[], 3 * SEC, &[4 * SEC]),
+            (&[SEC, 2 * SEC, 2 * SEC + 7], 2 * SEC + 7, &[2 * SEC + 9]),
+        ];
+        for (before, rst, after) in cases {
+            // The sequence: every hit touches.
+            let (mut a, i, _) = fresh();
+            a.touch(i, SEC / 2, ACK, true);
+            for &t in before {
+                a.touch(i, t, ACK, true);
+            }
+            a.touch(i, rst, 0x04, false);
+            for &t in after {
+                a.touch(i, t, ACK, true);
+            }
+            // Folded: the first hit touches (the period's normal hit), the rest fold
+            // at the end with the last hit's time.
+            let (mut b, j, token) = fresh();
+            b.touch(j, SEC / 2, ACK, true);
+            b.touch(j, rst, 0x04, false);
+            let last = after.last().or(before.last()).copied().unwrap_or(SEC / 2);
+            b.fast_fold(token, last);
+            let (ma, mb) = (a.slab[i as usize], b.slab[j as usize]);
+            assert_eq!(
+                (ma.state, ma.deadline),
+                (mb.state, mb.deadline),
+                "{before:?} {rst} {after:?}"
+            );
+            assert_eq!(mb.state & RST, RST);
+        }
+        // Without a slow-path touch: the last hit's time and the open timeout.
+        let (mut b, j, token) = fresh();
+        b.touch(j, SEC, ACK, true);
+        b.fast_fold(token, 5 * SEC);
+        assert_eq!(b.slab[j as usize].deadline, 5 * SEC + 7440 * SEC);
+        // A fold never shortens (a later slow-path touch stands).
+        b.touch(j, 9 * SEC, ACK, true);
+        b.fast_fold(token, 6 * SEC);
+        assert_eq!(b.slab[j as usize].deadline, 9 * SEC + 7440 * SEC);
+        // Another mapping in the slot (another serial): nothing.
+        b.release(j);
+        let key = OutKey::new(inside, remote, 4001, 443, TCP);
+        let k = b.create(key, (inside, remote, 4001, 443, TCP), 10 * SEC).unwrap();
+        assert_eq!(k, j);
+        b.fast_fold(token, 20 * SEC);
+        assert_eq!(b.slab[k as usize].deadline, 10 * SEC + 7440 * SEC);
+        // Unanswered inbound flows never fold; the horizon is the shortest timeout
+        // (the linger here) or the next sweep, and none during a sweep.
+        assert!(!b.fast_foldable((FAST_NOMAP as u64) << 56));
+        assert!(b.fast_foldable(token));
+        b.next_sweep = 100 * SEC;
+        assert_eq!(b.fast_horizon(50 * SEC), 52 * SEC);
+        assert_eq!(b.fast_horizon(99 * SEC), 100 * SEC);
+        b.sweep_cursor = 1;
+        assert_eq!(b.fast_horizon(50 * SEC), 50 * SEC);
     }
 
     #[test]

@@ -167,6 +167,16 @@ pub fn count_path<H: Host>(h: &mut H, path: &[Step], n: u64) {
     count_along(&mut Direct(h), path, n);
 }
 
+/// The hits of a path's entry up to `last` (run clock) skipped the steps that fold:
+/// each such NF folds their state functions in ([`Consolidate::fast_fold`]).
+pub fn fold_path<H: Host>(h: &mut H, path: &[Step], last: u64) {
+    for s in path.iter().filter(|s| s.flags & Step::FOLD != 0) {
+        if let Some(c) = h.nf(s.node()).and_then(|nf| nf.consolidate_mut()) {
+            c.fast_fold(s.token, last);
+        }
+    }
+}
+
 #[inline]
 fn count_along<C: HitCx>(cx: &mut C, path: &[Step], n: u64) {
     for s in path {
@@ -186,6 +196,18 @@ impl FastPath {
         self.table.ready();
         std::mem::swap(&mut self.chunk_in, h.misses());
         let mut input = std::mem::replace(&mut self.chunk_in, Batch::with_capacity(0));
+        // Fold-back (docs/fastpath.md): a chunk that reaches the fold period's horizon
+        // ends it first; hits fold only in a chunk that lies wholly before it.
+        let mut fold = false;
+        if self.folds {
+            if let (Some(a), Some(b)) = (input.iter().next(), input.iter().next_back()) {
+                let (first, last) = (a.meta().now_ns, b.meta().now_ns);
+                if last >= self.horizon {
+                    self.new_period(h, first, last);
+                }
+                fold = last < self.horizon;
+            }
+        }
         // Keys and hashes first with each set's tags prefetched, then the matching
         // entries prefetched, so the chunk's lookups overlap their cache misses.
         let mut keys = [FpKey::EMPTY; MAX_BATCH];
@@ -279,7 +301,13 @@ impl FastPath {
         // Packets the NFs did not vouch for, and those past the fitting ones, go on in
         // the general loop, one by one (a chunk the fused run took whole is empty now).
         let taken = if fuses && fit > 0 {
-            self.fused_run(h, &mut input, &fused, &facts, fit)
+            // Hits that may fold take a copy of the run with the per-hit fold test; the
+            // rest (and chains without a folding NF) pay nothing for it.
+            if fold {
+                self.fused_run::<H, true>(h, &mut input, &fused, &facts, fit)
+            } else {
+                self.fused_run::<H, false>(h, &mut input, &fused, &facts, fit)
+            }
         } else {
             0
         };
@@ -388,8 +416,8 @@ impl FastPath {
         }
         self.chunk_in = input;
         self.flush(h);
-        // Entries that went this chunk hand over their counts.
-        self.table.drain_retired(|n, path| count_path(h, path, n));
+        // Entries that went this chunk hand over their counts (and folds).
+        self.drain_retired(h);
     }
 
     /// A chunk that hits whole, in one pass per NF and one over the packets: every NF
@@ -400,8 +428,10 @@ impl FastPath {
     /// after packet), then those packets are rewritten, sent and counted, in place.
     /// Returns how many leading packets of `input` it took: all of them are freed when
     /// that is the whole chunk (`input` is then empty), else the caller frees them; the
-    /// rest is left for the general loop, which checks them one by one.
-    fn fused_run<H: Host>(
+    /// rest is left for the general loop, which checks them one by one. With `FOLD` (the
+    /// chunk lies before the fold period's horizon), a hit whose entry is marked with
+    /// the period takes its shape's folded twin (no NAT steps); the others mark it.
+    fn fused_run<H: Host, const FOLD: bool>(
         &mut self,
         h: &mut H,
         input: &mut Batch,
@@ -414,6 +444,9 @@ impl FastPath {
             table, slot_flags, ..
         } = self;
         let prefetch = self.prefetch;
+        // Bit i: packet i's hit skips its folding steps (folded), or ran them and marks
+        // its entry with the period (marks).
+        let (mut folded, mut marks) = (0u64, 0u64);
         let taken = h.lend(&slots, |nfs, out| {
             let mut k = n;
             {
@@ -454,6 +487,21 @@ impl FastPath {
                     kref[i] = &ks.keys;
                     paths[i] = &e.steps;
                     shapes[i] = shape;
+                    if FOLD {
+                        // An entry with folding steps folds when its hit in this period
+                        // ran them (its mappings were refreshed since the period began)
+                        // and the packet cannot change their state (no SYN).
+                        let twin = table.twin(shape);
+                        if twin != shape {
+                            if table.mark(w) == table.period && facts[i].tcp_flags & 0x02 == 0
+                            {
+                                shapes[i] = twin;
+                                folded |= 1 << i;
+                            } else {
+                                marks |= 1 << i;
+                            }
+                        }
+                    }
                 }
                 let (paths, keys) = (&paths, &kref);
                 // Runs of packets whose entries share a shape, one after the other: in
@@ -530,11 +578,14 @@ impl FastPath {
                 }
             }
             let k = k.min(input.len());
-            for (p, w) in input.as_mut_slice()[..k].iter_mut().zip(fused) {
+            for (i, (p, w)) in input.as_mut_slice()[..k].iter_mut().zip(fused).enumerate() {
                 // (Every packet of a fused chunk has its way.)
                 let Some(w) = *w else {
                     continue;
                 };
+                if FOLD && marks & 1 << i != 0 {
+                    table.set_mark(w);
+                }
                 let now = p.meta().now_ns;
                 let e = table.entry(w);
                 if let Some(sink) = e.sink() {
@@ -559,6 +610,12 @@ impl FastPath {
         });
         self.slots = slots;
         self.stats.hits += taken as u64;
+        if FOLD && folded != 0 {
+            let taken_bits = if taken >= 64 { u64::MAX } else { (1u64 << taken) - 1 };
+            let f = (folded & taken_bits).count_ones() as u64;
+            self.stats.folded += f;
+            self.pending |= f > 0;
+        }
         taken
     }
 
@@ -649,7 +706,25 @@ impl FastPath {
         let FastPath {
             rec, table, stats, ..
         } = self;
-        rec.finish(|e, k, o| FastPath::settle(table, stats, e, k, o));
+        rec.finish(|e, k, o| {
+            if !e.path().iter().any(|s| s.flags & Step::FOLD != 0) {
+                return FastPath::settle(table, stats, e, k, o);
+            }
+            // A step folds only when its token allows it (a NAT's unanswered inbound
+            // flow needs its check on every packet): asked once per recording.
+            let mut e = *e;
+            let n = e.len as usize;
+            for s in &mut e.steps[..n] {
+                let foldable = s.flags & Step::FOLD != 0
+                    && h.nf(s.node())
+                        .and_then(|nf| nf.consolidate())
+                        .is_some_and(|c| c.fast_foldable(s.token));
+                if !foldable {
+                    s.flags &= !Step::FOLD;
+                }
+            }
+            FastPath::settle(table, stats, &e, k, o)
+        });
     }
 
     /// Sends `p` along entry `w`: validity checks of every NF on the path first, then
@@ -731,7 +806,16 @@ impl FastPath {
     /// Hands the hits entries hold (and retired entries held) to the counters, so they
     /// are whole (before a summary or a control command).
     pub fn settle_counts<H: Host>(&mut self, h: &mut H) {
-        self.table.drain_counts(|n, path| count_path(h, path, n));
+        // Folded refreshes first, so the NFs' state is whole too.
+        self.fold_all(h);
+        self.table.drain_counts(|n, path, fold| {
+            if n > 0 {
+                count_path(h, path, n);
+            }
+            if let Some(last) = fold {
+                fold_path(h, path, last);
+            }
+        });
     }
 
     /// NF `node` changed (a control command): every entry recorded through it is stale,

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 pub use actions::Actions;
 pub use auto::{Auto, AutoStats, Plan};
-pub use chunk::{count_path, HitOut, Host, Lent, LENT};
+pub use chunk::{count_path, fold_path, HitOut, Host, Lent, LENT};
 pub use key::FpKey;
 pub use record::{Outcome, Recorder};
 pub use table::{Entry, Found, Hot, Keys, Probe, Step, Table, Way, MAX_KEYS, MAX_NODES, MAX_PATH};
@@ -77,6 +77,9 @@ pub struct FastStats {
     /// Flows whose first packet ran the chain unrecorded (recording waits for the
     /// flow's `record_at`-th packet).
     pub deferred: u64,
+    /// Hits that skipped the NFs whose state functions fold (NATs), their refreshes
+    /// folded in later (docs/fastpath.md, "Fold-back").
+    pub folded: u64,
 }
 
 /// Header fields a consolidated rewrite can carry: the key pins the addresses, ports and
@@ -147,19 +150,18 @@ pub fn traffic_work(h: &mut impl Host, nodes: usize) -> (u64, u64) {
 pub const AUTO_MIN_STATEFUL: usize = 2;
 
 /// What a hit does for `nf`: ask whether its token holds (unless only a control command
-/// can change its decision, which removes the entries through it at once), and run its
-/// state function, or count its packets in the entry when the state function only counts.
+/// can change its decision, which removes the entries through it at once), run its
+/// state function, count its packets in the entry (when the NF counts in entries), and
+/// whether its state functions may be folded (docs/fastpath.md, "Fold-back").
 fn step_flags(nf: &dyn Nf) -> u8 {
     let Some(c) = nf.consolidate() else {
         return 0;
     };
-    let check = if c.fast_checks() { Step::CHECK } else { 0 };
-    check
-        | if c.fast_counts() {
-            Step::COUNT
-        } else {
-            Step::STATE
-        }
+    let bit = |on: bool, b: u8| if on { b } else { 0 };
+    bit(c.fast_checks(), Step::CHECK)
+        | bit(c.fast_counts(), Step::COUNT)
+        | bit(c.fast_states(), Step::STATE)
+        | bit(c.fast_folds(), Step::FOLD)
 }
 
 /// Per-chain FastPath state kept by the runtime.
@@ -195,6 +197,15 @@ pub struct FastPath {
     chunk_in: Batch,
     /// Per lent slot: what a hit does for its NF ([`Step::CHECK`], [`Step::STATE`]).
     pub(crate) slot_flags: [u8; LENT],
+    /// Hits may fold (docs/fastpath.md, "Fold-back"): some NF folds ([`Step::FOLD`])
+    /// and hits take fused runs.
+    pub folds: bool,
+    /// The current fold period's horizon: run-clock time before which a hit of an
+    /// entry marked in the period may skip its folding steps (0: none may; the next
+    /// chunk starts a period).
+    pub horizon: u64,
+    /// Some hit folded in the current period (so its end walks the marked entries).
+    pending: bool,
 }
 
 impl FastPath {
@@ -224,6 +235,11 @@ impl FastPath {
             }
         }
         FastPath {
+            folds: lent <= LENT
+                && flags.iter().any(|f| f & (Step::CHECK | Step::STATE) != 0)
+                && flags.iter().any(|f| f & Step::FOLD != 0),
+            horizon: 0,
+            pending: false,
             slot_flags,
             slots,
             lendable: lent <= LENT,
@@ -261,8 +277,57 @@ impl FastPath {
     /// and every entry goes, since the NFs' state moves on without them while off (so
     /// switching on again starts as a fresh table would).
     pub fn switch_off<H: Host>(&mut self, h: &mut H) {
+        self.fold_all(h);
         self.table.clear();
-        self.table.drain_retired(|n, path| count_path(h, path, n));
+        self.drain_retired(h);
+    }
+
+    /// Ends the fold period: the retired entries' counts and folds handed over, then
+    /// every marked entry's folded refreshes (when some hit folded), and the next period
+    /// waits for the next chunk (`horizon` 0). Before anything reads or changes the NFs
+    /// (a command, the summary, switching off) and when a chunk reaches the horizon.
+    pub fn fold_all<H: Host>(&mut self, h: &mut H) {
+        self.drain_retired(h);
+        if !self.folds {
+            return;
+        }
+        let walk = std::mem::take(&mut self.pending);
+        self.table
+            .fold_period(walk, |path, last| fold_path(h, path, last));
+        self.horizon = 0;
+    }
+
+    /// Starts a fold period at run-clock time `p0` (the first packet of the chunk about
+    /// to run) for a chunk whose last packet comes at `last`: its horizon is the
+    /// earliest any folding NF gives ([`Consolidate::fast_horizon`]), and none when the
+    /// chunk reaches it (the folds would have to come inside the chunk).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn new_period<H: Host>(&mut self, h: &mut H, p0: u64, last: u64) {
+        self.fold_all(h);
+        let mut hz = u64::MAX;
+        for (node, f) in self.flags.iter().enumerate() {
+            if f & Step::FOLD == 0 {
+                continue;
+            }
+            if let Some(c) = h.nf(node).and_then(|n| n.consolidate()) {
+                hz = hz.min(c.fast_horizon(p0));
+            }
+        }
+        self.horizon = if last < hz { hz } else { 0 };
+    }
+
+    /// Hands over the counts of the entries that left the table, and folds the
+    /// refreshes of those that left with folded hits pending.
+    pub(crate) fn drain_retired<H: Host>(&mut self, h: &mut H) {
+        self.table.drain_retired(|n, path, fold| {
+            if n > 0 {
+                count_path(h, path, n);
+            }
+            if let Some(last) = fold {
+                fold_path(h, path, last);
+            }
+        });
     }
 
     /// A flow's first packet while recording waits for a later one: an entry without a

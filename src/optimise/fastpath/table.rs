@@ -35,6 +35,7 @@ pub const RETRY_AFTER: u8 = 16;
 /// Most nodes a chain may have for its NFs to be consolidated (node indices fit 13 bits).
 pub const MAX_NODES: usize = 1 << 13;
 
+#[derive(Clone, Copy)]
 pub struct Entry {
     pub key: FpKey,
     pub last_ns: u64,
@@ -186,12 +187,16 @@ impl Hot {
     }
 }
 
-/// The counts of an entry that left the table with hits not yet added.
+/// The counts of an entry that left the table with hits not yet added, or with hits
+/// of the current fold period whose refreshes are still to be folded in (`fold`, at its
+/// last hit `last_ns`).
 #[derive(Clone, Copy, Debug)]
 struct Retired {
     steps: [Step; MAX_PATH],
     len: u8,
     count: u8,
+    fold: bool,
+    last_ns: u64,
 }
 
 impl Retired {
@@ -298,7 +303,13 @@ pub struct Table {
     retired: Vec<Retired>,
     /// The paths' shapes seen so far ([`Table::shape`]): shape `i + 1` is `shapes[i]`.
     shapes: [u64; MAX_SHAPES],
+    /// Per shape: its folded twin, the shape without the steps that fold (itself when
+    /// none does or the twin has no id).
+    twins: [u8; MAX_SHAPES],
     n_shapes: usize,
+    /// The current fold period (1..=255; 0: none). An entry whose consolidated hit ran
+    /// its folding steps in this period is marked with it ([`Table::mark`]).
+    pub period: u8,
 }
 
 /// Most distinct shapes a table names; an entry of another one gets [`NO_SHAPE`].
@@ -308,6 +319,11 @@ const MAX_SHAPES: usize = 254;
 pub const NO_SHAPE: u8 = 255;
 /// Set in a shape's byte for a step that calls its NF.
 pub const SHAPE_CALL: u8 = 0x80;
+/// Set in a shape's byte for a step whose state functions may fold ([`Step::FOLD`]).
+pub const SHAPE_FOLD: u8 = 0x40;
+/// The step whose spare byte (`shape`, used only in step 0) holds an entry's fold mark:
+/// in the path's first line, which every hit that calls NFs reads.
+const MARK_STEP: usize = 1;
 
 /// A set and the ways in it whose tag matched a hash ([`Table::probe`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -353,7 +369,9 @@ impl Table {
             live: 0,
             retired: Vec::new(),
             shapes: [0; MAX_SHAPES],
+            twins: [0; MAX_SHAPES],
             n_shapes: 0,
+            period: 0,
         }
     }
 
@@ -368,6 +386,16 @@ impl Table {
         }
     }
 
+    /// Shape `id`'s folded twin: the same calls less the steps that fold (`id` itself
+    /// when none does).
+    #[inline(always)]
+    pub fn twin(&self, id: u8) -> u8 {
+        match id {
+            0 | NO_SHAPE => id,
+            _ => self.twins[(id as usize - 1) % MAX_SHAPES],
+        }
+    }
+
     /// The shape id of a path (0: no step calls its NF; [`NO_SHAPE`]: not named).
     fn shape_of(&mut self, path: &[Step]) -> u8 {
         let mut d = 0u64;
@@ -379,19 +407,84 @@ impl Table {
             if s.slot >= 16 {
                 return NO_SHAPE;
             }
-            d |= u64::from(SHAPE_CALL | f << 4 | s.slot) << (8 * j);
+            let fold = if s.flags & Step::FOLD != 0 {
+                SHAPE_FOLD
+            } else {
+                0
+            };
+            d |= u64::from(SHAPE_CALL | fold | f << 4 | s.slot) << (8 * j);
         }
+        self.shape_id(d)
+    }
+
+    /// The id of shape `d`, named now if new, with its folded twin.
+    fn shape_id(&mut self, d: u64) -> u8 {
         if d == 0 {
             return 0;
         }
-        match self.shapes[..self.n_shapes].iter().position(|&x| x == d) {
-            Some(i) => i as u8 + 1,
-            None if self.n_shapes < MAX_SHAPES => {
-                self.shapes[self.n_shapes] = d;
-                self.n_shapes += 1;
-                self.n_shapes as u8
+        if let Some(i) = self.shapes[..self.n_shapes].iter().position(|&x| x == d) {
+            return i as u8 + 1;
+        }
+        if self.n_shapes >= MAX_SHAPES {
+            return NO_SHAPE;
+        }
+        self.shapes[self.n_shapes] = d;
+        self.n_shapes += 1;
+        let id = self.n_shapes as u8;
+        // The twin: the bytes of the folding steps cleared (it has no folding step, so
+        // this recurses once).
+        let folded = (0..MAX_PATH).fold(d, |t, j| {
+            if (d >> (8 * j)) as u8 & SHAPE_FOLD != 0 {
+                t & !(0xff << (8 * j))
+            } else {
+                t
             }
-            None => NO_SHAPE,
+        });
+        let twin = if folded == d {
+            id
+        } else {
+            match self.shape_id(folded) {
+                NO_SHAPE => id,
+                t => t,
+            }
+        };
+        self.twins[id as usize - 1] = twin;
+        id
+    }
+
+    /// Entry `w`'s fold mark: the fold period of its last hit that ran its folding
+    /// steps (0: none since the marks were last cleared).
+    #[inline(always)]
+    pub fn mark(&self, w: Way) -> u8 {
+        self.hot(w).steps[MARK_STEP].shape
+    }
+
+    /// Entry `w`'s hit ran its folding steps in the current period.
+    #[inline(always)]
+    pub fn set_mark(&mut self, w: Way) {
+        let p = self.period;
+        self.hot_mut(w).steps[MARK_STEP].shape = p;
+    }
+
+    /// With `walk`, calls `f` with the path and last hit time of every live entry
+    /// marked with the current period (their folded hits' refreshes); then starts the
+    /// next period. When the period number wraps, every mark is cleared (a mark left
+    /// from 255 periods ago must not pass for a current one). Walks the written sets.
+    pub fn fold_period(&mut self, walk: bool, mut f: impl FnMut(&[Step], u64)) {
+        let p = self.period;
+        if p != 0 && walk {
+            self.for_each_live(|t, w| {
+                let e = t.hot(w);
+                if e.steps[MARK_STEP].shape == p && !e.refusal() {
+                    f(e.path(), e.last_ns);
+                }
+            });
+        }
+        if p == u8::MAX {
+            self.for_each_live(|t, w| t.hot_mut(w).steps[MARK_STEP].shape = 0);
+            self.period = 1;
+        } else {
+            self.period = p + 1;
         }
     }
 
@@ -677,12 +770,13 @@ impl Table {
         (n, e.path())
     }
 
-    /// Hands the counts of the entries that left the table since the last call to `add`
-    /// (count, path).
+    /// Hands the entries that left the table since the last call to `add`: (count of
+    /// hits not yet added, path, last hit time when it left with hits of the fold period
+    /// it left in, whose refreshes are still to be folded).
     #[inline]
-    pub fn drain_retired(&mut self, mut add: impl FnMut(u64, &[Step])) {
+    pub fn drain_retired(&mut self, mut add: impl FnMut(u64, &[Step], Option<u64>)) {
         for r in self.retired.drain(..) {
-            add(r.count as u64, r.path());
+            add(r.count as u64, r.path(), r.fold.then_some(r.last_ns));
         }
     }
 
@@ -707,13 +801,13 @@ impl Table {
     /// Hands every live entry's and every retired entry's hits not yet added to `add`
     /// (count, path), so the counters are whole: before a summary, before an NF takes a
     /// command. Walks the table's written sets: not per packet.
-    pub fn drain_counts(&mut self, mut add: impl FnMut(u64, &[Step])) {
+    pub fn drain_counts(&mut self, mut add: impl FnMut(u64, &[Step], Option<u64>)) {
         self.drain_retired(&mut add);
         self.for_each_live(|t, w| {
             let e = t.hot_mut(w);
             if !e.refusal() && e.count > 0 {
                 let n = std::mem::take(&mut e.count);
-                add(n as u64, e.path());
+                add(n as u64, e.path(), None);
             }
         });
     }
@@ -753,11 +847,14 @@ impl Table {
     #[inline]
     fn retire(&mut self, w: Way) {
         let e = self.hot(w);
-        if !e.refusal() && e.count > 0 {
+        let fold = self.period != 0 && e.steps[MARK_STEP].shape == self.period;
+        if !e.refusal() && (e.count > 0 || fold) {
             self.retired.push(Retired {
                 steps: e.steps,
                 len: e.path().len() as u8,
                 count: e.count,
+                fold,
+                last_ns: e.last_ns,
             });
         }
     }
@@ -859,6 +956,8 @@ impl Table {
         (d.key, d.last_ns, d.egress, d.sink) = (hot.key, hot.last_ns, hot.egress, hot.sink);
         (d.min_len, d.len, d.count) = (hot.min_len, hot.len, hot.count);
         d.steps[..n].copy_from_slice(&hot.steps[..n]);
+        // No fold mark yet (the way's last entry may have left one).
+        d.steps[MARK_STEP].shape = 0;
         if hot.rewrites() || hot.matches_eth() {
             self.actions.write(w, ActionsLine(e.actions));
         }
@@ -1246,7 +1345,7 @@ mod tests {
             t.hit(w, 1);
         }
         let mut counted = 0;
-        t.drain_counts(|n, _| counted += n);
+        t.drain_counts(|n, _, _| counted += n);
         assert_eq!(counted, 100);
         assert_eq!(t.remove_through(1), 50);
         assert_eq!(t.len(), 50);
