@@ -1079,7 +1079,9 @@ fn trace_sorted(mut frames: Vec<(u64, Vec<u8>)>) -> Trace {
 
 /// A packet every `every` ns from `from` until `until` (exclusive): their times.
 fn every(from: u64, until: u64, every: u64) -> impl Iterator<Item = u64> {
-    (0..).map(move |i| from + i * every).take_while(move |&t| t < until)
+    (0..)
+        .map(move |i| from + i * every)
+        .take_while(move |&t| t < until)
 }
 
 const MS: u64 = 1_000_000;
@@ -1090,7 +1092,7 @@ const MS: u64 = 1_000_000;
 /// the sweeps going. Their last packets are folded hits, so the mappings' stored
 /// deadlines are older than their last packets': fails without the folds
 /// (`fast_fold`, at the end of each fold period), which the just-under flows need to
-/// find their mappings alive, and with a fold that refreshes past the last hit.
+/// find their mappings alive; the just-past flows hold a fold to the last hit's time.
 #[test]
 fn nat_flows_that_fold_then_idle_around_the_timeout_stay_equal() {
     let remote = [203, 0, 113, 7];
@@ -1102,7 +1104,11 @@ fn nat_flows_that_fold_then_idle_around_the_timeout_stay_equal() {
         let end = *times.last().unwrap();
         let pkt = || udp([10, 0, 2, k], remote, 5000 + k as u16, 53);
         f.extend(times.iter().map(|&t| (t, pkt())));
-        let back = if k % 2 == 0 { end + 20 * SEC - MS } else { end + 20 * SEC + MS };
+        let back = if k % 2 == 0 {
+            end + 20 * SEC - MS
+        } else {
+            end + 20 * SEC + MS
+        };
         f.extend(every(back, back + 200 * MS, 40 * MS).map(|t| (t, pkt())));
         last = last.max(back + 200 * MS);
     }
@@ -1112,7 +1118,11 @@ fn nat_flows_that_fold_then_idle_around_the_timeout_stay_equal() {
         let end = *times.last().unwrap();
         let pkt = || tcp([10, 0, 3, k], remote, 6000 + k as u16, 443, 0x10);
         f.extend(times.iter().map(|&t| (t, pkt())));
-        let back = if k % 2 == 0 { end + 7440 * SEC - MS } else { end + 7440 * SEC + MS };
+        let back = if k % 2 == 0 {
+            end + 7440 * SEC - MS
+        } else {
+            end + 7440 * SEC + MS
+        };
         f.extend(every(back, back + 200 * MS, 40 * MS).map(|t| (t, pkt())));
         last = last.max(back + 200 * MS);
     }
@@ -1121,7 +1131,14 @@ fn nat_flows_that_fold_then_idle_around_the_timeout_stay_equal() {
     f.extend(every(0, 30 * SEC, 50 * MS).map(|t| (t, clock())));
     f.extend(every(30 * SEC, last, 2 * SEC).map(|t| (t, clock())));
     let t = trace_sorted(f);
-    let fs = equal_on_off("NNN", &three_nats(), &t, small(), &[], "fold around timeouts");
+    let fs = equal_on_off(
+        "NNN",
+        &three_nats(),
+        &t,
+        small(),
+        &[],
+        "fold around timeouts",
+    );
     assert!(fs.folded > 0 && fs.hits > 1000, "{fs:?}");
 }
 
@@ -1168,9 +1185,11 @@ fn a_run_that_ends_with_folded_hits_pending_has_equal_nat_stats() {
     assert!(fs.folded > 500, "{fs:?}");
 }
 
-/// A NAT pool change mid-run while folded hits are pending: the flows then idle to just
-/// under (even) or past (odd) their UDP timeout. Fails without folding the pending
-/// refreshes at the command (before it, or as its invalidation removes the entries).
+/// A NAT pool change while folded hits are pending: the flows fall silent at 0.6 s, the
+/// change comes at 0.62 s (inside the fold period, which ends at the 1 s sweep), and it
+/// removes every entry (all go through n0). The flows then come back 1 ms under (even)
+/// or past (odd) their UDP timeout. Fails without folding the pending refreshes at the
+/// command (before it, or as its invalidation removes the entries): they would be lost.
 #[test]
 fn a_pool_change_with_folded_hits_pending_stays_equal() {
     let remote = [203, 0, 113, 7];
@@ -1180,16 +1199,20 @@ fn a_pool_change_with_folded_hits_pending_stays_equal() {
         let end = *times.last().unwrap();
         let pkt = || udp([10, 0, 2, k], remote, 5000 + k as u16, 53);
         f.extend(times.iter().map(|&t| (t, pkt())));
-        let back = if k % 2 == 0 { end + 20 * SEC - MS } else { end + 20 * SEC + MS };
+        let back = if k % 2 == 0 {
+            end + 20 * SEC - MS
+        } else {
+            end + 20 * SEC + MS
+        };
         f.extend(every(back, back + 100 * MS, 10 * MS).map(|t| (t, pkt())));
     }
     let clock = || udp([10, 0, 9, 1], remote, 7000, 53);
-    f.extend(every(2 * MS, 22 * SEC, 50 * MS).map(|t| (t, clock())));
+    f.extend(every(2 * MS, 22 * SEC, 5 * MS).map(|t| (t, clock())));
     let t = trace_sorted(f);
-    // At about 0.55 s: after the first fold period's horizon (1 s sweeps: periods start
-    // after 0.5 s's chunk boundaries), hits folding.
     let n = t.len() as u64;
-    let at = (0..n).find(|&i| t.record(i as usize).ts_ns >= 550 * MS).unwrap();
+    let at = (0..n)
+        .find(|&i| t.record(i as usize).ts_ns >= 620 * MS)
+        .unwrap();
     let change = [Scheduled {
         at,
         nf: "n0".into(),

@@ -1639,7 +1639,6 @@ impl Nat {
             icmp: self.timeout(ICMP, LIVE),
         }
     }
-
 }
 
 /// [`Nat::timeout`] for each protocol and TCP state, as [`Nat::timeouts`] reads them.
@@ -1832,10 +1831,9 @@ mod tests {
             let mut n = Nat::new(&cfg).unwrap();
             n.pool.ensure();
             let key = OutKey::new(inside, remote, 4000, 443, TCP);
-            let i = n
-                .create(key, (inside, remote, 4000, 443, TCP), 0)
-                .unwrap();
-            let token = (FAST_OUT as u64) << 56 | (i as u64) << 32 | n.slab[i as usize].serial as u64;
+            let i = n.create(key, (inside, remote, 4000, 443, TCP), 0).unwrap();
+            let token =
+                (FAST_OUT as u64) << 56 | (i as u64) << 32 | n.slab[i as usize].serial as u64;
             (n, i, token)
         };
         const ACK: u8 = 0x10;
@@ -1884,7 +1882,9 @@ mod tests {
         // Another mapping in the slot (another serial): nothing.
         b.release(j);
         let key = OutKey::new(inside, remote, 4001, 443, TCP);
-        let k = b.create(key, (inside, remote, 4001, 443, TCP), 10 * SEC).unwrap();
+        let k = b
+            .create(key, (inside, remote, 4001, 443, TCP), 10 * SEC)
+            .unwrap();
         assert_eq!(k, j);
         b.fast_fold(token, 20 * SEC);
         assert_eq!(b.slab[k as usize].deadline, 10 * SEC + 7440 * SEC);

@@ -493,8 +493,7 @@ impl FastPath {
                         // and the packet cannot change their state (no SYN).
                         let twin = table.twin(shape);
                         if twin != shape {
-                            if table.mark(w) == table.period && facts[i].tcp_flags & 0x02 == 0
-                            {
+                            if table.mark(w) == table.period && facts[i].tcp_flags & 0x02 == 0 {
                                 shapes[i] = twin;
                                 folded |= 1 << i;
                             } else {
@@ -611,7 +610,11 @@ impl FastPath {
         self.slots = slots;
         self.stats.hits += taken as u64;
         if FOLD && folded != 0 {
-            let taken_bits = if taken >= 64 { u64::MAX } else { (1u64 << taken) - 1 };
+            let taken_bits = if taken >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << taken) - 1
+            };
             let f = (folded & taken_bits).count_ones() as u64;
             self.stats.folded += f;
             self.pending |= f > 0;
