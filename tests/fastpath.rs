@@ -69,6 +69,12 @@ fn nf_toml(kind: char, i: usize, s: &Setup, dir: &Path, tag: &str) -> String {
             "[[nf]]\nname = \"m{i}\"\nkind = \"maglev\"\nvip = \"{}\"\ntable_size = 251\ncapacity = 4096\ntimeout = 15\nbackends = [{{ addr = \"10.200.0.1\" }}, {{ addr = \"10.200.0.2\", mac = \"02:00:00:00:01:02\" }}, {{ addr = \"10.200.0.3\", weight = 2 }}]\n",
             s.vip
         ),
+        // A Maglev whose one backend is its own VIP: the next Maglev balances the flow
+        // again (chains of Maglevs that all track the flows, as the bench's do).
+        'L' => format!(
+            "[[nf]]\nname = \"m{i}\"\nkind = \"maglev\"\nvip = \"{0}\"\ntable_size = 251\ncapacity = 4096\ntimeout = 15\nbackends = [{{ addr = \"{0}\" }}]\n",
+            s.vip
+        ),
         'O' => format!(
             "[[nf]]\nname = \"o{i}\"\nkind = \"flow_monitor\"\ntimeout = 10\ncapacity = 4096\nrecords = \"{}\"\n",
             dir.join(format!("o{i}-{tag}.jsonl")).display()
@@ -1220,4 +1226,129 @@ fn a_pool_change_with_folded_hits_pending_stays_equal() {
     }];
     let fs = equal_on_off("NNN", &three_nats(), &t, small(), &change, "pool change");
     assert!(fs.folded > 0 && fs.invalidated > 0, "{fs:?}");
+}
+
+// ---- Maglev fold-back (docs/fastpath.md, "Fold-back", Maglev) ----
+
+/// Maglev flows whose later packets fold, then idle to just under (even flows) or just
+/// past (odd flows) the connection timeout (15 s), 1 ms either side, through three
+/// Maglevs that all track them (`LLM`) and a mixed chain (filter, NAT, Maglev, monitor),
+/// while a clock flow to the VIP keeps the sweeps going (a packet a millisecond: a sweep
+/// about every 1,024 packets and second). Their last packets are folded hits, so the
+/// connections' `seen` is older than their last packets' until the folds: fails without
+/// them (`fast_fold`), which the just-under flows need to find their connections alive.
+#[test]
+fn maglev_flows_that_fold_then_idle_around_the_timeout_stay_equal() {
+    let vip = [203, 0, 113, 10];
+    let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut last = 0;
+    for k in 0..8u8 {
+        let stop = 1500 * MS + k as u64 * 170 * MS;
+        let times: Vec<u64> = every(k as u64 * MS + 300_000, stop, 20 * MS).collect();
+        let end = *times.last().unwrap();
+        let pkt = || tcp([10, 0, 2, k], vip, 5000 + k as u16, 80, 0x10);
+        f.extend(times.iter().map(|&t| (t, pkt())));
+        let back = if k % 2 == 0 {
+            end + 15 * SEC - MS
+        } else {
+            end + 15 * SEC + MS
+        };
+        f.extend(every(back, back + 200 * MS, 20 * MS).map(|t| (t, pkt())));
+        last = last.max(back + 200 * MS);
+    }
+    let clock = || tcp([10, 0, 9, 1], vip, 7000, 80, 0x10);
+    f.extend(every(0, last, MS).map(|t| (t, clock())));
+    let t = trace_sorted(f);
+    for chain in ["LLM", "FNMO"] {
+        let fs = equal_on_off(
+            chain,
+            &three_nats(),
+            &t,
+            small(),
+            &[],
+            "maglev fold, timeouts",
+        );
+        assert!(fs.folded > 1000 && fs.hits > 10_000, "{chain}: {fs:?}");
+    }
+}
+
+/// A run that ends with folded Maglev hits pending (no fold since): the per-backend
+/// counters and `not_vip`, which hits count in their entries, and every other stat
+/// equal the slow path's. Idle connections (flows 8-27 stop 50 ms apart, so they expire
+/// 15.5-16.45 s) must be swept at the same packet (`tracked_flows` at the end, 16.6 s):
+/// the folded hits' ticks count towards the sweep (`fast_skipped`). Fails without the
+/// counts in entries (`fast_count`) and without the folded ticks.
+#[test]
+fn a_run_that_ends_with_folded_hits_pending_has_equal_maglev_stats() {
+    let vip = [203, 0, 113, 10];
+    let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
+    for k in 0..8u8 {
+        f.extend(
+            every(k as u64 * MS, 16 * SEC + 600 * MS, 2 * MS)
+                .map(|t| (t, tcp([10, 0, 2, k], vip, 5000 + k as u16, 80, 0x10))),
+        );
+    }
+    for k in 8..28u8 {
+        f.extend(
+            every(k as u64 * MS, 500 * MS + (k as u64 - 8) * 50 * MS, 5 * MS)
+                .map(|t| (t, tcp([10, 0, 2, k], vip, 5000 + k as u16, 80, 0x10))),
+        );
+    }
+    // Not for the VIP: passed (counted as `not_vip`).
+    f.extend(
+        every(MS / 2, 800 * MS, 5 * MS)
+            .map(|t| (t, udp([10, 0, 3, 1], [203, 0, 113, 7], 4000, 53))),
+    );
+    let t = trace_sorted(f);
+    for chain in ["LLM", "FNMO"] {
+        let fs = equal_on_off(
+            chain,
+            &three_nats(),
+            &t,
+            small(),
+            &[],
+            "maglev ends pending",
+        );
+        assert!(fs.folded > 5000, "{chain}: {fs:?}");
+    }
+}
+
+/// A Maglev backend change mid-run while folded hits are pending (backends 2 and 3
+/// go: their flows are rehashed on their next packet), then the flows idle to just
+/// under (even) or past (odd) the connection timeout. Fails without folding the pending
+/// refreshes at the command (`fast_fold`, before it or as its invalidation removes the
+/// entries).
+#[test]
+fn a_maglev_backend_change_with_folded_hits_pending_stays_equal() {
+    let vip = [203, 0, 113, 10];
+    let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
+    for k in 0..8u8 {
+        let times: Vec<u64> = every(k as u64 * MS, 600 * MS, 5 * MS).collect();
+        let end = *times.last().unwrap();
+        let pkt = || tcp([10, 0, 2, k], vip, 5000 + k as u16, 80, 0x10);
+        f.extend(times.iter().map(|&t| (t, pkt())));
+        let back = if k % 2 == 0 {
+            end + 15 * SEC - MS
+        } else {
+            end + 15 * SEC + MS
+        };
+        f.extend(every(back, back + 100 * MS, 10 * MS).map(|t| (t, pkt())));
+    }
+    let clock = || tcp([10, 0, 9, 1], vip, 7000, 80, 0x10);
+    f.extend(every(2 * MS, 17 * SEC, MS).map(|t| (t, clock())));
+    let t = trace_sorted(f);
+    // At about 0.55 s: hits folding, the flows about to fall silent.
+    let at = (0..t.len())
+        .find(|&i| t.record(i).ts_ns >= 550 * MS)
+        .unwrap() as u64;
+    for chain in ["LLM", "FNMO"] {
+        let nf = format!("m{}", chain.rfind('M').unwrap());
+        let change = [Scheduled {
+            at,
+            nf,
+            cmd: "backends 10.200.0.1 10.200.0.4:2@02:00:00:00:01:04".into(),
+        }];
+        let fs = equal_on_off(chain, &three_nats(), &t, small(), &change, "maglev change");
+        assert!(fs.folded > 0 && fs.invalidated > 0, "{chain}: {fs:?}");
+    }
 }

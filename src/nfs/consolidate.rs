@@ -421,6 +421,14 @@ pub trait Consolidate {
     fn fast_fold(&mut self, token: u64, last_ns: u64) {
         let _ = (token, last_ns);
     }
+
+    /// `visits` hits of a chunk lying before the fold period's horizon skipped this NF's
+    /// folding steps: an NF whose state functions also count every packet it sees (the
+    /// ticks that pace Maglev's sweeps) adds them here, at the end of the chunk (no
+    /// decision reads that count before the horizon).
+    fn fast_skipped(&mut self, visits: u64) {
+        let _ = visits;
+    }
 }
 
 /// Where the state tokens name lies: token `t` names the `stride`-byte item at

@@ -627,10 +627,13 @@ impl Maglev {
         self.known[b.id as usize].packets += 1;
         // Consolidated only while the flow is tracked on this backend (a full table
         // leaves it untracked: every packet must pick again).
-        if m.fast == FastMark::Refuse {
+        // The token carries the backend id (FastPath's entry counts the flow's packets
+        // and hands them over later, when the slot may hold another connection): ids
+        // past 16 bits are not consolidated.
+        if m.fast == FastMark::Refuse && b.id < u32::from(u16::MAX) {
             if let Some(s) = self.conns.find(tag, key) {
                 if self.conns.slab[s as usize].id == b.id {
-                    m.fast = FastMark::Token(self.conns.token(s));
+                    m.fast = FastMark::Token(self.conns.token(s, b.id));
                 }
             }
         }
@@ -689,7 +692,7 @@ impl Maglev {
 }
 
 /// FastPath token of a packet not for the VIP; otherwise the token is the tracked
-/// connection's slot and the table's epoch ([`Conns::token`]).
+/// connection's slot, the table's epoch and the backend id ([`Conns::token`]).
 const FAST_PASS: u64 = u64::MAX;
 
 /// The connection-table key of a packet on the consolidated path, as `process` makes it.
@@ -748,8 +751,11 @@ struct Conn {
 struct Conns {
     index: Index,
     slab: Vec<Conn>,
-    /// Bumped whenever a sweep removes connections (which moves others in the slab), so
-    /// a FastPath token (slot, epoch) names the same connection while the epoch holds.
+    /// Bumped by every sweep that removes connections (which moves others in the slab),
+    /// so a FastPath token (slot, epoch) names the same connection while the epoch holds
+    /// (tokens keep its low 16 bits: a sweep comes at most once a second of run clock,
+    /// so a stale token would have to wait 65,536 sweeps unchecked, far past FastPath's
+    /// entry timeout, and its check also compares the backend id).
     epoch: u32,
     hasher: Hasher,
     capacity: usize,
@@ -788,17 +794,18 @@ impl Conns {
         }
     }
 
-    /// The FastPath token of the connection in `slot`.
+    /// The FastPath token of the connection in `slot`, on backend `id` (< 2^16 - 1):
+    /// slot in the high half, the epoch's low 16 bits, the backend id in the low 16.
     #[inline]
-    fn token(&self, slot: u32) -> u64 {
-        (slot as u64) << 32 | self.epoch as u64
+    fn token(&self, slot: u32, id: u32) -> u64 {
+        (slot as u64) << 32 | (self.epoch as u16 as u64) << 16 | (id as u16 as u64)
     }
 
     /// The slot a token names, if no sweep has moved connections since.
     #[inline]
     fn slot_of(&self, token: u64) -> Option<usize> {
         let s = (token >> 32) as usize;
-        (token as u32 == self.epoch && s < self.slab.len()).then_some(s)
+        ((token >> 16) as u16 == self.epoch as u16 && s < self.slab.len()).then_some(s)
     }
 
     #[inline]
@@ -844,13 +851,14 @@ impl Conns {
         if t == 0 {
             return;
         }
+        let mut removed = false;
         for i in (0..self.slab.len()).rev() {
             let c = self.slab[i];
             if now.saturating_sub(c.seen) <= t {
                 continue;
             }
             self.index.remove(self.tag(&c.key), i as u32);
-            self.epoch = self.epoch.wrapping_add(1);
+            removed = true;
             let last = self.slab.len() - 1;
             if i != last {
                 let moved = self.slab[last];
@@ -858,6 +866,9 @@ impl Conns {
                     .replace(self.tag(&moved.key), last as u32, i as u32);
             }
             self.slab.swap_remove(i);
+        }
+        if removed {
+            self.epoch = self.epoch.wrapping_add(1);
         }
     }
 
@@ -1080,7 +1091,7 @@ impl Nf for Maglev {
 
 impl Consolidate for Maglev {
     fn state_function(&self) -> &'static str {
-        "connection idle-timer refresh, sweep step, per-backend counter"
+        "connection idle-timer refresh, sweep step (folded); per-backend counter (in the entry)"
     }
 
     fn fast_valid(&self, token: u64, p: &FastPacket) -> bool {
@@ -1160,6 +1171,70 @@ impl Consolidate for Maglev {
             self.state_at(v.token, now, || fast_key(&run.packet(&v)));
         }
     }
+
+    /// The per-backend counters (and `not_vip`) are counted in FastPath's entries, so
+    /// hits that fold and hits that do not count alike; the token names the backend.
+    fn fast_counts(&self) -> bool {
+        true
+    }
+
+    /// The sweep tick and the connection's refresh remain.
+    fn fast_states(&self) -> bool {
+        true
+    }
+
+    fn fast_count(&mut self, token: u64, packets: u64) {
+        if token == FAST_PASS {
+            self.passed += packets;
+        } else if let Some(k) = self.known.get_mut(token as u16 as usize) {
+            k.packets += packets;
+        }
+    }
+
+    /// A hit's refresh is `seen = max(seen, t)`, which commutes with every other
+    /// refresh, and its tick only counts: no decision reads either before the horizon
+    /// (docs/fastpath.md, "Fold-back", Maglev).
+    fn fast_folds(&self) -> bool {
+        true
+    }
+
+    /// Tracked connections and packets not for the VIP (no state but the tick).
+    fn fast_foldable(&self, _token: u64) -> bool {
+        true
+    }
+
+    /// Every connection a hit of the period relies on was refreshed at `now` or later:
+    /// none expires before `now` plus the idle timeout, and no sweep (the only thing
+    /// that removes or moves a connection, or reads a tick count) runs within a second
+    /// of the last one. A sweep is one pass, never under way across packets.
+    fn fast_horizon(&self, now: u64) -> u64 {
+        let t = self.conns.timeout_ns;
+        let expiry = if t == 0 {
+            u64::MAX
+        } else {
+            now.saturating_add(t)
+        };
+        expiry.min(self.last_sweep_ns.saturating_add(1_000_000_000))
+    }
+
+    /// The folded hits' refreshes, the last at `last_ns`: `seen = max(seen, last_ns)`,
+    /// if the token's connection is still in its slot (no sweep comes before a fold).
+    fn fast_fold(&mut self, token: u64, last_ns: u64) {
+        if token == FAST_PASS {
+            return;
+        }
+        if let Some(s) = self.conns.slot_of(token) {
+            let c = &mut self.conns.slab[s];
+            if c.id as u16 == token as u16 {
+                c.seen = c.seen.max(last_ns);
+            }
+        }
+    }
+
+    /// The folded hits' ticks, counted at once (no sweep before the horizon).
+    fn fast_skipped(&mut self, visits: u64) {
+        self.since_sweep += visits;
+    }
 }
 
 impl Maglev {
@@ -1176,9 +1251,9 @@ impl Maglev {
         )
     }
 
-    /// A consolidated packet's state function: the sweep tick, the connection's
-    /// refresh, its backend's counter; `key` gives the connection's key when the tick
-    /// moved it.
+    /// A consolidated packet's state function: the sweep tick and the connection's
+    /// refresh (its backend's counter, or `not_vip`, is counted in FastPath's entry:
+    /// `fast_count`); `key` gives the connection's key when the tick moved it.
     #[inline(always)]
     fn state_at(&mut self, token: u64, now: u64, key: impl FnOnce() -> WideKey) {
         self.tick_fast(now);
@@ -1189,7 +1264,6 @@ impl Maglev {
     #[inline(always)]
     fn refresh_at(&mut self, token: u64, now: u64, key: impl FnOnce() -> WideKey) {
         if token == FAST_PASS {
-            self.passed += 1;
             return;
         }
         // The tick may have swept (and moved the connection): then find it by its key.
@@ -1201,9 +1275,6 @@ impl Maglev {
         });
         if let Some(c) = slot.and_then(|s| self.conns.slab.get_mut(s)) {
             c.seen = c.seen.max(now);
-            if let Some(k) = self.known.get_mut(c.id as usize) {
-                k.packets += 1;
-            }
         }
     }
 }
@@ -1224,6 +1295,7 @@ impl Maglev {
         let c = &self.conns.slab[slot];
         let t = self.conns.timeout_ns;
         !(t != 0 && now.saturating_sub(c.seen) > t)
+            && c.id as u16 == token as u16
             && self
                 .known
                 .get(c.id as usize)
@@ -1359,6 +1431,78 @@ mod tests {
             let got = c.get_mut(c.tag(&k), &k, 14).map(|id| *id);
             assert_eq!(got, (i % 7 >= 4).then_some(i), "flow {i}");
         }
+    }
+
+    /// Fold-back: hits whose refreshes were deferred, folded in later with the time of
+    /// the last one (`fast_fold`), leave the connection as the refreshes would (`seen`
+    /// moved forward, never back); a token of an earlier epoch (a sweep moved the
+    /// connections) or of another backend folds nothing. The counters come through
+    /// `fast_count` (by the token's backend id, or `not_vip`), the ticks through
+    /// `fast_skipped`; the horizon is the idle timeout or the next possible sweep.
+    #[test]
+    fn a_folded_refresh_equals_the_refreshes_it_defers() {
+        const SEC: u64 = 1_000_000_000;
+        let vip: IpAddr = "10.0.0.100".parse().unwrap();
+        let backends = [Backend::new("10.0.0.1".parse().unwrap())];
+        let mut m = Maglev::new(vip, &backends, 251, 64, 10 * SEC).unwrap();
+        let (k0, k1) = (key(1), key(2));
+        let t0 = m.conns.tag(&k0);
+        assert_eq!(m.conns.learn(t0, k0, 0, SEC), Learned::Inserted);
+        let t1 = m.conns.tag(&k1);
+        assert_eq!(m.conns.learn(t1, k1, 0, SEC), Learned::Inserted);
+        let s0 = m.conns.find(t0, &k0).unwrap();
+        let token = m.conns.token(s0, 0);
+        assert!(m.fast_folds() && m.fast_foldable(token) && m.fast_foldable(FAST_PASS));
+        // The sequence: a refresh per hit.
+        let mut a = Maglev::new(vip, &backends, 251, 64, 10 * SEC).unwrap();
+        a.conns.learn(t0, k0, 0, SEC);
+        for t in [2 * SEC, 3 * SEC, 4 * SEC] {
+            a.refresh_at(token, t, || k0);
+        }
+        m.refresh_at(token, 2 * SEC, || k0);
+        m.fast_fold(token, 4 * SEC);
+        assert_eq!(
+            m.conns.slab[s0 as usize].seen,
+            a.conns.slab[s0 as usize].seen
+        );
+        assert_eq!(m.conns.slab[s0 as usize].seen, 4 * SEC);
+        // Never back: a later slow-path refresh stands.
+        m.conns.get_mut(t0, &k0, 6 * SEC);
+        m.fast_fold(token, 5 * SEC);
+        assert_eq!(m.conns.slab[s0 as usize].seen, 6 * SEC);
+        // Another backend id in the token: nothing.
+        m.fast_fold(m.conns.token(s0, 1), 9 * SEC);
+        assert_eq!(m.conns.slab[s0 as usize].seen, 6 * SEC);
+        // Counters by the token's backend and for packets not for the VIP.
+        m.fast_count(token, 5);
+        m.fast_count(FAST_PASS, 3);
+        assert_eq!(m.known[0].packets, 5);
+        assert_eq!(m.passed, 3);
+        // Ticks of folded hits.
+        let since = m.since_sweep;
+        m.fast_skipped(7);
+        assert_eq!(m.since_sweep, since + 7);
+        // The horizon: the idle timeout from the period's start, or the first time a
+        // sweep may run (a second after the last one).
+        m.last_sweep_ns = 20 * SEC;
+        assert_eq!(m.fast_horizon(20 * SEC + 5), 21 * SEC);
+        m.last_sweep_ns = 0;
+        assert_eq!(m.fast_horizon(0), SEC);
+        m.last_sweep_ns = 100 * SEC;
+        let mut n = Maglev::new(vip, &backends, 251, 64, SEC / 2).unwrap();
+        n.last_sweep_ns = 100 * SEC;
+        assert_eq!(n.fast_horizon(100 * SEC + 7), 100 * SEC + 7 + SEC / 2);
+        // A sweep that removes a connection starts a new epoch: the old token folds
+        // nothing (the flow's entry fails its check before any such fold).
+        m.conns.sweep(15 * SEC);
+        let s1 = m.conns.find(t1, &k1);
+        assert_eq!(s1, None, "k1 idle past the timeout");
+        let s0 = m.conns.find(t0, &k0).unwrap();
+        let seen = m.conns.slab[s0 as usize].seen;
+        m.fast_fold(token, 16 * SEC);
+        assert_eq!(m.conns.slab[s0 as usize].seen, seen);
+        assert!(!m.valid_at(token, 15 * SEC));
+        assert!(m.valid_at(m.conns.token(s0, 0), 15 * SEC));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! The runtime owns the chain, the buffers and the counters; it lends them through
 //! [`Host`], so this layer never names the runtime's types.
 
-use super::table::{Found, Probe, Step, Way, MAX_PATH, NO_SHAPE, SHAPE_CALL};
+use super::table::{Found, Probe, Step, Way, MAX_PATH, NO_SHAPE, SHAPE_CALL, SHAPE_FOLD};
 use super::{FastPath, FpKey};
 use crate::flow::FlowKey;
 use crate::nfs::{
@@ -469,6 +469,8 @@ impl FastPath {
                 let mut paths: [&[Step; MAX_PATH]; MAX_BATCH] = [&NO_PATH; MAX_BATCH];
                 let mut kref: [&[FlowKey]; MAX_BATCH] = [&[]; MAX_BATCH];
                 let mut shapes = [0u8; MAX_BATCH];
+                // The folded packets' own shapes (their twins are in `shapes`).
+                let mut own = [0u8; MAX_BATCH];
                 for (i, w) in fused.iter().take(n).enumerate() {
                     let Some(w) = *w else {
                         k = i;
@@ -494,6 +496,7 @@ impl FastPath {
                         let twin = table.twin(shape);
                         if twin != shape {
                             if table.mark(w) == table.period && facts[i].tcp_flags & 0x02 == 0 {
+                                own[i] = shape;
                                 shapes[i] = twin;
                                 folded |= 1 << i;
                             } else {
@@ -574,6 +577,36 @@ impl FastPath {
                         break;
                     }
                     a = b;
+                }
+                if FOLD && folded != 0 {
+                    // The folded hits taken, per NF whose steps they skipped (runs of
+                    // one shape at a time): their ticks (`fast_skipped`).
+                    let taken = if k >= 64 { u64::MAX } else { (1u64 << k) - 1 };
+                    let mut skipped = [0u64; LENT];
+                    let mut bits = folded & taken;
+                    while bits != 0 {
+                        let i = bits.trailing_zeros() as usize;
+                        let id = own[i % MAX_BATCH];
+                        let mut run = 0u64;
+                        while bits != 0 && own[bits.trailing_zeros() as usize % MAX_BATCH] == id {
+                            bits &= bits - 1;
+                            run += 1;
+                        }
+                        let shape = table.shape(id);
+                        for j in 0..MAX_PATH {
+                            let c = (shape >> (8 * j)) as u8;
+                            if c & (SHAPE_CALL | SHAPE_FOLD) == SHAPE_CALL | SHAPE_FOLD {
+                                skipped[(c & 0xf) as usize % LENT] += run;
+                            }
+                        }
+                    }
+                    for (sl, &v) in skipped.iter().enumerate() {
+                        if v > 0 {
+                            if let Some(c) = nfs[sl].as_deref_mut() {
+                                c.fast_skipped(v);
+                            }
+                        }
+                    }
                 }
             }
             let k = k.min(input.len());
