@@ -1092,6 +1092,29 @@ fn every(from: u64, until: u64, every: u64) -> impl Iterator<Item = u64> {
 
 const MS: u64 = 1_000_000;
 
+/// Flow `k`'s packets (`pkt`) at `times`, then silent until 1 ms under (even `k`) or
+/// past (odd `k`) `timeout` after the last of them, then back every `step` for `span`.
+/// Returns the time the flow ends.
+fn silent_then_back(
+    f: &mut Vec<(u64, Vec<u8>)>,
+    k: u8,
+    times: impl Iterator<Item = u64>,
+    timeout: u64,
+    (span, step): (u64, u64),
+    pkt: impl Fn() -> Vec<u8>,
+) -> u64 {
+    let n = f.len();
+    f.extend(times.map(|t| (t, pkt())));
+    let end = f[n..].last().map_or(0, |(t, _)| *t);
+    let back = if k % 2 == 0 {
+        end + timeout - MS
+    } else {
+        end + timeout + MS
+    };
+    f.extend(every(back, back + span, step).map(|t| (t, pkt())));
+    back + span
+}
+
 /// NAT flows whose later packets fold, then idle to just under (even flows) or just past
 /// (odd flows) their mapping's timeout, 1 ms either side of their last packet's
 /// deadline: UDP (20 s) and TCP (7,440 s), through three NATs, while a clock flow keeps
@@ -1106,31 +1129,17 @@ fn nat_flows_that_fold_then_idle_around_the_timeout_stay_equal() {
     let mut last = 0;
     for k in 0..8u8 {
         let stop = 1500 * MS + k as u64 * 170 * MS;
-        let times: Vec<u64> = every(k as u64 * MS, stop, 40 * MS).collect();
-        let end = *times.last().unwrap();
+        let times = every(k as u64 * MS, stop, 40 * MS);
         let pkt = || udp([10, 0, 2, k], remote, 5000 + k as u16, 53);
-        f.extend(times.iter().map(|&t| (t, pkt())));
-        let back = if k % 2 == 0 {
-            end + 20 * SEC - MS
-        } else {
-            end + 20 * SEC + MS
-        };
-        f.extend(every(back, back + 200 * MS, 40 * MS).map(|t| (t, pkt())));
-        last = last.max(back + 200 * MS);
+        let end = silent_then_back(&mut f, k, times, 20 * SEC, (200 * MS, 40 * MS), pkt);
+        last = last.max(end);
     }
     for k in 0..4u8 {
         let stop = 1500 * MS + k as u64 * 230 * MS;
-        let times: Vec<u64> = every(k as u64 * MS + 500_000, stop, 40 * MS).collect();
-        let end = *times.last().unwrap();
+        let times = every(k as u64 * MS + 500_000, stop, 40 * MS);
         let pkt = || tcp([10, 0, 3, k], remote, 6000 + k as u16, 443, 0x10);
-        f.extend(times.iter().map(|&t| (t, pkt())));
-        let back = if k % 2 == 0 {
-            end + 7440 * SEC - MS
-        } else {
-            end + 7440 * SEC + MS
-        };
-        f.extend(every(back, back + 200 * MS, 40 * MS).map(|t| (t, pkt())));
-        last = last.max(back + 200 * MS);
+        let end = silent_then_back(&mut f, k, times, 7440 * SEC, (200 * MS, 40 * MS), pkt);
+        last = last.max(end);
     }
     // The clock flow: dense while the UDP flows idle, sparse through the TCP flows' idle.
     let clock = || udp([10, 0, 9, 1], remote, 7000, 53);
@@ -1201,16 +1210,9 @@ fn a_pool_change_with_folded_hits_pending_stays_equal() {
     let remote = [203, 0, 113, 7];
     let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
     for k in 0..8u8 {
-        let times: Vec<u64> = every(k as u64 * MS, 600 * MS, 5 * MS).collect();
-        let end = *times.last().unwrap();
+        let times = every(k as u64 * MS, 600 * MS, 5 * MS);
         let pkt = || udp([10, 0, 2, k], remote, 5000 + k as u16, 53);
-        f.extend(times.iter().map(|&t| (t, pkt())));
-        let back = if k % 2 == 0 {
-            end + 20 * SEC - MS
-        } else {
-            end + 20 * SEC + MS
-        };
-        f.extend(every(back, back + 100 * MS, 10 * MS).map(|t| (t, pkt())));
+        silent_then_back(&mut f, k, times, 20 * SEC, (100 * MS, 10 * MS), pkt);
     }
     let clock = || udp([10, 0, 9, 1], remote, 7000, 53);
     f.extend(every(2 * MS, 22 * SEC, 5 * MS).map(|t| (t, clock())));
@@ -1226,6 +1228,45 @@ fn a_pool_change_with_folded_hits_pending_stays_equal() {
     }];
     let fs = equal_on_off("NNN", &three_nats(), &t, small(), &change, "pool change");
     assert!(fs.folded > 0 && fs.invalidated > 0, "{fs:?}");
+}
+
+/// Flows recorded at 0.4 s, hit once at 0.6 s, then silent until 1 ms under (even) or
+/// past (odd) `timeout` after that hit, beside a clock flow of SYNs (a SYN never folds,
+/// so every folded hit is one of the flows'). The period runs from the first chunk
+/// after the first packet to the 1 s sweep.
+fn recorded_then_one_hit(pkt: impl Fn(u8) -> Vec<u8>, clock: Vec<u8>, timeout: u64) -> Trace {
+    let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
+    for k in 0..8u8 {
+        let times = [400 * MS, 600 * MS].map(|t| t + k as u64 * MS).into_iter();
+        silent_then_back(&mut f, k, times, timeout, (MS, MS), || pkt(k));
+    }
+    f.extend(every(0, timeout + 2 * SEC, 5 * MS).map(|t| (t, clock.clone())));
+    trace_sorted(f)
+}
+
+/// A recording refreshes its NFs' state as a hit that runs them does, so its entry is
+/// marked with the fold period and the flow's first hit folds (`folded` counts exactly
+/// the 8 flows' one hit each: fails with entries installed unmarked, where that hit runs
+/// the NATs and Maglevs to mark its entry). Their refreshes fold at the sweep, which the
+/// just-under flows need to find their mappings and connections alive after the
+/// silence: through three NATs (UDP, 20 s) and three Maglevs (TCP, 15 s).
+#[test]
+fn a_flows_first_hit_after_its_recording_folds_and_stays_equal() {
+    let (vip, remote) = ([203, 0, 113, 10], [203, 0, 113, 7]);
+    let t = recorded_then_one_hit(
+        |k| udp([10, 0, 2, k], remote, 5000 + k as u16, 53),
+        tcp([10, 0, 9, 1], remote, 7000, 443, 0x02),
+        20 * SEC,
+    );
+    let fs = equal_on_off("NNN", &three_nats(), &t, small(), &[], "first hit folds");
+    assert_eq!(fs.folded, 8, "{fs:?}");
+    let t = recorded_then_one_hit(
+        |k| tcp([10, 0, 2, k], vip, 5000 + k as u16, 80, 0x10),
+        tcp([10, 0, 9, 1], vip, 7000, 80, 0x02),
+        15 * SEC,
+    );
+    let fs = equal_on_off("LLM", &three_nats(), &t, small(), &[], "first hit folds");
+    assert_eq!(fs.folded, 8, "{fs:?}");
 }
 
 // ---- Maglev fold-back (docs/fastpath.md, "Fold-back", Maglev) ----
@@ -1244,17 +1285,10 @@ fn maglev_flows_that_fold_then_idle_around_the_timeout_stay_equal() {
     let mut last = 0;
     for k in 0..8u8 {
         let stop = 1500 * MS + k as u64 * 170 * MS;
-        let times: Vec<u64> = every(k as u64 * MS + 300_000, stop, 20 * MS).collect();
-        let end = *times.last().unwrap();
+        let times = every(k as u64 * MS + 300_000, stop, 20 * MS);
         let pkt = || tcp([10, 0, 2, k], vip, 5000 + k as u16, 80, 0x10);
-        f.extend(times.iter().map(|&t| (t, pkt())));
-        let back = if k % 2 == 0 {
-            end + 15 * SEC - MS
-        } else {
-            end + 15 * SEC + MS
-        };
-        f.extend(every(back, back + 200 * MS, 20 * MS).map(|t| (t, pkt())));
-        last = last.max(back + 200 * MS);
+        let end = silent_then_back(&mut f, k, times, 15 * SEC, (200 * MS, 20 * MS), pkt);
+        last = last.max(end);
     }
     let clock = || tcp([10, 0, 9, 1], vip, 7000, 80, 0x10);
     f.extend(every(0, last, MS).map(|t| (t, clock())));
@@ -1323,16 +1357,9 @@ fn a_maglev_backend_change_with_folded_hits_pending_stays_equal() {
     let vip = [203, 0, 113, 10];
     let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
     for k in 0..8u8 {
-        let times: Vec<u64> = every(k as u64 * MS, 600 * MS, 5 * MS).collect();
-        let end = *times.last().unwrap();
+        let times = every(k as u64 * MS, 600 * MS, 5 * MS);
         let pkt = || tcp([10, 0, 2, k], vip, 5000 + k as u16, 80, 0x10);
-        f.extend(times.iter().map(|&t| (t, pkt())));
-        let back = if k % 2 == 0 {
-            end + 15 * SEC - MS
-        } else {
-            end + 15 * SEC + MS
-        };
-        f.extend(every(back, back + 100 * MS, 10 * MS).map(|t| (t, pkt())));
+        silent_then_back(&mut f, k, times, 15 * SEC, (100 * MS, 10 * MS), pkt);
     }
     let clock = || tcp([10, 0, 9, 1], vip, 7000, 80, 0x10);
     f.extend(every(2 * MS, 17 * SEC, MS).map(|t| (t, clock())));

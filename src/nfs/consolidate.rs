@@ -429,6 +429,12 @@ pub trait Consolidate {
     fn fast_skipped(&mut self, visits: u64) {
         let _ = visits;
     }
+
+    /// Whether [`fast_skipped`](Consolidate::fast_skipped) does anything: chains whose
+    /// folding NFs all say no skip the per-chunk tally of folded visits.
+    fn fast_ticks(&self) -> bool {
+        false
+    }
 }
 
 /// Where the state tokens name lies: token `t` names the `stride`-byte item at

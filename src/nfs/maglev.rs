@@ -343,7 +343,8 @@ impl Maglev {
             table: Vec::new(),
             backends: Vec::new(),
             known: Vec::new(),
-            conns: Conns::new(capacity.max(1), timeout_ns),
+            // (A token holds a slot in 26 bits: [`Conns::token`].)
+            conns: Conns::new(capacity.clamp(1, 1 << 26), timeout_ns),
             hasher: FixedState::with_seed(0),
             drop_others: false,
             last_sweep_ns: 0,
@@ -695,6 +696,17 @@ impl Maglev {
 /// connection's slot, the table's epoch and the backend id ([`Conns::token`]).
 const FAST_PASS: u64 = u64::MAX;
 
+/// The slot bits of a token's high half ([`Conns::token`]).
+const TOKEN_SLOT: u64 = (1 << 26) - 1;
+/// The epoch bits a token keeps.
+const TOKEN_EPOCH: u64 = (1 << 22) - 1;
+
+/// The slot a connection token names (unchecked).
+#[inline(always)]
+fn token_slot(token: u64) -> usize {
+    (token >> 32 & TOKEN_SLOT) as usize
+}
+
 /// The connection-table key of a packet on the consolidated path, as `process` makes it.
 fn fast_key(p: &FastPacket) -> WideKey {
     let mut k = *p.key;
@@ -753,9 +765,10 @@ struct Conns {
     slab: Vec<Conn>,
     /// Bumped by every sweep that removes connections (which moves others in the slab),
     /// so a FastPath token (slot, epoch) names the same connection while the epoch holds
-    /// (tokens keep its low 16 bits: a sweep comes at most once a second of run clock,
-    /// so a stale token would have to wait 65,536 sweeps unchecked, far past FastPath's
-    /// entry timeout, and its check also compares the backend id).
+    /// (tokens keep its low 22 bits, [`TOKEN_EPOCH`]: a sweep comes at most once a
+    /// second of run clock, so a stale token would have to wait 4,194,304 sweeps, 48
+    /// days, unchecked, even with entries that never time out, and its check also
+    /// compares the backend id).
     epoch: u32,
     hasher: Hasher,
     capacity: usize,
@@ -794,18 +807,22 @@ impl Conns {
         }
     }
 
-    /// The FastPath token of the connection in `slot`, on backend `id` (< 2^16 - 1):
-    /// slot in the high half, the epoch's low 16 bits, the backend id in the low 16.
+    /// The FastPath token of the connection in `slot` (< 2^26, the most `capacity`
+    /// allows), on backend `id` (< 2^16 - 1): the epoch's bits 16-21 in the top 6 bits,
+    /// the slot in the rest of the high half (where [`TokenLines`] reads it, under
+    /// [`TOKEN_SLOT`]), the epoch's low 16 bits, the backend id in the low 16.
     #[inline]
     fn token(&self, slot: u32, id: u32) -> u64 {
-        (slot as u64) << 32 | (self.epoch as u16 as u64) << 16 | (id as u16 as u64)
+        let e = u64::from(self.epoch) & TOKEN_EPOCH;
+        (e >> 16) << 58 | (slot as u64) << 32 | (e & 0xffff) << 16 | (id as u16 as u64)
     }
 
     /// The slot a token names, if no sweep has moved connections since.
     #[inline]
     fn slot_of(&self, token: u64) -> Option<usize> {
-        let s = (token >> 32) as usize;
-        ((token >> 16) as u16 == self.epoch as u16 && s < self.slab.len()).then_some(s)
+        let s = token_slot(token);
+        let e = (token >> 58) << 16 | (token >> 16) & 0xffff;
+        (e == u64::from(self.epoch) & TOKEN_EPOCH && s < self.slab.len()).then_some(s)
     }
 
     #[inline]
@@ -1140,11 +1157,11 @@ impl Consolidate for Maglev {
 
     /// The tracked connection a token names: its slot is the token's high half.
     fn fast_lines(&self) -> TokenLines {
-        TokenLines::of(&self.conns.slab, u64::from(u32::MAX))
+        TokenLines::of(&self.conns.slab, TOKEN_SLOT)
     }
 
     fn fast_prefetch(&self, token: u64) {
-        if let Some(c) = self.conns.slab.get((token >> 32) as usize) {
+        if let Some(c) = self.conns.slab.get(token_slot(token)) {
             prefetch(c);
         }
     }
@@ -1234,6 +1251,10 @@ impl Consolidate for Maglev {
     /// The folded hits' ticks, counted at once (no sweep before the horizon).
     fn fast_skipped(&mut self, visits: u64) {
         self.since_sweep += visits;
+    }
+
+    fn fast_ticks(&self) -> bool {
+        true
     }
 }
 
@@ -1503,6 +1524,35 @@ mod tests {
         assert_eq!(m.conns.slab[s0 as usize].seen, seen);
         assert!(!m.valid_at(token, 15 * SEC));
         assert!(m.valid_at(m.conns.token(s0, 0), 15 * SEC));
+    }
+
+    /// A token keeps 22 bits of the epoch: one from 65,536 sweeps ago (which 16 bits let
+    /// through) names nothing, one from 2^22 ago would; the slot and the backend id
+    /// come back whole at their largest.
+    #[test]
+    fn a_token_from_65536_epochs_ago_is_stale() {
+        let mut c = Conns::new(8, 0);
+        for i in 0..4 {
+            c.slab.push(Conn {
+                key: key(i),
+                id: 0,
+                seen: 0,
+            });
+        }
+        c.epoch = 5;
+        let old = c.token(3, 7);
+        assert_eq!(c.slot_of(old), Some(3));
+        c.epoch = 5 + 65_536;
+        assert_eq!(c.slot_of(old), None);
+        c.epoch = 5 + (1 << 22);
+        assert_eq!(c.slot_of(old), Some(3));
+        c.epoch = u32::MAX;
+        let t = c.token(TOKEN_SLOT as u32, 0xfffe);
+        assert_eq!(
+            (token_slot(t), t as u16, t != FAST_PASS),
+            (TOKEN_SLOT as usize, 0xfffe, true)
+        );
+        assert_eq!(t >> 58 << 16 | (t >> 16) & 0xffff, TOKEN_EPOCH);
     }
 
     #[test]

@@ -443,7 +443,7 @@ impl FastPath {
         let FastPath {
             table, slot_flags, ..
         } = self;
-        let prefetch = self.prefetch;
+        let (prefetch, ticks) = (self.prefetch, self.ticks);
         // Bit i: packet i's hit skips its folding steps (folded), or ran them and marks
         // its entry with the period (marks).
         let (mut folded, mut marks) = (0u64, 0u64);
@@ -578,9 +578,10 @@ impl FastPath {
                     }
                     a = b;
                 }
-                if FOLD && folded != 0 {
+                if FOLD && folded != 0 && ticks != 0 {
                     // The folded hits taken, per NF whose steps they skipped (runs of
-                    // one shape at a time): their ticks (`fast_skipped`).
+                    // one shape at a time): their ticks (`fast_skipped`), for the NFs
+                    // that take them.
                     let taken = if k >= 64 { u64::MAX } else { (1u64 << k) - 1 };
                     let mut skipped = [0u64; LENT];
                     let mut bits = folded & taken;
@@ -600,10 +601,13 @@ impl FastPath {
                             }
                         }
                     }
-                    for (sl, &v) in skipped.iter().enumerate() {
-                        if v > 0 {
-                            if let Some(c) = nfs[sl].as_deref_mut() {
-                                c.fast_skipped(v);
+                    let mut m = ticks;
+                    while m != 0 {
+                        let sl = m.trailing_zeros() as usize;
+                        m &= m - 1;
+                        if skipped[sl % LENT] > 0 {
+                            if let Some(c) = nfs[sl % LENT].as_deref_mut() {
+                                c.fast_skipped(skipped[sl % LENT]);
                             }
                         }
                     }
@@ -739,12 +743,21 @@ impl FastPath {
             return;
         }
         h.run_chain(self);
+        // A recording ran its NFs, so it refreshed their state as a hit that runs its
+        // folding steps does, at or after the period's start and before its horizon
+        // (this chunk lies inside the period when one is open): its entry is marked with
+        // the period at once, so the flow's first hit may fold too.
+        let mark = if self.horizon != 0 {
+            self.table.period
+        } else {
+            0
+        };
         let FastPath {
             rec, table, stats, ..
         } = self;
         rec.finish(|e, k, o| {
             if !e.path().iter().any(|s| s.flags & Step::FOLD != 0) {
-                return FastPath::settle(table, stats, e, k, o);
+                return FastPath::settle(table, stats, e, k, o, 0);
             }
             // A step folds only when its token allows it (a NAT's unanswered inbound
             // flow needs its check on every packet): asked once per recording.
@@ -759,7 +772,7 @@ impl FastPath {
                     s.flags &= !Step::FOLD;
                 }
             }
-            FastPath::settle(table, stats, &e, k, o)
+            FastPath::settle(table, stats, &e, k, o, mark)
         });
     }
 

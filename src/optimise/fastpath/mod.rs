@@ -206,6 +206,9 @@ pub struct FastPath {
     pub horizon: u64,
     /// Some hit folded in the current period (so its end walks the marked entries).
     pending: bool,
+    /// Bit i: lent slot i's NF takes the visits folded hits skipped
+    /// ([`Consolidate::fast_ticks`]); with none, a chunk tallies nothing.
+    pub(crate) ticks: u32,
 }
 
 impl FastPath {
@@ -229,9 +232,14 @@ impl FastPath {
             })
             .collect();
         let mut slot_flags = [0u8; LENT];
-        for (&s, &f) in slots.iter().zip(&flags) {
+        let mut ticks = 0u32;
+        for ((&s, &f), n) in slots.iter().zip(&flags).zip(nfs) {
             if let Some(x) = slot_flags.get_mut(s as usize) {
                 *x = f;
+                let c = n.and_then(|n| n.consolidate());
+                if f & Step::FOLD != 0 && c.is_some_and(|c| c.fast_ticks()) {
+                    ticks |= 1 << s;
+                }
             }
         }
         FastPath {
@@ -240,6 +248,7 @@ impl FastPath {
                 && flags.iter().any(|f| f & Step::FOLD != 0),
             horizon: 0,
             pending: false,
+            ticks,
             slot_flags,
             slots,
             lendable: lent <= LENT,
@@ -341,12 +350,20 @@ impl FastPath {
         }
     }
 
-    /// Files a finished recording: installs it or counts why not.
-    pub fn settle(table: &mut Table, stats: &mut FastStats, e: &Entry, k: &Keys, o: Outcome) {
+    /// Files a finished recording: installs it (with fold mark `mark`,
+    /// [`Table::mark`]) or counts why not.
+    pub fn settle(
+        table: &mut Table,
+        stats: &mut FastStats,
+        e: &Entry,
+        k: &Keys,
+        o: Outcome,
+        mark: u8,
+    ) {
         match o {
             Outcome::Done => {
                 stats.installed += 1;
-                if table.insert(e, k) {
+                if table.insert_marked(e, k, mark) {
                     stats.evicted += 1;
                 }
             }

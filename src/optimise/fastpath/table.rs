@@ -917,6 +917,11 @@ impl Table {
     /// Installs `e` (replacing an entry of the same key); returns whether another entry
     /// was evicted to make room.
     pub fn insert(&mut self, e: &Entry, keys: &Keys) -> bool {
+        self.insert_marked(e, keys, 0)
+    }
+
+    /// [`insert`](Self::insert) with fold mark `mark` ([`Table::mark`]; 0: none).
+    pub fn insert_marked(&mut self, e: &Entry, keys: &Keys, mark: u8) -> bool {
         self.ready();
         let h = self.hash(&e.key);
         let (set, tag) = self.place(h);
@@ -956,8 +961,8 @@ impl Table {
         (d.key, d.last_ns, d.egress, d.sink) = (hot.key, hot.last_ns, hot.egress, hot.sink);
         (d.min_len, d.len, d.count) = (hot.min_len, hot.len, hot.count);
         d.steps[..n].copy_from_slice(&hot.steps[..n]);
-        // No fold mark yet (the way's last entry may have left one).
-        d.steps[MARK_STEP].shape = 0;
+        // The way's last entry may have left a mark.
+        d.steps[MARK_STEP].shape = mark;
         if hot.rewrites() || hot.matches_eth() {
             self.actions.write(w, ActionsLine(e.actions));
         }
