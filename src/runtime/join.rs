@@ -37,7 +37,10 @@
 //! batches), then parks. A batch that finds it parked runs in sequence (no copies) and
 //! wakes it for the next one: a wake-up takes the scheduler tens of µs on a busy
 //! machine, several times a batch's work, so waiting for one made parallel slower than
-//! sequence (p50 1.74× at 500 cycles). The walk's thread, once its side is done, spins
+//! sequence (p50 1.74× at 500 cycles). A helper that parks after that check, before the
+//! job is posted, is woken by the post (`parked` and `has_post` are a SeqCst
+//! store-then-load handshake); the job then goes to whichever side takes it first, the
+//! helper or the walk's join. The walk's thread, once its side is done, spins
 //! for the helper's result and never parks (it used to park after 256 spins, and the
 //! helper's wake-up of it cost ~15,000 TSC ticks per batch: parallel p50 18,831 against
 //! 3,173 in sequence at 0 cycles per NF); it yields the core only after
@@ -182,7 +185,7 @@ struct ToHelper {
 struct FromHelper {
     done: Mutex<Option<Job>>,
     has_done: AtomicBool,
-    /// The helper is parked, or about to be (a hint: a posted job still wakes it).
+    /// The helper is parked, or about to be (a post that sees it wakes the helper).
     parked: AtomicBool,
 }
 
@@ -196,6 +199,27 @@ struct Helper {
     thread: Option<JoinHandle<()>>,
     /// The walk's thread's affinity before the group pinned it, restored at the end.
     walk_mask: Option<Vec<usize>>,
+}
+
+impl Helper {
+    /// Posts `job` for the helper thread, and wakes it if it parked after the walk's
+    /// check in [`Fork::run`] (the walk lost its core in between): left parked it never
+    /// saw the job, and slept until a later batch found it parked. A system call only
+    /// then, once per batch at most.
+    fn post(&self, job: Job) {
+        let (to, back) = (&self.slots.to.0, &self.slots.back.0);
+        *lock(&to.posted) = Some(job);
+        // Store `has_post`, then load `parked`; the helper stores `parked`, then loads
+        // `has_post` (`serve`). SeqCst on all four: one total order, so at least one side
+        // sees the other's store: the helper does not park, or this wakes it (with
+        // Release/Acquire both loads may read the old values, x86 included).
+        to.has_post.store(true, Ordering::SeqCst);
+        if back.parked.load(Ordering::SeqCst) {
+            if let Some(t) = &self.thread {
+                t.thread().unpark();
+            }
+        }
+    }
 }
 
 /// One parallel group of a walk.
@@ -311,14 +335,12 @@ impl Fork {
             std::mem::swap(nf, &mut job.nf);
         }
         // Fork: the in-place NF and the packets leave for the helper (an empty batch
-        // stands in for them here). No wake-up: a helper that parked after the check
-        // above leaves the job posted, and the join below runs it here.
+        // stands in for them here).
         job.cx = *cx;
         std::mem::swap(batch, &mut job.batch);
         let helper = self.helper.as_ref().expect("started above");
         let to = &helper.slots.to.0;
-        *lock(&to.posted) = Some(job);
-        to.has_post.store(true, Ordering::Release);
+        helper.post(job);
         // The shadow side runs here meanwhile.
         counters[a].packets_in += n as u64;
         let sh = &mut self.shadows;
@@ -526,8 +548,10 @@ fn serve(slots: &Slots) {
             if now.wrapping_sub(since) < SPIN_TICKS {
                 std::hint::spin_loop();
             } else {
-                back.parked.store(true, Ordering::Release);
-                if !to.has_post.load(Ordering::Acquire) && !to.stop.load(Ordering::Acquire) {
+                // SeqCst: the handshake with `Helper::post` (a job posted after this
+                // store is either seen below or wakes the park).
+                back.parked.store(true, Ordering::SeqCst);
+                if !to.has_post.load(Ordering::SeqCst) && !to.stop.load(Ordering::Acquire) {
                     std::thread::park();
                 }
                 back.parked.store(false, Ordering::Release);
@@ -681,20 +705,95 @@ mod tests {
         assert_eq!(head(&later, ports), later.len());
     }
 
+    /// Runs the trace through `r` until the helper has run a batch of `a` (each run
+    /// starts the records afresh), for up to 30 s: a helper starved of a core, or parked
+    /// when a run starts (that batch runs in sequence), may miss the batches of one run,
+    /// never those of every run. Every run must pass all its packets, the shadow side
+    /// `b` on this thread, each batch on both sides.
+    fn run_until_the_helper_runs(r: &mut Runner, on_a: &Ran, on_b: &Ran) {
+        let me = std::thread::current().id();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            // Both at once: the shadow side's nap compares their lengths.
+            let (mut a, mut b) = (on_a.lock().unwrap(), on_b.lock().unwrap());
+            a.clear();
+            b.clear();
+            drop((a, b));
+            let s = r
+                .run(&trace(1000), &RunOptions::default(), &mut NoProgress)
+                .unwrap();
+            assert_eq!((s.packets_in, s.packets_out), (1000, 1000));
+            let (a, b) = (on_a.lock().unwrap(), on_b.lock().unwrap());
+            assert!(b.len() >= 1000 / 32 && b.iter().all(|t| t.0 == me), "{b:?}");
+            assert_eq!(a.len(), b.len(), "{a:?}");
+            if a.iter().any(|t| t.0 != me) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "the helper never ran a batch: {a:?}"
+            );
+        }
+    }
+
     #[test]
     fn the_second_branch_runs_on_another_thread() {
         let (c, [on_a, on_b]) = chain(usize::MAX);
         let mut r = Runner::new(c, 60);
-        let s = r
-            .run(&trace(1000), &RunOptions::default(), &mut NoProgress)
-            .unwrap();
-        assert_eq!((s.packets_in, s.packets_out), (1000, 1000));
-        let (a, b) = (on_a.lock().unwrap(), on_b.lock().unwrap());
-        let me = std::thread::current().id();
-        assert!(b.len() >= 1000 / 32 && b.iter().all(|t| t.0 == me), "{b:?}");
         // The helper takes a batch whenever it gets a core before the shadow side ends
         // (else this thread runs it): with the shadow side napping, it does.
-        assert!(a.len() == b.len() && a.iter().any(|t| t.0 != me), "{a:?}");
+        run_until_the_helper_runs(&mut r, &on_a, &on_b);
+    }
+
+    /// The race `Helper::post` closes: the helper parks after the walk saw it awake,
+    /// then the job is posted. Nothing else wakes it here (no later batch, no join taking
+    /// the job back): only the post's wake-up lets it run the job.
+    #[test]
+    fn a_post_wakes_a_helper_that_parked_after_the_check() {
+        use super::{lock, serve, Helper, Job, Slots};
+        use std::sync::atomic::Ordering;
+        use std::time::{Duration, Instant};
+        let slots = Arc::new(Slots::default());
+        let theirs = slots.clone();
+        let h = Helper {
+            slots,
+            thread: Some(std::thread::spawn(move || serve(&theirs))),
+            walk_mask: None,
+        };
+        let (to, back) = (&h.slots.to.0, &h.slots.back.0);
+        let until = Instant::now() + Duration::from_secs(30);
+        while !back.parked.load(Ordering::SeqCst) {
+            assert!(Instant::now() < until, "the helper never parked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // `parked` is set just before the helper's last look for a post: give it time
+        // to be inside `park` (else the post is seen without a wake-up, and the test
+        // passes without one).
+        std::thread::sleep(Duration::from_millis(50));
+        let (nf, on) = seen(usize::MAX, 0, None);
+        h.post(Job {
+            nf,
+            batch: Batch::with_capacity(1),
+            cx: Context::default(),
+            panic: None,
+        });
+        let until = Instant::now() + Duration::from_secs(30);
+        while !back.has_done.load(Ordering::Acquire) {
+            assert!(
+                Instant::now() < until,
+                "the helper never ran the job posted while it was parked"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let job = lock(&back.done).take().expect("the job is back");
+        assert!(job.panic.is_none());
+        let ran = on.lock().unwrap();
+        let helper = h.thread.as_ref().unwrap().thread().id();
+        assert!(ran.len() == 1 && ran[0].0 == helper, "{ran:?}");
+        to.stop.store(true, Ordering::Release);
+        let t = h.thread.unwrap();
+        t.thread().unpark();
+        t.join().unwrap();
     }
 
     #[test]
@@ -707,8 +806,7 @@ mod tests {
         }
         let (c, [on_a, on_b]) = chain(usize::MAX);
         let mut r = Runner::new(c, 60);
-        r.run(&trace(1000), &RunOptions::default(), &mut NoProgress)
-            .unwrap();
+        run_until_the_helper_runs(&mut r, &on_a, &on_b);
         drop(r);
         // While the group lived the walk kept one core and the helper had the others:
         // two threads that wait on each other every batch never shared a core.
