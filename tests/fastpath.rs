@@ -1106,7 +1106,7 @@ fn silent_then_back(
     let n = f.len();
     f.extend(times.map(|t| (t, pkt())));
     let end = f[n..].last().map_or(0, |(t, _)| *t);
-    let back = if k % 2 == 0 {
+    let back = if k.is_multiple_of(2) {
         end + timeout - MS
     } else {
         end + timeout + MS
