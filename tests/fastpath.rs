@@ -1208,19 +1208,13 @@ fn a_run_that_ends_with_folded_hits_pending_has_equal_nat_stats() {
 #[test]
 fn a_pool_change_with_folded_hits_pending_stays_equal() {
     let remote = [203, 0, 113, 7];
-    let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
-    for k in 0..8u8 {
-        let times = every(k as u64 * MS, 600 * MS, 5 * MS);
-        let pkt = || udp([10, 0, 2, k], remote, 5000 + k as u16, 53);
-        silent_then_back(&mut f, k, times, 20 * SEC, (100 * MS, 10 * MS), pkt);
-    }
+    let mut f = eight_silent_after_600ms(20 * SEC, |k| {
+        udp([10, 0, 2, k], remote, 5000 + k as u16, 53)
+    });
     let clock = || udp([10, 0, 9, 1], remote, 7000, 53);
     f.extend(every(2 * MS, 22 * SEC, 5 * MS).map(|t| (t, clock())));
     let t = trace_sorted(f);
-    let n = t.len() as u64;
-    let at = (0..n)
-        .find(|&i| t.record(i as usize).ts_ns >= 620 * MS)
-        .unwrap();
+    let at = first_at(&t, 620 * MS);
     let change = [Scheduled {
         at,
         nf: "n0".into(),
@@ -1228,6 +1222,23 @@ fn a_pool_change_with_folded_hits_pending_stays_equal() {
     }];
     let fs = equal_on_off("NNN", &three_nats(), &t, small(), &change, "pool change");
     assert!(fs.folded > 0 && fs.invalidated > 0, "{fs:?}");
+}
+
+/// Flows 0-7 (`pkt(k)`) every 5 ms from k ms until 0.6 s, then silent until 1 ms under
+/// (even) or past (odd) `timeout` after their last packet, then back every 10 ms for
+/// 100 ms (the command tests: the change comes while their folded hits are pending).
+fn eight_silent_after_600ms(timeout: u64, pkt: impl Fn(u8) -> Vec<u8>) -> Vec<(u64, Vec<u8>)> {
+    let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
+    for k in 0..8u8 {
+        let times = every(k as u64 * MS, 600 * MS, 5 * MS);
+        silent_then_back(&mut f, k, times, timeout, (100 * MS, 10 * MS), || pkt(k));
+    }
+    f
+}
+
+/// The index of `t`'s first packet at or after `ns` (where a scheduled change goes).
+fn first_at(t: &Trace, ns: u64) -> u64 {
+    (0..t.len()).find(|&i| t.record(i).ts_ns >= ns).unwrap() as u64
 }
 
 /// Flows recorded at 0.4 s, hit once at 0.6 s, then silent until 1 ms under (even) or
@@ -1355,19 +1366,14 @@ fn a_run_that_ends_with_folded_hits_pending_has_equal_maglev_stats() {
 #[test]
 fn a_maglev_backend_change_with_folded_hits_pending_stays_equal() {
     let vip = [203, 0, 113, 10];
-    let mut f: Vec<(u64, Vec<u8>)> = Vec::new();
-    for k in 0..8u8 {
-        let times = every(k as u64 * MS, 600 * MS, 5 * MS);
-        let pkt = || tcp([10, 0, 2, k], vip, 5000 + k as u16, 80, 0x10);
-        silent_then_back(&mut f, k, times, 15 * SEC, (100 * MS, 10 * MS), pkt);
-    }
+    let mut f = eight_silent_after_600ms(15 * SEC, |k| {
+        tcp([10, 0, 2, k], vip, 5000 + k as u16, 80, 0x10)
+    });
     let clock = || tcp([10, 0, 9, 1], vip, 7000, 80, 0x10);
     f.extend(every(2 * MS, 17 * SEC, MS).map(|t| (t, clock())));
     let t = trace_sorted(f);
     // At about 0.55 s: hits folding, the flows about to fall silent.
-    let at = (0..t.len())
-        .find(|&i| t.record(i).ts_ns >= 550 * MS)
-        .unwrap() as u64;
+    let at = first_at(&t, 550 * MS);
     for chain in ["LLM", "FNMO"] {
         let nf = format!("m{}", chain.rfind('M').unwrap());
         let change = [Scheduled {
